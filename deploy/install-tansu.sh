@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the tansu broker (Kafka-compatible, from crates.io) when it is missing.
+# Prints the path of the tansu binary on stdout; progress goes to stderr.
+# The install lives outside the clone so every checkout on this machine reuses it.
+set -euo pipefail
+
+TANSU_VERSION="${TANSU_VERSION:-0.6.0}"
+TANSU_ROOT="${TANSU_ROOT:-$HOME/.cache/sluice/tansu-$TANSU_VERSION}"
+TANSU_BIN="$TANSU_ROOT/bin/tansu"
+
+if [[ -x "$TANSU_BIN" ]]; then
+  echo "$TANSU_BIN"
+  exit 0
+fi
+if command -v tansu >/dev/null 2>&1 && tansu --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
+  command -v tansu
+  exit 0
+fi
+
+echo "installing tansu $TANSU_VERSION into $TANSU_ROOT (about 11 minutes on 2 cores)..." >&2
+# dynostore gives the memory:// engine, libsql the sqlite:// one; the default features have none.
+cargo install tansu --version "$TANSU_VERSION" --locked \
+  --features dynostore,libsql --root "$TANSU_ROOT" >&2
+echo "$TANSU_BIN"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests and the integration tests, which drive the real `sluice`
+# binary against a real tansu broker started by deploy/local-broker.sh.
+# Works on a machine that has never built the project (installs what it needs).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+deploy/install-deps.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
+deploy/install-tansu.sh >/dev/null
+
+broker_dir="$(mktemp -d)"
+cleanup() { SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop; rm -rf "$broker_dir"; }
+trap cleanup EXIT
+export SLUICE_TEST_BROKERS="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
+echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
+
+cargo test --workspace --locked "$@"

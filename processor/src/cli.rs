@@ -1,0 +1,454 @@
+//! The `sluice` command line: one binary for the processor and the tools around it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::core::config::{self, Parsed, Problem, Variables};
+use crate::core::duration::parse_duration;
+use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord};
+use crate::core::template;
+use crate::runtime::processor::{shutdown_signal, Processor, Settings};
+use crate::runtime::topics::{load_definitions, Topics};
+use crate::runtime::{events_tail, kafka};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Pipeline safety controller on Kafka",
+    propagate_version = true
+)]
+struct Cli {
+    /// Kafka bootstrap servers.
+    #[arg(long, global = true, env = "SLUICE_BROKERS", default_value = "localhost:9092")]
+    brokers: String,
+    /// Prefix of every Sluice topic.
+    #[arg(long, global = true, env = "SLUICE_TOPIC_PREFIX", default_value = "sluice.")]
+    topic_prefix: String,
+    /// Log filter (tracing's EnvFilter syntax), e.g. info or sluice=debug.
+    #[arg(long, global = true, env = "SLUICE_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the processor.
+    Run(RunArgs),
+    /// Create or check topics from their definitions.
+    Topics {
+        #[command(subcommand)]
+        command: TopicsCommand,
+    },
+    /// Validate pipeline configs, or publish them to the config topic.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Publish sensor readings.
+    Sensor {
+        #[command(subcommand)]
+        command: SensorCommand,
+    },
+    /// Publish job run reports (what a job runner does).
+    Job {
+        #[command(subcommand)]
+        command: JobCommand,
+    },
+    /// Read lifecycle events.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Where per-partition RocksDB state lives.
+    #[arg(long, env = "SLUICE_STATE_DIR", default_value = ".sluice/state")]
+    state_dir: PathBuf,
+    /// Consumer group shared by every instance.
+    #[arg(long, env = "SLUICE_GROUP", default_value = "sluice")]
+    group: String,
+    /// Most input records (or due timers) handled per batch.
+    #[arg(long, default_value_t = 500)]
+    batch_size: usize,
+    /// Most job triggers in flight at once.
+    #[arg(long, default_value_t = 16)]
+    max_concurrent_triggers: usize,
+    /// How long shutdown waits for in-flight triggers (e.g. 30s).
+    #[arg(long, default_value = "30s", value_parser = parse_std_duration)]
+    shutdown_grace: Duration,
+}
+
+#[derive(Subcommand)]
+enum TopicsCommand {
+    /// Create missing topics and check existing ones.
+    Apply {
+        #[arg(long, default_value = "topics")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Report every problem in the pipeline YAML files of DIR; exits 1 if any.
+    Validate { dir: PathBuf },
+    /// Validate, then publish every config in DIR to the config topic.
+    Apply {
+        dir: PathBuf,
+        /// Deployment variable for ${name} placeholders (repeatable).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SensorCommand {
+    /// Publish one reading: sluice sensor put PIPELINE KEY field=value...
+    Put {
+        pipeline: String,
+        key: String,
+        /// Data fields; values that parse as JSON (numbers, true, "quoted") keep their type.
+        #[arg(value_name = "FIELD=VALUE", value_parser = parse_var)]
+        fields: Vec<(String, String)>,
+        /// Execution date (YYYY-MM-DD); default: today in the pipeline's timezone.
+        #[arg(long)]
+        date: Option<String>,
+        /// Execution hour (00-23): makes the execution hourly.
+        #[arg(long)]
+        hour: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobCommand {
+    /// Report a job run's status: sluice job put PIPELINE --run-id R --date D --status S
+    Put {
+        pipeline: String,
+        #[arg(long)]
+        run_id: String,
+        #[arg(long)]
+        date: String,
+        #[arg(long, value_enum)]
+        status: StatusArg,
+        #[arg(long, default_value = "stream")]
+        schedule: String,
+        #[arg(long, value_enum)]
+        category: Option<CategoryArg>,
+        #[arg(long)]
+        message: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StatusArg {
+    Running,
+    Succeeded,
+    Failed,
+    Timeout,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CategoryArg {
+    Permanent,
+    Transient,
+    Timeout,
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Print lifecycle events.
+    Tail(events_tail::TailArgs),
+}
+
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))
+}
+
+fn parse_std_duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text)
+        .map_err(|e| e.to_string())?
+        .to_std()
+        .map_err(|e| e.to_string())
+}
+
+pub async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match dispatch(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let topics = Topics::new(&cli.topic_prefix);
+    match cli.command {
+        Command::Run(args) => {
+            let settings = Settings {
+                brokers: cli.brokers,
+                group: args.group,
+                topics,
+                state_dir: args.state_dir,
+                batch_size: args.batch_size.max(1),
+                max_concurrent_triggers: args.max_concurrent_triggers.max(1),
+                shutdown_grace: args.shutdown_grace,
+            };
+            Processor::start(settings)?.run(shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Topics {
+            command: TopicsCommand::Apply { dir },
+        } => {
+            let defs = load_definitions(&dir)?;
+            kafka::apply_topics(&cli.brokers, &topics, &defs).await?;
+            println!("{} topics ready under prefix {:?}", defs.len(), topics.prefix);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config {
+            command: ConfigCommand::Validate { dir },
+        } => Ok(validate(&dir)),
+        Command::Config {
+            command: ConfigCommand::Apply { dir, vars },
+        } => apply(&dir, &vars.into_iter().collect(), &cli.brokers, &topics).await,
+        Command::Sensor {
+            command:
+                SensorCommand::Put {
+                    pipeline,
+                    key,
+                    fields,
+                    date,
+                    hour,
+                },
+        } => {
+            let record = SensorRecord {
+                pipeline_id: pipeline.clone(),
+                key,
+                data: fields.into_iter().map(|(k, v)| (k, typed_value(&v))).collect(),
+                date,
+                hour: hour.map(Value::String),
+                timestamp: Some(Value::String(chrono::Utc::now().to_rfc3339())),
+            };
+            publish(&cli.brokers, &topics.sensors, &pipeline, &serde_json::to_vec(&record)?).await
+        }
+        Command::Job {
+            command:
+                JobCommand::Put {
+                    pipeline,
+                    run_id,
+                    date,
+                    status,
+                    schedule,
+                    category,
+                    message,
+                },
+        } => {
+            let record = JobRecord {
+                pipeline_id: pipeline.clone(),
+                schedule_id: schedule,
+                date,
+                run_id,
+                status: match status {
+                    StatusArg::Running => JobStatus::Running,
+                    StatusArg::Succeeded => JobStatus::Succeeded,
+                    StatusArg::Failed => JobStatus::Failed,
+                    StatusArg::Timeout => JobStatus::Timeout,
+                },
+                failure_category: category.map(|c| match c {
+                    CategoryArg::Permanent => FailureCategory::Permanent,
+                    CategoryArg::Transient => FailureCategory::Transient,
+                    CategoryArg::Timeout => FailureCategory::Timeout,
+                }),
+                message,
+                metadata: None,
+                timestamp: chrono::Utc::now(),
+            };
+            publish(&cli.brokers, &topics.jobs, &pipeline, &serde_json::to_vec(&record)?).await
+        }
+        Command::Events {
+            command: EventsCommand::Tail(args),
+        } => events_tail::run(&cli.brokers, &topics, args).await,
+    }
+}
+
+/// `field=value`: JSON scalars keep their type, anything else is a string.
+fn typed_value(text: &str) -> Value {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ (Value::Number(_) | Value::Bool(_) | Value::String(_) | Value::Null)) => v,
+        _ => Value::String(text.to_string()),
+    }
+}
+
+async fn publish(brokers: &str, topic: &str, key: &str, value: &[u8]) -> Result<ExitCode> {
+    let producer = kafka::producer(brokers)?;
+    let (partition, offset) = kafka::send(&producer, topic, Some(key.as_bytes()), Some(value), &[]).await?;
+    println!("published to {topic} partition {partition} offset {offset}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One pipeline file read from disk, parsed or with its problems.
+struct LoadedFile {
+    path: PathBuf,
+    json: Option<Value>,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+fn pipeline_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading pipeline folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no pipeline files (*.yaml, *.yml) in {}", dir.display());
+    }
+    Ok(files)
+}
+
+/// Reads and checks every pipeline file; with `vars`, deployment variables are substituted
+/// and must all resolve.
+fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>) -> Result<Vec<LoadedFile>> {
+    let mut loaded = Vec::new();
+    for path in pipeline_files(dir)? {
+        let mut file = LoadedFile {
+            path: path.clone(),
+            json: None,
+            problems: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let json = match config::yaml_to_json(&text) {
+            Ok(v) => v,
+            Err(p) => {
+                file.problems.push(p);
+                loaded.push(file);
+                continue;
+            }
+        };
+        let (json, mode) = match vars {
+            None => (json, Variables::MayBeUnresolved),
+            Some(vars) => match template::substitute_deployment(&json, vars) {
+                Ok((substituted, _)) => (substituted, Variables::MustBeResolved),
+                Err(e) => {
+                    file.problems.push(Problem {
+                        path: String::new(),
+                        reason: e.to_string(),
+                    });
+                    loaded.push(file);
+                    continue;
+                }
+            },
+        };
+        match config::parse(&json, mode) {
+            Ok(Parsed { warnings, .. }) => {
+                file.warnings = warnings;
+                file.json = Some(json);
+            }
+            Err(e) => file.problems = e.problems,
+        }
+        loaded.push(file);
+    }
+    // Two files claiming one pipeline id would overwrite each other on the topic.
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for file in &mut loaded {
+        let Some(id) = file
+            .json
+            .as_ref()
+            .and_then(|j| j.pointer("/pipeline/id"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        if let Some(first) = seen.get(id) {
+            file.problems.push(Problem {
+                path: "pipeline.id".into(),
+                reason: format!("{id:?} is also defined in {}", first.display()),
+            });
+        } else {
+            seen.insert(id.to_string(), file.path.clone());
+        }
+    }
+    Ok(loaded)
+}
+
+fn report(loaded: &[LoadedFile]) -> usize {
+    let mut errors = 0;
+    for file in loaded {
+        for w in &file.warnings {
+            eprintln!("warning: {}: {w}", file.path.display());
+        }
+        for p in &file.problems {
+            eprintln!("error: {}: {p}", file.path.display());
+            errors += 1;
+        }
+        if file.problems.is_empty() {
+            println!("ok: {}", file.path.display());
+        }
+    }
+    errors
+}
+
+fn validate(dir: &Path) -> ExitCode {
+    match load(dir, None) {
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+        Ok(loaded) => {
+            let errors = report(&loaded);
+            if errors > 0 {
+                eprintln!(
+                    "{errors} problem(s) in {} file(s)",
+                    loaded.iter().filter(|f| !f.problems.is_empty()).count()
+                );
+                ExitCode::FAILURE
+            } else {
+                println!("{} pipeline(s) valid", loaded.len());
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+async fn apply(dir: &Path, vars: &BTreeMap<String, String>, brokers: &str, topics: &Topics) -> Result<ExitCode> {
+    let loaded = load(dir, Some(vars))?;
+    let errors = report(&loaded);
+    if errors > 0 {
+        eprintln!("{errors} problem(s): nothing was published");
+        return Ok(ExitCode::FAILURE);
+    }
+    let producer = kafka::producer(brokers)?;
+    for file in &loaded {
+        let json = file
+            .json
+            .as_ref()
+            .ok_or_else(|| anyhow!("{} did not parse", file.path.display()))?;
+        let id = json.pointer("/pipeline/id").and_then(Value::as_str).unwrap_or_default();
+        let bytes = serde_json::to_vec(json)?;
+        kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;
+        println!("applied {id} from {} to {}", file.path.display(), topics.config);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1125 @@
+//! Pipeline configuration: the YAML of the earlier design, parsed once into types.
+//!
+//! Parsing never stops at the first mistake: every problem is collected with the field path
+//! at fault, so `sluice config validate` can report them all at once. Unknown fields are
+//! warnings, not errors, so YAML written for the earlier design keeps loading.
+
+use std::fmt;
+
+use chrono::{NaiveDate, TimeDelta, Weekday};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::duration::parse_duration;
+use super::template;
+
+/// One thing wrong (or suspicious) in a config, located by its field path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.path, self.reason)
+        }
+    }
+}
+
+/// Every problem that made a config invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.problems.iter().map(Problem::to_string).collect();
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+/// How strict parsing is about `${name}` deployment variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variables {
+    /// `config validate`: deployment variables may still be unresolved.
+    MayBeUnresolved,
+    /// `config apply` output and the processor: every `${name}` must be resolved by now.
+    MustBeResolved,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Mode {
+    All,
+    Any,
+}
+
+/// What a rule checks. The expected value is parsed here, once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    Exists,
+    Equals(Value),
+    Compare(Comparison, f64),
+    Age(AgeBound, TimeDelta),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+impl Comparison {
+    pub fn holds(self, actual: f64, threshold: f64) -> bool {
+        match self {
+            Comparison::Gt => actual > threshold,
+            Comparison::Gte => actual >= threshold,
+            Comparison::Lt => actual < threshold,
+            Comparison::Lte => actual <= threshold,
+        }
+    }
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Comparison::Gt => ">",
+            Comparison::Gte => ">=",
+            Comparison::Lt => "<",
+            Comparison::Lte => "<=",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeBound {
+    /// `age_lt`: the timestamp is younger than the bound.
+    YoungerThan,
+    /// `age_gt`: the timestamp is older than the bound.
+    OlderThan,
+}
+
+/// One declarative check against the latest reading of a sensor key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub key: String,
+    /// Field inside the sensor's data; `None` only for `exists`.
+    pub field: Option<String>,
+    pub check: Check,
+    /// The check's name as written (`gte`, `age_lt`...), for messages.
+    pub check_name: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evaluation {
+    pub window: TimeDelta,
+    pub interval: TimeDelta,
+}
+
+impl Default for Evaluation {
+    fn default() -> Self {
+        Evaluation {
+            window: TimeDelta::hours(1),
+            interval: TimeDelta::minutes(5),
+        }
+    }
+}
+
+/// A wall-clock time of day in the schedule's timezone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockTime {
+    pub hour: u32,
+    pub minute: u32,
+}
+
+/// An SLA deadline: once a day at `HH:MM`, or each hour at `:MM`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    Daily(ClockTime),
+    Hourly { minute: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub cron: Option<String>,
+    pub timezone: Tz,
+    /// The sensor condition that starts an execution (sensor-triggered pipelines).
+    pub trigger: Option<Rule>,
+    /// Auto-trigger window closes after this time of day (earlier design's `trigger.deadline`).
+    pub trigger_deadline: Option<Deadline>,
+    pub evaluation: Evaluation,
+    pub include_dates: Vec<NaiveDate>,
+    pub expected_start: Option<ClockTime>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sla {
+    pub deadline: Option<Deadline>,
+    pub expected_duration: Option<TimeDelta>,
+    pub max_duration: Option<TimeDelta>,
+    pub timezone: Option<Tz>,
+    pub critical: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub mode: Mode,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobKind {
+    Http,
+    Command,
+    Airflow,
+    Databricks,
+    Glue,
+    Emr,
+    EmrServerless,
+    StepFunction,
+    Lambda,
+    Kafka,
+}
+
+impl JobKind {
+    const ALL: [(&'static str, JobKind); 10] = [
+        ("http", JobKind::Http),
+        ("command", JobKind::Command),
+        ("airflow", JobKind::Airflow),
+        ("databricks", JobKind::Databricks),
+        ("glue", JobKind::Glue),
+        ("emr", JobKind::Emr),
+        ("emr-serverless", JobKind::EmrServerless),
+        ("step-function", JobKind::StepFunction),
+        ("lambda", JobKind::Lambda),
+        ("kafka", JobKind::Kafka),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
+    }
+
+    /// Job types this build can trigger; the others load (so configs move over unchanged)
+    /// but their runs end with INFRA_FAILURE until their trigger lands.
+    pub fn can_trigger(self) -> bool {
+        matches!(self, JobKind::Http | JobKind::Command)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub kind: JobKind,
+    /// Type-specific settings, templates unexpanded.
+    pub config: Map<String, Value>,
+    pub max_retries: u32,
+    pub max_code_retries: u32,
+    pub max_drift_reruns: u32,
+    pub max_manual_reruns: u32,
+    pub poll_window: TimeDelta,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostRun {
+    pub rules: Vec<Rule>,
+    pub evaluation: Option<Evaluation>,
+    pub drift_threshold: f64,
+    pub drift_field: String,
+    pub sensor_timeout: TimeDelta,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Exclusions {
+    pub calendar: Option<String>,
+    pub days: Vec<Weekday>,
+    pub dates: Vec<NaiveDate>,
+}
+
+/// A valid pipeline config. It keeps the JSON it was parsed from: that is what travels on
+/// `sluice.config` and what is stored, so the typed view is always derived from one source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Value", into = "Value")]
+pub struct PipelineConfig {
+    pub id: String,
+    pub owner: Option<String>,
+    pub description: Option<String>,
+    pub schedule: Schedule,
+    pub sla: Option<Sla>,
+    pub validation: Validation,
+    pub job: Job,
+    pub post_run: Option<PostRun>,
+    pub exclusions: Exclusions,
+    pub dry_run: bool,
+    raw: Value,
+}
+
+impl PipelineConfig {
+    /// Parses a config in the form it has on the topic (all variables resolved).
+    pub fn from_json(raw: &Value) -> Result<Parsed, ConfigError> {
+        parse(raw, Variables::MustBeResolved)
+    }
+
+    pub fn raw(&self) -> &Value {
+        &self.raw
+    }
+
+    /// The schedule id that, with the date, names an execution (`cron` or `stream`, as in
+    /// the earlier design).
+    pub fn schedule_id(&self) -> &'static str {
+        if self.schedule.cron.is_some() {
+            "cron"
+        } else {
+            "stream"
+        }
+    }
+}
+
+impl TryFrom<Value> for PipelineConfig {
+    type Error = ConfigError;
+    fn try_from(raw: Value) -> Result<Self, ConfigError> {
+        parse(&raw, Variables::MustBeResolved).map(|parsed| parsed.config)
+    }
+}
+
+impl From<PipelineConfig> for Value {
+    fn from(config: PipelineConfig) -> Value {
+        config.raw
+    }
+}
+
+/// A config that parsed, with the warnings worth showing its author.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub config: PipelineConfig,
+    pub warnings: Vec<Problem>,
+}
+
+/// Parses YAML text into the JSON form used on the topic.
+pub fn yaml_to_json(text: &str) -> Result<Value, Problem> {
+    serde_yaml_ng::from_str::<Value>(text).map_err(|e| Problem {
+        path: String::new(),
+        reason: format!("not valid YAML: {e}"),
+    })
+}
+
+/// Parses and validates a pipeline config, reporting every problem found.
+pub fn parse(raw: &Value, variables: Variables) -> Result<Parsed, ConfigError> {
+    let mut r = Reader::default();
+    let config = r.pipeline(raw, variables);
+    match config {
+        Some(mut config) if r.problems.is_empty() => {
+            config.raw = raw.clone();
+            Ok(Parsed {
+                config,
+                warnings: r.warnings,
+            })
+        }
+        _ => {
+            if r.problems.is_empty() {
+                r.problem("", "config is not valid");
+            }
+            Err(ConfigError { problems: r.problems })
+        }
+    }
+}
+
+pub const MAX_PIPELINE_ID_LEN: usize = 200;
+
+/// Collects problems and warnings while walking the JSON.
+#[derive(Default)]
+struct Reader {
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+impl Reader {
+    fn problem(&mut self, path: &str, reason: impl Into<String>) {
+        self.problems.push(Problem {
+            path: path.to_string(),
+            reason: reason.into(),
+        });
+    }
+
+    fn warn(&mut self, path: &str, reason: impl Into<String>) {
+        self.warnings.push(Problem {
+            path: path.to_string(),
+            reason: reason.into(),
+        });
+    }
+
+    /// Warns about fields nobody reads: usually a typo.
+    fn known_fields(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) {
+        for key in map.keys() {
+            if !known.contains(&key.as_str()) {
+                self.warn(&join(path, key), format!("unknown field (known: {})", known.join(", ")));
+            }
+        }
+    }
+
+    fn object<'v>(&mut self, v: &'v Value, path: &str) -> Option<&'v Map<String, Value>> {
+        match v {
+            Value::Object(map) => Some(map),
+            other => {
+                self.problem(path, format!("must be a mapping, found {}", describe(other)));
+                None
+            }
+        }
+    }
+
+    /// An optional sub-mapping; `null` counts as absent.
+    fn section<'v>(&mut self, map: &'v Map<String, Value>, key: &str, path: &str) -> Option<&'v Map<String, Value>> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => self.object(v, &join(path, key)),
+        }
+    }
+
+    fn string(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<String> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.trim().is_empty() => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.problem(&join(path, key), format!("must be a string, found {}", describe(other)));
+                None
+            }
+        }
+    }
+
+    fn required_string(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<String> {
+        let value = self.string(map, key, path);
+        if value.is_none() && !self.problems.iter().any(|p| p.path == join(path, key)) {
+            self.problem(&join(path, key), "is required");
+        }
+        value
+    }
+
+    fn boolean(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> bool {
+        match map.get(key) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("must be true or false, found {}", describe(other)),
+                );
+                false
+            }
+        }
+    }
+
+    fn duration(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<TimeDelta> {
+        let text = self.string(map, key, path)?;
+        match parse_duration(&text) {
+            Ok(d) if d > TimeDelta::zero() => Some(d),
+            Ok(_) => {
+                self.problem(&join(path, key), "must be longer than zero");
+                None
+            }
+            Err(e) => {
+                self.problem(&join(path, key), e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A whole number within `lo..=hi`; absent means `default`.
+    fn bounded(&mut self, map: &Map<String, Value>, key: &str, path: &str, lo: u32, hi: u32, default: u32) -> u32 {
+        let path = join(path, key);
+        match map.get(key) {
+            None | Some(Value::Null) => default,
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(v) if (lo as i64..=hi as i64).contains(&v) => v as u32,
+                Some(v) => {
+                    self.problem(&path, format!("{v} is out of range [{lo},{hi}]"));
+                    default
+                }
+                None => {
+                    self.problem(&path, format!("must be a whole number in [{lo},{hi}], found {n}"));
+                    default
+                }
+            },
+            Some(other) => {
+                self.problem(
+                    &path,
+                    format!("must be a whole number in [{lo},{hi}], found {}", describe(other)),
+                );
+                default
+            }
+        }
+    }
+
+    fn timezone(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<Tz> {
+        let name = self.string(map, key, path)?;
+        match name.parse::<Tz>() {
+            Ok(tz) => Some(tz),
+            Err(_) => {
+                self.problem(
+                    &join(path, key),
+                    format!("{name:?} is not an IANA timezone (e.g. UTC, America/New_York)"),
+                );
+                None
+            }
+        }
+    }
+
+    fn dates(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Vec<NaiveDate> {
+        let path = join(path, key);
+        let Some(list) = self.list(map, key, &path) else {
+            return Vec::new();
+        };
+        let mut dates = Vec::new();
+        for (i, item) in list.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            match item.as_str().map(|s| NaiveDate::parse_from_str(s, "%Y-%m-%d")) {
+                Some(Ok(d)) => dates.push(d),
+                _ => self.problem(&at, format!("{item} is not a date (expected YYYY-MM-DD)")),
+            }
+        }
+        dates
+    }
+
+    fn list<'v>(&mut self, map: &'v Map<String, Value>, key: &str, path: &str) -> Option<&'v Vec<Value>> {
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(list)) => Some(list),
+            Some(other) => {
+                self.problem(path, format!("must be a list, found {}", describe(other)));
+                None
+            }
+        }
+    }
+
+    fn pipeline(&mut self, raw: &Value, variables: Variables) -> Option<PipelineConfig> {
+        let root = self.object(raw, "")?;
+        self.known_fields(
+            root,
+            "",
+            &[
+                "pipeline",
+                "schedule",
+                "sla",
+                "validation",
+                "job",
+                "postRun",
+                "exclusions",
+                "dryRun",
+            ],
+        );
+
+        let identity = self.section(root, "pipeline", "");
+        if identity.is_none() && !root.contains_key("pipeline") {
+            self.problem("pipeline", "is required (pipeline: {id: ...})");
+        }
+        let empty = Map::new();
+        let identity = identity.unwrap_or(&empty);
+        self.known_fields(identity, "pipeline", &["id", "owner", "description"]);
+        let id = self.required_string(identity, "id", "pipeline");
+        if let Some(id) = &id {
+            if id.len() > MAX_PIPELINE_ID_LEN
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                self.problem(
+                    "pipeline.id",
+                    format!("{id:?} must be 1-{MAX_PIPELINE_ID_LEN} characters of letters, digits, '-', '_' or '.'"),
+                );
+            }
+        }
+        let owner = self.string(identity, "owner", "pipeline");
+        if owner.is_none() {
+            self.warn("pipeline.owner", "no owner: alerts will have nobody to go to");
+        }
+        let description = self.string(identity, "description", "pipeline");
+
+        let schedule = self.schedule(root);
+        let sla = self.sla(root, &schedule);
+        let validation = self.validation(root);
+        let job = self.job(root, variables);
+        let post_run = self.post_run(root);
+        let exclusions = self.exclusions(root);
+        let dry_run = self.boolean(root, "dryRun", "");
+        if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
+            self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
+        }
+
+        Some(PipelineConfig {
+            id: id?,
+            owner,
+            description,
+            schedule: schedule?,
+            sla,
+            validation: validation?,
+            job: job?,
+            post_run,
+            exclusions,
+            dry_run,
+            raw: Value::Null,
+        })
+    }
+
+    fn schedule(&mut self, root: &Map<String, Value>) -> Option<Schedule> {
+        let path = "schedule";
+        let empty = Map::new();
+        let map = match root.get(path) {
+            None | Some(Value::Null) => &empty,
+            Some(v) => self.object(v, path)?,
+        };
+        self.known_fields(
+            map,
+            path,
+            &[
+                "cron",
+                "timezone",
+                "trigger",
+                "evaluation",
+                "include",
+                "time",
+                "exclude",
+                "calendar",
+            ],
+        );
+        let cron = self.string(map, "cron", path);
+        if let Some(cron) = &cron {
+            let fields = cron.split_whitespace().count();
+            if fields != 5 {
+                self.problem(
+                    "schedule.cron",
+                    format!("{cron:?} has {fields} fields; a cron expression has 5 (minute hour day month weekday)"),
+                );
+            }
+        }
+        let timezone = self.timezone(map, "timezone", path).unwrap_or(Tz::UTC);
+
+        let (trigger, trigger_deadline) = match self.section(map, "trigger", path) {
+            Some(t) => {
+                let rule = self.rule(t, "schedule.trigger", &["deadline"]);
+                let deadline = self.deadline(t, "deadline", "schedule.trigger");
+                (rule, deadline)
+            }
+            None => (None, None),
+        };
+
+        let evaluation = match self.section(map, "evaluation", path) {
+            Some(e) => self.evaluation(e, "schedule.evaluation"),
+            None => Evaluation::default(),
+        };
+
+        let include_dates = match self.section(map, "include", path) {
+            Some(inc) => {
+                self.known_fields(inc, "schedule.include", &["dates"]);
+                let dates = self.dates(inc, "dates", "schedule.include");
+                if dates.is_empty()
+                    && !self
+                        .problems
+                        .iter()
+                        .any(|p| p.path.starts_with("schedule.include.dates"))
+                {
+                    self.problem("schedule.include.dates", "must list at least one date");
+                }
+                if cron.is_some() {
+                    self.problem(
+                        "schedule.include",
+                        "schedule.cron and schedule.include are mutually exclusive",
+                    );
+                }
+                dates
+            }
+            None => Vec::new(),
+        };
+
+        let expected_start = self.string(map, "time", path).and_then(|t| match parse_clock(&t) {
+            Some(c) => Some(c),
+            None => {
+                self.problem("schedule.time", format!("{t:?} is not a time of day (expected HH:MM)"));
+                None
+            }
+        });
+
+        if trigger.is_none() && cron.is_none() && include_dates.is_empty() && !map.contains_key("trigger") {
+            self.problem(
+                "schedule",
+                "nothing starts this pipeline: give schedule.trigger (a sensor condition), schedule.cron or schedule.include.dates",
+            );
+        }
+
+        Some(Schedule {
+            cron,
+            timezone,
+            trigger,
+            trigger_deadline,
+            evaluation,
+            include_dates,
+            expected_start,
+        })
+    }
+
+    fn evaluation(&mut self, map: &Map<String, Value>, path: &str) -> Evaluation {
+        self.known_fields(map, path, &["window", "interval"]);
+        let defaults = Evaluation::default();
+        let window = self.duration(map, "window", path).unwrap_or(defaults.window);
+        let interval = self
+            .duration(map, "interval", path)
+            .unwrap_or(defaults.interval.min(window));
+        if interval > window {
+            self.problem(&join(path, "interval"), "must not be longer than the window");
+        }
+        Evaluation { window, interval }
+    }
+
+    fn deadline(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<Deadline> {
+        let text = self.string(map, key, path)?;
+        let parsed = match text.strip_prefix(':') {
+            Some(minute) => minute
+                .parse::<u32>()
+                .ok()
+                .filter(|m| *m < 60 && minute.len() == 2)
+                .map(|minute| Deadline::Hourly { minute }),
+            None => parse_clock(&text).map(Deadline::Daily),
+        };
+        if parsed.is_none() {
+            self.problem(
+                &join(path, key),
+                format!("{text:?} is not a deadline (expected HH:MM daily or :MM hourly)"),
+            );
+        }
+        parsed
+    }
+
+    fn sla(&mut self, root: &Map<String, Value>, schedule: &Option<Schedule>) -> Option<Sla> {
+        let path = "sla";
+        let map = self.section(root, path, "")?;
+        self.known_fields(
+            map,
+            path,
+            &["deadline", "expectedDuration", "maxDuration", "timezone", "critical"],
+        );
+        let deadline = self.deadline(map, "deadline", path);
+        let expected_duration = self.duration(map, "expectedDuration", path);
+        let max_duration = self.duration(map, "maxDuration", path);
+        if let Some(max) = max_duration {
+            if max > TimeDelta::hours(24) {
+                self.problem("sla.maxDuration", "must not exceed 24h");
+            }
+            if schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
+                self.problem(
+                    "sla.maxDuration",
+                    "needs schedule.trigger: the relative SLA is measured from the first sensor",
+                );
+            }
+        }
+        if expected_duration.is_some() && deadline.is_none() {
+            self.warn("sla.expectedDuration", "has no effect without sla.deadline");
+        }
+        let timezone = self.timezone(map, "timezone", path);
+        let critical = self.boolean(map, "critical", path);
+        Some(Sla {
+            deadline,
+            expected_duration,
+            max_duration,
+            timezone,
+            critical,
+        })
+    }
+
+    fn validation(&mut self, root: &Map<String, Value>) -> Option<Validation> {
+        let path = "validation";
+        let empty = Map::new();
+        let map = match root.get(path) {
+            None | Some(Value::Null) => &empty,
+            Some(v) => self.object(v, path)?,
+        };
+        self.known_fields(map, path, &["trigger", "rules"]);
+        let mode = match self.string(map, "trigger", path).map(|m| m.to_ascii_uppercase()) {
+            None => Mode::All,
+            Some(m) if m == "ALL" => Mode::All,
+            Some(m) if m == "ANY" => Mode::Any,
+            Some(m) => {
+                self.problem("validation.trigger", format!("{m:?} must be ALL or ANY"));
+                Mode::All
+            }
+        };
+        let rules = self.rules(map, path);
+        if rules.is_empty() && !self.problems.iter().any(|p| p.path.starts_with("validation.rules")) {
+            self.warn(
+                "validation.rules",
+                "no rules: the job triggers as soon as the pipeline starts",
+            );
+        }
+        Some(Validation { mode, rules })
+    }
+
+    fn rules(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Rule> {
+        let path = join(path, "rules");
+        let Some(list) = self.list(map, "rules", &path) else {
+            return Vec::new();
+        };
+        let mut rules = Vec::new();
+        for (i, item) in list.iter().enumerate() {
+            let at = format!("{path}[{i}]");
+            if let Some(rule) = self.object(item, &at).and_then(|m| self.rule(m, &at, &[])) {
+                rules.push(rule);
+            }
+        }
+        rules
+    }
+
+    /// A rule (`key`, `check`, `field`, `value`); `extra` names fields the caller reads.
+    fn rule(&mut self, map: &Map<String, Value>, path: &str, extra: &[&str]) -> Option<Rule> {
+        let mut known = vec!["key", "check", "field", "value"];
+        known.extend_from_slice(extra);
+        self.known_fields(map, path, &known);
+        let key = self.required_string(map, "key", path);
+        let check_name = self.required_string(map, "check", path)?;
+        let field = self.string(map, "field", path);
+        let value = map.get("value").filter(|v| !v.is_null());
+        let value_path = join(path, "value");
+        let (check, name): (Option<Check>, &'static str) = match check_name.as_str() {
+            "exists" => (Some(Check::Exists), "exists"),
+            "equals" => match value {
+                Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => {
+                    (Some(Check::Equals(v.clone())), "equals")
+                }
+                Some(other) => {
+                    self.problem(
+                        &value_path,
+                        format!(
+                            "equals compares with a string, number or boolean, found {}",
+                            describe(other)
+                        ),
+                    );
+                    (None, "equals")
+                }
+                None => {
+                    self.problem(&value_path, "is required for equals");
+                    (None, "equals")
+                }
+            },
+            "gt" | "gte" | "lt" | "lte" => {
+                let (cmp, name) = match check_name.as_str() {
+                    "gt" => (Comparison::Gt, "gt"),
+                    "gte" => (Comparison::Gte, "gte"),
+                    "lt" => (Comparison::Lt, "lt"),
+                    _ => (Comparison::Lte, "lte"),
+                };
+                match value.and_then(super::rules::as_number) {
+                    Some(n) => (Some(Check::Compare(cmp, n)), name),
+                    None => {
+                        self.problem(
+                            &value_path,
+                            format!(
+                                "{name} needs a number, found {}",
+                                value.map(describe).unwrap_or("nothing")
+                            ),
+                        );
+                        (None, name)
+                    }
+                }
+            }
+            "age_lt" | "age_gt" => {
+                let (bound, name) = if check_name == "age_lt" {
+                    (AgeBound::YoungerThan, "age_lt")
+                } else {
+                    (AgeBound::OlderThan, "age_gt")
+                };
+                match value.and_then(Value::as_str).map(parse_duration) {
+                    Some(Ok(d)) => (Some(Check::Age(bound, d)), name),
+                    Some(Err(e)) => {
+                        self.problem(&value_path, e.to_string());
+                        (None, name)
+                    }
+                    None => {
+                        self.problem(&value_path, format!("{name} needs a duration such as 2h"));
+                        (None, name)
+                    }
+                }
+            }
+            other => {
+                self.problem(
+                    &join(path, "check"),
+                    format!("{other:?} is not a check (exists, equals, gt, gte, lt, lte, age_lt, age_gt)"),
+                );
+                (None, "?")
+            }
+        };
+        let check = check?;
+        if field.is_none() && check != Check::Exists {
+            self.problem(&join(path, "field"), format!("is required for {name}"));
+            return None;
+        }
+        let field = if check == Check::Exists { None } else { field };
+        Some(Rule {
+            key: key?,
+            field,
+            check,
+            check_name: name,
+        })
+    }
+
+    fn job(&mut self, root: &Map<String, Value>, variables: Variables) -> Option<Job> {
+        let path = "job";
+        let Some(map) = self.section(root, path, "") else {
+            self.problem(path, "is required (job: {type: ..., config: {...}})");
+            return None;
+        };
+        self.known_fields(
+            map,
+            path,
+            &[
+                "type",
+                "config",
+                "maxRetries",
+                "maxCodeRetries",
+                "maxDriftReruns",
+                "maxManualReruns",
+                "jobPollWindowSeconds",
+            ],
+        );
+        let kind = self.required_string(map, "type", path).and_then(|t| {
+            let found = JobKind::ALL.iter().find(|(name, _)| *name == t).map(|(_, k)| *k);
+            if found.is_none() {
+                let names: Vec<&str> = JobKind::ALL.iter().map(|(n, _)| *n).collect();
+                self.problem("job.type", format!("{t:?} is not a job type ({})", names.join(", ")));
+            }
+            found
+        });
+        let config = self.section(map, "config", path).cloned().unwrap_or_default();
+        let max_retries = self.bounded(map, "maxRetries", path, 0, 10, 0);
+        let max_code_retries = self.bounded(map, "maxCodeRetries", path, 0, 3, 1);
+        let max_drift_reruns = self.bounded(map, "maxDriftReruns", path, 0, 5, 1);
+        let max_manual_reruns = self.bounded(map, "maxManualReruns", path, 0, 5, 1);
+        // 0 means "use the default", as in the earlier design.
+        let poll_seconds = match self.bounded(map, "jobPollWindowSeconds", path, 0, 86_400, 3_600) {
+            0 => 3_600,
+            s if s < 60 => {
+                self.problem(
+                    "job.jobPollWindowSeconds",
+                    format!("{s} is out of range [60,86400] (0 = default 3600)"),
+                );
+                3_600
+            }
+            s => s,
+        };
+        let kind = kind?;
+        self.job_config(kind, &config);
+        self.placeholders(&Value::Object(config.clone()), "job.config", variables);
+        if !kind.can_trigger() {
+            self.warn(
+                "job.type",
+                format!(
+                    "{} jobs load but cannot be triggered by this build yet: their runs end with INFRA_FAILURE",
+                    kind.name()
+                ),
+            );
+        }
+        Some(Job {
+            kind,
+            config,
+            max_retries,
+            max_code_retries,
+            max_drift_reruns,
+            max_manual_reruns,
+            poll_window: TimeDelta::seconds(poll_seconds as i64),
+        })
+    }
+
+    /// Settings each triggerable job type cannot do without.
+    fn job_config(&mut self, kind: JobKind, config: &Map<String, Value>) {
+        let path = "job.config";
+        match kind {
+            JobKind::Http => {
+                if let Some(url) = self.required_string(config, "url", path) {
+                    if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")) {
+                        self.problem("job.config.url", format!("{url:?} must start with http:// or https://"));
+                    }
+                }
+                if let Some(method) = self.string(config, "method", path) {
+                    if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method.to_ascii_uppercase().as_str()) {
+                        self.problem(
+                            "job.config.method",
+                            format!("{method:?} is not an HTTP method (GET, POST, PUT, PATCH, DELETE)"),
+                        );
+                    }
+                }
+                if let Some(headers) = self.section(config, "headers", path) {
+                    for (name, value) in headers {
+                        if !value.is_string() {
+                            self.problem(&format!("job.config.headers.{name}"), "must be a string");
+                        }
+                    }
+                }
+                self.string(config, "body", path);
+                self.timeout_seconds(config);
+            }
+            JobKind::Command => {
+                self.required_string(config, "command", path);
+                self.timeout_seconds(config);
+            }
+            _ => {}
+        }
+    }
+
+    fn timeout_seconds(&mut self, config: &Map<String, Value>) {
+        self.bounded(config, "timeout", "job.config", 1, 86_400, 300);
+    }
+
+    fn placeholders(&mut self, value: &Value, path: &str, variables: Variables) {
+        match value {
+            Value::String(s) => match template::placeholders(s) {
+                Err(e) => self.problem(path, e.to_string()),
+                Ok(found) => {
+                    for name in found {
+                        if template::is_builtin(&name) || variables == Variables::MayBeUnresolved {
+                            continue;
+                        }
+                        self.problem(
+                            path,
+                            format!("${{{name}}} is not resolved: pass --var {name}=VALUE to config apply"),
+                        );
+                    }
+                }
+            },
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.placeholders(item, &format!("{path}[{i}]"), variables);
+                }
+            }
+            Value::Object(map) => {
+                for (k, v) in map {
+                    self.placeholders(v, &join(path, k), variables);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn post_run(&mut self, root: &Map<String, Value>) -> Option<PostRun> {
+        let path = "postRun";
+        let map = self.section(root, path, "")?;
+        self.known_fields(
+            map,
+            path,
+            &["rules", "evaluation", "driftThreshold", "driftField", "sensorTimeout"],
+        );
+        if !map.contains_key("rules") {
+            self.problem("postRun.rules", "is required");
+        }
+        let rules = self.rules(map, path);
+        let evaluation = self
+            .section(map, "evaluation", path)
+            .map(|e| self.evaluation(e, "postRun.evaluation"));
+        let drift_threshold = match map.get("driftThreshold") {
+            None | Some(Value::Null) => 0.0,
+            Some(v) => match super::rules::as_number(v) {
+                Some(n) if n >= 0.0 => n,
+                _ => {
+                    self.problem("postRun.driftThreshold", format!("must be a number >= 0, found {v}"));
+                    0.0
+                }
+            },
+        };
+        let drift_field = self
+            .string(map, "driftField", path)
+            .unwrap_or_else(|| "sensor_count".to_string());
+        let sensor_timeout = self.duration(map, "sensorTimeout", path).unwrap_or(TimeDelta::hours(2));
+        Some(PostRun {
+            rules,
+            evaluation,
+            drift_threshold,
+            drift_field,
+            sensor_timeout,
+        })
+    }
+
+    /// Top-level `exclusions` (this design) merged with `schedule.exclude`/`schedule.calendar`
+    /// (the earlier one), so either form loads.
+    fn exclusions(&mut self, root: &Map<String, Value>) -> Exclusions {
+        let mut out = Exclusions::default();
+        if let Some(map) = self.section(root, "exclusions", "") {
+            self.known_fields(map, "exclusions", &["calendar", "days", "dates"]);
+            out.calendar = self.string(map, "calendar", "exclusions");
+            out.days = self.weekdays(map, "exclusions");
+            out.dates = self.dates(map, "dates", "exclusions");
+        }
+        let Some(schedule) = root.get("schedule").and_then(Value::as_object) else {
+            return out;
+        };
+        if let Some(calendar) = self.string(schedule, "calendar", "schedule") {
+            out.calendar.get_or_insert(calendar);
+        }
+        if let Some(map) = self.section(schedule, "exclude", "schedule") {
+            self.known_fields(map, "schedule.exclude", &["weekends", "holidays", "dates"]);
+            if self.boolean(map, "weekends", "schedule.exclude") {
+                out.days.extend([Weekday::Sat, Weekday::Sun]);
+            }
+            if let Some(calendar) = self.string(map, "holidays", "schedule.exclude") {
+                out.calendar.get_or_insert(calendar);
+            }
+            out.dates.extend(self.dates(map, "dates", "schedule.exclude"));
+        }
+        out.days.sort_by_key(|d| d.num_days_from_monday());
+        out.days.dedup();
+        out.dates.sort();
+        out.dates.dedup();
+        out
+    }
+
+    fn weekdays(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Weekday> {
+        let path = join(path, "days");
+        let Some(list) = self.list(map, "days", &path) else {
+            return Vec::new();
+        };
+        let mut days = Vec::new();
+        for (i, item) in list.iter().enumerate() {
+            match item.as_str().and_then(|s| s.parse::<Weekday>().ok()) {
+                Some(day) => days.push(day),
+                None => self.problem(
+                    &format!("{path}[{i}]"),
+                    format!("{item} is not a weekday (monday..sunday)"),
+                ),
+            }
+        }
+        days
+    }
+}
+
+fn parse_clock(text: &str) -> Option<ClockTime> {
+    let (h, m) = text.split_once(':')?;
+    if h.len() != 2 || m.len() != 2 {
+        return None;
+    }
+    let (hour, minute) = (h.parse().ok()?, m.parse().ok()?);
+    (hour < 24 && minute < 60).then_some(ClockTime { hour, minute })
+}
+
+#[cfg(test)]
+mod tests;

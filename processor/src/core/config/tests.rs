@@ -1,0 +1,208 @@
+use serde_json::json;
+
+use super::*;
+
+fn problems(value: Value) -> Vec<String> {
+    match parse(&value, Variables::MustBeResolved) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+fn minimal() -> Value {
+    json!({
+        "pipeline": {"id": "p1", "owner": "me"},
+        "schedule": {"trigger": {"key": "k", "check": "exists"}},
+        "job": {"type": "command", "config": {"command": "true"}}
+    })
+}
+
+#[test]
+fn the_example_pipelines_load_unchanged() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut count = 0;
+    for dir in ["pipelines", "legacy"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let json = yaml_to_json(&text).unwrap();
+            let parsed = parse(&json, Variables::MayBeUnresolved);
+            assert!(parsed.is_ok(), "{}: {}", path.display(), parsed.unwrap_err());
+            count += 1;
+        }
+    }
+    assert!(count >= 4);
+}
+
+#[test]
+fn a_legacy_config_keeps_every_field() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/legacy/gold-revenue.yaml"),
+    )
+    .unwrap();
+    let config = parse(&yaml_to_json(&text).unwrap(), Variables::MayBeUnresolved)
+        .unwrap()
+        .config;
+    assert_eq!(config.id, "gold-revenue");
+    assert_eq!(config.schedule_id(), "cron");
+    assert_eq!(config.schedule.timezone, chrono_tz::America::New_York);
+    assert_eq!(
+        config.schedule.evaluation,
+        Evaluation {
+            window: TimeDelta::hours(1),
+            interval: TimeDelta::minutes(5)
+        }
+    );
+    assert_eq!(
+        config.sla.as_ref().unwrap().deadline,
+        Some(Deadline::Daily(ClockTime { hour: 10, minute: 0 }))
+    );
+    assert_eq!(
+        config.sla.as_ref().unwrap().expected_duration,
+        Some(TimeDelta::minutes(30))
+    );
+    assert_eq!(config.validation.mode, Mode::All);
+    assert_eq!(config.validation.rules.len(), 3);
+    assert_eq!(
+        config.validation.rules[1].check,
+        Check::Compare(Comparison::Gte, 1000.0)
+    );
+    assert_eq!(
+        config.validation.rules[2].check,
+        Check::Age(AgeBound::YoungerThan, TimeDelta::hours(2))
+    );
+    assert_eq!(config.job.kind, JobKind::Glue);
+    assert_eq!(
+        (
+            config.job.max_retries,
+            config.job.max_code_retries,
+            config.job.max_manual_reruns
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(config.job.poll_window, TimeDelta::hours(1));
+    assert_eq!(config.exclusions.days, [Weekday::Sat, Weekday::Sun]);
+    assert_eq!(config.exclusions.calendar.as_deref(), Some("us-holidays"));
+    assert_eq!(config.post_run.as_ref().unwrap().sensor_timeout, TimeDelta::hours(2));
+}
+
+#[test]
+fn every_problem_is_reported_with_its_path() {
+    let config = json!({
+        "pipeline": {"id": "bad id!"},
+        "schedule": {"timezone": "Mars/Olympus", "trigger": {"key": "k", "check": "gte", "field": "n", "value": "many"},
+                     "evaluation": {"window": "5m", "interval": "10m"}},
+        "sla": {"deadline": "25:00", "maxDuration": "30h"},
+        "validation": {"trigger": "SOME", "rules": [{"key": "r", "check": "age_lt", "field": "t", "value": "soon"}, {"check": "equals"}]},
+        "job": {"type": "command", "config": {}, "maxRetries": 11, "maxCodeRetries": -1, "maxDriftReruns": 6,
+                "maxManualReruns": 2.5, "jobPollWindowSeconds": 30}
+    });
+    let found = problems(config);
+    let expected_paths = [
+        "pipeline.id:",
+        "schedule.timezone:",
+        "schedule.trigger.value:",
+        "schedule.evaluation.interval:",
+        "sla.deadline:",
+        "sla.maxDuration: must not exceed 24h",
+        "validation.trigger:",
+        "validation.rules[0].value:",
+        "validation.rules[1].key: is required",
+        "validation.rules[1].value: is required for equals",
+        "job.maxRetries: 11 is out of range [0,10]",
+        "job.maxCodeRetries: -1 is out of range [0,3]",
+        "job.maxDriftReruns: 6 is out of range [0,5]",
+        "job.maxManualReruns: must be a whole number",
+        "job.jobPollWindowSeconds: 30 is out of range [60,86400]",
+        "job.config.command: is required",
+    ];
+    for path in expected_paths {
+        assert!(
+            found.iter().any(|p| p.starts_with(path)),
+            "missing {path:?} in {found:#?}"
+        );
+    }
+}
+
+#[test]
+fn retry_bounds_accept_their_edges_and_defaults() {
+    let mut config = minimal();
+    config["job"]["maxRetries"] = json!(10);
+    config["job"]["maxCodeRetries"] = json!(0);
+    config["job"]["jobPollWindowSeconds"] = json!(0);
+    let parsed = parse(&config, Variables::MustBeResolved).unwrap().config;
+    assert_eq!(parsed.job.max_retries, 10);
+    assert_eq!(parsed.job.max_code_retries, 0);
+    assert_eq!(parsed.job.max_drift_reruns, 1);
+    assert_eq!(parsed.job.poll_window, TimeDelta::seconds(3600), "0 means the default");
+    config["job"]["jobPollWindowSeconds"] = json!(86_401);
+    assert_eq!(problems(config).len(), 1);
+}
+
+#[test]
+fn unknown_fields_warn_but_load() {
+    let mut config = minimal();
+    config["schedule"]["evaluaton"] = json!({"window": "1h"});
+    let parsed = parse(&config, Variables::MustBeResolved).unwrap();
+    assert!(
+        parsed.warnings.iter().any(|w| w.path == "schedule.evaluaton"),
+        "{:?}",
+        parsed.warnings
+    );
+}
+
+#[test]
+fn a_pipeline_nothing_can_start_is_rejected() {
+    let mut config = minimal();
+    config["schedule"] = json!({});
+    assert!(problems(config)[0].starts_with("schedule: nothing starts this pipeline"));
+}
+
+#[test]
+fn cron_and_include_are_mutually_exclusive_and_cron_has_five_fields() {
+    let mut config = minimal();
+    config["schedule"]["cron"] = json!("0 8 * *");
+    config["schedule"]["include"] = json!({"dates": ["2026-01-31", "31/01/2026"]});
+    let found = problems(config);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.starts_with("schedule.cron: \"0 8 * *\" has 4 fields")),
+        "{found:?}"
+    );
+    assert!(found.iter().any(|p| p.contains("mutually exclusive")));
+    assert!(found.iter().any(|p| p.starts_with("schedule.include.dates[1]")));
+}
+
+#[test]
+fn deployment_variables_must_be_resolved_for_the_processor_only() {
+    let mut config = minimal();
+    config["job"]["config"]["command"] = json!("run --env ${environment} --date ${DATE} --token ${env:TOKEN}");
+    assert!(parse(&config, Variables::MayBeUnresolved).is_ok());
+    let found = problems(config);
+    assert_eq!(
+        found,
+        ["job.config.command: ${environment} is not resolved: pass --var environment=VALUE to config apply"]
+    );
+}
+
+#[test]
+fn configs_round_trip_through_their_json() {
+    let parsed = parse(&minimal(), Variables::MustBeResolved).unwrap().config;
+    let json = serde_json::to_value(&parsed).unwrap();
+    assert_eq!(json, minimal());
+    let back: PipelineConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(back, parsed);
+}
+
+#[test]
+fn hourly_deadlines_and_exclusion_forms_parse() {
+    let mut config = minimal();
+    config["sla"] = json!({"deadline": ":15"});
+    config["exclusions"] = json!({"days": ["saturday"], "dates": ["2026-12-25"]});
+    config["schedule"]["exclude"] = json!({"weekends": true, "dates": ["2026-12-25", "2026-01-01"]});
+    let parsed = parse(&config, Variables::MustBeResolved).unwrap().config;
+    assert_eq!(parsed.sla.unwrap().deadline, Some(Deadline::Hourly { minute: 15 }));
+    assert_eq!(parsed.exclusions.days, [Weekday::Sat, Weekday::Sun]);
+    assert_eq!(parsed.exclusions.dates.len(), 2);
+}

@@ -1,0 +1,144 @@
+//! Lifecycle events: everything Sluice decides, as published on `sluice.events`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+macro_rules! event_types {
+    ($($name:ident => $category:ident),* $(,)?) => {
+        /// The event catalogue: the established types plus Sluice's own.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        pub enum EventType { $($name),* }
+
+        impl EventType {
+            pub const ALL: &'static [EventType] = &[$(EventType::$name),*];
+
+            pub fn name(self) -> &'static str {
+                match self { $(EventType::$name => stringify!($name)),* }
+            }
+
+            pub fn category(self) -> Category {
+                match self { $(EventType::$name => Category::$category),* }
+            }
+        }
+    };
+}
+
+event_types! {
+    VALIDATION_PASSED => Validation,
+    VALIDATION_EXHAUSTED => Validation,
+    JOB_TRIGGERED => Job,
+    JOB_COMPLETED => Job,
+    JOB_FAILED => Job,
+    JOB_TIMEOUT => Job,
+    RETRY_EXHAUSTED => Job,
+    JOB_POLL_EXHAUSTED => Job,
+    INFRA_FAILURE => Job,
+    SLA_WARNING => Sla,
+    SLA_BREACH => Sla,
+    SLA_MET => Sla,
+    RELATIVE_SLA_WARNING => Sla,
+    RELATIVE_SLA_BREACH => Sla,
+    SCHEDULE_MISSED => Schedule,
+    IRREGULAR_SCHEDULE_MISSED => Schedule,
+    SENSOR_DEADLINE_EXPIRED => Schedule,
+    TRIGGER_RECOVERED => Schedule,
+    PIPELINE_EXCLUDED => Schedule,
+    LATE_DATA_ARRIVAL => PostRun,
+    RERUN_ACCEPTED => Rerun,
+    RERUN_REJECTED => Rerun,
+    POST_RUN_BASELINE_CAPTURED => PostRun,
+    POST_RUN_PASSED => PostRun,
+    POST_RUN_FAILED => PostRun,
+    POST_RUN_DRIFT => PostRun,
+    POST_RUN_DRIFT_INFLIGHT => PostRun,
+    POST_RUN_SENSOR_MISSING => PostRun,
+    DATA_DRIFT => PostRun,
+    DRY_RUN_WOULD_TRIGGER => DryRun,
+    DRY_RUN_LATE_DATA => DryRun,
+    DRY_RUN_SLA_PROJECTION => DryRun,
+    DRY_RUN_DRIFT => DryRun,
+    DRY_RUN_COMPLETED => DryRun,
+    DRY_RUN_WOULD_RERUN => DryRun,
+    DRY_RUN_RERUN_REJECTED => DryRun,
+    DRY_RUN_WOULD_RETRY => DryRun,
+    DRY_RUN_RETRY_EXHAUSTED => DryRun,
+    CONFIG_ACCEPTED => Config,
+    CONFIG_REJECTED => Config,
+    INPUT_REJECTED => Input,
+    STALE_RUN => Job,
+}
+
+/// The family an event belongs to, so consumers can route without a list of types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    Validation,
+    Job,
+    Sla,
+    Schedule,
+    PostRun,
+    Rerun,
+    DryRun,
+    Config,
+    Input,
+}
+
+/// The envelope of every record on `sluice.events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Deterministic: the same input handled again yields the same id, so consumers can
+    /// drop re-sent duplicates.
+    pub event_id: String,
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    pub category: Category,
+    pub pipeline_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    pub timestamp: DateTime<Utc>,
+    pub message: String,
+    #[serde(default)]
+    pub detail: Map<String, Value>,
+}
+
+/// Derives an event id from where the input came from and the event's place among the
+/// events that input produced.
+pub fn event_id(origin: &str, seq: usize) -> String {
+    let digest = Sha256::new()
+        .chain_update(origin.as_bytes())
+        .chain_update(b"#")
+        .chain_update(seq.to_string())
+        .finalize();
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_serialise_as_written_in_the_catalogue() {
+        for t in EventType::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
+        }
+        assert_eq!(EventType::ALL.len(), 42);
+    }
+
+    #[test]
+    fn ids_are_deterministic_and_distinct() {
+        assert_eq!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/5", 0));
+        assert_ne!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/5", 1));
+        assert_ne!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/6", 0));
+        assert_eq!(event_id("x", 0).len(), 32);
+    }
+}

@@ -1,0 +1,90 @@
+//! CONFIG_ACCEPTED / CONFIG_REJECTED: a config arriving on `sluice.config`.
+
+use serde_json::{json, Value};
+
+use super::{detail, Decider};
+use crate::core::config::{self, Problem, Variables};
+use crate::core::events::EventType;
+use crate::core::records::ConfigRecord;
+use crate::core::timers::TimerKind;
+
+impl Decider<'_> {
+    pub(super) fn on_config(&mut self, record: &ConfigRecord) {
+        match record {
+            ConfigRecord::Delete { .. } => self.on_config_deleted(),
+            ConfigRecord::Put { config, .. } => self.on_config_put(config),
+        }
+    }
+
+    fn on_config_put(&mut self, raw: &Value) {
+        let mut problems = Vec::new();
+        let parsed = match config::parse(raw, Variables::MustBeResolved) {
+            Ok(parsed) => Some(parsed),
+            Err(e) => {
+                problems = e.problems;
+                None
+            }
+        };
+        if let Some(p) = &parsed {
+            if p.config.id != self.pipeline_id {
+                problems.push(Problem {
+                    path: "pipeline.id".into(),
+                    reason: format!("{:?} differs from the record key {:?}", p.config.id, self.pipeline_id),
+                });
+            }
+        }
+        let Some(parsed) = parsed.filter(|_| problems.is_empty()) else {
+            let summary: Vec<String> = problems.iter().map(Problem::to_string).collect();
+            let kept = if self.state.config.is_some() {
+                "the previous config stays in force"
+            } else {
+                "the pipeline has no config in force"
+            };
+            let detail = detail([
+                ("problems", json!(problems)),
+                ("previousConfigKept", json!(self.state.config.is_some())),
+            ]);
+            self.emit(
+                EventType::CONFIG_REJECTED,
+                None,
+                format!("config rejected ({kept}): {}", summary.join("; ")),
+                detail,
+            );
+            self.dead_letter = Some(format!("invalid config: {}", summary.join("; ")));
+            return;
+        };
+        let first = self.state.config.is_none();
+        let warnings: Vec<String> = parsed.warnings.iter().map(Problem::to_string).collect();
+        let detail = detail([("warnings", json!(warnings)), ("replaced", json!(!first))]);
+        self.emit(
+            EventType::CONFIG_ACCEPTED,
+            None,
+            format!("config accepted for {}", self.pipeline_id),
+            detail,
+        );
+        self.state.config = Some(parsed.config);
+        if first {
+            // Sensors that arrived before the pipeline was known start their executions now.
+            self.start_from_stored_trigger();
+        }
+    }
+
+    fn on_config_deleted(&mut self) {
+        for execution in self.state.executions.values() {
+            let kind = TimerKind::Evaluate {
+                schedule_id: execution.schedule_id.clone(),
+                date: execution.date.clone(),
+            };
+            self.timers.push(crate::core::timers::TimerOp::Cancel { kind });
+        }
+        let had_config = self.state.config.is_some();
+        let detail = detail([("deleted", json!(true)), ("hadConfig", json!(had_config))]);
+        self.emit(
+            EventType::CONFIG_ACCEPTED,
+            None,
+            format!("config deleted for {}: its state is dropped", self.pipeline_id),
+            detail,
+        );
+        self.delete = true;
+    }
+}

@@ -1,0 +1,480 @@
+//! The decider driven by a simulated clock: no Kafka, no disk, no sleeps.
+
+// The harness records every decision itself; tests look at the ones they care about.
+#![allow(unused_must_use)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::core::events::EventType::{self, *};
+use crate::core::records::{FailureCategory, JobStatus};
+
+/// State, a fake clock and the pending timers of several pipelines.
+struct Sim {
+    now: DateTime<Utc>,
+    states: BTreeMap<String, PipelineState>,
+    timers: BTreeSet<(DateTime<Utc>, String, TimerKind)>,
+    events: Vec<Event>,
+    effects: Vec<Effect>,
+    dead_letters: Vec<String>,
+    inputs: usize,
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+impl Sim {
+    fn new() -> Self {
+        Sim {
+            now: t0(),
+            states: BTreeMap::new(),
+            timers: BTreeSet::new(),
+            events: Vec::new(),
+            effects: Vec::new(),
+            dead_letters: Vec::new(),
+            inputs: 0,
+        }
+    }
+
+    fn input(&mut self, pipeline: &str, input: Input) -> Decision {
+        self.inputs += 1;
+        let origin = format!("test/{}", self.inputs);
+        self.apply(pipeline, &input, &origin)
+    }
+
+    fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
+        let state = self.states.get(pipeline).cloned().unwrap_or_default();
+        let decision = decide(&state, pipeline, input, Context { now: self.now, origin });
+        match &decision.state {
+            StateChange::Unchanged => {}
+            StateChange::Put(s) => {
+                self.states.insert(pipeline.to_string(), (**s).clone());
+            }
+            StateChange::Delete => {
+                self.states.remove(pipeline);
+            }
+        }
+        for op in &decision.timers {
+            match op {
+                TimerOp::Set { kind, at } => {
+                    self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind));
+                    self.timers.insert((*at, pipeline.to_string(), kind.clone()));
+                }
+                TimerOp::Cancel { kind } => self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind)),
+            }
+        }
+        self.events.extend(decision.events.iter().cloned());
+        self.effects.extend(decision.effects.iter().cloned());
+        self.dead_letters.extend(decision.dead_letter.iter().cloned());
+        decision
+    }
+
+    /// Moves the clock to `at`, firing every timer due on the way, in order.
+    fn advance_to(&mut self, at: DateTime<Utc>) {
+        while let Some((due, pipeline, kind)) = self.timers.first().cloned().filter(|(due, _, _)| *due <= at) {
+            self.timers.pop_first();
+            self.now = self.now.max(due);
+            let origin = format!("timer/{pipeline}/{}@{}", kind.encode(), due.timestamp_millis());
+            self.apply(&pipeline, &Input::TimerFired(kind), &origin);
+        }
+        self.now = self.now.max(at);
+    }
+
+    fn advance(&mut self, by: TimeDelta) {
+        self.advance_to(self.now + by);
+    }
+
+    fn config(&mut self, config: Value) -> Decision {
+        let id = config["pipeline"]["id"].as_str().unwrap().to_string();
+        self.input(
+            &id,
+            Input::ConfigPublished(ConfigRecord::Put {
+                pipeline_id: id.clone(),
+                config,
+            }),
+        )
+    }
+
+    fn sensor(&mut self, pipeline: &str, key: &str, data: Value) -> Decision {
+        let reading = SensorReading {
+            pipeline_id: pipeline.into(),
+            key: key.into(),
+            data: data.as_object().unwrap().clone(),
+            date: None,
+            hour: None,
+            timestamp: None,
+        };
+        self.input(pipeline, Input::SensorReceived(reading))
+    }
+
+    fn job(&mut self, pipeline: &str, run_id: &str, status: JobStatus, category: Option<FailureCategory>) -> Decision {
+        let record = JobRecord {
+            pipeline_id: pipeline.into(),
+            schedule_id: "stream".into(),
+            date: "2026-11-22".into(),
+            run_id: run_id.into(),
+            status,
+            failure_category: category,
+            message: None,
+            metadata: None,
+            timestamp: self.now,
+        };
+        self.input(pipeline, Input::JobReported(record))
+    }
+
+    fn types(&self) -> Vec<EventType> {
+        self.events.iter().map(|e| e.kind).collect()
+    }
+
+    fn triggers(&self) -> Vec<&TriggerRequest> {
+        self.effects.iter().map(|Effect::TriggerJob(r)| r).collect()
+    }
+}
+
+fn pipeline(max_retries: u32) -> Value {
+    json!({
+        "pipeline": {"id": "gold", "owner": "analytics"},
+        "schedule": {
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "1h", "interval": "5m"}
+        },
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
+        ]},
+        "job": {"type": "command", "config": {"command": "run ${DATE} ${RUN_ID}"}, "maxRetries": max_retries}
+    })
+}
+
+const RUN1: &str = "gold.stream.2026-11-22.1";
+const RUN2: &str = "gold.stream.2026-11-22.2";
+
+#[test]
+fn happy_path_triggers_once_and_completes() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": "1500"}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    let triggers = sim.triggers();
+    assert_eq!(triggers.len(), 1);
+    assert_eq!(triggers[0].run_id, RUN1);
+    assert_eq!(triggers[0].config, json!({"command": format!("run 2026-11-22 {RUN1}")}));
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    let completed = sim.events.last().unwrap();
+    assert_eq!((completed.run_id.as_deref(), completed.attempt), (Some(RUN1), Some(1)));
+    assert!(sim.timers.is_empty(), "nothing left to wake up for");
+}
+
+#[test]
+fn failing_rules_wait_for_a_fixing_sensor_and_explain_themselves() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": 10}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED]);
+    let exec = &sim.states["gold"].executions["stream/2026-11-22"];
+    let verdict = exec.last_verdict.as_ref().unwrap();
+    assert_eq!(verdict.failures(), "row-count: count is 10 but must be >= 1000");
+    assert_eq!(sim.timers.first().unwrap().0, t0() + TimeDelta::minutes(5));
+    sim.advance(TimeDelta::minutes(12));
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED],
+        "interval evaluations publish nothing while failing"
+    );
+    sim.sensor("gold", "row-count", json!({"count": 1000.0}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers().len(), 1);
+    assert!(sim.timers.is_empty(), "the interval timer is cancelled once rules pass");
+}
+
+#[test]
+fn window_exhaustion_reports_the_last_reasons() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.advance(TimeDelta::minutes(59));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED]);
+    sim.advance(TimeDelta::minutes(1));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
+    let exhausted = sim.events.last().unwrap();
+    assert_eq!(exhausted.timestamp, t0() + TimeDelta::hours(1));
+    assert!(
+        exhausted.message.contains("no reading of sensor \"row-count\""),
+        "{}",
+        exhausted.message
+    );
+    assert_eq!(exhausted.detail["results"][1]["passed"], json!(false));
+    assert!(sim.timers.is_empty());
+    // A late sensor neither revives the execution nor starts another for the same date.
+    sim.sensor("gold", "row-count", json!({"count": 5000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
+    assert!(sim.triggers().is_empty());
+}
+
+#[test]
+fn a_failed_job_is_retried_then_succeeds() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(1));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    assert_eq!(
+        sim.triggers().iter().map(|t| t.run_id.as_str()).collect::<Vec<_>>(),
+        [RUN1, RUN2]
+    );
+    // A re-delivered report of the first attempt changes nothing.
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    assert_eq!(
+        sim.types(),
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_FAILED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED
+        ]
+    );
+    assert_eq!(sim.events[3].detail["willRetry"], json!(true));
+    assert_eq!(sim.events[5].attempt, Some(2));
+}
+
+#[test]
+fn retry_budgets_are_spent_by_failure_category() {
+    let mut sim = Sim::new();
+    let mut config = pipeline(0);
+    config["job"]["maxCodeRetries"] = json!(1);
+    sim.config(config);
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    // PERMANENT spends maxCodeRetries (1): one retry.
+    sim.job("gold", RUN1, JobStatus::Failed, Some(FailureCategory::Permanent));
+    // TRANSIENT spends maxRetries (0): exhausted.
+    sim.job("gold", RUN2, JobStatus::Timeout, None);
+    assert_eq!(
+        sim.types(),
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_FAILED,
+            JOB_TIMEOUT,
+            RETRY_EXHAUSTED
+        ]
+    );
+    let exhausted = sim.events.last().unwrap();
+    assert_eq!(exhausted.detail["budget"], json!("maxRetries"));
+    assert_eq!(exhausted.run_id.as_deref(), Some(RUN2));
+    assert!(matches!(
+        sim.states["gold"].executions["stream/2026-11-22"].phase,
+        Phase::Failed { .. }
+    ));
+}
+
+#[test]
+fn duplicate_trigger_sensors_start_one_execution() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    for _ in 0..3 {
+        sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    }
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    assert_eq!(sim.triggers().len(), 1);
+}
+
+#[test]
+fn a_trigger_condition_that_does_not_hold_starts_nothing() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "upstream", json!({"status": "running"}));
+    assert!(sim.states["gold"].executions.is_empty());
+    assert!(sim.timers.is_empty());
+}
+
+#[test]
+fn sensors_before_the_config_are_used_when_it_arrives() {
+    let mut sim = Sim::new();
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert!(sim.events.is_empty());
+    sim.config(pipeline(0));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers().len(), 1);
+}
+
+#[test]
+fn an_invalid_config_is_rejected_and_the_previous_stays_in_force() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let mut bad = pipeline(0);
+    bad["job"]["maxRetries"] = json!(11);
+    bad["validation"]["rules"][1]["check"] = json!("bigger");
+    let decision = sim.config(bad);
+    assert!(decision.dead_letter.is_some());
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, CONFIG_REJECTED]);
+    let problems = &sim.events[1].detail["problems"];
+    assert_eq!(problems.as_array().unwrap().len(), 2, "{problems}");
+    assert_eq!(sim.states["gold"].config.as_ref().unwrap().job.max_retries, 0);
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.triggers().len(), 1, "the previous config still works");
+}
+
+#[test]
+fn a_config_whose_id_differs_from_its_key_is_rejected() {
+    let mut sim = Sim::new();
+    let config = pipeline(0);
+    sim.input(
+        "other",
+        Input::ConfigPublished(ConfigRecord::Put {
+            pipeline_id: "other".into(),
+            config,
+        }),
+    );
+    assert_eq!(sim.types(), [CONFIG_REJECTED]);
+    assert!(!sim.states.contains_key("other") || sim.states["other"].config.is_none());
+}
+
+#[test]
+fn a_job_report_for_no_execution_is_rejected() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let decision = sim.job("gold", "nope", JobStatus::Succeeded, None);
+    assert!(decision.dead_letter.unwrap().contains("no execution"));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, INPUT_REJECTED]);
+}
+
+#[test]
+fn timers_that_fire_twice_or_late_change_nothing() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    let before = sim.states.clone();
+    let kind = TimerKind::Evaluate {
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+    };
+    sim.advance(TimeDelta::hours(3));
+    let decision = sim.apply("gold", &Input::TimerFired(kind), "timer/late");
+    assert_eq!(decision.state, StateChange::Unchanged);
+    assert!(decision.events.is_empty() && decision.effects.is_empty());
+    assert_eq!(sim.states, before);
+}
+
+#[test]
+fn unsupported_job_types_end_the_run_with_infra_failure() {
+    let mut sim = Sim::new();
+    let mut config = pipeline(0);
+    config["job"] = json!({"type": "glue", "config": {"jobName": "etl"}});
+    sim.config(config);
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED, INFRA_FAILURE]);
+    assert!(sim.triggers().is_empty());
+}
+
+#[test]
+fn dry_run_reports_instead_of_triggering() {
+    let mut sim = Sim::new();
+    let mut config = pipeline(0);
+    config["dryRun"] = json!(true);
+    sim.config(config);
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED, DRY_RUN_WOULD_TRIGGER]);
+    assert!(sim.triggers().is_empty());
+}
+
+#[test]
+fn hourly_sensors_scope_hourly_executions() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    for hour in ["07", "08"] {
+        sim.sensor(
+            "gold",
+            "upstream",
+            json!({"status": "ready", "date": "2026-11-22", "hour": hour}),
+        );
+    }
+    let reading = |hour: u32| SensorReading {
+        pipeline_id: "gold".into(),
+        key: "upstream".into(),
+        data: json!({"status": "ready"}).as_object().unwrap().clone(),
+        date: chrono::NaiveDate::from_ymd_opt(2026, 11, 22),
+        hour: Some(hour),
+        timestamp: None,
+    };
+    sim.input("gold", Input::SensorReceived(reading(7)));
+    sim.input("gold", Input::SensorReceived(reading(8)));
+    sim.input("gold", Input::SensorReceived(reading(8)));
+    let runs: Vec<&str> = sim.triggers().iter().map(|t| t.run_id.as_str()).collect();
+    assert_eq!(
+        runs,
+        [
+            "gold.stream.2026-11-22.1",
+            "gold.stream.2026-11-22T07.1",
+            "gold.stream.2026-11-22T08.1"
+        ]
+    );
+}
+
+#[test]
+fn the_same_inputs_give_the_same_events_byte_for_byte() {
+    let run = || {
+        let mut sim = Sim::new();
+        sim.config(pipeline(1));
+        sim.sensor("gold", "upstream", json!({"status": "ready"}));
+        sim.advance(TimeDelta::minutes(7));
+        sim.sensor("gold", "row-count", json!({"count": 2000}));
+        sim.job("gold", RUN1, JobStatus::Failed, None);
+        sim.job("gold", RUN2, JobStatus::Succeeded, None);
+        serde_json::to_string(&sim.events).unwrap()
+    };
+    let first = run();
+    assert_eq!(first, run());
+    let events: Vec<Event> = serde_json::from_str(&first).unwrap();
+    assert_eq!(events.len(), 5);
+    let ids: BTreeSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids.len(), events.len(), "ids are unique: {first}");
+}
+
+#[test]
+fn deleting_a_config_drops_the_pipeline_and_its_timers() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.timers.len(), 1);
+    let decision = sim.input(
+        "gold",
+        Input::ConfigPublished(ConfigRecord::Delete {
+            pipeline_id: "gold".into(),
+        }),
+    );
+    assert_eq!(decision.state, StateChange::Delete);
+    assert!(sim.timers.is_empty());
+    assert!(!sim.states.contains_key("gold"));
+}

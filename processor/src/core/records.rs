@@ -1,0 +1,338 @@
+//! Input records as they arrive on `sluice.sensors`, `sluice.jobs` and `sluice.commands`.
+//!
+//! Decoding checks everything a record must satisfy before it may touch state; a record that
+//! fails is rejected with the reason (dead-letter topic plus INPUT_REJECTED), never dropped.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use super::rules::as_timestamp;
+
+/// Why an input record cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum InputError {
+    #[error("record has no value")]
+    Empty,
+    #[error("value is not valid JSON: {0}")]
+    NotJson(String),
+    #[error("value does not match the schema: {0}")]
+    Schema(String),
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error("record key {key:?} differs from pipelineId {pipeline_id:?}; keys must be the pipeline id so one task owns the pipeline")]
+    KeyMismatch { key: String, pipeline_id: String },
+}
+
+impl InputError {
+    fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        InputError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A sensor reading: something a producer observed about upstream data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SensorRecord {
+    pub pipeline_id: String,
+    pub key: String,
+    #[serde(default)]
+    pub data: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hour: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<Value>,
+}
+
+/// A sensor record after validation: the execution it scopes is explicit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SensorReading {
+    pub pipeline_id: String,
+    pub key: String,
+    pub data: Map<String, Value>,
+    /// The execution date the producer named (record field, else `data.date`).
+    pub date: Option<NaiveDate>,
+    /// The execution hour (record field, else `data.hour`): makes the execution hourly.
+    pub hour: Option<u32>,
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Timeout,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Running => "running",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Timeout => "timeout",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum FailureCategory {
+    Permanent,
+    Transient,
+    Timeout,
+}
+
+/// A report about a job run: from Sluice's own trigger executor or from the job's runner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRecord {
+    pub pipeline_id: String,
+    pub schedule_id: String,
+    pub date: String,
+    pub run_id: String,
+    pub status: JobStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_category: Option<FailureCategory>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    pub timestamp: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandKind {
+    Rerun,
+    Cancel,
+}
+
+/// An operator's request about one execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRecord {
+    pub pipeline_id: String,
+    pub command: CommandKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<String>,
+    pub date: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+}
+
+fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {
+    let bytes = value.ok_or(InputError::Empty)?;
+    let json: Value = serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
+    serde_json::from_value(json).map_err(|e| InputError::Schema(e.to_string()))
+}
+
+fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
+    if pipeline_id.trim().is_empty() {
+        return Err(InputError::invalid("pipelineId", "must not be empty"));
+    }
+    match key {
+        Some(k) if k != pipeline_id.as_bytes() => Err(InputError::KeyMismatch {
+            key: String::from_utf8_lossy(k).into_owned(),
+            pipeline_id: pipeline_id.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a date as `YYYY-MM-DD` or `YYYYMMDD`.
+pub fn parse_date(text: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .or_else(|_| NaiveDate::parse_from_str(text, "%Y%m%d"))
+        .ok()
+}
+
+/// Reads an execution date as `YYYY-MM-DD` or `YYYY-MM-DDTHH` and returns it normalised.
+pub fn parse_execution_date(text: &str) -> Option<String> {
+    let (day, hour) = match text.split_once('T') {
+        Some((d, h)) => (d, Some(h)),
+        None => (text, None),
+    };
+    let day = parse_date(day)?;
+    match hour {
+        None => Some(day.format("%Y-%m-%d").to_string()),
+        Some(h) => {
+            let hour: u32 = h.parse::<u32>().ok().filter(|hour| *hour < 24)?;
+            Some(format!("{}T{hour:02}", day.format("%Y-%m-%d")))
+        }
+    }
+}
+
+fn parse_hour(v: &Value) -> Option<u32> {
+    let hour = match v {
+        Value::Number(n) => n.as_u64()?,
+        Value::String(s) => s.trim().parse::<u64>().ok()?,
+        _ => return None,
+    };
+    (hour < 24).then_some(hour as u32)
+}
+
+pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorReading, InputError> {
+    let record: SensorRecord = decode_json(value)?;
+    check_key(key, &record.pipeline_id)?;
+    if record.key.trim().is_empty() {
+        return Err(InputError::invalid("key", "must not be empty"));
+    }
+    // The earlier design carried date and hour inside the sensor data; accept both places.
+    let date_value = record
+        .date
+        .clone()
+        .map(Value::String)
+        .or_else(|| record.data.get("date").cloned());
+    let date = match date_value {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => {
+            Some(parse_date(&s).ok_or_else(|| InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD")))?)
+        }
+        Some(other) => return Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
+    };
+    let hour = match record.hour.clone().or_else(|| record.data.get("hour").cloned()) {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            Some(parse_hour(&v).ok_or_else(|| InputError::invalid("hour", format!("{v} is not an hour 00-23")))?)
+        }
+    };
+    if hour.is_some() && date.is_none() {
+        return Err(InputError::invalid("hour", "an hourly sensor must also carry its date"));
+    }
+    let timestamp =
+        match &record.timestamp {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(as_timestamp(v).ok_or_else(|| {
+                InputError::invalid("timestamp", format!("{v} is not RFC 3339 or epoch seconds/millis"))
+            })?),
+        };
+    Ok(SensorReading {
+        pipeline_id: record.pipeline_id,
+        key: record.key,
+        data: record.data,
+        date,
+        hour,
+        timestamp,
+    })
+}
+
+pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord, InputError> {
+    let mut record: JobRecord = decode_json(value)?;
+    check_key(key, &record.pipeline_id)?;
+    record.date = parse_execution_date(&record.date)
+        .ok_or_else(|| InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date)))?;
+    if record.run_id.trim().is_empty() {
+        return Err(InputError::invalid("runId", "must not be empty"));
+    }
+    Ok(record)
+}
+
+pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<CommandRecord, InputError> {
+    let mut record: CommandRecord = decode_json(value)?;
+    check_key(key, &record.pipeline_id)?;
+    record.date = parse_execution_date(&record.date)
+        .ok_or_else(|| InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date)))?;
+    Ok(record)
+}
+
+/// A record on `sluice.config`: a config to parse, or a tombstone that deletes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigRecord {
+    Put { pipeline_id: String, config: Value },
+    Delete { pipeline_id: String },
+}
+
+pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigRecord, InputError> {
+    let pipeline_id = key
+        .map(|k| String::from_utf8(k.to_vec()).map_err(|_| InputError::invalid("key", "is not UTF-8")))
+        .transpose()?
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| InputError::invalid("key", "config records must be keyed by pipeline id"))?;
+    match value {
+        None => Ok(ConfigRecord::Delete { pipeline_id }),
+        Some(bytes) => {
+            let config: Value = serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
+            if config.is_null() {
+                return Ok(ConfigRecord::Delete { pipeline_id });
+            }
+            Ok(ConfigRecord::Put { pipeline_id, config })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sensor(json: &str) -> Result<SensorReading, InputError> {
+        decode_sensor(Some(b"p1"), Some(json.as_bytes()))
+    }
+
+    #[test]
+    fn sensor_dates_come_from_the_record_or_its_data() {
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"20260303","hour":"7"}}"#).unwrap();
+        assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 3));
+        assert_eq!(r.hour, Some(7));
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-04","timestamp":1772582400}"#).unwrap();
+        assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 4));
+        assert_eq!(r.timestamp.unwrap().to_rfc3339(), "2026-03-04T00:00:00+00:00");
+    }
+
+    #[test]
+    fn malformed_sensors_say_why() {
+        assert_eq!(decode_sensor(Some(b"p1"), None), Err(InputError::Empty));
+        assert!(matches!(sensor("{not json"), Err(InputError::NotJson(_))));
+        assert!(matches!(sensor(r#"{"pipelineId":"p1"}"#), Err(InputError::Schema(m)) if m.contains("key")));
+        assert!(matches!(
+            sensor(r#"{"pipelineId":"p1","key":"k","data":[1]}"#),
+            Err(InputError::Schema(_))
+        ));
+        assert!(matches!(
+            sensor(r#"{"pipelineId":"p2","key":"k"}"#),
+            Err(InputError::KeyMismatch { .. })
+        ));
+        assert!(matches!(
+            sensor(r#"{"pipelineId":"p1","key":"k","date":"03/03/2026"}"#),
+            Err(InputError::Invalid { field: "date", .. })
+        ));
+        assert!(matches!(
+            sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-03","hour":24}"#),
+            Err(InputError::Invalid { field: "hour", .. })
+        ));
+    }
+
+    #[test]
+    fn job_records_normalise_their_date() {
+        let json = r#"{"pipelineId":"p1","scheduleId":"stream","date":"20260303T05","runId":"r","status":"failed","failureCategory":"PERMANENT","timestamp":"2026-03-03T05:00:00Z"}"#;
+        let r = decode_job(Some(b"p1"), Some(json.as_bytes())).unwrap();
+        assert_eq!(r.date, "2026-03-03T05");
+        assert_eq!(r.failure_category, Some(FailureCategory::Permanent));
+        let bad = json.replace("failed", "exploded");
+        assert!(matches!(
+            decode_job(Some(b"p1"), Some(bad.as_bytes())),
+            Err(InputError::Schema(_))
+        ));
+    }
+
+    #[test]
+    fn config_tombstones_delete() {
+        assert_eq!(
+            decode_config(Some(b"p1"), None),
+            Ok(ConfigRecord::Delete {
+                pipeline_id: "p1".into()
+            })
+        );
+        assert!(decode_config(None, Some(b"{}")).is_err());
+    }
+}

@@ -1,0 +1,194 @@
+//! Readiness rules: each check against the latest reading of a sensor key.
+//!
+//! Numbers compare as numbers whether they arrive as ints, floats or numeric strings;
+//! timestamps may be RFC 3339 strings or epoch seconds/milliseconds. A missing sensor or
+//! field fails the rule with a reason, and every result says what was seen.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::config::{AgeBound, Check, Mode, Rule};
+use super::duration::format_duration;
+
+/// The result of one rule, as it appears in event details and pipeline state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleResult {
+    pub key: String,
+    pub check: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub passed: bool,
+    /// The value the rule saw, if the sensor and field were there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seen: Option<Value>,
+    /// Why it failed; absent when it passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The combined result of a rule set under ALL or ANY.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub passed: bool,
+    pub results: Vec<RuleResult>,
+}
+
+impl Verdict {
+    /// One line naming each failing rule and why, for event messages.
+    pub fn failures(&self) -> String {
+        let parts: Vec<String> = self
+            .results
+            .iter()
+            .filter(|r| !r.passed)
+            .map(|r| format!("{}: {}", r.key, r.reason.as_deref().unwrap_or("failed")))
+            .collect();
+        parts.join("; ")
+    }
+}
+
+/// Reads a number from a JSON number or a numeric string.
+pub fn as_number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+        _ => None,
+    }
+}
+
+/// Reads a timestamp: RFC 3339, or epoch seconds / milliseconds (as number or string).
+pub fn as_timestamp(v: &Value) -> Option<DateTime<Utc>> {
+    if let Some(s) = v.as_str() {
+        if let Ok(t) = DateTime::parse_from_rfc3339(s.trim()) {
+            return Some(t.with_timezone(&Utc));
+        }
+    }
+    let n = as_number(v)?;
+    // Below 1e11 a value is seconds (until the year 5138); above, milliseconds.
+    let ms = if n.abs() < 1e11 { n * 1000.0 } else { n };
+    DateTime::from_timestamp_millis(ms.round() as i64)
+}
+
+/// Looks a field up in sensor data: the exact key first, then a dotted path (`a.b.c`).
+pub fn field<'a>(data: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    if let Some(v) = data.get(name) {
+        return Some(v);
+    }
+    let mut parts = name.split('.');
+    let mut current = data.get(parts.next()?)?;
+    for part in parts {
+        current = current.as_object()?.get(part)?;
+    }
+    Some(current)
+}
+
+fn render(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Evaluates one rule against the latest sensor readings.
+pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, now: DateTime<Utc>) -> RuleResult {
+    let mut result = RuleResult {
+        key: rule.key.clone(),
+        check: rule.check_name.to_string(),
+        field: rule.field.clone(),
+        passed: false,
+        seen: None,
+        reason: None,
+    };
+    let Some(data) = sensors.get(&rule.key) else {
+        result.reason = Some(format!("no reading of sensor {:?} yet", rule.key));
+        return result;
+    };
+    let failure = match (&rule.check, rule.field.as_deref()) {
+        (Check::Exists, _) => None,
+        (_, None) => Some("rule has no field".to_string()),
+        (check, Some(name)) => match field(data, name) {
+            None | Some(Value::Null) => Some(format!("field {name:?} is missing from sensor {:?}", rule.key)),
+            Some(seen) => {
+                result.seen = Some(seen.clone());
+                check_value(check, name, seen, now)
+            }
+        },
+    };
+    result.passed = failure.is_none();
+    result.reason = failure;
+    result
+}
+
+/// `None` when the value satisfies the check, else why not.
+fn check_value(check: &Check, name: &str, seen: &Value, now: DateTime<Utc>) -> Option<String> {
+    match check {
+        Check::Exists => None,
+        Check::Equals(expected) => {
+            let equal = match (as_number(seen), as_number(expected)) {
+                (Some(a), Some(b)) => a == b,
+                _ => render(seen) == render(expected),
+            };
+            (!equal).then(|| format!("{name} is {} but must equal {}", render(seen), render(expected)))
+        }
+        Check::Compare(cmp, threshold) => match as_number(seen) {
+            None => Some(format!("{name} is {} which is not a number", render(seen))),
+            Some(actual) if cmp.holds(actual, *threshold) => None,
+            Some(actual) => Some(format!("{name} is {actual} but must be {} {threshold}", cmp.symbol())),
+        },
+        Check::Age(bound, limit) => match as_timestamp(seen) {
+            None => Some(format!(
+                "{name} is {} which is not a timestamp (RFC 3339 or epoch seconds/millis)",
+                render(seen)
+            )),
+            Some(at) => {
+                let age = now - at;
+                let ok = match bound {
+                    AgeBound::YoungerThan => age < *limit,
+                    AgeBound::OlderThan => age > *limit,
+                };
+                let relation = if matches!(bound, AgeBound::YoungerThan) {
+                    "younger"
+                } else {
+                    "older"
+                };
+                (!ok).then(|| {
+                    format!(
+                        "{name} is {} old but must be {relation} than {}",
+                        describe_age(age),
+                        format_duration(*limit)
+                    )
+                })
+            }
+        },
+    }
+}
+
+fn describe_age(age: TimeDelta) -> String {
+    if age < TimeDelta::zero() {
+        format!("{} in the future, so not", format_duration(-age))
+    } else {
+        format_duration(age)
+    }
+}
+
+/// Evaluates a rule set: ALL needs every rule, ANY at least one (ANY of nothing fails,
+/// ALL of nothing passes).
+pub fn evaluate_all(
+    mode: Mode,
+    rules: &[Rule],
+    sensors: &BTreeMap<String, &Map<String, Value>>,
+    now: DateTime<Utc>,
+) -> Verdict {
+    let results: Vec<RuleResult> = rules.iter().map(|r| evaluate(r, sensors, now)).collect();
+    let passed = match mode {
+        Mode::All => results.iter().all(|r| r.passed),
+        Mode::Any => results.iter().any(|r| r.passed),
+    };
+    Verdict { passed, results }
+}
+
+#[cfg(test)]
+mod tests;

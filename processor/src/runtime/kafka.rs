@@ -1,0 +1,142 @@
+//! Kafka clients: configuration, topic checks and creation, producing with acks.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{Client, ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use tracing::info;
+
+use super::topics::{TopicDefinition, Topics};
+
+pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Settings shared by every client.
+pub fn base_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers).set("client.id", "sluice");
+    config
+}
+
+/// An idempotent producer that waits for all replicas.
+pub fn producer(brokers: &str) -> Result<FutureProducer> {
+    base_config(brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .context("creating Kafka producer")
+}
+
+/// Partition counts of `topics`, failing with a clear message if one is missing.
+pub fn partition_counts<C: ClientContext>(client: &Client<C>, topics: &[&str]) -> Result<Vec<(String, usize)>> {
+    let mut counts = Vec::new();
+    for topic in topics {
+        let metadata = client
+            .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+            .with_context(|| format!("fetching metadata of {topic} (is the broker reachable?)"))?;
+        let t = metadata
+            .topics()
+            .first()
+            .ok_or_else(|| anyhow!("no metadata for {topic}"))?;
+        if t.error().is_some() || t.partitions().is_empty() {
+            bail!("topic {topic} does not exist: create it with `sluice topics apply`");
+        }
+        counts.push((topic.to_string(), t.partitions().len()));
+    }
+    Ok(counts)
+}
+
+/// Refuses inputs with different partition counts: one task must own all of a pipeline's
+/// records, which holds only when every input is partitioned alike.
+pub fn check_copartitioned(counts: &[(String, usize)]) -> Result<usize> {
+    let first = counts
+        .first()
+        .map(|(_, n)| *n)
+        .ok_or_else(|| anyhow!("no input topics"))?;
+    if counts.iter().any(|(_, n)| *n != first) {
+        let listing: Vec<String> = counts.iter().map(|(t, n)| format!("{t}={n}")).collect();
+        bail!(
+            "input topics must have the same partition count, found {}; recreate them with `sluice topics apply` or add partitions so they match",
+            listing.join(", ")
+        );
+    }
+    Ok(first)
+}
+
+/// Creates the topics that are missing and checks the partition count of the others.
+pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinition]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = base_config(brokers).create().context("creating admin client")?;
+    let mut new_topics = Vec::new();
+    let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
+    let retention: Vec<String> = defs
+        .iter()
+        .map(|d| d.retention_ms().map(|ms| ms.to_string()))
+        .collect::<Result<_>>()?;
+    for (i, def) in defs.iter().enumerate() {
+        new_topics.push(
+            NewTopic::new(&names[i], def.partitions, TopicReplication::Fixed(1))
+                .set("cleanup.policy", def.cleanup_policy.as_str())
+                .set("retention.ms", &retention[i]),
+        );
+    }
+    let results = admin
+        .create_topics(
+            &new_topics,
+            &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
+        )
+        .await
+        .context("creating topics")?;
+    for result in results {
+        match result {
+            Ok(name) => info!(topic = %name, "created topic"),
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => info!(topic = %name, "topic exists"),
+            Err((name, code)) => bail!("creating topic {name}: {code}"),
+        }
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let counts = partition_counts(admin.inner(), &refs)?;
+    for ((name, count), def) in counts.iter().zip(defs) {
+        if *count != def.partitions as usize {
+            bail!(
+                "topic {name} has {count} partitions but topics/ declares {}",
+                def.partitions
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Produces one record and waits for the broker's acknowledgement.
+pub async fn send(
+    producer: &FutureProducer,
+    topic: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, &[u8])],
+) -> Result<(i32, i64)> {
+    let mut owned = OwnedHeaders::new();
+    for (k, v) in headers {
+        owned = owned.insert(Header {
+            key: k,
+            value: Some(*v),
+        });
+    }
+    let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(owned);
+    if let Some(k) = key {
+        record = record.key(k);
+    }
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    let delivery = producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| anyhow!("producing to {topic}: {e}"))?;
+    Ok((delivery.partition, delivery.offset))
+}

@@ -1,0 +1,11 @@
+//! The runtime: thin plumbing around [`crate::core`]. It reads records and fires timers,
+//! hands them to the decider, and carries out its decisions (state, events, timers,
+//! effects). No business rule lives here.
+
+pub mod effects;
+pub mod events_tail;
+pub mod kafka;
+pub mod processor;
+pub mod store;
+pub mod timers;
+pub mod topics;

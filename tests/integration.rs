@@ -1,0 +1,370 @@
+//! End-to-end tests: the real `sluice` binary against a real broker (deploy/test.sh starts
+//! one with deploy/local-broker.sh), asserting the exact event sequence of each scenario.
+
+mod support;
+
+use std::process::Stdio;
+
+use serde_json::{json, Value};
+use sluice::core::events::EventType::*;
+use support::{http_target, sluice, World};
+
+fn pipeline(id: &str, job: Value) -> Value {
+    json!({
+        "pipeline": {"id": id, "owner": "tests"},
+        "schedule": {
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "10m", "interval": "1m"}
+        },
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
+        ]},
+        "job": job
+    })
+}
+
+fn command_job(command: &str, max_retries: u32) -> Value {
+    json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": max_retries})
+}
+
+fn run_id(pipeline: &str, attempt: u32) -> String {
+    format!("{pipeline}.stream.2026-11-22.{attempt}")
+}
+
+/// A malformed record on the sensors partition of `pipeline`: once its INPUT_REJECTED is
+/// out, every sensor sent before it has been processed.
+fn barrier(world: &mut World, pipeline: &str, expected_rejections: usize) {
+    world.produce("sensors", Some(pipeline), Some(b"barrier: not json"));
+    world.wait_for(pipeline, "barrier", |es| {
+        es.iter().filter(|e| e.kind == INPUT_REJECTED).count() >= expected_rejections
+    });
+}
+
+#[test]
+fn happy_path_http_job_reported_by_its_runner() {
+    let target = http_target();
+    let mut w = World::new("happy");
+    let job = json!({"type": "http", "config": {
+        "url": target.url, "method": "POST", "awaitReport": true,
+        "headers": {"Content-Type": "application/json"},
+        "body": "{\"pipeline\": \"${PIPELINE}\", \"date\": \"${DATE}\", \"run\": \"${RUN_ID}\"}"
+    }});
+    w.config(&pipeline("happy", job));
+    w.start();
+    w.sensor("happy", "row-count", json!({"count": 1500}));
+    w.sensor("happy", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for_sequence("happy", &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED]);
+    let run = run_id("happy", 1);
+    assert_eq!(events[2].run_id.as_deref(), Some(run.as_str()));
+    let requests = target.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0].starts_with("POST /run HTTP/1.1"), "{}", requests[0]);
+    let body = format!("{{\"pipeline\": \"happy\", \"date\": \"2026-11-22\", \"run\": \"{run}\"}}");
+    assert!(requests[0].ends_with(&body), "templates expanded: {}", requests[0]);
+
+    w.job("happy", &run, "succeeded");
+    let events = w.wait_for_sequence(
+        "happy",
+        &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+    );
+    let completed = &events[3];
+    assert_eq!(
+        (completed.date.as_deref(), completed.attempt),
+        (Some("2026-11-22"), Some(1))
+    );
+    let ids: std::collections::BTreeSet<_> = events.iter().map(|e| e.event_id.clone()).collect();
+    assert_eq!(ids.len(), 4, "event ids are distinct");
+    assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly");
+}
+
+#[test]
+fn rules_fail_until_a_later_sensor_fixes_them() {
+    let mut w = World::new("fix");
+    w.config(&pipeline("fix", command_job("true", 0)));
+    w.start();
+    w.sensor("fix", "row-count", json!({"count": "10"}));
+    w.sensor("fix", "upstream", json!({"status": "ready"}));
+    barrier(&mut w, "fix", 1);
+    w.sensor("fix", "row-count", json!({"count": "2500"}));
+    let events = w.wait_for_sequence(
+        "fix",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    let results = &events[2].detail["results"];
+    assert_eq!(
+        results[1]["seen"],
+        json!("2500"),
+        "passed on the fixing sensor: {results}"
+    );
+}
+
+#[test]
+fn window_exhaustion_explains_why() {
+    let mut w = World::new("exhaust");
+    let mut config = pipeline("exhaust", command_job("true", 0));
+    config["schedule"]["evaluation"] = json!({"window": "3s", "interval": "1s"});
+    w.config(&config);
+    w.start();
+    w.sensor("exhaust", "row-count", json!({"count": 3}));
+    w.sensor("exhaust", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for_sequence("exhaust", &[CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
+    assert!(
+        events[1].message.contains("count is 3 but must be >= 1000"),
+        "{}",
+        events[1].message
+    );
+}
+
+#[test]
+fn a_failed_job_is_retried_then_succeeds() {
+    let mut w = World::new("retry");
+    w.config(&pipeline(
+        "retry",
+        command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || { echo busy >&2; exit 3; }", 1),
+    ));
+    w.start();
+    w.sensor("retry", "row-count", json!({"count": 1000}));
+    w.sensor("retry", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for_sequence(
+        "retry",
+        &[
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_FAILED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    assert_eq!(events[3].run_id.as_deref(), Some(run_id("retry", 1).as_str()));
+    assert!(
+        events[3].message.contains("command exited 3: busy"),
+        "{}",
+        events[3].message
+    );
+    assert_eq!(events[5].run_id.as_deref(), Some(run_id("retry", 2).as_str()));
+}
+
+#[test]
+fn duplicate_sensor_delivery_triggers_once() {
+    let mut w = World::new("dup");
+    let runs = w.scratch.path().join("runs.txt");
+    w.config(&pipeline(
+        "dup",
+        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
+    ));
+    w.start();
+    w.sensor("dup", "row-count", json!({"count": 5000}));
+    for _ in 0..3 {
+        w.sensor("dup", "upstream", json!({"status": "ready"}));
+    }
+    w.wait_for("dup", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    w.sensor("dup", "upstream", json!({"status": "ready"}));
+    barrier(&mut w, "dup", 1);
+    let events = w.wait_for_sequence(
+        "dup",
+        &[
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+            INPUT_REJECTED,
+        ],
+    );
+    assert_eq!(events.len(), 5);
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n", run_id("dup", 1)),
+        "the job ran once"
+    );
+}
+
+#[test]
+fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
+    let mut w = World::new("dlq");
+    w.config(&pipeline("dlq", command_job("true", 0)));
+    w.start();
+    w.produce("sensors", Some("dlq"), Some(b"{\"pipelineId\": \"dlq\", \"key\": 42}"));
+    w.sensor("dlq", "row-count", json!({"count": 5000}));
+    w.sensor("dlq", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for_sequence(
+        "dlq",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    assert!(
+        events[1].detail["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not match the schema"),
+        "{:?}",
+        events[1].detail
+    );
+    let dead = w.dead_letters(1);
+    let (value, headers) = &dead[0];
+    assert_eq!(
+        value.as_deref(),
+        Some(b"{\"pipelineId\": \"dlq\", \"key\": 42}".as_slice()),
+        "the raw record is kept"
+    );
+    let header = |k: &str| headers.iter().find(|(name, _)| name == k).map(|(_, v)| v.clone());
+    assert_eq!(header("source.topic"), Some(w.topic("sensors")));
+    assert!(header("error").unwrap().contains("key"), "{headers:?}");
+    assert!(header("source.offset").unwrap().parse::<i64>().is_ok());
+    assert!(header("source.partition").is_some());
+}
+
+#[test]
+fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
+    let mut w = World::new("badcfg");
+    w.config(&pipeline("badcfg", command_job("true", 0)));
+    w.start();
+    w.wait_for_sequence("badcfg", &[CONFIG_ACCEPTED]);
+    let mut bad = pipeline("badcfg", command_job("true", 99));
+    bad["validation"]["rules"][1]["value"] = json!("lots");
+    w.config(&bad);
+    let events = w.wait_for_sequence("badcfg", &[CONFIG_ACCEPTED, CONFIG_REJECTED]);
+    let problems = events[1].detail["problems"].as_array().unwrap();
+    let paths: Vec<&str> = problems.iter().map(|p| p["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["validation.rules[1].value", "job.maxRetries"]);
+    let dead = w.dead_letters(1);
+    assert_eq!(dead[0].0.as_deref(), Some(serde_json::to_vec(&bad).unwrap().as_slice()));
+    w.sensor("badcfg", "row-count", json!({"count": 1000}));
+    w.sensor("badcfg", "upstream", json!({"status": "ready"}));
+    w.wait_for_sequence(
+        "badcfg",
+        &[
+            CONFIG_ACCEPTED,
+            CONFIG_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+}
+
+#[test]
+fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
+    let mut w = World::new("restart");
+    let runs = w.scratch.path().join("runs.txt");
+    w.config(&pipeline(
+        "restart",
+        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
+    ));
+    w.start();
+    w.sensor("restart", "row-count", json!({"count": 1}));
+    w.sensor("restart", "upstream", json!({"status": "ready"}));
+    barrier(&mut w, "restart", 1);
+    assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly:\n{}", w.log_tail());
+    assert!(w.state.path().join("partition-0").exists() || std::fs::read_dir(w.state.path()).unwrap().count() > 0);
+
+    w.start();
+    // The trigger sensor again (a re-delivery): the execution exists, nothing restarts.
+    w.sensor("restart", "upstream", json!({"status": "ready"}));
+    w.sensor("restart", "row-count", json!({"count": 1200}));
+    let events = w.wait_for_sequence(
+        "restart",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    assert_eq!(events[2].detail["results"][1]["seen"], json!(1200));
+    barrier(&mut w, "restart", 2);
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n", run_id("restart", 1))
+    );
+    let log = std::fs::read_to_string(w.scratch.path().join("processor.log")).unwrap();
+    assert!(
+        log.contains("timers=1"),
+        "the interval timer was restored from RocksDB:\n{}",
+        w.log_tail()
+    );
+}
+
+#[test]
+fn run_refuses_inputs_with_different_partition_counts() {
+    let prefix = format!("it-mismatch-{}.", std::process::id());
+    support::create_topics(
+        &prefix,
+        &[
+            ("config", 1),
+            ("sensors", 2),
+            ("jobs", 1),
+            ("commands", 1),
+            ("events", 1),
+            ("dlq", 1),
+        ],
+    );
+    let state = tempfile::tempdir().unwrap();
+    let output = sluice()
+        .args(["run", "--topic-prefix", &prefix])
+        .arg("--state-dir")
+        .arg(state.path())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("input topics must have the same partition count"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("{prefix}sensors=2")), "{stderr}");
+}
+
+#[test]
+fn config_validate_reports_every_problem_and_apply_publishes_valid_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "pipeline: {id: bad}\nschedule: {trigger: {key: k, check: exists}}\njob: {type: command, config: {command: x}, maxRetries: 12, maxCodeRetries: 9}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("broken.yaml"), "pipeline: [unclosed\n").unwrap();
+    let output = sluice().args(["config", "validate"]).arg(dir.path()).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml: job.maxRetries: 12 is out of range [0,10]"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("bad.yaml: job.maxCodeRetries: 9 is out of range [0,3]"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("broken.yaml: not valid YAML"), "{stderr}");
+
+    let output = sluice()
+        .args(["config", "validate", "examples/pipelines"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+
+    let mut w = World::new("apply");
+    let output = sluice()
+        .args(["config", "apply", "examples/pipelines", "--topic-prefix", &w.prefix])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    w.start();
+    for id in ["orders-daily", "flaky-report", "late-partner-feed"] {
+        w.wait_for_sequence(id, &[CONFIG_ACCEPTED]);
+    }
+}

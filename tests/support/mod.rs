@@ -1,0 +1,383 @@
+//! Test harness: a real broker (from deploy/test.sh), the real `sluice` binary, and
+//! conditions awaited with deadlines.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use sluice::core::events::{Event, EventType};
+
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub fn brokers() -> String {
+    std::env::var("SLUICE_TEST_BROKERS")
+        .expect("integration tests need a broker: run deploy/test.sh, which starts one, or set SLUICE_TEST_BROKERS")
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn sluice() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.current_dir(repo())
+        .env("SLUICE_BROKERS", brokers())
+        .env_remove("SLUICE_TOPIC_PREFIX");
+    cmd
+}
+
+/// One test's world: its own topic prefix, consumer group and state directory.
+pub struct World {
+    pub name: String,
+    pub prefix: String,
+    pub state: tempfile::TempDir,
+    pub scratch: tempfile::TempDir,
+    producer: BaseProducer,
+    events: BaseConsumer,
+    seen: Vec<Event>,
+    processor: Option<Child>,
+    log: PathBuf,
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("it-{name}-{}-{nanos}.", std::process::id())
+}
+
+impl World {
+    /// Creates the world's topics with `sluice topics apply`.
+    pub fn new(name: &str) -> Self {
+        let prefix = unique(name);
+        let status = sluice()
+            .args(["topics", "apply", "--dir", "topics", "--topic-prefix", &prefix])
+            .status()
+            .unwrap();
+        assert!(status.success(), "topics apply failed");
+        Self::with_topics(name, prefix)
+    }
+
+    /// For worlds whose topics the test creates itself.
+    pub fn with_topics(name: &str, prefix: String) -> Self {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .create()
+            .unwrap();
+        let events: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", format!("{prefix}reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let log = scratch.path().join("processor.log");
+        World {
+            name: name.to_string(),
+            prefix,
+            state: tempfile::tempdir().unwrap(),
+            scratch,
+            producer,
+            events,
+            seen: Vec::new(),
+            processor: None,
+            log,
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Starts `sluice run` for this world.
+    pub fn start(&mut self) {
+        assert!(self.processor.is_none(), "processor already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = sluice()
+            .args([
+                "run",
+                "--topic-prefix",
+                &self.prefix,
+                "--group",
+                &format!("{}group", self.prefix),
+            ])
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .args(["--log", "info,sluice=debug"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.processor = Some(child);
+    }
+
+    /// Stops the processor with SIGTERM and returns its exit status.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut child = self.processor.take().expect("processor running");
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "processor did not stop after SIGTERM:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    pub fn produce(&self, topic: &str, key: Option<&str>, value: Option<&[u8]>) {
+        let topic = self.topic(topic);
+        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        self.producer.send(record).map_err(|(e, _)| e).unwrap();
+        self.producer.flush(Duration::from_secs(10)).unwrap();
+    }
+
+    pub fn config(&self, config: &Value) {
+        let id = config["pipeline"]["id"].as_str().unwrap();
+        self.produce("config", Some(id), Some(&serde_json::to_vec(config).unwrap()));
+    }
+
+    pub fn sensor(&self, pipeline: &str, key: &str, data: Value) {
+        let record = json!({"pipelineId": pipeline, "key": key, "data": data, "date": "2026-11-22"});
+        self.produce("sensors", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
+    }
+
+    pub fn job(&self, pipeline: &str, run_id: &str, status: &str) {
+        let record = json!({"pipelineId": pipeline, "scheduleId": "stream", "date": "2026-11-22", "runId": run_id,
+                            "status": status, "timestamp": "2026-11-22T08:00:00Z"});
+        self.produce("jobs", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
+    }
+
+    fn subscribe_events(&mut self) {
+        if !self.events.assignment().unwrap().elements().is_empty() {
+            return;
+        }
+        let topic = self.topic("events");
+        let md = self
+            .events
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        for p in md.topics()[0].partitions() {
+            list.add_partition_offset(&topic, p.id(), Offset::Beginning).unwrap();
+        }
+        self.events.assign(&list).unwrap();
+    }
+
+    /// Waits until the events of `pipeline` satisfy `done`; returns them.
+    pub fn wait_for(&mut self, pipeline: &str, what: &str, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        self.subscribe_events();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let mine: Vec<Event> = self
+                .seen
+                .iter()
+                .filter(|e| e.pipeline_id == pipeline)
+                .cloned()
+                .collect();
+            if done(&mine) {
+                return mine;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "[{}] timed out waiting for {what}; events of {pipeline}: {:?}\nprocessor log:\n{}",
+                    self.name,
+                    mine.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+                    self.log_tail()
+                );
+            }
+            if let Some(status) = self.processor.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "[{}] processor exited with {status} while waiting for {what}:\n{}",
+                    self.name,
+                    self.log_tail()
+                );
+            }
+            if let Some(message) = self.events.poll(Duration::from_millis(100)) {
+                let message = message.unwrap();
+                let event: Event = serde_json::from_slice(message.payload().unwrap()).unwrap();
+                let header = message
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "type"))
+                    .and_then(|h| h.value);
+                assert_eq!(
+                    header,
+                    Some(event.kind.name().as_bytes()),
+                    "type header matches the event"
+                );
+                assert_eq!(
+                    message.key(),
+                    Some(event.pipeline_id.as_bytes()),
+                    "events are keyed by pipeline id"
+                );
+                self.seen.push(event);
+            }
+        }
+    }
+
+    /// Waits until `pipeline` has published exactly `types` (in order), then returns them.
+    pub fn wait_for_sequence(&mut self, pipeline: &str, types: &[EventType]) -> Vec<Event> {
+        let events = self.wait_for(pipeline, &format!("{types:?}"), |es| es.len() >= types.len());
+        let got: Vec<EventType> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            got,
+            types,
+            "[{}] event sequence of {pipeline}\nlog:\n{}",
+            self.name,
+            self.log_tail()
+        );
+        events
+    }
+
+    /// Reads the dead-letter topic until it holds `at_least` records.
+    pub fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", format!("{}dlq-reader", self.prefix))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let topic = self.topic("dlq");
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&topic, 0, Offset::Beginning).unwrap();
+        consumer.assign(&list).unwrap();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        while out.len() < at_least {
+            assert!(
+                Instant::now() < deadline,
+                "[{}] dead letters: {} of {at_least}",
+                self.name,
+                out.len()
+            );
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                let m = m.unwrap();
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push((m.payload().map(<[u8]>::to_vec), headers));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.processor.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A record of the dead-letter topic: its value and headers.
+pub type DeadLetter = (Option<Vec<u8>>, Vec<(String, String)>);
+
+/// Creates topics with explicit partition counts (for tests of bad layouts).
+pub fn create_topics(prefix: &str, partitions: &[(&str, i32)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap();
+    let names: Vec<String> = partitions.iter().map(|(n, _)| format!("{prefix}{n}")).collect();
+    let topics: Vec<NewTopic<'_>> = names
+        .iter()
+        .zip(partitions)
+        .map(|(n, (_, p))| NewTopic::new(n, *p, TopicReplication::Fixed(1)))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for result in rt.block_on(admin.create_topics(&topics, &AdminOptions::new())).unwrap() {
+        result.unwrap();
+    }
+}
+
+/// A real HTTP/1.1 server on loopback that records each request and answers 200.
+pub struct HttpTarget {
+    pub url: String,
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+pub fn http_target() -> HttpTarget {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                let end = line == "\r\n";
+                head.push_str(&line);
+                if end {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            seen.lock()
+                .unwrap()
+                .push(format!("{head}{}", String::from_utf8_lossy(&body)));
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    HttpTarget { url, requests }
+}
