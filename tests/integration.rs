@@ -50,8 +50,7 @@ fn happy_path_http_job_reported_by_its_runner() {
         "headers": {"Content-Type": "application/json"},
         "body": "{\"pipeline\": \"${PIPELINE}\", \"date\": \"${DATE}\", \"run\": \"${RUN_ID}\"}"
     }});
-    w.config(&pipeline("happy", job));
-    w.start();
+    w.start_with(&pipeline("happy", job));
     w.sensor("happy", "row-count", json!({"count": 1500}));
     w.sensor("happy", "upstream", json!({"status": "ready"}));
     let events = w.wait_for_sequence("happy", &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED]);
@@ -81,8 +80,7 @@ fn happy_path_http_job_reported_by_its_runner() {
 #[test]
 fn rules_fail_until_a_later_sensor_fixes_them() {
     let mut w = World::new("fix");
-    w.config(&pipeline("fix", command_job("true", 0)));
-    w.start();
+    w.start_with(&pipeline("fix", command_job("true", 0)));
     w.sensor("fix", "row-count", json!({"count": "10"}));
     w.sensor("fix", "upstream", json!({"status": "ready"}));
     barrier(&mut w, "fix", 1);
@@ -110,8 +108,7 @@ fn window_exhaustion_explains_why() {
     let mut w = World::new("exhaust");
     let mut config = pipeline("exhaust", command_job("true", 0));
     config["schedule"]["evaluation"] = json!({"window": "3s", "interval": "1s"});
-    w.config(&config);
-    w.start();
+    w.start_with(&config);
     w.sensor("exhaust", "row-count", json!({"count": 3}));
     w.sensor("exhaust", "upstream", json!({"status": "ready"}));
     let events = w.wait_for_sequence("exhaust", &[CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
@@ -125,11 +122,10 @@ fn window_exhaustion_explains_why() {
 #[test]
 fn a_failed_job_is_retried_then_succeeds() {
     let mut w = World::new("retry");
-    w.config(&pipeline(
+    w.start_with(&pipeline(
         "retry",
         command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || { echo busy >&2; exit 3; }", 1),
     ));
-    w.start();
     w.sensor("retry", "row-count", json!({"count": 1000}));
     w.sensor("retry", "upstream", json!({"status": "ready"}));
     let events = w.wait_for_sequence(
@@ -156,11 +152,10 @@ fn a_failed_job_is_retried_then_succeeds() {
 fn duplicate_sensor_delivery_triggers_once() {
     let mut w = World::new("dup");
     let runs = w.scratch.path().join("runs.txt");
-    w.config(&pipeline(
+    w.start_with(&pipeline(
         "dup",
         command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
     ));
-    w.start();
     w.sensor("dup", "row-count", json!({"count": 5000}));
     for _ in 0..3 {
         w.sensor("dup", "upstream", json!({"status": "ready"}));
@@ -189,8 +184,7 @@ fn duplicate_sensor_delivery_triggers_once() {
 #[test]
 fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
     let mut w = World::new("dlq");
-    w.config(&pipeline("dlq", command_job("true", 0)));
-    w.start();
+    w.start_with(&pipeline("dlq", command_job("true", 0)));
     w.produce("sensors", Some("dlq"), Some(b"{\"pipelineId\": \"dlq\", \"key\": 42}"));
     w.sensor("dlq", "row-count", json!({"count": 5000}));
     w.sensor("dlq", "upstream", json!({"status": "ready"}));
@@ -229,8 +223,7 @@ fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
 #[test]
 fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
     let mut w = World::new("badcfg");
-    w.config(&pipeline("badcfg", command_job("true", 0)));
-    w.start();
+    w.start_with(&pipeline("badcfg", command_job("true", 0)));
     w.wait_for_sequence("badcfg", &[CONFIG_ACCEPTED]);
     let mut bad = pipeline("badcfg", command_job("true", 99));
     bad["validation"]["rules"][1]["value"] = json!("lots");
@@ -259,11 +252,10 @@ fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
 fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
     let mut w = World::new("restart");
     let runs = w.scratch.path().join("runs.txt");
-    w.config(&pipeline(
+    w.start_with(&pipeline(
         "restart",
         command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
     ));
-    w.start();
     w.sensor("restart", "row-count", json!({"count": 1}));
     w.sensor("restart", "upstream", json!({"status": "ready"}));
     barrier(&mut w, "restart", 1);

@@ -129,6 +129,18 @@ impl World {
         self.processor = Some(child);
     }
 
+    /// Publishes a pipeline's config, starts the processor and waits until it accepted the
+    /// config, so that the records a test sends next are handled with the config in force
+    /// (input topics are consumed independently, so their relative order is not guaranteed).
+    pub fn start_with(&mut self, config: &Value) {
+        self.config(config);
+        self.start();
+        let id = config["pipeline"]["id"].as_str().unwrap();
+        self.wait_for(id, "CONFIG_ACCEPTED", |es| {
+            es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+        });
+    }
+
     /// Stops the processor with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.processor.take().expect("processor running");

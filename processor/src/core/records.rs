@@ -134,7 +134,8 @@ pub struct CommandRecord {
 fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {
     let bytes = value.ok_or(InputError::Empty)?;
     let json: Value = serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
-    serde_json::from_value(json).map_err(|e| InputError::Schema(e.to_string()))
+    // The path names the field at fault ("key: invalid type: integer `42`, expected a string").
+    serde_path_to_error::deserialize(json).map_err(|e| InputError::Schema(e.to_string()))
 }
 
 fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
