@@ -15,7 +15,9 @@ echo "==> installing build dependencies (first run only)"
 deploy/install-deps.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
 echo "==> building sluice (the first build compiles RocksDB and librdkafka: about 15 minutes on 2 cores)"
-cargo build --locked --bin sluice
+# Built with --tests so dependency features match deploy/test.sh and both share one build
+# of RocksDB and librdkafka.
+cargo build --locked --tests
 sluice="$CARGO_TARGET_DIR/debug/sluice"
 
 echo "==> starting the local broker (installs tansu from crates.io on first use: about 11 minutes)"
