@@ -46,4 +46,7 @@ SLUICE_BIN="$sluice" deploy/sample-producer.sh >>"$demo_dir/producer.log" 2>&1 &
 pids+=($!)
 
 echo "==> lifecycle events (Ctrl-C to stop)"
-"$sluice" events tail --from beginning --follow
+# In the background and waited for, so Ctrl-C (or a TERM) reaches the cleanup at once.
+"$sluice" events tail --from beginning --follow &
+pids+=($!)
+wait "${pids[-1]}"

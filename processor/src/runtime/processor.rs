@@ -134,6 +134,9 @@ impl Processor {
             // assignors do not promise that.
             .set("partition.assignment.strategy", "range")
             .set("session.timeout.ms", "10000")
+            // The broker may hold a fetch this long when there is nothing new; it bounds how
+            // long a record (a job report, say) waits before the processor sees it.
+            .set("fetch.wait.max.ms", "50")
             .create_with_context(RebalanceContext { tx })
             .context("creating Kafka consumer")?;
         let inputs = settings.topics.inputs();
