@@ -204,16 +204,33 @@ impl Processor {
         }
         info!("shutting down: waiting for in-flight triggers");
         self.executor.drain(self.settings.shutdown_grace).await;
-        if let Some(list) = self.last_commit.take() {
-            if let Err(e) = self.consumer.commit(&list, CommitMode::Sync) {
+        self.close().await;
+        info!("stopped cleanly");
+        Ok(())
+    }
+
+    /// Leaves the group and flushes, each step bounded in time: a broker that is down must
+    /// not keep the process from exiting. Offsets need no final synchronous commit: a record
+    /// committed late is skipped by the applied-offset watermark when it is read again.
+    async fn close(self) {
+        const STEP: Duration = Duration::from_secs(10);
+        if let Some(list) = &self.last_commit {
+            if let Err(e) = self.consumer.commit(list, CommitMode::Async) {
                 warn!(error = %e, "final offset commit failed; the applied-offset watermark prevents double application");
             }
         }
-        use rdkafka::producer::Producer;
-        let _ = self.producer.flush(Duration::from_secs(10));
-        self.consumer.unsubscribe();
-        info!("stopped cleanly");
-        Ok(())
+        let Processor { consumer, producer, .. } = self;
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            use rdkafka::producer::Producer;
+            let _ = producer.flush(STEP);
+            consumer.unsubscribe();
+            drop(consumer);
+            let _ = done_tx.send(());
+        });
+        if tokio::time::timeout(STEP * 2, done_rx).await.is_err() {
+            warn!("the Kafka clients did not close in time (is the broker down?); exiting anyway");
+        }
     }
 
     fn on_ownership(&mut self, change: Ownership) -> Result<()> {
