@@ -492,19 +492,34 @@ impl Reader {
     }
 
     fn dates(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Vec<NaiveDate> {
+        self.each(map, key, path, |r, item, at| {
+            let date = item
+                .as_str()
+                .and_then(|s| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok());
+            if date.is_none() {
+                r.problem(at, format!("{item} is not a date (expected YYYY-MM-DD)"));
+            }
+            date
+        })
+    }
+
+    /// Parses each item of an optional list; `parse` reports its own problems, located by
+    /// the item's path (`field[i]`).
+    fn each<T>(
+        &mut self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+        mut parse: impl FnMut(&mut Self, &Value, &str) -> Option<T>,
+    ) -> Vec<T> {
         let path = join(path, key);
         let Some(list) = self.list(map, key, &path) else {
             return Vec::new();
         };
-        let mut dates = Vec::new();
-        for (i, item) in list.iter().enumerate() {
-            let at = format!("{path}[{i}]");
-            match item.as_str().map(|s| NaiveDate::parse_from_str(s, "%Y-%m-%d")) {
-                Some(Ok(d)) => dates.push(d),
-                _ => self.problem(&at, format!("{item} is not a date (expected YYYY-MM-DD)")),
-            }
-        }
-        dates
+        list.iter()
+            .enumerate()
+            .filter_map(|(i, item)| parse(self, item, &format!("{path}[{i}]")))
+            .collect()
     }
 
     fn list<'v>(&mut self, map: &'v Map<String, Value>, key: &str, path: &str) -> Option<&'v Vec<Value>> {
@@ -779,18 +794,9 @@ impl Reader {
     }
 
     fn rules(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Rule> {
-        let path = join(path, "rules");
-        let Some(list) = self.list(map, "rules", &path) else {
-            return Vec::new();
-        };
-        let mut rules = Vec::new();
-        for (i, item) in list.iter().enumerate() {
-            let at = format!("{path}[{i}]");
-            if let Some(rule) = self.object(item, &at).and_then(|m| self.rule(m, &at, &[])) {
-                rules.push(rule);
-            }
-        }
-        rules
+        self.each(map, "rules", path, |r, item, at| {
+            r.object(item, at).and_then(|m| r.rule(m, at, &[]))
+        })
     }
 
     /// A rule (`key`, `check`, `field`, `value`); `extra` names fields the caller reads.
@@ -1094,21 +1100,13 @@ impl Reader {
     }
 
     fn weekdays(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Weekday> {
-        let path = join(path, "days");
-        let Some(list) = self.list(map, "days", &path) else {
-            return Vec::new();
-        };
-        let mut days = Vec::new();
-        for (i, item) in list.iter().enumerate() {
-            match item.as_str().and_then(|s| s.parse::<Weekday>().ok()) {
-                Some(day) => days.push(day),
-                None => self.problem(
-                    &format!("{path}[{i}]"),
-                    format!("{item} is not a weekday (monday..sunday)"),
-                ),
+        self.each(map, "days", path, |r, item, at| {
+            let day = item.as_str().and_then(|s| s.parse::<Weekday>().ok());
+            if day.is_none() {
+                r.problem(at, format!("{item} is not a weekday (monday..sunday)"));
             }
-        }
-        days
+            day
+        })
     }
 }
 
