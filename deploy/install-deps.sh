@@ -8,7 +8,6 @@ need=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
-command -v curl >/dev/null 2>&1 || need+=(curl)
 if (( ${#need[@]} )); then
   echo "installing ${need[*]}..." >&2
   SUDO=""

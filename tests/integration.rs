@@ -291,6 +291,47 @@ fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
 }
 
 #[test]
+fn records_at_or_below_the_applied_offset_are_never_applied_twice() {
+    let mut w = World::new("watermark");
+    let runs = w.scratch.path().join("runs.txt");
+    w.start_with(&pipeline(
+        "watermark",
+        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
+    ));
+    w.sensor("watermark", "row-count", json!({"count": 1000}));
+    w.sensor("watermark", "upstream", json!({"status": "ready"}));
+    let expected = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("watermark", &expected);
+    assert_eq!(w.stop().code(), Some(0));
+
+    // Committed offsets lost (as in a crash between the state write and the commit): every
+    // input is read again from offset 0, and the state's applied-offset watermark skips it.
+    w.rewind_committed_offsets();
+    w.start();
+    barrier(&mut w, "watermark", 1);
+    let events = w.wait_for_sequence(
+        "watermark",
+        &[
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+            INPUT_REJECTED,
+        ],
+    );
+    assert_eq!(events.len(), 5, "nothing was applied twice");
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n", run_id("watermark", 1))
+    );
+    assert!(
+        w.log_tail().contains("already applied: skipped"),
+        "the records were read again:\n{}",
+        w.log_tail()
+    );
+}
+
+#[test]
 fn run_refuses_inputs_with_different_partition_counts() {
     let prefix = format!("it-mismatch-{}.", std::process::id());
     support::create_topics(

@@ -141,6 +141,32 @@ impl World {
         });
     }
 
+    /// Commits offset 0 for every input partition in the processor's consumer group, as if
+    /// the commits had been lost in a crash. Only while the processor is stopped.
+    pub fn rewind_committed_offsets(&self) {
+        assert!(self.processor.is_none(), "stop the processor first");
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", format!("{}group", self.prefix))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        for topic in ["config", "sensors", "jobs", "commands"] {
+            let topic = self.topic(topic);
+            let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).unwrap();
+            for p in md.topics()[0].partitions() {
+                list.add_partition_offset(&topic, p.id(), Offset::Offset(0)).unwrap();
+            }
+        }
+        consumer.commit(&list, rdkafka::consumer::CommitMode::Sync).unwrap();
+        let committed = consumer.committed(Duration::from_secs(10)).unwrap();
+        assert!(
+            committed.elements().iter().all(|e| e.offset() == Offset::Offset(0)),
+            "{committed:?}"
+        );
+    }
+
     /// Stops the processor with SIGTERM and returns its exit status.
     pub fn stop(&mut self) -> ExitStatus {
         let mut child = self.processor.take().expect("processor running");
