@@ -247,11 +247,23 @@ pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Comman
     Ok(record)
 }
 
-/// A record on `sluice.config`: a config to parse, or a tombstone that deletes it.
+/// A record on `sluice.config`: a config to parse, a tombstone that deletes it, or bytes
+/// that are not JSON (still a config, so still answered with CONFIG_REJECTED).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConfigRecord {
     Put { pipeline_id: String, config: Value },
     Delete { pipeline_id: String },
+    Unreadable { pipeline_id: String, reason: String },
+}
+
+impl ConfigRecord {
+    pub fn pipeline_id(&self) -> &str {
+        match self {
+            ConfigRecord::Put { pipeline_id, .. }
+            | ConfigRecord::Delete { pipeline_id }
+            | ConfigRecord::Unreadable { pipeline_id, .. } => pipeline_id,
+        }
+    }
 }
 
 pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigRecord, InputError> {
@@ -263,7 +275,15 @@ pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigR
     match value {
         None => Ok(ConfigRecord::Delete { pipeline_id }),
         Some(bytes) => {
-            let config: Value = serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
+            let config: Value = match serde_json::from_slice(bytes) {
+                Ok(config) => config,
+                Err(e) => {
+                    return Ok(ConfigRecord::Unreadable {
+                        pipeline_id,
+                        reason: format!("not valid JSON: {e}"),
+                    })
+                }
+            };
             if config.is_null() {
                 return Ok(ConfigRecord::Delete { pipeline_id });
             }

@@ -456,14 +456,9 @@ fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str) -> (String, In
     let key = message.key();
     let value = message.payload();
     let decoded = match kind {
-        InputTopic::Config => records::decode_config(key, value).map(|r| {
-            let id = match &r {
-                records::ConfigRecord::Put { pipeline_id, .. } | records::ConfigRecord::Delete { pipeline_id } => {
-                    pipeline_id.clone()
-                }
-            };
-            (id, Input::ConfigPublished(r))
-        }),
+        InputTopic::Config => {
+            records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))
+        }
         InputTopic::Sensors => {
             records::decode_sensor(key, value).map(|r| (r.pipeline_id.clone(), Input::SensorReceived(r)))
         }

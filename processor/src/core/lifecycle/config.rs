@@ -13,6 +13,10 @@ impl Decider<'_> {
         match record {
             ConfigRecord::Delete { .. } => self.on_config_deleted(),
             ConfigRecord::Put { config, .. } => self.on_config_put(config),
+            ConfigRecord::Unreadable { reason, .. } => self.reject_config(vec![Problem {
+                path: String::new(),
+                reason: reason.clone(),
+            }]),
         }
     }
 
@@ -34,23 +38,7 @@ impl Decider<'_> {
             }
         }
         let Some(parsed) = parsed.filter(|_| problems.is_empty()) else {
-            let summary: Vec<String> = problems.iter().map(Problem::to_string).collect();
-            let kept = if self.state.config.is_some() {
-                "the previous config stays in force"
-            } else {
-                "the pipeline has no config in force"
-            };
-            let detail = detail([
-                ("problems", json!(problems)),
-                ("previousConfigKept", json!(self.state.config.is_some())),
-            ]);
-            self.emit(
-                EventType::CONFIG_REJECTED,
-                None,
-                format!("config rejected ({kept}): {}", summary.join("; ")),
-                detail,
-            );
-            self.dead_letter = Some(format!("invalid config: {}", summary.join("; ")));
+            self.reject_config(problems);
             return;
         };
         let first = self.state.config.is_none();
@@ -67,6 +55,28 @@ impl Decider<'_> {
             // Sensors that arrived before the pipeline was known start their executions now.
             self.start_from_stored_trigger();
         }
+    }
+
+    /// CONFIG_REJECTED with every problem; the record goes to the dead-letter topic and the
+    /// config in force (if any) stays.
+    fn reject_config(&mut self, problems: Vec<Problem>) {
+        let summary: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        let kept = if self.state.config.is_some() {
+            "the previous config stays in force"
+        } else {
+            "the pipeline has no config in force"
+        };
+        let detail = detail([
+            ("problems", json!(problems)),
+            ("previousConfigKept", json!(self.state.config.is_some())),
+        ]);
+        self.emit(
+            EventType::CONFIG_REJECTED,
+            None,
+            format!("config rejected ({kept}): {}", summary.join("; ")),
+            detail,
+        );
+        self.dead_letter = Some(format!("invalid config: {}", summary.join("; ")));
     }
 
     fn on_config_deleted(&mut self) {

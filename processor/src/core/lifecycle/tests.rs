@@ -478,3 +478,18 @@ fn deleting_a_config_drops_the_pipeline_and_its_timers() {
     assert!(sim.timers.is_empty());
     assert!(!sim.states.contains_key("gold"));
 }
+
+#[test]
+fn a_config_that_is_not_json_is_rejected_as_a_config() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let record = crate::core::records::decode_config(Some(b"gold"), Some(b"pipeline: yaml?")).unwrap();
+    let decision = sim.input("gold", Input::ConfigPublished(record));
+    assert!(decision
+        .dead_letter
+        .unwrap()
+        .starts_with("invalid config: not valid JSON"));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, CONFIG_REJECTED]);
+    assert_eq!(sim.events[1].detail["previousConfigKept"], json!(true));
+    assert!(sim.states["gold"].config.is_some());
+}
