@@ -221,6 +221,27 @@ fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
 }
 
 #[test]
+fn a_record_on_the_wrong_partition_is_rejected_not_split_off() {
+    let mut w = World::new("misrouted");
+    w.start_with(&pipeline("misrouted", command_job("true", 0)));
+    let owner = sluice::core::partitioning::partition_for(b"misrouted", 3);
+    let sensor = json!({"pipelineId": "misrouted", "key": "upstream", "data": {"status": "ready"}});
+    w.produce_to_partition(
+        "sensors",
+        (owner + 1) % 3,
+        "misrouted",
+        &serde_json::to_vec(&sensor).unwrap(),
+    );
+    let events = w.wait_for_sequence("misrouted", &[CONFIG_ACCEPTED, INPUT_REJECTED]);
+    let error = events[1].detail["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("its pipeline lives on partition {owner}")),
+        "{error}"
+    );
+    assert_eq!(w.dead_letters(1).len(), 1);
+}
+
+#[test]
 fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
     let mut w = World::new("badcfg");
     w.start_with(&pipeline("badcfg", command_job("true", 0)));

@@ -114,7 +114,9 @@ enum ConfigCommand {
 enum SensorCommand {
     /// Publish one reading: sluice sensor put PIPELINE KEY field=value...
     Put {
+        /// Pipeline id (also the record key).
         pipeline: String,
+        /// Sensor key, as named by the pipeline's rules.
         key: String,
         /// Data fields; values that parse as JSON (numbers, true, "quoted") keep their type.
         #[arg(value_name = "FIELD=VALUE", value_parser = parse_var)]
@@ -132,15 +134,20 @@ enum SensorCommand {
 enum JobCommand {
     /// Report a job run's status: sluice job put PIPELINE --run-id R --date D --status S
     Put {
+        /// Pipeline id (also the record key).
         pipeline: String,
+        /// The run id Sluice gave the attempt (`${RUN_ID}` in job config).
         #[arg(long)]
         run_id: String,
+        /// Execution date: YYYY-MM-DD, or YYYY-MM-DDTHH for hourly executions.
         #[arg(long)]
         date: String,
         #[arg(long, value_enum)]
         status: StatusArg,
+        /// Schedule id: stream (sensor-triggered) or cron.
         #[arg(long, default_value = "stream")]
         schedule: String,
+        /// Failure category, for failed runs: picks the retry budget.
         #[arg(long, value_enum)]
         category: Option<CategoryArg>,
         #[arg(long)]

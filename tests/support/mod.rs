@@ -76,6 +76,7 @@ impl World {
     pub fn with_topics(name: &str, prefix: String) -> Self {
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", brokers())
+            .set("partitioner", sluice::runtime::kafka::PARTITIONER)
             .create()
             .unwrap();
         let events: BaseConsumer = ClientConfig::new()
@@ -201,6 +202,14 @@ impl World {
         if let Some(v) = value {
             record = record.payload(v);
         }
+        self.producer.send(record).map_err(|(e, _)| e).unwrap();
+        self.producer.flush(Duration::from_secs(10)).unwrap();
+    }
+
+    /// Produces to an explicit partition, whatever the key hashes to.
+    pub fn produce_to_partition(&self, topic: &str, partition: i32, key: &str, value: &[u8]) {
+        let topic = self.topic(topic);
+        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic).partition(partition).key(key).payload(value);
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
         self.producer.flush(Duration::from_secs(10)).unwrap();
     }

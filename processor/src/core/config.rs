@@ -1004,7 +1004,14 @@ impl Reader {
                 Err(e) => self.problem(path, e.to_string()),
                 Ok(found) => {
                     for name in found {
-                        if template::is_builtin(&name) || variables == Variables::MayBeUnresolved {
+                        if template::is_builtin(&name) {
+                            continue;
+                        }
+                        if variables == Variables::MayBeUnresolved {
+                            self.warn(
+                                path,
+                                format!("${{{name}}} is a deployment variable: config apply needs --var {name}=VALUE"),
+                            );
                             continue;
                         }
                         self.problem(

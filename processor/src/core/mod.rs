@@ -8,6 +8,7 @@ pub mod config;
 pub mod duration;
 pub mod events;
 pub mod lifecycle;
+pub mod partitioning;
 pub mod records;
 pub mod rules;
 pub mod template;
@@ -21,16 +22,17 @@ mod purity {
 
     use std::path::Path;
 
-    const FORBIDDEN: [&str; 9] = [
-        "tokio",
-        "rdkafka",
-        "rocksdb",
-        "reqwest",
+    const FORBIDDEN: [&str; 10] = [
+        "tokio::",
+        "rdkafka::",
+        "rocksdb::",
+        "reqwest::",
         "std::fs",
         "std::net",
         "std::process",
         "SystemTime",
         "Utc::now",
+        "Local::now",
     ];
 
     fn check(dir: &Path, offences: &mut Vec<String>) {

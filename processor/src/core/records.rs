@@ -143,11 +143,13 @@ fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
         return Err(InputError::invalid("pipelineId", "must not be empty"));
     }
     match key {
+        // A keyless record lands on an arbitrary partition, away from its pipeline's state.
+        None => Err(InputError::invalid("key", "records must be keyed by their pipeline id")),
         Some(k) if k != pipeline_id.as_bytes() => Err(InputError::KeyMismatch {
             key: String::from_utf8_lossy(k).into_owned(),
             pipeline_id: pipeline_id.to_string(),
         }),
-        _ => Ok(()),
+        Some(_) => Ok(()),
     }
 }
 

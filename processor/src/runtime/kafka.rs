@@ -13,6 +13,8 @@ use tracing::info;
 
 use super::topics::{TopicDefinition, Topics};
 
+pub const PARTITIONER: &str = "murmur2_random";
+
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Settings shared by every client.
@@ -26,6 +28,9 @@ pub fn base_config(brokers: &str) -> ClientConfig {
 pub fn producer(brokers: &str) -> Result<FutureProducer> {
     base_config(brokers)
         .set("enable.idempotence", "true")
+        // The Java client's partitioner: records keyed by pipeline id land on the same
+        // partition whichever client produced them (librdkafka's default hashes differently).
+        .set("partitioner", PARTITIONER)
         .set("acks", "all")
         .set("linger.ms", "5")
         .set("message.timeout.ms", "30000")

@@ -26,9 +26,9 @@ use super::store::{PartitionStore, StoreBatch};
 use super::timers::TimerIndex;
 use super::topics::{InputTopic, Topics};
 use crate::core::lifecycle::{decide, Context, Decision, Effect, Input, StateChange};
-use crate::core::records;
 use crate::core::timers::TimerOp;
 use crate::core::PipelineState;
+use crate::core::{partitioning, records};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -119,6 +119,8 @@ pub struct Processor {
     executor: Executor,
     clock: Clock,
     last_commit: Option<TopicPartitionList>,
+    /// Partition count of every input topic (checked equal at start).
+    partitions: i32,
 }
 
 impl Processor {
@@ -165,6 +167,7 @@ impl Processor {
                 last: DateTime::<Utc>::MIN_UTC,
             },
             last_commit: None,
+            partitions: partitions as i32,
         })
     }
 
@@ -293,7 +296,7 @@ impl Processor {
                 continue;
             };
             let origin = format!("{topic}/{p}@{offset}");
-            let (pipeline, input) = decode(kind, message, &origin);
+            let (pipeline, input) = decode(kind, message, &origin, self.partitions);
             let state = self.state(&pending, p, &pipeline)?;
             let decision = decide(&state, &pipeline, &input, Context { now, origin: &origin });
             self.stage(&mut pending, p, &pipeline, decision, Some(message))?;
@@ -452,9 +455,26 @@ impl Processor {
 }
 
 /// Decodes an input record into the decider's input; a bad record becomes a rejection.
-fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str) -> (String, Input) {
+fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str, partitions: i32) -> (String, Input) {
     let key = message.key();
     let value = message.payload();
+    if let Some(k) = key {
+        let owner = partitioning::partition_for(k, partitions);
+        if owner != message.partition() {
+            let reason = format!(
+                "record keyed {:?} is on partition {} but its pipeline lives on partition {owner}: produce with the murmur2 partitioner (the Java client's default; librdkafka: partitioner=murmur2_random)",
+                String::from_utf8_lossy(k),
+                message.partition()
+            );
+            return (
+                String::from_utf8_lossy(k).into_owned(),
+                Input::Rejected {
+                    source: origin.to_string(),
+                    reason,
+                },
+            );
+        }
+    }
     let decoded = match kind {
         InputTopic::Config => {
             records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))
