@@ -28,6 +28,13 @@ fn command_job(command: &str, max_retries: u32) -> Value {
     json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": max_retries})
 }
 
+/// A pipeline whose job appends its run id to a file, so a test can count how often it ran.
+fn recording_pipeline(w: &World, id: &str) -> (Value, std::path::PathBuf) {
+    let runs = w.scratch.path().join("runs.txt");
+    let job = command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0);
+    (pipeline(id, job), runs)
+}
+
 fn run_id(pipeline: &str, attempt: u32) -> String {
     format!("{pipeline}.stream.2026-11-22.{attempt}")
 }
@@ -151,11 +158,8 @@ fn a_failed_job_is_retried_then_succeeds() {
 #[test]
 fn duplicate_sensor_delivery_triggers_once() {
     let mut w = World::new("dup");
-    let runs = w.scratch.path().join("runs.txt");
-    w.start_with(&pipeline(
-        "dup",
-        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
-    ));
+    let (config, runs) = recording_pipeline(&w, "dup");
+    w.start_with(&config);
     w.sensor("dup", "row-count", json!({"count": 5000}));
     for _ in 0..3 {
         w.sensor("dup", "upstream", json!({"status": "ready"}));
@@ -272,11 +276,8 @@ fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
 #[test]
 fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
     let mut w = World::new("restart");
-    let runs = w.scratch.path().join("runs.txt");
-    w.start_with(&pipeline(
-        "restart",
-        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
-    ));
+    let (config, runs) = recording_pipeline(&w, "restart");
+    w.start_with(&config);
     w.sensor("restart", "row-count", json!({"count": 1}));
     w.sensor("restart", "upstream", json!({"status": "ready"}));
     barrier(&mut w, "restart", 1);
@@ -314,11 +315,8 @@ fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
 #[test]
 fn records_at_or_below_the_applied_offset_are_never_applied_twice() {
     let mut w = World::new("watermark");
-    let runs = w.scratch.path().join("runs.txt");
-    w.start_with(&pipeline(
-        "watermark",
-        command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0),
-    ));
+    let (config, runs) = recording_pipeline(&w, "watermark");
+    w.start_with(&config);
     w.sensor("watermark", "row-count", json!({"count": 1000}));
     w.sensor("watermark", "upstream", json!({"status": "ready"}));
     let expected = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
