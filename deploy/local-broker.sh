@@ -45,7 +45,9 @@ start() {
     sqlite) engine="sqlite://tansu.db" ;;
     *) echo "SLUICE_BROKER_STORAGE must be memory or sqlite, not $storage" >&2; exit 2 ;;
   esac
-  (cd "$dir" && exec "$tansu" broker \
+  # In its own session: a Ctrl-C meant for the demo must not take the broker down before
+  # the processor has closed; `stop` ends it.
+  (cd "$dir" && exec setsid "$tansu" broker \
       --listener-url "tcp://127.0.0.1:$port" \
       --advertised-listener-url "tcp://127.0.0.1:$port" \
       --storage-engine "$engine" >>"$dir/tansu.log" 2>&1) &
