@@ -20,7 +20,7 @@ echo "==> building sluice (the first build compiles RocksDB and librdkafka: abou
 cargo build --locked --tests
 sluice="$CARGO_TARGET_DIR/debug/sluice"
 
-echo "==> starting the local broker (installs tansu from crates.io on first use: about 11 minutes)"
+echo "==> starting the local broker (installs tansu with cargo install on first use: about 11 minutes)"
 export SLUICE_BROKERS="$(deploy/local-broker.sh start)"
 pids=()
 cleanup() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the tansu broker (Kafka-compatible, from crates.io) when it is missing.
+# Installs the tansu broker (Kafka-compatible, with `cargo install`) when it is missing.
 # Prints the path of the tansu binary on stdout; progress goes to stderr.
 # The install lives outside the clone so every checkout on this machine reuses it.
 set -euo pipefail
