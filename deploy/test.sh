@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests and the integration tests, which drive the real `sluice`
-# binary against a real tansu broker started by deploy/local-broker.sh.
+# Runs every check: formatting, lints, unit tests and the integration tests, which drive
+# the real `sluice` binary against a real tansu broker started by deploy/local-broker.sh.
 # Works on a machine that has never built the project (installs what it needs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 deploy/install-deps.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"
