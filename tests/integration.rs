@@ -28,6 +28,12 @@ fn command_job(command: &str, max_retries: u32) -> Value {
     json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": max_retries})
 }
 
+/// Sends the row count, then the trigger sensor that starts the execution.
+fn row_count_then_trigger(w: &World, pipeline: &str, count: Value) {
+    w.sensor(pipeline, "row-count", json!({ "count": count }));
+    w.sensor(pipeline, "upstream", json!({"status": "ready"}));
+}
+
 /// A pipeline whose job appends its run id to a file, so a test can count how often it ran.
 fn recording_pipeline(w: &World, id: &str) -> (Value, std::path::PathBuf) {
     let runs = w.scratch.path().join("runs.txt");
@@ -58,8 +64,7 @@ fn happy_path_http_job_reported_by_its_runner() {
         "body": "{\"pipeline\": \"${PIPELINE}\", \"date\": \"${DATE}\", \"run\": \"${RUN_ID}\"}"
     }});
     w.start_with(&pipeline("happy", job));
-    w.sensor("happy", "row-count", json!({"count": 1500}));
-    w.sensor("happy", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "happy", json!(1500));
     let events = w.wait_for_sequence("happy", &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED]);
     let run = run_id("happy", 1);
     assert_eq!(events[2].run_id.as_deref(), Some(run.as_str()));
@@ -88,8 +93,7 @@ fn happy_path_http_job_reported_by_its_runner() {
 fn rules_fail_until_a_later_sensor_fixes_them() {
     let mut w = World::new("fix");
     w.start_with(&pipeline("fix", command_job("true", 0)));
-    w.sensor("fix", "row-count", json!({"count": "10"}));
-    w.sensor("fix", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "fix", json!("10"));
     barrier(&mut w, "fix", 1);
     w.sensor("fix", "row-count", json!({"count": "2500"}));
     let events = w.wait_for_sequence(
@@ -116,8 +120,7 @@ fn window_exhaustion_explains_why() {
     let mut config = pipeline("exhaust", command_job("true", 0));
     config["schedule"]["evaluation"] = json!({"window": "3s", "interval": "1s"});
     w.start_with(&config);
-    w.sensor("exhaust", "row-count", json!({"count": 3}));
-    w.sensor("exhaust", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "exhaust", json!(3));
     let events = w.wait_for_sequence("exhaust", &[CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
     assert!(
         events[1].message.contains("count is 3 but must be >= 1000"),
@@ -133,8 +136,7 @@ fn a_failed_job_is_retried_then_succeeds() {
         "retry",
         command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || { echo busy >&2; exit 3; }", 1),
     ));
-    w.sensor("retry", "row-count", json!({"count": 1000}));
-    w.sensor("retry", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "retry", json!(1000));
     let events = w.wait_for_sequence(
         "retry",
         &[
@@ -190,8 +192,7 @@ fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
     let mut w = World::new("dlq");
     w.start_with(&pipeline("dlq", command_job("true", 0)));
     w.produce("sensors", Some("dlq"), Some(b"{\"pipelineId\": \"dlq\", \"key\": 42}"));
-    w.sensor("dlq", "row-count", json!({"count": 5000}));
-    w.sensor("dlq", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "dlq", json!(5000));
     let events = w.wait_for_sequence(
         "dlq",
         &[
@@ -259,8 +260,7 @@ fn an_invalid_config_is_rejected_while_the_previous_one_keeps_working() {
     assert_eq!(paths, ["validation.rules[1].value", "job.maxRetries"]);
     let dead = w.dead_letters(1);
     assert_eq!(dead[0].0.as_deref(), Some(serde_json::to_vec(&bad).unwrap().as_slice()));
-    w.sensor("badcfg", "row-count", json!({"count": 1000}));
-    w.sensor("badcfg", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "badcfg", json!(1000));
     w.wait_for_sequence(
         "badcfg",
         &[
@@ -278,11 +278,17 @@ fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
     let mut w = World::new("restart");
     let (config, runs) = recording_pipeline(&w, "restart");
     w.start_with(&config);
-    w.sensor("restart", "row-count", json!({"count": 1}));
-    w.sensor("restart", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "restart", json!(1));
     barrier(&mut w, "restart", 1);
     assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly:\n{}", w.log_tail());
-    assert!(w.state.path().join("partition-0").exists() || std::fs::read_dir(w.state.path()).unwrap().count() > 0);
+    let stores = std::fs::read_dir(w.state.path()).unwrap().filter(|e| {
+        e.as_ref()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("partition-")
+    });
+    assert_eq!(stores.count(), 3, "one RocksDB per input partition");
 
     w.start();
     // The trigger sensor again (a re-delivery): the execution exists, nothing restarts.
@@ -317,8 +323,7 @@ fn records_at_or_below_the_applied_offset_are_never_applied_twice() {
     let mut w = World::new("watermark");
     let (config, runs) = recording_pipeline(&w, "watermark");
     w.start_with(&config);
-    w.sensor("watermark", "row-count", json!({"count": 1000}));
-    w.sensor("watermark", "upstream", json!({"status": "ready"}));
+    row_count_then_trigger(&w, "watermark", json!(1000));
     let expected = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
     w.wait_for_sequence("watermark", &expected);
     assert_eq!(w.stop().code(), Some(0));

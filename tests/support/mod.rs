@@ -39,6 +39,24 @@ pub fn sluice() -> Command {
     cmd
 }
 
+/// A consumer that never commits by itself.
+fn consumer(group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+/// Adds every partition of `topic`, at `offset`, to `list`.
+fn add_partitions(consumer: &BaseConsumer, list: &mut TopicPartitionList, topic: &str, offset: Offset) {
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    for p in md.topics()[0].partitions() {
+        list.add_partition_offset(topic, p.id(), offset).unwrap();
+    }
+}
+
 /// One test's world: its own topic prefix, consumer group and state directory.
 pub struct World {
     pub name: String,
@@ -79,12 +97,7 @@ impl World {
             .set("partitioner", sluice::runtime::kafka::PARTITIONER)
             .create()
             .unwrap();
-        let events: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", format!("{prefix}reader"))
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
+        let events = consumer(&format!("{prefix}reader"));
         let scratch = tempfile::tempdir().unwrap();
         let log = scratch.path().join("processor.log");
         World {
@@ -146,19 +159,10 @@ impl World {
     /// the commits had been lost in a crash. Only while the processor is stopped.
     pub fn rewind_committed_offsets(&self) {
         assert!(self.processor.is_none(), "stop the processor first");
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", format!("{}group", self.prefix))
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
+        let consumer = consumer(&format!("{}group", self.prefix));
         let mut list = TopicPartitionList::new();
         for topic in ["config", "sensors", "jobs", "commands"] {
-            let topic = self.topic(topic);
-            let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).unwrap();
-            for p in md.topics()[0].partitions() {
-                list.add_partition_offset(&topic, p.id(), Offset::Offset(0)).unwrap();
-            }
+            add_partitions(&consumer, &mut list, &self.topic(topic), Offset::Offset(0));
         }
         consumer.commit(&list, rdkafka::consumer::CommitMode::Sync).unwrap();
         let committed = consumer.committed(Duration::from_secs(10)).unwrap();
@@ -235,14 +239,8 @@ impl World {
             return;
         }
         let topic = self.topic("events");
-        let md = self
-            .events
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .unwrap();
         let mut list = TopicPartitionList::new();
-        for p in md.topics()[0].partitions() {
-            list.add_partition_offset(&topic, p.id(), Offset::Beginning).unwrap();
-        }
+        add_partitions(&self.events, &mut list, &topic, Offset::Beginning);
         self.events.assign(&list).unwrap();
     }
 
@@ -313,12 +311,7 @@ impl World {
 
     /// Reads the dead-letter topic until it holds `at_least` records.
     pub fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", format!("{}dlq-reader", self.prefix))
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
+        let consumer = consumer(&format!("{}dlq-reader", self.prefix));
         let topic = self.topic("dlq");
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Beginning).unwrap();

@@ -23,6 +23,22 @@ pub enum InputError {
     Invalid { field: &'static str, reason: String },
     #[error("record key {key:?} differs from pipelineId {pipeline_id:?}; keys must be the pipeline id so one task owns the pipeline")]
     KeyMismatch { key: String, pipeline_id: String },
+    #[error("record keyed {key:?} is on partition {partition} but its pipeline lives on partition {owner}: produce with the murmur2 partitioner (the Java client's default; librdkafka: partitioner=murmur2_random)")]
+    WrongPartition { key: String, partition: i32, owner: i32 },
+}
+
+/// A keyed record must sit on the partition its key hashes to, where its pipeline's state is.
+pub fn check_partition(key: Option<&[u8]>, partition: i32, partitions: i32) -> Result<(), InputError> {
+    let Some(key) = key else { return Ok(()) };
+    let owner = super::partitioning::partition_for(key, partitions);
+    if owner == partition {
+        return Ok(());
+    }
+    Err(InputError::WrongPartition {
+        key: String::from_utf8_lossy(key).into_owned(),
+        partition,
+        owner,
+    })
 }
 
 impl InputError {
@@ -346,6 +362,14 @@ mod tests {
             decode_job(Some(b"p1"), Some(bad.as_bytes())),
             Err(InputError::Schema(_))
         ));
+    }
+
+    #[test]
+    fn records_off_their_pipelines_partition_are_refused() {
+        let owner = crate::core::partitioning::partition_for(b"p1", 3);
+        assert_eq!(check_partition(Some(b"p1"), owner, 3), Ok(()));
+        let wrong = check_partition(Some(b"p1"), (owner + 1) % 3, 3);
+        assert!(matches!(wrong, Err(InputError::WrongPartition { owner: o, .. }) if o == owner));
     }
 
     #[test]

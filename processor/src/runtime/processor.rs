@@ -26,9 +26,9 @@ use super::store::{PartitionStore, StoreBatch};
 use super::timers::TimerIndex;
 use super::topics::{InputTopic, Topics};
 use crate::core::lifecycle::{decide, Context, Decision, Effect, Input, StateChange};
+use crate::core::records;
 use crate::core::timers::TimerOp;
 use crate::core::PipelineState;
-use crate::core::{partitioning, records};
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -285,7 +285,7 @@ impl Processor {
             self.open_partition(p)?;
             pending.commits.insert((topic.clone(), p), offset);
             if self.stores[&p]
-                .applied_offset(&topic)?
+                .applied_offset(&topic)
                 .is_some_and(|applied| offset <= applied)
             {
                 debug!(%topic, p, offset, "already applied: skipped");
@@ -402,7 +402,7 @@ impl Processor {
                 continue;
             }
             // The partition may have been revoked mid-batch; its new owner redoes the work.
-            match self.stores.get(&p) {
+            match self.stores.get_mut(&p) {
                 Some(store) => store.write(batch)?,
                 None => warn!(partition = p, "partition revoked before its batch was written"),
             }
@@ -458,24 +458,7 @@ impl Processor {
 fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str, partitions: i32) -> (String, Input) {
     let key = message.key();
     let value = message.payload();
-    if let Some(k) = key {
-        let owner = partitioning::partition_for(k, partitions);
-        if owner != message.partition() {
-            let reason = format!(
-                "record keyed {:?} is on partition {} but its pipeline lives on partition {owner}: produce with the murmur2 partitioner (the Java client's default; librdkafka: partitioner=murmur2_random)",
-                String::from_utf8_lossy(k),
-                message.partition()
-            );
-            return (
-                String::from_utf8_lossy(k).into_owned(),
-                Input::Rejected {
-                    source: origin.to_string(),
-                    reason,
-                },
-            );
-        }
-    }
-    let decoded = match kind {
+    let decoded = records::check_partition(key, message.partition(), partitions).and_then(|()| match kind {
         InputTopic::Config => {
             records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))
         }
@@ -486,7 +469,7 @@ fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str, partitions: i3
         InputTopic::Commands => {
             records::decode_command(key, value).map(|r| (r.pipeline_id.clone(), Input::CommandReceived(r)))
         }
-    };
+    });
     decoded.unwrap_or_else(|e| {
         let pipeline = key.map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
         (

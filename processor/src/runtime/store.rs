@@ -5,6 +5,7 @@
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
 //! `o/<topic>` → highest applied offset.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
@@ -17,6 +18,9 @@ use crate::core::PipelineState;
 pub struct PartitionStore {
     db: DB,
     path: PathBuf,
+    /// The applied-offset watermark per input topic, read once at open and kept in step with
+    /// every write: it is consulted for every record, so it must not cost a RocksDB read.
+    applied: HashMap<String, i64>,
 }
 
 /// A timer as stored: due time, pipeline, kind.
@@ -63,6 +67,7 @@ fn parse_timer_key(key: &[u8]) -> Option<StoredTimer> {
 #[derive(Default)]
 pub struct StoreBatch {
     batch: WriteBatch,
+    applied: Vec<(String, i64)>,
 }
 
 impl StoreBatch {
@@ -86,6 +91,7 @@ impl StoreBatch {
 
     pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
         self.batch.put(offset_key(topic), offset.to_be_bytes());
+        self.applied.push((topic.to_string(), offset));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -100,7 +106,17 @@ impl PartitionStore {
         let mut options = Options::default();
         options.create_if_missing(true);
         let db = DB::open(&options, &path).with_context(|| format!("opening RocksDB at {}", path.display()))?;
-        Ok(PartitionStore { db, path })
+        let mut applied = HashMap::new();
+        for item in db.iterator(IteratorMode::From(b"o/", Direction::Forward)) {
+            let (key, value) = item?;
+            let Some(topic) = key.strip_prefix(b"o/") else { break };
+            let raw: [u8; 8] = value
+                .as_ref()
+                .try_into()
+                .map_err(|_| anyhow!("corrupt applied offset in {}", path.display()))?;
+            applied.insert(String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw));
+        }
+        Ok(PartitionStore { db, path, applied })
     }
 
     pub fn path(&self) -> &Path {
@@ -119,17 +135,8 @@ impl PartitionStore {
         }
     }
 
-    pub fn applied_offset(&self, topic: &str) -> Result<Option<i64>> {
-        match self.db.get(offset_key(topic))? {
-            None => Ok(None),
-            Some(bytes) => {
-                let raw: [u8; 8] = bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| anyhow!("corrupt applied offset of {topic}"))?;
-                Ok(Some(i64::from_be_bytes(raw)))
-            }
-        }
+    pub fn applied_offset(&self, topic: &str) -> Option<i64> {
+        self.applied.get(topic).copied()
     }
 
     /// Every stored timer, earliest first.
@@ -159,12 +166,14 @@ impl PartitionStore {
 
     /// Applies a batch atomically. The WAL is not fsynced per batch: a process crash loses
     /// nothing, and machine loss is what the changelog is for.
-    pub fn write(&self, batch: StoreBatch) -> Result<()> {
+    pub fn write(&mut self, batch: StoreBatch) -> Result<()> {
         let mut options = WriteOptions::default();
         options.set_sync(false);
         self.db
             .write_opt(batch.batch, &options)
-            .context("writing state batch to RocksDB")
+            .context("writing state batch to RocksDB")?;
+        self.applied.extend(batch.applied);
+        Ok(())
     }
 }
 
@@ -182,7 +191,7 @@ mod tests {
         let t1 = DateTime::from_timestamp(2_000_000_000, 0).unwrap();
         let t0 = DateTime::from_timestamp(1_000_000_000, 0).unwrap();
         {
-            let store = PartitionStore::open(dir.path(), 2).unwrap();
+            let mut store = PartitionStore::open(dir.path(), 2).unwrap();
             let mut batch = StoreBatch::default();
             batch.put_pipeline("p1", &PipelineState::default()).unwrap();
             batch.put_timer(t1, "p1", &kind("2026-01-02"));
@@ -190,6 +199,11 @@ mod tests {
             batch.put_timer(t0, "p3", &kind("2026-01-03"));
             batch.set_applied_offset("sluice.sensors", 41);
             store.write(batch).unwrap();
+            assert_eq!(
+                store.applied_offset("sluice.sensors"),
+                Some(41),
+                "known without reopening"
+            );
             let mut batch = StoreBatch::default();
             batch.delete_timer(t0, "p3", &kind("2026-01-03"));
             store.write(batch).unwrap();
@@ -197,8 +211,8 @@ mod tests {
         let store = PartitionStore::open(dir.path(), 2).unwrap();
         assert_eq!(store.pipeline("p1").unwrap(), Some(PipelineState::default()));
         assert_eq!(store.pipeline("nope").unwrap(), None);
-        assert_eq!(store.applied_offset("sluice.sensors").unwrap(), Some(41));
-        assert_eq!(store.applied_offset("sluice.jobs").unwrap(), None);
+        assert_eq!(store.applied_offset("sluice.sensors"), Some(41));
+        assert_eq!(store.applied_offset("sluice.jobs"), None);
         let timers = store.timers().unwrap();
         assert_eq!(timers.len(), 2);
         assert_eq!(

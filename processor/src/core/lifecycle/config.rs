@@ -80,12 +80,17 @@ impl Decider<'_> {
     }
 
     fn on_config_deleted(&mut self) {
-        for execution in self.state.executions.values() {
-            let kind = TimerKind::Evaluate {
-                schedule_id: execution.schedule_id.clone(),
-                date: execution.date.clone(),
-            };
-            self.timers.push(crate::core::timers::TimerOp::Cancel { kind });
+        let timers: Vec<TimerKind> = self
+            .state
+            .executions
+            .values()
+            .map(|e| TimerKind::Evaluate {
+                schedule_id: e.schedule_id.clone(),
+                date: e.date.clone(),
+            })
+            .collect();
+        for kind in timers {
+            self.cancel_timer(kind);
         }
         let had_config = self.state.config.is_some();
         let detail = detail([("deleted", json!(true)), ("hadConfig", json!(had_config))]);

@@ -28,10 +28,11 @@ impl Decider<'_> {
     /// timers: only then is the next evaluation scheduled (sensor-driven evaluations leave
     /// the interval alone) and can the window close.
     pub(super) fn evaluate(&mut self, key: &str, on_schedule: bool) {
-        let Some(config) = self.state.config.clone() else {
+        let Some(config) = self.state.config.as_ref() else {
             return;
         };
         let now = self.now();
+        let interval = config.schedule.evaluation.interval;
         let readings: BTreeMap<String, _> = self.state.sensors.iter().map(|(k, s)| (k.clone(), &s.data)).collect();
         let verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);
         let Some(execution) = self.state.executions.get_mut(key) else {
@@ -71,24 +72,22 @@ impl Decider<'_> {
             );
             return;
         }
-        let next = (now + config.schedule.evaluation.interval).min(execution.window_closes_at);
+        let next = (now + interval).min(execution.window_closes_at);
         execution.next_evaluation_at = Some(next);
         self.set_timer(timer, next);
     }
 
     /// Starts the next job attempt of an execution (or, in a dry run, reports it).
     pub(super) fn start_attempt(&mut self, key: &str) {
-        let Some(config) = self.state.config.clone() else {
-            return;
-        };
         let now = self.now();
-        let pipeline_id = self.pipeline_id.to_string();
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let pipeline_id = self.pipeline_id;
+        let (Some(config), Some(execution)) = (self.state.config.as_ref(), self.state.executions.get_mut(key)) else {
             return;
         };
+        let kind = config.job.kind;
         if config.dry_run {
             execution.phase = Phase::WouldHaveTriggered { at: now };
-            let detail = detail([("jobType", json!(config.job.kind.name()))]);
+            let detail = detail([("jobType", json!(kind.name()))]);
             self.emit(
                 EventType::DRY_RUN_WOULD_TRIGGER,
                 Some(key),
@@ -98,46 +97,46 @@ impl Decider<'_> {
             return;
         }
         execution.attempt += 1;
-        let attempt = execution.attempt;
-        let run_id = run_id(&pipeline_id, &execution.schedule_id, &execution.date, attempt);
+        let run_id = run_id(pipeline_id, &execution.schedule_id, &execution.date, execution.attempt);
         let vars = RunVariables {
-            pipeline: &pipeline_id,
+            pipeline: pipeline_id,
             schedule: &execution.schedule_id,
             date: &execution.date,
             run_id: &run_id,
         };
-        let rendered = render_run(&serde_json::Value::Object(config.job.config.clone()), &vars);
+        let rendered = render_run(&serde_json::Value::Object(config.job.config.clone()), &vars)
+            .map_err(|e| format!("job config does not render: {e}"))
+            .and_then(|rendered| match kind.can_trigger() {
+                true => Ok(rendered),
+                false => Err(format!("{} jobs cannot be triggered by this build", kind.name())),
+            });
         let request = TriggerRequest {
-            pipeline_id: pipeline_id.clone(),
+            pipeline_id: pipeline_id.to_string(),
             schedule_id: execution.schedule_id.clone(),
             date: execution.date.clone(),
             run_id: run_id.clone(),
-            attempt,
-            kind: config.job.kind,
-            config: rendered.clone().unwrap_or_default(),
+            attempt: execution.attempt,
+            kind,
+            config: serde_json::Value::Null,
         };
-        let refusal = match rendered {
-            Err(e) => Some(format!("job config does not render: {e}")),
-            Ok(_) if !config.job.kind.can_trigger() => Some(format!(
-                "{} jobs cannot be triggered by this build",
-                config.job.kind.name()
-            )),
-            Ok(_) => None,
-        };
+        // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.
         execution.phase = Phase::AwaitingTrigger { run_id };
-        if let Some(reason) = refusal {
-            let message = format!("job not triggered: {reason}");
-            self.emit(
-                EventType::INFRA_FAILURE,
-                Some(key),
-                message,
-                detail([("reason", json!(reason))]),
-            );
-            if let Some(execution) = self.state.executions.get_mut(key) {
-                execution.phase = super::Phase::Failed { at: now, reason };
+        match rendered {
+            Ok(config) => self
+                .effects
+                .push(Effect::TriggerJob(TriggerRequest { config, ..request })),
+            Err(reason) => {
+                let message = format!("job not triggered: {reason}");
+                self.emit(
+                    EventType::INFRA_FAILURE,
+                    Some(key),
+                    message,
+                    detail([("reason", json!(reason))]),
+                );
+                if let Some(execution) = self.state.executions.get_mut(key) {
+                    execution.phase = Phase::Failed { at: now, reason };
+                }
             }
-            return;
         }
-        self.effects.push(Effect::TriggerJob(request));
     }
 }

@@ -210,7 +210,7 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
         Input::JobReported(record) => d.on_job(record),
         Input::CommandReceived(record) => d.on_command(record),
         Input::TimerFired(kind) => d.on_timer(kind),
-        Input::Rejected { source, reason } => d.on_rejected(source, reason),
+        Input::Rejected { source, reason } => d.reject(source, reason),
     }
     d.finish()
 }
@@ -303,10 +303,6 @@ impl<'a> Decider<'a> {
             detail,
         );
         self.dead_letter = Some(reason.to_string());
-    }
-
-    fn on_rejected(&mut self, source: &str, reason: &str) {
-        self.reject(source, reason);
     }
 }
 

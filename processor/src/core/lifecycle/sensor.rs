@@ -41,11 +41,14 @@ impl Decider<'_> {
 
     /// On first config: the stored trigger sensor (if any) may start an execution.
     pub(super) fn start_from_stored_trigger(&mut self) {
-        let Some(trigger) = self.state.config.as_ref().and_then(|c| c.schedule.trigger.clone()) else {
-            return;
-        };
-        if self.state.sensors.contains_key(&trigger.key) {
-            self.start_if_triggered(&trigger.key);
+        if let Some(key) = self
+            .state
+            .config
+            .as_ref()
+            .and_then(|c| c.schedule.trigger.as_ref())
+            .map(|t| t.key.clone())
+        {
+            self.start_if_triggered(&key);
         }
     }
 
