@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use chrono::{NaiveDate, TimeDelta, Weekday};
+use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -237,11 +237,39 @@ pub struct PostRun {
     pub sensor_timeout: TimeDelta,
 }
 
+/// Days on which a pipeline is dormant.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Exclusions {
-    pub calendar: Option<String>,
+    pub calendar: Option<Calendar>,
     pub days: Vec<Weekday>,
     pub dates: Vec<NaiveDate>,
+}
+
+/// A named calendar. `config apply` replaces the name with the calendar's contents
+/// (`{name, days, dates}`), so the processor never reads files; an unresolved one has
+/// no days or dates and is only accepted by `config validate`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Calendar {
+    pub name: String,
+    pub resolved: bool,
+    pub days: Vec<Weekday>,
+    pub dates: Vec<NaiveDate>,
+}
+
+impl Exclusions {
+    /// Why `day` is excluded, or `None` when the pipeline runs that day.
+    pub fn excludes(&self, day: NaiveDate) -> Option<String> {
+        let weekday = day.weekday();
+        if self.days.contains(&weekday) {
+            return Some(format!("{weekday} is an excluded weekday"));
+        }
+        if self.dates.contains(&day) {
+            return Some(format!("{day} is an excluded date"));
+        }
+        let calendar = self.calendar.as_ref()?;
+        (calendar.days.contains(&weekday) || calendar.dates.contains(&day))
+            .then(|| format!("{day} is excluded by calendar {:?}", calendar.name))
+    }
 }
 
 /// A valid pipeline config. It keeps the JSON it was parsed from: that is what travels on
@@ -581,7 +609,7 @@ impl Reader {
         let validation = self.validation(root);
         let job = self.job(root, variables);
         let post_run = self.post_run(root);
-        let exclusions = self.exclusions(root);
+        let exclusions = self.exclusions(root, variables);
         let dry_run = self.boolean(root, "dryRun", "");
         if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
@@ -1075,18 +1103,18 @@ impl Reader {
 
     /// Top-level `exclusions` (this design) merged with `schedule.exclude`/`schedule.calendar`
     /// (the earlier one), so either form loads.
-    fn exclusions(&mut self, root: &Map<String, Value>) -> Exclusions {
+    fn exclusions(&mut self, root: &Map<String, Value>, variables: Variables) -> Exclusions {
         let mut out = Exclusions::default();
         if let Some(map) = self.section(root, "exclusions", "") {
             self.known_fields(map, "exclusions", &["calendar", "days", "dates"]);
-            out.calendar = self.string(map, "calendar", "exclusions");
+            out.calendar = self.calendar(map, "calendar", "exclusions", variables);
             out.days = self.weekdays(map, "exclusions");
             out.dates = self.dates(map, "dates", "exclusions");
         }
         let Some(schedule) = root.get("schedule").and_then(Value::as_object) else {
             return out;
         };
-        if let Some(calendar) = self.string(schedule, "calendar", "schedule") {
+        if let Some(calendar) = self.calendar(schedule, "calendar", "schedule", variables) {
             out.calendar.get_or_insert(calendar);
         }
         if let Some(map) = self.section(schedule, "exclude", "schedule") {
@@ -1094,7 +1122,7 @@ impl Reader {
             if self.boolean(map, "weekends", "schedule.exclude") {
                 out.days.extend([Weekday::Sat, Weekday::Sun]);
             }
-            if let Some(calendar) = self.string(map, "holidays", "schedule.exclude") {
+            if let Some(calendar) = self.calendar(map, "holidays", "schedule.exclude", variables) {
                 out.calendar.get_or_insert(calendar);
             }
             out.dates.extend(self.dates(map, "dates", "schedule.exclude"));
@@ -1104,6 +1132,51 @@ impl Reader {
         out.dates.sort();
         out.dates.dedup();
         out
+    }
+
+    /// A calendar reference: a name as written, or `{name, days, dates}` once resolved.
+    fn calendar(
+        &mut self,
+        map: &Map<String, Value>,
+        key: &str,
+        path: &str,
+        variables: Variables,
+    ) -> Option<Calendar> {
+        let at = join(path, key);
+        match map.get(key)? {
+            Value::Null => None,
+            Value::String(name) => {
+                if variables == Variables::MustBeResolved {
+                    self.problem(
+                        &at,
+                        format!(
+                            "calendar {name:?} is not resolved: publish configs with `sluice config apply`, which reads calendars from --calendars DIR"
+                        ),
+                    );
+                }
+                Some(Calendar {
+                    name: name.clone(),
+                    ..Calendar::default()
+                })
+            }
+            Value::Object(calendar) => {
+                self.known_fields(calendar, &at, &["name", "days", "dates"]);
+                let name = self.required_string(calendar, "name", &at)?;
+                Some(Calendar {
+                    name,
+                    resolved: true,
+                    days: self.weekdays(calendar, &at),
+                    dates: self.dates(calendar, "dates", &at),
+                })
+            }
+            other => {
+                self.problem(
+                    &at,
+                    format!("must be a calendar name or a resolved calendar, found {}", describe(other)),
+                );
+                None
+            }
+        }
     }
 
     fn weekdays(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Weekday> {

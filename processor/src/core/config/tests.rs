@@ -82,7 +82,7 @@ fn a_legacy_config_keeps_every_field() {
     );
     assert_eq!(config.job.poll_window, TimeDelta::hours(1));
     assert_eq!(config.exclusions.days, [Weekday::Sat, Weekday::Sun]);
-    assert_eq!(config.exclusions.calendar.as_deref(), Some("us-holidays"));
+    assert_eq!(config.exclusions.calendar.as_ref().map(|c| c.name.as_str()), Some("us-holidays"));
     assert_eq!(config.post_run.as_ref().unwrap().sensor_timeout, TimeDelta::hours(2));
 }
 
