@@ -9,8 +9,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
+use crate::calendars::{self, Calendars, ResolveError};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::duration::parse_duration;
+use crate::core::lifecycle::Settings as DeciderSettings;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord};
 use crate::core::template;
 use crate::runtime::processor::{shutdown_signal, Processor, Settings};
@@ -86,6 +88,10 @@ struct RunArgs {
     /// How long shutdown waits for in-flight triggers (e.g. 30s).
     #[arg(long, default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
+    /// How far a sensor's timestamp may run ahead of this processor's clock before the
+    /// record is rejected (a clock in the future would make stale data look fresh).
+    #[arg(long, default_value = "5m", value_parser = parse_std_duration)]
+    max_clock_skew: Duration,
 }
 
 #[derive(Subcommand)]
@@ -100,13 +106,23 @@ enum TopicsCommand {
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Report every problem in the pipeline YAML files of DIR; exits 1 if any.
-    Validate { dir: PathBuf },
-    /// Validate, then publish every config in DIR to the config topic.
+    Validate {
+        dir: PathBuf,
+        /// Folder of calendar files (name, days, dates) that pipelines name; default:
+        /// calendars/ beside the pipelines folder (DIR/../calendars).
+        #[arg(long, value_name = "DIR")]
+        calendars: Option<PathBuf>,
+    },
+    /// Validate, then publish every config in DIR to the config topic, calendars resolved.
     Apply {
         dir: PathBuf,
         /// Deployment variable for ${name} placeholders (repeatable).
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
         vars: Vec<(String, String)>,
+        /// Folder of calendar files (name, days, dates) that pipelines name; default:
+        /// calendars/ beside the pipelines folder (DIR/../calendars).
+        #[arg(long, value_name = "DIR")]
+        calendars: Option<PathBuf>,
     },
 }
 
@@ -223,6 +239,10 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 batch_size: args.batch_size.max(1),
                 max_concurrent_triggers: args.max_concurrent_triggers.max(1),
                 shutdown_grace: args.shutdown_grace,
+                decider: DeciderSettings {
+                    max_clock_skew: chrono::TimeDelta::from_std(args.max_clock_skew)
+                        .context("--max-clock-skew is too large")?,
+                },
             };
             Processor::start(settings)?.run(shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
@@ -236,11 +256,20 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Config {
-            command: ConfigCommand::Validate { dir },
-        } => Ok(validate(&dir)),
+            command: ConfigCommand::Validate { dir, calendars },
+        } => Ok(validate(&dir, calendars.as_deref())),
         Command::Config {
-            command: ConfigCommand::Apply { dir, vars },
-        } => apply(&dir, &vars.into_iter().collect(), &cli.brokers, &topics).await,
+            command: ConfigCommand::Apply { dir, vars, calendars },
+        } => {
+            apply(
+                &dir,
+                calendars.as_deref(),
+                &vars.into_iter().collect(),
+                &cli.brokers,
+                &topics,
+            )
+            .await
+        }
         Command::Sensor {
             command:
                 SensorCommand::Put {
@@ -337,9 +366,127 @@ fn pipeline_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// Where the calendars pipelines name come from, for one `config validate` or `apply`.
+enum CalendarSource {
+    Loaded(Calendars),
+    /// The default folder does not exist: fine until a pipeline names a calendar.
+    Missing(PathBuf),
+    /// The folder has errors (already reported).
+    Broken(PathBuf),
+}
+
+/// `calendars/` beside the pipelines folder: `DIR/../calendars`, written without the `..`
+/// when DIR ends in a folder name (`examples/pipelines` -> `examples/calendars`).
+fn default_calendars_dir(pipelines: &Path) -> PathBuf {
+    match pipelines.components().next_back() {
+        Some(std::path::Component::Normal(_)) => pipelines
+            .parent()
+            .map(|p| p.join("calendars"))
+            .unwrap_or_else(|| PathBuf::from("calendars")),
+        _ => pipelines.join("..").join("calendars"),
+    }
+}
+
+/// How many calendar problems [`load_calendars`] printed, and in how many files.
+#[derive(Default)]
+struct CalendarErrors {
+    problems: usize,
+    files: usize,
+}
+
+/// Loads the calendars for `pipelines`; an explicit `--calendars` folder must exist. Calendar
+/// errors and warnings are printed here.
+fn load_calendars(pipelines: &Path, flag: Option<&Path>) -> Result<(CalendarSource, CalendarErrors)> {
+    let dir = match flag {
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!("--calendars {}: no such folder", dir.display());
+            }
+            dir.to_path_buf()
+        }
+        None => {
+            let dir = default_calendars_dir(pipelines);
+            if !dir.exists() {
+                return Ok((CalendarSource::Missing(dir), CalendarErrors::default()));
+            }
+            dir
+        }
+    };
+    match Calendars::load_dir(&dir) {
+        Ok(calendars) => {
+            for w in &calendars.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "calendars from {}: {}",
+                dir.display(),
+                if calendars.is_empty() {
+                    "none".to_string()
+                } else {
+                    calendars.names().join(", ")
+                }
+            );
+            Ok((CalendarSource::Loaded(calendars), CalendarErrors::default()))
+        }
+        Err(e) => {
+            for w in &e.warnings {
+                eprintln!("warning: {w}");
+            }
+            let mut files: Vec<&Path> = Vec::new();
+            for error in &e.errors {
+                eprintln!("error: {error}");
+                if !files.contains(&error.file()) {
+                    files.push(error.file());
+                }
+            }
+            let errors = CalendarErrors {
+                problems: e.errors.len(),
+                files: files.len(),
+            };
+            Ok((CalendarSource::Broken(dir), errors))
+        }
+    }
+}
+
+/// Replaces the calendar names in `json` by the calendars (see [`Calendars::resolve`]).
+/// Problems go to `file`; returns the field paths they are about, so the parser's own
+/// complaint about an unresolved name there is not reported twice.
+fn resolve_calendars(json: &mut Value, source: &CalendarSource, mode: Variables, file: &mut LoadedFile) -> Vec<String> {
+    match source {
+        CalendarSource::Loaded(calendars) => {
+            let resolution = calendars.resolve(json, mode);
+            file.warnings.extend(resolution.warnings);
+            let fields = resolution.errors.iter().map(|e| e.field().to_string()).collect();
+            file.problems
+                .extend(resolution.errors.iter().map(ResolveError::to_problem));
+            fields
+        }
+        CalendarSource::Missing(dir) | CalendarSource::Broken(dir) => {
+            let why = match source {
+                CalendarSource::Missing(_) => format!(
+                    "there is no calendars folder at {} (the default, beside the pipelines folder): pass --calendars DIR",
+                    dir.display()
+                ),
+                _ => format!("the calendars in {} have errors (above)", dir.display()),
+            };
+            calendars::references(json)
+                .into_iter()
+                .map(|r| {
+                    file.problems.push(Problem {
+                        path: r.field.to_string(),
+                        reason: format!("calendar {:?} cannot be resolved: {why}", r.name),
+                    });
+                    r.field.to_string()
+                })
+                .collect()
+        }
+    }
+}
+
 /// Reads and checks every pipeline file; with `vars`, deployment variables are substituted
-/// and must all resolve.
-fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>) -> Result<Vec<LoadedFile>> {
+/// and must all resolve. Calendar names are resolved from `calendars`, and a name that
+/// cannot be is a problem.
+fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &CalendarSource) -> Result<Vec<LoadedFile>> {
     let mut loaded = Vec::new();
     for path in pipeline_files(dir)? {
         let mut file = LoadedFile {
@@ -357,7 +504,7 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>) -> Result<Vec<Loade
                 continue;
             }
         };
-        let (json, mode) = match vars {
+        let (mut json, mode) = match vars {
             None => (json, Variables::MayBeUnresolved),
             Some(vars) => match template::substitute_deployment(&json, vars) {
                 Ok((substituted, _)) => (substituted, Variables::MustBeResolved),
@@ -371,12 +518,15 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>) -> Result<Vec<Loade
                 }
             },
         };
+        let calendar_fields = resolve_calendars(&mut json, calendars, mode, &mut file);
         match config::parse(&json, mode) {
             Ok(Parsed { warnings, .. }) => {
-                file.warnings = warnings;
+                file.warnings.extend(warnings);
                 file.json = Some(json);
             }
-            Err(e) => file.problems = e.problems,
+            Err(e) => file
+                .problems
+                .extend(e.problems.into_iter().filter(|p| !calendar_fields.contains(&p.path))),
         }
         loaded.push(file);
     }
@@ -420,18 +570,20 @@ fn report(loaded: &[LoadedFile]) -> usize {
     errors
 }
 
-fn validate(dir: &Path) -> ExitCode {
-    match load(dir, None) {
+fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
+    let loaded = load_calendars(dir, calendars)
+        .and_then(|(source, calendar_errors)| Ok((load(dir, None, &source)?, calendar_errors)));
+    match loaded {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-        Ok(loaded) => {
-            let errors = report(&loaded);
+        Ok((loaded, calendar_errors)) => {
+            let errors = report(&loaded) + calendar_errors.problems;
             if errors > 0 {
                 eprintln!(
                     "{errors} problem(s) in {} file(s)",
-                    loaded.iter().filter(|f| !f.problems.is_empty()).count()
+                    loaded.iter().filter(|f| !f.problems.is_empty()).count() + calendar_errors.files
                 );
                 ExitCode::FAILURE
             } else {
@@ -442,9 +594,16 @@ fn validate(dir: &Path) -> ExitCode {
     }
 }
 
-async fn apply(dir: &Path, vars: &BTreeMap<String, String>, brokers: &str, topics: &Topics) -> Result<ExitCode> {
-    let loaded = load(dir, Some(vars))?;
-    let errors = report(&loaded);
+async fn apply(
+    dir: &Path,
+    calendars: Option<&Path>,
+    vars: &BTreeMap<String, String>,
+    brokers: &str,
+    topics: &Topics,
+) -> Result<ExitCode> {
+    let (source, calendar_errors) = load_calendars(dir, calendars)?;
+    let loaded = load(dir, Some(vars), &source)?;
+    let errors = report(&loaded) + calendar_errors.problems;
     if errors > 0 {
         eprintln!("{errors} problem(s): nothing was published");
         return Ok(ExitCode::FAILURE);
@@ -461,4 +620,44 @@ async fn apply(dir: &Path, vars: &BTreeMap<String, String>, brokers: &str, topic
         println!("applied {id} from {} to {}", file.path.display(), topics.config);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["sluice", "config", "apply", "p", "--calendars", "c", "--var", "a=b"]).unwrap();
+        let Command::Config {
+            command: ConfigCommand::Apply { calendars, vars, .. },
+        } = cli.command
+        else {
+            panic!("not config apply");
+        };
+        assert_eq!(calendars, Some(PathBuf::from("c")));
+        assert_eq!(vars, [("a".to_string(), "b".to_string())]);
+    }
+
+    #[test]
+    fn calendars_default_to_the_folder_beside_the_pipelines() {
+        let cases = [
+            ("examples/pipelines", "examples/calendars"),
+            ("examples/pipelines/", "examples/calendars"),
+            ("pipelines", "calendars"),
+            ("/srv/sluice/pipelines", "/srv/sluice/calendars"),
+            (".", "./../calendars"),
+            ("examples/..", "examples/../../calendars"),
+        ];
+        for (pipelines, calendars) in cases {
+            assert_eq!(
+                default_calendars_dir(Path::new(pipelines)),
+                PathBuf::from(calendars),
+                "{pipelines}"
+            );
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! [`core`] is the pure lifecycle (no Kafka, RocksDB, HTTP or wall clock); [`runtime`] is the
 //! thin plumbing that feeds it records and timers and carries out what it decides.
 
+pub mod calendars;
 pub mod cli;
 pub mod core;
 pub mod runtime;

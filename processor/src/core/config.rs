@@ -287,7 +287,24 @@ pub struct PipelineConfig {
     pub post_run: Option<PostRun>,
     pub exclusions: Exclusions,
     pub dry_run: bool,
+    /// Upstream pipelines whose completion for a date is this pipeline's input for that date.
+    pub depends_on: Vec<Dependency>,
     raw: Value,
+}
+
+/// `dependsOn` entry: when `pipeline` completes an execution, Sluice publishes a sensor
+/// `key` (`{status: succeeded, ...}`) to this pipeline for the same date and hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    pub pipeline: String,
+    pub key: String,
+}
+
+impl Dependency {
+    /// The sensor key an upstream's completion arrives under unless one is named.
+    pub fn default_key(upstream: &str) -> String {
+        format!("upstream:{upstream}")
+    }
 }
 
 impl PipelineConfig {
@@ -308,6 +325,21 @@ impl PipelineConfig {
         } else {
             "stream"
         }
+    }
+
+    /// The sensor keys a run reads before it starts: trigger, rules and dependencies.
+    pub fn input_keys(&self) -> impl Iterator<Item = &str> {
+        let trigger = self.schedule.trigger.iter().map(|t| t.key.as_str());
+        let rules = self.validation.rules.iter().map(|r| r.key.as_str());
+        let deps = self.depends_on.iter().map(|d| d.key.as_str());
+        trigger.chain(rules).chain(deps)
+    }
+
+    /// The sensor keys read after a run succeeded (`postRun.rules`).
+    pub fn post_run_keys(&self) -> impl Iterator<Item = &str> {
+        self.post_run
+            .iter()
+            .flat_map(|p| p.rules.iter().map(|r| r.key.as_str()))
     }
 }
 
@@ -575,6 +607,7 @@ impl Reader {
                 "postRun",
                 "exclusions",
                 "dryRun",
+                "dependsOn",
             ],
         );
 
@@ -611,6 +644,7 @@ impl Reader {
         let post_run = self.post_run(root);
         let exclusions = self.exclusions(root, variables);
         let dry_run = self.boolean(root, "dryRun", "");
+        let depends_on = self.depends_on(root, id.as_deref());
         if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
         }
@@ -626,6 +660,7 @@ impl Reader {
             post_run,
             exclusions,
             dry_run,
+            depends_on,
             raw: Value::Null,
         })
     }
@@ -652,14 +687,8 @@ impl Reader {
             ],
         );
         let cron = self.string(map, "cron", path);
-        if let Some(cron) = &cron {
-            let fields = cron.split_whitespace().count();
-            if fields != 5 {
-                self.problem(
-                    "schedule.cron",
-                    format!("{cron:?} has {fields} fields; a cron expression has 5 (minute hour day month weekday)"),
-                );
-            }
+        if let Some(Err(e)) = cron.as_deref().map(super::schedule::Cron::parse) {
+            self.problem("schedule.cron", e);
         }
         let timezone = self.timezone(map, "timezone", path).unwrap_or(Tz::UTC);
 
@@ -708,7 +737,13 @@ impl Reader {
             }
         });
 
-        if trigger.is_none() && cron.is_none() && include_dates.is_empty() && !map.contains_key("trigger") {
+        let has_dependencies = root.get("dependsOn").is_some_and(|d| !d.is_null());
+        if trigger.is_none()
+            && cron.is_none()
+            && include_dates.is_empty()
+            && !map.contains_key("trigger")
+            && !has_dependencies
+        {
             self.problem(
                 "schedule",
                 "nothing starts this pipeline: give schedule.trigger (a sensor condition), schedule.cron or schedule.include.dates",
@@ -1135,13 +1170,7 @@ impl Reader {
     }
 
     /// A calendar reference: a name as written, or `{name, days, dates}` once resolved.
-    fn calendar(
-        &mut self,
-        map: &Map<String, Value>,
-        key: &str,
-        path: &str,
-        variables: Variables,
-    ) -> Option<Calendar> {
+    fn calendar(&mut self, map: &Map<String, Value>, key: &str, path: &str, variables: Variables) -> Option<Calendar> {
         let at = join(path, key);
         match map.get(key)? {
             Value::Null => None,
@@ -1172,11 +1201,51 @@ impl Reader {
             other => {
                 self.problem(
                     &at,
-                    format!("must be a calendar name or a resolved calendar, found {}", describe(other)),
+                    format!(
+                        "must be a calendar name or a resolved calendar, found {}",
+                        describe(other)
+                    ),
                 );
                 None
             }
         }
+    }
+
+    /// `dependsOn: [upstream-id, {pipeline: upstream-id, key: sensor-key}]`.
+    fn depends_on(&mut self, root: &Map<String, Value>, own_id: Option<&str>) -> Vec<Dependency> {
+        let deps = self.each(root, "dependsOn", "", |r, item, at| match item {
+            Value::String(id) => Some(Dependency {
+                pipeline: id.clone(),
+                key: Dependency::default_key(id),
+            }),
+            Value::Object(map) => {
+                r.known_fields(map, at, &["pipeline", "key"]);
+                let pipeline = r.required_string(map, "pipeline", at)?;
+                let key = r
+                    .string(map, "key", at)
+                    .unwrap_or_else(|| Dependency::default_key(&pipeline));
+                Some(Dependency { pipeline, key })
+            }
+            other => {
+                r.problem(
+                    at,
+                    format!("must be a pipeline id or {{pipeline, key}}, found {}", describe(other)),
+                );
+                None
+            }
+        });
+        for (i, dep) in deps.iter().enumerate() {
+            if Some(dep.pipeline.as_str()) == own_id {
+                self.problem(&format!("dependsOn[{i}]"), "a pipeline cannot depend on itself");
+            }
+            if deps[..i].iter().any(|d| d.pipeline == dep.pipeline) {
+                self.problem(
+                    &format!("dependsOn[{i}]"),
+                    format!("{:?} is listed twice", dep.pipeline),
+                );
+            }
+        }
+        deps
     }
 
     fn weekdays(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Weekday> {

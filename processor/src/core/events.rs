@@ -69,6 +69,7 @@ event_types! {
     CONFIG_REJECTED => Config,
     INPUT_REJECTED => Input,
     STALE_RUN => Job,
+    RUN_CANCELLED => Job,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -131,7 +132,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 42);
+        assert_eq!(EventType::ALL.len(), 43);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod lifecycle;
 pub mod partitioning;
 pub mod records;
 pub mod rules;
+pub mod schedule;
 pub mod template;
 pub mod timers;
 

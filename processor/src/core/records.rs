@@ -130,6 +130,21 @@ pub struct JobRecord {
 pub enum CommandKind {
     Rerun,
     Cancel,
+    /// Sent by Sluice itself: `subscriber` declared `dependsOn` this pipeline.
+    Subscribe,
+    /// Sent by Sluice itself: `subscriber` no longer depends on this pipeline.
+    Unsubscribe,
+}
+
+impl CommandKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CommandKind::Rerun => "rerun",
+            CommandKind::Cancel => "cancel",
+            CommandKind::Subscribe => "subscribe",
+            CommandKind::Unsubscribe => "unsubscribe",
+        }
+    }
 }
 
 /// An operator's request about one execution.
@@ -140,11 +155,19 @@ pub struct CommandRecord {
     pub command: CommandKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<String>,
+    /// The execution date (`rerun`, `cancel`); empty for subscriptions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub date: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// `subscribe`/`unsubscribe`: the downstream pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscriber: Option<String>,
+    /// `subscribe`: the sensor key the downstream expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {
@@ -260,8 +283,21 @@ pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord,
 pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<CommandRecord, InputError> {
     let mut record: CommandRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
-    record.date = parse_execution_date(&record.date)
-        .ok_or_else(|| InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date)))?;
+    match record.command {
+        CommandKind::Rerun | CommandKind::Cancel => {
+            record.date = parse_execution_date(&record.date).ok_or_else(|| {
+                InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date))
+            })?;
+        }
+        CommandKind::Subscribe | CommandKind::Unsubscribe => {
+            if record.subscriber.as_deref().is_none_or(str::is_empty) {
+                return Err(InputError::invalid("subscriber", "is required for subscriptions"));
+            }
+            if record.command == CommandKind::Subscribe && record.key.as_deref().is_none_or(str::is_empty) {
+                return Err(InputError::invalid("key", "is required for subscribe"));
+            }
+        }
+    }
     Ok(record)
 }
 

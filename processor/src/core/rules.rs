@@ -92,8 +92,26 @@ fn render(v: &Value) -> String {
     }
 }
 
+/// The time rules are evaluated at, and how far ahead of it a timestamp may be before it is
+/// treated as a clock error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    pub now: DateTime<Utc>,
+    pub max_skew: TimeDelta,
+}
+
+impl From<DateTime<Utc>> for Moment {
+    fn from(now: DateTime<Utc>) -> Self {
+        Moment {
+            now,
+            max_skew: TimeDelta::minutes(5),
+        }
+    }
+}
+
 /// Evaluates one rule against the latest sensor readings.
-pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, now: DateTime<Utc>) -> RuleResult {
+pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, at: impl Into<Moment>) -> RuleResult {
+    let at = at.into();
     let mut result = RuleResult {
         key: rule.key.clone(),
         check: rule.check_name.to_string(),
@@ -113,7 +131,7 @@ pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, no
             None | Some(Value::Null) => Some(format!("field {name:?} is missing from sensor {:?}", rule.key)),
             Some(seen) => {
                 result.seen = Some(seen.clone());
-                check_value(check, name, seen, now)
+                check_value(check, name, seen, at)
             }
         },
     };
@@ -123,7 +141,8 @@ pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, no
 }
 
 /// `None` when the value satisfies the check, else why not.
-fn check_value(check: &Check, name: &str, seen: &Value, now: DateTime<Utc>) -> Option<String> {
+fn check_value(check: &Check, name: &str, seen: &Value, moment: Moment) -> Option<String> {
+    let now = moment.now;
     match check {
         Check::Exists => None,
         Check::Equals(expected) => {
@@ -143,8 +162,14 @@ fn check_value(check: &Check, name: &str, seen: &Value, now: DateTime<Utc>) -> O
                 "{name} is {} which is not a timestamp (RFC 3339 or epoch seconds/millis)",
                 render(seen)
             )),
+            // A timestamp from the future is a clock error, never proof of freshness.
+            Some(at) if at > now + moment.max_skew => Some(format!(
+                "{name} is {} in the future (beyond the allowed clock skew of {}): not trusted",
+                format_duration(at - now),
+                format_duration(moment.max_skew)
+            )),
             Some(at) => {
-                let age = now - at;
+                let age = (now - at).max(TimeDelta::zero());
                 let ok = match bound {
                     AgeBound::YoungerThan => age < *limit,
                     AgeBound::OlderThan => age > *limit,
@@ -157,20 +182,12 @@ fn check_value(check: &Check, name: &str, seen: &Value, now: DateTime<Utc>) -> O
                 (!ok).then(|| {
                     format!(
                         "{name} is {} old but must be {relation} than {}",
-                        describe_age(age),
+                        format_duration(age),
                         format_duration(*limit)
                     )
                 })
             }
         },
-    }
-}
-
-fn describe_age(age: TimeDelta) -> String {
-    if age < TimeDelta::zero() {
-        format!("{} in the future, so not", format_duration(-age))
-    } else {
-        format_duration(age)
     }
 }
 
@@ -180,9 +197,10 @@ pub fn evaluate_all(
     mode: Mode,
     rules: &[Rule],
     sensors: &BTreeMap<String, &Map<String, Value>>,
-    now: DateTime<Utc>,
+    at: impl Into<Moment>,
 ) -> Verdict {
-    let results: Vec<RuleResult> = rules.iter().map(|r| evaluate(r, sensors, now)).collect();
+    let at = at.into();
+    let results: Vec<RuleResult> = rules.iter().map(|r| evaluate(r, sensors, at)).collect();
     let passed = match mode {
         Mode::All => results.iter().all(|r| r.passed),
         Mode::Any => results.iter().any(|r| r.passed),

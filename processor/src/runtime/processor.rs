@@ -25,7 +25,9 @@ use super::kafka;
 use super::store::{PartitionStore, StoreBatch};
 use super::timers::TimerIndex;
 use super::topics::{InputTopic, Topics};
-use crate::core::lifecycle::{decide, Context, Decision, Effect, Input, StateChange};
+use crate::core::lifecycle::{
+    decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
+};
 use crate::core::records;
 use crate::core::timers::TimerOp;
 use crate::core::PipelineState;
@@ -39,6 +41,7 @@ pub struct Settings {
     pub batch_size: usize,
     pub max_concurrent_triggers: usize,
     pub shutdown_grace: Duration,
+    pub decider: DeciderSettings,
 }
 
 /// Partition ownership changes, reported by librdkafka during polls.
@@ -298,7 +301,16 @@ impl Processor {
             let origin = format!("{topic}/{p}@{offset}");
             let (pipeline, input) = decode(kind, message, &origin, self.partitions);
             let state = self.state(&pending, p, &pipeline)?;
-            let decision = decide(&state, &pipeline, &input, Context { now, origin: &origin });
+            let decision = decide(
+                &state,
+                &pipeline,
+                &input,
+                Context {
+                    now,
+                    origin: &origin,
+                    settings: self.settings.decider,
+                },
+            );
             self.stage(&mut pending, p, &pipeline, decision, Some(message))?;
         }
         self.flush(pending).await
@@ -324,7 +336,11 @@ impl Processor {
                 &state,
                 &pipeline,
                 &Input::TimerFired(timer.kind),
-                Context { now, origin: &origin },
+                Context {
+                    now,
+                    origin: &origin,
+                    settings: self.settings.decider,
+                },
             );
             self.stage(&mut pending, p, &pipeline, decision, None)?;
         }
@@ -389,6 +405,18 @@ impl Processor {
                     }
                 }
             }
+        }
+        for record in &decision.records {
+            let topic = match record.topic {
+                OutboundTopic::Sensors => &self.settings.topics.sensors,
+                OutboundTopic::Commands => &self.settings.topics.commands,
+            };
+            pending.outputs.push(Output {
+                topic: topic.clone(),
+                key: Some(record.key.as_bytes().to_vec()),
+                value: Some(serde_json::to_vec(&record.value)?),
+                headers: Vec::new(),
+            });
         }
         pending.effects.extend(decision.effects);
         Ok(())

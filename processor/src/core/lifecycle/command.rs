@@ -1,17 +1,146 @@
-//! Commands from `sluice.commands` (rerun, cancel).
+//! RERUN_ACCEPTED / RERUN_REJECTED (DRY_RUN_WOULD_RERUN / DRY_RUN_RERUN_REJECTED in a dry
+//! run) and RUN_CANCELLED: operators' commands from `sluice.commands`. Subscriptions between
+//! pipelines arrive there too (see [`dependencies`](super::dependencies)).
 
-use super::Decider;
+use serde_json::json;
+
+use super::{detail, execution_key, Decider, Phase};
+use crate::core::events::EventType;
 use crate::core::records::{CommandKind, CommandRecord};
 
 impl Decider<'_> {
     pub(super) fn on_command(&mut self, record: &CommandRecord) {
-        // Reruns and cancellation belong to the full lifecycle; until then a command is
-        // refused loudly rather than ignored.
-        let name = match record.command {
-            CommandKind::Rerun => "rerun",
-            CommandKind::Cancel => "cancel",
+        match record.command {
+            CommandKind::Rerun => self.on_rerun(record),
+            CommandKind::Cancel => self.on_cancel(record),
+            CommandKind::Subscribe | CommandKind::Unsubscribe => self.on_subscription(record),
+        }
+    }
+
+    fn command_key(&self, record: &CommandRecord) -> Option<String> {
+        let config = self.config()?;
+        let schedule_id = record.schedule_id.as_deref().unwrap_or(config.schedule_id());
+        Some(execution_key(schedule_id, &record.date))
+    }
+
+    fn on_rerun(&mut self, record: &CommandRecord) {
+        let Some(key) = self.command_key(record) else {
+            let reason = format!("pipeline {} has no config", self.pipeline_id);
+            self.reject(&format!("command rerun for {}", record.date), &reason);
+            return;
         };
-        let reason = format!("command {name:?} is not supported by this version of sluice");
-        self.reject(&format!("command {name} for {}", record.date), &reason);
+        let Some(config) = self.config() else { return };
+        let limit = config.job.max_manual_reruns;
+        let refusal = match self.state.executions.get(&key) {
+            None => Some(format!("no execution {key} to rerun")),
+            Some(e) if e.phase.is_open() => Some(format!("execution {key} is still in progress ({})", e.phase.name())),
+            Some(e) if matches!(e.phase, Phase::Skipped { .. }) => {
+                Some(format!("execution {key} did not run: {}", skipped_reason(&e.phase)))
+            }
+            Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {key}")),
+            // A completed run is rerun only when its inputs changed: the same data would give
+            // the same result.
+            Some(e)
+                if e.phase.is_completed() && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
+            {
+                Some(format!("no sensor data changed since {key} completed"))
+            }
+            Some(_) => None,
+        };
+        let mut info = detail([
+            ("requestedBy", json!(record.requested_by)),
+            ("reason", json!(record.reason)),
+        ]);
+        if let Some(refusal) = refusal {
+            info.insert("rejection".into(), json!(refusal));
+            let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
+            self.emit(kind, Some(&key), format!("rerun rejected: {refusal}"), info);
+            return;
+        }
+        let dry = self.config().is_some_and(|c| c.dry_run);
+        let used = self
+            .state
+            .executions
+            .get(&key)
+            .map(|e| e.manual_reruns_used + 1)
+            .unwrap_or(1);
+        info.insert("manualRerunsUsed".into(), json!(used));
+        info.insert("maxManualReruns".into(), json!(limit));
+        let kind = self.dry_or(EventType::RERUN_ACCEPTED, EventType::DRY_RUN_WOULD_RERUN);
+        let message = match dry {
+            true => format!("dry run: a rerun of {key} would start"),
+            false => format!("rerun of {key} accepted ({used} of {limit})"),
+        };
+        self.emit(kind, Some(&key), message, info);
+        if !dry {
+            if let Some(e) = self.state.executions.get_mut(&key) {
+                e.manual_reruns_used = used;
+            }
+            self.restart(&key);
+        }
+    }
+
+    /// RUN_CANCELLED: evaluation or job watching stops for the execution; a job already
+    /// started is not stopped (Sluice cannot), and its later reports are ignored.
+    fn on_cancel(&mut self, record: &CommandRecord) {
+        let key = self.command_key(record);
+        let open = key
+            .as_ref()
+            .and_then(|k| self.state.executions.get(k))
+            .filter(|e| e.phase.is_open());
+        let Some(execution) = open else {
+            let what = key.unwrap_or_else(|| record.date.clone());
+            let reason = format!("nothing to cancel: no execution {what} in progress");
+            self.reject(&format!("command cancel for {}", record.date), &reason);
+            return;
+        };
+        let key = key.unwrap_or_default();
+        let phase = execution.phase.name();
+        let run_id = execution.phase.run_id().map(str::to_string);
+        self.cancel_execution_timers(&key);
+        let info = detail([
+            ("phase", json!(phase)),
+            ("runId", json!(run_id)),
+            ("requestedBy", json!(record.requested_by)),
+            ("reason", json!(record.reason)),
+        ]);
+        self.emit(
+            EventType::RUN_CANCELLED,
+            Some(&key),
+            format!("{key} cancelled while {phase}"),
+            info,
+        );
+        self.enter(&key, Phase::Cancelled { at: self.now() });
+    }
+
+    /// Starts an ended execution again: a fresh evaluation window and fresh retry budgets;
+    /// attempts keep counting so every run id stays unique.
+    pub(super) fn restart(&mut self, key: &str) {
+        let now = self.now();
+        let Some(window) = self.config().map(|c| c.schedule.evaluation.window) else {
+            return;
+        };
+        let Some(e) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        e.window_closes_at = now + window;
+        e.retries_used = 0;
+        e.code_retries_used = 0;
+        e.post_run_seen = false;
+        e.enter(Phase::AwaitingRules, now);
+        let watchdog_at = e.window_closes_at + super::schedule::STALE_GRACE;
+        self.cancel_timers(|t| {
+            matches!(t, crate::core::timers::TimerKind::PostRunTimeout { .. })
+                && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key)
+        });
+        self.set_watchdog(key, watchdog_at);
+        self.evaluate(key, true);
+    }
+}
+
+fn skipped_reason(phase: &Phase) -> &str {
+    match phase {
+        Phase::Skipped { reason, .. } => reason,
+        _ => "",
     }
 }

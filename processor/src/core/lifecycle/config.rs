@@ -1,4 +1,9 @@
 //! CONFIG_ACCEPTED / CONFIG_REJECTED: a config arriving on `sluice.config`.
+//!
+//! A new config applies at the next decision point: open executions keep their state and
+//! are evaluated with the new rules from then on; pipeline-level timers (cron, expected
+//! start, trigger deadline, SLA chain) are re-armed from now, and the SLA timers of open
+//! executions are recomputed, so no timer of the old config is left behind.
 
 use serde_json::{json, Value};
 
@@ -50,11 +55,32 @@ impl Decider<'_> {
             format!("config accepted for {}", self.pipeline_id),
             detail,
         );
-        self.state.config = Some(parsed.config);
-        if first {
-            // Sensors that arrived before the pipeline was known start their executions now.
-            self.start_from_stored_trigger();
+        let before = self.state.config.replace(parsed.config);
+        let after = self.state.config.clone();
+        self.sync_subscriptions(before.as_ref(), after.as_ref());
+        self.cancel_timers(|t| {
+            matches!(
+                t,
+                TimerKind::SlaWarning { .. }
+                    | TimerKind::SlaBreach { .. }
+                    | TimerKind::RelativeSlaWarning { .. }
+                    | TimerKind::RelativeSlaBreach { .. }
+            )
+        });
+        self.arm_schedule();
+        let open: Vec<String> = self
+            .state
+            .executions
+            .iter()
+            .filter(|(_, e)| e.phase.is_open())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in open {
+            self.arm_sla(&key);
         }
+        // Sensors that arrived before the pipeline was known (or that the new trigger now
+        // accepts) start their executions now.
+        self.recover_stored_triggers();
     }
 
     /// CONFIG_REJECTED with every problem; the record goes to the dead-letter topic and the
@@ -80,18 +106,9 @@ impl Decider<'_> {
     }
 
     fn on_config_deleted(&mut self) {
-        let timers: Vec<TimerKind> = self
-            .state
-            .executions
-            .values()
-            .map(|e| TimerKind::Evaluate {
-                schedule_id: e.schedule_id.clone(),
-                date: e.date.clone(),
-            })
-            .collect();
-        for kind in timers {
-            self.cancel_timer(kind);
-        }
+        self.cancel_timers(|_| true);
+        let before = self.state.config.clone();
+        self.sync_subscriptions(before.as_ref(), None);
         let had_config = self.state.config.is_some();
         let detail = detail([("deleted", json!(true)), ("hadConfig", json!(had_config))]);
         self.emit(

@@ -1,40 +1,60 @@
 //! VALIDATION_PASSED / VALIDATION_EXHAUSTED: rules evaluated on each sensor and on each
-//! interval until the window closes; then the trigger (or, in a dry run, what it would be).
+//! interval until the window closes; then the trigger (JOB_TRIGGERED follows its report),
+//! INFRA_FAILURE when it cannot be requested, or DRY_RUN_WOULD_TRIGGER and
+//! DRY_RUN_SLA_PROJECTION in a dry run.
 
-use std::collections::BTreeMap;
-
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::{detail, run_id, Decider, Effect, Phase, TriggerRequest};
+use crate::core::config::{Check, Mode, Rule};
 use crate::core::events::EventType;
-use crate::core::rules;
+use crate::core::rules::{self, Verdict};
 use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
+/// How long a requested trigger may go without any report before the run is stale.
+pub(super) const TRIGGER_REPORT_TIMEOUT: chrono::TimeDelta = chrono::TimeDelta::minutes(15);
+
 impl Decider<'_> {
-    pub(super) fn on_timer(&mut self, kind: &TimerKind) {
-        match kind {
-            TimerKind::Evaluate { schedule_id, date } => {
-                let key = super::execution_key(schedule_id, date);
-                match self.state.executions.get(&key) {
-                    Some(e) if e.phase == Phase::AwaitingRules => self.evaluate(&key, true),
-                    _ => self.notes.push(format!("evaluation timer for {key} has nothing to do")),
-                }
-            }
+    /// The verdict of an execution's rules: `validation.rules` in their mode, and every
+    /// `dependsOn` upstream succeeded for the execution's date.
+    fn verdict(&self, date: &str) -> Option<Verdict> {
+        let config = self.config()?;
+        let readings = self.readings(date);
+        let now = self.moment();
+        let mut verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);
+        let upstreams: Vec<Rule> = config
+            .depends_on
+            .iter()
+            .map(|d| Rule {
+                key: d.key.clone(),
+                field: Some("status".into()),
+                check: Check::Equals(Value::from("succeeded")),
+                check_name: "equals",
+            })
+            .collect();
+        if !upstreams.is_empty() {
+            let deps = rules::evaluate_all(Mode::All, &upstreams, &readings, now);
+            verdict.passed &= deps.passed;
+            verdict.results.extend(deps.results);
         }
+        Some(verdict)
     }
 
     /// Evaluates an execution's rules. `on_schedule` is true at the start and on interval
     /// timers: only then is the next evaluation scheduled (sensor-driven evaluations leave
     /// the interval alone) and can the window close.
     pub(super) fn evaluate(&mut self, key: &str, on_schedule: bool) {
-        let Some(config) = self.state.config.as_ref() else {
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let Some(verdict) = self.verdict(&execution.date) else {
+            return;
+        };
+        let Some(interval) = self.config().map(|c| c.schedule.evaluation.interval) else {
             return;
         };
         let now = self.now();
-        let interval = config.schedule.evaluation.interval;
-        let readings: BTreeMap<String, _> = self.state.sensors.iter().map(|(k, s)| (k.clone(), &s.data)).collect();
-        let verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
@@ -61,8 +81,8 @@ impl Decider<'_> {
             return;
         }
         if now >= execution.window_closes_at {
-            execution.phase = Phase::ValidationExhausted { at: now };
             execution.next_evaluation_at = None;
+            self.enter(key, Phase::ValidationExhausted { at: now });
             let message = format!("evaluation window closed without passing: {}", verdict.failures());
             self.emit(
                 EventType::VALIDATION_EXHAUSTED,
@@ -70,6 +90,7 @@ impl Decider<'_> {
                 message,
                 detail([("results", results)]),
             );
+            self.cancel_run_timers(key);
             return;
         }
         let next = (now + interval).min(execution.window_closes_at);
@@ -81,12 +102,21 @@ impl Decider<'_> {
     pub(super) fn start_attempt(&mut self, key: &str) {
         let now = self.now();
         let pipeline_id = self.pipeline_id;
-        let (Some(config), Some(execution)) = (self.state.config.as_ref(), self.state.executions.get_mut(key)) else {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
         let kind = config.job.kind;
         if config.dry_run {
-            execution.phase = Phase::WouldHaveTriggered { at: now };
+            self.enter(key, Phase::WouldHaveTriggered { at: now });
+            self.cancel_run_timers(key);
+            let date = self.state.executions[key].date.clone();
+            let digest = self.inputs_digest(&date);
+            if let Some(e) = self.state.executions.get_mut(key) {
+                e.completed_inputs = Some(digest);
+            }
             let detail = detail([("jobType", json!(kind.name()))]);
             self.emit(
                 EventType::DRY_RUN_WOULD_TRIGGER,
@@ -94,6 +124,7 @@ impl Decider<'_> {
                 "dry run: the job would be triggered now",
                 detail,
             );
+            self.project_sla(key);
             return;
         }
         execution.attempt += 1;
@@ -104,7 +135,7 @@ impl Decider<'_> {
             date: &execution.date,
             run_id: &run_id,
         };
-        let rendered = render_run(&serde_json::Value::Object(config.job.config.clone()), &vars)
+        let rendered = render_run(&Value::Object(config.job.config.clone()), &vars)
             .map_err(|e| format!("job config does not render: {e}"))
             .and_then(|rendered| match kind.can_trigger() {
                 true => Ok(rendered),
@@ -117,14 +148,17 @@ impl Decider<'_> {
             run_id: run_id.clone(),
             attempt: execution.attempt,
             kind,
-            config: serde_json::Value::Null,
+            config: Value::Null,
         };
         // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.
-        execution.phase = Phase::AwaitingTrigger { run_id };
+        self.enter(key, Phase::AwaitingTrigger { run_id });
         match rendered {
-            Ok(config) => self
-                .effects
-                .push(Effect::TriggerJob(TriggerRequest { config, ..request })),
+            Ok(config) => {
+                self.effects
+                    .push(Effect::TriggerJob(TriggerRequest { config, ..request }));
+                // The trigger's outcome arrives as a record; if none ever does, the run is stale.
+                self.set_watchdog(key, now + TRIGGER_REPORT_TIMEOUT);
+            }
             Err(reason) => {
                 let message = format!("job not triggered: {reason}");
                 self.emit(
@@ -133,10 +167,20 @@ impl Decider<'_> {
                     message,
                     detail([("reason", json!(reason))]),
                 );
-                if let Some(execution) = self.state.executions.get_mut(key) {
-                    execution.phase = Phase::Failed { at: now, reason };
-                }
+                self.enter(key, Phase::Failed { at: now, reason });
+                self.cancel_run_timers(key);
             }
         }
+    }
+
+    /// Cancels the timers that move an execution along (evaluation, poll window, watchdog),
+    /// leaving SLA and post-run timers, which outlive the run.
+    pub(super) fn cancel_run_timers(&mut self, key: &str) {
+        self.cancel_timers(|t| {
+            matches!(
+                t,
+                TimerKind::Evaluate { .. } | TimerKind::JobPollWindow { .. } | TimerKind::Watchdog { .. }
+            ) && t.execution().is_some_and(|(s, d)| super::execution_key(s, d) == key)
+        });
     }
 }

@@ -1,11 +1,17 @@
-//! JOB_TRIGGERED / JOB_COMPLETED / JOB_FAILED / JOB_TIMEOUT / RETRY_EXHAUSTED: reports on
-//! `sluice.jobs` move a run forward; nothing else does.
+//! JOB_TRIGGERED / JOB_COMPLETED / JOB_FAILED / JOB_TIMEOUT / RETRY_EXHAUSTED /
+//! JOB_POLL_EXHAUSTED / STALE_RUN, and in a dry run DRY_RUN_COMPLETED /
+//! DRY_RUN_WOULD_RETRY / DRY_RUN_RETRY_EXHAUSTED: reports on `sluice.jobs` move a run
+//! forward; the poll window and the watchdog make sure no run is left hanging.
 
-use serde_json::json;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 
+use super::schedule::STALE_GRACE;
 use super::{detail, execution_key, Decider, Phase};
+use crate::core::config::PipelineConfig;
 use crate::core::events::EventType;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus};
+use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
     pub(super) fn on_job(&mut self, record: &JobRecord) {
@@ -15,22 +21,21 @@ impl Decider<'_> {
             self.reject(&format!("job report {}", record.run_id), &reason);
             return;
         };
+        if self.config().is_some_and(|c| c.dry_run) {
+            self.observe_dry_run_job(&key, record);
+            return;
+        }
         if execution.phase.run_id() != Some(record.run_id.as_str()) {
             // An earlier attempt's late report, or a re-delivery after the run ended.
             self.notes.push(format!(
-                "job report for run {} ignored: execution {key} is {:?}",
-                record.run_id, execution.phase
+                "job report for run {} ignored: execution {key} is {}",
+                record.run_id,
+                execution.phase.name()
             ));
             return;
         }
         let triggering = matches!(execution.phase, Phase::AwaitingTrigger { .. });
-        let mut info = detail([("status", json!(record.status))]);
-        if let Some(m) = &record.metadata {
-            info.insert("metadata".into(), m.clone());
-        }
-        if let Some(m) = &record.message {
-            info.insert("jobMessage".into(), json!(m));
-        }
+        let info = report_detail(record);
         match record.status {
             JobStatus::Running if triggering => self.job_started(&key, info),
             JobStatus::Running => self.notes.push(format!("run {} still running", record.run_id)),
@@ -38,71 +43,77 @@ impl Decider<'_> {
                 if triggering {
                     self.job_started(&key, info.clone());
                 }
-                if let Some(e) = self.state.executions.get_mut(&key) {
-                    e.phase = Phase::Succeeded { at: self.ctx.now };
-                }
-                let message = record.message.clone().unwrap_or_else(|| "job succeeded".into());
-                self.emit_for_run(EventType::JOB_COMPLETED, &key, &record.run_id, message, info);
+                self.job_succeeded(&key, record, info);
             }
             JobStatus::Failed | JobStatus::Timeout => self.job_failed(&key, record, info),
         }
     }
 
-    fn job_started(&mut self, key: &str, info: serde_json::Map<String, serde_json::Value>) {
-        let Some(execution) = self.state.executions.get_mut(key) else {
+    /// JOB_TRIGGERED: the job runs; its poll window starts.
+    fn job_started(&mut self, key: &str, info: Map<String, Value>) {
+        let now = self.now();
+        let Some(poll_window) = self.config().map(|c| c.job.poll_window) else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get(key) else {
             return;
         };
         let Some(run_id) = execution.phase.run_id().map(str::to_string) else {
             return;
         };
-        execution.phase = Phase::AwaitingJob { run_id: run_id.clone() };
         let message = format!("job started (attempt {})", execution.attempt);
+        let poll = TimerKind::JobPollWindow {
+            schedule_id: execution.schedule_id.clone(),
+            date: execution.date.clone(),
+            run_id: run_id.clone(),
+        };
+        self.enter(key, Phase::AwaitingJob { run_id });
+        self.set_timer(poll, now + poll_window);
+        self.set_watchdog(key, now + poll_window + STALE_GRACE);
         self.emit(EventType::JOB_TRIGGERED, Some(key), message, info);
+    }
+
+    /// JOB_COMPLETED, then everything a success sets off: SLA_MET, the post-run baseline and
+    /// the downstream pipelines' dependency sensors.
+    fn job_succeeded(&mut self, key: &str, record: &JobRecord, info: Map<String, Value>) {
+        let now = self.now();
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let date = execution.date.clone();
+        let digest = self.inputs_digest(&date);
+        self.enter(key, Phase::Succeeded { at: now });
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.completed_inputs = Some(digest);
+        }
+        self.cancel_run_timers(key);
+        let message = record.message.clone().unwrap_or_else(|| "job succeeded".into());
+        self.emit_for_run(EventType::JOB_COMPLETED, key, &record.run_id, message, info);
+        self.sla_on_completion(key);
+        self.capture_baseline(key);
+        self.notify_dependents(key, &record.run_id);
     }
 
     /// Emits an event about a run whose execution may already have left the phase that
     /// names the run id (it just ended), so the id is set explicitly.
-    fn emit_for_run(
-        &mut self,
-        kind: EventType,
-        key: &str,
-        run_id: &str,
-        message: String,
-        info: serde_json::Map<String, serde_json::Value>,
-    ) {
+    fn emit_for_run(&mut self, kind: EventType, key: &str, run_id: &str, message: String, info: Map<String, Value>) {
         self.emit(kind, Some(key), message, info);
         if let Some(event) = self.events.last_mut() {
             event.run_id = Some(run_id.to_string());
         }
     }
 
-    fn job_failed(&mut self, key: &str, record: &JobRecord, mut info: serde_json::Map<String, serde_json::Value>) {
+    fn job_failed(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let now = self.ctx.now;
+        let now = self.now();
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
-        let category = record.failure_category.unwrap_or(match record.status {
-            JobStatus::Timeout => FailureCategory::Timeout,
-            _ => FailureCategory::Transient,
-        });
+        let category = failure_category(record);
         info.insert("failureCategory".into(), json!(category));
-        // PERMANENT failures spend the code budget; everything else the general one.
-        let (budget, limit, used) = match category {
-            FailureCategory::Permanent => (
-                "maxCodeRetries",
-                config.job.max_code_retries,
-                &mut execution.code_retries_used,
-            ),
-            _ => ("maxRetries", config.job.max_retries, &mut execution.retries_used),
-        };
-        let retry = *used < limit;
-        if retry {
-            *used += 1;
-        }
-        let spent = *used;
+        let (budget, limit, retry, spent) = spend_retry(&config, category, execution);
         let attempt = execution.attempt;
         let kind = if record.status == JobStatus::Timeout {
             EventType::JOB_TIMEOUT
@@ -114,19 +125,18 @@ impl Decider<'_> {
             .clone()
             .unwrap_or_else(|| format!("job reported {}", record.status.as_str()));
         if !retry {
-            execution.phase = Phase::Failed {
-                at: now,
-                reason: reason.clone(),
-            };
+            self.enter(
+                key,
+                Phase::Failed {
+                    at: now,
+                    reason: reason.clone(),
+                },
+            );
+            self.cancel_run_timers(key);
         }
         info.insert("willRetry".into(), json!(retry));
-        self.emit_for_run(
-            kind,
-            key,
-            &record.run_id,
-            format!("attempt {attempt} failed: {reason}"),
-            info,
-        );
+        let message = format!("attempt {attempt} failed: {reason}");
+        self.emit_for_run(kind, key, &record.run_id, message, info);
         if retry {
             self.start_attempt(key);
         } else {
@@ -139,4 +149,158 @@ impl Decider<'_> {
             self.emit_for_run(EventType::RETRY_EXHAUSTED, key, &record.run_id, message, detail);
         }
     }
+
+    /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome; it counts
+    /// as a timeout (JOB_TIMEOUT, retried from `maxRetries`).
+    pub(super) fn on_poll_window_closed(&mut self, key: &str, run_id: &str) {
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        if execution.phase != (Phase::AwaitingJob { run_id: run_id.into() }) {
+            self.notes
+                .push(format!("poll window of {run_id} closed after the run ended"));
+            return;
+        }
+        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
+        let window = self
+            .config()
+            .map(|c| c.job.poll_window.num_seconds())
+            .unwrap_or_default();
+        let message = format!("no outcome for run {run_id} within the job poll window ({window}s)");
+        let info = detail([("pollWindowSeconds", json!(window))]);
+        self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message.clone(), info);
+        let record = JobRecord {
+            pipeline_id: self.pipeline_id.to_string(),
+            schedule_id,
+            date,
+            run_id: run_id.to_string(),
+            status: JobStatus::Timeout,
+            failure_category: Some(FailureCategory::Timeout),
+            message: Some(message),
+            metadata: None,
+            timestamp: self.now(),
+        };
+        let info = report_detail(&record);
+        self.job_failed(key, &record, info);
+    }
+
+    /// STALE_RUN: an execution still open when its watchdog fires has nothing left that could
+    /// move it (a trigger that never reported, a lost timer): close it rather than hang.
+    pub(super) fn on_watchdog(&mut self, key: &str) {
+        let now = self.now();
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        if !execution.phase.is_open() {
+            return;
+        }
+        let phase = execution.phase.name();
+        let since = execution.phase_since;
+        let run_id = execution.phase.run_id().map(str::to_string);
+        let reason = format!("no progress in phase {phase} since {}", since.to_rfc3339());
+        let info = detail([("phase", json!(phase)), ("since", json!(since))]);
+        match run_id {
+            Some(run_id) => self.emit_for_run(EventType::STALE_RUN, key, &run_id, reason.clone(), info),
+            None => self.emit(EventType::STALE_RUN, Some(key), reason.clone(), info),
+        }
+        self.enter(key, Phase::Stale { at: now, reason });
+        self.cancel_run_timers(key);
+    }
+
+    /// Dry run: Sluice triggered nothing, but the job the old orchestrator still runs reports
+    /// here; say what Sluice would have done with each outcome.
+    fn observe_dry_run_job(&mut self, key: &str, record: &JobRecord) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        let mut info = report_detail(record);
+        match record.status {
+            JobStatus::Running => self.notes.push(format!("dry run: {} running", record.run_id)),
+            JobStatus::Succeeded => {
+                let verdict = self.sla_verdict(key, self.now());
+                info.insert("sla".into(), verdict);
+                let message = "dry run: the job completed".to_string();
+                self.emit_for_run(EventType::DRY_RUN_COMPLETED, key, &record.run_id, message, info);
+            }
+            JobStatus::Failed | JobStatus::Timeout => {
+                let category = failure_category(record);
+                let (budget, limit, retry, _) = spend_retry(&config, category, execution);
+                info.insert("failureCategory".into(), json!(category));
+                info.insert("budget".into(), json!(budget));
+                info.insert("limit".into(), json!(limit));
+                let (kind, message) = match retry {
+                    true => (EventType::DRY_RUN_WOULD_RETRY, "dry run: Sluice would retry this job"),
+                    false => (
+                        EventType::DRY_RUN_RETRY_EXHAUSTED,
+                        "dry run: Sluice would not retry: the budget is spent",
+                    ),
+                };
+                self.emit_for_run(kind, key, &record.run_id, message.into(), info);
+            }
+        }
+    }
+
+    /// A digest of the sensor data an execution's rules read, to tell later whether it changed.
+    pub(super) fn inputs_digest(&self, date: &str) -> String {
+        let Some(config) = self.config() else {
+            return String::new();
+        };
+        let readings = self.readings(date);
+        let mut hasher = Sha256::new();
+        let mut keys: Vec<&str> = config.input_keys().collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            hasher.update(key.as_bytes());
+            hasher.update([0]);
+            if let Some(data) = readings.get(key) {
+                hasher.update(serde_json::to_vec(data).unwrap_or_default());
+            }
+            hasher.update([0]);
+        }
+        hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn report_detail(record: &JobRecord) -> Map<String, Value> {
+    let mut info = detail([("status", json!(record.status))]);
+    if let Some(m) = &record.metadata {
+        info.insert("metadata".into(), m.clone());
+    }
+    if let Some(m) = &record.message {
+        info.insert("jobMessage".into(), json!(m));
+    }
+    info
+}
+
+fn failure_category(record: &JobRecord) -> FailureCategory {
+    record.failure_category.unwrap_or(match record.status {
+        JobStatus::Timeout => FailureCategory::Timeout,
+        _ => FailureCategory::Transient,
+    })
+}
+
+/// Spends one retry from the budget a failure category draws on: PERMANENT failures spend
+/// `maxCodeRetries`, everything else `maxRetries`. Returns (budget, limit, retry?, used).
+fn spend_retry(
+    config: &PipelineConfig,
+    category: FailureCategory,
+    execution: &mut super::Execution,
+) -> (&'static str, u32, bool, u32) {
+    let (budget, limit, used) = match category {
+        FailureCategory::Permanent => (
+            "maxCodeRetries",
+            config.job.max_code_retries,
+            &mut execution.code_retries_used,
+        ),
+        _ => ("maxRetries", config.job.max_retries, &mut execution.retries_used),
+    };
+    let retry = *used < limit;
+    if retry {
+        *used += 1;
+    }
+    (budget, limit, retry, *used)
 }

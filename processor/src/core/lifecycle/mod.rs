@@ -6,28 +6,34 @@
 //! twice is harmless. The same state, input, time and origin always give the same decision,
 //! event ids included.
 //!
-//! The decider is split by input kind: [`config`](self::config), [`sensor`], [`job`],
-//! [`evaluation`] (timers and rules), [`command`].
+//! The decider is split by concept, and each file starts with the events it produces:
+//! [`config`](self::config), [`sensor`], [`schedule`] (cron, expected starts, exclusions),
+//! [`evaluation`] (rules and the trigger), [`job`] (outcomes, retries, poll window, stale
+//! runs), [`sla`], [`post_run`], [`command`] (rerun, cancel) and [`dependencies`].
 
 mod command;
 mod config;
+mod dependencies;
 mod evaluation;
 mod job;
+mod post_run;
+mod schedule;
 mod sensor;
+mod sla;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::config::{JobKind, PipelineConfig};
 use super::events::{event_id, Event, EventType};
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
-use super::rules::Verdict;
+use super::rules::{Moment, Verdict};
 use super::timers::{TimerKind, TimerOp};
 
 /// Everything Sluice holds about one pipeline.
@@ -43,6 +49,20 @@ pub struct PipelineState {
     /// Executions by [`execution_key`].
     #[serde(default)]
     pub executions: BTreeMap<String, Execution>,
+    /// Every timer this pipeline has pending, so a config change or a delete can cancel
+    /// exactly what was armed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timers: Vec<PendingTimer>,
+    /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dependents: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingTimer {
+    pub timer: TimerKind,
+    pub at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +76,33 @@ pub struct StoredSensor {
     pub hour: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<DateTime<Utc>>,
+}
+
+impl StoredSensor {
+    /// The execution date this reading is scoped to (`YYYY-MM-DD[THH]`), if the producer named one.
+    pub fn scope(&self) -> Option<String> {
+        let day = self.date?.format("%Y-%m-%d");
+        Some(match self.hour {
+            Some(h) => format!("{day}T{h:02}"),
+            None => day.to_string(),
+        })
+    }
+
+    /// The sensor key of the reading kept at `slot`.
+    pub fn key_in<'s>(&self, slot: &'s str) -> &'s str {
+        match self.scope() {
+            Some(scope) => slot.strip_suffix(&format!("@{scope}")).unwrap_or(slot),
+            None => slot,
+        }
+    }
+
+    /// Where the reading is kept in [`PipelineState::sensors`]: per key, and per date when scoped.
+    pub fn slot(&self, key: &str) -> String {
+        match self.scope() {
+            Some(scope) => format!("{key}@{scope}"),
+            None => key.to_string(),
+        }
+    }
 }
 
 /// One execution: a pipeline's run for (schedule, date[, hour]). Its identity is what makes
@@ -78,8 +125,50 @@ pub struct Execution {
     /// Retries spent from `maxCodeRetries` (PERMANENT failures).
     pub code_retries_used: u32,
     pub phase: Phase,
+    /// When the current phase began (the watchdog measures from here).
+    #[serde(default = "epoch")]
+    pub phase_since: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_verdict: Option<Verdict>,
+    /// When the first sensor of this execution arrived (relative SLA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_sensor_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub sla: SlaMarks,
+    #[serde(default)]
+    pub manual_reruns_used: u32,
+    #[serde(default)]
+    pub drift_reruns_used: u32,
+    /// A digest of the sensor data the last completed run saw: reruns and late data compare
+    /// against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_inputs: Option<String>,
+    /// Post-run sensor values captured when the job succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Map<String, Value>>,
+    /// Whether a post-run sensor arrived since the last success.
+    #[serde(default)]
+    pub post_run_seen: bool,
+}
+
+fn epoch() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH
+}
+
+/// Which SLA alerts an execution has had, so none repeats and none contradicts another.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SlaMarks {
+    #[serde(default)]
+    pub warned: bool,
+    #[serde(default)]
+    pub breached: bool,
+    #[serde(default)]
+    pub met: bool,
+    #[serde(default)]
+    pub relative_warned: bool,
+    #[serde(default)]
+    pub relative_breached: bool,
 }
 
 /// What an execution is waiting for, or how it ended.
@@ -112,6 +201,21 @@ pub enum Phase {
     WouldHaveTriggered {
         at: DateTime<Utc>,
     },
+    /// Stopped by a `cancel` command.
+    Cancelled {
+        at: DateTime<Utc>,
+    },
+    /// Closed by the watchdog: nothing could move it on.
+    Stale {
+        at: DateTime<Utc>,
+        reason: String,
+    },
+    /// The day is excluded (PIPELINE_EXCLUDED) or its trigger window closed before anything
+    /// started (SENSOR_DEADLINE_EXPIRED): nothing runs for this date.
+    Skipped {
+        at: DateTime<Utc>,
+        reason: String,
+    },
 }
 
 impl Phase {
@@ -120,6 +224,76 @@ impl Phase {
             Phase::AwaitingTrigger { run_id } | Phase::AwaitingJob { run_id } => Some(run_id),
             _ => None,
         }
+    }
+
+    /// Still moving: waiting for rules, a trigger outcome or the job.
+    pub fn is_open(&self) -> bool {
+        matches!(
+            self,
+            Phase::AwaitingRules | Phase::AwaitingTrigger { .. } | Phase::AwaitingJob { .. }
+        )
+    }
+
+    /// A job attempt is in flight.
+    pub fn is_running(&self) -> bool {
+        matches!(self, Phase::AwaitingTrigger { .. } | Phase::AwaitingJob { .. })
+    }
+
+    /// The job ran to success (or, in a dry run, would have been triggered).
+    pub fn is_completed(&self) -> bool {
+        matches!(self, Phase::Succeeded { .. } | Phase::WouldHaveTriggered { .. })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::AwaitingRules => "awaitingRules",
+            Phase::AwaitingTrigger { .. } => "awaitingTrigger",
+            Phase::AwaitingJob { .. } => "awaitingJob",
+            Phase::Succeeded { .. } => "succeeded",
+            Phase::Failed { .. } => "failed",
+            Phase::ValidationExhausted { .. } => "validationExhausted",
+            Phase::WouldHaveTriggered { .. } => "wouldHaveTriggered",
+            Phase::Cancelled { .. } => "cancelled",
+            Phase::Stale { .. } => "stale",
+            Phase::Skipped { .. } => "skipped",
+        }
+    }
+}
+
+impl Execution {
+    pub fn new(schedule_id: String, date: String, now: DateTime<Utc>, window: TimeDelta) -> Self {
+        Execution {
+            schedule_id,
+            date,
+            started_at: now,
+            window_closes_at: now + window,
+            next_evaluation_at: None,
+            attempt: 0,
+            retries_used: 0,
+            code_retries_used: 0,
+            phase: Phase::AwaitingRules,
+            phase_since: now,
+            last_verdict: None,
+            first_sensor_at: None,
+            sla: SlaMarks::default(),
+            manual_reruns_used: 0,
+            drift_reruns_used: 0,
+            completed_inputs: None,
+            baseline: None,
+            post_run_seen: false,
+        }
+    }
+
+    /// A date on which nothing runs, kept so the same date is not reported twice.
+    pub fn skipped(schedule_id: String, date: String, now: DateTime<Utc>, reason: String) -> Self {
+        let mut e = Execution::new(schedule_id, date, now, TimeDelta::zero());
+        e.phase = Phase::Skipped { at: now, reason };
+        e
+    }
+
+    fn enter(&mut self, phase: Phase, now: DateTime<Utc>) {
+        self.phase = phase;
+        self.phase_since = now;
     }
 }
 
@@ -147,6 +321,22 @@ pub enum Input {
         source: String,
         reason: String,
     },
+}
+
+/// A record the decider publishes to one of Sluice's own input topics (a dependency's
+/// sensor, a subscription): produced with the events, before the state is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outbound {
+    pub topic: OutboundTopic,
+    /// The pipeline id the record is keyed (and partitioned) by.
+    pub key: String,
+    pub value: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundTopic {
+    Sensors,
+    Commands,
 }
 
 /// Something the runtime must do outside the decider. Its outcome comes back as a record.
@@ -187,6 +377,7 @@ pub struct Decision {
     pub events: Vec<Event>,
     pub effects: Vec<Effect>,
     pub timers: Vec<TimerOp>,
+    pub records: Vec<Outbound>,
     /// Set when the input record belongs on the dead-letter topic, with the reason.
     pub dead_letter: Option<String>,
     /// Worth a log line, not an event (e.g. a duplicate report that changes nothing).
@@ -199,6 +390,22 @@ pub struct Decision {
 pub struct Context<'a> {
     pub now: DateTime<Utc>,
     pub origin: &'a str,
+    pub settings: Settings,
+}
+
+/// Processor-wide settings the decider needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// How far in the future a sensor's timestamp may be before it is rejected.
+    pub max_clock_skew: TimeDelta,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_clock_skew: TimeDelta::minutes(5),
+        }
+    }
 }
 
 /// Decides what one input means for one pipeline.
@@ -209,7 +416,11 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
         Input::SensorReceived(reading) => d.on_sensor(reading),
         Input::JobReported(record) => d.on_job(record),
         Input::CommandReceived(record) => d.on_command(record),
-        Input::TimerFired(kind) => d.on_timer(kind),
+        Input::TimerFired(kind) => {
+            let due = d.state.timers.iter().find(|t| t.timer == *kind).map(|t| t.at);
+            d.state.timers.retain(|t| t.timer != *kind);
+            d.on_timer(kind, due.unwrap_or(ctx.now))
+        }
         Input::Rejected { source, reason } => d.reject(source, reason),
     }
     d.finish()
@@ -224,6 +435,7 @@ struct Decider<'a> {
     events: Vec<Event>,
     effects: Vec<Effect>,
     timers: Vec<TimerOp>,
+    records: Vec<Outbound>,
     dead_letter: Option<String>,
     notes: Vec<String>,
     delete: bool,
@@ -239,6 +451,7 @@ impl<'a> Decider<'a> {
             events: Vec::new(),
             effects: Vec::new(),
             timers: Vec::new(),
+            records: Vec::new(),
             dead_letter: None,
             notes: Vec::new(),
             delete: false,
@@ -258,6 +471,7 @@ impl<'a> Decider<'a> {
             events: self.events,
             effects: self.effects,
             timers: self.timers,
+            records: self.records,
             dead_letter: self.dead_letter,
             notes: self.notes,
         }
@@ -267,16 +481,18 @@ impl<'a> Decider<'a> {
         self.ctx.now
     }
 
-    /// Publishes an event about the pipeline, or about one execution when `exec` names it.
+    /// Publishes an event about the pipeline, or about one execution when `exec` names it
+    /// (an [`execution_key`], which need not exist yet: an SLA can breach with no run).
     fn emit(&mut self, kind: EventType, exec: Option<&str>, message: impl Into<String>, detail: Map<String, Value>) {
         let execution = exec.and_then(|key| self.state.executions.get(key));
+        let named = exec.and_then(|key| key.split_once('/'));
         let event = Event {
             event_id: event_id(self.ctx.origin, self.events.len()),
             kind,
             category: kind.category(),
             pipeline_id: self.pipeline_id.to_string(),
-            schedule_id: execution.map(|e| e.schedule_id.clone()),
-            date: execution.map(|e| e.date.clone()),
+            schedule_id: named.map(|(s, _)| s.to_string()),
+            date: named.map(|(_, d)| d.to_string()),
             run_id: execution.and_then(|e| e.phase.run_id().map(str::to_string)),
             attempt: execution.map(|e| e.attempt).filter(|a| *a > 0),
             timestamp: self.now(),
@@ -286,12 +502,90 @@ impl<'a> Decider<'a> {
         self.events.push(event);
     }
 
+    /// The moment rules are evaluated at.
+    fn moment(&self) -> Moment {
+        Moment {
+            now: self.ctx.now,
+            max_skew: self.ctx.settings.max_clock_skew,
+        }
+    }
+
+    fn config(&self) -> Option<&PipelineConfig> {
+        self.state.config.as_ref()
+    }
+
+    /// The event type to publish: the real one, or its dry-run counterpart.
+    fn dry_or(&self, real: EventType, dry: EventType) -> EventType {
+        match self.config().is_some_and(|c| c.dry_run) {
+            true => dry,
+            false => real,
+        }
+    }
+
     fn set_timer(&mut self, kind: TimerKind, at: DateTime<Utc>) {
+        self.state.timers.retain(|t| t.timer != kind);
+        self.state.timers.push(PendingTimer {
+            timer: kind.clone(),
+            at,
+        });
+        self.state
+            .timers
+            .sort_by(|a, b| (a.at, &a.timer).cmp(&(b.at, &b.timer)));
         self.timers.push(TimerOp::Set { kind, at });
     }
 
     fn cancel_timer(&mut self, kind: TimerKind) {
-        self.timers.push(TimerOp::Cancel { kind });
+        let before = self.state.timers.len();
+        self.state.timers.retain(|t| t.timer != kind);
+        if self.state.timers.len() != before {
+            self.timers.push(TimerOp::Cancel { kind });
+        }
+    }
+
+    /// Cancels the pending timers `which` selects.
+    fn cancel_timers(&mut self, which: impl Fn(&TimerKind) -> bool) {
+        let doomed: Vec<TimerKind> = self
+            .state
+            .timers
+            .iter()
+            .filter(|t| which(&t.timer))
+            .map(|t| t.timer.clone())
+            .collect();
+        for kind in doomed {
+            self.cancel_timer(kind);
+        }
+    }
+
+    /// Cancels every timer of one execution.
+    fn cancel_execution_timers(&mut self, key: &str) {
+        self.cancel_timers(|t| t.execution().is_some_and(|(s, d)| execution_key(s, d) == key));
+    }
+
+    /// The sensor readings an execution's rules see: for each key, the reading scoped to the
+    /// execution's date and hour, else to its day, else the undated latest reading.
+    fn readings(&self, date: &str) -> BTreeMap<String, &Map<String, Value>> {
+        let day = date.split('T').next().unwrap_or(date);
+        let mut best: BTreeMap<&str, (u8, &Map<String, Value>)> = BTreeMap::new();
+        for (slot, sensor) in &self.state.sensors {
+            let scope = sensor.scope();
+            let (key, rank) = match scope.as_deref() {
+                None => (slot.as_str(), 1),
+                Some(s) if s == date || s == day => (sensor.key_in(slot), if s == date { 3 } else { 2 }),
+                Some(_) => continue,
+            };
+            if best.get(key).is_none_or(|(r, _)| *r < rank) {
+                best.insert(key, (rank, &sensor.data));
+            }
+        }
+        best.into_iter().map(|(k, (_, data))| (k.to_string(), data)).collect()
+    }
+
+    /// Moves an execution into a phase.
+    fn enter(&mut self, key: &str, phase: Phase) {
+        let now = self.now();
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.enter(phase, now);
+        }
     }
 
     fn reject(&mut self, source: &str, reason: &str) {

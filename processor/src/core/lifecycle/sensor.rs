@@ -1,107 +1,105 @@
-//! A sensor reading arrives: store it, start an execution if it meets the trigger
-//! condition, and re-evaluate executions awaiting their rules.
+//! INPUT_REJECTED (a timestamp from the future), LATE_DATA_ARRIVAL / DRY_RUN_LATE_DATA, and
+//! the routing of every sensor: it may start an execution (see [`schedule`](super::schedule)),
+//! re-evaluate waiting ones, or be a post-run reading (see [`post_run`](super::post_run)).
 
-use chrono::DateTime;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use serde_json::json;
 
-use super::{execution_key, Decider, Execution, Phase, StoredSensor};
+use super::{detail, execution_key, Decider, StoredSensor};
+use crate::core::duration::format_duration;
+use crate::core::events::EventType;
 use crate::core::records::SensorReading;
-use crate::core::rules;
 
 impl Decider<'_> {
     pub(super) fn on_sensor(&mut self, reading: &SensorReading) {
+        let now = self.now();
+        let skew = self.ctx.settings.max_clock_skew;
+        if let Some(at) = reading.timestamp.filter(|at| *at > now + skew) {
+            // A clock running ahead would make stale data look fresh to every age_* rule.
+            let reason = format!(
+                "sensor {:?} has timestamp {} which is {} in the future (more than the allowed clock skew of {})",
+                reading.key,
+                at.to_rfc3339(),
+                format_duration(at - now),
+                format_duration(skew)
+            );
+            self.reject(&format!("sensor {}", reading.key), &reason);
+            return;
+        }
         let stored = StoredSensor {
             data: reading.data.clone(),
-            received_at: self.now(),
+            received_at: now,
             date: reading.date,
             hour: reading.hour,
             timestamp: reading.timestamp,
         };
-        self.state.sensors.insert(reading.key.clone(), stored);
-        if self.state.config.is_none() {
+        let slot = stored.slot(&reading.key);
+        let previous = self.state.sensors.insert(slot, stored.clone());
+        if previous.is_some_and(|p| p.data == stored.data) {
+            self.notes.push(format!("sensor {:?} re-sent unchanged", reading.key));
+        }
+        let Some(config) = self.config() else {
             self.notes.push(format!(
                 "sensor {:?} kept until pipeline {} has a config",
                 reading.key, self.pipeline_id
             ));
             return;
+        };
+        let date = execution_date(&stored, config.schedule.timezone, now);
+        let schedule_id = config.schedule_id().to_string();
+        let key = execution_key(&schedule_id, &date);
+
+        if self.is_post_run_key(&reading.key) && self.on_post_run_sensor(&reading.key, &date) {
+            return;
         }
-        let started = self.start_if_triggered(&reading.key);
+        let started = self.start_from_sensor(&reading.key, &date);
+        if started.is_none() {
+            self.late_data(&key, &reading.key);
+        }
         // Executions already waiting may pass now; a new one was evaluated when it started.
         let waiting: Vec<String> = self
             .state
             .executions
             .iter()
-            .filter(|(key, e)| e.phase == Phase::AwaitingRules && Some(*key) != started.as_ref())
-            .map(|(key, _)| key.clone())
+            .filter(|(k, e)| e.phase == super::Phase::AwaitingRules && Some(*k) != started.as_ref())
+            .filter(|(k, _)| stored.scope().is_none() || **k == key)
+            .map(|(k, _)| k.clone())
             .collect();
-        for key in waiting {
-            self.evaluate(&key, false);
+        for k in waiting {
+            if let Some(e) = self.state.executions.get_mut(&k) {
+                e.first_sensor_at.get_or_insert(now);
+            }
+            self.evaluate(&k, false);
         }
     }
 
-    /// On first config: the stored trigger sensor (if any) may start an execution.
-    pub(super) fn start_from_stored_trigger(&mut self) {
-        if let Some(key) = self
-            .state
-            .config
-            .as_ref()
-            .and_then(|c| c.schedule.trigger.as_ref())
-            .map(|t| t.key.clone())
-        {
-            self.start_if_triggered(&key);
+    /// LATE_DATA_ARRIVAL: a sensor the run depended on changed after the run completed.
+    fn late_data(&mut self, key: &str, sensor_key: &str) {
+        let Some(config) = self.config() else { return };
+        if !config.input_keys().any(|k| k == sensor_key) {
+            return;
         }
-    }
-
-    /// Starts the execution the sensor `key` triggers, unless it exists already.
-    /// Returns the key of a newly started execution.
-    fn start_if_triggered(&mut self, key: &str) -> Option<String> {
-        let config = self.state.config.as_ref()?;
-        let trigger = config.schedule.trigger.as_ref().filter(|t| t.key == key)?;
-        let sensor = self.state.sensors.get(key)?;
-        let readings = std::collections::BTreeMap::from([(key.to_string(), &sensor.data)]);
-        let result = rules::evaluate(trigger, &readings, self.now());
-        if !result.passed {
-            self.notes.push(format!(
-                "trigger condition not met: {}",
-                result.reason.unwrap_or_default()
-            ));
-            return None;
-        }
-        let schedule_id = config.schedule_id().to_string();
-        let date = execution_date(sensor, config.schedule.timezone, self.now());
-        let exec_key = execution_key(&schedule_id, &date);
-        if self.state.executions.contains_key(&exec_key) {
-            self.notes
-                .push(format!("execution {exec_key} exists: trigger sensor changes nothing"));
-            return None;
-        }
-        let window = config.schedule.evaluation.window;
-        let execution = Execution {
-            schedule_id,
-            date,
-            started_at: self.now(),
-            window_closes_at: self.now() + window,
-            next_evaluation_at: None,
-            attempt: 0,
-            retries_used: 0,
-            code_retries_used: 0,
-            phase: Phase::AwaitingRules,
-            last_verdict: None,
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
         };
-        self.state.executions.insert(exec_key.clone(), execution);
-        self.evaluate(&exec_key, true);
-        Some(exec_key)
+        if !execution.phase.is_completed() {
+            return;
+        }
+        let seen = self.inputs_digest(&execution.date);
+        if execution.completed_inputs.as_deref() == Some(seen.as_str()) {
+            return;
+        }
+        let kind = self.dry_or(EventType::LATE_DATA_ARRIVAL, EventType::DRY_RUN_LATE_DATA);
+        let message = format!("sensor {sensor_key:?} changed after the run completed; a rerun would use it");
+        self.emit(kind, Some(key), message, detail([("sensor", json!(sensor_key))]));
     }
 }
 
 /// The execution date a sensor scopes: its own date (and hour), else the day of its
 /// timestamp, else today, in the schedule's timezone.
-fn execution_date(sensor: &StoredSensor, tz: chrono_tz::Tz, now: DateTime<Utc>) -> String {
-    let day = sensor
-        .date
-        .unwrap_or_else(|| sensor.timestamp.unwrap_or(now).with_timezone(&tz).date_naive());
-    match sensor.hour {
-        Some(hour) => format!("{}T{hour:02}", day.format("%Y-%m-%d")),
-        None => day.format("%Y-%m-%d").to_string(),
-    }
+pub(super) fn execution_date(sensor: &StoredSensor, tz: chrono_tz::Tz, now: DateTime<Utc>) -> String {
+    sensor.scope().unwrap_or_else(|| {
+        let day = sensor.timestamp.unwrap_or(now).with_timezone(&tz).date_naive();
+        day.format("%Y-%m-%d").to_string()
+    })
 }

@@ -50,7 +50,17 @@ impl Sim {
 
     fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
         let state = self.states.get(pipeline).cloned().unwrap_or_default();
-        let decision = decide(&state, pipeline, input, Context { now: self.now, origin });
+        let settings = Settings::default();
+        let decision = decide(
+            &state,
+            pipeline,
+            input,
+            Context {
+                now: self.now,
+                origin,
+                settings,
+            },
+        );
         match &decision.state {
             StateChange::Unchanged => {}
             StateChange::Put(s) => {
@@ -197,7 +207,12 @@ fn failing_rules_wait_for_a_fixing_sensor_and_explain_themselves() {
     sim.sensor("gold", "row-count", json!({"count": 1000.0}));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
     assert_eq!(sim.triggers().len(), 1);
-    assert!(sim.timers.is_empty(), "the interval timer is cancelled once rules pass");
+    assert!(
+        !sim.timers
+            .iter()
+            .any(|(_, _, k)| matches!(k, TimerKind::Evaluate { .. })),
+        "the interval timer is cancelled once rules pass"
+    );
 }
 
 #[test]
@@ -320,7 +335,7 @@ fn sensors_before_the_config_are_used_when_it_arrives() {
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
     assert!(sim.events.is_empty());
     sim.config(pipeline(0));
-    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, TRIGGER_RECOVERED, VALIDATION_PASSED]);
     assert_eq!(sim.triggers().len(), 1);
 }
 
@@ -372,6 +387,7 @@ fn timers_that_fire_twice_or_late_change_nothing() {
     sim.config(pipeline(0));
     sim.sensor("gold", "row-count", json!({"count": 2000}));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
     let before = sim.states.clone();
     let kind = TimerKind::Evaluate {
         schedule_id: "stream".into(),
@@ -467,7 +483,7 @@ fn deleting_a_config_drops_the_pipeline_and_its_timers() {
     let mut sim = Sim::new();
     sim.config(pipeline(0));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
-    assert_eq!(sim.timers.len(), 1);
+    assert_eq!(sim.timers.len(), 2, "the next evaluation and the watchdog");
     let decision = sim.input(
         "gold",
         Input::ConfigPublished(ConfigRecord::Delete {

@@ -1,0 +1,200 @@
+//! POST_RUN_BASELINE_CAPTURED / POST_RUN_PASSED / POST_RUN_FAILED / POST_RUN_DRIFT /
+//! POST_RUN_DRIFT_INFLIGHT / POST_RUN_SENSOR_MISSING, and DRY_RUN_DRIFT: watching a date's
+//! data after its job succeeded.
+
+use serde_json::{json, Map, Value};
+
+use super::{detail, execution_key, Decider, Phase};
+use crate::core::config::Mode;
+use crate::core::events::EventType;
+use crate::core::rules;
+use crate::core::timers::TimerKind;
+
+impl Decider<'_> {
+    pub(super) fn is_post_run_key(&self, sensor_key: &str) -> bool {
+        self.config()
+            .is_some_and(|c| c.post_run_keys().any(|k| k == sensor_key))
+    }
+
+    /// POST_RUN_BASELINE_CAPTURED: on success, the post-run sensors' current values become
+    /// the baseline later readings are compared with; POST_RUN_SENSOR_MISSING is armed.
+    pub(super) fn capture_baseline(&mut self, key: &str) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let Some(post_run) = &config.post_run else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
+        let readings = self.readings(&date);
+        let baseline: Map<String, Value> = config
+            .post_run_keys()
+            .filter_map(|k| {
+                readings
+                    .get(k)
+                    .map(|data| (k.to_string(), Value::Object((*data).clone())))
+            })
+            .collect();
+        let timeout = TimerKind::PostRunTimeout { schedule_id, date };
+        self.set_timer(timeout, self.now() + post_run.sensor_timeout);
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.baseline = Some(baseline.clone());
+            e.post_run_seen = false;
+        }
+        let message = format!("post-run baseline captured ({} sensors)", baseline.len());
+        self.emit(
+            EventType::POST_RUN_BASELINE_CAPTURED,
+            Some(key),
+            message,
+            detail([("baseline", Value::Object(baseline))]),
+        );
+    }
+
+    /// A post-run sensor for `date`. Returns false when no run of that date has succeeded
+    /// or is re-running, so the sensor is handled like any other.
+    pub(super) fn on_post_run_sensor(&mut self, sensor_key: &str, date: &str) -> bool {
+        let Some(config) = self.state.config.clone() else {
+            return false;
+        };
+        let Some(post_run) = config.post_run.clone() else {
+            return false;
+        };
+        let key = execution_key(config.schedule_id(), date);
+        let Some(execution) = self.state.executions.get(&key) else {
+            return false;
+        };
+        let readings = self.readings(date);
+        let Some(current) = readings.get(sensor_key).map(|d| (*d).clone()) else {
+            return false;
+        };
+        let verdict = rules::evaluate_all(Mode::All, &post_run.rules, &readings, self.moment());
+        let before = execution
+            .baseline
+            .as_ref()
+            .and_then(|b| b.get(sensor_key))
+            .and_then(|d| rules::field(d.as_object()?, &post_run.drift_field))
+            .and_then(rules::as_number);
+        let now_value = rules::field(&current, &post_run.drift_field).and_then(rules::as_number);
+        let drift = match (before, now_value) {
+            (Some(b), Some(n)) if (n - b).abs() > post_run.drift_threshold => Some((b, n)),
+            _ => None,
+        };
+        if execution.phase.is_running() {
+            let Some((b, n)) = drift else {
+                return true;
+            };
+            let message = format!(
+                "{sensor_key}.{} moved from {b} to {n} while a run is in progress",
+                post_run.drift_field
+            );
+            let info = drift_detail(sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
+            self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(&key), message, info);
+            return true;
+        }
+        if !execution.phase.is_completed() {
+            return false;
+        }
+        if let Some(e) = self.state.executions.get_mut(&key) {
+            e.post_run_seen = true;
+            // A sensor first seen after the run is its own baseline.
+            let baseline = e.baseline.get_or_insert_with(Map::new);
+            if !baseline.contains_key(sensor_key) {
+                baseline.insert(sensor_key.into(), Value::Object(current.clone()));
+            }
+        }
+        if let Some((schedule_id, d)) = key.split_once('/') {
+            let timeout = TimerKind::PostRunTimeout {
+                schedule_id: schedule_id.into(),
+                date: d.into(),
+            };
+            self.cancel_timer(timeout);
+        }
+        let (kind, message) = match verdict.passed {
+            true => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
+            false => (
+                EventType::POST_RUN_FAILED,
+                format!("post-run checks failed: {}", verdict.failures()),
+            ),
+        };
+        self.emit(kind, Some(&key), message, detail([("results", json!(verdict.results))]));
+        if let Some((b, n)) = drift {
+            self.drifted(&key, sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
+        }
+        true
+    }
+
+    /// POST_RUN_DRIFT (or DRY_RUN_DRIFT): the data a successful run used has changed by more
+    /// than `driftThreshold`; rerun within `maxDriftReruns`.
+    fn drifted(&mut self, key: &str, sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) {
+        let Some(config) = self.config() else { return };
+        let limit = config.job.max_drift_reruns;
+        let dry = config.dry_run;
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let rerun = execution.drift_reruns_used < limit;
+        let mut info = drift_detail(sensor_key, field, before, now, threshold);
+        info.insert("rerun".into(), json!(rerun));
+        info.insert("maxDriftReruns".into(), json!(limit));
+        let kind = self.dry_or(EventType::POST_RUN_DRIFT, EventType::DRY_RUN_DRIFT);
+        let outcome = match (rerun, dry) {
+            (true, false) => "rerunning".to_string(),
+            (true, true) => "a rerun would start".to_string(),
+            (false, _) => format!("no rerun: maxDriftReruns ({limit}) is spent"),
+        };
+        let message = format!("{sensor_key}.{field} drifted from {before} to {now} after the run: {outcome}");
+        self.emit(kind, Some(key), message, info);
+        if rerun && !dry {
+            if let Some(e) = self.state.executions.get_mut(key) {
+                e.drift_reruns_used += 1;
+            }
+            self.restart(key);
+        }
+    }
+
+    /// POST_RUN_SENSOR_MISSING: `sensorTimeout` passed after success with no post-run sensor.
+    pub(super) fn on_post_run_timeout(&mut self, key: &str) {
+        let Some(timeout) = self
+            .config()
+            .and_then(|c| c.post_run.as_ref())
+            .map(|p| p.sensor_timeout)
+        else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        if !matches!(execution.phase, Phase::Succeeded { .. }) || execution.post_run_seen {
+            return;
+        }
+        let keys: Vec<String> = self
+            .config()
+            .map(|c| c.post_run_keys().map(String::from).collect())
+            .unwrap_or_default();
+        let message = format!(
+            "no post-run sensor ({}) within {} of the run's success",
+            keys.join(", "),
+            crate::core::duration::format_duration(timeout)
+        );
+        self.emit(
+            EventType::POST_RUN_SENSOR_MISSING,
+            Some(key),
+            message,
+            detail([("sensors", json!(keys))]),
+        );
+    }
+}
+
+fn drift_detail(sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) -> Map<String, Value> {
+    detail([
+        ("sensor", json!(sensor_key)),
+        ("field", json!(field)),
+        ("baseline", json!(before)),
+        ("current", json!(now)),
+        ("delta", json!(now - before)),
+        ("threshold", json!(threshold)),
+    ])
+}

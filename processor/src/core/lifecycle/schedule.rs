@@ -1,0 +1,358 @@
+//! When executions start, and what is said when they do not: the cron tick that opens an
+//! execution, PIPELINE_EXCLUDED on dormant days, SCHEDULE_MISSED / IRREGULAR_SCHEDULE_MISSED
+//! at the expected start, SENSOR_DEADLINE_EXPIRED when the trigger window closes, and
+//! TRIGGER_RECOVERED when the conditions already hold but nothing started.
+//!
+//! Every pipeline-level timer is armed forward-only from the moment the config is accepted,
+//! so a new pipeline or a restored state never alerts about the past.
+
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use serde_json::json;
+
+use super::{detail, execution_key, Decider, Execution, Phase};
+use crate::core::config::{ClockTime, Deadline, PipelineConfig};
+use crate::core::events::EventType;
+use crate::core::rules;
+use crate::core::schedule::{local_instant, next_daily, Cron, ExecutionDate};
+use crate::core::timers::TimerKind;
+
+/// How long past its window (or poll window) an execution may sit before the watchdog
+/// calls it stale.
+pub(super) const STALE_GRACE: TimeDelta = TimeDelta::minutes(10);
+
+impl Decider<'_> {
+    /// Re-arms the pipeline-level timers from now on, for the config in force.
+    pub(super) fn arm_schedule(&mut self) {
+        self.cancel_timers(|t| t.execution().is_none());
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let now = self.now();
+        let tz = config.schedule.timezone;
+        if let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) {
+            if let Some(next) = cron.next_after(now, tz) {
+                self.set_timer(TimerKind::CronTick, next);
+            }
+        }
+        if let Some((date, at)) = next_start_check(&config, now) {
+            self.set_timer(TimerKind::StartCheck { date: date.to_string() }, at);
+        }
+        if let Some(Deadline::Daily(time)) = config.schedule.trigger_deadline {
+            if config.schedule.cron.is_none() {
+                let (day, at) = next_daily(now, time, tz);
+                self.set_timer(
+                    TimerKind::TriggerDeadline {
+                        date: ExecutionDate::daily(day).to_string(),
+                    },
+                    at,
+                );
+            }
+        }
+        self.arm_sla_chain();
+    }
+
+    pub(super) fn on_timer(&mut self, kind: &TimerKind, due: DateTime<Utc>) {
+        match kind {
+            TimerKind::Evaluate { schedule_id, date } => {
+                let key = execution_key(schedule_id, date);
+                match self.state.executions.get(&key) {
+                    Some(e) if e.phase == Phase::AwaitingRules => self.evaluate(&key, true),
+                    _ => self.notes.push(format!("evaluation timer for {key} has nothing to do")),
+                }
+            }
+            TimerKind::CronTick => self.on_cron_tick(due),
+            TimerKind::StartCheck { date } => self.on_start_check(date),
+            TimerKind::TriggerDeadline { date } => self.on_trigger_deadline(date),
+            TimerKind::SlaWarning { schedule_id, date } => self.on_sla_warning(&execution_key(schedule_id, date)),
+            TimerKind::SlaBreach { schedule_id, date } => self.on_sla_breach(&execution_key(schedule_id, date)),
+            TimerKind::RelativeSlaWarning { schedule_id, date } => {
+                self.on_relative_sla(&execution_key(schedule_id, date), false)
+            }
+            TimerKind::RelativeSlaBreach { schedule_id, date } => {
+                self.on_relative_sla(&execution_key(schedule_id, date), true)
+            }
+            TimerKind::JobPollWindow {
+                schedule_id,
+                date,
+                run_id,
+            } => self.on_poll_window_closed(&execution_key(schedule_id, date), run_id),
+            TimerKind::Watchdog { schedule_id, date } => self.on_watchdog(&execution_key(schedule_id, date)),
+            TimerKind::PostRunTimeout { schedule_id, date } => {
+                self.on_post_run_timeout(&execution_key(schedule_id, date))
+            }
+        }
+    }
+
+    /// A cron occurrence: open its execution (or say why not) and arm the next one.
+    fn on_cron_tick(&mut self, due: DateTime<Utc>) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) else {
+            return;
+        };
+        let now = self.now();
+        let tz = config.schedule.timezone;
+        if let Some(next) = cron.next_after(now.max(due), tz) {
+            self.set_timer(TimerKind::CronTick, next);
+        }
+        let date = cron.execution_date(due, tz).to_string();
+        let key = execution_key(config.schedule_id(), &date);
+        if self.state.executions.contains_key(&key) {
+            self.notes
+                .push(format!("cron occurrence {date}: execution {key} exists"));
+            return;
+        }
+        if self.exclude(&config, &key, &date) {
+            return;
+        }
+        let late = now - due;
+        if late > config.schedule.evaluation.window {
+            // The processor was not running when the occurrence was due (or its timer was
+            // lost): say so, once, then run it now rather than not at all.
+            let detail = detail([
+                ("expectedAt", json!(due)),
+                ("lateBySeconds", json!(late.num_seconds())),
+                ("started", json!(true)),
+            ]);
+            let message = format!("cron occurrence due at {} was not started on time", due.to_rfc3339());
+            self.emit(EventType::SCHEDULE_MISSED, Some(&key), message, detail);
+        }
+        self.open_execution(&key, false);
+    }
+
+    /// The expected start of a day passed: recover, or report the miss.
+    fn on_start_check(&mut self, date: &str) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        if let Some((next, at)) = next_start_check(&config, self.now()) {
+            self.set_timer(TimerKind::StartCheck { date: next.to_string() }, at);
+        }
+        let key = execution_key(config.schedule_id(), date);
+        let day = date.split('T').next().unwrap_or(date);
+        let prefix = execution_key(config.schedule_id(), day);
+        if self.state.executions.keys().any(|k| k.starts_with(&prefix)) {
+            return;
+        }
+        if let Some(reason) = day_excluded(&config, date) {
+            self.notes.push(format!("{date} not checked: {reason}"));
+            return;
+        }
+        if self.recover(&config, date) {
+            return;
+        }
+        let irregular = !config.schedule.include_dates.is_empty();
+        let kind = match irregular {
+            true => EventType::IRREGULAR_SCHEDULE_MISSED,
+            false => EventType::SCHEDULE_MISSED,
+        };
+        let message = match irregular {
+            true => format!("inclusion date {date} passed its expected start with no execution"),
+            false => format!("no execution for {date} by its expected start"),
+        };
+        self.emit(kind, Some(&key), message, detail([("expectedDate", json!(date))]));
+    }
+
+    /// `schedule.trigger.deadline` passed with nothing started for the day: no sensor may
+    /// start it any more.
+    fn on_trigger_deadline(&mut self, date: &str) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        if let Some(Deadline::Daily(time)) = config.schedule.trigger_deadline {
+            let (day, at) = next_daily(self.now(), time, config.schedule.timezone);
+            let date = ExecutionDate::daily(day).to_string();
+            self.set_timer(TimerKind::TriggerDeadline { date }, at);
+        }
+        let key = execution_key(config.schedule_id(), date);
+        if self.state.executions.contains_key(&key) || day_excluded(&config, date).is_some() {
+            return;
+        }
+        let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
+        let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
+        self.state.executions.insert(key.clone(), execution);
+        self.emit(
+            EventType::SENSOR_DEADLINE_EXPIRED,
+            Some(&key),
+            reason,
+            Default::default(),
+        );
+    }
+
+    /// Starts the execution a sensor `sensor_key` scoped to `date` triggers, unless it exists
+    /// already. Returns the key of a newly started execution.
+    pub(super) fn start_from_sensor(&mut self, sensor_key: &str, date: &str) -> Option<String> {
+        let config = self.state.config.clone()?;
+        if config.schedule.cron.is_some() || !starts_on(&config, sensor_key) {
+            return None;
+        }
+        let key = execution_key(config.schedule_id(), date);
+        if let Some(existing) = self.state.executions.get(&key) {
+            let phase = existing.phase.name();
+            self.notes.push(format!(
+                "execution {key} exists ({phase}): trigger sensor changes nothing"
+            ));
+            return None;
+        }
+        if !self.trigger_holds(&config, sensor_key, date) {
+            return None;
+        }
+        if self.exclude(&config, &key, date) {
+            return None;
+        }
+        self.open_execution(&key, true);
+        Some(key)
+    }
+
+    /// TRIGGER_RECOVERED: a config arrived (or changed) and stored sensors already satisfy its
+    /// trigger for today or later, with no execution: start it rather than wait for a re-send.
+    pub(super) fn recover_stored_triggers(&mut self) {
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        if config.schedule.cron.is_some() {
+            return;
+        }
+        let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
+        let mut dates: Vec<String> = self
+            .state
+            .sensors
+            .iter()
+            .filter(|(slot, s)| starts_on(&config, s.key_in(slot)))
+            .map(|(_, s)| super::sensor::execution_date(s, config.schedule.timezone, self.now()))
+            .filter(|date| ExecutionDate::parse(date).is_some_and(|d| d.day >= today))
+            .collect();
+        dates.sort();
+        dates.dedup();
+        for date in dates {
+            let key = execution_key(config.schedule_id(), &date);
+            if !self.state.executions.contains_key(&key) && day_excluded(&config, &date).is_none() {
+                self.recover(&config, &date);
+            }
+        }
+    }
+
+    /// Starts `date`'s execution with TRIGGER_RECOVERED if its trigger holds now.
+    fn recover(&mut self, config: &PipelineConfig, date: &str) -> bool {
+        let Some(sensor_key) = trigger_keys(config).find(|k| self.trigger_holds(config, k, date)) else {
+            return false;
+        };
+        let key = execution_key(config.schedule_id(), date);
+        let message = format!("trigger {sensor_key:?} holds for {date} but nothing had started: starting now");
+        self.emit(
+            EventType::TRIGGER_RECOVERED,
+            Some(&key),
+            message,
+            detail([("sensor", json!(sensor_key))]),
+        );
+        self.open_execution(&key, true);
+        true
+    }
+
+    fn trigger_holds(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
+        let readings = self.readings(date);
+        match &config.schedule.trigger {
+            Some(trigger) if trigger.key == sensor_key => rules::evaluate(trigger, &readings, self.moment()).passed,
+            // Without a trigger, a dependency's completion report starts the execution.
+            None => readings.contains_key(sensor_key),
+            Some(_) => false,
+        }
+    }
+
+    /// PIPELINE_EXCLUDED when `date` is dormant; the date is kept as skipped so the same day
+    /// is reported once.
+    fn exclude(&mut self, config: &PipelineConfig, key: &str, date: &str) -> bool {
+        let Some(reason) = day_excluded(config, date) else {
+            return false;
+        };
+        let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
+        self.state.executions.insert(key.to_string(), execution);
+        let message = format!("{date} is dormant ({reason}): nothing runs");
+        self.emit(
+            EventType::PIPELINE_EXCLUDED,
+            Some(key),
+            message,
+            detail([("reason", json!(reason))]),
+        );
+        true
+    }
+
+    /// Opens an execution: SLA timers, the watchdog, and the first evaluation.
+    pub(super) fn open_execution(&mut self, key: &str, from_sensor: bool) {
+        let Some(config) = self.state.config.as_ref() else {
+            return;
+        };
+        let Some((schedule_id, date)) = key.split_once('/') else {
+            return;
+        };
+        let now = self.now();
+        let mut execution = Execution::new(schedule_id.into(), date.into(), now, config.schedule.evaluation.window);
+        if from_sensor {
+            execution.first_sensor_at = Some(now);
+        }
+        let watchdog_at = execution.window_closes_at + STALE_GRACE;
+        self.state.executions.insert(key.to_string(), execution);
+        self.arm_sla(key);
+        self.set_watchdog(key, watchdog_at);
+        self.evaluate(key, true);
+    }
+
+    pub(super) fn set_watchdog(&mut self, key: &str, at: DateTime<Utc>) {
+        if let Some((schedule_id, date)) = key.split_once('/') {
+            let kind = TimerKind::Watchdog {
+                schedule_id: schedule_id.into(),
+                date: date.into(),
+            };
+            self.set_timer(kind, at);
+        }
+    }
+}
+
+/// The sensor keys that can start an execution: the trigger, else every dependency.
+fn trigger_keys(config: &PipelineConfig) -> impl Iterator<Item = &str> {
+    let trigger = config.schedule.trigger.iter().map(|t| t.key.as_str());
+    let deps = config
+        .depends_on
+        .iter()
+        .filter(|_| config.schedule.trigger.is_none())
+        .map(|d| d.key.as_str());
+    trigger.chain(deps)
+}
+
+fn starts_on(config: &PipelineConfig, sensor_key: &str) -> bool {
+    trigger_keys(config).any(|k| k == sensor_key)
+}
+
+/// Why `date` is dormant: an exclusion, or not one of the inclusion dates.
+pub(super) fn day_excluded(config: &PipelineConfig, date: &str) -> Option<String> {
+    let day = ExecutionDate::parse(date)?.day;
+    let include = &config.schedule.include_dates;
+    if !include.is_empty() && !include.contains(&day) {
+        return Some(format!("{day} is not one of the inclusion dates"));
+    }
+    config.exclusions.excludes(day)
+}
+
+/// The next expected-start check after `now`: at `schedule.time` each day, or (irregular
+/// schedules) at `schedule.time` or the end of each inclusion date.
+fn next_start_check(config: &PipelineConfig, now: DateTime<Utc>) -> Option<(ExecutionDate, DateTime<Utc>)> {
+    let tz = config.schedule.timezone;
+    let expected = config.schedule.expected_start;
+    if config.schedule.include_dates.is_empty() {
+        let (day, at) = next_daily(now, expected?, tz);
+        return Some((ExecutionDate::daily(day), at));
+    }
+    let end_of_day = |day: NaiveDate| match expected {
+        Some(time) => local_instant(day, time, tz),
+        None => local_instant(day.succ_opt().unwrap_or(day), ClockTime { hour: 0, minute: 0 }, tz),
+    };
+    config
+        .schedule
+        .include_dates
+        .iter()
+        .map(|day| (*day, end_of_day(*day)))
+        .filter(|(_, at)| *at > now)
+        .min_by_key(|(_, at)| *at)
+        .map(|(day, at)| (ExecutionDate::daily(day), at))
+}

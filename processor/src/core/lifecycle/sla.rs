@@ -1,0 +1,362 @@
+//! SLA_WARNING / SLA_BREACH / SLA_MET, RELATIVE_SLA_WARNING / RELATIVE_SLA_BREACH, and in a
+//! dry run DRY_RUN_SLA_PROJECTION.
+//!
+//! Absolute SLAs are per date, not per run, so they are armed whether or not any data ever
+//! arrives: a cron pipeline arms them when its occurrence opens the execution, a sensor-driven
+//! one keeps a chain of timers running from one date's deadline to the next. Alert hygiene:
+//! no warning at or after the deadline, nothing after completion, SLA_MET only when a job ran
+//! and finished before the deadline, each alert at most once per execution.
+
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+use chrono_tz::Tz;
+use serde_json::{json, Value};
+
+use super::schedule::day_excluded;
+use super::{detail, execution_key, Decider};
+use crate::core::config::{ClockTime, Deadline, PipelineConfig};
+use crate::core::duration::format_duration;
+use crate::core::events::EventType;
+use crate::core::schedule::{sla_deadline, Cron, ExecutionDate};
+use crate::core::timers::TimerKind;
+
+impl Decider<'_> {
+    /// Arms the SLA timers of one execution date (absolute, and relative once its first
+    /// sensor is known), forward-only.
+    pub(super) fn arm_sla(&mut self, key: &str) {
+        let Some((schedule_id, date)) = key.split_once('/') else {
+            return;
+        };
+        let now = self.now();
+        let Some(config) = self.config().filter(|c| !c.dry_run) else {
+            return;
+        };
+        if let Some(deadline) = deadline_of(config, date) {
+            let expected = config.sla.as_ref().and_then(|s| s.expected_duration);
+            let (schedule_id, date) = (schedule_id.to_string(), date.to_string());
+            if deadline > now {
+                let breach = TimerKind::SlaBreach {
+                    schedule_id: schedule_id.clone(),
+                    date: date.clone(),
+                };
+                self.set_timer(breach, deadline);
+            }
+            if let Some(warn_at) = expected.map(|e| deadline - e).filter(|at| *at > now) {
+                self.set_timer(TimerKind::SlaWarning { schedule_id, date }, warn_at);
+            }
+        }
+        self.arm_relative_sla(key);
+    }
+
+    /// RELATIVE_SLA timers, measured from the execution's first sensor.
+    pub(super) fn arm_relative_sla(&mut self, key: &str) {
+        let Some(config) = self.config().filter(|c| !c.dry_run) else {
+            return;
+        };
+        let Some(sla) = config.sla.as_ref() else { return };
+        let Some(max) = sla.max_duration else { return };
+        let expected = sla.expected_duration;
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let Some(first) = execution.first_sensor_at else {
+            return;
+        };
+        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
+        let now = self.now();
+        if first + max > now {
+            let breach = TimerKind::RelativeSlaBreach {
+                schedule_id: schedule_id.clone(),
+                date: date.clone(),
+            };
+            self.set_timer(breach, first + max);
+        }
+        let warn_at = first + relative_warning_offset(max, expected);
+        if warn_at > now {
+            self.set_timer(TimerKind::RelativeSlaWarning { schedule_id, date }, warn_at);
+        }
+    }
+
+    /// Sensor-driven and irregular pipelines: arm the next date whose deadline is still ahead.
+    pub(super) fn arm_sla_chain(&mut self) {
+        let Some(config) = self.config().filter(|c| c.schedule.cron.is_none() && !c.dry_run) else {
+            return;
+        };
+        let Some(deadline) = config.sla.as_ref().and_then(|s| s.deadline) else {
+            return;
+        };
+        let now = self.now();
+        let tz = config.schedule.timezone;
+        let local = now.with_timezone(&tz).naive_local();
+        let hourly = matches!(deadline, Deadline::Hourly { .. });
+        // Start a little in the past: a deadline can roll over into the next day or hour.
+        let mut date = match hourly {
+            true => back_hours(ExecutionDate::hourly(local.date(), chrono::Timelike::hour(&local)), 2),
+            false => ExecutionDate::daily(local.date().pred_opt().unwrap_or(local.date())),
+        };
+        let limit = if hourly { 24 * 400 } else { 400 };
+        for _ in 0..limit {
+            let text = date.to_string();
+            if deadline_of(config, &text).is_some_and(|at| at > now) {
+                let key = execution_key(config.schedule_id(), &text);
+                let done = self.state.executions.get(&key).is_some_and(|e| e.phase.is_completed());
+                if day_excluded(config, &text).is_none() && !done {
+                    self.arm_sla(&key);
+                    return;
+                }
+            }
+            date = next_date(date);
+        }
+    }
+
+    pub(super) fn on_sla_warning(&mut self, key: &str) {
+        let Some(deadline) = self.alertable_deadline(key) else {
+            return;
+        };
+        if self.state.executions.get(key).is_some_and(|e| e.sla.warned) || self.now() >= deadline {
+            return;
+        }
+        let left = deadline - self.now();
+        let message = format!(
+            "{} is not complete and its SLA deadline {} is {} away",
+            date_of(key),
+            deadline.to_rfc3339(),
+            format_duration(left)
+        );
+        let info = self.alert_detail(key, deadline);
+        self.emit(EventType::SLA_WARNING, Some(key), message, info);
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.sla.warned = true;
+        }
+    }
+
+    pub(super) fn on_sla_breach(&mut self, key: &str) {
+        if let Some(deadline) = self.alertable_deadline(key) {
+            let message = format!("{} missed its SLA deadline {}", date_of(key), deadline.to_rfc3339());
+            let info = self.alert_detail(key, deadline);
+            self.emit(EventType::SLA_BREACH, Some(key), message, info);
+            if let Some(e) = self.state.executions.get_mut(key) {
+                e.sla.breached = true;
+            }
+            if let Some((schedule_id, date)) = key.split_once('/') {
+                let warning = TimerKind::SlaWarning {
+                    schedule_id: schedule_id.into(),
+                    date: date.into(),
+                };
+                self.cancel_timer(warning);
+            }
+        }
+        self.arm_sla_chain();
+    }
+
+    /// The deadline of `key` if an alert about it is due: the day is not dormant, nothing
+    /// completed, no breach reported yet.
+    fn alertable_deadline(&self, key: &str) -> Option<DateTime<Utc>> {
+        let config = self.config().filter(|c| !c.dry_run)?;
+        let date = date_of(key);
+        if day_excluded(config, date).is_some() {
+            return None;
+        }
+        if let Some(e) = self.state.executions.get(key) {
+            if e.phase.is_completed() || e.sla.breached || matches!(e.phase, super::Phase::Cancelled { .. }) {
+                return None;
+            }
+        }
+        deadline_of(config, date)
+    }
+
+    fn alert_detail(&self, key: &str, deadline: DateTime<Utc>) -> serde_json::Map<String, Value> {
+        let phase = self
+            .state
+            .executions
+            .get(key)
+            .map(|e| e.phase.name())
+            .unwrap_or("notStarted");
+        let expected = self
+            .config()
+            .and_then(|c| c.sla.as_ref())
+            .and_then(|s| s.expected_duration)
+            .map(|d| d.num_seconds());
+        detail([
+            ("deadline", json!(deadline)),
+            ("expectedDurationSeconds", json!(expected)),
+            ("phase", json!(phase)),
+        ])
+    }
+
+    pub(super) fn on_relative_sla(&mut self, key: &str, breach: bool) {
+        let Some(max) = self.config().and_then(|c| c.sla.as_ref()).and_then(|s| s.max_duration) else {
+            return;
+        };
+        let now = self.now();
+        let Some(execution) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        let already = match breach {
+            true => execution.sla.relative_breached,
+            false => execution.sla.relative_warned || execution.sla.relative_breached,
+        };
+        if execution.phase.is_completed() || already || matches!(execution.phase, super::Phase::Cancelled { .. }) {
+            return;
+        }
+        let Some(first) = execution.first_sensor_at else {
+            return;
+        };
+        let (kind, verb) = match breach {
+            true => {
+                execution.sla.relative_breached = true;
+                (EventType::RELATIVE_SLA_BREACH, "exceeded")
+            }
+            false => {
+                execution.sla.relative_warned = true;
+                (EventType::RELATIVE_SLA_WARNING, "is close to")
+            }
+        };
+        let message = format!(
+            "{} has run {} since its first sensor and {verb} its maxDuration of {}",
+            date_of(key),
+            format_duration(now - first),
+            format_duration(max)
+        );
+        let info = detail([
+            ("firstSensorAt", json!(first)),
+            ("maxDurationSeconds", json!(max.num_seconds())),
+            ("elapsedSeconds", json!((now - first).num_seconds())),
+        ]);
+        self.emit(kind, Some(key), message, info);
+    }
+
+    /// SLA_MET: the job completed before its deadline, with no breach reported.
+    pub(super) fn sla_on_completion(&mut self, key: &str) {
+        let now = self.now();
+        let Some(config) = self.config().filter(|c| !c.dry_run) else {
+            return;
+        };
+        let Some(deadline) = deadline_of(config, date_of(key)) else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        if execution.sla.breached || execution.sla.met || now > deadline {
+            return;
+        }
+        execution.sla.met = true;
+        let warned = execution.sla.warned;
+        let message = format!(
+            "completed {} before the SLA deadline {}",
+            format_duration(deadline - now),
+            deadline.to_rfc3339()
+        );
+        let info = detail([
+            ("deadline", json!(deadline)),
+            ("marginSeconds", json!((deadline - now).num_seconds())),
+            ("warned", json!(warned)),
+        ]);
+        self.emit(EventType::SLA_MET, Some(key), message, info);
+        if let Some((schedule_id, date)) = key.split_once('/') {
+            let warning = TimerKind::SlaWarning {
+                schedule_id: schedule_id.into(),
+                date: date.into(),
+            };
+            self.cancel_timer(warning);
+        }
+    }
+
+    /// DRY_RUN_SLA_PROJECTION: had the job started now and run for `expectedDuration`,
+    /// would it have met the deadline, and by how much.
+    pub(super) fn project_sla(&mut self, key: &str) {
+        let Some(sla) = self.config().and_then(|c| c.sla.clone()) else {
+            return;
+        };
+        let now = self.now();
+        let projected = now + sla.expected_duration.unwrap_or_default();
+        let verdict = self.sla_verdict(key, projected);
+        if verdict.is_null() {
+            return;
+        }
+        let met = verdict["met"].as_bool().unwrap_or(false);
+        let message = match met {
+            true => "dry run: the job would meet its SLA deadline",
+            false => "dry run: the job would miss its SLA deadline",
+        };
+        let mut info = verdict.as_object().cloned().unwrap_or_default();
+        info.insert("projectedCompletion".into(), json!(projected));
+        self.emit(EventType::DRY_RUN_SLA_PROJECTION, Some(key), message, info);
+    }
+
+    /// `{deadline, met, marginSeconds}` for a completion at `at`; null without a deadline.
+    pub(super) fn sla_verdict(&self, key: &str, at: DateTime<Utc>) -> Value {
+        let Some(deadline) = self.config().and_then(|c| deadline_of(c, date_of(key))) else {
+            return Value::Null;
+        };
+        json!({
+            "deadline": deadline,
+            "met": at <= deadline,
+            "marginSeconds": (deadline - at).num_seconds(),
+            "status": if at <= deadline { "met" } else { "breach" },
+        })
+    }
+}
+
+fn date_of(key: &str) -> &str {
+    key.split_once('/').map(|(_, d)| d).unwrap_or(key)
+}
+
+/// The SLA deadline of an execution date under `config`.
+pub(super) fn deadline_of(config: &PipelineConfig, date: &str) -> Option<DateTime<Utc>> {
+    let sla = config.sla.as_ref()?;
+    let deadline = sla.deadline?;
+    let date = ExecutionDate::parse(date)?;
+    let tz = sla.timezone.unwrap_or(config.schedule.timezone);
+    sla_deadline(date, deadline, tz, day_start(config, date.day, tz))
+}
+
+/// When a day's work starts (cron time, else `schedule.time`): a deadline at or before it
+/// belongs to the next day.
+fn day_start(config: &PipelineConfig, day: NaiveDate, tz: Tz) -> Option<ClockTime> {
+    if let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) {
+        if !cron.is_sub_daily() {
+            let midnight = crate::core::schedule::local_instant(day, ClockTime { hour: 0, minute: 0 }, tz);
+            let first = cron.next_after(midnight - TimeDelta::seconds(1), tz)?;
+            let local = first.with_timezone(&tz);
+            if local.date_naive() == day {
+                use chrono::Timelike;
+                return Some(ClockTime {
+                    hour: local.hour(),
+                    minute: local.minute(),
+                });
+            }
+        }
+        return None;
+    }
+    config.schedule.expected_start
+}
+
+/// When RELATIVE_SLA_WARNING fires, after the first sensor: `expectedDuration` before the
+/// breach when that fits, else at three quarters of `maxDuration`.
+fn relative_warning_offset(max: TimeDelta, expected: Option<TimeDelta>) -> TimeDelta {
+    match expected {
+        Some(e) if e < max => max - e,
+        _ => max * 3 / 4,
+    }
+}
+
+fn next_date(date: ExecutionDate) -> ExecutionDate {
+    match date.hour {
+        None => ExecutionDate::daily(date.day.succ_opt().unwrap_or(date.day)),
+        Some(23) => ExecutionDate::hourly(date.day.succ_opt().unwrap_or(date.day), 0),
+        Some(h) => ExecutionDate::hourly(date.day, h + 1),
+    }
+}
+
+fn back_hours(date: ExecutionDate, hours: u32) -> ExecutionDate {
+    let mut d = date;
+    for _ in 0..hours {
+        d = match d.hour {
+            Some(0) => ExecutionDate::hourly(d.day.pred_opt().unwrap_or(d.day), 23),
+            Some(h) => ExecutionDate::hourly(d.day, h - 1),
+            None => d,
+        };
+    }
+    d
+}
