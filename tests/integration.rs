@@ -4,9 +4,11 @@
 mod support;
 
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
-use sluice::core::events::EventType::*;
+use sluice::core::events::{Event, EventType::*};
 use support::{http_target, sluice, World};
 
 fn pipeline(id: &str, job: Value) -> Value {
@@ -290,6 +292,7 @@ fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
     });
     assert_eq!(stores.count(), 3, "one RocksDB per input partition");
 
+    let first_run = w.log().len();
     w.start();
     // The trigger sensor again (a re-delivery): the execution exists, nothing restarts.
     w.sensor("restart", "upstream", json!({"status": "ready"}));
@@ -310,12 +313,15 @@ fn a_restart_mid_evaluation_continues_from_rocksdb_without_a_second_trigger() {
         std::fs::read_to_string(runs).unwrap(),
         format!("{}\n", run_id("restart", 1))
     );
-    let log = std::fs::read_to_string(w.scratch.path().join("processor.log")).unwrap();
-    assert!(
-        log.contains("timers=1"),
-        "the interval timer was restored from RocksDB:\n{}",
-        w.log_tail()
-    );
+    // The execution's evaluation interval (and its watchdog) were pending at the stop.
+    let log = w.log();
+    let owner = sluice::core::partitioning::partition_for(b"restart", 3);
+    let restored = log[first_run..]
+        .lines()
+        .filter(|l| l.contains("partition assigned: state opened") && l.contains(&format!("partition={owner} ")))
+        .filter_map(|l| l.split("timers=").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .any(|n| n >= 1);
+    assert!(restored, "the interval timer was restored from RocksDB:\n{log}");
 }
 
 #[test]
@@ -421,7 +427,330 @@ fn config_validate_reports_every_problem_and_apply_publishes_valid_configs() {
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     w.start();
-    for id in ["orders-daily", "flaky-report", "late-partner-feed"] {
+    for id in ["orders-daily", "flaky-report", "late-partner-feed", "orders-summary"] {
         w.wait_for_sequence(id, &[CONFIG_ACCEPTED]);
+    }
+}
+
+/// A fire-and-forget HTTP job: the accepted request completes the run.
+fn http_job(url: &str) -> Value {
+    json!({"type": "http", "config": {"url": url, "method": "POST", "body": "${PIPELINE} ${DATE}/${HOUR} ${RUN_ID}"}})
+}
+
+/// The `Instant` at which the wall clock reads `at` (now if that has passed).
+fn instant_at(at: DateTime<Utc>) -> Instant {
+    Instant::now() + (at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
+}
+
+/// The first whole minute strictly after `t`.
+fn next_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp((t.timestamp().div_euclid(60) + 1) * 60, 0).unwrap()
+}
+
+/// A daily SLA deadline (a whole UTC minute) one to two minutes ahead: the minute after the
+/// next minute boundary, or the one after that when the boundary is less than 30 s away,
+/// so that a warning `expectedDuration: 1m` before it is still at least 30 s ahead.
+fn deadline_ahead() -> DateTime<Utc> {
+    let now = Utc::now();
+    let boundary = next_minute(now);
+    match boundary - now < TimeDelta::seconds(30) {
+        true => boundary + TimeDelta::minutes(2),
+        false => boundary + TimeDelta::minutes(1),
+    }
+}
+
+/// A sensor-driven pipeline whose row-count rule the test never satisfies, with a daily SLA
+/// `deadline` (UTC) and `expectedDuration: 1m`.
+fn sla_pipeline(id: &str, deadline: DateTime<Utc>) -> Value {
+    let mut config = pipeline(id, command_job("true", 0));
+    config["schedule"]["timezone"] = json!("UTC");
+    config["sla"] = json!({"deadline": deadline.format("%H:%M").to_string(), "expectedDuration": "1m"});
+    config
+}
+
+fn of_kind(events: &[Event], kind: sluice::core::events::EventType) -> Vec<&Event> {
+    events.iter().filter(|e| e.kind == kind).collect()
+}
+
+/// Checks the SLA alerts of `date`: one warning no earlier than a minute before the
+/// deadline, then one breach published within a few seconds after the deadline.
+fn assert_sla_alerts(events: &[Event], date: &str, deadline: DateTime<Utc>) {
+    let warning = of_kind(events, SLA_WARNING);
+    let breach = of_kind(events, SLA_BREACH);
+    assert_eq!((warning.len(), breach.len()), (1, 1), "one warning, one breach");
+    let (warning, breach) = (warning[0], breach[0]);
+    for e in [warning, breach] {
+        assert_eq!(e.date.as_deref(), Some(date), "{e:?}");
+        assert_eq!(e.schedule_id.as_deref(), Some("stream"), "{e:?}");
+        assert_eq!(e.detail["phase"], json!("awaitingRules"), "{e:?}");
+        assert_eq!(e.detail["deadline"], json!(deadline), "{e:?}");
+    }
+    assert!(
+        warning.timestamp >= deadline - TimeDelta::minutes(1) && warning.timestamp < deadline,
+        "warning at {} for a deadline at {deadline}",
+        warning.timestamp
+    );
+    let late = breach.timestamp - deadline;
+    assert!(
+        late >= TimeDelta::zero() && late <= TimeDelta::seconds(5),
+        "breach at {} for a deadline at {deadline}",
+        breach.timestamp
+    );
+}
+
+#[test]
+fn sla_breach_is_published_at_the_deadline() {
+    let mut w = World::new("sla");
+    let deadline = deadline_ahead();
+    let date = deadline.format("%Y-%m-%d").to_string();
+    w.start_with(&sla_pipeline("sla", deadline));
+    w.sensor_on("sla", "row-count", json!({"count": 1}), Some(&date));
+    w.sensor_on("sla", "upstream", json!({"status": "ready"}), Some(&date));
+    barrier(&mut w, "sla", 1);
+    w.wait_for_until(
+        "sla",
+        "SLA_BREACH",
+        instant_at(deadline) + Duration::from_secs(30),
+        |es| es.iter().any(|e| e.kind == SLA_BREACH),
+    );
+    // Anything the deadline's timers caused is out before this later record is answered.
+    barrier(&mut w, "sla", 2);
+    let events = w.wait_for_sequence(
+        "sla",
+        &[CONFIG_ACCEPTED, INPUT_REJECTED, SLA_WARNING, SLA_BREACH, INPUT_REJECTED],
+    );
+    assert_sla_alerts(&events, &date, deadline);
+}
+
+#[test]
+fn timers_survive_a_restart() {
+    let mut w = World::new("timers");
+    let deadline = deadline_ahead();
+    let date = deadline.format("%Y-%m-%d").to_string();
+    w.start_with(&sla_pipeline("timers", deadline));
+    w.sensor_on("timers", "upstream", json!({"status": "ready"}), Some(&date));
+    barrier(&mut w, "timers", 1);
+    assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly:\n{}", w.log_tail());
+    assert!(
+        Utc::now() < deadline - TimeDelta::seconds(20),
+        "restarted well before the deadline"
+    );
+
+    let first_run = w.log().len();
+    w.start();
+    w.wait_for_until(
+        "timers",
+        "SLA_BREACH",
+        instant_at(deadline) + Duration::from_secs(30),
+        |es| es.iter().any(|e| e.kind == SLA_BREACH),
+    );
+    barrier(&mut w, "timers", 2);
+    let events = w.wait_for_sequence(
+        "timers",
+        &[CONFIG_ACCEPTED, INPUT_REJECTED, SLA_WARNING, SLA_BREACH, INPUT_REJECTED],
+    );
+    assert_sla_alerts(&events, &date, deadline);
+    let log = w.log();
+    let restored = log[first_run..]
+        .lines()
+        .filter(|l| l.contains("partition assigned: state opened"))
+        .any(|l| !l.contains("timers=0"));
+    assert!(restored, "the second run restored the SLA timers from RocksDB:\n{log}");
+}
+
+#[test]
+fn cron_pipeline_starts_at_its_cron_time() {
+    let target = http_target();
+    let mut w = World::new("cron");
+    let config = json!({
+        "pipeline": {"id": "cron", "owner": "tests"},
+        "schedule": {"cron": "* * * * *", "timezone": "UTC", "evaluation": {"window": "10m", "interval": "1m"}},
+        "validation": {"rules": [{"key": "row-count", "check": "gte", "field": "count", "value": 1000}]},
+        "job": http_job(&target.url)
+    });
+    w.start_with(&config);
+    let accepted = w.wait_for_sequence("cron", &[CONFIG_ACCEPTED])[0].timestamp;
+    // The first occurrence after the config was accepted.
+    let boundary = next_minute(accepted);
+    let date = boundary.format("%Y-%m-%dT%H").to_string();
+    w.sensor_on("cron", "row-count", json!({"count": 1500}), None);
+    barrier(&mut w, "cron", 1);
+    assert!(
+        target.requests.lock().unwrap().is_empty() || Utc::now() >= boundary,
+        "nothing ran before the cron time"
+    );
+
+    let of_date = |es: &[Event]| -> Vec<Event> {
+        es.iter()
+            .filter(|e| e.date.as_deref() == Some(date.as_str()))
+            .cloned()
+            .collect()
+    };
+    let events = w.wait_for_until(
+        "cron",
+        "JOB_COMPLETED",
+        instant_at(boundary) + Duration::from_secs(45),
+        |es| of_date(es).iter().any(|e| e.kind == JOB_COMPLETED),
+    );
+    let before: Vec<_> = events
+        .iter()
+        .filter(|e| e.timestamp < boundary)
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        before.iter().all(|k| [CONFIG_ACCEPTED, INPUT_REJECTED].contains(k)),
+        "nothing started before {boundary}: {before:?}"
+    );
+    let run = of_date(&events);
+    let kinds: Vec<_> = run.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED], "{run:?}");
+    let triggered = &run[1];
+    assert!(
+        triggered.timestamp >= boundary,
+        "triggered at {} before the cron time {boundary}",
+        triggered.timestamp
+    );
+    assert_eq!(triggered.schedule_id.as_deref(), Some("cron"));
+    let run_id = format!("cron.cron.{date}.1");
+    assert_eq!(triggered.run_id.as_deref(), Some(run_id.as_str()));
+    let requests = target.requests.lock().unwrap().clone();
+    let (day, hour) = date.split_once('T').unwrap();
+    assert!(
+        requests[0].ends_with(&format!("cron {day}/{hour} {run_id}")),
+        "{requests:?}"
+    );
+}
+
+#[test]
+fn rerun_command_is_accepted_after_data_changes() {
+    let mut w = World::new("rerun");
+    let (config, runs) = recording_pipeline(&w, "rerun");
+    w.start_with(&config);
+    row_count_then_trigger(&w, "rerun", json!(1500));
+    let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("rerun", &done);
+
+    w.rerun("rerun", "2026-11-22", "same data");
+    let events = w.wait_for_sequence("rerun", &[done.as_slice(), &[RERUN_REJECTED]].concat());
+    assert!(
+        events[4].message.contains("no sensor data changed"),
+        "{}",
+        events[4].message
+    );
+    assert_eq!(events[4].detail["reason"], json!("same data"));
+
+    w.sensor("rerun", "row-count", json!({"count": 2500}));
+    w.wait_for_sequence(
+        "rerun",
+        &[done.as_slice(), &[RERUN_REJECTED, LATE_DATA_ARRIVAL]].concat(),
+    );
+
+    w.rerun("rerun", "2026-11-22", "late rows");
+    let events = w.wait_for_sequence(
+        "rerun",
+        &[
+            done.as_slice(),
+            &[RERUN_REJECTED, LATE_DATA_ARRIVAL, RERUN_ACCEPTED],
+            &[VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+        ]
+        .concat(),
+    );
+    assert_eq!(events[6].detail["requestedBy"], json!("integration-tests"));
+    assert_eq!(events[7].detail["results"][1]["seen"], json!(2500));
+    let second = run_id("rerun", 2);
+    assert_eq!(events[8].run_id.as_deref(), Some(second.as_str()));
+    assert_eq!(events[8].attempt, Some(2));
+    assert_eq!(events[9].run_id.as_deref(), Some(second.as_str()));
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n{second}\n", run_id("rerun", 1)),
+        "the job ran twice"
+    );
+}
+
+/// Pipeline ids starting with `bases`, each on a partition of its own while there are
+/// partitions left (suffixes are tried until the murmur2 partitioner agrees).
+fn ids_on_distinct_partitions(partitions: i32, bases: &[&str]) -> Vec<String> {
+    let mut used = std::collections::BTreeSet::new();
+    bases
+        .iter()
+        .map(|base| {
+            let id = (0..)
+                .map(|i| match i {
+                    0 => base.to_string(),
+                    i => format!("{base}-{i}"),
+                })
+                .find(|id| {
+                    let p = sluice::core::partitioning::partition_for(id.as_bytes(), partitions);
+                    used.len() >= partitions as usize || !used.contains(&p)
+                })
+                .unwrap();
+            used.insert(sluice::core::partitioning::partition_for(id.as_bytes(), partitions));
+            id
+        })
+        .collect()
+}
+
+#[test]
+fn dependency_chain_runs_bronze_silver_gold() {
+    let target = http_target();
+    let mut w = World::new("chain");
+    let partitions = w.partitions();
+    let ids = ids_on_distinct_partitions(partitions, &["bronze", "silver", "gold"]);
+    let (bronze, silver, gold) = (ids[0].as_str(), ids[1].as_str(), ids[2].as_str());
+    let owners: std::collections::BTreeSet<i32> = ids
+        .iter()
+        .map(|id| sluice::core::partitioning::partition_for(id.as_bytes(), partitions))
+        .collect();
+    assert_eq!(owners.len(), ids.len().min(partitions as usize), "{ids:?}");
+
+    let downstream = |id: &str, upstream: &str| {
+        json!({
+            "pipeline": {"id": id, "owner": "tests"},
+            "dependsOn": [upstream],
+            "schedule": {"evaluation": {"window": "10m", "interval": "1m"}},
+            "job": http_job(&target.url)
+        })
+    };
+    w.config(&pipeline(bronze, http_job(&target.url)));
+    w.config(&downstream(silver, bronze));
+    w.config(&downstream(gold, silver));
+    w.start();
+    for id in [bronze, silver, gold] {
+        w.wait_for_sequence(id, &[CONFIG_ACCEPTED]);
+    }
+
+    row_count_then_trigger(&w, bronze, json!(1500));
+    let run = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    let mut chain = Vec::new();
+    for id in [bronze, silver, gold] {
+        let events = w.wait_for_sequence(id, &run);
+        for e in &events[1..] {
+            assert_eq!(e.date.as_deref(), Some("2026-11-22"), "{e:?}");
+        }
+        assert_eq!(events[3].run_id, Some(format!("{id}.stream.2026-11-22.1")));
+        chain.push(events);
+    }
+    for (upstream, down) in [(bronze, 1), (silver, 2)] {
+        let (completed, passed) = (&chain[down - 1][3], &chain[down][1]);
+        assert!(
+            completed.timestamp <= passed.timestamp,
+            "{} started before {upstream} completed",
+            ids[down]
+        );
+        let results = passed.detail["results"].as_array().unwrap();
+        let dependency = results
+            .iter()
+            .find(|r| r["key"] == json!(format!("upstream:{upstream}")))
+            .unwrap_or_else(|| panic!("no dependency rule in {results:?}"));
+        assert_eq!(dependency["seen"], json!("succeeded"), "{dependency}");
+    }
+    let requests = target.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    for (request, id) in requests.iter().zip([bronze, silver, gold]) {
+        assert!(
+            request.ends_with(&format!("{id} 2026-11-22/ {id}.stream.2026-11-22.1")),
+            "{request}"
+        );
     }
 }

@@ -228,6 +228,50 @@ impl World {
         self.produce("sensors", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
     }
 
+    /// A sensor scoped to `date` (`YYYY-MM-DD[THH]` split into date and hour), or undated
+    /// (`None`: it counts for every execution date).
+    pub fn sensor_on(&self, pipeline: &str, key: &str, data: Value, date: Option<&str>) {
+        let mut record = json!({"pipelineId": pipeline, "key": key, "data": data});
+        if let Some(date) = date {
+            let (day, hour) = match date.split_once('T') {
+                Some((day, hour)) => (day, Some(hour.parse::<u32>().unwrap())),
+                None => (date, None),
+            };
+            record["date"] = json!(day);
+            if let Some(hour) = hour {
+                record["hour"] = json!(hour);
+            }
+        }
+        self.produce("sensors", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
+    }
+
+    /// Produces a record on the commands topic, keyed by `pipeline`: `record` is the value
+    /// (`{pipelineId, command, date, ...}`).
+    pub fn command(&self, pipeline: &str, record: &Value) {
+        self.produce("commands", Some(pipeline), Some(&serde_json::to_vec(record).unwrap()));
+    }
+
+    /// An operator's `rerun` of `pipeline`'s execution for `date`.
+    pub fn rerun(&self, pipeline: &str, date: &str, reason: &str) {
+        let record = json!({"pipelineId": pipeline, "command": "rerun", "date": date,
+                            "reason": reason, "requestedBy": "integration-tests"});
+        self.command(pipeline, &record);
+    }
+
+    /// The partition count of the input topics (they are co-partitioned).
+    pub fn partitions(&self) -> i32 {
+        let md = self
+            .events
+            .fetch_metadata(Some(&self.topic("sensors")), Duration::from_secs(10))
+            .unwrap();
+        md.topics()[0].partitions().len() as i32
+    }
+
+    /// The processor log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub fn job(&self, pipeline: &str, run_id: &str, status: &str) {
         let record = json!({"pipelineId": pipeline, "scheduleId": "stream", "date": "2026-11-22", "runId": run_id,
                             "status": status, "timestamp": "2026-11-22T08:00:00Z"});
@@ -246,8 +290,19 @@ impl World {
 
     /// Waits until the events of `pipeline` satisfy `done`; returns them.
     pub fn wait_for(&mut self, pipeline: &str, what: &str, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        self.wait_for_until(pipeline, what, Instant::now() + DEADLINE, done)
+    }
+
+    /// [`World::wait_for`] with an explicit deadline, for conditions tied to the wall clock
+    /// (cron occurrences, SLA deadlines) that may lie further ahead than [`DEADLINE`].
+    pub fn wait_for_until(
+        &mut self,
+        pipeline: &str,
+        what: &str,
+        deadline: Instant,
+        done: impl Fn(&[Event]) -> bool,
+    ) -> Vec<Event> {
         self.subscribe_events();
-        let deadline = Instant::now() + DEADLINE;
         loop {
             let mine: Vec<Event> = self
                 .seen

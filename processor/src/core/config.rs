@@ -696,6 +696,12 @@ impl Reader {
             Some(t) => {
                 let rule = self.rule(t, "schedule.trigger", &["deadline"]);
                 let deadline = self.deadline(t, "deadline", "schedule.trigger");
+                if matches!(deadline, Some(Deadline::Hourly { .. })) {
+                    self.warn(
+                        "schedule.trigger.deadline",
+                        "an hourly (:MM) trigger deadline is not enforced by this version; use HH:MM",
+                    );
+                }
                 (rule, deadline)
             }
             None => (None, None),
@@ -737,7 +743,10 @@ impl Reader {
             }
         });
 
-        let has_dependencies = root.get("dependsOn").is_some_and(|d| !d.is_null());
+        let has_dependencies = root
+            .get("dependsOn")
+            .and_then(Value::as_array)
+            .is_some_and(|d| !d.is_empty());
         if trigger.is_none()
             && cron.is_none()
             && include_dates.is_empty()
@@ -847,7 +856,14 @@ impl Reader {
             }
         };
         let rules = self.rules(map, path);
-        if rules.is_empty() && !self.problems.iter().any(|p| p.path.starts_with("validation.rules")) {
+        let has_dependencies = root
+            .get("dependsOn")
+            .and_then(Value::as_array)
+            .is_some_and(|d| !d.is_empty());
+        if rules.is_empty()
+            && !has_dependencies
+            && !self.problems.iter().any(|p| p.path.starts_with("validation.rules"))
+        {
             self.warn(
                 "validation.rules",
                 "no rules: the job triggers as soon as the pipeline starts",

@@ -2,12 +2,14 @@
 //!
 //! A new config applies at the next decision point: open executions keep their state and
 //! are evaluated with the new rules from then on; pipeline-level timers (cron, expected
-//! start, trigger deadline, SLA chain) are re-armed from now, and the SLA timers of open
-//! executions are recomputed, so no timer of the old config is left behind.
+//! start, trigger deadline, SLA chain) are re-armed from now, and the SLA timers of every
+//! execution that still owes its deadline are recomputed, so no timer of the old config is
+//! left behind.
 
 use serde_json::{json, Value};
 
-use super::{detail, Decider};
+use super::schedule::day_excluded;
+use super::{detail, Decider, Phase};
 use crate::core::config::{self, Problem, Variables};
 use crate::core::events::EventType;
 use crate::core::records::ConfigRecord;
@@ -68,14 +70,18 @@ impl Decider<'_> {
             )
         });
         self.arm_schedule();
-        let open: Vec<String> = self
+        // SLAs are per date, not per run: a failed, exhausted or stale execution still owes its
+        // deadline, so re-arm every execution not completed, cancelled or dormant (forward-only).
+        let config = self.state.config.clone();
+        let owed: Vec<String> = self
             .state
             .executions
             .iter()
-            .filter(|(_, e)| e.phase.is_open())
+            .filter(|(_, e)| !e.phase.is_completed() && !matches!(e.phase, Phase::Cancelled { .. }))
+            .filter(|(_, e)| config.as_ref().is_some_and(|c| day_excluded(c, &e.date).is_none()))
             .map(|(k, _)| k.clone())
             .collect();
-        for key in open {
+        for key in owed {
             self.arm_sla(&key);
         }
         // Sensors that arrived before the pipeline was known (or that the new trigger now

@@ -17,8 +17,9 @@ use crate::core::records::{CommandKind, CommandRecord};
 use crate::core::schedule::ExecutionDate;
 
 impl Decider<'_> {
-    /// Sends `subscribe` / `unsubscribe` for the upstreams that a config change added or
-    /// removed (`after` is `None` when the pipeline is deleted).
+    /// Sends `subscribe` for every upstream of the new config (the upstream ignores a repeat,
+    /// and a repeat heals an upstream that was deleted and re-created) and `unsubscribe` for
+    /// the ones removed (`after` is `None` when the pipeline is deleted).
     pub(super) fn sync_subscriptions(&mut self, before: Option<&PipelineConfig>, after: Option<&PipelineConfig>) {
         let wanted = |c: Option<&PipelineConfig>| -> BTreeMap<String, String> {
             c.map(|c| {
@@ -31,9 +32,7 @@ impl Decider<'_> {
         };
         let (old, new) = (wanted(before), wanted(after));
         for (upstream, key) in &new {
-            if old.get(upstream) != Some(key) {
-                self.send_command(upstream, CommandKind::Subscribe, Some(key));
-            }
+            self.send_command(upstream, CommandKind::Subscribe, Some(key));
         }
         for upstream in old.keys().filter(|u| !new.contains_key(*u)) {
             self.send_command(upstream, CommandKind::Unsubscribe, None);
@@ -74,11 +73,13 @@ impl Decider<'_> {
         self.state.dependents.insert(subscriber.clone(), key.clone());
         self.notes
             .push(format!("{subscriber} depends on {} (sensor {key:?})", self.pipeline_id));
+        // Only recent completions: a new subscriber is not handed weeks of backfill.
+        let since = self.now() - chrono::TimeDelta::days(1);
         let done: Vec<(String, String)> = self
             .state
             .executions
             .values()
-            .filter(|e| matches!(e.phase, Phase::Succeeded { .. }))
+            .filter(|e| matches!(e.phase, Phase::Succeeded { at } if at >= since))
             .map(|e| {
                 (
                     e.date.clone(),

@@ -166,7 +166,14 @@ impl Decider<'_> {
             self.set_timer(TimerKind::TriggerDeadline { date }, at);
         }
         let key = execution_key(config.schedule_id(), date);
-        if self.state.executions.contains_key(&key) || day_excluded(&config, date).is_some() {
+        // An hourly execution of the day counts as the day having started.
+        let hourly = format!("{key}T");
+        let started = self
+            .state
+            .executions
+            .keys()
+            .any(|k| *k == key || k.starts_with(&hourly));
+        if started || day_excluded(&config, date).is_some() {
             return;
         }
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
@@ -220,7 +227,7 @@ impl Decider<'_> {
             .sensors
             .iter()
             .filter(|(slot, s)| starts_on(&config, s.key_in(slot)))
-            .map(|(_, s)| super::sensor::execution_date(s, config.schedule.timezone, self.now()))
+            .map(|(_, s)| super::sensor::execution_date(s, config.schedule.timezone, s.received_at))
             .filter(|date| ExecutionDate::parse(date).is_some_and(|d| d.day >= today))
             .collect();
         dates.sort();
@@ -233,9 +240,12 @@ impl Decider<'_> {
         }
     }
 
-    /// Starts `date`'s execution with TRIGGER_RECOVERED if its trigger holds now.
+    /// Starts `date`'s execution with TRIGGER_RECOVERED if its trigger holds now on a reading
+    /// that belongs to `date` (an undated reading received yesterday started yesterday's run).
     fn recover(&mut self, config: &PipelineConfig, date: &str) -> bool {
-        let Some(sensor_key) = trigger_keys(config).find(|k| self.trigger_holds(config, k, date)) else {
+        let Some(sensor_key) =
+            trigger_keys(config).find(|k| self.has_reading_for(config, k, date) && self.trigger_holds(config, k, date))
+        else {
             return false;
         };
         let key = execution_key(config.schedule_id(), date);
@@ -248,6 +258,15 @@ impl Decider<'_> {
         );
         self.open_execution(&key, true);
         true
+    }
+
+    /// Whether a stored reading of `sensor_key` belongs to `date`: scoped to it, else
+    /// timestamped or received on it.
+    fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
+        let tz = config.schedule.timezone;
+        self.state.sensors.iter().any(|(slot, s)| {
+            s.key_in(slot) == sensor_key && super::sensor::execution_date(s, tz, s.received_at) == date
+        })
     }
 
     fn trigger_holds(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {

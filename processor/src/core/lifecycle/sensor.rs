@@ -35,7 +35,8 @@ impl Decider<'_> {
         };
         let slot = stored.slot(&reading.key);
         let previous = self.state.sensors.insert(slot, stored.clone());
-        if previous.is_some_and(|p| p.data == stored.data) {
+        let unchanged = previous.is_some_and(|p| p.data == stored.data);
+        if unchanged {
             self.notes.push(format!("sensor {:?} re-sent unchanged", reading.key));
         }
         let Some(config) = self.config() else {
@@ -53,7 +54,8 @@ impl Decider<'_> {
             return;
         }
         let started = self.start_from_sensor(&reading.key, &date);
-        if started.is_none() {
+        // A re-send of the reading already reported as late is not news.
+        if started.is_none() && !unchanged {
             self.late_data(&key, &reading.key);
         }
         // Executions already waiting may pass now; a new one was evaluated when it started.
@@ -66,8 +68,14 @@ impl Decider<'_> {
             .map(|(k, _)| k.clone())
             .collect();
         for k in waiting {
-            if let Some(e) = self.state.executions.get_mut(&k) {
-                e.first_sensor_at.get_or_insert(now);
+            // A cron execution's relative SLA starts with its first sensor.
+            let first = self
+                .state
+                .executions
+                .get_mut(&k)
+                .is_some_and(|e| e.first_sensor_at.replace(e.first_sensor_at.unwrap_or(now)).is_none());
+            if first {
+                self.arm_relative_sla(&k);
             }
             self.evaluate(&k, false);
         }

@@ -132,3 +132,35 @@ fn all_and_any_combine_results() {
     let verdict = evaluate_all(Mode::All, &rules, &sensors, now());
     assert_eq!(verdict.failures(), "b: no reading of sensor \"b\" yet");
 }
+
+#[test]
+fn a_timestamp_in_the_future_never_satisfies_an_age_check() {
+    let young = rule(Check::Age(AgeBound::YoungerThan, TimeDelta::hours(2)), "age_lt");
+    let old = rule(Check::Age(AgeBound::OlderThan, TimeDelta::minutes(1)), "age_gt");
+    for ahead in [TimeDelta::minutes(6), TimeDelta::hours(1), TimeDelta::days(400)] {
+        let at = now() + ahead;
+        for v in [
+            json!(at.to_rfc3339()),
+            json!(at.timestamp()),
+            json!(at.timestamp_millis()),
+        ] {
+            let r = run(&young, Some(json!({"v": v})));
+            assert!(!r.passed, "{v} is {ahead} ahead");
+            assert!(r.reason.as_deref().unwrap().contains("in the future"), "{:?}", r.reason);
+            assert!(!run(&old, Some(json!({"v": v}))).passed, "{v}");
+        }
+    }
+    // Within the allowed clock skew a timestamp counts as just now: fresh, never old.
+    let skewed = json!((now() + TimeDelta::minutes(4)).to_rfc3339());
+    assert!(run(&young, Some(json!({"v": skewed}))).passed);
+    assert!(!run(&old, Some(json!({"v": skewed}))).passed);
+    // The skew is the moment's: with none allowed, a minute ahead is already untrusted.
+    let strict = Moment {
+        now: now(),
+        max_skew: TimeDelta::zero(),
+    };
+    let data = json!({"v": (now() + TimeDelta::minutes(1)).to_rfc3339()});
+    let data = data.as_object().unwrap();
+    let sensors = BTreeMap::from([("s".to_string(), data)]);
+    assert!(!evaluate(&young, &sensors, strict).passed);
+}

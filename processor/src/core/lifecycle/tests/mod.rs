@@ -12,25 +12,28 @@ use super::*;
 use crate::core::events::EventType::{self, *};
 use crate::core::records::{FailureCategory, JobStatus};
 
+mod jobs_and_post_run;
+mod schedule_and_sla;
+
 /// State, a fake clock and the pending timers of several pipelines.
-struct Sim {
-    now: DateTime<Utc>,
-    states: BTreeMap<String, PipelineState>,
-    timers: BTreeSet<(DateTime<Utc>, String, TimerKind)>,
-    events: Vec<Event>,
-    effects: Vec<Effect>,
-    dead_letters: Vec<String>,
-    inputs: usize,
+pub(super) struct Sim {
+    pub(super) now: DateTime<Utc>,
+    pub(super) states: BTreeMap<String, PipelineState>,
+    pub(super) timers: BTreeSet<(DateTime<Utc>, String, TimerKind)>,
+    pub(super) events: Vec<Event>,
+    pub(super) effects: Vec<Effect>,
+    pub(super) dead_letters: Vec<String>,
+    pub(super) inputs: usize,
 }
 
-fn t0() -> DateTime<Utc> {
+pub(super) fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
         .unwrap()
         .with_timezone(&Utc)
 }
 
 impl Sim {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Sim {
             now: t0(),
             states: BTreeMap::new(),
@@ -42,13 +45,13 @@ impl Sim {
         }
     }
 
-    fn input(&mut self, pipeline: &str, input: Input) -> Decision {
+    pub(super) fn input(&mut self, pipeline: &str, input: Input) -> Decision {
         self.inputs += 1;
         let origin = format!("test/{}", self.inputs);
         self.apply(pipeline, &input, &origin)
     }
 
-    fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
+    pub(super) fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
         let state = self.states.get(pipeline).cloned().unwrap_or_default();
         let settings = Settings::default();
         let decision = decide(
@@ -86,7 +89,7 @@ impl Sim {
     }
 
     /// Moves the clock to `at`, firing every timer due on the way, in order.
-    fn advance_to(&mut self, at: DateTime<Utc>) {
+    pub(super) fn advance_to(&mut self, at: DateTime<Utc>) {
         while let Some((due, pipeline, kind)) = self.timers.first().cloned().filter(|(due, _, _)| *due <= at) {
             self.timers.pop_first();
             self.now = self.now.max(due);
@@ -96,11 +99,11 @@ impl Sim {
         self.now = self.now.max(at);
     }
 
-    fn advance(&mut self, by: TimeDelta) {
+    pub(super) fn advance(&mut self, by: TimeDelta) {
         self.advance_to(self.now + by);
     }
 
-    fn config(&mut self, config: Value) -> Decision {
+    pub(super) fn config(&mut self, config: Value) -> Decision {
         let id = config["pipeline"]["id"].as_str().unwrap().to_string();
         self.input(
             &id,
@@ -111,7 +114,7 @@ impl Sim {
         )
     }
 
-    fn sensor(&mut self, pipeline: &str, key: &str, data: Value) -> Decision {
+    pub(super) fn sensor(&mut self, pipeline: &str, key: &str, data: Value) -> Decision {
         let reading = SensorReading {
             pipeline_id: pipeline.into(),
             key: key.into(),
@@ -123,7 +126,13 @@ impl Sim {
         self.input(pipeline, Input::SensorReceived(reading))
     }
 
-    fn job(&mut self, pipeline: &str, run_id: &str, status: JobStatus, category: Option<FailureCategory>) -> Decision {
+    pub(super) fn job(
+        &mut self,
+        pipeline: &str,
+        run_id: &str,
+        status: JobStatus,
+        category: Option<FailureCategory>,
+    ) -> Decision {
         let record = JobRecord {
             pipeline_id: pipeline.into(),
             schedule_id: "stream".into(),
@@ -138,16 +147,16 @@ impl Sim {
         self.input(pipeline, Input::JobReported(record))
     }
 
-    fn types(&self) -> Vec<EventType> {
+    pub(super) fn types(&self) -> Vec<EventType> {
         self.events.iter().map(|e| e.kind).collect()
     }
 
-    fn triggers(&self) -> Vec<&TriggerRequest> {
+    pub(super) fn triggers(&self) -> Vec<&TriggerRequest> {
         self.effects.iter().map(|Effect::TriggerJob(r)| r).collect()
     }
 }
 
-fn pipeline(max_retries: u32) -> Value {
+pub(super) fn pipeline(max_retries: u32) -> Value {
     json!({
         "pipeline": {"id": "gold", "owner": "analytics"},
         "schedule": {
@@ -508,4 +517,104 @@ fn a_config_that_is_not_json_is_rejected_as_a_config() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, CONFIG_REJECTED]);
     assert_eq!(sim.events[1].detail["previousConfigKept"], json!(true));
     assert!(sim.states["gold"].config.is_some());
+}
+
+// ---- Helpers for the schedule and SLA scenarios (tests/schedule_and_sla.rs) ----
+
+/// An instant written in RFC 3339.
+pub(super) fn at(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+}
+
+impl Sim {
+    /// A sim whose clock starts at `now`.
+    pub(super) fn starting_at(now: DateTime<Utc>) -> Self {
+        Sim { now, ..Sim::new() }
+    }
+
+    /// A sensor reading scoped to a date (and hour), with an optional producer timestamp.
+    pub(super) fn sensor_scoped(
+        &mut self,
+        pipeline: &str,
+        key: &str,
+        data: Value,
+        date: Option<&str>,
+        hour: Option<u32>,
+        timestamp: Option<DateTime<Utc>>,
+    ) -> Decision {
+        let reading = SensorReading {
+            pipeline_id: pipeline.into(),
+            key: key.into(),
+            data: data.as_object().unwrap().clone(),
+            date: date.map(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap()),
+            hour,
+            timestamp,
+        };
+        self.input(pipeline, Input::SensorReceived(reading))
+    }
+
+    /// A job report for any execution.
+    pub(super) fn job_for(&mut self, pipeline: &str, schedule_id: &str, date: &str, status: JobStatus) -> Decision {
+        let run_id = self.states[pipeline].executions[&execution_key(schedule_id, date)]
+            .phase
+            .run_id()
+            .map(str::to_string)
+            .unwrap_or_default();
+        let record = JobRecord {
+            pipeline_id: pipeline.into(),
+            schedule_id: schedule_id.into(),
+            date: date.into(),
+            run_id,
+            status,
+            failure_category: None,
+            message: None,
+            metadata: None,
+            timestamp: self.now,
+        };
+        self.input(pipeline, Input::JobReported(record))
+    }
+
+    /// Fires a pending timer now, however long after its due time (a processor that was down).
+    pub(super) fn fire_late(&mut self, pipeline: &str, kind: &TimerKind) -> Decision {
+        self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind));
+        let origin = format!("timer/{pipeline}/{}@late", kind.encode());
+        self.apply(pipeline, &Input::TimerFired(kind.clone()), &origin)
+    }
+
+    /// Deletes a pipeline's config.
+    pub(super) fn delete(&mut self, pipeline: &str) -> Decision {
+        let record = ConfigRecord::Delete {
+            pipeline_id: pipeline.into(),
+        };
+        self.input(pipeline, Input::ConfigPublished(record))
+    }
+
+    /// The events of one type, in order.
+    pub(super) fn of(&self, kind: EventType) -> Vec<&Event> {
+        self.events.iter().filter(|e| e.kind == kind).collect()
+    }
+
+    /// When a pending timer of `pipeline` is due.
+    pub(super) fn due(&self, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
+        self.timers
+            .iter()
+            .find(|(_, p, k)| p == pipeline && k == kind)
+            .map(|(at, _, _)| *at)
+    }
+
+    /// Asserts the scheduler's timers and the ones the pipeline's state lists are the same.
+    pub(super) fn assert_timers_agree(&self, pipeline: &str) {
+        let scheduled: BTreeSet<(DateTime<Utc>, TimerKind)> = self
+            .timers
+            .iter()
+            .filter(|(_, p, _)| p == pipeline)
+            .map(|(at, _, k)| (*at, k.clone()))
+            .collect();
+        let listed: BTreeSet<(DateTime<Utc>, TimerKind)> = self
+            .states
+            .get(pipeline)
+            .map(|s| s.timers.iter().map(|t| (t.at, t.timer.clone())).collect())
+            .unwrap_or_default();
+        assert_eq!(scheduled, listed, "scheduled timers differ from the state's list");
+    }
 }

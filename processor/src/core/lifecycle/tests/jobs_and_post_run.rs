@@ -1,0 +1,1241 @@
+//! Jobs, retries, stale runs, commands, late data, post-run watching, dry runs, clock skew,
+//! hourly executions and `dependsOn`, on a simulated clock. Each test is named after the
+//! event it is about.
+//!
+//! The clock starts at 2026-11-22T08:00Z (a Sunday); every schedule here is in UTC.
+
+use chrono::TimeDelta;
+use serde_json::{json, Value};
+
+use super::{t0, Sim};
+use crate::core::events::{Event, EventType, EventType::*};
+use crate::core::lifecycle::{execution_key, Decision, Execution, Input, Outbound, OutboundTopic, Phase, StateChange};
+use crate::core::records::{
+    decode_command, decode_sensor, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus,
+};
+use crate::core::timers::TimerKind;
+
+const DAY: &str = "2026-11-22";
+const KEY: &str = "stream/2026-11-22";
+const RUN1: &str = "gold.stream.2026-11-22.1";
+const RUN2: &str = "gold.stream.2026-11-22.2";
+const RUN3: &str = "gold.stream.2026-11-22.3";
+
+/// Merges `patch` into `base`, object by object; `null` removes a field.
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (k, v) in patch {
+                if v.is_null() {
+                    base.remove(&k);
+                } else {
+                    merge(base.entry(k).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
+/// Pipeline `gold`: the trigger `upstream` (status ready) starts it and `row-count` >= 1000
+/// lets it run. No retries unless the patch gives some.
+fn gold(patch: Value) -> Value {
+    let mut config = json!({
+        "pipeline": {"id": "gold", "owner": "analytics"},
+        "schedule": {
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "1h", "interval": "5m"}
+        },
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
+        ]},
+        "job": {
+            "type": "command",
+            "config": {"command": "run ${DATE}"},
+            "maxRetries": 0,
+            "maxCodeRetries": 0
+        }
+    });
+    merge(&mut config, patch);
+    config
+}
+
+/// `gold` with post-run checks: sensor `quality` must have status ok; drift is measured on
+/// its `count`.
+fn gold_post_run(patch: Value) -> Value {
+    let mut config = gold(json!({"postRun": {
+        "rules": [{"key": "quality", "check": "equals", "field": "status", "value": "ok"}],
+        "driftField": "count",
+        "driftThreshold": 10,
+        "sensorTimeout": "2h"
+    }}));
+    merge(&mut config, patch);
+    config
+}
+
+/// Satisfies `gold`'s rules and trigger: the first attempt is requested.
+fn start(sim: &mut Sim) {
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+}
+
+/// Starts `gold` and runs its first attempt to success.
+fn succeed(sim: &mut Sim) {
+    start(sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+}
+
+fn execution<'s>(sim: &'s Sim, pipeline: &str, key: &str) -> &'s Execution {
+    &sim.states[pipeline].executions[key]
+}
+
+fn gold_run(sim: &Sim) -> &Execution {
+    execution(sim, "gold", KEY)
+}
+
+/// The event types published after the first `from`.
+fn since(sim: &Sim, from: usize) -> Vec<EventType> {
+    sim.events[from..].iter().map(|e| e.kind).collect()
+}
+
+fn last(sim: &Sim, kind: EventType) -> &Event {
+    sim.events
+        .iter()
+        .rev()
+        .find(|e| e.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind:?} in {:?}", sim.types()))
+}
+
+fn run_ids(sim: &Sim) -> Vec<&str> {
+    sim.triggers().iter().map(|t| t.run_id.as_str()).collect()
+}
+
+/// A job report for any pipeline and execution date.
+fn report(sim: &mut Sim, pipeline: &str, date: &str, run_id: &str, status: JobStatus) -> Decision {
+    let record = JobRecord {
+        pipeline_id: pipeline.into(),
+        schedule_id: "stream".into(),
+        date: date.into(),
+        run_id: run_id.into(),
+        status,
+        failure_category: None,
+        message: None,
+        metadata: None,
+        timestamp: sim.now,
+    };
+    sim.input(pipeline, Input::JobReported(record))
+}
+
+/// Reports the current run of `pipeline`'s execution on `date` as started then succeeded,
+/// and routes whatever it publishes.
+fn complete(sim: &mut Sim, pipeline: &str, date: &str) -> Vec<Outbound> {
+    let run_id = execution(sim, pipeline, &execution_key("stream", date))
+        .phase
+        .run_id()
+        .unwrap_or_else(|| panic!("{pipeline} {date} has no run in flight"))
+        .to_string();
+    report(sim, pipeline, date, &run_id, JobStatus::Running);
+    let decision = report(sim, pipeline, date, &run_id, JobStatus::Succeeded);
+    route(sim, decision)
+}
+
+/// An operator's command about `date`.
+fn command(sim: &mut Sim, pipeline: &str, kind: CommandKind, date: &str) -> Decision {
+    let record = CommandRecord {
+        pipeline_id: pipeline.into(),
+        command: kind,
+        schedule_id: None,
+        date: date.into(),
+        reason: Some("operator request".into()),
+        requested_by: Some("ops@example.com".into()),
+        subscriber: None,
+        key: None,
+    };
+    sim.input(pipeline, Input::CommandReceived(record))
+}
+
+/// Feeds a decision's outbound records back in as the records a consumer would read
+/// (through the real decoders), and so on until nothing more is published. Returns every
+/// record routed, in order.
+fn route(sim: &mut Sim, decision: Decision) -> Vec<Outbound> {
+    let mut queue: std::collections::VecDeque<Outbound> = decision.records.into();
+    let mut routed = Vec::new();
+    while let Some(record) = queue.pop_front() {
+        let bytes = serde_json::to_vec(&record.value).unwrap();
+        let key = Some(record.key.as_bytes());
+        let input = match record.topic {
+            OutboundTopic::Sensors => Input::SensorReceived(decode_sensor(key, Some(&bytes)).unwrap()),
+            OutboundTopic::Commands => Input::CommandReceived(decode_command(key, Some(&bytes)).unwrap()),
+        };
+        let next = sim.input(&record.key, input);
+        queue.extend(next.records);
+        routed.push(record);
+    }
+    routed
+}
+
+fn has_run_timers(sim: &Sim, pipeline: &str) -> bool {
+    sim.timers.iter().any(|(_, p, k)| {
+        p == pipeline
+            && matches!(
+                k,
+                TimerKind::Evaluate { .. } | TimerKind::JobPollWindow { .. } | TimerKind::Watchdog { .. }
+            )
+    })
+}
+
+// ---- JOB_POLL_EXHAUSTED, JOB_TIMEOUT, RETRY_EXHAUSTED ----
+
+#[test]
+fn job_poll_exhausted_when_the_job_outlives_its_poll_window_and_its_timeout_is_retried() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 1, "jobPollWindowSeconds": 600}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::seconds(599));
+    assert_eq!(since(&sim, mark), []);
+    sim.advance(TimeDelta::seconds(1));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_TIMEOUT]);
+    let exhausted = last(&sim, JOB_POLL_EXHAUSTED);
+    assert_eq!(exhausted.timestamp, t0() + TimeDelta::seconds(600));
+    assert_eq!(exhausted.run_id.as_deref(), Some(RUN1));
+    assert_eq!(exhausted.detail["pollWindowSeconds"], json!(600));
+    let timeout = last(&sim, JOB_TIMEOUT);
+    assert_eq!(timeout.run_id.as_deref(), Some(RUN1));
+    assert_eq!(timeout.detail["willRetry"], json!(true));
+    assert_eq!(timeout.detail["failureCategory"], json!("TIMEOUT"));
+    // The timeout spent maxRetries and the next attempt is requested.
+    assert_eq!(gold_run(&sim).retries_used, 1);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    // The first attempt's report arriving after all is ignored.
+    let late = sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(late.state, StateChange::Unchanged);
+    assert!(late.events.is_empty());
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    assert_eq!(last(&sim, JOB_TRIGGERED).run_id.as_deref(), Some(RUN2));
+}
+
+#[test]
+fn job_timeout_after_the_poll_window_gives_retry_exhausted_naming_max_retries_when_none_remain() {
+    let mut sim = Sim::new();
+    sim.config(gold(
+        json!({"job": {"maxRetries": 1, "maxCodeRetries": 3, "jobPollWindowSeconds": 600}}),
+    ));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.advance(TimeDelta::seconds(600));
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::seconds(600));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_TIMEOUT, RETRY_EXHAUSTED]);
+    assert_eq!(last(&sim, JOB_TIMEOUT).detail["willRetry"], json!(false));
+    let exhausted = last(&sim, RETRY_EXHAUSTED);
+    assert_eq!(exhausted.run_id.as_deref(), Some(RUN2));
+    assert_eq!(exhausted.detail["budget"], json!("maxRetries"));
+    assert_eq!(exhausted.detail["limit"], json!(1));
+    assert_eq!(exhausted.detail["used"], json!(1));
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2], "no third attempt");
+    assert!(!has_run_timers(&sim, "gold"), "{:?}", sim.timers);
+    sim.advance(TimeDelta::hours(3));
+    assert_eq!(since(&sim, mark).len(), 3, "nothing more: {:?}", since(&sim, mark));
+}
+
+#[test]
+fn retry_exhausted_names_max_code_retries_for_permanent_failures() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 3, "maxCodeRetries": 1}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.job("gold", RUN1, JobStatus::Failed, Some(FailureCategory::Permanent));
+    assert_eq!(last(&sim, JOB_FAILED).detail["willRetry"], json!(true));
+    assert_eq!(last(&sim, JOB_FAILED).detail["failureCategory"], json!("PERMANENT"));
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.job("gold", RUN2, JobStatus::Failed, Some(FailureCategory::Permanent));
+    assert_eq!(since(&sim, mark), [JOB_FAILED, RETRY_EXHAUSTED]);
+    let exhausted = last(&sim, RETRY_EXHAUSTED);
+    assert_eq!(exhausted.detail["budget"], json!("maxCodeRetries"));
+    assert_eq!(exhausted.detail["limit"], json!(1));
+    assert!(exhausted.message.contains("maxCodeRetries"), "{}", exhausted.message);
+    // maxRetries was never touched: PERMANENT failures draw on their own budget.
+    assert_eq!(gold_run(&sim).retries_used, 0);
+    assert_eq!(gold_run(&sim).code_retries_used, 1);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+}
+
+// ---- STALE_RUN ----
+
+#[test]
+fn stale_run_when_a_trigger_never_reports_closes_the_run_and_it_can_be_rerun() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    assert!(matches!(gold_run(&sim).phase, Phase::AwaitingTrigger { .. }));
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::minutes(15) - TimeDelta::seconds(1));
+    assert_eq!(since(&sim, mark), []);
+    sim.advance(TimeDelta::seconds(1));
+    assert_eq!(since(&sim, mark), [STALE_RUN]);
+    let stale = last(&sim, STALE_RUN);
+    assert_eq!(stale.run_id.as_deref(), Some(RUN1));
+    assert_eq!(stale.detail["phase"], json!("awaitingTrigger"));
+    assert_eq!(stale.timestamp, t0() + TimeDelta::minutes(15));
+    assert!(matches!(gold_run(&sim).phase, Phase::Stale { .. }));
+    assert!(!has_run_timers(&sim, "gold"));
+
+    // The run is closed: its report, arriving at last, changes nothing.
+    let late = sim.job("gold", RUN1, JobStatus::Running, None);
+    assert_eq!(late.state, StateChange::Unchanged);
+    let late = sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(late.state, StateChange::Unchanged);
+    assert!(sim.of(JOB_COMPLETED).is_empty() && sim.of(JOB_TRIGGERED).is_empty());
+
+    // A stale run can be rerun, with the next attempt's run id.
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    assert_eq!(sim.triggers()[1].attempt, 2);
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    let triggered = last(&sim, JOB_TRIGGERED);
+    assert_eq!((triggered.run_id.as_deref(), triggered.attempt), (Some(RUN2), Some(2)));
+}
+
+#[test]
+fn stale_run_when_a_lost_evaluation_timer_leaves_an_execution_hanging() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(gold_run(&sim).phase, Phase::AwaitingRules);
+    // The interval timer is lost (a bug, a restore that missed it): only the watchdog is left.
+    sim.timers.retain(|(_, _, k)| !matches!(k, TimerKind::Evaluate { .. }));
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::minutes(69));
+    assert_eq!(since(&sim, mark), [], "no evaluation closes the window");
+    sim.advance(TimeDelta::minutes(1));
+    assert_eq!(since(&sim, mark), [STALE_RUN]);
+    let stale = last(&sim, STALE_RUN);
+    assert_eq!(stale.detail["phase"], json!("awaitingRules"));
+    assert_eq!(stale.run_id, None);
+    assert!(matches!(gold_run(&sim).phase, Phase::Stale { .. }));
+    assert!(sim.states["gold"].timers.is_empty(), "{:?}", sim.states["gold"].timers);
+
+    // A stale execution is not revived by a sensor ...
+    sim.sensor("gold", "row-count", json!({"count": 5000}));
+    assert!(sim.triggers().is_empty());
+    // ... but an operator can rerun it; it never ran, so this is attempt 1.
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [STALE_RUN, RERUN_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1]);
+}
+
+// ---- RERUN_ACCEPTED / RERUN_REJECTED ----
+
+#[test]
+fn rerun_accepted_after_a_success_when_sensor_data_changed() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    sim.sensor("gold", "row-count", json!({"count": 2500}));
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_ACCEPTED, VALIDATION_PASSED]);
+    let accepted = last(&sim, RERUN_ACCEPTED);
+    assert_eq!(accepted.detail["manualRerunsUsed"], json!(1));
+    assert_eq!(accepted.detail["maxManualReruns"], json!(1));
+    assert_eq!(accepted.detail["requestedBy"], json!("ops@example.com"));
+    assert_eq!(accepted.detail["reason"], json!("operator request"));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    assert_eq!(sim.triggers()[1].attempt, 2);
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    assert_eq!(
+        since(&sim, mark),
+        [RERUN_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    let completed = last(&sim, JOB_COMPLETED);
+    assert_eq!((completed.run_id.as_deref(), completed.attempt), (Some(RUN2), Some(2)));
+}
+
+#[test]
+fn rerun_accepted_after_a_failure_without_any_change_with_fresh_retries() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 1}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    sim.job("gold", RUN2, JobStatus::Failed, None);
+    assert_eq!(last(&sim, RETRY_EXHAUSTED).run_id.as_deref(), Some(RUN2));
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2, RUN3]);
+    assert_eq!(gold_run(&sim).retries_used, 0, "a rerun gets a fresh retry budget");
+    sim.job("gold", RUN3, JobStatus::Failed, None);
+    assert_eq!(last(&sim, JOB_FAILED).detail["willRetry"], json!(true));
+}
+
+#[test]
+fn rerun_rejected_when_no_sensor_data_changed_since_the_success() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    // The same data again is no change.
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_REJECTED]);
+    let rejected = last(&sim, RERUN_REJECTED);
+    let why = rejected.detail["rejection"].as_str().unwrap();
+    assert!(why.contains("no sensor data changed"), "{why}");
+    assert!(rejected.message.contains(why));
+    assert_eq!(rejected.date.as_deref(), Some(DAY));
+    assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
+    assert_eq!(gold_run(&sim).manual_reruns_used, 0);
+    assert_eq!(run_ids(&sim), [RUN1]);
+}
+
+#[test]
+fn rerun_rejected_once_max_manual_reruns_is_spent() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxManualReruns": 1}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    sim.job("gold", RUN2, JobStatus::Failed, None);
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_REJECTED]);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"].as_str().unwrap();
+    assert!(why.contains("maxManualReruns (1) is spent"), "{why}");
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+}
+
+#[test]
+fn rerun_rejected_while_the_run_is_in_progress() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"].as_str().unwrap();
+    assert!(why.contains("still in progress (awaitingRules)"), "{why}");
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [RERUN_REJECTED]);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"].as_str().unwrap();
+    assert!(why.contains("still in progress (awaitingJob)"), "{why}");
+    assert_eq!(gold_run(&sim).phase, Phase::AwaitingJob { run_id: RUN1.into() });
+    assert_eq!(gold_run(&sim).manual_reruns_used, 0);
+}
+
+#[test]
+fn rerun_rejected_when_there_is_no_execution_for_the_date() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    let decision = command(&mut sim, "gold", CommandKind::Rerun, "2026-11-20");
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, RERUN_REJECTED]);
+    let rejected = last(&sim, RERUN_REJECTED);
+    assert_eq!(
+        rejected.detail["rejection"],
+        json!("no execution stream/2026-11-20 to rerun")
+    );
+    assert_eq!(rejected.date.as_deref(), Some("2026-11-20"));
+    assert!(sim.states["gold"].executions.is_empty());
+    assert_eq!(decision.state, StateChange::Unchanged);
+}
+
+// ---- RUN_CANCELLED ----
+
+#[test]
+fn run_cancelled_while_awaiting_rules_stops_evaluation_and_never_triggers() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Cancel, DAY);
+    assert_eq!(since(&sim, mark), [RUN_CANCELLED]);
+    let cancelled = last(&sim, RUN_CANCELLED);
+    assert_eq!(cancelled.detail["phase"], json!("awaitingRules"));
+    assert_eq!(cancelled.detail["runId"], Value::Null);
+    assert_eq!(cancelled.detail["requestedBy"], json!("ops@example.com"));
+    assert!(matches!(gold_run(&sim).phase, Phase::Cancelled { .. }));
+    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
+    // The sensor that would have passed the rules, and the passing of the window, do nothing.
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.advance(TimeDelta::hours(3));
+    assert_eq!(since(&sim, mark), [RUN_CANCELLED]);
+    assert!(sim.triggers().is_empty());
+}
+
+#[test]
+fn run_cancelled_while_awaiting_the_job_ignores_its_later_report() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 2}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Cancel, DAY);
+    assert_eq!(since(&sim, mark), [RUN_CANCELLED]);
+    let cancelled = last(&sim, RUN_CANCELLED);
+    assert_eq!(cancelled.detail["phase"], json!("awaitingJob"));
+    assert_eq!(cancelled.detail["runId"], json!(RUN1));
+    assert!(!has_run_timers(&sim, "gold"));
+    for status in [JobStatus::Succeeded, JobStatus::Failed] {
+        let late = sim.job("gold", RUN1, status, None);
+        assert_eq!(late.state, StateChange::Unchanged);
+        assert!(late.events.is_empty() && late.effects.is_empty());
+    }
+    sim.advance(TimeDelta::hours(3));
+    assert_eq!(since(&sim, mark), [RUN_CANCELLED]);
+    assert_eq!(run_ids(&sim), [RUN1], "no retry after a cancel");
+}
+
+#[test]
+fn input_rejected_when_a_cancel_finds_nothing_in_progress() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    let decision = command(&mut sim, "gold", CommandKind::Cancel, DAY);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, INPUT_REJECTED]);
+    assert!(decision.dead_letter.as_deref().unwrap().contains("nothing to cancel"));
+    assert_eq!(decision.state, StateChange::Unchanged);
+    // A finished run is nothing to cancel either.
+    succeed(&mut sim);
+    let decision = command(&mut sim, "gold", CommandKind::Cancel, DAY);
+    assert!(decision.dead_letter.is_some());
+    assert_eq!(sim.of(INPUT_REJECTED).len(), 2);
+    assert!(sim.of(RUN_CANCELLED).is_empty());
+    assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
+    assert_eq!(sim.dead_letters.len(), 2);
+}
+
+// ---- LATE_DATA_ARRIVAL ----
+
+#[test]
+fn late_data_arrival_when_a_validation_sensor_changes_after_success() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    sim.sensor("gold", "row-count", json!({"count": 2600}));
+    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL]);
+    let late = last(&sim, LATE_DATA_ARRIVAL);
+    assert_eq!(late.detail["sensor"], json!("row-count"));
+    assert_eq!(late.date.as_deref(), Some(DAY));
+    assert!(sim.triggers().len() == 1, "late data alone does not rerun");
+    // The same late reading re-sent is not news.
+    sim.sensor("gold", "row-count", json!({"count": 2600}));
+    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL]);
+    // Another change is.
+    sim.sensor("gold", "row-count", json!({"count": 2700}));
+    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL, LATE_DATA_ARRIVAL]);
+}
+
+#[test]
+fn late_data_arrival_is_not_reported_for_a_sensor_re_sent_unchanged() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    // A sensor no rule reads is not late data.
+    sim.sensor("gold", "unrelated", json!({"count": 1}));
+    assert_eq!(since(&sim, mark), []);
+}
+
+// ---- POST_RUN_* ----
+
+#[test]
+fn post_run_baseline_captured_on_success_with_the_post_run_sensor_values() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(since(&sim, mark), [JOB_COMPLETED, POST_RUN_BASELINE_CAPTURED]);
+    let captured = last(&sim, POST_RUN_BASELINE_CAPTURED);
+    assert_eq!(
+        captured.detail["baseline"],
+        json!({"quality": {"status": "ok", "count": 500}})
+    );
+    assert_eq!(
+        gold_run(&sim).baseline.as_ref().map(|b| Value::Object(b.clone())),
+        Some(json!({"quality": {"status": "ok", "count": 500}}))
+    );
+    let timeout = TimerKind::PostRunTimeout {
+        schedule_id: "stream".into(),
+        date: DAY.into(),
+    };
+    assert_eq!(sim.due("gold", &timeout), Some(sim.now + TimeDelta::hours(2)));
+}
+
+#[test]
+fn post_run_passed_on_a_later_post_run_sensor_and_then_no_sensor_missing() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    sim.advance(TimeDelta::minutes(30));
+    let mark = sim.events.len();
+    // Within the drift threshold (|505 - 500| <= 10).
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 505}));
+    assert_eq!(since(&sim, mark), [POST_RUN_PASSED]);
+    assert_eq!(last(&sim, POST_RUN_PASSED).detail["results"][0]["passed"], json!(true));
+    sim.advance(TimeDelta::hours(4));
+    assert_eq!(since(&sim, mark), [POST_RUN_PASSED], "no POST_RUN_SENSOR_MISSING");
+    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
+}
+
+#[test]
+fn post_run_failed_on_a_later_post_run_sensor_that_breaks_a_rule() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "corrupt", "count": 500}));
+    assert_eq!(since(&sim, mark), [POST_RUN_FAILED]);
+    let failed = last(&sim, POST_RUN_FAILED);
+    assert!(
+        failed.message.contains("status is corrupt but must equal ok"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(failed.detail["results"][0]["seen"], json!("corrupt"));
+    assert_eq!(run_ids(&sim), [RUN1], "a failed post-run check is reported, not rerun");
+}
+
+#[test]
+fn post_run_drift_above_the_threshold_reruns_while_max_drift_reruns_allows() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({"job": {"maxDriftReruns": 1}})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    // Exactly at the threshold is no drift; above it is.
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 510}));
+    assert_eq!(since(&sim, mark), [POST_RUN_PASSED]);
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 511}));
+    assert_eq!(
+        since(&sim, mark),
+        [POST_RUN_PASSED, POST_RUN_PASSED, POST_RUN_DRIFT, VALIDATION_PASSED]
+    );
+    let drift = last(&sim, POST_RUN_DRIFT);
+    assert_eq!(drift.detail["sensor"], json!("quality"));
+    assert_eq!(drift.detail["field"], json!("count"));
+    assert_eq!(drift.detail["baseline"], json!(500.0));
+    assert_eq!(drift.detail["current"], json!(511.0));
+    assert_eq!(drift.detail["delta"], json!(11.0));
+    assert_eq!(drift.detail["threshold"], json!(10.0));
+    assert_eq!(drift.detail["rerun"], json!(true));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    assert_eq!(gold_run(&sim).drift_reruns_used, 1);
+    assert_eq!(
+        gold_run(&sim).manual_reruns_used,
+        0,
+        "drift reruns do not spend maxManualReruns"
+    );
+}
+
+#[test]
+fn post_run_drift_without_a_rerun_once_max_drift_reruns_is_spent() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({"job": {"maxDriftReruns": 1}})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 600}));
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    // The rerun's success took a new baseline (600).
+    assert_eq!(
+        last(&sim, POST_RUN_BASELINE_CAPTURED).detail["baseline"]["quality"]["count"],
+        json!(600)
+    );
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 605}));
+    assert_eq!(
+        since(&sim, mark),
+        [POST_RUN_PASSED],
+        "within the threshold of the new baseline"
+    );
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 700}));
+    assert_eq!(since(&sim, mark), [POST_RUN_PASSED, POST_RUN_PASSED, POST_RUN_DRIFT]);
+    let drift = last(&sim, POST_RUN_DRIFT);
+    assert_eq!(drift.detail["rerun"], json!(false));
+    assert_eq!(drift.detail["baseline"], json!(600.0));
+    assert!(
+        drift.message.contains("maxDriftReruns (1) is spent"),
+        "{}",
+        drift.message
+    );
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
+}
+
+#[test]
+fn post_run_drift_inflight_when_the_drifting_sensor_arrives_during_a_rerun() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({"job": {"maxDriftReruns": 2}})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 600}));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 900}));
+    assert_eq!(since(&sim, mark), [POST_RUN_DRIFT_INFLIGHT]);
+    let inflight = last(&sim, POST_RUN_DRIFT_INFLIGHT);
+    assert_eq!(inflight.run_id.as_deref(), Some(RUN2));
+    assert_eq!(inflight.detail["current"], json!(900.0));
+    // Nothing else is started while the rerun is in flight, and no budget is spent.
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    assert_eq!(gold_run(&sim).drift_reruns_used, 1);
+    // A reading within the threshold during the rerun says nothing.
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 505}));
+    assert_eq!(since(&sim, mark), [POST_RUN_DRIFT_INFLIGHT]);
+}
+
+#[test]
+fn post_run_sensor_missing_after_the_sensor_timeout() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::hours(2) - TimeDelta::seconds(1));
+    assert_eq!(since(&sim, mark), []);
+    sim.advance(TimeDelta::seconds(1));
+    assert_eq!(since(&sim, mark), [POST_RUN_SENSOR_MISSING]);
+    let missing = last(&sim, POST_RUN_SENSOR_MISSING);
+    assert_eq!(missing.detail["sensors"], json!(["quality"]));
+    assert_eq!(missing.timestamp, t0() + TimeDelta::hours(2));
+    assert!(missing.message.contains("2h"), "{}", missing.message);
+    sim.advance(TimeDelta::days(1));
+    assert_eq!(sim.of(POST_RUN_SENSOR_MISSING).len(), 1);
+}
+
+// ---- Dry run ----
+
+/// `gold` in a dry run with an SLA at `deadline` and a 30-minute expected duration.
+fn dry(deadline: &str) -> Value {
+    gold_post_run(json!({
+        "dryRun": true,
+        "sla": {"deadline": deadline, "expectedDuration": "30m"},
+        "job": {"maxRetries": 1, "maxDriftReruns": 1}
+    }))
+}
+
+/// Real events a dry run must never publish.
+const REAL: [EventType; 12] = [
+    JOB_TRIGGERED,
+    JOB_COMPLETED,
+    JOB_FAILED,
+    RETRY_EXHAUSTED,
+    SLA_WARNING,
+    SLA_BREACH,
+    SLA_MET,
+    LATE_DATA_ARRIVAL,
+    RERUN_ACCEPTED,
+    RERUN_REJECTED,
+    POST_RUN_DRIFT,
+    POST_RUN_BASELINE_CAPTURED,
+];
+
+fn assert_no_real_events(sim: &Sim) {
+    let real: Vec<EventType> = sim.types().into_iter().filter(|k| REAL.contains(k)).collect();
+    assert!(real.is_empty(), "a dry run published {real:?}");
+}
+
+#[test]
+fn dry_run_would_trigger_with_no_effect_and_no_real_events() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    assert_eq!(
+        sim.types(),
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            DRY_RUN_WOULD_TRIGGER,
+            DRY_RUN_SLA_PROJECTION
+        ]
+    );
+    assert_eq!(last(&sim, DRY_RUN_WOULD_TRIGGER).detail["jobType"], json!("command"));
+    assert!(sim.triggers().is_empty());
+    assert!(matches!(gold_run(&sim).phase, Phase::WouldHaveTriggered { .. }));
+    // Past the deadline and a whole day on: no SLA alert, no stale run.
+    sim.advance(TimeDelta::days(1));
+    assert_eq!(sim.events.len(), 4, "{:?}", sim.types());
+    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_sla_projection_met_when_the_expected_duration_fits_before_the_deadline() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    let projection = last(&sim, DRY_RUN_SLA_PROJECTION);
+    assert_eq!(projection.detail["met"], json!(true));
+    assert_eq!(projection.detail["status"], json!("met"));
+    assert_eq!(projection.detail["marginSeconds"], json!(90 * 60));
+    assert_eq!(projection.detail["deadline"], json!("2026-11-22T10:00:00Z"));
+    assert_eq!(projection.detail["projectedCompletion"], json!("2026-11-22T08:30:00Z"));
+    assert!(projection.message.contains("would meet"));
+}
+
+#[test]
+fn dry_run_sla_projection_missed_when_the_expected_duration_overruns_the_deadline() {
+    let mut sim = Sim::new();
+    sim.config(dry("08:15"));
+    start(&mut sim);
+    let projection = last(&sim, DRY_RUN_SLA_PROJECTION);
+    assert_eq!(projection.detail["met"], json!(false));
+    assert_eq!(projection.detail["status"], json!("breach"));
+    assert_eq!(projection.detail["marginSeconds"], json!(-15 * 60));
+    assert!(projection.message.contains("would miss"));
+    sim.advance(TimeDelta::hours(2));
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_late_data_when_a_validation_sensor_changes_after_the_would_be_trigger() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    let mark = sim.events.len();
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    assert_eq!(since(&sim, mark), [], "unchanged data is not late");
+    sim.sensor("gold", "row-count", json!({"count": 3000}));
+    assert_eq!(since(&sim, mark), [DRY_RUN_LATE_DATA]);
+    assert_eq!(last(&sim, DRY_RUN_LATE_DATA).detail["sensor"], json!("row-count"));
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_drift_when_a_post_run_sensor_moves_beyond_the_threshold() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 700}));
+    assert!(since(&sim, mark).contains(&DRY_RUN_DRIFT), "{:?}", since(&sim, mark));
+    let drift = last(&sim, DRY_RUN_DRIFT);
+    assert_eq!(drift.detail["baseline"], json!(500.0));
+    assert_eq!(drift.detail["current"], json!(700.0));
+    assert!(drift.message.contains("a rerun would start"), "{}", drift.message);
+    assert!(sim.triggers().is_empty());
+    assert!(matches!(gold_run(&sim).phase, Phase::WouldHaveTriggered { .. }));
+    assert_eq!(gold_run(&sim).drift_reruns_used, 0);
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_completed_reports_the_old_orchestrators_job_with_the_sla_verdict() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    sim.advance(TimeDelta::minutes(20));
+    let mark = sim.events.len();
+    report(&mut sim, "gold", DAY, "airflow-manual-42", JobStatus::Running);
+    report(&mut sim, "gold", DAY, "airflow-manual-42", JobStatus::Succeeded);
+    assert_eq!(since(&sim, mark), [DRY_RUN_COMPLETED]);
+    let completed = last(&sim, DRY_RUN_COMPLETED);
+    assert_eq!(completed.run_id.as_deref(), Some("airflow-manual-42"));
+    assert_eq!(completed.detail["sla"]["met"], json!(true));
+    assert_eq!(completed.detail["sla"]["marginSeconds"], json!(100 * 60));
+    assert_no_real_events(&sim);
+
+    // Completed after the deadline: the verdict says so, and still no SLA event.
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    sim.advance(TimeDelta::minutes(150));
+    report(&mut sim, "gold", DAY, "airflow-manual-43", JobStatus::Succeeded);
+    let completed = last(&sim, DRY_RUN_COMPLETED);
+    assert_eq!(completed.detail["sla"]["met"], json!(false));
+    assert_eq!(completed.detail["sla"]["status"], json!("breach"));
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_would_retry_then_dry_run_retry_exhausted_on_failure_reports() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    let mark = sim.events.len();
+    report(&mut sim, "gold", DAY, "airflow-1", JobStatus::Failed);
+    report(&mut sim, "gold", DAY, "airflow-2", JobStatus::Timeout);
+    assert_eq!(since(&sim, mark), [DRY_RUN_WOULD_RETRY, DRY_RUN_RETRY_EXHAUSTED]);
+    let retry = last(&sim, DRY_RUN_WOULD_RETRY);
+    assert_eq!(retry.run_id.as_deref(), Some("airflow-1"));
+    assert_eq!(retry.detail["budget"], json!("maxRetries"));
+    assert_eq!(retry.detail["limit"], json!(1));
+    let exhausted = last(&sim, DRY_RUN_RETRY_EXHAUSTED);
+    assert_eq!(exhausted.detail["failureCategory"], json!("TIMEOUT"));
+    assert!(sim.triggers().is_empty());
+    assert_no_real_events(&sim);
+}
+
+#[test]
+fn dry_run_would_rerun_and_dry_run_rerun_rejected_on_rerun_commands() {
+    let mut sim = Sim::new();
+    sim.config(dry("10:00"));
+    start(&mut sim);
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [DRY_RUN_RERUN_REJECTED]);
+    let why = last(&sim, DRY_RUN_RERUN_REJECTED).detail["rejection"].as_str().unwrap();
+    assert!(why.contains("no sensor data changed"), "{why}");
+    sim.sensor("gold", "row-count", json!({"count": 4000}));
+    let mark = sim.events.len();
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(since(&sim, mark), [DRY_RUN_WOULD_RERUN]);
+    assert!(last(&sim, DRY_RUN_WOULD_RERUN).message.contains("would start"));
+    // Nothing actually reran: no trigger, no budget spent, the phase is unchanged.
+    assert!(sim.triggers().is_empty());
+    assert_eq!(gold_run(&sim).manual_reruns_used, 0);
+    assert!(matches!(gold_run(&sim).phase, Phase::WouldHaveTriggered { .. }));
+    assert_no_real_events(&sim);
+}
+
+// ---- INPUT_REJECTED for clock skew; age rules never trust the future ----
+
+#[test]
+fn input_rejected_for_a_sensor_timestamped_beyond_the_clock_skew() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    let before = sim.states["gold"].clone();
+    let ahead = sim.now + TimeDelta::minutes(6);
+    let decision = sim.sensor_scoped("gold", "upstream", json!({"status": "ready"}), None, None, Some(ahead));
+    assert_eq!(decision.state, StateChange::Unchanged);
+    assert_eq!(sim.states["gold"], before);
+    let reason = decision.dead_letter.expect("the record goes to the dead letters");
+    assert!(reason.contains("in the future"), "{reason}");
+    assert!(reason.contains("5m"), "{reason}");
+    assert_eq!(since(&sim, 1), [INPUT_REJECTED]);
+    assert_eq!(last(&sim, INPUT_REJECTED).detail["error"], json!(reason));
+    assert!(sim.triggers().is_empty());
+    // Within the allowed skew the same reading is accepted.
+    let ahead = sim.now + TimeDelta::minutes(4);
+    let decision = sim.sensor_scoped("gold", "upstream", json!({"status": "ready"}), None, None, Some(ahead));
+    assert!(decision.dead_letter.is_none());
+    assert_eq!(run_ids(&sim), [RUN1]);
+}
+
+#[test]
+fn validation_passed_never_comes_from_a_data_timestamp_in_the_future_for_an_age_lt_rule() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"validation": {"rules": [
+        {"key": "fresh", "check": "age_lt", "field": "updatedAt", "value": "1h"}
+    ]}})));
+    let future = sim.now + TimeDelta::hours(1);
+    sim.sensor("gold", "fresh", json!({"updatedAt": future.to_rfc3339()}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert!(sim.of(VALIDATION_PASSED).is_empty());
+    let verdict = gold_run(&sim).last_verdict.clone().unwrap();
+    assert!(verdict.failures().contains("in the future"), "{}", verdict.failures());
+    // A real, recent timestamp passes.
+    let recent = sim.now - TimeDelta::minutes(10);
+    sim.sensor("gold", "fresh", json!({"updatedAt": recent.timestamp()}));
+    assert_eq!(sim.of(VALIDATION_PASSED).len(), 1);
+}
+
+// ---- Hourly executions ----
+
+fn hourly_sensor(sim: &mut Sim, pipeline: &str, key: &str, data: Value, hour: u32) -> Decision {
+    sim.sensor_scoped(pipeline, key, data, Some(DAY), Some(hour), None)
+}
+
+#[test]
+fn job_failed_in_an_hourly_run_retries_and_breaches_its_sla_within_its_hour() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({
+        "job": {"config": {"command": "run ${DATE} ${HOUR} ${RUN_ID}"}, "maxRetries": 1, "jobPollWindowSeconds": 7200},
+        "sla": {"deadline": ":30"}
+    })));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    hourly_sensor(&mut sim, "gold", "upstream", json!({"status": "ready"}), 8);
+    hourly_sensor(&mut sim, "gold", "upstream", json!({"status": "ready"}), 9);
+    let (h8, h9) = ("2026-11-22T08", "2026-11-22T09");
+    let (run8, run9) = ("gold.stream.2026-11-22T08.1", "gold.stream.2026-11-22T09.1");
+    assert_eq!(run_ids(&sim), [run8, run9]);
+    assert_eq!(
+        sim.triggers()[0].config,
+        json!({"command": format!("run 2026-11-22 08 {run8}")})
+    );
+    assert_eq!(sim.triggers()[0].date, h8);
+
+    report(&mut sim, "gold", h8, run8, JobStatus::Failed);
+    let failed = last(&sim, JOB_FAILED);
+    assert_eq!(failed.date.as_deref(), Some(h8));
+    assert_eq!(failed.detail["willRetry"], json!(true));
+    assert_eq!(run_ids(&sim), [run8, run9, "gold.stream.2026-11-22T08.2"]);
+    assert_eq!(execution(&sim, "gold", &format!("stream/{h8}")).retries_used, 1);
+    assert_eq!(execution(&sim, "gold", &format!("stream/{h9}")).retries_used, 0);
+    report(&mut sim, "gold", h8, "gold.stream.2026-11-22T08.2", JobStatus::Failed);
+    assert_eq!(last(&sim, RETRY_EXHAUSTED).date.as_deref(), Some(h8));
+    // Hour 9 still has its whole budget.
+    report(&mut sim, "gold", h9, run9, JobStatus::Failed);
+    assert_eq!(last(&sim, JOB_FAILED).detail["willRetry"], json!(true));
+    assert_eq!(sim.of(RETRY_EXHAUSTED).len(), 1);
+    report(&mut sim, "gold", h9, "gold.stream.2026-11-22T09.2", JobStatus::Running);
+    // Hour 8's SLA is 09:30 and hour 9's is 10:30; each breaches alone.
+    sim.advance_to(super::at("2026-11-22T09:30:00Z"));
+    // (Hour 7 breaches too, at 08:30: hourly SLAs are per hour whether or not data came.)
+    let ours = |sim: &Sim| -> Vec<String> {
+        sim.of(SLA_BREACH)
+            .iter()
+            .filter_map(|e| e.date.clone())
+            .filter(|d| d.as_str() == h8 || d.as_str() == h9)
+            .collect()
+    };
+    assert_eq!(ours(&sim), [h8]);
+    report(
+        &mut sim,
+        "gold",
+        h9,
+        "gold.stream.2026-11-22T09.2",
+        JobStatus::Succeeded,
+    );
+    sim.advance_to(super::at("2026-11-22T11:00:00Z"));
+    assert_eq!(ours(&sim), [h8], "hour 9 completed in time");
+    assert_eq!(last(&sim, SLA_MET).date.as_deref(), Some(h9));
+}
+
+// ---- dependsOn ----
+
+/// Pipeline `id` started by sensor `landed` with no rules: it triggers at once.
+fn source(id: &str) -> Value {
+    json!({
+        "pipeline": {"id": id, "owner": "data"},
+        "schedule": {
+            "trigger": {"key": "landed", "check": "exists"},
+            "evaluation": {"window": "1h", "interval": "5m"}
+        },
+        "validation": {"trigger": "ALL", "rules": []},
+        "job": {"type": "command", "config": {"command": "load ${DATE}"}}
+    })
+}
+
+/// Pipeline `id` that runs when every upstream in `upstreams` has succeeded for the date.
+fn downstream(id: &str, upstreams: &[&str]) -> Value {
+    json!({
+        "pipeline": {"id": id, "owner": "data"},
+        "dependsOn": upstreams,
+        "schedule": {"evaluation": {"window": "2h", "interval": "5m"}},
+        "job": {"type": "command", "config": {"command": "build ${DATE} ${HOUR}"}}
+    })
+}
+
+fn commands_to(records: &[Outbound], pipeline: &str) -> Vec<Value> {
+    records
+        .iter()
+        .filter(|r| r.topic == OutboundTopic::Commands && r.key == pipeline)
+        .map(|r| r.value.clone())
+        .collect()
+}
+
+fn sensors_to(records: &[Outbound], pipeline: &str) -> Vec<Value> {
+    records
+        .iter()
+        .filter(|r| r.topic == OutboundTopic::Sensors && r.key == pipeline)
+        .map(|r| r.value.clone())
+        .collect()
+}
+
+fn phase_of<'s>(sim: &'s Sim, pipeline: &str, date: &str) -> &'s Phase {
+    &execution(sim, pipeline, &execution_key("stream", date)).phase
+}
+
+#[test]
+fn config_accepted_for_a_downstream_sends_subscribe_to_its_upstream() {
+    let mut sim = Sim::new();
+    let decision = sim.config(downstream("silver", &["bronze"]));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED]);
+    assert_eq!(decision.records.len(), 1);
+    let record = &decision.records[0];
+    assert_eq!((record.topic, record.key.as_str()), (OutboundTopic::Commands, "bronze"));
+    assert_eq!(record.value["pipelineId"], json!("bronze"));
+    assert_eq!(record.value["command"], json!("subscribe"));
+    assert_eq!(record.value["subscriber"], json!("silver"));
+    assert_eq!(record.value["key"], json!("upstream:bronze"));
+    // The same config again subscribes again (an upstream re-created meanwhile is healed);
+    // the upstream ignores the repeat.
+    let again = sim.config(downstream("silver", &["bronze"]));
+    assert_eq!(again.records.len(), 1, "{:?}", again.records);
+    let moved = sim.config(downstream("silver", &["copper"]));
+    assert_eq!(commands_to(&moved.records, "copper")[0]["command"], json!("subscribe"));
+    assert_eq!(
+        commands_to(&moved.records, "bronze")[0]["command"],
+        json!("unsubscribe")
+    );
+}
+
+#[test]
+fn job_completed_upstream_sends_the_downstream_a_sensor_that_starts_and_passes_its_execution() {
+    let mut sim = Sim::new();
+    sim.config(source("bronze"));
+    let subscribe = sim.config(downstream("silver", &["bronze"]));
+    route(&mut sim, subscribe);
+    assert_eq!(
+        sim.states["bronze"].dependents.get("silver").map(String::as_str),
+        Some("upstream:bronze")
+    );
+    sim.sensor("bronze", "landed", json!({"rows": 10}));
+    let run_id = "bronze.stream.2026-11-22.1";
+    report(&mut sim, "bronze", DAY, run_id, JobStatus::Running);
+    sim.advance(TimeDelta::minutes(20));
+    let done = report(&mut sim, "bronze", DAY, run_id, JobStatus::Succeeded);
+    let sensors = sensors_to(&done.records, "silver");
+    assert_eq!(sensors.len(), 1, "{:?}", done.records);
+    let sensor = &sensors[0];
+    assert_eq!(sensor["pipelineId"], json!("silver"));
+    assert_eq!(sensor["key"], json!("upstream:bronze"));
+    assert_eq!(sensor["date"], json!(DAY));
+    assert!(sensor.get("hour").is_none());
+    assert_eq!(sensor["data"]["status"], json!("succeeded"));
+    assert_eq!(sensor["data"]["upstream"], json!("bronze"));
+    assert_eq!(sensor["data"]["runId"], json!(run_id));
+    // Fed to silver, it starts and passes silver's execution for the same date.
+    let mark = sim.events.len();
+    route(&mut sim, done);
+    let silver: Vec<EventType> = sim.events[mark..]
+        .iter()
+        .filter(|e| e.pipeline_id == "silver")
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(silver, [VALIDATION_PASSED]);
+    assert_eq!(last(&sim, VALIDATION_PASSED).date.as_deref(), Some(DAY));
+    let trigger = sim.triggers().into_iter().find(|t| t.pipeline_id == "silver").unwrap();
+    assert_eq!(trigger.run_id, "silver.stream.2026-11-22.1");
+    assert!(matches!(phase_of(&sim, "silver", DAY), Phase::AwaitingTrigger { .. }));
+}
+
+#[test]
+fn job_completed_upstream_for_an_hourly_run_sends_the_downstream_the_same_hour() {
+    let mut sim = Sim::new();
+    sim.config(source("bronze"));
+    let subscribe = sim.config(downstream("silver", &["bronze"]));
+    route(&mut sim, subscribe);
+    hourly_sensor(&mut sim, "bronze", "landed", json!({}), 7);
+    let records = complete(&mut sim, "bronze", "2026-11-22T07");
+    let sensor = &sensors_to(&records, "silver")[0];
+    assert_eq!(sensor["date"], json!(DAY));
+    assert_eq!(sensor["hour"], json!(7));
+    assert_eq!(sensor["data"]["date"], json!("2026-11-22T07"));
+    let trigger = sim.triggers().into_iter().find(|t| t.pipeline_id == "silver").unwrap();
+    assert_eq!(trigger.date, "2026-11-22T07");
+    assert_eq!(trigger.config, json!({"command": "build 2026-11-22 07"}));
+}
+
+#[test]
+fn validation_passed_for_a_fan_in_only_once_every_upstream_succeeded_for_the_same_date() {
+    let mut sim = Sim::new();
+    sim.config(source("bronze"));
+    sim.config(source("orders"));
+    let subscribe = sim.config(downstream("report", &["bronze", "orders"]));
+    assert_eq!(commands_to(&subscribe.records, "bronze").len(), 1);
+    assert_eq!(commands_to(&subscribe.records, "orders").len(), 1);
+    route(&mut sim, subscribe);
+
+    sim.sensor("bronze", "landed", json!({}));
+    complete(&mut sim, "bronze", DAY);
+    assert_eq!(*phase_of(&sim, "report", DAY), Phase::AwaitingRules);
+    let waiting = execution(&sim, "report", KEY).last_verdict.clone().unwrap();
+    assert!(waiting.failures().contains("upstream:orders"), "{}", waiting.failures());
+
+    // orders completing another date does not help today's report.
+    sim.sensor_scoped("orders", "landed", json!({}), Some("2026-11-21"), None, None);
+    complete(&mut sim, "orders", "2026-11-21");
+    assert_eq!(*phase_of(&sim, "report", DAY), Phase::AwaitingRules);
+    assert!(sim
+        .triggers()
+        .iter()
+        .all(|t| t.pipeline_id != "report" || t.date != DAY));
+
+    sim.sensor("orders", "landed", json!({}));
+    complete(&mut sim, "orders", DAY);
+    assert!(matches!(phase_of(&sim, "report", DAY), Phase::AwaitingTrigger { .. }));
+    let passed: Vec<&Event> = sim
+        .of(VALIDATION_PASSED)
+        .into_iter()
+        .filter(|e| e.pipeline_id == "report" && e.date.as_deref() == Some(DAY))
+        .collect();
+    assert_eq!(passed.len(), 1);
+}
+
+#[test]
+fn job_completed_before_the_subscription_is_replayed_to_the_new_subscriber() {
+    let mut sim = Sim::new();
+    sim.config(source("bronze"));
+    sim.sensor("bronze", "landed", json!({}));
+    let nothing = complete(&mut sim, "bronze", DAY);
+    assert!(nothing.is_empty(), "no dependents yet");
+    let subscribe = sim.config(downstream("silver", &["bronze"]));
+    let routed = route(&mut sim, subscribe);
+    let replayed = sensors_to(&routed, "silver");
+    assert_eq!(replayed.len(), 1, "{routed:?}");
+    assert_eq!(replayed[0]["data"]["runId"], json!("bronze.stream.2026-11-22.1"));
+    assert!(matches!(phase_of(&sim, "silver", DAY), Phase::AwaitingTrigger { .. }));
+}
+
+#[test]
+fn config_accepted_for_a_deleted_downstream_sends_unsubscribe() {
+    let mut sim = Sim::new();
+    sim.config(source("bronze"));
+    let subscribe = sim.config(downstream("silver", &["bronze"]));
+    route(&mut sim, subscribe);
+    let deleted = sim.delete("silver");
+    let unsubscribe = commands_to(&deleted.records, "bronze");
+    assert_eq!(unsubscribe.len(), 1);
+    assert_eq!(unsubscribe[0]["command"], json!("unsubscribe"));
+    assert_eq!(unsubscribe[0]["subscriber"], json!("silver"));
+    route(&mut sim, deleted);
+    assert!(sim.states["bronze"].dependents.is_empty());
+    sim.sensor("bronze", "landed", json!({}));
+    let records = complete(&mut sim, "bronze", DAY);
+    assert!(records.is_empty(), "{records:?}");
+}
+
+#[test]
+fn job_completed_flows_down_a_bronze_silver_gold_chain() {
+    let mut sim = Sim::new();
+    // Configs in an order that makes subscriptions arrive both before and after.
+    let gold = sim.config(downstream("gold", &["silver"]));
+    route(&mut sim, gold);
+    sim.config(source("bronze"));
+    let silver = sim.config(downstream("silver", &["bronze"]));
+    route(&mut sim, silver);
+
+    sim.sensor("bronze", "landed", json!({}));
+    complete(&mut sim, "bronze", DAY);
+    assert!(matches!(phase_of(&sim, "silver", DAY), Phase::AwaitingTrigger { .. }));
+    assert!(
+        !sim.states["gold"].executions.contains_key(KEY),
+        "gold waits for silver"
+    );
+    complete(&mut sim, "silver", DAY);
+    assert!(matches!(phase_of(&sim, "gold", DAY), Phase::AwaitingTrigger { .. }));
+    complete(&mut sim, "gold", DAY);
+    assert!(matches!(phase_of(&sim, "gold", DAY), Phase::Succeeded { .. }));
+    let order: Vec<&str> = sim.of(JOB_COMPLETED).iter().map(|e| e.pipeline_id.as_str()).collect();
+    assert_eq!(order, ["bronze", "silver", "gold"]);
+    let runs: Vec<&str> = run_ids(&sim);
+    assert_eq!(
+        runs,
+        [
+            "bronze.stream.2026-11-22.1",
+            "silver.stream.2026-11-22.1",
+            "gold.stream.2026-11-22.1"
+        ]
+    );
+}
