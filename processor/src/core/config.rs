@@ -824,6 +824,17 @@ impl Reader {
                 );
             }
         }
+        let daily_cron = schedule
+            .as_ref()
+            .and_then(|s| s.cron.as_deref())
+            .and_then(|c| super::schedule::Cron::parse(c).ok())
+            .is_some_and(|c| !c.is_sub_daily());
+        if daily_cron && matches!(deadline, Some(Deadline::Hourly { .. })) {
+            self.problem(
+                "sla.deadline",
+                "an hourly deadline (:MM) needs hourly executions, but schedule.cron runs once a day: use HH:MM",
+            );
+        }
         if expected_duration.is_some() && deadline.is_none() {
             self.warn("sla.expectedDuration", "has no effect without sla.deadline");
         }

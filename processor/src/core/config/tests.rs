@@ -241,3 +241,17 @@ fn a_legacy_config_resolved_against_the_example_calendars_is_what_the_processor_
     // The resolved JSON is what travels on the topic, and reads back the same.
     assert_eq!(PipelineConfig::from_json(config.raw()).unwrap().config, config);
 }
+
+#[test]
+fn an_hourly_sla_deadline_on_a_daily_cron_is_rejected() {
+    let mut config = minimal();
+    config["schedule"] = json!({"cron": "0 8 * * *"});
+    config["sla"] = json!({"deadline": ":15"});
+    let problems = parse(&config, Variables::MustBeResolved).unwrap_err().problems;
+    assert!(problems.iter().any(|p| p.path == "sla.deadline"), "{problems:?}");
+    config["schedule"] = json!({"cron": "0 * * * *"});
+    assert!(
+        parse(&config, Variables::MustBeResolved).is_ok(),
+        "an hourly cron may have one"
+    );
+}

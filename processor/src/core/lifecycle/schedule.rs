@@ -110,15 +110,27 @@ impl Decider<'_> {
         if late > config.schedule.evaluation.window {
             // The processor was not running when the occurrence was due (or its timer was
             // lost): say so, once, then run it now rather than not at all.
+            // Occurrences after this one that also passed are not run (the next tick is the
+            // first one after now), but they are counted here rather than skipped silently.
+            let mut skipped = 0u32;
+            let mut at = due;
+            while let Some(next) = cron.next_after(at, tz).filter(|n| *n <= now && skipped < 10_000) {
+                skipped += 1;
+                at = next;
+            }
             let detail = detail([
                 ("expectedAt", json!(due)),
                 ("lateBySeconds", json!(late.num_seconds())),
                 ("started", json!(true)),
+                ("laterOccurrencesSkipped", json!(skipped)),
             ]);
-            let message = format!("cron occurrence due at {} was not started on time", due.to_rfc3339());
+            let message = format!(
+                "cron occurrence due at {} was not started on time (running it now; {skipped} later occurrences also passed and are not run)",
+                due.to_rfc3339()
+            );
             self.emit(EventType::SCHEDULE_MISSED, Some(&key), message, detail);
         }
-        self.open_execution(&key, false);
+        self.open_execution(&key, None);
     }
 
     /// The expected start of a day passed: recover, or report the miss.
@@ -208,7 +220,7 @@ impl Decider<'_> {
         if self.exclude(&config, &key, date) {
             return None;
         }
-        self.open_execution(&key, true);
+        self.open_execution(&key, Some(self.now()));
         Some(key)
     }
 
@@ -256,7 +268,9 @@ impl Decider<'_> {
             message,
             detail([("sensor", json!(sensor_key))]),
         );
-        self.open_execution(&key, true);
+        // The relative SLA counts from when the trigger's data arrived, not from now.
+        let arrived = self.readings_received_at(sensor_key, date);
+        self.open_execution(&key, Some(arrived.unwrap_or(self.now())));
         true
     }
 
@@ -267,6 +281,19 @@ impl Decider<'_> {
         self.state.sensors.iter().any(|(slot, s)| {
             s.key_in(slot) == sensor_key && super::sensor::execution_date(s, tz, s.received_at) == date
         })
+    }
+
+    /// When the reading of `sensor_key` that `date`'s rules see arrived.
+    fn readings_received_at(&self, sensor_key: &str, date: &str) -> Option<DateTime<Utc>> {
+        let day = date.split('T').next().unwrap_or(date);
+        self.state
+            .sensors
+            .iter()
+            .filter(|(slot, s)| {
+                s.key_in(slot) == sensor_key && s.scope().is_none_or(|scope| scope == date || scope == day)
+            })
+            .map(|(_, s)| s.received_at)
+            .max()
     }
 
     fn trigger_holds(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
@@ -298,7 +325,8 @@ impl Decider<'_> {
     }
 
     /// Opens an execution: SLA timers, the watchdog, and the first evaluation.
-    pub(super) fn open_execution(&mut self, key: &str, from_sensor: bool) {
+    /// `first_sensor` is when the sensor that started it arrived (relative SLAs count from it).
+    pub(super) fn open_execution(&mut self, key: &str, first_sensor: Option<DateTime<Utc>>) {
         let Some(config) = self.state.config.as_ref() else {
             return;
         };
@@ -307,9 +335,7 @@ impl Decider<'_> {
         };
         let now = self.now();
         let mut execution = Execution::new(schedule_id.into(), date.into(), now, config.schedule.evaluation.window);
-        if from_sensor {
-            execution.first_sensor_at = Some(now);
-        }
+        execution.first_sensor_at = first_sensor;
         let watchdog_at = execution.window_closes_at + STALE_GRACE;
         self.state.executions.insert(key.to_string(), execution);
         self.arm_sla(key);

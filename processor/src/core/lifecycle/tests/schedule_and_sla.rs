@@ -222,6 +222,7 @@ fn schedule_missed_when_a_cron_tick_fires_later_than_the_evaluation_window() {
     assert_eq!(missed.detail["expectedAt"], json!(at("2026-11-22T13:30:00Z")));
     assert_eq!(missed.detail["lateBySeconds"], json!(5400));
     assert_eq!(missed.detail["started"], json!(true));
+    assert_eq!(missed.detail["laterOccurrencesSkipped"], json!(0));
     assert_eq!(sim.triggers()[0].date, "2026-11-22", "the missed occurrence still runs");
     assert_eq!(sim.due("daily", &TimerKind::CronTick), Some(at("2026-11-23T13:30:00Z")));
     sim.assert_timers_agree("daily");
@@ -232,6 +233,16 @@ fn schedule_missed_when_a_cron_tick_fires_later_than_the_evaluation_window() {
     sim.now = at("2026-11-22T14:30:00Z");
     sim.fire_late("daily", &TimerKind::CronTick);
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+
+    // Down for three days: one SCHEDULE_MISSED, which counts the occurrences that also passed;
+    // the next tick is the first one still ahead.
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(cron("30 8 * * *", json!({})));
+    sim.now = at("2026-11-25T15:00:00Z");
+    sim.fire_late("daily", &TimerKind::CronTick);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, SCHEDULE_MISSED, VALIDATION_PASSED]);
+    assert_eq!(sim.events[1].detail["laterOccurrencesSkipped"], json!(3));
+    assert_eq!(sim.due("daily", &TimerKind::CronTick), Some(at("2026-11-26T13:30:00Z")));
 }
 
 // ---- PIPELINE_EXCLUDED ---------------------------------------------------------------------
@@ -998,4 +1009,25 @@ fn config_accepted_for_a_delete_cancels_every_timer() {
     let before = sim.events.len();
     sim.advance_to(at("2026-11-25T00:00:00Z"));
     assert_eq!(sim.events.len(), before);
+}
+
+#[test]
+fn relative_sla_breach_of_a_recovered_run_counts_from_its_trigger_sensor() {
+    let mut sim = Sim::starting_at(at("2026-11-22T14:00:00Z"));
+    ready(&mut sim);
+    sim.now = at("2026-11-22T14:30:00Z");
+    sim.config(stream(json!({
+        "sla": {"maxDuration": "2h"},
+        "validation": {"rules": [{"key": "never", "check": "exists"}]}
+    })));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, TRIGGER_RECOVERED]);
+    let breach = TimerKind::RelativeSlaBreach {
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+    };
+    assert_eq!(
+        sim.due("gold", &breach),
+        Some(at("2026-11-22T16:00:00Z")),
+        "two hours after the sensor arrived, not after the config"
+    );
 }
