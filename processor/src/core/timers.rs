@@ -49,6 +49,9 @@ pub enum TimerKind {
     /// POST_RUN_SENSOR_MISSING when no post-run sensor came within `postRun.sensorTimeout`.
     #[serde(rename_all = "camelCase")]
     PostRunTimeout { schedule_id: String, date: String },
+    /// An ended execution and the sensors scoped to its date are forgotten (bounded state).
+    #[serde(rename_all = "camelCase")]
+    Expire { schedule_id: String, date: String },
 }
 
 impl TimerKind {
@@ -71,7 +74,8 @@ impl TimerKind {
             | TimerKind::RelativeSlaBreach { schedule_id, date }
             | TimerKind::JobPollWindow { schedule_id, date, .. }
             | TimerKind::Watchdog { schedule_id, date }
-            | TimerKind::PostRunTimeout { schedule_id, date } => Some((schedule_id, date)),
+            | TimerKind::PostRunTimeout { schedule_id, date }
+            | TimerKind::Expire { schedule_id, date } => Some((schedule_id, date)),
             TimerKind::CronTick | TimerKind::StartCheck { .. } | TimerKind::TriggerDeadline { .. } => None,
         }
     }

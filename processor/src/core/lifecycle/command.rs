@@ -129,6 +129,7 @@ impl Decider<'_> {
         e.post_run_seen = false;
         e.enter(Phase::AwaitingRules, now);
         let watchdog_at = e.window_closes_at + super::schedule::STALE_GRACE;
+        self.arm_expiry(key);
         self.cancel_timers(|t| {
             matches!(t, crate::core::timers::TimerKind::PostRunTimeout { .. })
                 && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key)

@@ -17,6 +17,7 @@ mod dependencies;
 mod evaluation;
 mod job;
 mod post_run;
+mod retention;
 mod schedule;
 mod sensor;
 mod sla;
@@ -580,12 +581,13 @@ impl<'a> Decider<'a> {
         best.into_iter().map(|(k, (_, data))| (k.to_string(), data)).collect()
     }
 
-    /// Moves an execution into a phase.
+    /// Moves an execution into a phase; an ended one is forgotten after the retention.
     fn enter(&mut self, key: &str, phase: Phase) {
         let now = self.now();
         if let Some(e) = self.state.executions.get_mut(key) {
             e.enter(phase, now);
         }
+        self.arm_expiry(key);
     }
 
     fn reject(&mut self, source: &str, reason: &str) {

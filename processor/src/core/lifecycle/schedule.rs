@@ -80,6 +80,7 @@ impl Decider<'_> {
             TimerKind::PostRunTimeout { schedule_id, date } => {
                 self.on_post_run_timeout(&execution_key(schedule_id, date))
             }
+            TimerKind::Expire { schedule_id, date } => self.on_expire(&execution_key(schedule_id, date)),
         }
     }
 
@@ -191,6 +192,7 @@ impl Decider<'_> {
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
         let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
         self.state.executions.insert(key.clone(), execution);
+        self.arm_expiry(&key);
         self.emit(
             EventType::SENSOR_DEADLINE_EXPIRED,
             Some(&key),
@@ -314,6 +316,7 @@ impl Decider<'_> {
         };
         let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
         self.state.executions.insert(key.to_string(), execution);
+        self.arm_expiry(key);
         let message = format!("{date} is dormant ({reason}): nothing runs");
         self.emit(
             EventType::PIPELINE_EXCLUDED,

@@ -33,6 +33,14 @@ impl Decider<'_> {
             hour: reading.hour,
             timestamp: reading.timestamp,
         };
+        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(d)) {
+            let reason = format!(
+                "sensor {:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one",
+                reading.key
+            );
+            self.reject(&format!("sensor {}", reading.key), &reason);
+            return;
+        }
         let slot = stored.slot(&reading.key);
         let previous = self.state.sensors.insert(slot, stored.clone());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);

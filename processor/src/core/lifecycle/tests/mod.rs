@@ -147,6 +147,13 @@ impl Sim {
         self.input(pipeline, Input::JobReported(record))
     }
 
+    /// True when the only timers left are the expiries of ended executions.
+    pub(super) fn only_expiry_left(&self) -> bool {
+        self.timers
+            .iter()
+            .all(|(_, _, k)| matches!(k, TimerKind::Expire { .. }))
+    }
+
     pub(super) fn types(&self) -> Vec<EventType> {
         self.events.iter().map(|e| e.kind).collect()
     }
@@ -193,7 +200,7 @@ fn happy_path_triggers_once_and_completes() {
     );
     let completed = sim.events.last().unwrap();
     assert_eq!((completed.run_id.as_deref(), completed.attempt), (Some(RUN1), Some(1)));
-    assert!(sim.timers.is_empty(), "nothing left to wake up for");
+    assert!(sim.only_expiry_left(), "nothing left to wake up for");
 }
 
 #[test]
@@ -241,7 +248,7 @@ fn window_exhaustion_reports_the_last_reasons() {
         exhausted.message
     );
     assert_eq!(exhausted.detail["results"][1]["passed"], json!(false));
-    assert!(sim.timers.is_empty());
+    assert!(sim.only_expiry_left());
     // A late sensor neither revives the execution nor starts another for the same date.
     sim.sensor("gold", "row-count", json!({"count": 5000}));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
@@ -617,4 +624,77 @@ impl Sim {
             .unwrap_or_default();
         assert_eq!(scheduled, listed, "scheduled timers differ from the state's list");
     }
+}
+
+// ---- Bounded state ---------------------------------------------------------------------------
+
+#[test]
+fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    for (key, data) in [
+        ("row-count", json!({"count": 2000})),
+        ("upstream", json!({"status": "ready"})),
+    ] {
+        sim.sensor_scoped("gold", key, data, Some("2026-11-22"), None, None);
+    }
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    let expire = TimerKind::Expire {
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+    };
+    assert_eq!(sim.due("gold", &expire), Some(t0() + retention::RETENTION));
+    sim.advance(TimeDelta::days(6));
+    assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
+    sim.advance(TimeDelta::days(2));
+    let state = &sim.states["gold"];
+    assert!(state.executions.is_empty(), "{:?}", state.executions.keys());
+    assert!(state.sensors.is_empty(), "{:?}", state.sensors.keys());
+    assert!(state.timers.is_empty() && sim.timers.is_empty());
+
+    // A re-delivered trigger for that forgotten date must not run the job again.
+    let decision = sim.sensor_scoped(
+        "gold",
+        "upstream",
+        json!({"status": "ready"}),
+        Some("2026-11-22"),
+        None,
+        None,
+    );
+    assert_eq!(decision.events[0].kind, INPUT_REJECTED);
+    assert!(decision
+        .dead_letter
+        .unwrap()
+        .contains("older than the execution retention"));
+    assert_eq!(sim.triggers().len(), 1);
+}
+
+#[test]
+fn a_rerun_cancels_the_expiry_and_the_next_end_arms_it_again() {
+    let mut sim = Sim::new();
+    let mut config = pipeline(0);
+    config["validation"]["rules"] = json!([]);
+    sim.config(config);
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.job("gold", RUN1, JobStatus::Failed, Some(FailureCategory::Transient));
+    let expire = TimerKind::Expire {
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+    };
+    assert!(sim.due("gold", &expire).is_some());
+    sim.advance(TimeDelta::days(1));
+    let rerun = CommandRecord {
+        pipeline_id: "gold".into(),
+        command: crate::core::records::CommandKind::Rerun,
+        schedule_id: None,
+        date: "2026-11-22".into(),
+        reason: None,
+        requested_by: None,
+        subscriber: None,
+        key: None,
+    };
+    sim.input("gold", Input::CommandReceived(rerun));
+    assert_eq!(sim.due("gold", &expire), None, "an open execution never expires");
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    assert_eq!(sim.due("gold", &expire), Some(sim.now + retention::RETENTION));
 }
