@@ -6,7 +6,8 @@ sluice="${SLUICE_BIN:-sluice}"
 rounds="${SLUICE_DEMO_ROUNDS:-20}"
 
 for round in $(seq 0 $((rounds - 1))); do
-  date="$(date -u -d "2026-01-01 + $round days" +%F)"
+  # Dates from today on: a date older than the execution retention (7 days) is refused.
+  date="$(date -u -d "today + $round days" +%F)"
   now="$(date -u +%FT%TZ)"
   echo "round $round: execution date $date"
   # Too few orders at first: the rules fail and the executions wait...

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType::*};
-use support::{http_target, sluice, World};
+use support::{day, http_target, sluice, World};
 
 fn pipeline(id: &str, job: Value) -> Value {
     json!({
@@ -44,7 +44,7 @@ fn recording_pipeline(w: &World, id: &str) -> (Value, std::path::PathBuf) {
 }
 
 fn run_id(pipeline: &str, attempt: u32) -> String {
-    format!("{pipeline}.stream.2026-11-22.{attempt}")
+    format!("{pipeline}.stream.{}.{attempt}", day())
 }
 
 /// A malformed record on the sensors partition of `pipeline`: once its INPUT_REJECTED is
@@ -73,7 +73,10 @@ fn happy_path_http_job_reported_by_its_runner() {
     let requests = target.requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert!(requests[0].starts_with("POST /run HTTP/1.1"), "{}", requests[0]);
-    let body = format!("{{\"pipeline\": \"happy\", \"date\": \"2026-11-22\", \"run\": \"{run}\"}}");
+    let body = format!(
+        "{{\"pipeline\": \"happy\", \"date\": \"{}\", \"run\": \"{run}\"}}",
+        day()
+    );
     assert!(requests[0].ends_with(&body), "templates expanded: {}", requests[0]);
 
     w.job("happy", &run, "succeeded");
@@ -82,10 +85,7 @@ fn happy_path_http_job_reported_by_its_runner() {
         &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
     );
     let completed = &events[3];
-    assert_eq!(
-        (completed.date.as_deref(), completed.attempt),
-        (Some("2026-11-22"), Some(1))
-    );
+    assert_eq!((completed.date.as_deref(), completed.attempt), (Some(day()), Some(1)));
     let ids: std::collections::BTreeSet<_> = events.iter().map(|e| e.event_id.clone()).collect();
     assert_eq!(ids.len(), 4, "event ids are distinct");
     assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly");
@@ -630,7 +630,7 @@ fn rerun_command_is_accepted_after_data_changes() {
     let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
     w.wait_for_sequence("rerun", &done);
 
-    w.rerun("rerun", "2026-11-22", "same data");
+    w.rerun("rerun", day(), "same data");
     let events = w.wait_for_sequence("rerun", &[done.as_slice(), &[RERUN_REJECTED]].concat());
     assert!(
         events[4].message.contains("no sensor data changed"),
@@ -645,7 +645,7 @@ fn rerun_command_is_accepted_after_data_changes() {
         &[done.as_slice(), &[RERUN_REJECTED, LATE_DATA_ARRIVAL]].concat(),
     );
 
-    w.rerun("rerun", "2026-11-22", "late rows");
+    w.rerun("rerun", day(), "late rows");
     let events = w.wait_for_sequence(
         "rerun",
         &[
@@ -726,9 +726,9 @@ fn dependency_chain_runs_bronze_silver_gold() {
     for id in [bronze, silver, gold] {
         let events = w.wait_for_sequence(id, &run);
         for e in &events[1..] {
-            assert_eq!(e.date.as_deref(), Some("2026-11-22"), "{e:?}");
+            assert_eq!(e.date.as_deref(), Some(day()), "{e:?}");
         }
-        assert_eq!(events[3].run_id, Some(format!("{id}.stream.2026-11-22.1")));
+        assert_eq!(events[3].run_id, Some(format!("{id}.stream.{}.1", day())));
         chain.push(events);
     }
     for (upstream, down) in [(bronze, 1), (silver, 2)] {
@@ -749,7 +749,7 @@ fn dependency_chain_runs_bronze_silver_gold() {
     assert_eq!(requests.len(), 3, "{requests:?}");
     for (request, id) in requests.iter().zip([bronze, silver, gold]) {
         assert!(
-            request.ends_with(&format!("{id} 2026-11-22/ {id}.stream.2026-11-22.1")),
+            request.ends_with(&format!("{id} {}/ {id}.stream.{}.1", day(), day())),
             "{request}"
         );
     }

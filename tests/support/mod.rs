@@ -224,7 +224,7 @@ impl World {
     }
 
     pub fn sensor(&self, pipeline: &str, key: &str, data: Value) {
-        let record = json!({"pipelineId": pipeline, "key": key, "data": data, "date": "2026-11-22"});
+        let record = json!({"pipelineId": pipeline, "key": key, "data": data, "date": day()});
         self.produce("sensors", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
     }
 
@@ -273,8 +273,8 @@ impl World {
     }
 
     pub fn job(&self, pipeline: &str, run_id: &str, status: &str) {
-        let record = json!({"pipelineId": pipeline, "scheduleId": "stream", "date": "2026-11-22", "runId": run_id,
-                            "status": status, "timestamp": "2026-11-22T08:00:00Z"});
+        let record = json!({"pipelineId": pipeline, "scheduleId": "stream", "date": day(), "runId": run_id,
+                            "status": status, "timestamp": chrono::Utc::now()});
         self.produce("jobs", Some(pipeline), Some(&serde_json::to_vec(&record).unwrap()));
     }
 
@@ -475,4 +475,12 @@ pub fn http_target() -> HttpTarget {
         }
     });
     HttpTarget { url, requests }
+}
+
+/// The execution date the tests use: today (UTC) when the test binary started, so that no
+/// date falls behind the processor's execution retention however late the suite runs.
+pub fn day() -> &'static str {
+    static DAY: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| chrono::Utc::now().date_naive().format("%Y-%m-%d").to_string());
+    &DAY
 }
