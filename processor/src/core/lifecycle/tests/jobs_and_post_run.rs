@@ -7,7 +7,7 @@
 use chrono::TimeDelta;
 use serde_json::{json, Value};
 
-use super::{t0, Sim};
+use super::{merge, t0, Sim};
 use crate::core::events::{Event, EventType, EventType::*};
 use crate::core::lifecycle::{execution_key, Decision, Execution, Input, Outbound, OutboundTopic, Phase, StateChange};
 use crate::core::records::{
@@ -20,22 +20,6 @@ const KEY: &str = "stream/2026-11-22";
 const RUN1: &str = "gold.stream.2026-11-22.1";
 const RUN2: &str = "gold.stream.2026-11-22.2";
 const RUN3: &str = "gold.stream.2026-11-22.3";
-
-/// Merges `patch` into `base`, object by object; `null` removes a field.
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(base), Value::Object(patch)) => {
-            for (k, v) in patch {
-                if v.is_null() {
-                    base.remove(&k);
-                } else {
-                    merge(base.entry(k).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (base, patch) => *base = patch,
-    }
-}
 
 /// Pipeline `gold`: the trigger `upstream` (status ready) starts it and `row-count` >= 1000
 /// lets it run. No retries unless the patch gives some.

@@ -15,6 +15,22 @@ use crate::core::records::{FailureCategory, JobStatus};
 mod jobs_and_post_run;
 mod schedule_and_sla;
 
+/// Merges `patch` into `base`, object by object; `null` removes a field.
+pub(super) fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(base), Value::Object(patch)) => {
+            for (k, v) in patch {
+                if v.is_null() {
+                    base.remove(&k);
+                } else {
+                    merge(base.entry(k).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (base, patch) => *base = patch,
+    }
+}
+
 /// State, a fake clock and the pending timers of several pipelines.
 pub(super) struct Sim {
     pub(super) now: DateTime<Utc>,

@@ -8,27 +8,11 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 
-use super::{at, Sim};
+use super::{at, merge, Sim};
 use crate::core::events::EventType::*;
 use crate::core::lifecycle::{Phase, PipelineState};
 use crate::core::records::JobStatus;
 use crate::core::timers::TimerKind;
-
-/// Merges `patch` into `base`, object by object; `null` removes a field.
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(base), Value::Object(patch)) => {
-            for (k, v) in patch {
-                if v.is_null() {
-                    base.remove(&k);
-                } else {
-                    merge(base.entry(k).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (base, patch) => *base = patch,
-    }
-}
 
 /// Sensor-driven pipeline `gold`: the trigger `upstream` with status ready starts it, and no
 /// rules, so it triggers at once. A 12-hour poll window keeps a running job running.
