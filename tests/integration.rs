@@ -645,7 +645,21 @@ fn rerun_command_is_accepted_after_data_changes() {
         &[done.as_slice(), &[RERUN_REJECTED, LATE_DATA_ARRIVAL]].concat(),
     );
 
-    w.rerun("rerun", day(), "late rows");
+    // The second rerun goes through the command line, as an operator would send it.
+    let output = sluice()
+        .args([
+            "rerun",
+            "rerun",
+            day(),
+            "--reason",
+            "late rows",
+            "--requested-by",
+            "integration-tests",
+        ])
+        .args(["--topic-prefix", &w.prefix])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let events = w.wait_for_sequence(
         "rerun",
         &[

@@ -13,7 +13,9 @@ use crate::calendars::{self, Calendars, ResolveError};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::duration::parse_duration;
 use crate::core::lifecycle::Settings as DeciderSettings;
-use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord};
+use crate::core::records::{
+    parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
+};
 use crate::core::template;
 use crate::runtime::processor::{shutdown_signal, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
@@ -64,11 +66,34 @@ enum Command {
         #[command(subcommand)]
         command: JobCommand,
     },
+    /// Ask for an execution to run again: RERUN_ACCEPTED or RERUN_REJECTED (with the reason)
+    /// follows on the events topic.
+    Rerun(ExecutionCommandArgs),
+    /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
+    Cancel(ExecutionCommandArgs),
     /// Read lifecycle events.
     Events {
         #[command(subcommand)]
         command: EventsCommand,
     },
+}
+
+/// `sluice rerun|cancel PIPELINE DATE`.
+#[derive(Args)]
+struct ExecutionCommandArgs {
+    /// Pipeline id (also the record key).
+    pipeline: String,
+    /// Execution date: YYYY-MM-DD, or YYYY-MM-DDTHH for hourly executions.
+    date: String,
+    /// Why, for the audit trail in the events.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who asks (default: $USER).
+    #[arg(long, env = "USER")]
+    requested_by: Option<String>,
+    /// Schedule id (cron or stream); by default the pipeline's own.
+    #[arg(long)]
+    schedule: Option<String>,
 }
 
 #[derive(Args)]
@@ -324,10 +349,39 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             };
             publish(&cli.brokers, &topics.jobs, &pipeline, &serde_json::to_vec(&record)?).await
         }
+        Command::Rerun(args) => publish_command(&cli.brokers, &topics, CommandKind::Rerun, args).await,
+        Command::Cancel(args) => publish_command(&cli.brokers, &topics, CommandKind::Cancel, args).await,
         Command::Events {
             command: EventsCommand::Tail(args),
         } => events_tail::run(&cli.brokers, &topics, args).await,
     }
+}
+
+async fn publish_command(
+    brokers: &str,
+    topics: &Topics,
+    command: CommandKind,
+    args: ExecutionCommandArgs,
+) -> Result<ExitCode> {
+    let date = parse_execution_date(&args.date)
+        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?;
+    let record = CommandRecord {
+        pipeline_id: args.pipeline.clone(),
+        command,
+        schedule_id: args.schedule,
+        date,
+        reason: args.reason,
+        requested_by: args.requested_by,
+        subscriber: None,
+        key: None,
+    };
+    let code = publish(brokers, &topics.commands, &args.pipeline, &serde_json::to_vec(&record)?).await?;
+    eprintln!(
+        "{} requested; the answer appears in `sluice events tail` (pipeline {})",
+        command.name(),
+        args.pipeline
+    );
+    Ok(code)
 }
 
 /// `field=value`: JSON scalars keep their type, anything else is a string.

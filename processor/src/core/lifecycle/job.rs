@@ -224,6 +224,8 @@ impl Decider<'_> {
                 info.insert("sla".into(), verdict);
                 let message = "dry run: the job completed".to_string();
                 self.emit_for_run(EventType::DRY_RUN_COMPLETED, key, &record.run_id, message, info);
+                // The job really ran (under the old orchestrator): downstream pipelines may go.
+                self.notify_dependents(key, &record.run_id);
             }
             JobStatus::Failed | JobStatus::Timeout => {
                 let category = failure_category(record);

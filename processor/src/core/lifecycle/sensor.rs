@@ -58,8 +58,16 @@ impl Decider<'_> {
         let schedule_id = config.schedule_id().to_string();
         let key = execution_key(&schedule_id, &date);
 
-        if self.is_post_run_key(&reading.key) && self.on_post_run_sensor(&reading.key, &date) {
-            return;
+        if self.is_post_run_key(&reading.key) {
+            // An undated post-run reading belongs to the latest run that succeeded, which
+            // may be yesterday's when it arrives after midnight.
+            let target = match stored.scope() {
+                Some(_) => Some(date.clone()),
+                None => self.latest_completed_date().or(Some(date.clone())),
+            };
+            if target.is_some_and(|d| self.on_post_run_sensor(&reading.key, &d)) {
+                return;
+            }
         }
         let started = self.start_from_sensor(&reading.key, &date);
         // A re-send of the reading already reported as late is not news.
@@ -87,6 +95,16 @@ impl Decider<'_> {
             }
             self.evaluate(&k, false);
         }
+    }
+
+    /// The date of the most recent execution that completed or is re-running after a success.
+    fn latest_completed_date(&self) -> Option<String> {
+        self.state
+            .executions
+            .values()
+            .filter(|e| e.phase.is_completed() || (e.phase.is_running() && e.baseline.is_some()))
+            .max_by(|a, b| a.date.cmp(&b.date))
+            .map(|e| e.date.clone())
     }
 
     /// LATE_DATA_ARRIVAL: a sensor the run depended on changed after the run completed.

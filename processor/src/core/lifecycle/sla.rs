@@ -161,6 +161,14 @@ impl Decider<'_> {
                 return None;
             }
         }
+        // A daily deadline over a day run as hourly executions: each hour carries its own
+        // alerts (naming the hour that is late), so the day itself says nothing.
+        if !self.state.executions.contains_key(key) && !date.contains('T') {
+            let prefix = format!("{date}T");
+            if self.state.executions.values().any(|e| e.date.starts_with(&prefix)) {
+                return None;
+            }
+        }
         deadline_of(config, date)
     }
 

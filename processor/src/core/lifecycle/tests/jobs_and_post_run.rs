@@ -1230,3 +1230,41 @@ fn job_completed_flows_down_a_bronze_silver_gold_chain() {
         ]
     );
 }
+
+#[test]
+fn post_run_passed_for_an_undated_sensor_after_midnight_is_about_the_run_that_succeeded() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({"postRun": {"sensorTimeout": "24h"}})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
+    succeed(&mut sim);
+    sim.advance_to(t0() + TimeDelta::minutes(16 * 60 + 30)); // 00:30 the next day
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 502}));
+    assert_eq!(since(&sim, mark), [POST_RUN_PASSED]);
+    assert_eq!(last(&sim, POST_RUN_PASSED).date.as_deref(), Some(DAY));
+    sim.advance(TimeDelta::hours(12));
+    assert_eq!(
+        since(&sim, mark),
+        [POST_RUN_PASSED],
+        "no POST_RUN_SENSOR_MISSING for yesterday"
+    );
+}
+
+#[test]
+fn dry_run_completed_upstream_still_lets_its_downstream_run() {
+    let mut sim = Sim::new();
+    let mut upstream = source("bronze");
+    upstream["dryRun"] = json!(true);
+    sim.config(upstream);
+    let subscribe = sim.config(downstream("silver", &["bronze"]));
+    route(&mut sim, subscribe);
+    sim.sensor("bronze", "landed", json!({"rows": 10}));
+    // The old orchestrator ran the job and reports it.
+    let done = report(&mut sim, "bronze", DAY, "legacy-run-7", JobStatus::Succeeded);
+    assert!(sim.types().contains(&DRY_RUN_COMPLETED));
+    let routed = route(&mut sim, done);
+    assert_eq!(routed.len(), 1, "{routed:?}");
+    assert_eq!(routed[0].value["data"]["runId"], json!("legacy-run-7"));
+    let silver = &sim.states["silver"].executions[&execution_key("stream", DAY)];
+    assert!(silver.phase.is_running(), "{:?}", silver.phase);
+}

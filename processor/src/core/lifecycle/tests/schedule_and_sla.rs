@@ -1015,3 +1015,29 @@ fn relative_sla_breach_of_a_recovered_run_counts_from_its_trigger_sensor() {
         "two hours after the sensor arrived, not after the config"
     );
 }
+
+#[test]
+fn sla_breach_of_a_daily_deadline_over_hourly_runs_names_the_hour_that_did_not_complete() {
+    // Every hour that ran completed before the deadline: the day's SLA is met.
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    for hour in [7, 8] {
+        let data = json!({"status": "ready"});
+        sim.sensor_scoped("gold", "upstream", data, Some("2026-11-22"), Some(hour), None);
+        let date = format!("2026-11-22T{hour:02}");
+        sim.job_for("gold", "stream", &date, JobStatus::Succeeded);
+    }
+    sim.advance_to(at("2026-11-22T16:00:00Z"));
+    assert!(sim.of(SLA_BREACH).is_empty(), "{:?}", sim.types());
+
+    // One hour still running at the deadline: that hour breaches, not the day as well.
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    for hour in [7, 8] {
+        let data = json!({"status": "ready"});
+        sim.sensor_scoped("gold", "upstream", data, Some("2026-11-22"), Some(hour), None);
+    }
+    sim.job_for("gold", "stream", "2026-11-22T07", JobStatus::Succeeded);
+    sim.advance_to(at("2026-11-22T16:00:00Z"));
+    assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-22T08", "2026-11-22T15:00:00Z")]);
+}
