@@ -696,12 +696,6 @@ impl Reader {
             Some(t) => {
                 let rule = self.rule(t, "schedule.trigger", &["deadline"]);
                 let deadline = self.deadline(t, "deadline", "schedule.trigger");
-                if matches!(deadline, Some(Deadline::Hourly { .. })) {
-                    self.warn(
-                        "schedule.trigger.deadline",
-                        "an hourly (:MM) trigger deadline is not enforced by this version; use HH:MM",
-                    );
-                }
                 (rule, deadline)
             }
             None => (None, None),

@@ -13,7 +13,7 @@ use super::{detail, execution_key, Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::events::EventType;
 use crate::core::rules;
-use crate::core::schedule::{local_instant, next_daily, Cron, ExecutionDate};
+use crate::core::schedule::{local_instant, next_daily, sla_deadline, Cron, ExecutionDate};
 use crate::core::timers::TimerKind;
 
 /// How long past its window (or poll window) an execution may sit before the watchdog
@@ -37,17 +37,7 @@ impl Decider<'_> {
         if let Some((date, at)) = next_start_check(&config, now) {
             self.set_timer(TimerKind::StartCheck { date: date.to_string() }, at);
         }
-        if let Some(Deadline::Daily(time)) = config.schedule.trigger_deadline {
-            if config.schedule.cron.is_none() {
-                let (day, at) = next_daily(now, time, tz);
-                self.set_timer(
-                    TimerKind::TriggerDeadline {
-                        date: ExecutionDate::daily(day).to_string(),
-                    },
-                    at,
-                );
-            }
-        }
+        self.arm_trigger_deadline(&config);
         self.arm_sla_chain();
     }
 
@@ -167,17 +157,34 @@ impl Decider<'_> {
         self.emit(kind, Some(&key), message, detail([("expectedDate", json!(date))]));
     }
 
+    /// The next `schedule.trigger.deadline` still ahead: `HH:MM` closes each day's trigger
+    /// window, `:MM` each hour's (hour H's at H+1:MM, as for SLAs).
+    fn arm_trigger_deadline(&mut self, config: &PipelineConfig) {
+        let Some(deadline) = config
+            .schedule
+            .trigger_deadline
+            .filter(|_| config.schedule.cron.is_none())
+        else {
+            return;
+        };
+        let tz = config.schedule.timezone;
+        let hourly = matches!(deadline, Deadline::Hourly { .. });
+        let next = super::sla::next_date_due(self.now(), tz, hourly, |date| match deadline {
+            Deadline::Daily(time) => Some(local_instant(date.day, time, tz)),
+            Deadline::Hourly { .. } => sla_deadline(date, deadline, tz, None),
+        });
+        if let Some((date, at)) = next {
+            self.set_timer(TimerKind::TriggerDeadline { date: date.to_string() }, at);
+        }
+    }
+
     /// `schedule.trigger.deadline` passed with nothing started for the day: no sensor may
     /// start it any more.
     fn on_trigger_deadline(&mut self, date: &str) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        if let Some(Deadline::Daily(time)) = config.schedule.trigger_deadline {
-            let (day, at) = next_daily(self.now(), time, config.schedule.timezone);
-            let date = ExecutionDate::daily(day).to_string();
-            self.set_timer(TimerKind::TriggerDeadline { date }, at);
-        }
+        self.arm_trigger_deadline(&config);
         let key = execution_key(config.schedule_id(), date);
         // An hourly execution of the day counts as the day having started.
         let hourly = format!("{key}T");

@@ -85,26 +85,16 @@ impl Decider<'_> {
             return;
         };
         let now = self.now();
-        let tz = config.schedule.timezone;
-        let local = now.with_timezone(&tz).naive_local();
         let hourly = matches!(deadline, Deadline::Hourly { .. });
-        // Start a little in the past: a deadline can roll over into the next day or hour.
-        let mut date = match hourly {
-            true => back_hours(ExecutionDate::hourly(local.date(), chrono::Timelike::hour(&local)), 2),
-            false => ExecutionDate::daily(local.date().pred_opt().unwrap_or(local.date())),
-        };
-        let limit = if hourly { 24 * 400 } else { 400 };
-        for _ in 0..limit {
+        let next = next_date_due(now, config.schedule.timezone, hourly, |date| {
             let text = date.to_string();
-            if deadline_of(config, &text).is_some_and(|at| at > now) {
-                let key = execution_key(config.schedule_id(), &text);
-                let done = self.state.executions.get(&key).is_some_and(|e| e.phase.is_completed());
-                if day_excluded(config, &text).is_none() && !done {
-                    self.arm_sla(&key);
-                    return;
-                }
-            }
-            date = next_date(date);
+            let key = execution_key(config.schedule_id(), &text);
+            let done = self.state.executions.get(&key).is_some_and(|e| e.phase.is_completed());
+            deadline_of(config, &text).filter(|_| day_excluded(config, &text).is_none() && !done)
+        });
+        if let Some((date, _)) = next {
+            let key = execution_key(config.schedule_id(), &date.to_string());
+            self.arm_sla(&key);
         }
     }
 
@@ -347,6 +337,30 @@ fn relative_warning_offset(max: TimeDelta, expected: Option<TimeDelta>) -> TimeD
         Some(e) if e < max => max - e,
         _ => max * 3 / 4,
     }
+}
+
+/// The first daily (or hourly) execution date, from about now on, whose instant `due_at`
+/// gives is after `now`. `due_at` returns `None` for dates to pass over.
+pub(super) fn next_date_due(
+    now: DateTime<Utc>,
+    tz: Tz,
+    hourly: bool,
+    due_at: impl Fn(ExecutionDate) -> Option<DateTime<Utc>>,
+) -> Option<(ExecutionDate, DateTime<Utc>)> {
+    let local = now.with_timezone(&tz).naive_local();
+    // Start a little in the past: a deadline can roll over into the next day or hour.
+    let mut date = match hourly {
+        true => back_hours(ExecutionDate::hourly(local.date(), chrono::Timelike::hour(&local)), 2),
+        false => ExecutionDate::daily(local.date().pred_opt().unwrap_or(local.date())),
+    };
+    let limit = if hourly { 24 * 400 } else { 400 };
+    for _ in 0..limit {
+        if let Some(at) = due_at(date).filter(|at| *at > now) {
+            return Some((date, at));
+        }
+        date = next_date(date);
+    }
+    None
 }
 
 fn next_date(date: ExecutionDate) -> ExecutionDate {

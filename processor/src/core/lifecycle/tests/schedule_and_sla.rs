@@ -1041,3 +1041,36 @@ fn sla_breach_of_a_daily_deadline_over_hourly_runs_names_the_hour_that_did_not_c
     sim.advance_to(at("2026-11-22T16:00:00Z"));
     assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-22T08", "2026-11-22T15:00:00Z")]);
 }
+
+#[test]
+fn sensor_deadline_expired_each_hour_with_an_hourly_trigger_deadline() {
+    // 12:10 EST. Hour 12's window closes at 13:15; a trigger for hour 12 arrives in time.
+    let mut sim = Sim::starting_at(at("2026-11-22T17:10:00Z"));
+    sim.config(stream(json!({"schedule": {"trigger": {"deadline": ":15"}}})));
+    let first = TimerKind::TriggerDeadline {
+        date: "2026-11-22T11".into(),
+    };
+    assert_eq!(
+        sim.due("gold", &first),
+        Some(at("2026-11-22T17:15:00Z")),
+        "hour 11 closes at 12:15"
+    );
+    sim.sensor_scoped(
+        "gold",
+        "upstream",
+        json!({"status": "ready"}),
+        Some("2026-11-22"),
+        Some(12),
+        None,
+    );
+    sim.advance_to(at("2026-11-22T19:20:00Z"));
+    // Hour 11 and hour 13 had no trigger; hour 12 did.
+    assert_eq!(
+        when(&sim, SENSOR_DEADLINE_EXPIRED),
+        [
+            on("2026-11-22T11", "2026-11-22T17:15:00Z"),
+            on("2026-11-22T13", "2026-11-22T19:15:00Z"),
+        ]
+    );
+    sim.assert_timers_agree("gold");
+}
