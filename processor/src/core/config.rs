@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::duration::parse_duration;
+use super::schedule::Cron;
 use super::template;
 
 /// One thing wrong (or suspicious) in a config, located by its field path.
@@ -146,7 +147,8 @@ pub enum Deadline {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
-    pub cron: Option<String>,
+    /// Parsed once, when the config is read.
+    pub cron: Option<Cron>,
     pub timezone: Tz,
     /// The sensor condition that starts an execution (sensor-triggered pipelines).
     pub trigger: Option<Rule>,
@@ -686,10 +688,15 @@ impl Reader {
                 "calendar",
             ],
         );
-        let cron = self.string(map, "cron", path);
-        if let Some(Err(e)) = cron.as_deref().map(super::schedule::Cron::parse) {
-            self.problem("schedule.cron", e);
-        }
+        let cron = self
+            .string(map, "cron", path)
+            .and_then(|text| match Cron::parse(&text) {
+                Ok(cron) => Some(cron),
+                Err(e) => {
+                    self.problem("schedule.cron", e);
+                    None
+                }
+            });
         let timezone = self.timezone(map, "timezone", path).unwrap_or(Tz::UTC);
 
         let (trigger, trigger_deadline) = match self.section(map, "trigger", path) {
@@ -718,7 +725,7 @@ impl Reader {
                 {
                     self.problem("schedule.include.dates", "must list at least one date");
                 }
-                if cron.is_some() {
+                if map.contains_key("cron") {
                     self.problem(
                         "schedule.include",
                         "schedule.cron and schedule.include are mutually exclusive",
@@ -743,6 +750,7 @@ impl Reader {
             .is_some_and(|d| !d.is_empty());
         if trigger.is_none()
             && cron.is_none()
+            && !map.contains_key("cron")
             && include_dates.is_empty()
             && !map.contains_key("trigger")
             && !has_dependencies
@@ -820,8 +828,7 @@ impl Reader {
         }
         let daily_cron = schedule
             .as_ref()
-            .and_then(|s| s.cron.as_deref())
-            .and_then(|c| super::schedule::Cron::parse(c).ok())
+            .and_then(|s| s.cron.as_ref())
             .is_some_and(|c| !c.is_sub_daily());
         if daily_cron && matches!(deadline, Some(Deadline::Hourly { .. })) {
             self.problem(

@@ -102,6 +102,13 @@ pub struct Cron {
     sub_daily: bool,
 }
 
+/// Two crons are the same when their expressions are (the parsed form follows from it).
+impl PartialEq for Cron {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
 impl Cron {
     /// Parses a 5-field expression. The error names the expression and, when one field is wrong
     /// on its own, that field and the values it allows.

@@ -57,9 +57,9 @@ impl Decider<'_> {
             format!("config accepted for {}", self.pipeline_id),
             detail,
         );
-        let before = self.state.config.replace(parsed.config);
+        let before = self.state.config.replace(std::sync::Arc::new(parsed.config));
         let after = self.state.config.clone();
-        self.sync_subscriptions(before.as_ref(), after.as_ref());
+        self.sync_subscriptions(before.as_deref(), after.as_deref());
         self.cancel_timers(|t| {
             matches!(
                 t,
@@ -114,7 +114,7 @@ impl Decider<'_> {
     fn on_config_deleted(&mut self) {
         self.cancel_timers(|_| true);
         let before = self.state.config.clone();
-        self.sync_subscriptions(before.as_ref(), None);
+        self.sync_subscriptions(before.as_deref(), None);
         let had_config = self.state.config.is_some();
         let detail = detail([("deleted", json!(true)), ("hadConfig", json!(had_config))]);
         self.emit(

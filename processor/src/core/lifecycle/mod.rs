@@ -26,6 +26,7 @@ mod sla;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
@@ -41,9 +42,10 @@ use super::timers::{TimerKind, TimerOp};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PipelineState {
-    /// The config in force: the last valid one received.
+    /// The config in force: the last valid one received. Shared, so a decision that needs
+    /// the config while it changes the state takes a reference count, not a copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<PipelineConfig>,
+    pub config: Option<Arc<PipelineConfig>>,
     /// The latest reading of each sensor key (kept even before a config arrives).
     #[serde(default)]
     pub sensors: BTreeMap<String, StoredSensor>,
@@ -512,7 +514,7 @@ impl<'a> Decider<'a> {
     }
 
     fn config(&self) -> Option<&PipelineConfig> {
-        self.state.config.as_ref()
+        self.state.config.as_deref()
     }
 
     /// The event type to publish: the real one, or its dry-run counterpart.

@@ -13,7 +13,7 @@ use super::{detail, execution_key, Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::events::EventType;
 use crate::core::rules;
-use crate::core::schedule::{local_instant, next_daily, sla_deadline, Cron, ExecutionDate};
+use crate::core::schedule::{local_instant, next_daily, sla_deadline, ExecutionDate};
 use crate::core::timers::TimerKind;
 
 /// How long past its window (or poll window) an execution may sit before the watchdog
@@ -29,7 +29,7 @@ impl Decider<'_> {
         };
         let now = self.now();
         let tz = config.schedule.timezone;
-        if let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) {
+        if let Some(cron) = config.schedule.cron.as_ref() {
             if let Some(next) = cron.next_after(now, tz) {
                 self.set_timer(TimerKind::CronTick, next);
             }
@@ -79,7 +79,7 @@ impl Decider<'_> {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) else {
+        let Some(cron) = config.schedule.cron.as_ref() else {
             return;
         };
         let now = self.now();

@@ -16,7 +16,7 @@ use super::{detail, execution_key, Decider};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
-use crate::core::schedule::{sla_deadline, Cron, ExecutionDate};
+use crate::core::schedule::{sla_deadline, ExecutionDate};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -312,7 +312,7 @@ pub(super) fn deadline_of(config: &PipelineConfig, date: &str) -> Option<DateTim
 /// When a day's work starts (cron time, else `schedule.time`): a deadline at or before it
 /// belongs to the next day.
 fn day_start(config: &PipelineConfig, day: NaiveDate, tz: Tz) -> Option<ClockTime> {
-    if let Some(cron) = config.schedule.cron.as_deref().and_then(|c| Cron::parse(c).ok()) {
+    if let Some(cron) = config.schedule.cron.as_ref() {
         if !cron.is_sub_daily() {
             let midnight = crate::core::schedule::local_instant(day, ClockTime { hour: 0, minute: 0 }, tz);
             let first = cron.next_after(midnight - TimeDelta::seconds(1), tz)?;
