@@ -7,6 +7,7 @@ use serde_json::json;
 use super::{detail, execution_key, Decider, Phase};
 use crate::core::events::EventType;
 use crate::core::records::{CommandKind, CommandRecord};
+use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
     pub(super) fn on_command(&mut self, record: &CommandRecord) {
@@ -97,7 +98,7 @@ impl Decider<'_> {
         let key = key.unwrap_or_default();
         let phase = execution.phase.name();
         let run_id = execution.phase.run_id().map(str::to_string);
-        self.cancel_execution_timers(&key);
+        self.cancel_execution_timers(&key, |_| true);
         let info = detail([
             ("phase", json!(phase)),
             ("runId", json!(run_id)),
@@ -117,25 +118,16 @@ impl Decider<'_> {
     /// attempts keep counting so every run id stays unique.
     pub(super) fn restart(&mut self, key: &str) {
         let now = self.now();
-        let Some(window) = self.config().map(|c| c.schedule.evaluation.window) else {
-            return;
-        };
         let Some(e) = self.state.executions.get_mut(key) else {
             return;
         };
-        e.window_closes_at = now + window;
         e.retries_used = 0;
         e.code_retries_used = 0;
         e.post_run_seen = false;
         e.enter(Phase::AwaitingRules, now);
-        let watchdog_at = e.window_closes_at + super::schedule::STALE_GRACE;
         self.arm_expiry(key);
-        self.cancel_timers(|t| {
-            matches!(t, crate::core::timers::TimerKind::PostRunTimeout { .. })
-                && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key)
-        });
-        self.set_watchdog(key, watchdog_at);
-        self.evaluate(key, true);
+        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
+        self.begin_window(key);
     }
 }
 

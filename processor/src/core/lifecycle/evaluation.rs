@@ -66,7 +66,6 @@ impl Decider<'_> {
         let results = json!(verdict.results);
 
         if verdict.passed {
-            execution.next_evaluation_at = None;
             self.cancel_timer(timer);
             self.emit(
                 EventType::VALIDATION_PASSED,
@@ -81,7 +80,6 @@ impl Decider<'_> {
             return;
         }
         if now >= execution.window_closes_at {
-            execution.next_evaluation_at = None;
             self.enter(key, Phase::ValidationExhausted { at: now });
             let message = format!("evaluation window closed without passing: {}", verdict.failures());
             self.emit(
@@ -94,7 +92,6 @@ impl Decider<'_> {
             return;
         }
         let next = (now + interval).min(execution.window_closes_at);
-        execution.next_evaluation_at = Some(next);
         self.set_timer(timer, next);
     }
 
@@ -176,11 +173,11 @@ impl Decider<'_> {
     /// Cancels the timers that move an execution along (evaluation, poll window, watchdog),
     /// leaving SLA and post-run timers, which outlive the run.
     pub(super) fn cancel_run_timers(&mut self, key: &str) {
-        self.cancel_timers(|t| {
+        self.cancel_execution_timers(key, |t| {
             matches!(
                 t,
                 TimerKind::Evaluate { .. } | TimerKind::JobPollWindow { .. } | TimerKind::Watchdog { .. }
-            ) && t.execution().is_some_and(|(s, d)| super::execution_key(s, d) == key)
+            )
         });
     }
 }

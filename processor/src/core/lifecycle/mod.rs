@@ -91,12 +91,18 @@ impl StoredSensor {
         })
     }
 
+    /// The sensor key and the scope of the reading kept at `slot` (see [`Self::slot`]; a
+    /// scope never contains `@`, so the last one separates them).
+    pub fn split_slot<'s>(&self, slot: &'s str) -> (&'s str, Option<&'s str>) {
+        match self.date.and_then(|_| slot.rsplit_once('@')) {
+            Some((key, scope)) => (key, Some(scope)),
+            None => (slot, None),
+        }
+    }
+
     /// The sensor key of the reading kept at `slot`.
     pub fn key_in<'s>(&self, slot: &'s str) -> &'s str {
-        match self.scope() {
-            Some(scope) => slot.strip_suffix(&format!("@{scope}")).unwrap_or(slot),
-            None => slot,
-        }
+        self.split_slot(slot).0
     }
 
     /// Where the reading is kept in [`PipelineState::sensors`]: per key, and per date when scoped.
@@ -118,9 +124,6 @@ pub struct Execution {
     pub date: String,
     pub started_at: DateTime<Utc>,
     pub window_closes_at: DateTime<Utc>,
-    /// When the next interval evaluation is due (while awaiting rules).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_evaluation_at: Option<DateTime<Utc>>,
     /// The current job attempt, 0 before the first trigger.
     pub attempt: u32,
     /// Retries spent from `maxRetries` (transient, timeout and unclassified failures).
@@ -270,7 +273,6 @@ impl Execution {
             date,
             started_at: now,
             window_closes_at: now + window,
-            next_evaluation_at: None,
             attempt: 0,
             retries_used: 0,
             code_retries_used: 0,
@@ -298,6 +300,12 @@ impl Execution {
         self.phase = phase;
         self.phase_since = now;
     }
+}
+
+/// The timer `make` names for the execution `key` (see [`execution_key`]).
+fn execution_timer(key: &str, make: impl FnOnce(String, String) -> TimerKind) -> Option<TimerKind> {
+    key.split_once('/')
+        .map(|(schedule_id, date)| make(schedule_id.into(), date.into()))
 }
 
 /// The key of an execution inside [`PipelineState::executions`].
@@ -559,9 +567,9 @@ impl<'a> Decider<'a> {
         }
     }
 
-    /// Cancels every timer of one execution.
-    fn cancel_execution_timers(&mut self, key: &str) {
-        self.cancel_timers(|t| t.execution().is_some_and(|(s, d)| execution_key(s, d) == key));
+    /// Cancels the timers of one execution that `which` selects.
+    fn cancel_execution_timers(&mut self, key: &str, which: impl Fn(&TimerKind) -> bool) {
+        self.cancel_timers(|t| which(t) && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key));
     }
 
     /// The sensor readings an execution's rules see: for each key, the reading scoped to the
@@ -570,10 +578,11 @@ impl<'a> Decider<'a> {
         let day = date.split('T').next().unwrap_or(date);
         let mut best: BTreeMap<&str, (u8, &Map<String, Value>)> = BTreeMap::new();
         for (slot, sensor) in &self.state.sensors {
-            let scope = sensor.scope();
-            let (key, rank) = match scope.as_deref() {
-                None => (slot.as_str(), 1),
-                Some(s) if s == date || s == day => (sensor.key_in(slot), if s == date { 3 } else { 2 }),
+            let (key, scope) = sensor.split_slot(slot);
+            let rank = match scope {
+                None => 1,
+                Some(s) if s == date => 3,
+                Some(s) if s == day => 2,
                 Some(_) => continue,
             };
             if best.get(key).is_none_or(|(r, _)| *r < rank) {

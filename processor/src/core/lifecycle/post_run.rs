@@ -105,13 +105,7 @@ impl Decider<'_> {
                 baseline.insert(sensor_key.into(), Value::Object(current.clone()));
             }
         }
-        if let Some((schedule_id, d)) = key.split_once('/') {
-            let timeout = TimerKind::PostRunTimeout {
-                schedule_id: schedule_id.into(),
-                date: d.into(),
-            };
-            self.cancel_timer(timeout);
-        }
+        self.cancel_execution_timers(&key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
         let (kind, message) = match verdict.passed {
             true => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
             false => (

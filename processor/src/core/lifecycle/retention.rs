@@ -56,7 +56,7 @@ impl Decider<'_> {
         }
         let date = e.date.clone();
         let phase = e.phase.name();
-        self.cancel_execution_timers(key);
+        self.cancel_execution_timers(key, |_| true);
         self.state.executions.remove(key);
         let day = date.split('T').next().unwrap_or(&date).to_string();
         let day_in_use = self.state.executions.values().any(|e| e.date.starts_with(&day));

@@ -9,7 +9,7 @@
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde_json::json;
 
-use super::{detail, execution_key, Decider, Execution, Phase};
+use super::{detail, execution_key, execution_timer, Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::events::EventType;
 use crate::core::rules;
@@ -346,19 +346,28 @@ impl Decider<'_> {
         let now = self.now();
         let mut execution = Execution::new(schedule_id.into(), date.into(), now, config.schedule.evaluation.window);
         execution.first_sensor_at = first_sensor;
-        let watchdog_at = execution.window_closes_at + STALE_GRACE;
         self.state.executions.insert(key.to_string(), execution);
         self.arm_sla(key);
-        self.set_watchdog(key, watchdog_at);
+        self.begin_window(key);
+    }
+
+    /// Starts an execution's evaluation window from now: the watchdog behind it, and the
+    /// first evaluation (which arms the interval timer).
+    pub(super) fn begin_window(&mut self, key: &str) {
+        let now = self.now();
+        let Some(window) = self.config().map(|c| c.schedule.evaluation.window) else {
+            return;
+        };
+        let Some(e) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        e.window_closes_at = now + window;
+        self.set_watchdog(key, now + window + STALE_GRACE);
         self.evaluate(key, true);
     }
 
     pub(super) fn set_watchdog(&mut self, key: &str, at: DateTime<Utc>) {
-        if let Some((schedule_id, date)) = key.split_once('/') {
-            let kind = TimerKind::Watchdog {
-                schedule_id: schedule_id.into(),
-                date: date.into(),
-            };
+        if let Some(kind) = execution_timer(key, |schedule_id, date| TimerKind::Watchdog { schedule_id, date }) {
             self.set_timer(kind, at);
         }
     }

@@ -127,13 +127,7 @@ impl Decider<'_> {
             if let Some(e) = self.state.executions.get_mut(key) {
                 e.sla.breached = true;
             }
-            if let Some((schedule_id, date)) = key.split_once('/') {
-                let warning = TimerKind::SlaWarning {
-                    schedule_id: schedule_id.into(),
-                    date: date.into(),
-                };
-                self.cancel_timer(warning);
-            }
+            self.cancel_sla_warning(key);
         }
         self.arm_sla_chain();
     }
@@ -251,13 +245,11 @@ impl Decider<'_> {
             ("warned", json!(warned)),
         ]);
         self.emit(EventType::SLA_MET, Some(key), message, info);
-        if let Some((schedule_id, date)) = key.split_once('/') {
-            let warning = TimerKind::SlaWarning {
-                schedule_id: schedule_id.into(),
-                date: date.into(),
-            };
-            self.cancel_timer(warning);
-        }
+        self.cancel_sla_warning(key);
+    }
+
+    fn cancel_sla_warning(&mut self, key: &str) {
+        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::SlaWarning { .. }));
     }
 
     /// DRY_RUN_SLA_PROJECTION: had the job started now and run for `expectedDuration`,
