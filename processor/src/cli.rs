@@ -17,7 +17,8 @@ use crate::core::records::{
     parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
 };
 use crate::core::template;
-use crate::runtime::processor::{shutdown_signal, Processor, Settings};
+use crate::runtime::http::{self as http_server, Telemetry};
+use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
 use crate::runtime::{events_tail, kafka};
 
@@ -117,6 +118,57 @@ struct RunArgs {
     /// record is rejected (a clock in the future would make stale data look fresh).
     #[arg(long, default_value = "5m", value_parser = parse_std_duration)]
     max_clock_skew: Duration,
+    /// How long a finished execution (and the sensors of its date) is kept for reruns, late
+    /// data and post-run checks before it is pruned (the old design's TTL).
+    #[arg(long, env = "SLUICE_RETENTION", default_value = "7d", value_parser = parse_std_duration)]
+    retention: Duration,
+    /// effectively-once works with any broker (a crash may re-send the last batch's events,
+    /// with the same eventId); exactly-once needs a broker with full transaction support.
+    #[arg(long, env = "SLUICE_GUARANTEE", value_enum, default_value = "effectively-once")]
+    guarantee: Guarantee,
+    /// This instance's stable name, unique in the group: makes it a static group member (a
+    /// restart takes the partitions back at once) and names its transactions under
+    /// exactly-once. Default: the host name, and dynamic membership.
+    #[arg(long, env = "SLUICE_INSTANCE")]
+    instance: Option<String>,
+    /// Serve /healthz, /readyz and /metrics on this address (e.g. 127.0.0.1:9464).
+    #[arg(long, env = "SLUICE_HTTP", value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+}
+
+fn default_instance() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sluice".into())
+}
+
+/// `sluice run`: the processor, and the operational endpoints beside it when asked for.
+async fn run(settings: Settings, http: Option<std::net::SocketAddr>) -> Result<ExitCode> {
+    let telemetry = Telemetry::new();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    if let Some(addr) = http {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --http {addr}"))?;
+        tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+        let (telemetry, stopped) = (telemetry.clone(), stopped.clone());
+        tokio::spawn(async move {
+            if let Err(e) = http_server::serve(listener, telemetry, wait(stopped)).await {
+                tracing::error!("HTTP server failed: {e:#}");
+            }
+        });
+    }
+    Processor::start(settings, telemetry)?.run(wait(stopped)).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Subcommand)]
@@ -259,6 +311,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             let settings = Settings {
                 brokers: cli.brokers,
                 group: args.group,
+                static_member: args.instance.clone(),
+                instance: args.instance.unwrap_or_else(default_instance),
+                guarantee: args.guarantee,
                 topics,
                 state_dir: args.state_dir,
                 batch_size: args.batch_size.max(1),
@@ -267,10 +322,10 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 decider: DeciderSettings {
                     max_clock_skew: chrono::TimeDelta::from_std(args.max_clock_skew)
                         .context("--max-clock-skew is too large")?,
+                    retention: chrono::TimeDelta::from_std(args.retention).context("--retention is too large")?,
                 },
             };
-            Processor::start(settings)?.run(shutdown_signal()).await?;
-            Ok(ExitCode::SUCCESS)
+            run(settings, args.http).await
         }
         Command::Topics {
             command: TopicsCommand::Apply { dir },

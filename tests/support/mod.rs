@@ -32,17 +32,26 @@ pub fn repo() -> PathBuf {
 }
 
 pub fn sluice() -> Command {
+    sluice_on(&brokers())
+}
+
+/// `sluice` talking to `brokers`.
+pub fn sluice_on(brokers: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.current_dir(repo())
-        .env("SLUICE_BROKERS", brokers())
+        .env("SLUICE_BROKERS", brokers)
         .env_remove("SLUICE_TOPIC_PREFIX");
     cmd
 }
 
 /// A consumer that never commits by itself.
 fn consumer(group: &str) -> BaseConsumer {
+    consumer_on(&brokers(), group)
+}
+
+fn consumer_on(brokers: &str, group: &str) -> BaseConsumer {
     ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", brokers)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()
@@ -60,6 +69,7 @@ fn add_partitions(consumer: &BaseConsumer, list: &mut TopicPartitionList, topic:
 /// One test's world: its own topic prefix, consumer group and state directory.
 pub struct World {
     pub name: String,
+    pub brokers: String,
     pub prefix: String,
     pub state: tempfile::TempDir,
     pub scratch: tempfile::TempDir,
@@ -81,27 +91,37 @@ fn unique(name: &str) -> String {
 impl World {
     /// Creates the world's topics with `sluice topics apply`.
     pub fn new(name: &str) -> Self {
+        Self::on_broker(name, &brokers())
+    }
+
+    /// A world on a broker of the test's own (one it stops and starts, say).
+    pub fn on_broker(name: &str, brokers: &str) -> Self {
         let prefix = unique(name);
-        let status = sluice()
+        let status = sluice_on(brokers)
             .args(["topics", "apply", "--dir", "topics", "--topic-prefix", &prefix])
             .status()
             .unwrap();
         assert!(status.success(), "topics apply failed");
-        Self::with_topics(name, prefix)
+        Self::with_topics_on(name, prefix, brokers)
     }
 
     /// For worlds whose topics the test creates itself.
     pub fn with_topics(name: &str, prefix: String) -> Self {
+        Self::with_topics_on(name, prefix, &brokers())
+    }
+
+    fn with_topics_on(name: &str, prefix: String, brokers: &str) -> Self {
         let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
+            .set("bootstrap.servers", brokers)
             .set("partitioner", sluice::runtime::kafka::PARTITIONER)
             .create()
             .unwrap();
-        let events = consumer(&format!("{prefix}reader"));
+        let events = consumer_on(brokers, &format!("{prefix}reader"));
         let scratch = tempfile::tempdir().unwrap();
         let log = scratch.path().join("processor.log");
         World {
             name: name.to_string(),
+            brokers: brokers.to_string(),
             prefix,
             state: tempfile::tempdir().unwrap(),
             scratch,
@@ -120,12 +140,19 @@ impl World {
     /// Starts `sluice run` for this world.
     pub fn start(&mut self) {
         assert!(self.processor.is_none(), "processor already running");
+        let child = self.spawn(self.state.path(), &[]);
+        self.processor = Some(child);
+    }
+
+    /// Spawns one more `sluice run` instance of this world (same group), with its own state
+    /// directory and `extra` arguments; its log goes to the world's log.
+    pub fn spawn(&self, state_dir: &Path, extra: &[&str]) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = sluice()
+        sluice_on(&self.brokers)
             .args([
                 "run",
                 "--topic-prefix",
@@ -134,13 +161,18 @@ impl World {
                 &format!("{}group", self.prefix),
             ])
             .arg("--state-dir")
-            .arg(self.state.path())
+            .arg(state_dir)
             .args(["--log", "info,sluice=debug"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap();
-        self.processor = Some(child);
+            .unwrap()
+    }
+
+    /// Replaces the running processor with `child` (or none), returning the previous one.
+    pub fn swap_processor(&mut self, child: Option<Child>) -> Option<Child> {
+        std::mem::replace(&mut self.processor, child)
     }
 
     /// Publishes a pipeline's config, starts the processor and waits until it accepted the
@@ -159,7 +191,7 @@ impl World {
     /// the commits had been lost in a crash. Only while the processor is stopped.
     pub fn rewind_committed_offsets(&self) {
         assert!(self.processor.is_none(), "stop the processor first");
-        let consumer = consumer(&format!("{}group", self.prefix));
+        let consumer = consumer_on(&self.brokers, &format!("{}group", self.prefix));
         let mut list = TopicPartitionList::new();
         for topic in ["config", "sensors", "jobs", "commands"] {
             add_partitions(&consumer, &mut list, &self.topic(topic), Offset::Offset(0));
@@ -170,6 +202,23 @@ impl World {
             committed.elements().iter().all(|e| e.offset() == Offset::Offset(0)),
             "{committed:?}"
         );
+    }
+
+    /// The sum over partitions of the offsets the processor's group has committed on `topic`
+    /// (without prefix): how many of its records the processor has handled.
+    pub fn committed(&self, topic: &str) -> i64 {
+        let consumer = consumer_on(&self.brokers, &format!("{}group", self.prefix));
+        let mut list = TopicPartitionList::new();
+        add_partitions(&consumer, &mut list, &self.topic(topic), Offset::Invalid);
+        match consumer.committed_offsets(list, Duration::from_secs(10)) {
+            Ok(committed) => committed
+                .elements()
+                .iter()
+                .filter_map(|e| e.offset().to_raw())
+                .filter(|o| *o > 0)
+                .sum(),
+            Err(_) => 0,
+        }
     }
 
     /// Stops the processor with SIGTERM and returns its exit status.
@@ -208,6 +257,32 @@ impl World {
         }
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
         self.producer.flush(Duration::from_secs(10)).unwrap();
+    }
+
+    /// Produces `records` (topic without prefix, key, value) in order and waits once for all.
+    pub fn produce_many(&self, records: &[(&str, String, Vec<u8>)]) {
+        for (topic, key, value) in records {
+            let topic = self.topic(topic);
+            let mut record: BaseRecord<'_, str, [u8]> =
+                BaseRecord::to(&topic).key(key.as_str()).payload(value.as_slice());
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((e, r)) => {
+                        assert!(
+                            matches!(
+                                e.rdkafka_error_code(),
+                                Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                            ),
+                            "{e}"
+                        );
+                        self.producer.poll(Duration::from_millis(50));
+                        record = r;
+                    }
+                }
+            }
+        }
+        self.producer.flush(Duration::from_secs(30)).unwrap();
     }
 
     /// Produces to an explicit partition, whatever the key hashes to.
@@ -302,22 +377,53 @@ impl World {
         deadline: Instant,
         done: impl Fn(&[Event]) -> bool,
     ) -> Vec<Event> {
+        self.wait_events(
+            &format!("{what} of {pipeline}"),
+            deadline,
+            |e| e.pipeline_id == pipeline,
+            done,
+        )
+    }
+
+    /// Waits until the events of every pipeline satisfy `done`; returns them all.
+    pub fn wait_for_all(&mut self, what: &str, deadline: Instant, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        self.wait_events(what, deadline, |_| true, done)
+    }
+
+    /// Every event read so far, in the order read.
+    pub fn events_seen(&self) -> &[Event] {
+        &self.seen
+    }
+
+    fn wait_events(
+        &mut self,
+        what: &str,
+        deadline: Instant,
+        mine: impl Fn(&Event) -> bool,
+        done: impl Fn(&[Event]) -> bool,
+    ) -> Vec<Event> {
         self.subscribe_events();
+        let mut checked = usize::MAX;
+        let mut selected: Vec<Event> = Vec::new();
         loop {
-            let mine: Vec<Event> = self
-                .seen
-                .iter()
-                .filter(|e| e.pipeline_id == pipeline)
-                .cloned()
-                .collect();
-            if done(&mine) {
-                return mine;
+            if checked != self.seen.len() {
+                selected = self.seen.iter().filter(|e| mine(e)).cloned().collect();
+                checked = self.seen.len();
+                if done(&selected) {
+                    return selected;
+                }
             }
             if Instant::now() > deadline {
                 panic!(
-                    "[{}] timed out waiting for {what}; events of {pipeline}: {:?}\nprocessor log:\n{}",
+                    "[{}] timed out waiting for {what}; {} events, the last: {:?}\nprocessor log:\n{}",
                     self.name,
-                    mine.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+                    selected.len(),
+                    selected
+                        .iter()
+                        .rev()
+                        .take(20)
+                        .map(|e| e.kind.name())
+                        .collect::<Vec<_>>(),
                     self.log_tail()
                 );
             }
@@ -328,7 +434,10 @@ impl World {
                     self.log_tail()
                 );
             }
-            if let Some(message) = self.events.poll(Duration::from_millis(100)) {
+            // Read everything available before checking again: cheap with many events.
+            let mut timeout = Duration::from_millis(100);
+            while let Some(message) = self.events.poll(timeout) {
+                timeout = Duration::ZERO;
                 let message = message.unwrap();
                 let event: Event = serde_json::from_slice(message.payload().unwrap()).unwrap();
                 let header = message
@@ -346,6 +455,9 @@ impl World {
                     "events are keyed by pipeline id"
                 );
                 self.seen.push(event);
+                if self.seen.len() % 1000 == 0 {
+                    break;
+                }
             }
         }
     }
@@ -366,7 +478,7 @@ impl World {
 
     /// Reads the dead-letter topic until it holds `at_least` records.
     pub fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
-        let consumer = consumer(&format!("{}dlq-reader", self.prefix));
+        let consumer = consumer_on(&self.brokers, &format!("{}dlq-reader", self.prefix));
         let topic = self.topic("dlq");
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Beginning).unwrap();
@@ -404,6 +516,11 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // SLUICE_TEST_LOGS=DIR keeps every world's processor log, for post-mortems.
+        if let Some(dir) = std::env::var_os("SLUICE_TEST_LOGS") {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{}log", self.prefix)));
+        }
         if let Some(mut child) = self.processor.take() {
             let _ = child.kill();
             let _ = child.wait();

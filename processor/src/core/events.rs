@@ -112,6 +112,20 @@ pub struct Event {
     pub detail: Map<String, Value>,
 }
 
+/// The most text of one reason an event or a dead letter carries. Errors about bad input
+/// may quote the input; an input near the broker's record size limit must not make an event
+/// or a dead letter that exceeds it.
+pub const REASON_LIMIT: usize = 1_000;
+
+/// `text`, cut to at most `limit` bytes (on a character boundary) with a note of the cut.
+pub fn clip(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let end = (0..=limit).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… ({} more bytes)", &text[..end], text.len() - end)
+}
+
 /// Derives an event id from where the input came from and the event's place among the
 /// events that input produced.
 pub fn event_id(origin: &str, seq: usize) -> String {
@@ -126,6 +140,13 @@ pub fn event_id(origin: &str, seq: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clip_keeps_short_text_and_cuts_long_text_on_a_character_boundary() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("ééé", 3), "é… (4 more bytes)");
+        assert!(clip(&"x".repeat(600_000), REASON_LIMIT).len() < REASON_LIMIT + 30);
+    }
 
     #[test]
     fn type_names_serialise_as_written_in_the_catalogue() {

@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
+use super::http::Telemetry;
 use super::kafka;
 use crate::core::config::JobKind;
 use crate::core::lifecycle::{Effect, TriggerRequest};
@@ -55,10 +56,16 @@ pub struct Executor {
     http: reqwest::Client,
     permits: Arc<Semaphore>,
     tasks: JoinSet<()>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Executor {
-    pub fn new(producer: FutureProducer, jobs_topic: String, max_concurrent: usize) -> Result<Self> {
+    pub fn new(
+        producer: FutureProducer,
+        jobs_topic: String,
+        max_concurrent: usize,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<Self> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
             .build()?;
@@ -68,6 +75,7 @@ impl Executor {
             http,
             permits: Arc::new(Semaphore::new(max_concurrent)),
             tasks: JoinSet::new(),
+            telemetry,
         })
     }
 
@@ -77,6 +85,7 @@ impl Executor {
         let topic = self.jobs_topic.clone();
         let http = self.http.clone();
         let permits = self.permits.clone();
+        let telemetry = self.telemetry.clone();
         self.tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
             info!(pipeline = %request.pipeline_id, run_id = %request.run_id, job = request.kind.name(), "triggering job");
@@ -85,14 +94,16 @@ impl Executor {
                 Err(missing) => Outcome::failed(Some(FailureCategory::Permanent), missing),
                 Ok(config) => match request.kind {
                     JobKind::Command => run_command(&request, &config, &reporter).await,
-                    JobKind::Http => call_http(&http, &config, &reporter).await,
+                    JobKind::Http => call_http(&http, &request.run_id, &config, &reporter).await,
                     other => Outcome::failed(Some(FailureCategory::Permanent), format!("{} jobs cannot be triggered by this build", other.name())),
                 },
             };
+            telemetry.effect_outcome(outcome.status.as_str());
             reporter.report(outcome).await;
         });
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
+        self.telemetry.effects_in_flight(self.tasks.len() as i64);
     }
 
     /// Waits for in-flight effects, at most `grace`.
@@ -278,8 +289,15 @@ async fn run_command(request: &TriggerRequest, config: &Map<String, Value>, repo
 
 /// `http`: 2xx means submitted. Without `awaitReport: true` the request is fire-and-forget,
 /// as in the earlier design, and the accepted request completes the run; with it, the job's
-/// runner reports the outcome on `sluice.jobs` (using `${RUN_ID}`).
-async fn call_http(http: &reqwest::Client, config: &Map<String, Value>, reporter: &Reporter<'_>) -> Outcome {
+/// runner reports the outcome on `sluice.jobs` (using `${RUN_ID}`). Every request carries
+/// `Idempotency-Key: <run id>`: a trigger requested again after a crash has the same key, so
+/// a target that honours it never starts the run twice.
+async fn call_http(
+    http: &reqwest::Client,
+    run_id: &str,
+    config: &Map<String, Value>,
+    reporter: &Reporter<'_>,
+) -> Outcome {
     let Some(url) = config.get("url").and_then(Value::as_str) else {
         return Outcome::failed(Some(FailureCategory::Permanent), "job.config.url is missing");
     };
@@ -296,7 +314,8 @@ async fn call_http(http: &reqwest::Client, config: &Map<String, Value>, reporter
     };
     let mut request = http
         .request(method, url)
-        .timeout(timeout_of(config, DEFAULT_HTTP_TIMEOUT_S));
+        .timeout(timeout_of(config, DEFAULT_HTTP_TIMEOUT_S))
+        .header("Idempotency-Key", run_id);
     if let Some(headers) = config.get("headers").and_then(Value::as_object) {
         for (name, value) in headers {
             if let Some(v) = value.as_str() {

@@ -26,16 +26,28 @@ pub fn base_config(brokers: &str) -> ClientConfig {
 
 /// An idempotent producer that waits for all replicas.
 pub fn producer(brokers: &str) -> Result<FutureProducer> {
-    base_config(brokers)
+    producer_config(brokers).create().context("creating Kafka producer")
+}
+
+/// A transactional producer: a new one with the same `id` fences the old one out.
+pub fn transactional_producer(brokers: &str, id: &str) -> Result<FutureProducer> {
+    producer_config(brokers)
+        .set("transactional.id", id)
+        .create()
+        .context("creating transactional Kafka producer")
+}
+
+fn producer_config(brokers: &str) -> ClientConfig {
+    let mut config = base_config(brokers);
+    config
         .set("enable.idempotence", "true")
         // The Java client's partitioner: records keyed by pipeline id land on the same
         // partition whichever client produced them (librdkafka's default hashes differently).
         .set("partitioner", PARTITIONER)
         .set("acks", "all")
         .set("linger.ms", "5")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .context("creating Kafka producer")
+        .set("message.timeout.ms", "30000");
+    config
 }
 
 /// Partition counts of `topics`, failing with a clear message if one is missing.
@@ -117,10 +129,31 @@ pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinitio
     Ok(())
 }
 
+/// Whether producing failed because the record exceeds the size the client or broker
+/// accept: retrying the same record cannot succeed.
+pub fn too_large(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<rdkafka::error::KafkaError>()
+        .and_then(rdkafka::error::KafkaError::rdkafka_error_code)
+        == Some(RDKafkaErrorCode::MessageSizeTooLarge)
+}
+
 /// Produces one record and waits for the broker's acknowledgement.
 pub async fn send(
     producer: &FutureProducer,
     topic: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, &[u8])],
+) -> Result<(i32, i64)> {
+    send_to(producer, topic, None, key, value, headers).await
+}
+
+/// [`send`] to an explicit partition, or by the key's hash when `partition` is `None`.
+pub async fn send_to(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &[u8])],
@@ -133,6 +166,9 @@ pub async fn send(
         });
     }
     let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(owned);
+    if let Some(p) = partition {
+        record = record.partition(p);
+    }
     if let Some(k) = key {
         record = record.key(k);
     }
@@ -142,6 +178,6 @@ pub async fn send(
     let delivery = producer
         .send(record, Duration::from_secs(30))
         .await
-        .map_err(|(e, _)| anyhow!("producing to {topic}: {e}"))?;
+        .map_err(|(e, _)| anyhow::Error::new(e).context(format!("producing to {topic}")))?;
     Ok((delivery.partition, delivery.offset))
 }

@@ -2,8 +2,10 @@
 //! hands them to the decider, and carries out its decisions (state, events, timers,
 //! effects). No business rule lives here.
 
+pub mod changelog;
 pub mod effects;
 pub mod events_tail;
+pub mod http;
 pub mod kafka;
 pub mod processor;
 pub mod store;

@@ -1,26 +1,39 @@
 //! `sluice run`: the processing loop.
 //!
 //! Per batch of input records (or of due timers): decode → decide → then, in this order,
-//! produce events and dead letters and wait for their acks, write the RocksDB batch (state,
-//! timers and the applied offset of every input partition) atomically, commit consumer
-//! offsets, and only then start the effects. After a crash, records at or below the applied
-//! offset are skipped, so no input is applied twice; re-sent events carry the same id.
+//! produce events, dead letters and the batch's changelog records and wait for their acks
+//! (in one transaction with the input offsets under `--guarantee exactly-once`), write the
+//! RocksDB batch (state, timers, journaled effects, the applied offset of every input
+//! partition and the changelog checkpoint) atomically, commit consumer offsets, and only then
+//! start the effects. After a crash, records at or below the applied offset are skipped, so
+//! no input is applied twice; re-sent events carry the same id.
+//!
+//! Errors are of two kinds. Transient ones (broker unreachable, produce failing) are retried
+//! with backoff for as long as they last, with `/healthz` reporting them. Fatal ones (corrupt
+//! state, a fenced producer, a broker without the transactions asked for) end `run` with an
+//! error after the clients are closed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use chrono::{DateTime, Utc};
+use clap::ValueEnum;
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message, OwnedMessage};
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tracing::{debug, error, info, warn};
 
+use super::changelog;
 use super::effects::Executor;
+use super::http::Telemetry;
 use super::kafka;
 use super::store::{PartitionStore, StoreBatch};
 use super::timers::TimerIndex;
@@ -32,10 +45,27 @@ use crate::core::records;
 use crate::core::timers::TimerOp;
 use crate::core::PipelineState;
 
+/// What a crash may cost, and what the broker must support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Guarantee {
+    /// Works with any broker: state is never applied twice (the applied-offset watermark);
+    /// after a crash, events of the last batch may be sent again, with the same `eventId`.
+    EffectivelyOnce,
+    /// One Kafka transaction per batch (events, changelog, input offsets): no event is sent
+    /// twice for read_committed consumers. Needs a broker with full transaction support.
+    ExactlyOnce,
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub brokers: String,
     pub group: String,
+    /// This instance's stable name: the transactional id under `exactly-once`.
+    pub instance: String,
+    pub guarantee: Guarantee,
+    /// Static group membership (`group.instance.id`): a restarted instance takes its
+    /// partitions back at once instead of waiting for the group to notice the old one died.
+    pub static_member: Option<String>,
     pub topics: Topics,
     pub state_dir: PathBuf,
     pub batch_size: usize,
@@ -81,9 +111,11 @@ impl ConsumerContext for RebalanceContext {
     }
 }
 
-/// A record to produce: an event or a dead letter.
+/// A record to produce: an event, a dead letter, an outbound input or a changelog record.
 struct Output {
     topic: String,
+    /// Set for changelog records, which follow the store's partition, not the key's hash.
+    partition: Option<i32>,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
     headers: Vec<(String, Vec<u8>)>,
@@ -120,25 +152,36 @@ pub struct Processor {
     stores: BTreeMap<i32, PartitionStore>,
     timers: TimerIndex,
     executor: Executor,
+    telemetry: Arc<Telemetry>,
     clock: Clock,
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
+    /// Journal entries found stale when a partition was opened, deleted with the next batch.
+    stale_effects: BTreeMap<i32, Vec<String>>,
 }
+
+/// How long a transactional call may take before it counts as failed.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Processor {
     /// Connects, checks the topics and subscribes.
-    pub fn start(settings: Settings) -> Result<Self> {
+    pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
-        let consumer: StreamConsumer<RebalanceContext> = kafka::base_config(&settings.brokers)
+        let mut config = kafka::base_config(&settings.brokers);
+        if let Some(id) = &settings.static_member {
+            config.set("group.instance.id", id);
+        }
+        let consumer: StreamConsumer<RebalanceContext> = config
             .set("group.id", &settings.group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             // Range assignment gives partition N of every input to the same member: the
             // co-partitioning that lets one task own a pipeline. Sticky/cooperative
-            // assignors do not promise that.
+            // assignors do not promise that, so eager range rebalancing it is.
             .set("partition.assignment.strategy", "range")
             .set("session.timeout.ms", "10000")
+            .set("isolation.level", "read_committed")
             // The broker may hold a fetch this long when there is nothing new; it bounds how
             // long a record (a job report, say) waits before the processor sees it.
             .set("fetch.wait.max.ms", "50")
@@ -148,13 +191,33 @@ impl Processor {
         let counts = kafka::partition_counts(consumer.client(), &inputs)?;
         let partitions = kafka::check_copartitioned(&counts)?;
         kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        let changelog = kafka::partition_counts(consumer.client(), &[&settings.topics.changelog])?;
+        if changelog[0].1 != partitions {
+            bail!(
+                "the changelog topic {} has {} partitions but the inputs have {partitions}: each input partition's state is mirrored to the changelog partition of the same number; recreate it with `sluice topics apply`",
+                settings.topics.changelog,
+                changelog[0].1
+            );
+        }
         consumer.subscribe(&inputs).context("subscribing to input topics")?;
-        info!(partitions, group = %settings.group, brokers = %settings.brokers, "subscribed to {}", inputs.join(", "));
-        let producer = kafka::producer(&settings.brokers)?;
+        info!(partitions, group = %settings.group, brokers = %settings.brokers, guarantee = ?settings.guarantee, "subscribed to {}", inputs.join(", "));
+        let producer = match settings.guarantee {
+            Guarantee::EffectivelyOnce => kafka::producer(&settings.brokers)?,
+            Guarantee::ExactlyOnce => {
+                let id = format!("{}-{}", settings.group, settings.instance);
+                let producer = kafka::transactional_producer(&settings.brokers, &id)?;
+                tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
+                    .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
+                producer
+            }
+        };
+        // Job reports are written outside the batches, so never through the transactional
+        // producer.
         let executor = Executor::new(
-            producer.clone(),
+            kafka::producer(&settings.brokers)?,
             settings.topics.jobs.clone(),
             settings.max_concurrent_triggers,
+            telemetry.clone(),
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
@@ -166,16 +229,32 @@ impl Processor {
             stores: BTreeMap::new(),
             timers: TimerIndex::default(),
             executor,
+            telemetry,
             clock: Clock {
                 last: DateTime::<Utc>::MIN_UTC,
             },
             last_commit: None,
             partitions: partitions as i32,
+            stale_effects: BTreeMap::new(),
         })
     }
 
-    /// Runs until `shutdown` resolves, then finishes the batch at hand and closes cleanly.
+    /// Runs until `shutdown` resolves or a fatal error, then closes cleanly either way.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+        let result = self.process(shutdown).await;
+        if let Err(e) = &result {
+            error!("fatal: {e:#}");
+            self.telemetry.set_fatal(&format!("{e:#}"));
+        } else {
+            info!("shutting down: waiting for in-flight triggers");
+            self.executor.drain(self.settings.shutdown_grace).await;
+        }
+        self.close().await;
+        info!("stopped");
+        result
+    }
+
+    async fn process(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
         loop {
             let wait = self
@@ -186,10 +265,11 @@ impl Processor {
             let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
             tokio::select! {
                 biased;
-                _ = &mut shutdown => break,
-                Some(change) = self.ownership.recv() => self.on_ownership(change)?,
+                _ = &mut shutdown => return Ok(()),
+                Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
+                        self.telemetry.set_broker_ok(true);
                         let mut batch = vec![m.detach()];
                         while batch.len() < self.settings.batch_size {
                             match self.consumer.recv().now_or_never() {
@@ -198,21 +278,27 @@ impl Processor {
                                 None => break,
                             }
                         }
-                        self.process_records(batch).await?;
+                        // A batch stuck on an unreachable broker must not hold up a shutdown;
+                        // leaving it unfinished is a crash the watermark already covers.
+                        tokio::select! {
+                            biased;
+                            done = self.process_records(batch) => done?,
+                            _ = &mut shutdown => { warn!("stopping with a batch unfinished; it is redone on restart"); return Ok(()) }
+                        }
                     }
                     Err(e) => {
                         warn!(error = %e, "consumer error; librdkafka retries");
+                        self.telemetry.set_broker_ok(false);
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 },
-                _ = sleep, if timer_armed => self.fire_due_timers().await?,
+                _ = sleep, if timer_armed => tokio::select! {
+                    biased;
+                    done = self.fire_due_timers() => done?,
+                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
+                },
             }
         }
-        info!("shutting down: waiting for in-flight triggers");
-        self.executor.drain(self.settings.shutdown_grace).await;
-        self.close().await;
-        info!("stopped cleanly");
-        Ok(())
     }
 
     /// Leaves the group and flushes, each step bounded in time: a broker that is down must
@@ -228,7 +314,6 @@ impl Processor {
         let Processor { consumer, producer, .. } = self;
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
-            use rdkafka::producer::Producer;
             let _ = producer.flush(STEP);
             consumer.unsubscribe();
             drop(consumer);
@@ -239,35 +324,85 @@ impl Processor {
         }
     }
 
-    fn on_ownership(&mut self, change: Ownership) -> Result<()> {
+    async fn on_ownership(&mut self, change: Ownership) -> Result<()> {
         match change {
             Ownership::Assigned(ps) => {
+                self.telemetry.set_ready(false);
                 for p in ps {
-                    self.open_partition(p)?;
+                    self.open_partition(p).await?;
                 }
+                self.telemetry.set_ready(true);
             }
             Ownership::Revoked(ps) => {
                 for p in ps {
                     if self.stores.remove(&p).is_some() {
                         self.timers.drop_partition(p);
+                        self.stale_effects.remove(&p);
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
             }
         }
+        self.telemetry.partitions_owned(self.stores.len() as i64);
+        self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
     }
 
-    fn open_partition(&mut self, p: i32) -> Result<()> {
+    /// Opens a partition's store, first bringing it up to date from the changelog (retrying
+    /// while the broker is unreachable), then loads its timers and requests again the
+    /// triggers a crash left without a report.
+    async fn open_partition(&mut self, p: i32) -> Result<()> {
         if self.stores.contains_key(&p) {
             return Ok(());
         }
-        let store = PartitionStore::open(&self.settings.state_dir, p)?;
+        let mut store = PartitionStore::open(&self.settings.state_dir, p)?;
+        let mut backoff = Duration::from_millis(500);
+        let restored = loop {
+            let telemetry = self.telemetry.clone();
+            let attempt = tokio::task::block_in_place(|| {
+                changelog::restore(
+                    &self.settings.brokers,
+                    &self.settings.topics.changelog,
+                    p,
+                    &mut store,
+                    |records, seconds| telemetry.restore_progress(p, records, seconds),
+                )
+            });
+            match attempt {
+                Ok(restored) => break restored,
+                Err(e) => {
+                    warn!(partition = p, error = %format!("{e:#}"), "restore failed; retrying");
+                    self.telemetry.set_broker_ok(false);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
         let timers = store.timers()?;
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
-        info!(partition = p, timers = timers.len(), path = %store.path().display(), "partition assigned: state opened");
+        info!(
+            partition = p,
+            timers = timers.len(),
+            restored_records = restored.records,
+            restore_seconds = format!("{:.3}", restored.seconds),
+            full_restore = restored.full,
+            path = %store.path().display(),
+            "partition assigned: state opened"
+        );
+        for (run_id, effect) in store.effects()? {
+            let Effect::TriggerJob(request) = &effect;
+            let awaited = store
+                .pipeline(&request.pipeline_id)?
+                .is_some_and(|s| s.awaits_trigger(&run_id));
+            if awaited {
+                info!(partition = p, run_id, "trigger requested before a restart has no report: requesting it again with the same idempotency key");
+                self.executor.spawn(effect);
+            } else {
+                self.stale_effects.entry(p).or_default().push(run_id);
+            }
+        }
         self.stores.insert(p, store);
         Ok(())
     }
@@ -281,11 +416,13 @@ impl Processor {
     }
 
     async fn process_records(&mut self, batch: Vec<OwnedMessage>) -> Result<()> {
+        let started = Instant::now();
         let now = self.clock.now();
         let mut pending = Pending::default();
         for message in &batch {
             let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
-            self.open_partition(p)?;
+            self.open_partition(p).await?;
+            self.telemetry.record_in(&topic);
             pending.commits.insert((topic.clone(), p), offset);
             if self.stores[&p]
                 .applied_offset(&topic)
@@ -298,8 +435,12 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
-            let origin = format!("{topic}/{p}@{offset}");
-            let (pipeline, input) = decode(kind, message, &origin, self.partitions);
+            let (pipeline, input) = decode(kind, message, &format!("{topic}/{p}@{offset}"), self.partitions);
+            if let Input::JobReported(report) = &input {
+                // The trigger's outcome is known: it leaves the journal.
+                pending.stores.entry(p).or_default().delete_effect(&report.run_id);
+            }
+            let origin = origin_of(kind, p, offset, &input);
             let state = self.state(&pending, p, &pipeline)?;
             let decision = decide(
                 &state,
@@ -313,10 +454,13 @@ impl Processor {
             );
             self.stage(&mut pending, p, &pipeline, decision, Some(message))?;
         }
-        self.flush(pending).await
+        self.flush(pending).await?;
+        self.telemetry.batch_latency(started.elapsed().as_secs_f64());
+        Ok(())
     }
 
     async fn fire_due_timers(&mut self) -> Result<()> {
+        let started = Instant::now();
         let now = self.clock.now();
         let mut pending = Pending::default();
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
@@ -344,7 +488,9 @@ impl Processor {
             );
             self.stage(&mut pending, p, &pipeline, decision, None)?;
         }
-        self.flush(pending).await
+        self.flush(pending).await?;
+        self.telemetry.batch_latency(started.elapsed().as_secs_f64());
+        Ok(())
     }
 
     /// Adds one decision to the batch: outputs, state, timers and effects.
@@ -369,12 +515,14 @@ impl Processor {
             );
             pending.outputs.push(Output {
                 topic: self.settings.topics.events.clone(),
+                partition: None,
                 key: Some(pipeline.as_bytes().to_vec()),
                 value: Some(serde_json::to_vec(event)?),
                 headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
             });
         }
         if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
+            self.telemetry.dead_letter();
             pending
                 .outputs
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
@@ -413,19 +561,55 @@ impl Processor {
             };
             pending.outputs.push(Output {
                 topic: topic.clone(),
+                partition: None,
                 key: Some(record.key.as_bytes().to_vec()),
                 value: Some(serde_json::to_vec(&record.value)?),
                 headers: Vec::new(),
             });
         }
-        pending.effects.extend(decision.effects);
+        for effect in decision.effects {
+            let Effect::TriggerJob(request) = &effect;
+            batch.put_effect(&request.run_id, &effect)?;
+            pending.effects.push(effect);
+        }
         Ok(())
     }
 
-    /// Events and dead letters acknowledged → state written → offsets committed → effects.
-    async fn flush(&mut self, pending: Pending) -> Result<()> {
-        self.produce_all(&pending.outputs).await;
-        for (p, batch) in pending.stores {
+    /// Outputs and changelog acknowledged → state written → offsets committed → effects.
+    async fn flush(&mut self, mut pending: Pending) -> Result<()> {
+        for (p, run_ids) in std::mem::take(&mut self.stale_effects) {
+            let batch = pending.stores.entry(p).or_default();
+            for run_id in run_ids {
+                batch.delete_effect(&run_id);
+            }
+        }
+        // Mirror every store write, in order, to the changelog partition of the same number.
+        let first_changelog = pending.outputs.len();
+        for (p, batch) in &pending.stores {
+            for (key, value) in batch.changes() {
+                pending.outputs.push(Output {
+                    topic: self.settings.topics.changelog.clone(),
+                    partition: Some(*p),
+                    key: Some(key.clone()),
+                    value: value.clone(),
+                    headers: Vec::new(),
+                });
+            }
+        }
+        let offsets = self.input_offsets(&pending.commits)?;
+        let delivered = match self.settings.guarantee {
+            Guarantee::EffectivelyOnce => self.produce_all(&mut pending.outputs).await,
+            Guarantee::ExactlyOnce => self.produce_in_transaction(&pending.outputs, offsets.as_ref()).await?,
+        };
+        let mut checkpoints: BTreeMap<i32, i64> = BTreeMap::new();
+        for (p, offset) in &delivered[first_changelog..] {
+            let c = checkpoints.entry(*p).or_insert(*offset);
+            *c = (*c).max(*offset);
+        }
+        for (p, mut batch) in pending.stores {
+            if let Some(c) = checkpoints.get(&p) {
+                batch.set_checkpoint(*c);
+            }
             if batch.is_empty() {
                 continue;
             }
@@ -435,11 +619,7 @@ impl Processor {
                 None => warn!(partition = p, "partition revoked before its batch was written"),
             }
         }
-        if !pending.commits.is_empty() {
-            let mut list = TopicPartitionList::new();
-            for ((topic, p), offset) in &pending.commits {
-                list.add_partition_offset(topic, *p, Offset::Offset(offset + 1))?;
-            }
+        if let (Some(list), Guarantee::EffectivelyOnce) = (offsets, self.settings.guarantee) {
             if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
                 warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");
             }
@@ -448,37 +628,161 @@ impl Processor {
         for effect in pending.effects {
             self.executor.spawn(effect);
         }
+        self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
     }
 
-    /// Produces every output and waits until all are acknowledged, retrying failures: the
-    /// batch's state is not written before its events are safe.
-    async fn produce_all(&self, outputs: &[Output]) {
-        let mut todo: Vec<&Output> = outputs.iter().collect();
+    /// The consumer offsets to commit for this batch: the next record of each partition.
+    fn input_offsets(&self, commits: &BTreeMap<(String, i32), i64>) -> Result<Option<TopicPartitionList>> {
+        if commits.is_empty() {
+            return Ok(None);
+        }
+        let mut list = TopicPartitionList::new();
+        for ((topic, p), offset) in commits {
+            list.add_partition_offset(topic, *p, Offset::Offset(offset + 1))?;
+        }
+        Ok(Some(list))
+    }
+
+    /// Produces every output and waits until all are acknowledged, retrying failures for as
+    /// long as they last: the batch's state is not written before its outputs are safe.
+    /// Returns where each output landed. A dead letter too large for the broker goes without
+    /// its value (its headers say where the record is); any other output too large is a bug,
+    /// logged and left out rather than stalling every pipeline.
+    async fn produce_all(&self, outputs: &mut [Output]) -> Vec<(i32, i64)> {
+        let mut delivered = vec![(0, 0); outputs.len()];
+        let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Duration::from_millis(200);
         while !todo.is_empty() {
-            let sends =
-                todo.iter().map(|o| {
-                    let headers: Vec<(&str, &[u8])> =
-                        o.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
-                    async move {
-                        kafka::send(&self.producer, &o.topic, o.key.as_deref(), o.value.as_deref(), &headers).await
-                    }
-                });
-            let results = futures::future::join_all(sends).await;
+            let results = futures::future::join_all(todo.iter().map(|i| self.send(&outputs[*i]))).await;
             let mut failed = Vec::new();
-            for (output, result) in todo.into_iter().zip(results) {
-                if let Err(e) = result {
-                    error!(topic = %output.topic, error = %e, "produce failed; retrying");
-                    failed.push(output);
+            let mut transient = false;
+            for (i, result) in todo.into_iter().zip(results) {
+                match result {
+                    Ok(at) => delivered[i] = at,
+                    Err(e)
+                        if kafka::too_large(&e)
+                            && outputs[i].topic == self.settings.topics.dlq
+                            && outputs[i].value.is_some() =>
+                    {
+                        let size = outputs[i].value.take().map_or(0, |v| v.len());
+                        warn!(size, "dead letter too large for the broker: sent without its value");
+                        outputs[i].headers.push((
+                            "value.omitted".into(),
+                            format!(
+                                "{size} bytes: too large for the dead-letter topic; read it at its source coordinates"
+                            )
+                            .into_bytes(),
+                        ));
+                        failed.push(i);
+                    }
+                    Err(e) if kafka::too_large(&e) => {
+                        error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "record too large for the broker: left out");
+                    }
+                    Err(e) => {
+                        error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
+                        transient = true;
+                        failed.push(i);
+                    }
                 }
             }
             todo = failed;
-            if !todo.is_empty() {
+            self.telemetry.set_broker_ok(!transient);
+            if transient {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
+        for o in outputs.iter() {
+            self.telemetry.record_out(&o.topic, 1);
+        }
+        delivered
+    }
+
+    async fn send(&self, o: &Output) -> Result<(i32, i64)> {
+        let headers: Vec<(&str, &[u8])> = o.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+        kafka::send_to(
+            &self.producer,
+            &o.topic,
+            o.partition,
+            o.key.as_deref(),
+            o.value.as_deref(),
+            &headers,
+        )
+        .await
+    }
+
+    /// `exactly-once`: the outputs and the input offsets in one transaction. A transaction
+    /// that fails is aborted and the batch produced again in a new one (nothing was written
+    /// locally yet); errors that no retry can mend end the run.
+    async fn produce_in_transaction(
+        &self,
+        outputs: &[Output],
+        offsets: Option<&TopicPartitionList>,
+    ) -> Result<Vec<(i32, i64)>> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let attempt = async {
+                tokio::task::block_in_place(|| self.producer.begin_transaction())?;
+                let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
+                let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
+                tokio::task::block_in_place(|| -> Result<()> {
+                    if let Some(list) = offsets {
+                        let group = self
+                            .consumer
+                            .group_metadata()
+                            .ok_or_else(|| anyhow!("no consumer group metadata"))?;
+                        self.producer
+                            .send_offsets_to_transaction(list, &group, TRANSACTION_TIMEOUT)?;
+                    }
+                    self.producer.commit_transaction(TRANSACTION_TIMEOUT)?;
+                    Ok(())
+                })?;
+                Ok::<_, anyhow::Error>(delivered)
+            }
+            .await;
+            match attempt {
+                Ok(delivered) => {
+                    self.telemetry.set_broker_ok(true);
+                    return Ok(delivered);
+                }
+                Err(e) => {
+                    let fatal = match e.downcast_ref::<KafkaError>() {
+                        Some(KafkaError::Transaction(r)) => {
+                            r.is_fatal()
+                                || (!r.is_retriable() && !r.txn_requires_abort())
+                                // A broker without the API will not grow one on retry.
+                                || matches!(
+                                    r.code(),
+                                    RDKafkaErrorCode::UnsupportedFeature | RDKafkaErrorCode::UnsupportedVersion
+                                )
+                                || r.string().contains("not supported by broker")
+                        }
+                        _ => false,
+                    };
+                    if fatal {
+                        bail!("transaction failed and cannot be retried: {e:#} (a fenced producer means another instance took over with the same --instance; a broker without transaction support needs --guarantee effectively-once)");
+                    }
+                    error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
+                    self.telemetry.set_broker_ok(false);
+                    let _ = tokio::task::block_in_place(|| self.producer.abort_transaction(TRANSACTION_TIMEOUT));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+}
+
+/// The origin an input's events are identified by (their `eventId` derives from it). A job
+/// report is identified by its run and status rather than its offset: a trigger requested
+/// again after a crash, or a runner that reports twice, yields the same events, which
+/// consumers deduplicate by `eventId`.
+fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
+    let role = kind.role();
+    match input {
+        Input::JobReported(r) => format!("{role}/{}/{}/{}", r.pipeline_id, r.run_id, r.status.as_str()),
+        _ => format!("{role}/{p}@{offset}"),
     }
 }
 
@@ -531,6 +835,7 @@ fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {
     }
     Output {
         topic: topic.to_string(),
+        partition: None,
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),
         headers,

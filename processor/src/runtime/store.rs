@@ -1,9 +1,12 @@
-//! Per-partition state in RocksDB: pipeline states, durable timers and the applied-offset
-//! watermark of each input topic, written together in one atomic batch.
+//! Per-partition state in RocksDB: pipeline states, durable timers, pending effects and the
+//! applied-offset watermark of each input topic, written together in one atomic batch.
 //!
 //! Keys: `p/<pipeline>` → state (JSON); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
-//! `o/<topic>` → highest applied offset.
+//! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
+//! applied offset. Every write to these keys is mirrored, key and value as they are, to the
+//! changelog topic; `c/` holds the changelog offset the store is current with (the
+//! checkpoint), and is the one key that is not mirrored.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,8 +15,11 @@ use anyhow::{anyhow, Context, Result};
 use chrono::{DateTime, Utc};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
+use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
+
+const CHECKPOINT_KEY: &[u8] = b"c/";
 
 pub struct PartitionStore {
     db: DB,
@@ -33,6 +39,10 @@ pub struct StoredTimer {
 
 fn pipeline_key(pipeline: &str) -> Vec<u8> {
     [b"p/".as_slice(), pipeline.as_bytes()].concat()
+}
+
+fn effect_key(run_id: &str) -> Vec<u8> {
+    [b"e/".as_slice(), run_id.as_bytes()].concat()
 }
 
 fn offset_key(topic: &str) -> Vec<u8> {
@@ -63,39 +73,79 @@ fn parse_timer_key(key: &[u8]) -> Option<StoredTimer> {
     })
 }
 
-/// Writes that must land together.
+/// Writes that must land together, kept as a list so the same writes can be mirrored to
+/// the changelog.
 #[derive(Default)]
 pub struct StoreBatch {
-    batch: WriteBatch,
+    /// Key and value; `None` deletes the key.
+    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     applied: Vec<(String, i64)>,
+    /// The changelog offset the store is current with once this batch is written.
+    checkpoint: Option<i64>,
 }
 
 impl StoreBatch {
     pub fn put_pipeline(&mut self, pipeline: &str, state: &PipelineState) -> Result<()> {
         let bytes = serde_json::to_vec(state).context("encoding pipeline state")?;
-        self.batch.put(pipeline_key(pipeline), bytes);
+        self.ops.push((pipeline_key(pipeline), Some(bytes)));
         Ok(())
     }
 
     pub fn delete_pipeline(&mut self, pipeline: &str) {
-        self.batch.delete(pipeline_key(pipeline));
+        self.ops.push((pipeline_key(pipeline), None));
     }
 
     pub fn put_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
-        self.batch.put(timer_key(at, pipeline, kind), b"");
+        // Non-empty: an empty changelog value could read back as a tombstone.
+        self.ops.push((timer_key(at, pipeline, kind), Some(vec![1])));
     }
 
     pub fn delete_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
-        self.batch.delete(timer_key(at, pipeline, kind));
+        self.ops.push((timer_key(at, pipeline, kind), None));
+    }
+
+    /// Journals a trigger until a report on its run arrives.
+    pub fn put_effect(&mut self, run_id: &str, effect: &Effect) -> Result<()> {
+        let bytes = serde_json::to_vec(effect).context("encoding effect")?;
+        self.ops.push((effect_key(run_id), Some(bytes)));
+        Ok(())
+    }
+
+    pub fn delete_effect(&mut self, run_id: &str) {
+        self.ops.push((effect_key(run_id), None));
     }
 
     pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
-        self.batch.put(offset_key(topic), offset.to_be_bytes());
+        self.ops.push((offset_key(topic), Some(offset.to_be_bytes().to_vec())));
         self.applied.push((topic.to_string(), offset));
     }
 
+    pub fn set_checkpoint(&mut self, changelog_offset: i64) {
+        self.checkpoint = Some(changelog_offset);
+    }
+
+    /// The writes to mirror to the changelog.
+    pub fn changes(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
+        &self.ops
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.batch.is_empty()
+        self.ops.is_empty() && self.checkpoint.is_none()
+    }
+
+    /// Applies a changelog record as it was written: the key and value of one store write.
+    pub fn mirror(&mut self, key: &[u8], value: Option<&[u8]>) {
+        if let Some(topic) = key.strip_prefix(b"o/") {
+            if let Some(raw) = value.and_then(|v| <[u8; 8]>::try_from(v).ok()) {
+                self.applied
+                    .push((String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw)));
+            }
+        }
+        self.ops.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
     }
 }
 
@@ -153,6 +203,46 @@ impl PartitionStore {
         Ok(timers)
     }
 
+    /// The changelog offset this store is current with; `None` for a store never written
+    /// with a changelog (new, or from before there was one).
+    pub fn checkpoint(&self) -> Result<Option<i64>> {
+        match self.db.get(CHECKPOINT_KEY)? {
+            None => Ok(None),
+            Some(raw) => {
+                let raw: [u8; 8] = raw
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| anyhow!("corrupt changelog checkpoint in {}", self.path.display()))?;
+                Ok(Some(i64::from_be_bytes(raw)))
+            }
+        }
+    }
+
+    /// Every journaled trigger: run id and effect.
+    pub fn effects(&self) -> Result<Vec<(String, Effect)>> {
+        let mut effects = Vec::new();
+        for item in self.db.iterator(IteratorMode::From(b"e/", Direction::Forward)) {
+            let (key, value) = item?;
+            let Some(run_id) = key.strip_prefix(b"e/") else { break };
+            let effect = serde_json::from_slice(&value)
+                .with_context(|| format!("decoding journaled effect in {}", self.path.display()))?;
+            effects.push((String::from_utf8_lossy(run_id).into_owned(), effect));
+        }
+        Ok(effects)
+    }
+
+    /// Deletes everything, before a full restore from the changelog.
+    pub fn clear(&mut self) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for item in self.db.iterator(IteratorMode::Start) {
+            let (key, _) = item?;
+            batch.delete(key);
+        }
+        self.db.write(batch).context("clearing state before a restore")?;
+        self.applied.clear();
+        Ok(())
+    }
+
     /// Every pipeline id with stored state.
     pub fn pipelines(&self) -> Result<Vec<String>> {
         let mut ids = Vec::new();
@@ -169,8 +259,18 @@ impl PartitionStore {
     pub fn write(&mut self, batch: StoreBatch) -> Result<()> {
         let mut options = WriteOptions::default();
         options.set_sync(false);
+        let mut write = WriteBatch::default();
+        for (key, value) in &batch.ops {
+            match value {
+                Some(v) => write.put(key, v),
+                None => write.delete(key),
+            }
+        }
+        if let Some(offset) = batch.checkpoint {
+            write.put(CHECKPOINT_KEY, offset.to_be_bytes());
+        }
         self.db
-            .write_opt(batch.batch, &options)
+            .write_opt(write, &options)
             .context("writing state batch to RocksDB")?;
         self.applied.extend(batch.applied);
         Ok(())

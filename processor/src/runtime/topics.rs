@@ -17,6 +17,8 @@ pub struct Topics {
     pub commands: String,
     pub events: String,
     pub dlq: String,
+    /// Every state write, for restore (compacted; partitioned like the inputs).
+    pub changelog: String,
 }
 
 /// Which input topic a record came from.
@@ -26,6 +28,19 @@ pub enum InputTopic {
     Sensors,
     Jobs,
     Commands,
+}
+
+impl InputTopic {
+    /// The topic's name without the deployment's prefix: event ids derive from it, so the
+    /// same inputs yield the same ids under any prefix (a replay elsewhere, a test).
+    pub fn role(self) -> &'static str {
+        match self {
+            InputTopic::Config => "config",
+            InputTopic::Sensors => "sensors",
+            InputTopic::Jobs => "jobs",
+            InputTopic::Commands => "commands",
+        }
+    }
 }
 
 impl Topics {
@@ -39,6 +54,7 @@ impl Topics {
             commands: name("commands"),
             events: name("events"),
             dlq: name("dlq"),
+            changelog: name("changelog"),
         }
     }
 

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::schedule::day_excluded;
 use super::{detail, Decider, Phase};
 use crate::core::config::{self, Problem, Variables};
-use crate::core::events::EventType;
+use crate::core::events::{clip, EventType, REASON_LIMIT};
 use crate::core::records::ConfigRecord;
 use crate::core::timers::TimerKind;
 
@@ -91,8 +91,19 @@ impl Decider<'_> {
 
     /// CONFIG_REJECTED with every problem; the record goes to the dead-letter topic and the
     /// config in force (if any) stays.
-    fn reject_config(&mut self, problems: Vec<Problem>) {
-        let summary: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    fn reject_config(&mut self, mut problems: Vec<Problem>) {
+        // Bounded: a config may quote huge values or have thousands of problems.
+        const MOST_PROBLEMS: usize = 20;
+        let more = problems.len().saturating_sub(MOST_PROBLEMS);
+        problems.truncate(MOST_PROBLEMS);
+        for p in &mut problems {
+            p.path = clip(&p.path, REASON_LIMIT / 4);
+            p.reason = clip(&p.reason, REASON_LIMIT);
+        }
+        let mut summary: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        if more > 0 {
+            summary.push(format!("and {more} more problems"));
+        }
         let kept = if self.state.config.is_some() {
             "the previous config stays in force"
         } else {

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::config::{JobKind, PipelineConfig};
-use super::events::{event_id, Event, EventType};
+use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
 use super::rules::{Moment, Verdict};
 use super::timers::{TimerKind, TimerOp};
@@ -59,6 +59,16 @@ pub struct PipelineState {
     /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependents: BTreeMap<String, String>,
+}
+
+impl PipelineState {
+    /// Whether run `run_id` was requested and no report of its trigger has come back: after
+    /// a crash, such a trigger is requested again (with the same idempotency key).
+    pub fn awaits_trigger(&self, run_id: &str) -> bool {
+        self.executions
+            .values()
+            .any(|e| matches!(&e.phase, Phase::AwaitingTrigger { run_id: r } if r == run_id))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,12 +419,15 @@ pub struct Context<'a> {
 pub struct Settings {
     /// How far in the future a sensor's timestamp may be before it is rejected.
     pub max_clock_skew: TimeDelta,
+    /// How long an ended execution (and the sensors of its date) is kept.
+    pub retention: TimeDelta,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_clock_skew: TimeDelta::minutes(5),
+            retention: retention::RETENTION,
         }
     }
 }
@@ -602,6 +615,8 @@ impl<'a> Decider<'a> {
     }
 
     fn reject(&mut self, source: &str, reason: &str) {
+        let reason = clip(reason, REASON_LIMIT);
+        let reason = reason.as_str();
         let detail = detail([("source", Value::from(source)), ("error", Value::from(reason))]);
         self.emit(
             EventType::INPUT_REJECTED,

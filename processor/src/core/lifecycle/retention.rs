@@ -1,5 +1,6 @@
-//! Bounded state: an execution that has ended is kept for [`RETENTION`] (reruns, late data,
-//! post-run checks and SLA alerts need it) and then forgotten with the sensors scoped to its
+//! Bounded state: an execution that has ended is kept for the retention (`--retention`,
+//! default [`RETENTION`]; the old design's TTLs) because reruns, late data,
+//! post-run checks and SLA alerts need it, and then forgotten with the sensors scoped to its
 //! date. A sensor for a date older than the retention cannot start an execution: its run may
 //! have happened and been forgotten, and running it again would not be safe.
 
@@ -9,7 +10,7 @@ use super::Decider;
 use crate::core::schedule::ExecutionDate;
 use crate::core::timers::TimerKind;
 
-/// How long an ended execution is kept.
+/// How long an ended execution is kept unless `--retention` says otherwise.
 pub const RETENTION: TimeDelta = TimeDelta::days(7);
 
 impl Decider<'_> {
@@ -20,7 +21,8 @@ impl Decider<'_> {
             .config()
             .and_then(|c| c.post_run.as_ref())
             .map(|p| p.sensor_timeout);
-        post_run.map_or(RETENTION, |t| RETENTION.max(t + TimeDelta::days(1)))
+        let retention = self.ctx.settings.retention;
+        post_run.map_or(retention, |t| retention.max(t + TimeDelta::days(1)))
     }
 
     /// Arms (for an ended execution) or cancels (for an open one) its expiry.
