@@ -329,6 +329,24 @@ fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     assert_same_as_reference("crash", &outcome, &w.log());
 }
 
+/// How often `needle` occurs in the processors' log.
+fn occurrences(w: &World, needle: &str) -> usize {
+    w.log().matches(needle).count()
+}
+
+/// Waits until the processors' log holds `needle` at least `n` times: a rebalance finished.
+fn wait_log(w: &World, needle: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while occurrences(w, needle) < n {
+        assert!(
+            Instant::now() < deadline,
+            "{n} × {needle:?} never logged\n{}",
+            w.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn instances_join_and_leave_under_load() {
     reference();
@@ -337,26 +355,37 @@ fn instances_join_and_leave_under_load() {
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let others: RefCell<Vec<Child>> = RefCell::new(Vec::new());
     let mut stage = 0;
+    const ASSIGNED: &str = "partition assigned";
+    const REVOKED: &str = "partition revoked";
     let outcome = run(
         &mut w,
         &target,
         |w| {
             w.start();
+            wait_log(w, ASSIGNED, 3);
+            // One becomes two: the first gives up partitions, the second gets some.
             others.borrow_mut().push(w.spawn(dirs[0].path(), &[]));
+            wait_log(w, REVOKED, 3);
+            wait_log(w, ASSIGNED, 6);
         },
         |w, at| {
             let mut others = others.borrow_mut();
             if at.chunk == 2 {
-                // Two become three.
+                // Two become three, mid-chunk.
                 wait_for_more(w, at, 100);
+                let (revoked, assigned) = (occurrences(w, REVOKED), occurrences(w, ASSIGNED));
                 others.push(w.spawn(dirs[1].path(), &[]));
+                wait_log(w, REVOKED, revoked + 3);
+                wait_log(w, ASSIGNED, assigned + 3);
                 stage = 1;
             } else if at.chunk == 5 {
+                // Three become one: the first two leave cleanly, mid-chunk.
                 wait_for_more(w, at, 100);
-                // Three become one: the first two leave cleanly.
+                let assigned = occurrences(w, ASSIGNED);
                 let first = w.swap_processor(others.pop()).expect("processor running");
                 sigterm(first, w);
                 sigterm(others.pop().unwrap(), w);
+                wait_log(w, ASSIGNED, assigned + 2);
                 stage = 2;
             }
         },
@@ -364,7 +393,8 @@ fn instances_join_and_leave_under_load() {
     assert_eq!(stage, 2, "every stage happened");
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     let log = w.log();
-    assert!(log.contains("partition revoked"), "partitions moved");
+    let restored = log.matches("full_restore=false").count() + log.matches("full_restore=true").count();
+    eprintln!("[rebalance] {restored} partition openings");
     assert_same_as_reference("rebalance", &outcome, &log);
 }
 
@@ -494,7 +524,7 @@ fn the_broker_stopped_and_started_mid_run() {
         &mut w,
         &target,
         |w| {
-            let child = w.spawn(w.state.path(), &["--http", &health]);
+            let child = w.spawn(w.state.path(), &["--http", &health, "--instance", "only"]);
             w.swap_processor(Some(child));
         },
         |w, at| {

@@ -438,7 +438,8 @@ impl World {
             let mut timeout = Duration::from_millis(100);
             while let Some(message) = self.events.poll(timeout) {
                 timeout = Duration::ZERO;
-                let message = message.unwrap();
+                // A broker outage (some tests cause one) surfaces here; the client reconnects.
+                let Ok(message) = message else { break };
                 let event: Event = serde_json::from_slice(message.payload().unwrap()).unwrap();
                 let header = message
                     .headers()
@@ -493,7 +494,7 @@ impl World {
                 out.len()
             );
             if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-                let m = m.unwrap();
+                let Ok(m) = m else { continue };
                 let headers = m
                     .headers()
                     .map(|h| {

@@ -146,6 +146,10 @@ impl Telemetry {
     }
 
     /// True once the assigned partitions' state is restored; false again during a rebalance.
+    pub fn broker_ok(&self) -> bool {
+        self.broker_ok.load(Ordering::Relaxed)
+    }
+
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }

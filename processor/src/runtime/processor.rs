@@ -256,6 +256,10 @@ impl Processor {
 
     async fn process(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
+        // While the broker is flagged unreachable and nothing flows to say otherwise (an idle
+        // processor receives no records), ask it for metadata now and then.
+        let mut probe = tokio::time::interval(Duration::from_secs(2));
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wait = self
                 .timers
@@ -292,6 +296,15 @@ impl Processor {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 },
+                _ = probe.tick(), if !self.telemetry.broker_ok() => {
+                    let reachable = tokio::task::block_in_place(|| {
+                        self.consumer
+                            .client()
+                            .fetch_metadata(Some(&self.settings.topics.events), Duration::from_secs(2))
+                            .is_ok()
+                    });
+                    self.telemetry.set_broker_ok(reachable);
+                }
                 _ = sleep, if timer_armed => tokio::select! {
                     biased;
                     done = self.fire_due_timers() => done?,
