@@ -17,7 +17,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use super::kafka;
-use super::store::{PartitionStore, StoreBatch};
+use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -131,6 +131,10 @@ fn read(
     consumer.assign(&list).context("assigning the changelog partition")?;
     let mut records = 0u64;
     let mut batch = StoreBatch::default();
+    // Writes read since the last batch marker, with their offsets: applied when a marker
+    // vouches for them, dropped if none does (the batch of a crashed owner).
+    let mut unmarked: Vec<(i64, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    let mut last_marker = None;
     let mut last_progress = Instant::now();
     let mut last_record = Instant::now();
     let mut next = start;
@@ -165,14 +169,28 @@ fn read(
             Some(Ok(message)) => {
                 idle = 0;
                 last_record = Instant::now();
-                next = message.offset() + 1;
-                if let Some(key) = message.key() {
-                    batch.mirror(key, message.payload());
-                    records += 1;
-                }
-                if batch.len() >= RESTORE_CHUNK {
-                    batch.set_checkpoint(message.offset());
-                    store.write(std::mem::take(&mut batch))?;
+                let offset = message.offset();
+                next = offset + 1;
+                match message.key() {
+                    Some(BATCH_MARKER) => {
+                        let first = message
+                            .payload()
+                            .and_then(|v| <[u8; 8]>::try_from(v).ok())
+                            .map_or(i64::MAX, i64::from_be_bytes);
+                        for (at, key, value) in unmarked.drain(..) {
+                            if at >= first {
+                                batch.mirror(&key, value.as_deref());
+                                records += 1;
+                            }
+                        }
+                        last_marker = Some(offset);
+                        if batch.len() >= RESTORE_CHUNK {
+                            batch.set_checkpoint(offset);
+                            store.write(std::mem::take(&mut batch))?;
+                        }
+                    }
+                    Some(key) => unmarked.push((offset, key.to_vec(), message.payload().map(<[u8]>::to_vec))),
+                    None => {}
                 }
                 if last_progress.elapsed() >= PROGRESS_EVERY {
                     last_progress = Instant::now();
@@ -182,8 +200,15 @@ fn read(
             }
         }
     }
-    if next > start {
-        batch.set_checkpoint(next - 1);
+    if !unmarked.is_empty() {
+        info!(
+            partition,
+            records = unmarked.len(),
+            "changelog ends with a batch that was never marked complete (its owner crashed): not applied"
+        );
+    }
+    if let Some(offset) = last_marker {
+        batch.set_checkpoint(offset);
     }
     store.write(batch)?;
     Ok(Some(records))

@@ -94,7 +94,7 @@ impl Executor {
                 Err(missing) => Outcome::failed(Some(FailureCategory::Permanent), missing),
                 Ok(config) => match request.kind {
                     JobKind::Command => run_command(&request, &config, &reporter).await,
-                    JobKind::Http => call_http(&http, &request.run_id, &config, &reporter).await,
+                    JobKind::Http => call_http(&http, &request.run_id, &config).await,
                     other => Outcome::failed(Some(FailureCategory::Permanent), format!("{} jobs cannot be triggered by this build", other.name())),
                 },
             };
@@ -292,12 +292,7 @@ async fn run_command(request: &TriggerRequest, config: &Map<String, Value>, repo
 /// runner reports the outcome on `sluice.jobs` (using `${RUN_ID}`). Every request carries
 /// `Idempotency-Key: <run id>`: a trigger requested again after a crash has the same key, so
 /// a target that honours it never starts the run twice.
-async fn call_http(
-    http: &reqwest::Client,
-    run_id: &str,
-    config: &Map<String, Value>,
-    reporter: &Reporter<'_>,
-) -> Outcome {
+async fn call_http(http: &reqwest::Client, run_id: &str, config: &Map<String, Value>) -> Outcome {
     let Some(url) = config.get("url").and_then(Value::as_str) else {
         return Outcome::failed(Some(FailureCategory::Permanent), "job.config.url is missing");
     };
@@ -352,7 +347,9 @@ async fn call_http(
                 metadata: Some(metadata),
             };
         }
-        reporter.running(metadata.clone()).await;
+        // One report, not "running" then "succeeded": a crash between two reports would leave
+        // the run waiting for the second until its poll window ran out. A success on a run
+        // still triggering publishes JOB_TRIGGERED and JOB_COMPLETED together.
         return Outcome {
             status: JobStatus::Succeeded,
             category: None,

@@ -35,7 +35,7 @@ use super::changelog;
 use super::effects::Executor;
 use super::http::Telemetry;
 use super::kafka;
-use super::store::{PartitionStore, StoreBatch};
+use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 use super::timers::TimerIndex;
 use super::topics::{InputTopic, Topics};
 use crate::core::lifecycle::{
@@ -159,7 +159,15 @@ pub struct Processor {
     partitions: i32,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
+    /// Journaled triggers of newly opened partitions, requested again once
+    /// [`RESUME_GRACE`] has passed without a report on their run.
+    resumes: Vec<(tokio::time::Instant, i32, Effect)>,
 }
+
+/// How long a journaled trigger found at partition open waits before it is requested again:
+/// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
+/// that time, and make the second request unnecessary.
+const RESUME_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a transactional call may take before it counts as failed.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -236,6 +244,7 @@ impl Processor {
             last_commit: None,
             partitions: partitions as i32,
             stale_effects: BTreeMap::new(),
+            resumes: Vec::new(),
         })
     }
 
@@ -266,6 +275,12 @@ impl Processor {
                 .next_due()
                 .map(|at| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO));
             let timer_armed = wait.is_some();
+            let next_resume = self
+                .resumes
+                .iter()
+                .map(|(at, _, _)| *at)
+                .min()
+                .unwrap_or_else(tokio::time::Instant::now);
             let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
             tokio::select! {
                 biased;
@@ -296,6 +311,7 @@ impl Processor {
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 },
+                _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers()?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let reachable = tokio::task::block_in_place(|| {
                         self.consumer
@@ -351,6 +367,7 @@ impl Processor {
                     if self.stores.remove(&p).is_some() {
                         self.timers.drop_partition(p);
                         self.stale_effects.remove(&p);
+                        self.resumes.retain(|(_, q, _)| *q != p);
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
@@ -404,19 +421,36 @@ impl Processor {
             path = %store.path().display(),
             "partition assigned: state opened"
         );
-        for (run_id, effect) in store.effects()? {
+        let due = tokio::time::Instant::now() + RESUME_GRACE;
+        for (_, effect) in store.effects()? {
+            self.resumes.push((due, p, effect));
+        }
+        self.stores.insert(p, store);
+        Ok(())
+    }
+
+    /// Requests again the journaled triggers whose grace has passed and whose runs still
+    /// await a report; forgets the others.
+    fn resume_triggers(&mut self) -> Result<()> {
+        let now = tokio::time::Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.resumes)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.resumes = later;
+        for (_, p, effect) in due {
+            let Some(store) = self.stores.get(&p) else { continue };
             let Effect::TriggerJob(request) = &effect;
+            let run_id = request.run_id.clone();
             let awaited = store
                 .pipeline(&request.pipeline_id)?
                 .is_some_and(|s| s.awaits_trigger(&run_id));
             if awaited {
-                info!(partition = p, run_id, "trigger requested before a restart has no report: requesting it again with the same idempotency key");
+                info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report: requesting it again with the same idempotency key");
                 self.executor.spawn(effect);
             } else {
                 self.stale_effects.entry(p).or_default().push(run_id);
             }
         }
-        self.stores.insert(p, store);
         Ok(())
     }
 
@@ -610,15 +644,21 @@ impl Processor {
             }
         }
         let offsets = self.input_offsets(&pending.commits)?;
-        let delivered = match self.settings.guarantee {
-            Guarantee::EffectivelyOnce => self.produce_all(&mut pending.outputs).await,
-            Guarantee::ExactlyOnce => self.produce_in_transaction(&pending.outputs, offsets.as_ref()).await?,
+        // The changelog marks each batch's end only once all of the batch's outputs are
+        // acknowledged: a restore never applies the writes of a batch whose events or dead
+        // letters a crash may have kept from the broker.
+        let markers = match self.settings.guarantee {
+            Guarantee::EffectivelyOnce => {
+                let delivered = self.produce_all(&mut pending.outputs).await;
+                let mut markers = self.batch_markers(&delivered[first_changelog..]);
+                self.produce_all(&mut markers).await
+            }
+            Guarantee::ExactlyOnce => {
+                self.produce_in_transaction(&pending.outputs, first_changelog, offsets.as_ref())
+                    .await?
+            }
         };
-        let mut checkpoints: BTreeMap<i32, i64> = BTreeMap::new();
-        for (p, offset) in &delivered[first_changelog..] {
-            let c = checkpoints.entry(*p).or_insert(*offset);
-            *c = (*c).max(*offset);
-        }
+        let checkpoints: BTreeMap<i32, i64> = markers.into_iter().collect();
         for (p, mut batch) in pending.stores {
             if let Some(c) = checkpoints.get(&p) {
                 batch.set_checkpoint(*c);
@@ -643,6 +683,26 @@ impl Processor {
         }
         self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
+    }
+
+    /// One end marker per changelog partition the batch wrote to, holding the first offset
+    /// of its writes there (`changelog`: where each of the batch's changelog records landed).
+    fn batch_markers(&self, changelog: &[(i32, i64)]) -> Vec<Output> {
+        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+        for (p, offset) in changelog {
+            let f = first.entry(*p).or_insert(*offset);
+            *f = (*f).min(*offset);
+        }
+        first
+            .into_iter()
+            .map(|(p, offset)| Output {
+                topic: self.settings.topics.changelog.clone(),
+                partition: Some(p),
+                key: Some(BATCH_MARKER.to_vec()),
+                value: Some(offset.to_be_bytes().to_vec()),
+                headers: Vec::new(),
+            })
+            .collect()
     }
 
     /// The consumer offsets to commit for this batch: the next record of each partition.
@@ -731,6 +791,7 @@ impl Processor {
     async fn produce_in_transaction(
         &self,
         outputs: &[Output],
+        first_changelog: usize,
         offsets: Option<&TopicPartitionList>,
     ) -> Result<Vec<(i32, i64)>> {
         let mut backoff = Duration::from_millis(200);
@@ -738,6 +799,9 @@ impl Processor {
             let attempt = async {
                 tokio::task::block_in_place(|| self.producer.begin_transaction())?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
+                let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
+                let markers = self.batch_markers(&delivered[first_changelog..]);
+                let sends = futures::future::join_all(markers.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
                 tokio::task::block_in_place(|| -> Result<()> {
                     if let Some(list) = offsets {

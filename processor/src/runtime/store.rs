@@ -5,8 +5,9 @@
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
 //! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
-//! changelog topic; `c/` holds the changelog offset the store is current with (the
-//! checkpoint), and is the one key that is not mirrored.
+//! changelog topic, followed by a [`BATCH_MARKER`]; `c/` holds the changelog offset of the
+//! last marker the store is current with (the checkpoint), and is the one key that is not
+//! mirrored.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,11 @@ use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
 const CHECKPOINT_KEY: &[u8] = b"c/";
+
+/// The changelog key of a batch's end marker, written once the batch's every output is
+/// acknowledged; its value is the first changelog offset of the batch (big-endian i64).
+/// Never a store key: a restore applies a batch's writes only when its marker follows them.
+pub const BATCH_MARKER: &[u8] = b"b/";
 
 pub struct PartitionStore {
     db: DB,
