@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType, EventType::*};
 use sluice::core::partitioning::partition_for;
 
-use crate::support::{brokers, day, http_target, World};
+use crate::support::{self, brokers, day, http_target, pipeline, run_id, World};
 
 const SEED: u64 = 0x5eed_ba0d_1e55_f00d;
 
@@ -207,23 +207,8 @@ impl Sender {
     }
 }
 
-fn pipeline(id: &str, job: Value) -> Value {
-    json!({
-        "pipeline": {"id": id, "owner": "tests"},
-        "schedule": {
-            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            "evaluation": {"window": "10m", "interval": "1m"}
-        },
-        "validation": {"trigger": "ALL", "rules": [
-            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
-        ]},
-        "job": job
-    })
-}
-
 fn command_job(command: &str) -> Value {
-    json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": 0})
+    support::command_job(command, 0)
 }
 
 fn sensor(pipeline: &str, key: &str, data: Value) -> Value {
@@ -238,10 +223,6 @@ fn job_report(pipeline: &str, date: &str, run_id: &str, status: &str) -> Value {
 fn command(pipeline: &str, name: &str, date: &str) -> Value {
     json!({"pipelineId": pipeline, "command": name, "date": date, "reason": "bad input",
            "requestedBy": "integration-tests"})
-}
-
-fn run_id(pipeline: &str, attempt: u32) -> String {
-    format!("{pipeline}.stream.{}.{attempt}", day())
 }
 
 /// A well-formed record of `topic` for `id`: what the bad variants start from.

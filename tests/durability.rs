@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
-use support::{day, http_target, HttpTarget, World};
+use support::{day, http_target, pipeline, wait_until, HttpTarget, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
 /// records, plus 200 configs and the 400 job reports the processor's executor writes.
@@ -33,19 +33,13 @@ fn pipeline_id(i: usize) -> String {
     format!("p{i:03}")
 }
 
+/// The tests' usual pipeline with an `http` job at `target`, and an evaluation interval
+/// long enough that no timer fires during a run (timer events would differ between runs).
 fn config(id: &str, target: &str) -> Value {
-    json!({
-        "pipeline": {"id": id, "owner": "durability"},
-        "schedule": {
-            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            "evaluation": {"window": "2h", "interval": "30m"}
-        },
-        "validation": {"trigger": "ALL", "rules": [
-            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
-        ]},
-        "job": {"type": "http", "config": {"url": format!("{target}/{id}"), "timeout": 10}, "maxRetries": 0}
-    })
+    let job = json!({"type": "http", "config": {"url": format!("{target}/{id}"), "timeout": 10}, "maxRetries": 0});
+    let mut config = pipeline(id, job);
+    config["schedule"]["evaluation"] = json!({"window": "2h", "interval": "30m"});
+    config
 }
 
 /// A record to produce: topic (without prefix), key, value.
@@ -189,15 +183,12 @@ struct Moment {
 /// produced so far): it is busy with the chunk just produced.
 fn wait_for_more(w: &mut World, at: Moment, more: usize) {
     let target = (w.committed("sensors") + more as i64).min(at.produced);
-    let deadline = Instant::now() + RUN_DEADLINE;
-    while w.committed("sensors") < target {
-        assert!(
-            Instant::now() < deadline,
-            "the processor does not progress\n{}",
-            w.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "the processor to progress",
+        RUN_DEADLINE,
+        || w.log_tail(),
+        || w.committed("sensors") >= target,
+    );
 }
 
 /// The uninterrupted run every scenario is compared with, computed once per test binary.
@@ -264,15 +255,23 @@ fn sigterm(mut child: Child, w: &World) {
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert_eq!(status.code(), Some(0), "clean stop\n{}", w.log_tail());
-            return;
-        }
-        assert!(Instant::now() < deadline, "instance did not stop\n{}", w.log_tail());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let status = exit_of(&mut child, w);
+    assert_eq!(status.code(), Some(0), "clean stop\n{}", w.log_tail());
+}
+
+/// Waits for `child` to exit.
+fn exit_of(child: &mut Child, w: &World) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until(
+        "the instance to exit",
+        Duration::from_secs(120),
+        || w.log_tail(),
+        || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    status.unwrap()
 }
 
 /// A small deterministic generator (xorshift), so a failing run can be repeated.
@@ -336,15 +335,12 @@ fn occurrences(w: &World, needle: &str) -> usize {
 
 /// Waits until the processors' log holds `needle` at least `n` times: a rebalance finished.
 fn wait_log(w: &World, needle: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while occurrences(w, needle) < n {
-        assert!(
-            Instant::now() < deadline,
-            "{n} × {needle:?} never logged\n{}",
-            w.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        &format!("{n} × {needle:?} in the log"),
+        Duration::from_secs(120),
+        || w.log_tail(),
+        || occurrences(w, needle) >= n,
+    );
 }
 
 #[test]
@@ -494,18 +490,12 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 fn wait_health(addr: &str, want: u16, w: &World) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if http_get(addr, "/healthz").is_some_and(|(status, _)| status == want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/healthz never answered {want}\n{}",
-            w.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        &format!("/healthz to answer {want}"),
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || http_get(addr, "/healthz").is_some_and(|(status, _)| status == want),
+    );
 }
 
 #[test]
@@ -553,14 +543,7 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
     let target = http_target();
     w.config(&config("p000", &target.url));
     let mut child = w.spawn(w.state.path(), &["--guarantee", "exactly-once", "--instance", "eos"]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still running:\n{}", w.log_tail());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = exit_of(&mut child, &w);
     let log = w.log();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("--guarantee effectively-once"), "{log}");
@@ -568,4 +551,55 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
     assert!(log.contains("stopped"), "the clients were closed first: {log}");
     // What this broker cannot show: that the aborted batch stays invisible. tansu 0.6 does
     // not filter aborted records for read_committed readers (DESIGN.md, Broker).
+}
+
+/// Corrupt local state is fatal: the processor closes and exits 1 naming the directory and
+/// the remedy; deleting the directory restores the state from the changelog.
+#[test]
+fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
+    let mut w = World::new("corrupt");
+    let target = http_target();
+    w.config(&config("p000", &target.url));
+    start_static(&mut w);
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    // Overwrite the pipeline's state in whichever partition holds it.
+    let mut corrupted = None;
+    for entry in std::fs::read_dir(w.state.path()).unwrap() {
+        let dir = entry.unwrap().path();
+        let p: i32 = dir.file_name().unwrap().to_str().unwrap()["partition-".len()..]
+            .parse()
+            .unwrap();
+        let mut store = sluice::runtime::store::PartitionStore::open(w.state.path(), p).unwrap();
+        if store.pipeline("p000").unwrap().is_some() {
+            let mut batch = sluice::runtime::store::StoreBatch::default();
+            batch.mirror(b"p/p000", Some(b"{not state"));
+            store.write(batch).unwrap();
+            corrupted = Some(dir);
+        }
+    }
+    let corrupted = corrupted.expect("the pipeline's state was stored");
+    start_static(&mut w);
+    w.sensor("p000", "row-count", json!({"count": 5}));
+    let mut child = w.swap_processor(None).unwrap();
+    let status = exit_of(&mut child, &w);
+    let log = w.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("corrupt state") && log.contains("delete that directory"),
+        "{log}"
+    );
+    assert!(log.contains("stopped"), "the clients were closed first: {log}");
+    // The remedy: delete the directory; the changelog has the state, and the sensor is
+    // processed against it.
+    std::fs::remove_dir_all(&corrupted).unwrap();
+    start_static(&mut w);
+    w.sensor("p000", "row-count", json!({"count": 5000}));
+    w.sensor("p000", "upstream", json!({"status": "ready"}));
+    w.wait_for("p000", "the job", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }

@@ -10,26 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType::*};
-use support::{day, http_target, sluice, World};
-
-fn pipeline(id: &str, job: Value) -> Value {
-    json!({
-        "pipeline": {"id": id, "owner": "tests"},
-        "schedule": {
-            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            "evaluation": {"window": "10m", "interval": "1m"}
-        },
-        "validation": {"trigger": "ALL", "rules": [
-            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
-        ]},
-        "job": job
-    })
-}
-
-fn command_job(command: &str, max_retries: u32) -> Value {
-    json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": max_retries})
-}
+use support::{command_job, day, http_target, pipeline, run_id, sluice, World};
 
 /// Sends the row count, then the trigger sensor that starts the execution.
 fn row_count_then_trigger(w: &World, pipeline: &str, count: Value) {
@@ -42,10 +23,6 @@ fn recording_pipeline(w: &World, id: &str) -> (Value, std::path::PathBuf) {
     let runs = w.scratch.path().join("runs.txt");
     let job = command_job(&format!("echo \"$SLUICE_RUN_ID\" >> {}", runs.display()), 0);
     (pipeline(id, job), runs)
-}
-
-fn run_id(pipeline: &str, attempt: u32) -> String {
-    format!("{pipeline}.stream.{}.{attempt}", day())
 }
 
 /// A malformed record on the sensors partition of `pipeline`: once its INPUT_REJECTED is

@@ -602,3 +602,40 @@ pub fn day() -> &'static str {
         std::sync::LazyLock::new(|| chrono::Utc::now().date_naive().format("%Y-%m-%d").to_string());
     &DAY
 }
+
+/// A sensor-triggered pipeline: `upstream` ready starts it, and it needs a row count of at
+/// least 1,000.
+pub fn pipeline(id: &str, job: Value) -> Value {
+    json!({
+        "pipeline": {"id": id, "owner": "tests"},
+        "schedule": {
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "10m", "interval": "1m"}
+        },
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
+        ]},
+        "job": job
+    })
+}
+
+/// A `command` job with a 30 s timeout.
+pub fn command_job(command: &str, max_retries: u32) -> Value {
+    json!({"type": "command", "config": {"command": command, "timeout": 30}, "maxRetries": max_retries})
+}
+
+/// The run id of `pipeline`'s attempt on [`day`].
+pub fn run_id(pipeline: &str, attempt: u32) -> String {
+    format!("{pipeline}.stream.{}.{attempt}", day())
+}
+
+/// Waits until `done` holds, checking every 50 ms, and fails naming `what` (and the log
+/// `context` gives) after `within`.
+pub fn wait_until(what: &str, within: Duration, context: impl Fn() -> String, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", context());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -184,7 +184,7 @@ impl PartitionStore {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
                 format!(
-                    "decoding stored state of pipeline {pipeline} in {}",
+                    "corrupt state: decoding the stored state of pipeline {pipeline} in {} failed; stop the processor and delete that directory to restore it from the changelog",
                     self.path.display()
                 )
             }),

@@ -40,6 +40,8 @@ pub(super) struct Sim {
     pub(super) effects: Vec<Effect>,
     pub(super) dead_letters: Vec<String>,
     pub(super) inputs: usize,
+    /// The decider's settings (`run` flags), default unless a test changes them.
+    pub(super) settings: Settings,
 }
 
 pub(super) fn t0() -> DateTime<Utc> {
@@ -58,6 +60,7 @@ impl Sim {
             effects: Vec::new(),
             dead_letters: Vec::new(),
             inputs: 0,
+            settings: Settings::default(),
         }
     }
 
@@ -69,7 +72,7 @@ impl Sim {
 
     pub(super) fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
         let state = self.states.get(pipeline).cloned().unwrap_or_default();
-        let settings = Settings::default();
+        let settings = self.settings;
         let decision = decide(
             &state,
             pipeline,
@@ -647,18 +650,7 @@ impl Sim {
 #[test]
 fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
     let mut sim = Sim::new();
-    sim.config(pipeline(0));
-    for (key, data) in [
-        ("row-count", json!({"count": 2000})),
-        ("upstream", json!({"status": "ready"})),
-    ] {
-        sim.sensor_scoped("gold", key, data, Some("2026-11-22"), None, None);
-    }
-    sim.job("gold", RUN1, JobStatus::Succeeded, None);
-    let expire = TimerKind::Expire {
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
-    };
+    let expire = run_gold_to_success(&mut sim);
     assert_eq!(sim.due("gold", &expire), Some(t0() + retention::RETENTION));
     sim.advance(TimeDelta::days(6));
     assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
@@ -683,6 +675,45 @@ fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
         .unwrap()
         .contains("older than the execution retention"));
     assert_eq!(sim.triggers().len(), 1);
+}
+
+/// Runs gold's execution of 2026-11-22 (dated sensors) to success; returns its expiry timer.
+fn run_gold_to_success(sim: &mut Sim) -> TimerKind {
+    sim.config(pipeline(0));
+    for (key, data) in [
+        ("row-count", json!({"count": 2000})),
+        ("upstream", json!({"status": "ready"})),
+    ] {
+        sim.sensor_scoped("gold", key, data, Some("2026-11-22"), None, None);
+    }
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    TimerKind::Expire {
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+    }
+}
+
+#[test]
+fn the_retention_is_a_setting() {
+    let mut sim = Sim::new();
+    sim.settings.retention = TimeDelta::days(2);
+    let expire = run_gold_to_success(&mut sim);
+    assert_eq!(sim.due("gold", &expire), Some(t0() + TimeDelta::days(2)));
+    sim.advance(TimeDelta::days(2) + TimeDelta::minutes(1));
+    assert!(
+        sim.states["gold"].executions.is_empty(),
+        "pruned after two days, not seven"
+    );
+    // And a date older than two days can no longer start an execution.
+    let decision = sim.sensor_scoped(
+        "gold",
+        "upstream",
+        json!({"status": "ready"}),
+        Some("2026-11-21"),
+        None,
+        None,
+    );
+    assert_eq!(decision.events[0].kind, INPUT_REJECTED);
 }
 
 #[test]
