@@ -147,15 +147,22 @@ fn run(
         disturb(w, Moment { chunk: k + 1, produced });
     }
     let events = w.wait_for_all("every JOB_COMPLETED", deadline, all_completed);
-    let letters = w.dead_letters(bad.len());
-    let dead_letter_sources: BTreeSet<String> = letters
-        .iter()
-        .map(|(_, headers)| {
-            let h: HashMap<&str, &str> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            assert!(!h["error"].is_empty(), "a dead letter without a reason");
-            format!("{}/{}@{}", h["source.topic"], h["source.partition"], h["source.offset"])
-        })
-        .collect();
+    // A crash may re-send the dead letters of the batch it interrupted: read until every
+    // distinct source record is there.
+    let mut letters = w.dead_letters(bad.len());
+    let source = |headers: &[(String, String)]| -> String {
+        let h: HashMap<&str, &str> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert!(!h["error"].is_empty(), "a dead letter without a reason");
+        format!("{}/{}@{}", h["source.topic"], h["source.partition"], h["source.offset"])
+    };
+    loop {
+        let distinct: BTreeSet<String> = letters.iter().map(|(_, h)| source(h)).collect();
+        if distinct.len() >= bad.len() {
+            break;
+        }
+        letters = w.dead_letters(letters.len() + bad.len() - distinct.len());
+    }
+    let dead_letter_sources: BTreeSet<String> = letters.iter().map(|(_, h)| source(h)).collect();
     let dead_letter_payloads = letters.into_iter().filter_map(|(v, _)| v).collect();
     assert_eq!(
         dead_letter_payloads, bad,

@@ -466,8 +466,18 @@ impl Processor {
         let started = Instant::now();
         let now = self.clock.now();
         let mut pending = Pending::default();
+        // A rebalance reported while this batch was gathered comes first: records of a
+        // partition revoked since they were fetched belong to its new owner now.
+        while let Ok(change) = self.ownership.try_recv() {
+            self.on_ownership(change).await?;
+        }
+        let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
             let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
+            if owned.find_partition(&topic, p).is_none() {
+                debug!(%topic, p, offset, "partition no longer assigned: left to its new owner");
+                continue;
+            }
             self.open_partition(p).await?;
             self.telemetry.record_in(&topic);
             pending.commits.insert((topic.clone(), p), offset);
