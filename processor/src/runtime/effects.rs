@@ -86,6 +86,7 @@ impl Executor {
         let http = self.http.clone();
         let permits = self.permits.clone();
         let telemetry = self.telemetry.clone();
+        telemetry.effect_started();
         self.tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
             info!(pipeline = %request.pipeline_id, run_id = %request.run_id, job = request.kind.name(), "triggering job");
@@ -100,10 +101,10 @@ impl Executor {
             };
             telemetry.effect_outcome(outcome.status.as_str());
             reporter.report(outcome).await;
+            telemetry.effect_finished();
         });
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
-        self.telemetry.effects_in_flight(self.tasks.len() as i64);
     }
 
     /// Waits for in-flight effects, at most `grace`.

@@ -180,8 +180,13 @@ impl Telemetry {
         self.timers_pending.set(n);
     }
 
-    pub fn effects_in_flight(&self, n: i64) {
-        self.effects_in_flight.set(n);
+    /// A trigger began (counted in `sluice_effects_in_flight` until [`Self::effect_finished`]).
+    pub fn effect_started(&self) {
+        self.effects_in_flight.inc();
+    }
+
+    pub fn effect_finished(&self) {
+        self.effects_in_flight.dec();
     }
 
     pub fn effect_outcome(&self, outcome: &str) {
@@ -418,7 +423,10 @@ mod tests {
         t.dead_letter();
         t.batch_latency(0.003);
         t.timers_pending(42);
-        t.effects_in_flight(3);
+        for _ in 0..4 {
+            t.effect_started();
+        }
+        t.effect_finished();
         t.effect_outcome("succeeded");
         t.effect_outcome("succeeded");
         t.restore_progress(7, 1500, 2.5);

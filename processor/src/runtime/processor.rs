@@ -776,8 +776,13 @@ impl Processor {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
+        // One metric update per topic, not per record.
+        let mut per_topic: BTreeMap<&str, u64> = BTreeMap::new();
         for o in outputs.iter() {
-            self.telemetry.record_out(&o.topic, 1);
+            *per_topic.entry(o.topic.as_str()).or_default() += 1;
+        }
+        for (topic, n) in per_topic {
+            self.telemetry.record_out(topic, n);
         }
         delivered
     }
