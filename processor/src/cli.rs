@@ -17,6 +17,7 @@ use crate::core::records::{
     parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
 };
 use crate::core::template;
+use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
@@ -108,9 +109,23 @@ struct RunArgs {
     /// Most input records (or due timers) handled per batch.
     #[arg(long, default_value_t = 500)]
     batch_size: usize,
-    /// Most job triggers in flight at once.
+    /// Most calls to job targets (triggers and status checks) in flight at once.
     #[arg(long, default_value_t = 16)]
     max_concurrent_triggers: usize,
+    /// Most calls in flight at once to any one target (a host, a Glue job, a state
+    /// machine), so a burst of pipelines cannot exceed its limits.
+    #[arg(long, default_value_t = 4)]
+    max_calls_per_target: usize,
+    /// Lets job URLs reach an address range the SSRF guard refuses by default (loopback,
+    /// link-local, cloud metadata), e.g. `127.0.0.0/8` for a job runner on the same host.
+    /// Repeatable; env: comma-separated.
+    #[arg(
+        long = "allow-target",
+        value_name = "CIDR",
+        env = "SLUICE_ALLOW_TARGETS",
+        value_delimiter = ','
+    )]
+    allow_targets: Vec<ipnet::IpNet>,
     /// How long shutdown waits for in-flight triggers (e.g. 30s).
     #[arg(long, default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
@@ -317,7 +332,11 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 topics,
                 state_dir: args.state_dir,
                 batch_size: args.batch_size.max(1),
-                max_concurrent_triggers: args.max_concurrent_triggers.max(1),
+                effects: EffectSettings {
+                    max_concurrent: args.max_concurrent_triggers.max(1),
+                    per_target: args.max_calls_per_target.max(1),
+                    allowed_targets: args.allow_targets,
+                },
                 shutdown_grace: args.shutdown_grace,
                 decider: DeciderSettings {
                     max_clock_skew: chrono::TimeDelta::from_std(args.max_clock_skew)

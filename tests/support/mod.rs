@@ -78,6 +78,11 @@ pub struct World {
     seen: Vec<Event>,
     processor: Option<Child>,
     log: PathBuf,
+    /// Extra environment for the processors this world starts (secrets, say).
+    pub env: Vec<(String, String)>,
+    /// `--allow-target` ranges (SSRF guard): loopback by default, since the tests' job
+    /// targets listen there; empty to test the guard itself.
+    pub allow_targets: String,
 }
 
 fn unique(name: &str) -> String {
@@ -130,6 +135,8 @@ impl World {
             seen: Vec::new(),
             processor: None,
             log,
+            env: Vec::new(),
+            allow_targets: "127.0.0.0/8".into(),
         }
     }
 
@@ -152,7 +159,13 @@ impl World {
             .append(true)
             .open(&self.log)
             .unwrap();
-        sluice_on(&self.brokers)
+        let mut command = sluice_on(&self.brokers);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        match self.allow_targets.is_empty() {
+            true => command.env_remove("SLUICE_ALLOW_TARGETS"),
+            false => command.env("SLUICE_ALLOW_TARGETS", &self.allow_targets),
+        };
+        command
             .args([
                 "run",
                 "--topic-prefix",
@@ -560,10 +573,46 @@ pub struct HttpTarget {
 }
 
 pub fn http_target() -> HttpTarget {
+    let server = scripted_server();
+    HttpTarget {
+        url: format!("{}/run", server.base),
+        requests: server.requests,
+    }
+}
+
+/// Answers per path, in order.
+type Script = Arc<Mutex<std::collections::HashMap<String, std::collections::VecDeque<(u16, String)>>>>;
+
+/// A real HTTP/1.1 server on loopback whose answers a test scripts per path: each path
+/// answers from its queue, the last entry repeating; unscripted paths answer 200 "ok".
+/// Every request is recorded raw (head and body).
+pub struct Scripted {
+    pub base: String,
+    pub requests: Arc<Mutex<Vec<String>>>,
+    answers: Script,
+}
+
+impl Scripted {
+    /// Queues answers for `path` (without the query string).
+    pub fn script(&self, path: &str, answers: &[(u16, &str)]) {
+        let mut all = self.answers.lock().unwrap();
+        let queue = all.entry(path.to_string()).or_default();
+        queue.extend(answers.iter().map(|(code, body)| (*code, body.to_string())));
+    }
+
+    /// The recorded requests whose request line starts with `start` (e.g. "GET /status").
+    pub fn requests_to(&self, start: &str) -> Vec<String> {
+        let all = self.requests.lock().unwrap();
+        all.iter().filter(|r| r.starts_with(start)).cloned().collect()
+    }
+}
+
+pub fn scripted_server() -> Scripted {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/run", listener.local_addr().unwrap());
+    let base = format!("http://{}", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let seen = requests.clone();
+    let answers: Script = Arc::default();
+    let (seen, script) = (requests.clone(), answers.clone());
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
@@ -585,14 +634,40 @@ pub fn http_target() -> HttpTarget {
                 }
             }
             let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let path = head
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("/")
+                .split('?')
+                .next()
+                .unwrap_or("/")
+                .to_string();
             seen.lock()
                 .unwrap()
                 .push(format!("{head}{}", String::from_utf8_lossy(&body)));
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            let (code, answer) = {
+                let mut all = script.lock().unwrap();
+                match all.get_mut(&path) {
+                    Some(queue) if queue.len() > 1 => queue.pop_front().unwrap(),
+                    Some(queue) if queue.len() == 1 => queue[0].clone(),
+                    _ => (200, "ok".to_string()),
+                }
+            };
+            let response = format!(
+                "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = stream.write_all(response.as_bytes());
         }
     });
-    HttpTarget { url, requests }
+    Scripted {
+        base,
+        requests,
+        answers,
+    }
 }
 
 /// The execution date the tests use: today (UTC) when the test binary started, so that no

@@ -211,10 +211,58 @@ impl JobKind {
             .unwrap_or("?")
     }
 
-    /// Job types this build can trigger; the others load (so configs move over unchanged)
-    /// but their runs end with INFRA_FAILURE until their trigger lands.
-    pub fn can_trigger(self) -> bool {
-        matches!(self, JobKind::Http | JobKind::Command)
+    /// How often a running job of this type is asked how it is doing, unless
+    /// `job.pollInterval` says otherwise.
+    pub fn default_poll_interval(self) -> TimeDelta {
+        match self {
+            JobKind::Http | JobKind::Airflow | JobKind::Databricks | JobKind::StepFunction => TimeDelta::seconds(30),
+            _ => TimeDelta::seconds(60),
+        }
+    }
+}
+
+/// Retries with exponential backoff, as a Step Functions `Retry` block has them:
+/// `maxAttempts` retries after the first try, waiting `interval`, then `interval ×
+/// backoffRate`, and so on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    pub interval_ms: u64,
+    pub backoff_rate: f64,
+    pub max_attempts: u32,
+}
+
+impl RetryPolicy {
+    /// Triggers: 30 s, ×2, 3 retries (what the earlier design's state machine did).
+    pub fn trigger() -> Self {
+        RetryPolicy {
+            interval_ms: 30_000,
+            backoff_rate: 2.0,
+            max_attempts: 3,
+        }
+    }
+
+    /// Status checks: 2 s, ×2, 3 retries.
+    pub fn status_check() -> Self {
+        RetryPolicy {
+            interval_ms: 2_000,
+            backoff_rate: 2.0,
+            max_attempts: 3,
+        }
+    }
+
+    /// The wait before retry `n` (1-based), or `None` when the retries are spent.
+    pub fn delay(&self, n: u32) -> Option<std::time::Duration> {
+        if n == 0 || n > self.max_attempts {
+            return None;
+        }
+        let ms = self.interval_ms as f64 * self.backoff_rate.powi(n as i32 - 1);
+        Some(std::time::Duration::from_millis(ms.min(86_400_000.0) as u64))
+    }
+
+    /// All the waits together: how long a spent policy can take, requests aside.
+    pub fn total(&self) -> std::time::Duration {
+        (1..=self.max_attempts).filter_map(|n| self.delay(n)).sum()
     }
 }
 
@@ -228,6 +276,12 @@ pub struct Job {
     pub max_drift_reruns: u32,
     pub max_manual_reruns: u32,
     pub poll_window: TimeDelta,
+    /// How often a running job's status is checked (`job.pollInterval`; per-type default).
+    pub poll_interval: TimeDelta,
+    /// `job.triggerRetry`: retries of a trigger the target could not take.
+    pub trigger_retry: RetryPolicy,
+    /// `job.statusCheckRetry`: retries of a status check that failed the same way.
+    pub status_retry: RetryPolicy,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -999,6 +1053,9 @@ impl Reader {
                 "maxDriftReruns",
                 "maxManualReruns",
                 "jobPollWindowSeconds",
+                "pollInterval",
+                "triggerRetry",
+                "statusCheckRetry",
             ],
         );
         let kind = self.required_string(map, "type", path).and_then(|t| {
@@ -1027,17 +1084,13 @@ impl Reader {
             s => s,
         };
         let kind = kind?;
+        let poll_interval = self
+            .duration(map, "pollInterval", path)
+            .unwrap_or_else(|| kind.default_poll_interval());
+        let trigger_retry = self.retry_policy(map, "triggerRetry", RetryPolicy::trigger());
+        let status_retry = self.retry_policy(map, "statusCheckRetry", RetryPolicy::status_check());
         self.job_config(kind, &config);
         self.placeholders(&Value::Object(config.clone()), "job.config", variables);
-        if !kind.can_trigger() {
-            self.warn(
-                "job.type",
-                format!(
-                    "{} jobs load but cannot be triggered by this build yet: their runs end with INFRA_FAILURE",
-                    kind.name()
-                ),
-            );
-        }
         Some(Job {
             kind,
             config,
@@ -1046,6 +1099,9 @@ impl Reader {
             max_drift_reruns,
             max_manual_reruns,
             poll_window: TimeDelta::seconds(poll_seconds as i64),
+            poll_interval,
+            trigger_retry,
+            status_retry,
         })
     }
 
@@ -1054,11 +1110,11 @@ impl Reader {
         let path = "job.config";
         match kind {
             JobKind::Http => {
-                if let Some(url) = self.required_string(config, "url", path) {
-                    if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")) {
-                        self.problem("job.config.url", format!("{url:?} must start with http:// or https://"));
-                    }
+                self.url(config, "url");
+                if let Some(url) = self.string(config, "statusUrl", path) {
+                    self.url_text(&url, "job.config.statusUrl");
                 }
+                self.string(config, "statusField", path);
                 if let Some(method) = self.string(config, "method", path) {
                     if !["GET", "POST", "PUT", "PATCH", "DELETE"].contains(&method.to_ascii_uppercase().as_str()) {
                         self.problem(
@@ -1075,13 +1131,117 @@ impl Reader {
                     }
                 }
                 self.string(config, "body", path);
-                self.timeout_seconds(config);
             }
             JobKind::Command => {
                 self.required_string(config, "command", path);
-                self.timeout_seconds(config);
             }
-            _ => {}
+            JobKind::Airflow => {
+                self.url(config, "url");
+                self.required_string(config, "dagId", path);
+                if let Some(v) = config.get("version") {
+                    if !matches!(v.to_string().trim_matches('"'), "2" | "3") {
+                        self.problem(
+                            "job.config.version",
+                            format!("{v} is not an Airflow API version (2 or 3)"),
+                        );
+                    }
+                }
+            }
+            JobKind::Databricks => {
+                self.url(config, "host");
+                self.required_string(config, "token", path);
+                match config.get("jobId") {
+                    Some(Value::Number(n)) if n.is_u64() => {}
+                    Some(Value::String(s)) if s.parse::<u64>().is_ok() || s.starts_with("${") => {}
+                    Some(other) => self.problem("job.config.jobId", format!("must be a job id number, found {other}")),
+                    None => self.problem("job.config.jobId", "is required"),
+                }
+            }
+            JobKind::Glue => {
+                self.required_string(config, "jobName", path);
+            }
+            JobKind::Emr => {
+                self.required_string(config, "clusterId", path);
+                if self.section(config, "step", path).is_none() {
+                    self.problem("job.config.step", "is required ({name, jar, args})");
+                }
+            }
+            JobKind::EmrServerless => {
+                self.required_string(config, "applicationId", path);
+                self.required_string(config, "executionRoleArn", path);
+                if self.section(config, "jobDriver", path).is_none() {
+                    self.problem(
+                        "job.config.jobDriver",
+                        "is required (the EMR Serverless jobDriver object)",
+                    );
+                }
+            }
+            JobKind::StepFunction => {
+                self.required_string(config, "stateMachineArn", path);
+            }
+            JobKind::Lambda => {
+                self.required_string(config, "functionName", path);
+                if let Some(t) = self.string(config, "invocationType", path) {
+                    if !matches!(t.as_str(), "RequestResponse" | "Event") {
+                        self.problem(
+                            "job.config.invocationType",
+                            format!("{t:?} is not RequestResponse or Event"),
+                        );
+                    }
+                }
+            }
+            JobKind::Kafka => {
+                self.required_string(config, "topic", path);
+            }
+        }
+        self.timeout_seconds(config);
+        if let Some(url) = config.get("endpointUrl").and_then(Value::as_str) {
+            self.url_text(url, "job.config.endpointUrl");
+        }
+    }
+
+    /// A required http(s) URL setting of `job.config`.
+    fn url(&mut self, config: &Map<String, Value>, key: &str) {
+        if let Some(url) = self.required_string(config, key, "job.config") {
+            self.url_text(&url, &join("job.config", key));
+        }
+    }
+
+    fn url_text(&mut self, url: &str, path: &str) {
+        if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("${")) {
+            self.problem(path, format!("{url:?} must start with http:// or https://"));
+        }
+    }
+
+    /// `{interval: 30s, backoffRate: 2, maxAttempts: 3}`, each field defaulting to `default`'s.
+    fn retry_policy(&mut self, job: &Map<String, Value>, key: &str, default: RetryPolicy) -> RetryPolicy {
+        let path = join("job", key);
+        let Some(map) = self.section(job, key, "job").cloned() else {
+            return default;
+        };
+        self.known_fields(&map, &path, &["interval", "backoffRate", "maxAttempts"]);
+        let interval_ms = self
+            .duration(&map, "interval", &path)
+            .map(|d| d.num_milliseconds() as u64)
+            .unwrap_or(default.interval_ms);
+        let backoff_rate = match map.get("backoffRate") {
+            None | Some(Value::Null) => default.backoff_rate,
+            Some(v) => match v.as_f64() {
+                Some(r) if (1.0..=10.0).contains(&r) => r,
+                _ => {
+                    self.problem(
+                        &join(&path, "backoffRate"),
+                        format!("must be a number in [1,10], found {v}"),
+                    );
+                    default.backoff_rate
+                }
+            },
+        };
+        let max_attempts = self.bounded(&map, "maxAttempts", &path, 0, 10, default.max_attempts);
+        RetryPolicy {
+            interval_ms,
+            backoff_rate,
+            max_attempts,
         }
     }
 

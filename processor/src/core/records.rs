@@ -105,6 +105,9 @@ pub enum FailureCategory {
     Permanent,
     Transient,
     Timeout,
+    /// The target could not be reached or asked (retries spent): INFRA_FAILURE, and the run
+    /// ends without spending the job's own retries.
+    Infra,
 }
 
 /// A report about a job run: from Sluice's own trigger executor or from the job's runner.

@@ -43,6 +43,13 @@ pub enum TimerKind {
         date: String,
         run_id: String,
     },
+    /// The next status check of a running job (every `job.pollInterval`).
+    #[serde(rename_all = "camelCase")]
+    JobStatusCheck {
+        schedule_id: String,
+        date: String,
+        run_id: String,
+    },
     /// The last resort for an execution that stopped making progress: STALE_RUN.
     #[serde(rename_all = "camelCase")]
     Watchdog { schedule_id: String, date: String },
@@ -73,6 +80,7 @@ impl TimerKind {
             | TimerKind::RelativeSlaWarning { schedule_id, date }
             | TimerKind::RelativeSlaBreach { schedule_id, date }
             | TimerKind::JobPollWindow { schedule_id, date, .. }
+            | TimerKind::JobStatusCheck { schedule_id, date, .. }
             | TimerKind::Watchdog { schedule_id, date }
             | TimerKind::PostRunTimeout { schedule_id, date }
             | TimerKind::Expire { schedule_id, date } => Some((schedule_id, date)),

@@ -1,60 +1,69 @@
-//! Carries out the decider's effects outside it. A trigger's outcome is never returned to
-//! the decider directly: it is written as a record on `sluice.jobs`, and only that record
-//! moves the run forward (the journal).
+//! Carries out the decider's effects outside it. A trigger's or status check's outcome is
+//! never returned to the decider directly: it is written as a record on `sluice.jobs`, and
+//! only that record moves the run forward (the journal).
 //!
-//! Job types here: `command` (a shell command with a timeout; the exit code decides) and
-//! `http` (a request with a timeout; 2xx means submitted). Secrets (`${env:NAME}`) are
-//! resolved at the moment of the request and never leave this module.
+//! Around every call to a job target ([`super::jobs`]) the executor puts:
+//! - **retries** with exponential backoff for infrastructure failures ([`CallError::Infra`]:
+//!   unreachable, 5xx, throttling, concurrency limits), per the request's policy (triggers
+//!   30 s ×2, 3 retries; status checks 2 s ×2, 3 retries, by default). Spent, the run is
+//!   reported failed with category INFRA, which the decider turns into INFRA_FAILURE. These
+//!   retries never spend the job's own `maxRetries`;
+//! - **bounded concurrency**: at most `max_concurrent` calls at once, and at most
+//!   `per_target` to any one target (a host, a Glue job, a state machine), so a burst of
+//!   pipelines cannot exceed a target's limits or let one target take every slot;
+//! - a **circuit breaker** per target: after [`BREAKER_THRESHOLD`] infrastructure failures
+//!   in a row, calls to it fail at once for [`BREAKER_COOLDOWN`], so a dead endpoint costs
+//!   its own pipelines retries, not everyone's slots and timeouts.
+//!
+//! Secrets (`${env:NAME}`) are resolved at the moment of the call and never leave it: not
+//! in logs, reports or state.
 
-use std::process::Stdio;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
 use chrono::Utc;
+use ipnet::IpNet;
 use rdkafka::producer::FutureProducer;
 use serde_json::{json, Map, Value};
-use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::http::Telemetry;
+use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
-use crate::core::config::JobKind;
+use crate::core::config::{JobKind, RetryPolicy};
 use crate::core::lifecycle::{Effect, TriggerRequest};
-use crate::core::records::{FailureCategory, JobRecord, JobStatus};
+use crate::core::records::{FailureCategory, JobRecord};
 use crate::core::template::render_value;
 
-const DEFAULT_COMMAND_TIMEOUT_S: u64 = 300;
-const DEFAULT_HTTP_TIMEOUT_S: u64 = 30;
-const MESSAGE_LIMIT: usize = 500;
+/// Infrastructure failures in a row that open a target's circuit.
+pub const BREAKER_THRESHOLD: u32 = 5;
+/// How long an open circuit refuses calls before letting one through again.
+pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
 
-/// What became of a trigger, before it is written to `sluice.jobs`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    pub status: JobStatus,
-    pub category: Option<FailureCategory>,
-    pub message: Option<String>,
-    pub metadata: Option<Value>,
-}
-
-impl Outcome {
-    fn failed(category: Option<FailureCategory>, message: impl Into<String>) -> Self {
-        Outcome {
-            status: JobStatus::Failed,
-            category,
-            message: Some(message.into()),
-            metadata: None,
-        }
-    }
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Calls to job targets in flight at once, over all targets.
+    pub max_concurrent: usize,
+    /// Calls in flight at once to any one target.
+    pub per_target: usize,
+    /// Address ranges job URLs may reach although the SSRF guard refuses them by default
+    /// (loopback, link-local, metadata).
+    pub allowed_targets: Vec<IpNet>,
 }
 
 pub struct Executor {
     producer: FutureProducer,
     jobs_topic: String,
-    http: reqwest::Client,
-    permits: Arc<Semaphore>,
+    client: Client,
+    limits: Arc<Limits>,
+    /// Runs with a status check in flight: a check due while the last is still being
+    /// retried is skipped, not stacked.
+    checking: Arc<Mutex<HashSet<String>>>,
     tasks: JoinSet<()>,
     telemetry: Arc<Telemetry>,
 }
@@ -63,44 +72,54 @@ impl Executor {
     pub fn new(
         producer: FutureProducer,
         jobs_topic: String,
-        max_concurrent: usize,
+        settings: Settings,
         telemetry: Arc<Telemetry>,
     ) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
-            .build()?;
         Ok(Executor {
             producer,
             jobs_topic,
-            http,
-            permits: Arc::new(Semaphore::new(max_concurrent)),
+            client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
+            limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target)),
+            checking: Arc::new(Mutex::new(HashSet::new())),
             tasks: JoinSet::new(),
             telemetry,
         })
     }
 
     pub fn spawn(&mut self, effect: Effect) {
-        let Effect::TriggerJob(request) = effect;
-        let producer = self.producer.clone();
-        let topic = self.jobs_topic.clone();
-        let http = self.http.clone();
-        let permits = self.permits.clone();
+        let (request, handle) = match effect {
+            Effect::TriggerJob(request) => (request, None),
+            Effect::CheckJob(check) => {
+                if !self.checking.lock().unwrap().insert(check.request.run_id.clone()) {
+                    info!(run_id = %check.request.run_id, "status check skipped: the previous one is still in flight");
+                    return;
+                }
+                (check.request, Some(check.handle))
+            }
+        };
+        let work = Work {
+            producer: self.producer.clone(),
+            topic: self.jobs_topic.clone(),
+            client: self.client.clone(),
+            limits: self.limits.clone(),
+            request,
+        };
+        let checking = self.checking.clone();
         let telemetry = self.telemetry.clone();
         telemetry.effect_started();
         self.tasks.spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            info!(pipeline = %request.pipeline_id, run_id = %request.run_id, job = request.kind.name(), "triggering job");
-            let reporter = Reporter { producer: &producer, topic: &topic, request: &request };
-            let outcome = match resolve_secrets(&request.config) {
-                Err(missing) => Outcome::failed(Some(FailureCategory::Permanent), missing),
-                Ok(config) => match request.kind {
-                    JobKind::Command => run_command(&request, &config, &reporter).await,
-                    JobKind::Http => call_http(&http, &request.run_id, &config).await,
-                    other => Outcome::failed(Some(FailureCategory::Permanent), format!("{} jobs cannot be triggered by this build", other.name())),
-                },
+            let outcome = match &handle {
+                None => work.trigger().await,
+                Some(handle) => {
+                    let outcome = work.check(handle).await;
+                    checking.lock().unwrap().remove(&work.request.run_id);
+                    outcome
+                }
             };
-            telemetry.effect_outcome(outcome.status.as_str());
-            reporter.report(outcome).await;
+            if let Some(outcome) = outcome {
+                telemetry.effect_outcome(outcome.status.as_str());
+                work.report(outcome).await;
+            }
             telemetry.effect_finished();
         });
         // Reap finished tasks so the set does not grow.
@@ -124,16 +143,142 @@ impl Executor {
     }
 }
 
-/// Writes job reports for one request.
-struct Reporter<'a> {
-    producer: &'a FutureProducer,
-    topic: &'a str,
-    request: &'a TriggerRequest,
+/// One effect being carried out.
+struct Work {
+    producer: FutureProducer,
+    topic: String,
+    client: Client,
+    limits: Arc<Limits>,
+    request: TriggerRequest,
 }
 
-impl Reporter<'_> {
-    async fn report(&self, outcome: Outcome) {
-        let r = self.request;
+impl Work {
+    /// Starts the run; `None` when the outcome was already reported (a command reports
+    /// running itself, then its end).
+    async fn trigger(&self) -> Option<Outcome> {
+        let r = &self.request;
+        info!(pipeline = %r.pipeline_id, run_id = %r.run_id, job = r.kind.name(), "triggering job");
+        let config = match resolve_secrets(&r.config) {
+            Ok(config) => config,
+            Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
+        };
+        let call = self.call(&config);
+        if r.kind == JobKind::Command {
+            return Some(self.run_command(&call).await);
+        }
+        Some(
+            self.with_retries("trigger", r.retry, &call, || async {
+                match r.kind {
+                    JobKind::Http => jobs::http::trigger(&call).await,
+                    JobKind::Airflow => jobs::airflow::trigger(&call).await,
+                    JobKind::Databricks => jobs::databricks::trigger(&call).await,
+                    JobKind::Kafka => jobs::kafka::trigger(&call).await,
+                    JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
+                        jobs::aws::trigger(&call).await
+                    }
+                    JobKind::Command => unreachable!("commands are run above"),
+                }
+            })
+            .await,
+        )
+    }
+
+    /// One status check of a running job.
+    async fn check(&self, handle: &Value) -> Option<Outcome> {
+        let r = &self.request;
+        let config = match resolve_secrets(&r.config) {
+            Ok(config) => config,
+            Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
+        };
+        let call = self.call(&config);
+        Some(
+            self.with_retries("status check", r.status_retry, &call, || async {
+                match r.kind {
+                    JobKind::Http => jobs::http::status(&call, handle).await,
+                    JobKind::Airflow => jobs::airflow::status(&call, handle).await,
+                    JobKind::Databricks => jobs::databricks::status(&call, handle).await,
+                    JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
+                        jobs::aws::status(&call, handle).await
+                    }
+                    JobKind::Command | JobKind::Kafka => Err(CallError::Permanent(format!(
+                        "{} jobs report by themselves and have no status check",
+                        r.kind.name()
+                    ))),
+                }
+            })
+            .await,
+        )
+    }
+
+    fn call<'a>(&'a self, config: &'a Map<String, Value>) -> Call<'a> {
+        Call {
+            request: &self.request,
+            config,
+            client: &self.client,
+            producer: Some(&self.producer),
+        }
+    }
+
+    /// Makes `attempt` until it answers, fails permanently, or the policy's retries are
+    /// spent; each try holds a concurrency slot and passes the target's breaker.
+    async fn with_retries<F, Fut>(&self, what: &str, policy: RetryPolicy, call: &Call<'_>, attempt: F) -> Outcome
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Outcome, CallError>>,
+    {
+        let r = &self.request;
+        let target = jobs::target(r.kind, call.config);
+        let mut retries = 0;
+        loop {
+            let answer = self.limits.call(&target, &attempt).await;
+            let error = match answer {
+                Ok(outcome) => return outcome,
+                Err(CallError::Permanent(reason)) => {
+                    return Outcome::failed(Some(FailureCategory::Permanent), format!("{what} refused: {reason}"))
+                }
+                Err(CallError::Infra(reason)) => reason,
+            };
+            retries += 1;
+            match policy.delay(retries) {
+                Some(wait) => {
+                    warn!(run_id = %r.run_id, target, error = %error, retry = retries, wait_ms = wait.as_millis() as u64, "{what} failed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                None => {
+                    let tries = retries;
+                    warn!(run_id = %r.run_id, target, error = %error, tries, "{what} failed; retries spent");
+                    return Outcome::failed(
+                        Some(FailureCategory::Infra),
+                        format!("{what} failed {tries} time(s), retries spent: {error}"),
+                    )
+                    .with("target", json!(target))
+                    .with("tries", json!(tries));
+                }
+            }
+        }
+    }
+
+    async fn run_command(&self, call: &Call<'_>) -> Outcome {
+        let _slot = self.limits.slot(&jobs::target(JobKind::Command, call.config)).await;
+        match jobs::command::start(call) {
+            Err(e) => Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
+            Ok(child) => {
+                self.report(Outcome::running(Value::Null).with("pid", json!(child.id())))
+                    .await;
+                jobs::command::wait(call, child).await
+            }
+        }
+    }
+
+    /// Writes one report on `sluice.jobs`.
+    async fn report(&self, mut outcome: Outcome) {
+        let r = &self.request;
+        // A command's "running" has no handle to keep: it reports its end itself.
+        if let Some(Value::Object(m)) = &mut outcome.metadata {
+            if m.get("handle") == Some(&Value::Null) {
+                m.remove("handle");
+            }
+        }
         let record = JobRecord {
             pipeline_id: r.pipeline_id.clone(),
             schedule_id: r.schedule_id.clone(),
@@ -150,8 +295,8 @@ impl Reporter<'_> {
         let mut backoff = Duration::from_millis(200);
         loop {
             match kafka::send(
-                self.producer,
-                self.topic,
+                &self.producer,
+                &self.topic,
                 Some(r.pipeline_id.as_bytes()),
                 Some(&bytes),
                 &[],
@@ -167,15 +312,119 @@ impl Reporter<'_> {
             }
         }
     }
+}
 
-    async fn running(&self, metadata: Value) {
-        self.report(Outcome {
-            status: JobStatus::Running,
-            category: None,
-            message: None,
-            metadata: Some(metadata),
-        })
-        .await;
+/// Concurrency slots (overall and per target) and each target's circuit breaker.
+struct Limits {
+    overall: Arc<Semaphore>,
+    per_target: usize,
+    targets: Mutex<HashMap<String, Target>>,
+}
+
+struct Target {
+    slots: Arc<Semaphore>,
+    failures_in_a_row: u32,
+    open_until: Option<Instant>,
+    last_error: String,
+}
+
+/// Held while a call is in flight.
+struct Slot {
+    _overall: tokio::sync::OwnedSemaphorePermit,
+    _target: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Limits {
+    fn new(overall: usize, per_target: usize) -> Self {
+        Limits {
+            overall: Arc::new(Semaphore::new(overall.max(1))),
+            per_target: per_target.max(1),
+            targets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn slot(&self, target: &str) -> Slot {
+        let slots = {
+            let mut targets = self.targets.lock().unwrap();
+            let entry = targets.entry(target.to_string()).or_insert_with(|| Target {
+                slots: Arc::new(Semaphore::new(self.per_target)),
+                failures_in_a_row: 0,
+                open_until: None,
+                last_error: String::new(),
+            });
+            entry.slots.clone()
+        };
+        // The target's slot first: a call queued behind a slow target holds no overall slot.
+        let target_permit = slots.acquire_owned().await.expect("semaphores are never closed");
+        let overall = self
+            .overall
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphores are never closed");
+        Slot {
+            _overall: overall,
+            _target: target_permit,
+        }
+    }
+
+    /// One call through the target's breaker, holding a slot.
+    async fn call<F, Fut>(&self, target: &str, attempt: &F) -> Result<Outcome, CallError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Outcome, CallError>>,
+    {
+        if let Some(refusal) = self.open(target) {
+            return Err(CallError::Infra(refusal));
+        }
+        let answer = {
+            let _slot = self.slot(target).await;
+            attempt().await
+        };
+        self.record(target, &answer);
+        answer
+    }
+
+    /// Why calls to `target` fail at once, if its circuit is open.
+    fn open(&self, target: &str) -> Option<String> {
+        let targets = self.targets.lock().unwrap();
+        let t = targets.get(target)?;
+        let until = t.open_until.filter(|u| *u > Instant::now())?;
+        Some(format!(
+            "circuit open for {target} for another {}s after {} failures in a row (last: {})",
+            until.saturating_duration_since(Instant::now()).as_secs().max(1),
+            t.failures_in_a_row,
+            t.last_error
+        ))
+    }
+
+    fn record(&self, target: &str, answer: &Result<Outcome, CallError>) {
+        let mut targets = self.targets.lock().unwrap();
+        let Some(t) = targets.get_mut(target) else { return };
+        match answer {
+            Err(CallError::Infra(reason)) => {
+                t.failures_in_a_row += 1;
+                t.last_error = reason.clone();
+                if t.failures_in_a_row >= BREAKER_THRESHOLD {
+                    if t.open_until.is_none_or(|u| u <= Instant::now()) {
+                        warn!(
+                            target,
+                            failures = t.failures_in_a_row,
+                            cooldown_s = BREAKER_COOLDOWN.as_secs(),
+                            "circuit opened"
+                        );
+                    }
+                    t.open_until = Some(Instant::now() + BREAKER_COOLDOWN);
+                }
+            }
+            _ => {
+                if t.open_until.is_some() {
+                    info!(target, "circuit closed: the target answers again");
+                }
+                t.failures_in_a_row = 0;
+                t.open_until = None;
+            }
+        }
     }
 }
 
@@ -203,176 +452,78 @@ fn resolve_secrets(config: &Value) -> Result<Map<String, Value>, String> {
     }
 }
 
-fn timeout_of(config: &Map<String, Value>, default_s: u64) -> Duration {
-    Duration::from_secs(config.get("timeout").and_then(Value::as_u64).unwrap_or(default_s))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn tail(text: &str) -> String {
-    let trimmed = text.trim();
-    let start = trimmed.len().saturating_sub(MESSAGE_LIMIT);
-    let start = (start..=trimmed.len())
-        .find(|i| trimmed.is_char_boundary(*i))
-        .unwrap_or(0);
-    trimmed[start..].to_string()
-}
+    fn infra() -> Result<Outcome, CallError> {
+        Err(CallError::Infra("503".into()))
+    }
 
-/// `command`: `sh -c <command>`; exit 0 succeeds, anything else fails; the timeout kills it.
-async fn run_command(request: &TriggerRequest, config: &Map<String, Value>, reporter: &Reporter<'_>) -> Outcome {
-    let Some(command) = config.get("command").and_then(Value::as_str) else {
-        return Outcome::failed(Some(FailureCategory::Permanent), "job.config.command is missing");
-    };
-    let timeout = timeout_of(config, DEFAULT_COMMAND_TIMEOUT_S);
-    let spawned = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .env("SLUICE_PIPELINE_ID", &request.pipeline_id)
-        .env("SLUICE_SCHEDULE_ID", &request.schedule_id)
-        .env("SLUICE_DATE", &request.date)
-        .env("SLUICE_RUN_ID", &request.run_id)
-        .env("SLUICE_ATTEMPT", request.attempt.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            return Outcome::failed(
-                Some(FailureCategory::Permanent),
-                format!("could not start the command: {e}"),
-            )
-        }
-    };
-    reporter.running(json!({"pid": child.id()})).await;
-    let mut stderr = child.stderr.take();
-    let waited = tokio::time::timeout(timeout, async {
-        let mut err = String::new();
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.read_to_string(&mut err).await;
-        }
-        (child.wait().await, err)
-    })
-    .await;
-    match waited {
-        Err(_) => Outcome {
-            status: JobStatus::Timeout,
-            category: Some(FailureCategory::Timeout),
-            message: Some(format!("command timed out after {}s and was killed", timeout.as_secs())),
-            metadata: None,
-        },
-        Ok((Err(e), _)) => Outcome::failed(None, format!("waiting for the command failed: {e}")),
-        Ok((Ok(status), _)) if status.success() => Outcome {
-            status: JobStatus::Succeeded,
-            category: None,
-            message: Some("command exited 0".into()),
-            metadata: Some(json!({"exitCode": 0})),
-        },
-        Ok((Ok(status), err)) => {
-            let code = status.code();
-            let mut message = match code {
-                Some(c) => format!("command exited {c}"),
-                None => "command was killed by a signal".into(),
-            };
-            if !err.trim().is_empty() {
-                message.push_str(": ");
-                message.push_str(&tail(&err));
-            }
-            Outcome {
-                status: JobStatus::Failed,
-                category: None,
-                message: Some(message),
-                metadata: Some(json!({"exitCode": code})),
-            }
-        }
-    }
-}
-
-/// `http`: 2xx means submitted. Without `awaitReport: true` the request is fire-and-forget,
-/// as in the earlier design, and the accepted request completes the run; with it, the job's
-/// runner reports the outcome on `sluice.jobs` (using `${RUN_ID}`). Every request carries
-/// `Idempotency-Key: <run id>`: a trigger requested again after a crash has the same key, so
-/// a target that honours it never starts the run twice.
-async fn call_http(http: &reqwest::Client, run_id: &str, config: &Map<String, Value>) -> Outcome {
-    let Some(url) = config.get("url").and_then(Value::as_str) else {
-        return Outcome::failed(Some(FailureCategory::Permanent), "job.config.url is missing");
-    };
-    let method = config
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or("POST")
-        .to_ascii_uppercase();
-    let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
-        return Outcome::failed(
-            Some(FailureCategory::Permanent),
-            format!("{method:?} is not an HTTP method"),
-        );
-    };
-    let mut request = http
-        .request(method, url)
-        .timeout(timeout_of(config, DEFAULT_HTTP_TIMEOUT_S))
-        .header("Idempotency-Key", run_id);
-    if let Some(headers) = config.get("headers").and_then(Value::as_object) {
-        for (name, value) in headers {
-            if let Some(v) = value.as_str() {
-                request = request.header(name.as_str(), v);
-            }
-        }
-    }
-    if let Some(body) = config.get("body") {
-        request = request.body(match body {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    }
-    let response = match request.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            let what = if e.is_timeout() { "timed out" } else { "failed" };
-            // Without the URL: it may carry a secret.
-            return Outcome::failed(
-                Some(FailureCategory::Transient),
-                format!("request {what}: {}", e.without_url()),
-            );
-        }
-    };
-    let status = response.status();
-    let body = response.text().await.unwrap_or_default();
-    let metadata = json!({"httpStatus": status.as_u16()});
-    if status.is_success() {
-        if config.get("awaitReport").and_then(Value::as_bool) == Some(true) {
-            return Outcome {
-                status: JobStatus::Running,
-                category: None,
-                message: None,
-                metadata: Some(metadata),
-            };
-        }
-        // One report, not "running" then "succeeded": a crash between two reports would leave
-        // the run waiting for the second until its poll window ran out. A success on a run
-        // still triggering publishes JOB_TRIGGERED and JOB_COMPLETED together.
-        return Outcome {
-            status: JobStatus::Succeeded,
-            category: None,
-            message: Some(format!("request accepted with {status} (fire-and-forget)")),
-            metadata: Some(metadata),
+    #[tokio::test(start_paused = true)]
+    async fn a_target_failing_in_a_row_opens_its_circuit_for_the_cooldown_only() {
+        let limits = Limits::new(4, 2);
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let failing = || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            infra()
         };
+        for _ in 0..BREAKER_THRESHOLD {
+            assert!(limits.call("dead", &failing).await.is_err());
+        }
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), BREAKER_THRESHOLD);
+        // Open: refused without a call.
+        let refused = limits.call("dead", &failing).await.unwrap_err();
+        assert!(
+            matches!(&refused, CallError::Infra(m) if m.contains("circuit open for dead")),
+            "{refused:?}"
+        );
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), BREAKER_THRESHOLD);
+        // Other targets are not affected.
+        let fine = || async { Ok(Outcome::succeeded("ok")) };
+        assert!(limits.call("alive", &fine).await.is_ok());
+        // After the cooldown one call goes through; a success closes the circuit.
+        tokio::time::advance(BREAKER_COOLDOWN + Duration::from_millis(1)).await;
+        assert!(limits.call("dead", &fine).await.is_ok());
+        assert!(limits.open("dead").is_none());
+        // Permanent refusals are the caller's fault, not the target's: they do not count.
+        let bad = || async { Err(CallError::Permanent("404".into())) };
+        for _ in 0..BREAKER_THRESHOLD + 1 {
+            let _ = limits.call("picky", &bad).await;
+        }
+        assert!(limits.open("picky").is_none());
     }
-    // Client errors will not fix themselves, except timeouts and throttling.
-    let category = if status.is_client_error() && status.as_u16() != 408 && status.as_u16() != 429 {
-        FailureCategory::Permanent
-    } else {
-        FailureCategory::Transient
-    };
-    let mut message = format!("target answered {status}");
-    if !body.trim().is_empty() {
-        message.push_str(": ");
-        message.push_str(&tail(&body));
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_to_one_target_never_exceed_its_bound() {
+        let limits = Arc::new(Limits::new(10, 2));
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = JoinSet::new();
+        for _ in 0..8 {
+            let (limits, in_flight, peak) = (limits.clone(), in_flight.clone(), peak.clone());
+            tasks.spawn(async move {
+                let slow = || async {
+                    let now = in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    Ok(Outcome::succeeded("ok"))
+                };
+                limits.call("glue:etl", &slow).await.unwrap();
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
-    Outcome {
-        status: JobStatus::Failed,
-        category: Some(category),
-        message: Some(message),
-        metadata: Some(metadata),
+
+    #[test]
+    fn secrets_resolve_from_the_environment_and_missing_ones_are_named_not_shown() {
+        // PATH is set in every test environment; the other name is not.
+        let config = json!({"a": "${env:PATH}", "b": "x-${env:SLUICE_SURELY_UNSET_VAR}"});
+        let error = resolve_secrets(&config).unwrap_err();
+        assert_eq!(error, "secret environment variable(s) not set: SLUICE_SURELY_UNSET_VAR");
+        let resolved = resolve_secrets(&json!({"a": "${env:PATH}"})).unwrap();
+        assert_eq!(resolved["a"], json!(std::env::var("PATH").unwrap()));
     }
 }

@@ -6,6 +6,7 @@ pub mod changelog;
 pub mod effects;
 pub mod events_tail;
 pub mod http;
+pub mod jobs;
 pub mod kafka;
 pub mod processor;
 pub mod store;

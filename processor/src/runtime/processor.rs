@@ -32,7 +32,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tracing::{debug, error, info, warn};
 
 use super::changelog;
-use super::effects::Executor;
+use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka;
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
@@ -69,7 +69,7 @@ pub struct Settings {
     pub topics: Topics,
     pub state_dir: PathBuf,
     pub batch_size: usize,
-    pub max_concurrent_triggers: usize,
+    pub effects: EffectSettings,
     pub shutdown_grace: Duration,
     pub decider: DeciderSettings,
 }
@@ -224,7 +224,7 @@ impl Processor {
         let executor = Executor::new(
             kafka::producer(&settings.brokers)?,
             settings.topics.jobs.clone(),
-            settings.max_concurrent_triggers,
+            settings.effects.clone(),
             telemetry.clone(),
         )?;
         std::fs::create_dir_all(&settings.state_dir)
@@ -439,7 +439,7 @@ impl Processor {
         self.resumes = later;
         for (_, p, effect) in due {
             let Some(store) = self.stores.get(&p) else { continue };
-            let Effect::TriggerJob(request) = &effect;
+            let request = effect.request();
             let run_id = request.run_id.clone();
             let awaited = store
                 .pipeline(&request.pipeline_id)?
@@ -625,8 +625,10 @@ impl Processor {
             });
         }
         for effect in decision.effects {
-            let Effect::TriggerJob(request) = &effect;
-            batch.put_effect(&request.run_id, &effect)?;
+            // Triggers are journaled; status checks are not (their timer asks again).
+            if let Effect::TriggerJob(request) = &effect {
+                batch.put_effect(&request.run_id, &effect)?;
+            }
             pending.effects.push(effect);
         }
         Ok(())

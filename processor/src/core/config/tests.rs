@@ -255,3 +255,71 @@ fn an_hourly_sla_deadline_on_a_daily_cron_is_rejected() {
         "an hourly cron may have one"
     );
 }
+
+#[test]
+fn retry_policies_default_like_the_state_machine_and_can_be_set_per_pipeline() {
+    let defaults = parse(&minimal(), Variables::MustBeResolved).unwrap().config;
+    assert_eq!(defaults.job.trigger_retry, RetryPolicy::trigger());
+    assert_eq!(defaults.job.status_retry, RetryPolicy::status_check());
+    let waits: Vec<_> = (1..=4).map(|n| RetryPolicy::trigger().delay(n)).collect();
+    let s = std::time::Duration::from_secs;
+    assert_eq!(waits, [Some(s(30)), Some(s(60)), Some(s(120)), None]);
+    assert_eq!(RetryPolicy::trigger().total(), s(210));
+    assert_eq!(RetryPolicy::status_check().total(), s(14));
+    assert_eq!(
+        defaults.job.poll_interval,
+        TimeDelta::seconds(60),
+        "command jobs default to 60 s"
+    );
+
+    let mut config = minimal();
+    config["job"]["triggerRetry"] = json!({"interval": "5s", "maxAttempts": 1});
+    config["job"]["statusCheckRetry"] = json!({"backoffRate": 1.5});
+    config["job"]["pollInterval"] = json!("10s");
+    let job = parse(&config, Variables::MustBeResolved).unwrap().config.job;
+    assert_eq!(
+        job.trigger_retry,
+        RetryPolicy {
+            interval_ms: 5_000,
+            backoff_rate: 2.0,
+            max_attempts: 1
+        }
+    );
+    assert_eq!(job.status_retry.backoff_rate, 1.5);
+    assert_eq!(job.status_retry.interval_ms, 2_000);
+    assert_eq!(job.poll_interval, TimeDelta::seconds(10));
+
+    config["job"]["triggerRetry"] = json!({"interval": "5s", "backoffRate": 0.5, "maxAttempts": 11, "jitter": true});
+    let found = problems(config);
+    assert!(
+        found.iter().any(|p| p.contains("job.triggerRetry.backoffRate")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|p| p.contains("job.triggerRetry.maxAttempts")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn every_job_type_names_the_settings_it_cannot_do_without() {
+    for (kind, field) in [
+        ("airflow", "job.config.dagId"),
+        ("databricks", "job.config.jobId"),
+        ("glue", "job.config.jobName"),
+        ("emr", "job.config.clusterId"),
+        ("emr-serverless", "job.config.applicationId"),
+        ("step-function", "job.config.stateMachineArn"),
+        ("lambda", "job.config.functionName"),
+        ("kafka", "job.config.topic"),
+    ] {
+        let mut config = minimal();
+        config["job"] = json!({"type": kind, "config": {}});
+        let found = problems(config);
+        assert!(found.iter().any(|p| p.contains(field)), "{kind}: {found:?}");
+    }
+    let mut config = minimal();
+    config["job"] = json!({"type": "http", "config": {"url": "https://x.example/run", "statusUrl": "ftp://x"}});
+    let found = problems(config);
+    assert!(found.iter().any(|p| p.contains("job.config.statusUrl")), "{found:?}");
+}

@@ -106,6 +106,7 @@ impl Decider<'_> {
             return;
         };
         let kind = config.job.kind;
+        let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();
         if config.dry_run {
             self.enter(key, Phase::WouldHaveTriggered { at: now });
             self.cancel_run_timers(key);
@@ -125,6 +126,7 @@ impl Decider<'_> {
             return;
         }
         execution.attempt += 1;
+        execution.job_handle = None;
         let run_id = run_id(pipeline_id, &execution.schedule_id, &execution.date, execution.attempt);
         let vars = RunVariables {
             pipeline: pipeline_id,
@@ -133,19 +135,18 @@ impl Decider<'_> {
             run_id: &run_id,
         };
         let rendered = render_run(&Value::Object(config.job.config.clone()), &vars)
-            .map_err(|e| format!("job config does not render: {e}"))
-            .and_then(|rendered| match kind.can_trigger() {
-                true => Ok(rendered),
-                false => Err(format!("{} jobs cannot be triggered by this build", kind.name())),
-            });
+            .map_err(|e| format!("job config does not render: {e}"));
         let request = TriggerRequest {
-            pipeline_id: pipeline_id.to_string(),
-            schedule_id: execution.schedule_id.clone(),
-            date: execution.date.clone(),
-            run_id: run_id.clone(),
-            attempt: execution.attempt,
-            kind,
-            config: Value::Null,
+            retry: config.job.trigger_retry,
+            status_retry: config.job.status_retry,
+            ..TriggerRequest::new(
+                pipeline_id,
+                &execution.schedule_id,
+                &execution.date,
+                execution.attempt,
+                kind,
+                Value::Null,
+            )
         };
         // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.
         self.enter(key, Phase::AwaitingTrigger { run_id });
@@ -154,7 +155,8 @@ impl Decider<'_> {
                 self.effects
                     .push(Effect::TriggerJob(TriggerRequest { config, ..request }));
                 // The trigger's outcome arrives as a record; if none ever does, the run is stale.
-                self.set_watchdog(key, now + TRIGGER_REPORT_TIMEOUT);
+                // The executor may spend the trigger retry policy first.
+                self.set_watchdog(key, now + TRIGGER_REPORT_TIMEOUT + retries);
             }
             Err(reason) => {
                 let message = format!("job not triggered: {reason}");
@@ -176,7 +178,10 @@ impl Decider<'_> {
         self.cancel_execution_timers(key, |t| {
             matches!(
                 t,
-                TimerKind::Evaluate { .. } | TimerKind::JobPollWindow { .. } | TimerKind::Watchdog { .. }
+                TimerKind::Evaluate { .. }
+                    | TimerKind::JobPollWindow { .. }
+                    | TimerKind::JobStatusCheck { .. }
+                    | TimerKind::Watchdog { .. }
             )
         });
     }

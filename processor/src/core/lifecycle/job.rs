@@ -1,16 +1,18 @@
 //! JOB_TRIGGERED / JOB_COMPLETED / JOB_FAILED / JOB_TIMEOUT / RETRY_EXHAUSTED /
-//! JOB_POLL_EXHAUSTED / STALE_RUN, and in a dry run DRY_RUN_COMPLETED /
+//! JOB_POLL_EXHAUSTED / INFRA_FAILURE / STALE_RUN, and in a dry run DRY_RUN_COMPLETED /
 //! DRY_RUN_WOULD_RETRY / DRY_RUN_RETRY_EXHAUSTED: reports on `sluice.jobs` move a run
-//! forward; the poll window and the watchdog make sure no run is left hanging.
+//! forward; status checks are timers; the poll window and the watchdog make sure no run is
+//! left hanging.
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{detail, execution_key, Decider, Phase};
+use super::{detail, execution_key, Decider, Effect, Phase, StatusCheck, TriggerRequest};
 use crate::core::config::PipelineConfig;
 use crate::core::events::EventType;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus};
+use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -36,9 +38,17 @@ impl Decider<'_> {
         }
         let triggering = matches!(execution.phase, Phase::AwaitingTrigger { .. });
         let info = report_detail(record);
+        if let Some(handle) = record.metadata.as_ref().and_then(|m| m.get("handle")) {
+            if let Some(e) = self.state.executions.get_mut(&key) {
+                e.job_handle = Some(handle.clone());
+            }
+        }
         match record.status {
             JobStatus::Running if triggering => self.job_started(&key, info),
             JobStatus::Running => self.notes.push(format!("run {} still running", record.run_id)),
+            JobStatus::Failed if record.failure_category == Some(FailureCategory::Infra) => {
+                self.infra_failure(&key, record, info)
+            }
             JobStatus::Succeeded => {
                 if triggering {
                     self.job_started(&key, info.clone());
@@ -67,8 +77,18 @@ impl Decider<'_> {
             date: execution.date.clone(),
             run_id: run_id.clone(),
         };
+        let check = execution.job_handle.is_some().then(|| TimerKind::JobStatusCheck {
+            schedule_id: execution.schedule_id.clone(),
+            date: execution.date.clone(),
+            run_id: run_id.clone(),
+        });
         self.enter(key, Phase::AwaitingJob { run_id });
         self.set_timer(poll, now + poll_window);
+        // A trigger that answered with a handle is watched by status checks; one without
+        // (command, kafka, a runner that reports itself) reports on its own.
+        if let (Some(check), Some(interval)) = (check, self.config().map(|c| c.job.poll_interval)) {
+            self.set_timer(check, now + interval);
+        }
         self.set_watchdog(key, now + poll_window + STALE_GRACE);
         self.emit(EventType::JOB_TRIGGERED, Some(key), message, info);
     }
@@ -148,6 +168,79 @@ impl Decider<'_> {
             let message = format!("no retries left: {budget} ({limit}) is spent");
             self.emit_for_run(EventType::RETRY_EXHAUSTED, key, &record.run_id, message, detail);
         }
+    }
+
+    /// A status check is due: ask again (the effect), and arm the next check first, so a
+    /// check whose answer is lost (a crash, a dropped report) is simply asked again.
+    pub(super) fn on_status_check_due(&mut self, key: &str, run_id: &str) {
+        let now = self.now();
+        let Some(config) = self.state.config.clone() else {
+            return;
+        };
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        let (Phase::AwaitingJob { run_id: running }, Some(handle)) = (&execution.phase, &execution.job_handle) else {
+            self.notes.push(format!("status check of {run_id} has nothing to do"));
+            return;
+        };
+        if running != run_id {
+            self.notes
+                .push(format!("status check of {run_id} is for an earlier run"));
+            return;
+        }
+        let vars = RunVariables {
+            pipeline: self.pipeline_id,
+            schedule: &execution.schedule_id,
+            date: &execution.date,
+            run_id,
+        };
+        let Ok(rendered) = render_run(&Value::Object(config.job.config.clone()), &vars) else {
+            // The trigger rendered this config; a config changed since is checked on apply.
+            self.notes.push(format!("job config of {run_id} no longer renders"));
+            return;
+        };
+        let request = TriggerRequest {
+            run_id: run_id.to_string(),
+            retry: config.job.trigger_retry,
+            status_retry: config.job.status_retry,
+            ..TriggerRequest::new(
+                self.pipeline_id,
+                &execution.schedule_id,
+                &execution.date,
+                execution.attempt,
+                config.job.kind,
+                rendered,
+            )
+        };
+        let handle = handle.clone();
+        let next = TimerKind::JobStatusCheck {
+            schedule_id: execution.schedule_id.clone(),
+            date: execution.date.clone(),
+            run_id: run_id.to_string(),
+        };
+        self.set_timer(next, now + config.job.poll_interval);
+        self.effects.push(Effect::CheckJob(StatusCheck { request, handle }));
+    }
+
+    /// INFRA_FAILURE: the target could not be reached or asked and the executor's retries
+    /// are spent. The run ends cleanly; the job's own retries are not for outages.
+    fn infra_failure(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
+        let now = self.now();
+        info.insert("failureCategory".into(), json!(FailureCategory::Infra));
+        let reason = record
+            .message
+            .clone()
+            .unwrap_or_else(|| "the job target could not be reached".into());
+        self.enter(
+            key,
+            Phase::Failed {
+                at: now,
+                reason: reason.clone(),
+            },
+        );
+        self.cancel_run_timers(key);
+        self.emit_for_run(EventType::INFRA_FAILURE, key, &record.run_id, reason, info);
     }
 
     /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome; it counts

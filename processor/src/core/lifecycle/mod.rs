@@ -32,7 +32,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::config::{JobKind, PipelineConfig};
+use super::config::{JobKind, PipelineConfig, RetryPolicy};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
 use super::rules::{Moment, Verdict};
@@ -165,6 +165,10 @@ pub struct Execution {
     /// Whether a post-run sensor arrived since the last success.
     #[serde(default)]
     pub post_run_seen: bool,
+    /// What the current run's trigger answered that its status checks need (a DAG run id,
+    /// a Databricks run id, an ARN); none for jobs that report by themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_handle: Option<Value>,
 }
 
 fn epoch() -> DateTime<Utc> {
@@ -296,6 +300,7 @@ impl Execution {
             completed_inputs: None,
             baseline: None,
             post_run_seen: false,
+            job_handle: None,
         }
     }
 
@@ -366,6 +371,28 @@ pub enum OutboundTopic {
 pub enum Effect {
     #[serde(rename_all = "camelCase")]
     TriggerJob(TriggerRequest),
+    /// One status check of a running job, asked by its `JobStatusCheck` timer. Not
+    /// journaled: the timer is, and it asks again.
+    #[serde(rename_all = "camelCase")]
+    CheckJob(StatusCheck),
+}
+
+impl Effect {
+    /// The run the effect is about.
+    pub fn request(&self) -> &TriggerRequest {
+        match self {
+            Effect::TriggerJob(request) => request,
+            Effect::CheckJob(check) => &check.request,
+        }
+    }
+}
+
+/// Ask how a running job is doing. `handle` is what its trigger answered (a run id, an ARN).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusCheck {
+    pub request: TriggerRequest,
+    pub handle: Value,
 }
 
 /// Start one attempt of a job. `config` has run variables expanded; `${env:...}` secrets
@@ -380,6 +407,32 @@ pub struct TriggerRequest {
     pub attempt: u32,
     pub kind: JobKind,
     pub config: Value,
+    /// How the executor retries a trigger the target could not take (5xx, throttling,
+    /// connection errors); spent, the run ends with INFRA_FAILURE.
+    #[serde(default = "RetryPolicy::trigger")]
+    pub retry: RetryPolicy,
+    /// How the executor retries a status check that failed the same way; it never spends
+    /// the job's own retries.
+    #[serde(default = "RetryPolicy::status_check")]
+    pub status_retry: RetryPolicy,
+}
+
+impl TriggerRequest {
+    /// A request for attempt `attempt` of execution (schedule_id, date), with the default
+    /// retry policies.
+    pub fn new(pipeline_id: &str, schedule_id: &str, date: &str, attempt: u32, kind: JobKind, config: Value) -> Self {
+        TriggerRequest {
+            pipeline_id: pipeline_id.to_string(),
+            schedule_id: schedule_id.to_string(),
+            date: date.to_string(),
+            run_id: run_id(pipeline_id, schedule_id, date, attempt),
+            attempt,
+            kind,
+            config,
+            retry: RetryPolicy::trigger(),
+            status_retry: RetryPolicy::status_check(),
+        }
+    }
 }
 
 /// How the pipeline's stored state changes.

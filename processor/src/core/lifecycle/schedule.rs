@@ -66,6 +66,11 @@ impl Decider<'_> {
                 date,
                 run_id,
             } => self.on_poll_window_closed(&execution_key(schedule_id, date), run_id),
+            TimerKind::JobStatusCheck {
+                schedule_id,
+                date,
+                run_id,
+            } => self.on_status_check_due(&execution_key(schedule_id, date), run_id),
             TimerKind::Watchdog { schedule_id, date } => self.on_watchdog(&execution_key(schedule_id, date)),
             TimerKind::PostRunTimeout { schedule_id, date } => {
                 self.on_post_run_timeout(&execution_key(schedule_id, date))

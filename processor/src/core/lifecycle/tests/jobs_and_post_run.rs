@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 
 use super::{merge, t0, Sim};
 use crate::core::events::{Event, EventType, EventType::*};
-use crate::core::lifecycle::{execution_key, Decision, Execution, Input, Outbound, OutboundTopic, Phase, StateChange};
+use crate::core::lifecycle::{
+    execution_key, Decision, Effect, Execution, Input, Outbound, OutboundTopic, Phase, StateChange,
+};
 use crate::core::records::{
     decode_command, decode_sensor, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus,
 };
@@ -259,14 +261,16 @@ fn stale_run_when_a_trigger_never_reports_closes_the_run_and_it_can_be_rerun() {
     start(&mut sim);
     assert!(matches!(gold_run(&sim).phase, Phase::AwaitingTrigger { .. }));
     let mark = sim.events.len();
-    sim.advance(TimeDelta::minutes(15) - TimeDelta::seconds(1));
+    // 15 minutes after the trigger retry policy (30 s + 60 s + 120 s) could be spent.
+    let grace = TimeDelta::minutes(15) + TimeDelta::seconds(210);
+    sim.advance(grace - TimeDelta::seconds(1));
     assert_eq!(since(&sim, mark), []);
     sim.advance(TimeDelta::seconds(1));
     assert_eq!(since(&sim, mark), [STALE_RUN]);
     let stale = last(&sim, STALE_RUN);
     assert_eq!(stale.run_id.as_deref(), Some(RUN1));
     assert_eq!(stale.detail["phase"], json!("awaitingTrigger"));
-    assert_eq!(stale.timestamp, t0() + TimeDelta::minutes(15));
+    assert_eq!(stale.timestamp, t0() + grace);
     assert!(matches!(gold_run(&sim).phase, Phase::Stale { .. }));
     assert!(!has_run_timers(&sim, "gold"));
 
@@ -1267,4 +1271,165 @@ fn dry_run_completed_upstream_still_lets_its_downstream_run() {
     assert_eq!(routed[0].value["data"]["runId"], json!("legacy-run-7"));
     let silver = &sim.states["silver"].executions[&execution_key("stream", DAY)];
     assert!(silver.phase.is_running(), "{:?}", silver.phase);
+}
+
+/// A report on `gold`'s execution with metadata (a trigger's handle, say).
+fn report_with(
+    sim: &mut Sim,
+    run_id: &str,
+    status: JobStatus,
+    category: Option<FailureCategory>,
+    metadata: Value,
+) -> Decision {
+    let record = JobRecord {
+        pipeline_id: "gold".into(),
+        schedule_id: "stream".into(),
+        date: DAY.into(),
+        run_id: run_id.into(),
+        status,
+        failure_category: category,
+        message: Some(format!("{} says {}", run_id, status.as_str())),
+        metadata: Some(metadata),
+        timestamp: sim.now,
+    };
+    sim.input("gold", Input::JobReported(record))
+}
+
+fn status_checks(sim: &Sim) -> Vec<(String, Value)> {
+    sim.effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::CheckJob(c) => Some((c.request.run_id.clone(), c.handle.clone())),
+            Effect::TriggerJob(_) => None,
+        })
+        .collect()
+}
+
+fn check_timer(run_id: &str) -> TimerKind {
+    TimerKind::JobStatusCheck {
+        schedule_id: "stream".into(),
+        date: DAY.into(),
+        run_id: run_id.into(),
+    }
+}
+
+#[test]
+fn status_checks_follow_the_handle_at_the_poll_interval() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"type": "databricks", "pollInterval": "1m",
+        "config": {"host": "https://dbc.example", "jobId": 7, "token": "${env:DATABRICKS_TOKEN}"}}})));
+    start(&mut sim);
+    report_with(
+        &mut sim,
+        RUN1,
+        JobStatus::Running,
+        None,
+        json!({"handle": {"runId": 42}}),
+    );
+    assert_eq!(gold_run(&sim).job_handle, Some(json!({"runId": 42})));
+    assert_eq!(
+        sim.due("gold", &check_timer(RUN1)),
+        Some(sim.now + TimeDelta::minutes(1))
+    );
+    assert!(status_checks(&sim).is_empty());
+
+    sim.advance(TimeDelta::minutes(1));
+    assert_eq!(status_checks(&sim), [(RUN1.to_string(), json!({"runId": 42}))]);
+    // The next check is armed before the answer comes: a lost answer is asked again.
+    assert_eq!(
+        sim.due("gold", &check_timer(RUN1)),
+        Some(sim.now + TimeDelta::minutes(1))
+    );
+    let before = sim.events.len();
+    report_with(
+        &mut sim,
+        RUN1,
+        JobStatus::Running,
+        None,
+        json!({"handle": {"runId": 42}}),
+    );
+    assert_eq!(sim.events.len(), before, "a running status says nothing new");
+    sim.advance(TimeDelta::minutes(1));
+    assert_eq!(status_checks(&sim).len(), 2);
+    // Secrets stay templates in the request: the runtime resolves them at the call.
+    let Some(Effect::CheckJob(check)) = sim.effects.last() else {
+        panic!("a status check")
+    };
+    assert_eq!(check.request.config["token"], "${env:DATABRICKS_TOKEN}");
+
+    report_with(
+        &mut sim,
+        RUN1,
+        JobStatus::Succeeded,
+        None,
+        json!({"state": "TERMINATED"}),
+    );
+    assert_eq!(*sim.types().last().unwrap(), JOB_COMPLETED);
+    assert_eq!(sim.due("gold", &check_timer(RUN1)), None);
+    sim.advance(TimeDelta::minutes(10));
+    assert_eq!(status_checks(&sim).len(), 2, "no checks after the run ended");
+}
+
+#[test]
+fn a_job_that_reports_by_itself_is_not_polled() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    report_with(&mut sim, RUN1, JobStatus::Running, None, json!({"pid": 7}));
+    assert_eq!(*sim.types().last().unwrap(), JOB_TRIGGERED);
+    assert_eq!(sim.due("gold", &check_timer(RUN1)), None);
+    sim.advance(TimeDelta::minutes(30));
+    assert!(status_checks(&sim).is_empty());
+}
+
+#[test]
+fn infra_failure_ends_the_run_without_spending_job_retries() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 2}})));
+    start(&mut sim);
+    report_with(
+        &mut sim,
+        RUN1,
+        JobStatus::Failed,
+        Some(FailureCategory::Infra),
+        json!({"attempts": 4}),
+    );
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED, INFRA_FAILURE]);
+    let event = sim.of(INFRA_FAILURE)[0];
+    assert_eq!(event.run_id.as_deref(), Some(RUN1));
+    assert_eq!(event.message, format!("{RUN1} says failed"));
+    let run = gold_run(&sim);
+    assert!(matches!(run.phase, Phase::Failed { .. }), "{:?}", run.phase);
+    assert_eq!(run.retries_used, 0);
+    assert_eq!(sim.triggers().len(), 1, "no second attempt");
+    assert!(
+        sim.only_expiry_left()
+            || sim
+                .due(
+                    "gold",
+                    &TimerKind::Watchdog {
+                        schedule_id: "stream".into(),
+                        date: DAY.into()
+                    }
+                )
+                .is_none()
+    );
+
+    // While the job runs, a status check that could not be made ends it the same way.
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 2}})));
+    start(&mut sim);
+    report_with(&mut sim, RUN1, JobStatus::Running, None, json!({"handle": "h"}));
+    report_with(
+        &mut sim,
+        RUN1,
+        JobStatus::Failed,
+        Some(FailureCategory::Infra),
+        json!({}),
+    );
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, INFRA_FAILURE]
+    );
+    assert_eq!(sim.due("gold", &check_timer(RUN1)), None);
 }

@@ -178,7 +178,13 @@ impl Sim {
     }
 
     pub(super) fn triggers(&self) -> Vec<&TriggerRequest> {
-        self.effects.iter().map(|Effect::TriggerJob(r)| r).collect()
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::TriggerJob(r) => Some(r),
+                Effect::CheckJob(_) => None,
+            })
+            .collect()
     }
 }
 
@@ -436,15 +442,25 @@ fn timers_that_fire_twice_or_late_change_nothing() {
 }
 
 #[test]
-fn unsupported_job_types_end_the_run_with_infra_failure() {
+fn every_job_type_is_triggered_with_its_retry_policies() {
     let mut sim = Sim::new();
     let mut config = pipeline(0);
-    config["job"] = json!({"type": "glue", "config": {"jobName": "etl"}});
+    config["job"] = json!({"type": "glue", "config": {"jobName": "etl-${DATE}"},
+        "triggerRetry": {"interval": "5s", "maxAttempts": 1}});
     sim.config(config);
     sim.sensor("gold", "row-count", json!({"count": 2000}));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
-    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED, INFRA_FAILURE]);
-    assert!(sim.triggers().is_empty());
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    let triggers = sim.triggers();
+    assert_eq!(triggers.len(), 1);
+    assert_eq!(triggers[0].kind, crate::core::config::JobKind::Glue);
+    assert_eq!(triggers[0].config["jobName"], "etl-2026-11-22");
+    assert_eq!(triggers[0].retry.interval_ms, 5_000);
+    assert_eq!(triggers[0].retry.max_attempts, 1);
+    assert_eq!(
+        triggers[0].status_retry,
+        crate::core::config::RetryPolicy::status_check()
+    );
 }
 
 #[test]

@@ -1,0 +1,19 @@
+//! `airflow` jobs (being written).
+
+use serde_json::Value;
+
+use super::{Call, CallError, Outcome};
+
+pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
+    Err(CallError::Permanent(format!(
+        "{} jobs are not written yet",
+        call.request.kind.name()
+    )))
+}
+
+pub async fn status(call: &Call<'_>, _handle: &Value) -> Result<Outcome, CallError> {
+    Err(CallError::Permanent(format!(
+        "{} jobs are not written yet",
+        call.request.kind.name()
+    )))
+}

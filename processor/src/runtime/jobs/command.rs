@@ -1,0 +1,70 @@
+//! `command` jobs: `sh -c <command>` on the processor's host, with the run's identity in the
+//! environment (`SLUICE_RUN_ID`, ...). Exit 0 succeeds, anything else fails; the timeout
+//! (`job.config.timeout`, default 300 s) kills it. The tails of stdout and stderr go into
+//! the report so a failure explains itself.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::process::Child;
+
+use super::{tail, timeout_of, Call, CallError, Outcome};
+use crate::core::records::{FailureCategory, JobStatus};
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Starts the command; the caller reports it running, then [`wait`]s.
+pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
+    let command = call.required("command")?;
+    let r = call.request;
+    tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("SLUICE_PIPELINE_ID", &r.pipeline_id)
+        .env("SLUICE_SCHEDULE_ID", &r.schedule_id)
+        .env("SLUICE_DATE", &r.date)
+        .env("SLUICE_RUN_ID", &r.run_id)
+        .env("SLUICE_ATTEMPT", r.attempt.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| CallError::Permanent(format!("could not start the command: {e}")))
+}
+
+/// Waits for the command (killing it at the timeout) and says how it ended.
+pub async fn wait(call: &Call<'_>, child: Child) -> Outcome {
+    let timeout = timeout_of(call.config, DEFAULT_TIMEOUT);
+    // Dropping the child at the timeout kills it (`kill_on_drop`).
+    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Err(_) => return Outcome::timed_out(format!("command timed out after {}s and was killed", timeout.as_secs())),
+        Ok(Err(e)) => return Outcome::failed(None, format!("waiting for the command failed: {e}")),
+        Ok(Ok(output)) => output,
+    };
+    let stdout = tail(&String::from_utf8_lossy(&output.stdout));
+    let stderr = tail(&String::from_utf8_lossy(&output.stderr));
+    let code = output.status.code();
+    let mut outcome = match code {
+        Some(0) => Outcome::succeeded("command exited 0"),
+        Some(c) => Outcome::failed(None, format!("command exited {c}")),
+        None => Outcome::failed(None, "command was killed by a signal"),
+    };
+    if outcome.status == JobStatus::Failed && !stderr.is_empty() {
+        let message = outcome.message.take().unwrap_or_default();
+        outcome.message = Some(format!("{message}: {stderr}"));
+    }
+    // 126/127: the shell could not run it at all; retrying will not help.
+    if matches!(code, Some(126) | Some(127)) {
+        outcome.category = Some(FailureCategory::Permanent);
+    }
+    outcome = outcome.with("exitCode", json!(code));
+    if !stdout.is_empty() {
+        outcome = outcome.with("stdout", json!(stdout));
+    }
+    if !stderr.is_empty() {
+        outcome = outcome.with("stderr", json!(stderr));
+    }
+    outcome
+}

@@ -1,0 +1,242 @@
+//! The SSRF guard for job types that take a URL. A pipeline config is written by many
+//! teams; without a guard, `url: http://169.254.169.254/...` would let any of them read the
+//! processor's cloud credentials. Loopback, link-local, unspecified and cloud metadata
+//! addresses are refused unless an operator allows them (`run --allow-target CIDR`).
+//!
+//! The check runs where addresses are known: on IP literals in the URL (and in redirects),
+//! and inside the HTTP client's resolver, so a name that resolves to a refused address, or
+//! re-resolves to one later (DNS rebinding), is refused too.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::{Method, RequestBuilder, Url};
+
+use super::CallError;
+
+/// Which addresses job requests may reach.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    allowed: Vec<IpNet>,
+}
+
+/// A target address the guard refused; found in a request error's source chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{address} is a {what} address and job targets may not reach it (allow it with --allow-target)")]
+pub struct Refused {
+    pub address: IpAddr,
+    pub what: &'static str,
+}
+
+impl Guard {
+    pub fn new(allowed: Vec<IpNet>) -> Self {
+        Guard { allowed }
+    }
+
+    /// Allows everything: for clients that only talk to operator-given endpoints.
+    pub fn open() -> Self {
+        Guard {
+            allowed: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+        }
+    }
+
+    pub fn check(&self, address: IpAddr) -> Result<(), Refused> {
+        let address = match address {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(address),
+            v4 => v4,
+        };
+        if self.allowed.iter().any(|net| net.contains(&address)) {
+            return Ok(());
+        }
+        match refused_kind(address) {
+            Some(what) => Err(Refused { address, what }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn refused_kind(address: IpAddr) -> Option<&'static str> {
+    // Cloud metadata services: AWS, GCP and Azure use 169.254.169.254 (link-local anyway);
+    // AWS's IPv6 endpoint and Alibaba's are not link-local.
+    const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    const METADATA_ALIBABA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
+    match address {
+        IpAddr::V4(v4) if v4 == Ipv4Addr::new(169, 254, 169, 254) || v4 == METADATA_ALIBABA => Some("cloud metadata"),
+        IpAddr::V6(v6) if v6 == METADATA_V6 => Some("cloud metadata"),
+        a if a.is_loopback() => Some("loopback"),
+        a if a.is_unspecified() => Some("unspecified"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
+        _ => None,
+    }
+}
+
+/// Resolves names with the system resolver, then drops refused addresses.
+struct GuardedResolver(Arc<Guard>);
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let guard = self.0.clone();
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut refused = None;
+            let kept: Vec<SocketAddr> = found
+                .into_iter()
+                .filter(|a| match guard.check(a.ip()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        refused = Some(e);
+                        false
+                    }
+                })
+                .collect();
+            match (kept.is_empty(), refused) {
+                (true, Some(e)) => Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>),
+                _ => Ok(Box::new(kept.into_iter()) as Addrs),
+            }
+        })
+    }
+}
+
+/// The HTTP client job types use: guarded resolver, guarded redirects, a user agent.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    guard: Arc<Guard>,
+}
+
+impl Client {
+    pub fn new(guard: Guard) -> anyhow::Result<Self> {
+        let guard = Arc::new(guard);
+        let redirects = guard.clone();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+            .dns_resolver(Arc::new(GuardedResolver(guard.clone())))
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= 5 {
+                    return attempt.error("more than 5 redirects");
+                }
+                match literal(attempt.url()).map(|ip| redirects.check(ip)) {
+                    Some(Err(refused)) => attempt.error(refused),
+                    _ => attempt.follow(),
+                }
+            }))
+            .build()?;
+        Ok(Client { http, guard })
+    }
+
+    /// A request to `url`, refused (PERMANENT: the config is at fault) when the URL is not
+    /// http(s) or names a refused address.
+    pub fn request(&self, method: Method, url: &str, timeout: Duration) -> Result<RequestBuilder, CallError> {
+        let parsed = Url::parse(url).map_err(|e| CallError::Permanent(format!("the job URL does not parse: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(CallError::Permanent(format!(
+                "the job URL must be http or https, not {}",
+                parsed.scheme()
+            )));
+        }
+        if let Some(Err(refused)) = literal(&parsed).map(|ip| self.guard.check(ip)) {
+            return Err(CallError::Permanent(refused.to_string()));
+        }
+        Ok(self.http.request(method, parsed).timeout(timeout))
+    }
+}
+
+/// The address a URL names literally, if it does.
+fn literal(url: &Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// Whether a request error was the guard refusing an address (found in its source chain).
+pub fn refusal(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(r) = e.downcast_ref::<Refused>() {
+            return Some(r.to_string());
+        }
+        next = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn refuses_loopback_link_local_and_metadata_by_default() {
+        let guard = Guard::default();
+        for (address, what) in [
+            ("127.0.0.1", "loopback"),
+            ("::1", "loopback"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("0.0.0.0", "unspecified"),
+            ("169.254.169.254", "cloud metadata"),
+            ("fd00:ec2::254", "cloud metadata"),
+            ("100.100.100.200", "cloud metadata"),
+            ("169.254.10.1", "link-local"),
+            ("fe80::1", "link-local"),
+        ] {
+            let refused = guard.check(ip(address)).expect_err(address);
+            assert_eq!(refused.what, what, "{address}");
+        }
+        for fine in ["10.1.2.3", "192.168.0.10", "8.8.8.8", "2001:db8::1"] {
+            assert!(guard.check(ip(fine)).is_ok(), "{fine}");
+        }
+    }
+
+    #[test]
+    fn allowed_ranges_open_what_they_name_and_nothing_else() {
+        let guard = Guard::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        assert!(guard.check(ip("127.0.0.1")).is_ok());
+        assert!(guard.check(ip("::ffff:127.0.0.5")).is_ok());
+        assert!(guard.check(ip("169.254.169.254")).is_err());
+        assert!(guard.check(ip("::1")).is_err());
+    }
+
+    #[test]
+    fn literal_urls_are_refused_before_any_request() {
+        let client = Client::new(Guard::default()).unwrap();
+        let refused = client
+            .request(
+                Method::GET,
+                "http://169.254.169.254/latest/meta-data/",
+                Duration::from_secs(1),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&refused, CallError::Permanent(m) if m.contains("cloud metadata")),
+            "{refused:?}"
+        );
+        let scheme = client
+            .request(Method::GET, "file:///etc/passwd", Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(scheme, CallError::Permanent(_)));
+        assert!(client
+            .request(Method::GET, "https://example.com/x", Duration::from_secs(1))
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn names_resolving_to_refused_addresses_are_refused_by_the_resolver() {
+        let client = Client::new(Guard::default()).unwrap();
+        let request = client
+            .request(Method::GET, "http://localhost:9/", Duration::from_secs(5))
+            .unwrap();
+        let error = request.send().await.unwrap_err();
+        let refusal = refusal(&error).expect("the guard's refusal is in the error chain");
+        assert!(refusal.contains("loopback"), "{refusal}");
+    }
+}

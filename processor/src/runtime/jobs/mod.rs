@@ -1,0 +1,283 @@
+//! Job-type clients: how Sluice starts a job on each kind of target and asks how it is
+//! doing. Each module speaks its target's documented protocol and nothing else; retries,
+//! backoff, concurrency bounds, circuit breaking and reporting on `sluice.jobs` are the
+//! executor's ([`super::effects`]).
+//!
+//! Every client exposes the same two calls:
+//! - `trigger(&Call) -> Result<Outcome, CallError>`: start the run. A job that keeps running
+//!   answers [`Outcome::running`] with a *handle* (whatever the status check needs: a run id,
+//!   an ARN), kept in the execution's state until the run ends.
+//! - `status(&Call, handle) -> Result<Outcome, CallError>`: one status check.
+//!
+//! [`CallError::Infra`] means "the target could not be asked" (connection refused, timeout,
+//! 5xx, throttling, a concurrency limit): the executor retries it with backoff and, once the
+//! policy is spent, reports the run as an infrastructure failure (INFRA_FAILURE).
+//! [`CallError::Permanent`] means the request itself is wrong (4xx, a missing job): the run
+//! fails with category PERMANENT at once.
+
+pub mod airflow;
+pub mod aws;
+pub mod command;
+pub mod databricks;
+pub mod guard;
+pub mod http;
+pub mod kafka;
+
+use std::time::Duration;
+
+use rdkafka::producer::FutureProducer;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::core::config::JobKind;
+use crate::core::lifecycle::TriggerRequest;
+use crate::core::records::{FailureCategory, JobStatus};
+
+pub use guard::{Client, Guard};
+
+/// Longest message taken from a target's answer into a report.
+pub const MESSAGE_LIMIT: usize = 500;
+/// Per-request timeout when the job config sets none (`job.config.timeout`, seconds).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What became of a trigger or a status check, before it is written to `sluice.jobs`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub status: JobStatus,
+    pub category: Option<FailureCategory>,
+    pub message: Option<String>,
+    pub metadata: Option<Value>,
+}
+
+impl Outcome {
+    /// The job runs; `handle` is what its status checks need (stored in state, so it must
+    /// hold no secret).
+    pub fn running(handle: Value) -> Self {
+        Outcome {
+            status: JobStatus::Running,
+            category: None,
+            message: None,
+            metadata: Some(json!({ "handle": handle })),
+        }
+    }
+
+    pub fn succeeded(message: impl Into<String>) -> Self {
+        Outcome {
+            status: JobStatus::Succeeded,
+            category: None,
+            message: Some(message.into()),
+            metadata: None,
+        }
+    }
+
+    pub fn failed(category: Option<FailureCategory>, message: impl Into<String>) -> Self {
+        Outcome {
+            status: JobStatus::Failed,
+            category,
+            message: Some(message.into()),
+            metadata: None,
+        }
+    }
+
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        Outcome {
+            status: JobStatus::Timeout,
+            category: Some(FailureCategory::Timeout),
+            message: Some(message.into()),
+            metadata: None,
+        }
+    }
+
+    /// Adds `key: value` to the report's metadata (the target's own ids, states, codes).
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        let mut map = match self.metadata.take() {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        map.insert(key.to_string(), value);
+        self.metadata = Some(Value::Object(map));
+        self
+    }
+}
+
+/// Why a target could not be asked, or refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// Worth retrying with backoff: the target is unreachable, overloaded or throttling.
+    #[error("{0}")]
+    Infra(String),
+    /// Retrying the same request cannot help.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+/// One call about one run: the request the decider made (run identity, kind, rendered
+/// config) with `${env:...}` secrets resolved into `config`.
+pub struct Call<'a> {
+    pub request: &'a TriggerRequest,
+    pub config: &'a Map<String, Value>,
+    pub client: &'a Client,
+    /// For `kafka` jobs, which publish their request on the broker.
+    pub producer: Option<&'a FutureProducer>,
+}
+
+impl Call<'_> {
+    pub fn run_id(&self) -> &str {
+        &self.request.run_id
+    }
+
+    /// A string setting, or a PERMANENT error naming the missing field.
+    pub fn required(&self, field: &str) -> Result<&str, CallError> {
+        self.config
+            .get(field)
+            .and_then(Value::as_str)
+            .ok_or_else(|| CallError::Permanent(format!("job.config.{field} is missing")))
+    }
+
+    pub fn optional(&self, field: &str) -> Option<&str> {
+        self.config.get(field).and_then(Value::as_str)
+    }
+
+    /// `job.config.timeout` (seconds) or [`DEFAULT_REQUEST_TIMEOUT`].
+    pub fn timeout(&self) -> Duration {
+        timeout_of(self.config, DEFAULT_REQUEST_TIMEOUT)
+    }
+
+    /// A request through the guarded client, with the job's per-request timeout.
+    pub fn request(&self, method: Method, url: &str) -> Result<RequestBuilder, CallError> {
+        self.client.request(method, url, self.timeout())
+    }
+}
+
+/// The target a job's calls go to, for concurrency bounds and circuit breaking: the host
+/// of a URL, the AWS resource, the topic.
+pub fn target(kind: JobKind, config: &Map<String, Value>) -> String {
+    let host = |field: &str| {
+        config
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|u| url::Url::parse(u).ok())
+            .map(|u| {
+                format!(
+                    "{}:{}",
+                    u.host_str().unwrap_or(""),
+                    u.port_or_known_default().unwrap_or(0)
+                )
+            })
+            .unwrap_or_default()
+    };
+    match kind {
+        JobKind::Http | JobKind::Airflow => format!("{}:{}", kind.name(), host("url")),
+        JobKind::Databricks => format!("databricks:{}", host("host")),
+        JobKind::Kafka => format!("kafka:{}", config.get("topic").and_then(Value::as_str).unwrap_or("")),
+        JobKind::Command => "command".into(),
+        JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
+            aws::target(kind, config)
+        }
+    }
+}
+
+pub fn timeout_of(config: &Map<String, Value>, default: Duration) -> Duration {
+    config
+        .get("timeout")
+        .and_then(Value::as_u64)
+        .map(Duration::from_secs)
+        .unwrap_or(default)
+}
+
+/// Sends a request; a transport failure (refused, reset, timed out) is [`CallError::Infra`].
+/// The URL is left out of messages: it may carry a secret.
+pub async fn send(request: RequestBuilder) -> Result<(StatusCode, String), CallError> {
+    let response = request.send().await.map_err(|e| {
+        if let Some(refused) = guard::refusal(&e) {
+            return CallError::Permanent(refused);
+        }
+        let what = if e.is_timeout() { "timed out" } else { "failed" };
+        CallError::Infra(format!("request {what}: {}", e.without_url()))
+    })?;
+    let status = response.status();
+    let body = response
+        .text()
+        .await
+        .map_err(|e| CallError::Infra(format!("reading the answer failed: {}", e.without_url())))?;
+    Ok((status, body))
+}
+
+/// Sends a request and parses a 2xx answer as JSON; other answers become [`http_error`].
+pub async fn send_json(service: &str, request: RequestBuilder) -> Result<Value, CallError> {
+    let (status, body) = send(request).await?;
+    if !status.is_success() {
+        return Err(http_error(service, status, &body));
+    }
+    if body.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&body)
+        .map_err(|e| CallError::Infra(format!("{service} answered {status} with a body that is not JSON: {e}")))
+}
+
+/// Classifies a non-2xx answer: timeouts (408), throttling (429) and server errors are
+/// worth retrying; other client errors are not.
+pub fn http_error(service: &str, status: StatusCode, body: &str) -> CallError {
+    let mut message = format!("{service} answered {status}");
+    let body = tail(body);
+    if !body.is_empty() {
+        message.push_str(": ");
+        message.push_str(&body);
+    }
+    let code = status.as_u16();
+    if status.is_server_error() || code == 408 || code == 429 {
+        CallError::Infra(message)
+    } else {
+        CallError::Permanent(message)
+    }
+}
+
+/// The last [`MESSAGE_LIMIT`] bytes of a text, trimmed, cut on a character boundary.
+pub fn tail(text: &str) -> String {
+    let trimmed = text.trim();
+    let start = trimmed.len().saturating_sub(MESSAGE_LIMIT);
+    let start = (start..=trimmed.len())
+        .find(|i| trimmed.is_char_boundary(*i))
+        .unwrap_or(0);
+    trimmed[start..].to_string()
+}
+
+/// Joins a base URL from config and a path, whatever slashes either has.
+pub fn join_url(base: &str, path: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_errors_retry_only_what_can_recover() {
+        for code in [408, 429, 500, 502, 503, 504] {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert!(matches!(http_error("x", status, ""), CallError::Infra(_)), "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422] {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert!(matches!(http_error("x", status, ""), CallError::Permanent(_)), "{code}");
+        }
+        let e = http_error("airflow", StatusCode::NOT_FOUND, " {\"detail\":\"DAG not found\"} ");
+        assert_eq!(
+            e.to_string(),
+            "airflow answered 404 Not Found: {\"detail\":\"DAG not found\"}"
+        );
+    }
+
+    #[test]
+    fn urls_join_whatever_the_slashes() {
+        assert_eq!(join_url("http://a/", "/api/v1"), "http://a/api/v1");
+        assert_eq!(join_url("http://a", "api/v1"), "http://a/api/v1");
+    }
+
+    #[test]
+    fn outcomes_gather_metadata() {
+        let o = Outcome::running(json!({"runId": 7})).with("state", json!("QUEUED"));
+        assert_eq!(o.metadata, Some(json!({"handle": {"runId": 7}, "state": "QUEUED"})));
+    }
+}

@@ -1,0 +1,1 @@
+//! `airflow` job tests (being written).

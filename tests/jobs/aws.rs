@@ -1,0 +1,1 @@
+//! `aws` job tests (being written).

@@ -1,0 +1,229 @@
+//! `http` (with a status URL, retries, exhaustion, the SSRF guard, secrets), `command`
+//! (exit codes, output, timeouts) and `kafka` (a request record and the runner's report)
+//! end to end: the real processor on the real broker.
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use serde_json::{json, Value};
+use sluice::core::events::{Event, EventType::*};
+
+use crate::support::{command_job, create_topics, day, pipeline, run_id, scripted_server, wait_until, World};
+
+fn go(w: &World, id: &str) {
+    w.sensor(id, "row-count", json!({"count": 5000}));
+    w.sensor(id, "upstream", json!({"status": "ready"}));
+}
+
+fn last(events: &[Event], kind: sluice::core::events::EventType) -> &Event {
+    events.iter().rev().find(|e| e.kind == kind).expect("event present")
+}
+
+/// Fast retry policies so the tests run in seconds; the defaults are 30 s and 2 s.
+fn quick(mut job: Value) -> Value {
+    job["triggerRetry"] = json!({"interval": "200ms", "backoffRate": 2, "maxAttempts": 2});
+    job["statusCheckRetry"] = json!({"interval": "100ms", "backoffRate": 2, "maxAttempts": 2});
+    job["pollInterval"] = json!("1s");
+    job
+}
+
+#[test]
+fn http_with_a_status_url_is_polled_until_it_succeeds() {
+    let server = scripted_server();
+    server.script(
+        "/status",
+        &[
+            (200, r#"{"state": {"phase": "RUNNING"}}"#),
+            (503, "busy"),
+            (200, r#"{"state": {"phase": "SUCCEEDED"}}"#),
+        ],
+    );
+    let mut w = World::new("http-status");
+    let job = quick(json!({"type": "http", "config": {
+        "url": format!("{}/start", server.base),
+        "statusUrl": format!("{}/status?run=${{RUN_ID}}", server.base),
+        "statusField": "state.phase",
+        "headers": {"Authorization": "Bearer ${env:SLUICE_TEST_TOKEN}"}
+    }, "maxRetries": 0}));
+    w.env.push(("SLUICE_TEST_TOKEN".into(), "s3cret-token-value".into()));
+    w.start_with(&pipeline("hs", job));
+    go(&w, "hs");
+    let events = w.wait_for("hs", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    let run = run_id("hs", 1);
+    let starts = server.requests_to("POST /start");
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    assert!(starts[0]
+        .to_ascii_lowercase()
+        .contains(&format!("idempotency-key: {run}").to_ascii_lowercase()));
+    assert!(
+        starts[0].contains("Bearer s3cret-token-value"),
+        "the secret reaches the target: {}",
+        starts[0]
+    );
+    // running, then a 503 retried within the same check, then succeeded.
+    let checks = server.requests_to("GET /status");
+    assert!(checks.len() >= 3, "{checks:?}");
+    assert!(
+        checks[0].starts_with(&format!("GET /status?run={run} HTTP/1.1")),
+        "{}",
+        checks[0]
+    );
+    let completed = last(&events, JOB_COMPLETED);
+    assert_eq!(completed.attempt, Some(1), "a failed status check spends no job retry");
+    assert_eq!(completed.detail["metadata"]["state"], "SUCCEEDED");
+    // The secret is never in events or logs.
+    for e in w.events_seen() {
+        assert!(!serde_json::to_string(e).unwrap().contains("s3cret"), "{e:?}");
+    }
+    assert!(!w.log().contains("s3cret"));
+    w.stop();
+}
+
+#[test]
+fn trigger_retries_recover_from_throttling_and_exhaustion_is_an_infra_failure() {
+    let server = scripted_server();
+    server.script(
+        "/flaky",
+        &[(429, r#"{"error": "slow down"}"#), (502, "bad gateway"), (200, "{}")],
+    );
+    server.script("/dead", &[(503, r#"{"error": "down"}"#)]);
+    let mut w = World::new("http-retry");
+    let flaky = quick(json!({"type": "http", "config": {"url": format!("{}/flaky", server.base)}, "maxRetries": 2}));
+    let dead = quick(json!({"type": "http", "config": {"url": format!("{}/dead", server.base)}, "maxRetries": 2}));
+    w.config(&pipeline("dead", dead));
+    w.start_with(&pipeline("flaky", flaky));
+    go(&w, "flaky");
+    go(&w, "dead");
+    let events = w.wait_for("flaky", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    assert_eq!(server.requests_to("POST /flaky").len(), 3, "two retries, then accepted");
+    assert_eq!(last(&events, JOB_COMPLETED).attempt, Some(1));
+
+    let events = w.wait_for("dead", "infra failure", |es| es.iter().any(|e| e.kind == INFRA_FAILURE));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [CONFIG_ACCEPTED, VALIDATION_PASSED, INFRA_FAILURE]);
+    let failure = last(&events, INFRA_FAILURE);
+    assert_eq!(failure.run_id.as_deref(), Some(run_id("dead", 1).as_str()));
+    assert!(
+        failure.message.contains("trigger failed 3 time(s), retries spent"),
+        "{}",
+        failure.message
+    );
+    assert!(failure.message.contains("503"), "{}", failure.message);
+    assert_eq!(failure.detail["failureCategory"], "INFRA");
+    assert_eq!(server.requests_to("POST /dead").len(), 3);
+    // The run ended: no second job attempt although maxRetries allows two.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(server.requests_to("POST /dead").len(), 3);
+    w.stop();
+}
+
+#[test]
+fn the_ssrf_guard_refuses_loopback_targets_unless_allowed() {
+    let server = scripted_server();
+    let mut w = World::new("ssrf");
+    w.allow_targets = String::new();
+    let job = quick(
+        json!({"type": "http", "config": {"url": format!("{}/run", server.base)}, "maxRetries": 0, "maxCodeRetries": 0}),
+    );
+    w.start_with(&pipeline("ssrf", job));
+    go(&w, "ssrf");
+    let events = w.wait_for("ssrf", "refusal", |es| es.iter().any(|e| e.kind == JOB_FAILED));
+    let failed = last(&events, JOB_FAILED);
+    assert_eq!(failed.detail["failureCategory"], "PERMANENT");
+    let message = failed.detail["jobMessage"].as_str().unwrap();
+    assert!(message.contains("127.0.0.1 is a loopback address"), "{message}");
+    assert!(message.contains("--allow-target"), "the remedy is named: {message}");
+    assert!(server.requests.lock().unwrap().is_empty(), "nothing reached the target");
+    w.stop();
+}
+
+#[test]
+fn command_jobs_report_exit_codes_output_and_timeouts() {
+    let mut w = World::new("command");
+    let failing = command_job("echo partial-output; echo broken-input >&2; exit 3", 0);
+    let mut slow = command_job("sleep 30", 0);
+    slow["config"]["timeout"] = json!(1);
+    let missing = command_job("no-such-program-anywhere", 0);
+    w.config(&pipeline("slow", slow));
+    w.config(&pipeline("missing", missing));
+    w.start_with(&pipeline("failing", failing));
+    for id in ["failing", "slow", "missing"] {
+        go(&w, id);
+    }
+    let events = w.wait_for("failing", "failure", |es| es.iter().any(|e| e.kind == RETRY_EXHAUSTED));
+    let failed = last(&events, JOB_FAILED);
+    assert_eq!(failed.detail["jobMessage"], "command exited 3: broken-input");
+    assert_eq!(failed.detail["metadata"]["exitCode"], 3);
+    assert_eq!(failed.detail["metadata"]["stdout"], "partial-output");
+    let events = w.wait_for("slow", "timeout", |es| es.iter().any(|e| e.kind == JOB_TIMEOUT));
+    let timeout = last(&events, JOB_TIMEOUT);
+    assert_eq!(timeout.detail["failureCategory"], "TIMEOUT");
+    assert!(timeout.message.contains("timed out after 1s"), "{}", timeout.message);
+    let events = w.wait_for("missing", "failure", |es| es.iter().any(|e| e.kind == JOB_FAILED));
+    let failed = last(&events, JOB_FAILED);
+    assert_eq!(
+        failed.detail["failureCategory"], "PERMANENT",
+        "exit 127: the program is not there"
+    );
+    assert_eq!(failed.detail["metadata"]["exitCode"], 127);
+    w.stop();
+}
+
+#[test]
+fn kafka_jobs_publish_a_request_and_the_runner_reports_back() {
+    let mut w = World::new("kafka-job");
+    let requests = w.topic("job-requests");
+    create_topics(&w.prefix, &[("job-requests", 1)]);
+    let job = json!({"type": "kafka", "config": {
+        "topic": requests, "payload": {"table": "gold.revenue", "date": "${DATE}"},
+        "headers": {"team": "analytics"}
+    }});
+    w.start_with(&pipeline("kj", job));
+    go(&w, "kj");
+    w.wait_for("kj", "trigger", |es| es.iter().any(|e| e.kind == JOB_TRIGGERED));
+
+    // The runner: reads the request, does the work, reports on sluice.jobs.
+    let runner: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &w.brokers)
+        .set("group.id", format!("{}runner", w.prefix))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    runner.subscribe(&[&requests]).unwrap();
+    let mut request = None;
+    wait_until("the job request", Duration::from_secs(30), String::new, || {
+        if let Some(Ok(m)) = runner.poll(Duration::from_millis(200)) {
+            let run = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "sluice-run-id"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).to_string());
+            let team = m.headers().and_then(|h| h.iter().find(|h| h.key == "team")).is_some();
+            let value: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+            request = Some((m.key().map(|k| k.to_vec()), run, team, value));
+        }
+        request.is_some()
+    });
+    let (key, header_run, team, value) = request.unwrap();
+    let run = run_id("kj", 1);
+    assert_eq!(key.as_deref(), Some(&b"kj"[..]));
+    assert_eq!(header_run.as_deref(), Some(run.as_str()));
+    assert!(team, "configured headers are sent");
+    assert_eq!(
+        value,
+        json!({"pipelineId": "kj", "scheduleId": "stream", "date": day(), "runId": run,
+        "attempt": 1, "payload": {"table": "gold.revenue", "date": day()}})
+    );
+    w.job("kj", &run, "succeeded");
+    let events = w.wait_for("kj", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let triggered = last(&events, JOB_TRIGGERED);
+    assert_eq!(triggered.detail["metadata"]["topic"], requests);
+    w.stop();
+}

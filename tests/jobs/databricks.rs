@@ -1,0 +1,1 @@
+//! `databricks` job tests (being written).

@@ -1,0 +1,11 @@
+//! Job types end to end: the real `sluice` binary on the real broker, triggering jobs on
+//! loopback servers that speak each target's documented protocol (Airflow, Databricks, a
+//! plain HTTP endpoint), on moto for the AWS types, and on the broker for `kafka` jobs.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod airflow;
+mod aws;
+mod basics;
+mod databricks;
