@@ -166,8 +166,7 @@ impl Decider<'_> {
                     message,
                     detail([("reason", json!(reason))]),
                 );
-                self.enter(key, Phase::Failed { at: now, reason });
-                self.cancel_run_timers(key);
+                self.end_failed(key, reason);
             }
         }
     }

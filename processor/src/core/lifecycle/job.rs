@@ -127,7 +127,6 @@ impl Decider<'_> {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let now = self.now();
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
@@ -145,14 +144,7 @@ impl Decider<'_> {
             .clone()
             .unwrap_or_else(|| format!("job reported {}", record.status.as_str()));
         if !retry {
-            self.enter(
-                key,
-                Phase::Failed {
-                    at: now,
-                    reason: reason.clone(),
-                },
-            );
-            self.cancel_run_timers(key);
+            self.end_failed(key, reason.clone());
         }
         info.insert("willRetry".into(), json!(retry));
         let message = format!("attempt {attempt} failed: {reason}");
@@ -226,21 +218,20 @@ impl Decider<'_> {
     /// INFRA_FAILURE: the target could not be reached or asked and the executor's retries
     /// are spent. The run ends cleanly; the job's own retries are not for outages.
     fn infra_failure(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
-        let now = self.now();
         info.insert("failureCategory".into(), json!(FailureCategory::Infra));
         let reason = record
             .message
             .clone()
             .unwrap_or_else(|| "the job target could not be reached".into());
-        self.enter(
-            key,
-            Phase::Failed {
-                at: now,
-                reason: reason.clone(),
-            },
-        );
-        self.cancel_run_timers(key);
+        self.end_failed(key, reason.clone());
         self.emit_for_run(EventType::INFRA_FAILURE, key, &record.run_id, reason, info);
+    }
+
+    /// Ends an execution as failed: nothing moves it along any more.
+    pub(super) fn end_failed(&mut self, key: &str, reason: String) {
+        let at = self.now();
+        self.enter(key, Phase::Failed { at, reason });
+        self.cancel_run_timers(key);
     }
 
     /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome; it counts
