@@ -13,9 +13,17 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"
-cleanup() { SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop; rm -rf "$broker_dir"; }
+moto_dir="$(mktemp -d)"
+cleanup() {
+  SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop
+  SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh stop
+  rm -rf "$broker_dir" "$moto_dir"
+}
 trap cleanup EXIT
 export SLUICE_TEST_BROKERS="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
 echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
+# moto's server mode stands in for AWS in the tests of the AWS job types.
+export SLUICE_TEST_MOTO="$(SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh start)"
+echo "moto for tests: $SLUICE_TEST_MOTO" >&2
 
 cargo test --workspace --locked "$@"

@@ -469,7 +469,7 @@ impl World {
                     "events are keyed by pipeline id"
                 );
                 self.seen.push(event);
-                if self.seen.len() % 1000 == 0 {
+                if self.seen.len().is_multiple_of(1000) {
                     break;
                 }
             }

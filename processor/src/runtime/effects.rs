@@ -259,7 +259,8 @@ impl Work {
     }
 
     async fn run_command(&self, call: &Call<'_>) -> Outcome {
-        let _slot = self.limits.slot(&jobs::target(JobKind::Command, call.config)).await;
+        // A command holds its slot while it runs; commands share the host, not a target.
+        let _slot = self.limits.overall.clone().acquire_owned().await;
         match jobs::command::start(call) {
             Err(e) => Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
             Ok(child) => {

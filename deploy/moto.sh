@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Starts or stops moto's server mode (a local AWS look-alike) on loopback, for the tests of
+# the AWS job types (glue, emr, emr-serverless, step-function, lambda).
+#
+#   deploy/moto.sh start   # prints the endpoint URL, e.g. http://127.0.0.1:45123
+#   deploy/moto.sh stop
+#
+# moto is installed into a virtualenv the first time (pinned below); Lambda runs without
+# Docker (the tests configure that through moto's own API).
+#
+# Settings (environment):
+#   SLUICE_MOTO_PORT   port to listen on (default "auto": a free one)
+#   SLUICE_MOTO_DIR    where the pid file, address and log live (default .sluice/moto)
+#   SLUICE_MOTO_VENV   the virtualenv (default $HOME/.cache/sluice/moto-venv)
+#   SLUICE_MOTO_PARENT a process id: once that process has exited, moto is stopped and
+#                      SLUICE_MOTO_DIR removed (the tests start moto this way, so nothing
+#                      outlives a test run)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+MOTO_VERSION="5.2.5"
+
+dir="${SLUICE_MOTO_DIR:-.sluice/moto}"
+port="${SLUICE_MOTO_PORT:-auto}"
+venv="${SLUICE_MOTO_VENV:-$HOME/.cache/sluice/moto-venv}"
+mkdir -p "$dir"
+dir="$(cd "$dir" && pwd)"
+pidfile="$dir/moto.pid"
+
+stop() {
+  if [[ -f "$pidfile" ]]; then
+    pid="$(cat "$pidfile")"
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+  fi
+}
+
+# A system python3 with a working venv module; Debian splits it into python3-venv.
+python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  echo "moto needs python3 (3.9 or newer)" >&2
+  exit 1
+}
+
+install() {
+  if [[ -x "$venv/bin/moto_server" ]] && [[ "$("$venv/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null)" == "$MOTO_VERSION" ]]; then
+    return 0
+  fi
+  py="$(python)"
+  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "installing python3-venv..." >&2
+    SUDO=""
+    [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >&2
+  fi
+  echo "installing moto $MOTO_VERSION into $venv..." >&2
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  "$py" -m venv "$venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start() {
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    cat "$dir/address"
+    return 0
+  fi
+  install
+  [[ "$port" == auto ]] && port="$(free_port)"
+  # In its own session, so a Ctrl-C meant for a test run does not take it down; `stop` ends it.
+  (cd "$dir" && exec setsid "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >>"$dir/moto.log" 2>&1) &
+  echo $! >"$pidfile"
+  url="http://127.0.0.1:$port"
+  echo "$url" >"$dir/address"
+  if [[ -n "${SLUICE_MOTO_PARENT:-}" ]]; then
+    # A watchdog in its own session, detached from this script's output (whoever reads
+    # that waits for its end).
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+                    SLUICE_MOTO_DIR="$2" "$3" stop; rm -rf "$2"' \
+      watchdog "$SLUICE_MOTO_PARENT" "$dir" "$here/moto.sh" </dev/null >/dev/null 2>&1 &
+  fi
+  # Wait until it answers, with a deadline (its first start imports a lot).
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+      echo "moto_server exited; its log ($dir/moto.log) ends with:" >&2
+      tail -20 "$dir/moto.log" >&2
+      exit 1
+    fi
+    if python3 -c "import urllib.request; urllib.request.urlopen('$url/moto-api/', timeout=0.5)" 2>/dev/null; then
+      echo "$url"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "moto_server did not answer on port $port within 30s (log: $dir/moto.log)" >&2
+  stop
+  exit 1
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,195 @@
+//! `emr-serverless` jobs: EMR Serverless's REST-JSON API, `POST
+//! /applications/{applicationId}/jobruns` then `GET
+//! /applications/{applicationId}/jobruns/{jobRunId}`.
+//!
+//! Config: `applicationId`, `executionRoleArn`, `jobDriver` (the API's object, e.g.
+//! `{"sparkSubmit": {"entryPoint": "s3://..."}}`) are required; `configurationOverrides`
+//! (object), `name` (default: the run id) and `jobTimeoutMinutes` (the run's
+//! `executionTimeoutMinutes`) are optional. Handle: `{"applicationId", "jobRunId"}`.
+//!
+//! The run's `clientToken` is the Sluice run id (hashed when longer than the API's 64
+//! characters), so a trigger requested again after a crash or a lost answer gets the same
+//! job run back instead of a second one.
+//!
+//! States: SUBMITTED, PENDING, SCHEDULED, RUNNING and QUEUED are running; SUCCESS
+//! succeeded; FAILED failed (TRANSIENT, with `stateDetails`); CANCELLING and CANCELLED
+//! failed PERMANENT (cancelled on purpose: the run ends cancelled whatever comes next).
+
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use super::{config_object, config_str, config_u64, fit, handle_field, label, Api, Service};
+use crate::core::records::FailureCategory;
+use crate::runtime::jobs::{Call, CallError, Outcome};
+
+pub(super) static SERVICE: Service = Service {
+    name: "EMR Serverless",
+    prefix: "emr-serverless",
+    signing_name: "emr-serverless",
+    env_id: "EMR_SERVERLESS",
+};
+/// The API's limits on a client token and a job run name.
+const TOKEN_LIMIT: usize = 64;
+const NAME_LIMIT: usize = 256;
+
+pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
+    let application = call.required("applicationId")?;
+    let input = start_input(call)?;
+    let api = Api::new(call, &SERVICE)?;
+    let path = format!("/applications/{}/jobruns", label(application));
+    let answer = api.rest("StartJobRun", Method::POST, &path, Some(&input)).await?;
+    let run_id = answer
+        .get("jobRunId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| api.unexpected("StartJobRun", "a jobRunId", &answer))?;
+    let mut outcome =
+        Outcome::running(json!({ "applicationId": application, "jobRunId": run_id })).with("jobRunId", json!(run_id));
+    if let Some(arn) = answer.get("arn") {
+        outcome = outcome.with("arn", arn.clone());
+    }
+    Ok(outcome)
+}
+
+pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+    let application = handle_field(handle, "applicationId")?;
+    let run_id = handle_field(handle, "jobRunId")?;
+    let api = Api::new(call, &SERVICE)?;
+    let path = format!("/applications/{}/jobruns/{}", label(application), label(run_id));
+    let answer = api.rest("GetJobRun", Method::GET, &path, None).await?;
+    let run = &answer["jobRun"];
+    let state = run
+        .get("state")
+        .and_then(Value::as_str)
+        .ok_or_else(|| api.unexpected("GetJobRun", "a jobRun.state", &answer))?;
+    let details = run.get("stateDetails").and_then(Value::as_str);
+    Ok(outcome(state, details, run_id, handle)
+        .with("state", json!(state))
+        .with("jobRunId", json!(run_id)))
+}
+
+/// StartJobRun's body from the job's config.
+fn start_input(call: &Call<'_>) -> Result<Value, CallError> {
+    let role = call.required("executionRoleArn")?;
+    let Some(driver) = config_object(call, "jobDriver")? else {
+        return Err(CallError::Permanent(
+            "job.config.jobDriver is missing (e.g. {\"sparkSubmit\": {\"entryPoint\": \"s3://...\"}})".into(),
+        ));
+    };
+    let run_id = call.run_id();
+    let name = match config_str(call, "name")? {
+        Some(name) => name.to_string(),
+        None => fit(run_id, run_id.to_string(), NAME_LIMIT),
+    };
+    let mut input = Map::new();
+    input.insert("clientToken".into(), json!(client_token(run_id)));
+    input.insert("executionRoleArn".into(), json!(role));
+    input.insert("jobDriver".into(), Value::Object(driver.clone()));
+    input.insert("name".into(), json!(name));
+    if let Some(overrides) = config_object(call, "configurationOverrides")? {
+        input.insert("configurationOverrides".into(), Value::Object(overrides.clone()));
+    }
+    if let Some(minutes) = config_u64(call, "jobTimeoutMinutes")? {
+        input.insert("executionTimeoutMinutes".into(), json!(minutes));
+    }
+    Ok(Value::Object(input))
+}
+
+/// The idempotency token: the run id, or a stable shortening of it.
+fn client_token(run_id: &str) -> String {
+    fit(run_id, run_id.to_string(), TOKEN_LIMIT)
+}
+
+/// What a job run's state means for Sluice.
+fn outcome(state: &str, details: Option<&str>, run_id: &str, handle: &Value) -> Outcome {
+    let said = match details {
+        Some(details) if !details.trim().is_empty() => {
+            format!("EMR Serverless job run {run_id} {state}: {}", details.trim())
+        }
+        _ => format!("EMR Serverless job run {run_id} {state}"),
+    };
+    match state {
+        "SUCCESS" => Outcome::succeeded(said),
+        "FAILED" => Outcome::failed(None, said),
+        "CANCELLING" | "CANCELLED" => Outcome::failed(Some(FailureCategory::Permanent), said),
+        // SUBMITTED, PENDING, SCHEDULED, RUNNING, QUEUED, and whatever EMR adds.
+        _ => Outcome::running(handle.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::records::JobStatus;
+    use crate::runtime::jobs::aws::testing::Parts;
+
+    #[test]
+    fn job_run_states_map_to_outcomes() {
+        let handle = json!({"applicationId": "00f", "jobRunId": "00r"});
+        for state in ["SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED"] {
+            assert_eq!(
+                outcome(state, None, "00r", &handle),
+                Outcome::running(handle.clone()),
+                "{state}"
+            );
+        }
+        assert_eq!(
+            outcome("SUCCESS", Some(""), "00r", &handle),
+            Outcome::succeeded("EMR Serverless job run 00r SUCCESS")
+        );
+        let failed = outcome("FAILED", Some("Job failed, please check complete logs"), "00r", &handle);
+        assert_eq!((failed.status, failed.category), (JobStatus::Failed, None));
+        assert_eq!(
+            failed.message.as_deref(),
+            Some("EMR Serverless job run 00r FAILED: Job failed, please check complete logs")
+        );
+        for state in ["CANCELLING", "CANCELLED"] {
+            let o = outcome(state, None, "00r", &handle);
+            assert_eq!(
+                (o.status, o.category),
+                (JobStatus::Failed, Some(FailureCategory::Permanent))
+            );
+        }
+    }
+
+    #[test]
+    fn client_tokens_are_the_run_id_within_the_limit() {
+        assert_eq!(client_token("p.d.2026-11-22.1"), "p.d.2026-11-22.1");
+        let long = format!("{}.daily.2026-11-22.1", "p".repeat(100));
+        let token = client_token(&long);
+        assert_eq!(token.len(), TOKEN_LIMIT);
+        assert_eq!(token, client_token(&long), "stable");
+        assert_ne!(token, client_token(&long.replace(".1", ".2")));
+    }
+
+    #[test]
+    fn start_input_carries_the_token_role_and_driver() {
+        let parts = Parts::new(
+            crate::core::config::JobKind::EmrServerless,
+            json!({
+                "applicationId": "00f",
+                "executionRoleArn": "arn:aws:iam::123456789012:role/emr",
+                "jobDriver": {"sparkSubmit": {"entryPoint": "s3://b/x.py"}},
+                "configurationOverrides": {"monitoringConfiguration": {}},
+                "jobTimeoutMinutes": 30
+            }),
+        );
+        let input = start_input(&parts.call()).unwrap();
+        let run_id = parts.request.run_id.clone();
+        assert_eq!(
+            input,
+            json!({
+                "clientToken": run_id,
+                "executionRoleArn": "arn:aws:iam::123456789012:role/emr",
+                "jobDriver": {"sparkSubmit": {"entryPoint": "s3://b/x.py"}},
+                "name": run_id,
+                "configurationOverrides": {"monitoringConfiguration": {}},
+                "executionTimeoutMinutes": 30
+            })
+        );
+        let parts = Parts::new(
+            crate::core::config::JobKind::EmrServerless,
+            json!({"applicationId": "00f", "executionRoleArn": "arn:aws:iam::1:role/r"}),
+        );
+        assert!(matches!(start_input(&parts.call()), Err(CallError::Permanent(m)) if m.contains("jobDriver")));
+    }
+}

@@ -1,0 +1,177 @@
+//! `glue` jobs: AWS Glue's JSON 1.1 API, `AWSGlue.StartJobRun` then `AWSGlue.GetJobRun`.
+//!
+//! Config: `jobName` (required); `arguments` (object → the run's `Arguments`, values
+//! turned into strings); `workerType`, `numberOfWorkers`; `jobTimeoutMinutes` (Glue's own
+//! `Timeout`: `timeout` stays the per-request HTTP timeout in seconds). Handle:
+//! `{"jobName", "jobRunId"}`.
+//!
+//! StartJobRun has no idempotency key: a trigger retried after its answer was lost (a
+//! timeout once the request had reached Glue) starts a second run. A job with
+//! `MaxConcurrentRuns: 1` turns that second start into `ConcurrentRunsExceededException`,
+//! which is retried like every concurrency limit ([`CallError::Infra`]) until the first run
+//! ends, so keep jobs Sluice triggers on one concurrent run, or make them idempotent.
+//!
+//! States: STARTING, RUNNING, STOPPING and WAITING are running; SUCCEEDED succeeded; FAILED
+//! and ERROR failed (TRANSIENT: the job's own retries apply); TIMEOUT timed out; STOPPED
+//! failed PERMANENT: someone stopped the run on purpose and a retry would undo that. Any
+//! state Glue adds later counts as running.
+
+use serde_json::{json, Map, Value};
+
+use super::{config_object, config_str, config_u64, handle_field, Api, Service};
+use crate::core::records::FailureCategory;
+use crate::runtime::jobs::{Call, CallError, Outcome};
+
+pub(super) static SERVICE: Service = Service {
+    name: "Glue",
+    prefix: "glue",
+    signing_name: "glue",
+    env_id: "GLUE",
+};
+const JSON: &str = "1.1";
+
+pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
+    let job_name = call.required("jobName")?;
+    let input = start_input(call, job_name)?;
+    let api = Api::new(call, &SERVICE)?;
+    let answer = api.json(JSON, "AWSGlue.StartJobRun", &input).await?;
+    let run_id = answer
+        .get("JobRunId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| api.unexpected("StartJobRun", "a JobRunId", &answer))?;
+    Ok(Outcome::running(json!({ "jobName": job_name, "jobRunId": run_id })).with("jobRunId", json!(run_id)))
+}
+
+pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+    let job_name = handle_field(handle, "jobName")?;
+    let run_id = handle_field(handle, "jobRunId")?;
+    let api = Api::new(call, &SERVICE)?;
+    let input = json!({ "JobName": job_name, "RunId": run_id, "PredecessorsIncluded": false });
+    let answer = api.json(JSON, "AWSGlue.GetJobRun", &input).await?;
+    let run = &answer["JobRun"];
+    let state = run
+        .get("JobRunState")
+        .and_then(Value::as_str)
+        .ok_or_else(|| api.unexpected("GetJobRun", "a JobRun.JobRunState", &answer))?;
+    let error = run.get("ErrorMessage").and_then(Value::as_str);
+    Ok(outcome(state, error, run_id, handle)
+        .with("state", json!(state))
+        .with("jobRunId", json!(run_id)))
+}
+
+/// StartJobRun's input from the job's config.
+fn start_input(call: &Call<'_>, job_name: &str) -> Result<Value, CallError> {
+    let mut input = Map::new();
+    input.insert("JobName".into(), json!(job_name));
+    if let Some(arguments) = config_object(call, "arguments")? {
+        let arguments: Map<String, Value> = arguments
+            .iter()
+            .map(|(name, value)| {
+                let value = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (name.clone(), Value::String(value))
+            })
+            .collect();
+        input.insert("Arguments".into(), Value::Object(arguments));
+    }
+    if let Some(worker_type) = config_str(call, "workerType")? {
+        input.insert("WorkerType".into(), json!(worker_type));
+    }
+    if let Some(workers) = config_u64(call, "numberOfWorkers")? {
+        input.insert("NumberOfWorkers".into(), json!(workers));
+    }
+    if let Some(minutes) = config_u64(call, "jobTimeoutMinutes")? {
+        input.insert("Timeout".into(), json!(minutes));
+    }
+    Ok(Value::Object(input))
+}
+
+/// What a job run's state means for Sluice.
+fn outcome(state: &str, error: Option<&str>, run_id: &str, handle: &Value) -> Outcome {
+    let said = match error {
+        Some(error) if !error.trim().is_empty() => format!("Glue job run {run_id} {state}: {}", error.trim()),
+        _ => format!("Glue job run {run_id} {state}"),
+    };
+    match state {
+        "SUCCEEDED" => Outcome::succeeded(said),
+        "FAILED" | "ERROR" => Outcome::failed(None, said),
+        "TIMEOUT" => Outcome::timed_out(said),
+        "STOPPED" => Outcome::failed(Some(FailureCategory::Permanent), said),
+        // STARTING, RUNNING, STOPPING, WAITING, and whatever Glue adds.
+        _ => Outcome::running(handle.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::JobKind;
+    use crate::core::records::JobStatus;
+    use crate::runtime::jobs::aws::testing::Parts;
+
+    #[test]
+    fn start_input_follows_the_config() {
+        let parts = Parts::new(
+            JobKind::Glue,
+            json!({
+                "jobName": "nightly",
+                "arguments": {"--day": "2026-11-22", "--rows": 3, "--full": true},
+                "workerType": "G.1X",
+                "numberOfWorkers": 4,
+                "jobTimeoutMinutes": 60,
+                "timeout": 10
+            }),
+        );
+        assert_eq!(
+            start_input(&parts.call(), "nightly").unwrap(),
+            json!({
+                "JobName": "nightly",
+                "Arguments": {"--day": "2026-11-22", "--rows": "3", "--full": "true"},
+                "WorkerType": "G.1X",
+                "NumberOfWorkers": 4,
+                "Timeout": 60
+            })
+        );
+        let parts = Parts::new(JobKind::Glue, json!({"jobName": "nightly"}));
+        assert_eq!(
+            start_input(&parts.call(), "nightly").unwrap(),
+            json!({"JobName": "nightly"})
+        );
+        for bad in [
+            json!({"jobName": "j", "arguments": ["--x"]}),
+            json!({"jobName": "j", "numberOfWorkers": "four"}),
+            json!({"jobName": "j", "workerType": 1}),
+        ] {
+            let parts = Parts::new(JobKind::Glue, bad.clone());
+            assert!(
+                matches!(start_input(&parts.call(), "j"), Err(CallError::Permanent(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn job_run_states_map_to_outcomes() {
+        let handle = json!({"jobName": "j", "jobRunId": "jr_1"});
+        for state in ["STARTING", "RUNNING", "STOPPING", "WAITING", "SOMETHING_NEW"] {
+            assert_eq!(
+                outcome(state, None, "jr_1", &handle),
+                Outcome::running(handle.clone()),
+                "{state}"
+            );
+        }
+        assert_eq!(
+            outcome("SUCCEEDED", None, "jr_1", &handle),
+            Outcome::succeeded("Glue job run jr_1 SUCCEEDED")
+        );
+        let failed = outcome("FAILED", Some("NameError: x"), "jr_1", &handle);
+        assert_eq!(failed, Outcome::failed(None, "Glue job run jr_1 FAILED: NameError: x"));
+        assert_eq!(outcome("ERROR", None, "jr_1", &handle).status, JobStatus::Failed);
+        assert_eq!(outcome("TIMEOUT", None, "jr_1", &handle).status, JobStatus::Timeout);
+        let stopped = outcome("STOPPED", None, "jr_1", &handle);
+        assert_eq!(stopped.status, JobStatus::Failed);
+        assert_eq!(stopped.category, Some(FailureCategory::Permanent));
+    }
+}
