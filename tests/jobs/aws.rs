@@ -722,3 +722,62 @@ fn targets_name_the_aws_resource() {
         "glue:eu-west-1:nightly"
     );
 }
+
+// ---- end to end: the processor on the broker, polling moto ---------------------------
+
+/// A `step-function` job through the real processor: the trigger starts an execution named
+/// after the run, status checks (timers in state, every second here) follow it, and the
+/// run completes; a failing state machine ends the run with JOB_FAILED and RETRY_EXHAUSTED.
+#[test]
+fn step_function_runs_end_to_end_through_the_processor() {
+    use sluice::core::events::EventType::*;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let passing = rt.block_on(state_machine(wait_then_pass(2)));
+    let failing = rt.block_on(state_machine(json!({"StartAt": "Boom", "States": {
+        "Boom": {"Type": "Fail", "Error": "DataMissing", "Cause": "no rows for the day"}}})));
+    let job = |machine: &str| {
+        json!({"type": "step-function", "pollInterval": "1s", "maxRetries": 0,
+               "config": {"stateMachineArn": machine, "endpointUrl": moto(), "region": REGION,
+                          "input": {"date": "${DATE}", "run": "${RUN_ID}"}}})
+    };
+    let mut w = support::World::new("sfn");
+    w.config(&support::pipeline("sfn-bad", job(&failing)));
+    w.start_with(&support::pipeline("sfn-ok", job(&passing)));
+    for id in ["sfn-ok", "sfn-bad"] {
+        w.sensor(id, "row-count", json!({"count": 5000}));
+        w.sensor(id, "upstream", json!({"status": "ready"}));
+    }
+    let events = w.wait_for("sfn-ok", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    let handle = &events[2].detail["metadata"]["handle"];
+    assert!(
+        handle["executionArn"].as_str().unwrap().contains(":execution:"),
+        "the handle names the execution: {handle}"
+    );
+    assert!(events[3].message.contains("SUCCEEDED"), "{}", events[3].message);
+    assert!(
+        events[3].message.contains(support::day()),
+        "the input was rendered: {}",
+        events[3].message
+    );
+
+    let events = w.wait_for("sfn-bad", "failure", |es| es.iter().any(|e| e.kind == RETRY_EXHAUSTED));
+    let failed = events.iter().find(|e| e.kind == JOB_FAILED).expect("JOB_FAILED");
+    let message = failed.detail["jobMessage"].as_str().unwrap();
+    assert!(
+        message.contains("DataMissing") && message.contains("no rows for the day"),
+        "{message}"
+    );
+    for e in w.events_seen() {
+        let text = serde_json::to_string(e).unwrap();
+        assert!(
+            !text.contains("sluice-test-secret") && !text.contains("sluice-test-session"),
+            "{text}"
+        );
+    }
+    w.stop();
+}
