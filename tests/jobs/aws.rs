@@ -125,7 +125,6 @@ fn unique(what: &str) -> String {
 }
 
 fn client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap()
 }
 
@@ -703,7 +702,6 @@ async fn lambda_function_error_fails_the_run() {
 #[tokio::test]
 async fn a_loopback_endpoint_needs_the_guard_to_allow_it() {
     let job = Job::new(JobKind::Glue, json!({"jobName": "x"}));
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let guarded = Client::new(Guard::default()).unwrap();
     let call = Call {
         request: &job.request,

@@ -5,7 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod airflow;
 mod aws;
 mod basics;
-mod databricks;
+mod orchestrators;

@@ -608,59 +608,16 @@ impl Scripted {
 }
 
 pub fn scripted_server() -> Scripted {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
     let answers: Script = Arc::default();
     let (seen, script) = (requests.clone(), answers.clone());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut head = String::new();
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                let end = line == "\r\n";
-                head.push_str(&line);
-                if end {
-                    break;
-                }
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() {
-                continue;
-            }
-            let path = head
-                .split_whitespace()
-                .nth(1)
-                .unwrap_or("/")
-                .split('?')
-                .next()
-                .unwrap_or("/")
-                .to_string();
-            seen.lock()
-                .unwrap()
-                .push(format!("{head}{}", String::from_utf8_lossy(&body)));
-            let (code, answer) = {
-                let mut all = script.lock().unwrap();
-                match all.get_mut(&path) {
-                    Some(queue) if queue.len() > 1 => queue.pop_front().unwrap(),
-                    Some(queue) if queue.len() == 1 => queue[0].clone(),
-                    _ => (200, "ok".to_string()),
-                }
-            };
-            let response = format!(
-                "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
-                answer.len()
-            );
-            let _ = stream.write_all(response.as_bytes());
+    let base = serve(move |request| {
+        seen.lock().unwrap().push(request.raw.clone());
+        let mut all = script.lock().unwrap();
+        match all.get_mut(&request.path) {
+            Some(queue) if queue.len() > 1 => queue.pop_front().unwrap(),
+            Some(queue) if queue.len() == 1 => queue[0].clone(),
+            _ => (200, "ok".to_string()),
         }
     });
     Scripted {
@@ -668,6 +625,90 @@ pub fn scripted_server() -> Scripted {
         requests,
         answers,
     }
+}
+
+/// One HTTP request as a loopback server received it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// Without the query string.
+    pub path: String,
+    pub query: String,
+    /// Header names lower-cased.
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: String,
+    /// Head and body as received.
+    pub raw: String,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// A real HTTP/1.1 server on loopback: `handler` answers each request (status, JSON body),
+/// one thread per connection so that a slow answer holds up no other. Returns its base URL.
+pub fn serve(handler: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let handler = Arc::new(handler);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let handler = handler.clone();
+            std::thread::spawn(move || answer_one(stream, &*handler));
+        }
+    });
+    base
+}
+
+fn answer_one(mut stream: std::net::TcpStream, handler: &dyn Fn(&Request) -> (u16, String)) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut head = String::new();
+    let mut headers = std::collections::BTreeMap::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let end = line == "\r\n";
+        head.push_str(&line);
+        if end {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+        }
+    }
+    let length = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let body = String::from_utf8_lossy(&body).to_string();
+    let mut line = head.split_whitespace();
+    let method = line.next().unwrap_or("").to_string();
+    let target = line.next().unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let request = Request {
+        method,
+        path: path.to_string(),
+        query: query.to_string(),
+        headers,
+        raw: format!("{head}{body}"),
+        body,
+    };
+    let (code, answer) = handler(&request);
+    let response = format!(
+        "HTTP/1.1 {code} Answer\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+        answer.len()
+    );
+    let _ = stream.write_all(response.as_bytes());
 }
 
 /// The execution date the tests use: today (UTC) when the test binary started, so that no

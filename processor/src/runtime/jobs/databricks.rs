@@ -1,19 +1,176 @@
-//! `databricks` jobs (being written).
+//! `databricks` jobs: Jobs API 2.1, `POST /api/2.1/jobs/run-now` then
+//! `GET /api/2.1/jobs/runs/get?run_id=N`.
+//!
+//! Config: `host` (the workspace URL), `jobId`, `token` (required; a bearer token, best as
+//! `${env:NAME}`); `jobParameters` (→ `job_parameters`) and `notebookParams`
+//! (→ `notebook_params`). Handle: `{"runId"}`.
+//!
+//! Idempotent: `idempotency_token` is the Sluice run id (its SHA-256 hex when longer than
+//! the API's 64 characters), so a trigger requested again after a crash gets the run the
+//! first request started.
+//!
+//! States: `life_cycle_state` TERMINATED (or SKIPPED, INTERNAL_ERROR) ends the run:
+//! `result_state` SUCCESS succeeded; TIMEDOUT timed out; CANCELED failed PERMANENT
+//! (cancelled on purpose); FAILED and the rest failed (the job's retries apply);
+//! INTERNAL_ERROR failed TRANSIENT. PENDING, QUEUED, RUNNING, TERMINATING, BLOCKED and
+//! WAITING_FOR_RETRY are running.
 
-use serde_json::Value;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
-use super::{Call, CallError, Outcome};
+use super::{http_error, join_url, send, tail, Call, CallError, Outcome};
+use crate::core::records::FailureCategory;
+
+/// The longest idempotency token the Jobs API takes.
+const TOKEN_LIMIT: usize = 64;
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    Err(CallError::Permanent(format!(
-        "{} jobs are not written yet",
-        call.request.kind.name()
-    )))
+    let job_id = job_id(call)?;
+    let mut body = json!({ "job_id": job_id, "idempotency_token": idempotency_token(call.run_id()) });
+    if let Some(p) = call.config.get("jobParameters") {
+        body["job_parameters"] = p.clone();
+    }
+    if let Some(p) = call.config.get("notebookParams") {
+        body["notebook_params"] = p.clone();
+    }
+    let url = join_url(call.required("host")?, "api/2.1/jobs/run-now");
+    let request = call
+        .request(Method::POST, &url)?
+        .bearer_auth(call.required("token")?)
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    let answer = answer(send(request).await?)?;
+    let run_id = answer.get("run_id").and_then(Value::as_u64).ok_or_else(|| {
+        CallError::Infra(format!(
+            "Databricks answered run-now without a run_id: {}",
+            tail(&answer.to_string())
+        ))
+    })?;
+    Ok(Outcome::running(json!({ "runId": run_id })).with(
+        "numberInJob",
+        answer.get("number_in_job").cloned().unwrap_or(Value::Null),
+    ))
 }
 
-pub async fn status(call: &Call<'_>, _handle: &Value) -> Result<Outcome, CallError> {
-    Err(CallError::Permanent(format!(
-        "{} jobs are not written yet",
-        call.request.kind.name()
-    )))
+pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+    let run_id = handle
+        .get("runId")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| CallError::Permanent(format!("the run's handle has no Databricks runId: {handle}")))?;
+    let url = join_url(
+        call.required("host")?,
+        &format!("api/2.1/jobs/runs/get?run_id={run_id}"),
+    );
+    let request = call.request(Method::GET, &url)?.bearer_auth(call.required("token")?);
+    let run = answer(send(request).await?)?;
+    let state = &run["state"];
+    let life = state["life_cycle_state"].as_str().unwrap_or("UNKNOWN");
+    let result = state["result_state"].as_str();
+    let mut said = format!("Databricks run {run_id} is {life}");
+    if let Some(r) = result {
+        said.push_str(&format!(" ({r})"));
+    }
+    if let Some(m) = state["state_message"].as_str().filter(|m| !m.is_empty()) {
+        said.push_str(": ");
+        said.push_str(m);
+    }
+    let outcome = match (life, result) {
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("SUCCESS")) => Outcome::succeeded(said),
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("TIMEDOUT")) => Outcome::timed_out(said),
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("CANCELED" | "CANCELLED")) => {
+            Outcome::failed(Some(FailureCategory::Permanent), said)
+        }
+        ("INTERNAL_ERROR", _) => Outcome::failed(Some(FailureCategory::Transient), said),
+        ("TERMINATED" | "SKIPPED", _) => Outcome::failed(None, said),
+        _ => Outcome::running(handle.clone()),
+    };
+    let mut outcome = outcome.with("lifeCycleState", json!(life));
+    if let Some(r) = result {
+        outcome = outcome.with("resultState", json!(r));
+    }
+    if let Some(page) = run.get("run_page_url") {
+        outcome = outcome.with("runPageUrl", page.clone());
+    }
+    Ok(outcome)
+}
+
+fn job_id(call: &Call<'_>) -> Result<u64, CallError> {
+    match call.config.get("jobId") {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| CallError::Permanent("job.config.jobId must be a Databricks job id (a number)".into()))
+}
+
+/// The run id, or its SHA-256 hex (exactly 64 characters) when longer than the API takes.
+fn idempotency_token(run_id: &str) -> String {
+    if run_id.len() <= TOKEN_LIMIT {
+        return run_id.to_string();
+    }
+    Sha256::digest(run_id.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A 2xx answer as JSON; other answers quote Databricks' `error_code` and `message`.
+fn answer((status, body): (StatusCode, String)) -> Result<Value, CallError> {
+    if !status.is_success() {
+        let parsed = serde_json::from_str::<Value>(&body).ok();
+        let quoted = match parsed
+            .as_ref()
+            .map(|v| (v["error_code"].as_str(), v["message"].as_str()))
+        {
+            Some((Some(code), Some(message))) => format!("{code}: {message}"),
+            Some((Some(code), None)) => code.to_string(),
+            _ => body,
+        };
+        return Err(http_error("Databricks", status, &quoted));
+    }
+    serde_json::from_str(&body).map_err(|e| {
+        CallError::Infra(format!(
+            "Databricks answered {status} with a body that is not JSON: {e}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_run_ids_become_a_64_character_token() {
+        assert_eq!(
+            idempotency_token("gold.stream.2026-11-22.1"),
+            "gold.stream.2026-11-22.1"
+        );
+        let long = format!("{}.stream.2026-11-22T05.1", "p".repeat(80));
+        let token = idempotency_token(&long);
+        assert_eq!(token.len(), 64);
+        assert_eq!(token, idempotency_token(&long), "stable");
+        assert_ne!(token, idempotency_token(&long.replace(".1", ".2")));
+    }
+
+    #[test]
+    fn errors_quote_the_error_code_and_message() {
+        let e = answer((
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"error_code":"REQUEST_LIMIT_EXCEEDED","message":"Too many requests"}"#.into(),
+        ));
+        assert_eq!(
+            e.unwrap_err(),
+            CallError::Infra(
+                "Databricks answered 429 Too Many Requests: REQUEST_LIMIT_EXCEEDED: Too many requests".into()
+            )
+        );
+        let e = answer((
+            StatusCode::BAD_REQUEST,
+            r#"{"error_code":"INVALID_PARAMETER_VALUE","message":"Job 7 does not exist."}"#.into(),
+        ));
+        assert!(
+            matches!(e, Err(CallError::Permanent(m)) if m.contains("INVALID_PARAMETER_VALUE: Job 7 does not exist."))
+        );
+    }
 }

@@ -111,6 +111,8 @@ pub struct Client {
 
 impl Client {
     pub fn new(guard: Guard) -> anyhow::Result<Self> {
+        // TLS through ring (the build has no other provider); a no-op once installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let guard = Arc::new(guard);
         let redirects = guard.clone();
         let http = reqwest::Client::builder()

@@ -643,7 +643,6 @@ pub(crate) mod testing {
     impl Parts {
         /// Run `pipe-1.daily.2026-11-22.1` of a `kind` job with `config`.
         pub fn new(kind: JobKind, config: Value) -> Self {
-            let _ = rustls::crypto::ring::default_provider().install_default();
             Parts {
                 request: TriggerRequest::new("pipe-1", "daily", "2026-11-22", 1, kind, config.clone()),
                 config: config.as_object().cloned().unwrap_or_default(),

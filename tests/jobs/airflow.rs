@@ -1,1 +1,0 @@
-//! `airflow` job tests (being written).

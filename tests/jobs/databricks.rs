@@ -1,1 +1,0 @@
-//! `databricks` job tests (being written).
