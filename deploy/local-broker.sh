@@ -10,6 +10,9 @@
 #   SLUICE_BROKER_STORAGE  memory (default, fast) or sqlite (survives a broker restart)
 set -euo pipefail
 
+# shellcheck source=deploy/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/service.sh"
+
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${SLUICE_BROKER_DIR:-.sluice/broker}"
 port="${SLUICE_BROKER_PORT:-9092}"
@@ -18,20 +21,7 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 pidfile="$dir/tansu.pid"
 
-stop() {
-  if [[ -f "$pidfile" ]]; then
-    pid="$(cat "$pidfile")"
-    if kill "$pid" 2>/dev/null; then
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-  fi
-}
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+stop() { stop_service; }
 
 start() {
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -54,21 +44,8 @@ start() {
   echo $! >"$pidfile"
   echo "127.0.0.1:$port" >"$dir/address"
   # Wait until the broker accepts connections, with a deadline.
-  for _ in $(seq 1 150); do
-    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-      echo "tansu exited; its log ($dir/tansu.log) ends with:" >&2
-      tail -20 "$dir/tansu.log" >&2
-      exit 1
-    fi
-    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null; then
-      echo "127.0.0.1:$port"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "tansu did not accept connections on port $port within 15s (log: $dir/tansu.log)" >&2
-  stop
-  exit 1
+  await_ready tansu "$dir/tansu.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" || exit 1
+  echo "127.0.0.1:$port"
 }
 
 case "${1:-}" in

@@ -17,6 +17,9 @@
 #                      outlives a test run)
 set -euo pipefail
 
+# shellcheck source=deploy/service.sh
+source "$(dirname "${BASH_SOURCE[0]}")/service.sh"
+
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 MOTO_VERSION="5.2.5"
@@ -28,16 +31,7 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 pidfile="$dir/moto.pid"
 
-stop() {
-  if [[ -f "$pidfile" ]]; then
-    pid="$(cat "$pidfile")"
-    if kill "$pid" 2>/dev/null; then
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$pidfile"
-  fi
-}
+stop() { stop_service; }
 
 # A system python3 with a working venv module; Debian splits it into python3-venv.
 python() {
@@ -70,10 +64,6 @@ install() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 start() {
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     cat "$dir/address"
@@ -94,21 +84,8 @@ start() {
       watchdog "$SLUICE_MOTO_PARENT" "$dir" "$here/moto.sh" </dev/null >/dev/null 2>&1 &
   fi
   # Wait until it answers, with a deadline (its first start imports a lot).
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-      echo "moto_server exited; its log ($dir/moto.log) ends with:" >&2
-      tail -20 "$dir/moto.log" >&2
-      exit 1
-    fi
-    if python3 -c "import urllib.request; urllib.request.urlopen('$url/moto-api/', timeout=0.5)" 2>/dev/null; then
-      echo "$url"
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "moto_server did not answer on port $port within 30s (log: $dir/moto.log)" >&2
-  stop
-  exit 1
+  await_ready moto_server "$dir/moto.log" 30 python3 -c "import urllib.request; urllib.request.urlopen('$url/moto-api/', timeout=0.5)" || exit 1
+  echo "$url"
 }
 
 case "${1:-}" in

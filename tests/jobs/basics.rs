@@ -227,3 +227,54 @@ fn kafka_jobs_publish_a_request_and_the_runner_reports_back() {
     assert_eq!(triggered.detail["metadata"]["topic"], requests);
     w.stop();
 }
+
+#[test]
+fn a_status_check_that_keeps_failing_and_a_request_that_times_out_end_with_infra_failure() {
+    let server = scripted_server();
+    server.script("/status", &[(503, r#"{"error": "status service down"}"#)]);
+    // An endpoint that answers after 3 s, past the job's 1 s request timeout.
+    let slow = crate::support::serve(|_| {
+        std::thread::sleep(Duration::from_secs(3));
+        (200, "{}".into())
+    });
+    let mut w = World::new("http-infra");
+    let polled = quick(json!({"type": "http", "maxRetries": 3, "config": {
+        "url": format!("{}/start", server.base), "statusUrl": format!("{}/status", server.base)}}));
+    let mut late =
+        quick(json!({"type": "http", "maxRetries": 3, "config": {"url": format!("{slow}/start"), "timeout": 1}}));
+    late["triggerRetry"]["maxAttempts"] = json!(1);
+    w.config(&pipeline("late", late));
+    w.start_with(&pipeline("polled", polled));
+    go(&w, "polled");
+    go(&w, "late");
+    let events = w.wait_for("polled", "infra failure", |es| {
+        es.iter().any(|e| e.kind == INFRA_FAILURE)
+    });
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, INFRA_FAILURE]
+    );
+    let failure = last(&events, INFRA_FAILURE);
+    assert!(
+        failure.message.contains("status check failed 3 time(s)"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(
+        server.requests_to("GET /status").len(),
+        3,
+        "the first check and two retries"
+    );
+    assert_eq!(server.requests_to("POST /start").len(), 1, "no job retry for an outage");
+
+    let events = w.wait_for("late", "infra failure", |es| es.iter().any(|e| e.kind == INFRA_FAILURE));
+    let failure = last(&events, INFRA_FAILURE);
+    assert!(
+        failure.message.contains("trigger failed 2 time(s)"),
+        "{}",
+        failure.message
+    );
+    assert!(failure.message.contains("timed out"), "{}", failure.message);
+    w.stop();
+}

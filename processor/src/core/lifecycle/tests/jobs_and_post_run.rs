@@ -1295,6 +1295,11 @@ fn report_with(
     sim.input("gold", Input::JobReported(record))
 }
 
+/// `gold`'s first run reports running with Databricks run 42 as its handle.
+fn still_running(sim: &mut Sim) {
+    report_with(sim, RUN1, JobStatus::Running, None, json!({"handle": {"runId": 42}}));
+}
+
 fn status_checks(sim: &Sim) -> Vec<(String, Value)> {
     sim.effects
         .iter()
@@ -1319,13 +1324,7 @@ fn status_checks_follow_the_handle_at_the_poll_interval() {
     sim.config(gold(json!({"job": {"type": "databricks", "pollInterval": "1m",
         "config": {"host": "https://dbc.example", "jobId": 7, "token": "${env:DATABRICKS_TOKEN}"}}})));
     start(&mut sim);
-    report_with(
-        &mut sim,
-        RUN1,
-        JobStatus::Running,
-        None,
-        json!({"handle": {"runId": 42}}),
-    );
+    still_running(&mut sim);
     assert_eq!(gold_run(&sim).job_handle, Some(json!({"runId": 42})));
     assert_eq!(
         sim.due("gold", &check_timer(RUN1)),
@@ -1341,13 +1340,7 @@ fn status_checks_follow_the_handle_at_the_poll_interval() {
         Some(sim.now + TimeDelta::minutes(1))
     );
     let before = sim.events.len();
-    report_with(
-        &mut sim,
-        RUN1,
-        JobStatus::Running,
-        None,
-        json!({"handle": {"runId": 42}}),
-    );
+    still_running(&mut sim);
     assert_eq!(sim.events.len(), before, "a running status says nothing new");
     sim.advance(TimeDelta::minutes(1));
     assert_eq!(status_checks(&sim).len(), 2);
