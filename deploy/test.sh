@@ -9,6 +9,10 @@ deploy/install-deps.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
+# The build directory is shared by every checkout on this machine, and cargo names a
+# workspace member's artifacts without its path: another checkout's build of this crate can
+# look fresh here. Drop this crate's artifacts (its dependencies stay cached).
+cargo clean -p sluice --quiet
 cargo clippy --workspace --all-targets --locked -- -D warnings
 deploy/install-tansu.sh >/dev/null
 
