@@ -253,10 +253,25 @@ impl World {
         }
     }
 
+    /// The log's last 40 lines, after its last 30 lines about partitions, restores,
+    /// signals, warnings and errors (what explains a stall that the tail alone does not).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        let notable: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| {
+                ["partition", "restored", "subscribed", "SIGTERM", " WARN ", " ERROR "]
+                    .iter()
+                    .any(|n| l.contains(n))
+            })
+            .collect();
+        format!(
+            "notable lines:\n{}\n\nlast lines:\n{}",
+            notable[notable.len().saturating_sub(30)..].join("\n"),
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        )
     }
 
     pub fn produce(&self, topic: &str, key: Option<&str>, value: Option<&[u8]>) {
