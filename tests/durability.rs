@@ -9,8 +9,6 @@ mod support;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
@@ -18,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
-use support::{day, http_target, pipeline, wait_until, HttpTarget, World};
+use support::{day, free_port, http_get, http_target, pipeline, wait_until, HttpTarget, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
 /// records, plus 200 configs and the 400 job reports the processor's executor writes.
@@ -470,30 +468,6 @@ impl Drop for OwnBroker {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// GET over plain HTTP/1.1: status code and body.
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    Some((status, body))
 }
 
 fn wait_health(addr: &str, want: u16, w: &World) {

@@ -17,8 +17,10 @@ use crate::core::records::{
     parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
 };
 use crate::core::template;
+use crate::runtime::api::{self, Api};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
+use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
 use crate::runtime::{events_tail, kafka};
@@ -146,9 +148,15 @@ struct RunArgs {
     /// exactly-once. Default: the host name, and dynamic membership.
     #[arg(long, env = "SLUICE_INSTANCE")]
     instance: Option<String>,
-    /// Serve /healthz, /readyz and /metrics on this address (e.g. 127.0.0.1:9464).
+    /// Serve /healthz, /readyz, /metrics and the pipeline API (/api/pipelines) on this
+    /// address (e.g. 127.0.0.1:9464).
     #[arg(long, env = "SLUICE_HTTP", value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// How other instances reach this one's HTTP API, to forward requests for the pipelines
+    /// it owns (e.g. http://sluice-0.sluice:9464). Default: http://ADDR of --http, with the
+    /// host name in place of an unspecified address.
+    #[arg(long, env = "SLUICE_ADVERTISE_URL", value_name = "URL")]
+    advertise_url: Option<String>,
 }
 
 fn default_instance() -> String {
@@ -159,8 +167,21 @@ fn default_instance() -> String {
         .unwrap_or_else(|| "sluice".into())
 }
 
-/// `sluice run`: the processor, and the operational endpoints beside it when asked for.
-async fn run(settings: Settings, http: Option<std::net::SocketAddr>) -> Result<ExitCode> {
+/// The URL peers use for this instance's API: `--advertise-url`, else derived from `--http`.
+fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
+    flag.unwrap_or_else(|| {
+        let host = match http.ip() {
+            ip if ip.is_unspecified() => default_instance(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        format!("http://{host}:{}", http.port())
+    })
+}
+
+/// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
+/// for.
+async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: Option<String>) -> Result<ExitCode> {
     let telemetry = Telemetry::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -170,19 +191,45 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>) -> Result<E
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let (brokers, directory_topic, group, instance) = (
+        settings.brokers.clone(),
+        settings.topics.instances.clone(),
+        settings.group.clone(),
+        settings.instance.clone(),
+    );
+    let processor = Processor::start(settings, telemetry.clone())?;
     if let Some(addr) = http {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding --http {addr}"))?;
-        tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
-        let (telemetry, stopped) = (telemetry.clone(), stopped.clone());
+        let url = advertise_url(advertise, addr);
+        tracing::info!(%addr, %url, "serving /healthz, /readyz, /metrics and /api/pipelines");
+        let directory = Directory::new(&instance, &group);
+        let me = Member {
+            instance: instance.clone(),
+            group,
+            url,
+            partitions: Vec::new(),
+            at: chrono::Utc::now(),
+        };
+        tokio::spawn(instances::run(
+            brokers,
+            directory_topic,
+            me,
+            directory.clone(),
+            processor.owned_partitions(),
+            stopped.clone(),
+        ));
+        let app =
+            http_server::router(telemetry).merge(api::routes(Api::new(processor.queries(), directory, &instance)?));
+        let stopped = stopped.clone();
         tokio::spawn(async move {
-            if let Err(e) = http_server::serve(listener, telemetry, wait(stopped)).await {
+            if let Err(e) = http_server::serve(listener, app, wait(stopped)).await {
                 tracing::error!("HTTP server failed: {e:#}");
             }
         });
     }
-    Processor::start(settings, telemetry)?.run(wait(stopped)).await?;
+    processor.run(wait(stopped)).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -344,7 +391,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                     retention: chrono::TimeDelta::from_std(args.retention).context("--retention is too large")?,
                 },
             };
-            run(settings, args.http).await
+            run(settings, args.http, args.advertise_url).await
         }
         Command::Topics {
             command: TopicsCommand::Apply { dir },

@@ -770,3 +770,28 @@ pub fn wait_until(what: &str, within: Duration, context: impl Fn() -> String, mu
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET over plain HTTP/1.1: status code and body.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Some((status, body))
+}

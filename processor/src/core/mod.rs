@@ -12,6 +12,7 @@ pub mod partitioning;
 pub mod records;
 pub mod rules;
 pub mod schedule;
+pub mod status;
 pub mod template;
 pub mod timers;
 

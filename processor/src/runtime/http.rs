@@ -243,8 +243,8 @@ fn topic_label(topic: &str) -> TopicLabel {
     }
 }
 
-/// The routes, separate from [`serve`] so the server's shape is visible in one place.
-fn router(telemetry: Arc<Telemetry>) -> Router {
+/// The operational routes; `sluice run` adds the pipeline API ([`super::api::routes`]).
+pub fn router(telemetry: Arc<Telemetry>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -252,15 +252,15 @@ fn router(telemetry: Arc<Telemetry>) -> Router {
         .with_state(telemetry)
 }
 
-/// Serves the operational endpoints on `listener` until `shutdown` completes, then finishes
-/// the requests in flight and returns. The caller binds the listener, so a bad address fails
-/// at startup and tests can bind port 0.
+/// Serves `app` on `listener` until `shutdown` completes, then finishes the requests in flight
+/// and returns. The caller binds the listener, so a bad address fails at startup and tests can
+/// bind port 0.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    telemetry: Arc<Telemetry>,
+    app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, router(telemetry))
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .context("serving the operational endpoints")
@@ -315,7 +315,7 @@ mod tests {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let telemetry = Telemetry::new();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, telemetry.clone(), async {
+        let task = tokio::spawn(serve(listener, router(telemetry.clone()), async {
             let _ = stopped.await;
         }));
         // No proxy: an http_proxy in the environment must not intercept loopback requests.

@@ -2,10 +2,12 @@
 //! hands them to the decider, and carries out its decisions (state, events, timers,
 //! effects). No business rule lives here.
 
+pub mod api;
 pub mod changelog;
 pub mod effects;
 pub mod events_tail;
 pub mod http;
+pub mod instances;
 pub mod jobs;
 pub mod kafka;
 pub mod processor;

@@ -13,7 +13,7 @@
 //! state, a fenced producer, a broker without the transactions asked for) end `run` with an
 //! error after the clients are closed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,9 +28,11 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
+use super::api::{self, Answer, Query};
 use super::changelog;
 use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
@@ -38,10 +40,12 @@ use super::kafka;
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 use super::timers::TimerIndex;
 use super::topics::{InputTopic, Topics};
+use crate::core::events::Event;
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
 use crate::core::records;
+use crate::core::status;
 use crate::core::timers::TimerOp;
 use crate::core::PipelineState;
 
@@ -162,7 +166,18 @@ pub struct Processor {
     /// Journaled triggers of newly opened partitions, requested again once
     /// [`RESUME_GRACE`] has passed without a report on their run.
     resumes: Vec<(tokio::time::Instant, i32, Effect)>,
+    /// API questions, answered between batches (see [`api`]).
+    queries: mpsc::Receiver<Query>,
+    query_sender: mpsc::Sender<Query>,
+    /// The owned partitions, for the instance directory.
+    owned: watch::Sender<Vec<i32>>,
+    /// The last [`RECENT_EVENTS`] events of each pipeline since this instance took it over,
+    /// for the API (not durable: the events topic is the record).
+    recent: HashMap<String, VecDeque<Event>>,
 }
+
+/// Events kept per pipeline for the API.
+const RECENT_EVENTS: usize = 10;
 
 /// How long a journaled trigger found at partition open waits before it is requested again:
 /// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
@@ -176,6 +191,7 @@ impl Processor {
     /// Connects, checks the topics and subscribes.
     pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
+        let (query_sender, queries) = mpsc::channel(64);
         let mut config = kafka::base_config(&settings.brokers);
         if let Some(id) = &settings.static_member {
             config.set("group.instance.id", id);
@@ -245,7 +261,21 @@ impl Processor {
             partitions: partitions as i32,
             stale_effects: BTreeMap::new(),
             resumes: Vec::new(),
+            queries,
+            query_sender,
+            owned: watch::channel(Vec::new()).0,
+            recent: HashMap::new(),
         })
+    }
+
+    /// Where the API asks its questions.
+    pub fn queries(&self) -> mpsc::Sender<Query> {
+        self.query_sender.clone()
+    }
+
+    /// The owned partitions, as they change.
+    pub fn owned_partitions(&self) -> watch::Receiver<Vec<i32>> {
+        self.owned.subscribe()
     }
 
     /// Runs until `shutdown` resolves or a fatal error, then closes cleanly either way.
@@ -286,6 +316,7 @@ impl Processor {
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
+                Some(query) = self.queries.recv() => self.answer(query)?,
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
                         self.telemetry.set_broker_ok(true);
@@ -368,6 +399,8 @@ impl Processor {
                         self.timers.drop_partition(p);
                         self.stale_effects.remove(&p);
                         self.resumes.retain(|(_, q, _)| *q != p);
+                        let partitions = self.partitions;
+                        self.recent.retain(|id, _| api::partition_of(id, partitions) != p);
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
@@ -375,6 +408,46 @@ impl Processor {
         }
         self.telemetry.partitions_owned(self.stores.len() as i64);
         self.telemetry.timers_pending(self.timers.len() as i64);
+        self.owned.send_replace(self.stores.keys().copied().collect());
+        Ok(())
+    }
+
+    /// Answers an API question from the stores (between batches, so never half a batch).
+    fn answer(&mut self, query: Query) -> Result<()> {
+        match query {
+            Query::List { reply } => {
+                let mut summaries = Vec::new();
+                for store in self.stores.values() {
+                    for id in store.pipelines()? {
+                        if let Some(state) = store.pipeline(&id)? {
+                            summaries.push(status::summarize(&id, &state));
+                        }
+                    }
+                }
+                let _ = reply.send(summaries);
+            }
+            Query::Pipeline { id, reply } => {
+                let partition = api::partition_of(&id, self.partitions);
+                let answer = match self.stores.get(&partition) {
+                    None => Answer::NotOwned { partition },
+                    Some(store) => match store.pipeline(&id)? {
+                        None => Answer::Missing,
+                        Some(state) => Answer::Found(serde_json::json!({
+                            "pipelineId": id,
+                            "partition": partition,
+                            "servedBy": self.settings.instance,
+                            "summary": status::summarize(&id, &state),
+                            "config": state.config.as_deref().map(|c| c.raw()),
+                            "sensors": status::sensors(&state),
+                            "executions": state.executions.values().collect::<Vec<_>>(),
+                            "timers": status::timers(&state),
+                            "recentEvents": self.recent.get(&id).map(|r| r.iter().collect::<Vec<_>>()).unwrap_or_default(),
+                        })),
+                    },
+                };
+                let _ = reply.send(answer);
+            }
+        }
         Ok(())
     }
 
@@ -570,6 +643,11 @@ impl Processor {
                 "{}",
                 event.message
             );
+            let recent = self.recent.entry(pipeline.to_string()).or_default();
+            if recent.len() == RECENT_EVENTS {
+                recent.pop_front();
+            }
+            recent.push_back(event.clone());
             pending.outputs.push(Output {
                 topic: self.settings.topics.events.clone(),
                 partition: None,

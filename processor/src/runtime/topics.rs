@@ -19,6 +19,8 @@ pub struct Topics {
     pub dlq: String,
     /// Every state write, for restore (compacted; partitioned like the inputs).
     pub changelog: String,
+    /// Running instances: their partitions and API address (compacted, one partition).
+    pub instances: String,
 }
 
 /// Which input topic a record came from.
@@ -55,6 +57,7 @@ impl Topics {
             events: name("events"),
             dlq: name("dlq"),
             changelog: name("changelog"),
+            instances: name("instances"),
         }
     }
 

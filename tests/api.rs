@@ -1,0 +1,124 @@
+//! The HTTP API of two real processors sharing a group: each lists every pipeline, and
+//! answers for a pipeline the other owns by forwarding to it.
+
+use std::collections::BTreeSet;
+use std::process::Child;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sluice::core::events::EventType;
+
+use crate::support::{command_job, free_port, http_get, pipeline, wait_until, World};
+
+/// Kills the instances a test started, however it ends.
+struct Instances(Vec<Child>);
+
+impl Drop for Instances {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn get_json(addr: &str, path: &str) -> Option<(u16, Value)> {
+    let (status, body) = http_get(addr, path)?;
+    Some((status, serde_json::from_str(&body).ok()?))
+}
+
+#[test]
+fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
+    let mut w = World::new("api");
+    let ids: Vec<String> = (0..8).map(|i| format!("api{i}")).collect();
+    for id in &ids {
+        w.config(&pipeline(id, command_job("true", 0)));
+    }
+    w.sensor(&ids[0], "row-count", json!({"count": 42}));
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let _instances = Instances(vec![
+        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a"]),
+        w.spawn(dirs[1].path(), &["--http", &b, "--instance", "b"]),
+    ]);
+    for id in &ids {
+        w.wait_for(id, "CONFIG_ACCEPTED", |es| {
+            es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+        });
+    }
+
+    // Both ready, and each one's list holds every pipeline, gathered from both instances.
+    let listed = |addr: &str| -> Option<(BTreeSet<String>, usize)> {
+        let (status, page) = get_json(addr, "/api/pipelines")?;
+        if status != 200 || page["complete"] != true {
+            return None;
+        }
+        let names = page["pipelines"]
+            .as_array()?
+            .iter()
+            .map(|p| p["pipelineId"].as_str().unwrap().to_string());
+        Some((names.collect(), page["instances"].as_array()?.len()))
+    };
+    let all: BTreeSet<String> = ids.iter().cloned().collect();
+    wait_until(
+        "both instances to list every pipeline from both",
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || [&a, &b].iter().all(|addr| listed(addr) == Some((all.clone(), 2))),
+    );
+    for addr in [&a, &b] {
+        assert_eq!(http_get(addr, "/readyz").map(|(s, _)| s), Some(200));
+    }
+
+    // Every pipeline's detail from either instance; the owner serves it, so asking one
+    // instance for all of them reaches both.
+    let served_by = |addr: &str| -> Option<BTreeSet<String>> {
+        let mut by = BTreeSet::new();
+        for id in &ids {
+            let (status, view) = get_json(addr, &format!("/api/pipelines/{id}"))?;
+            if status != 200 || view["pipelineId"] != id.as_str() {
+                return None;
+            }
+            by.insert(view["servedBy"].as_str()?.to_string());
+        }
+        Some(by)
+    };
+    let both: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+    wait_until(
+        "each instance to answer for every pipeline, through its owner",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || served_by(&a) == Some(both.clone()) && served_by(&b) == Some(both.clone()),
+    );
+
+    // The detail is the pipeline's state: its config, the sensor sent, and its events.
+    let (_, view) = get_json(&a, &format!("/api/pipelines/{}", ids[0])).unwrap();
+    assert_eq!(view["config"]["pipeline"]["owner"], "tests", "{view}");
+    let sensor = &view["sensors"][0];
+    assert_eq!(
+        (&sensor["key"], &sensor["data"]["count"]),
+        (&json!("row-count"), &json!(42)),
+        "{view}"
+    );
+    assert!(
+        view["recentEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "CONFIG_ACCEPTED"),
+        "{view}"
+    );
+    assert_eq!(view["summary"]["owner"], "tests", "{view}");
+
+    // Filters, and a pipeline no one knows.
+    let (_, page) = get_json(&b, "/api/pipelines?q=api3").unwrap();
+    assert_eq!(page["pipelines"].as_array().unwrap().len(), 1, "{page}");
+    let (_, page) = get_json(&b, "/api/pipelines?owner=nobody").unwrap();
+    assert_eq!(page["pipelines"].as_array().unwrap().len(), 0, "{page}");
+    let (status, body) = get_json(&a, "/api/pipelines/never-configured").unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("never-configured"), "{body}");
+}
