@@ -152,13 +152,12 @@ pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     }
 }
 
-/// `{"slaBreach":{...}}` or `"cronTick"` → `slaBreach` / `cronTick`.
+/// A timer's kind as its tagged form names it (`{"kind":"slaBreach",…}` → `slaBreach`).
 fn timer_kind_name(encoded: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(encoded) {
-        Ok(serde_json::Value::String(name)) => name,
-        Ok(serde_json::Value::Object(map)) => map.keys().next().cloned().unwrap_or_default(),
-        _ => encoded.to_string(),
-    }
+    serde_json::from_str::<serde_json::Value>(encoded)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(str::to_string))
+        .unwrap_or_else(|| encoded.to_string())
 }
 
 #[cfg(test)]
