@@ -3,6 +3,7 @@
 
 mod api;
 mod bad_input;
+mod cli;
 mod support;
 
 use std::process::Stdio;

@@ -315,8 +315,16 @@ impl World {
 
     /// Produces to an explicit partition, whatever the key hashes to.
     pub fn produce_to_partition(&self, topic: &str, partition: i32, key: &str, value: &[u8]) {
+        self.produce_to_partition_at(topic, partition, key, value, None);
+    }
+
+    /// [`Self::produce_to_partition`] with the record's timestamp (ms since the epoch).
+    pub fn produce_to_partition_at(&self, topic: &str, partition: i32, key: &str, value: &[u8], at: Option<i64>) {
         let topic = self.topic(topic);
-        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic).partition(partition).key(key).payload(value);
+        let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic).partition(partition).key(key).payload(value);
+        if let Some(at) = at {
+            record = record.timestamp(at);
+        }
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
         self.producer.flush(Duration::from_secs(10)).unwrap();
     }

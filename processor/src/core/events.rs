@@ -19,6 +19,11 @@ macro_rules! event_types {
                 match self { $(EventType::$name => stringify!($name)),* }
             }
 
+            /// The type named `name`, in any letter case.
+            pub fn parse(name: &str) -> Option<EventType> {
+                EventType::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(name))
+            }
+
             pub fn category(self) -> Category {
                 match self { $(EventType::$name => Category::$category),* }
             }

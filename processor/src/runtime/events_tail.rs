@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -12,13 +13,22 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::kafka;
 use super::topics::Topics;
-use crate::core::events::Event;
+use crate::core::duration::parse_duration;
+use crate::core::events::{Event, EventType};
 
 #[derive(Args)]
 pub struct TailArgs {
-    /// Where to start reading.
-    #[arg(long, value_enum, default_value_t = Start::Beginning)]
+    /// Where to start reading: the oldest retained event, or only events to come.
+    #[arg(long, value_enum, default_value_t = Start::Beginning, conflicts_with_all = ["from_time", "from_offset"])]
     from: Start,
+    /// Start at the first event at or after this time: RFC 3339 (2026-11-21T08:00:00Z), a
+    /// date (2026-11-21, midnight UTC), or a duration ago (90m, 6h, 2d).
+    #[arg(long, value_name = "TIME", value_parser = parse_time, conflicts_with = "from_offset")]
+    from_time: Option<DateTime<Utc>>,
+    /// Start partition P at offset O (repeatable, e.g. --from-offset 0:1200 --from-offset
+    /// 2:950); partitions not named start at the beginning.
+    #[arg(long, value_name = "P:O", value_parser = parse_partition_offset)]
+    from_offset: Vec<(i32, i64)>,
     /// Keep waiting for new events (until Ctrl-C).
     #[arg(long)]
     follow: bool,
@@ -39,8 +49,9 @@ enum Start {
     End,
 }
 
+/// `json` (one record per line) or a readable `table`.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-enum Output {
+pub enum Output {
     Json,
     Table,
 }
@@ -54,16 +65,34 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
     let topic = topics.events.as_str();
     let counts = kafka::partition_counts(consumer.client(), &[topic])?;
     let partitions = counts[0].1 as i32;
+    if let Some((p, _)) = args.from_offset.iter().find(|(p, _)| *p < 0 || *p >= partitions) {
+        bail!(
+            "--from-offset names partition {p}, but {topic} has partitions 0 to {}",
+            partitions - 1
+        );
+    }
+    if let Some(kind) = args.types.iter().find(|t| EventType::parse(t).is_none()) {
+        let known: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+        bail!("unknown event type {kind:?}; known types: {}", known.join(", "));
+    }
+    let at_time = match args.from_time {
+        Some(time) => Some(offsets_at(&consumer, topic, partitions, time)?),
+        None => None,
+    };
     let mut list = TopicPartitionList::new();
     let mut ends = Vec::new();
     for p in 0..partitions {
         let (low, high) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
-        let start = match args.from {
-            Start::Beginning => Offset::Offset(low),
-            Start::End => Offset::Offset(high),
+        let named = args.from_offset.iter().find(|(q, _)| *q == p).map(|(_, o)| *o);
+        let start = match (named, &at_time, args.from) {
+            // An offset below the retained range starts at the oldest retained one.
+            (Some(offset), _, _) => offset.clamp(low, high),
+            (None, Some(at_time), _) => at_time[p as usize].unwrap_or(high),
+            (None, None, Start::Beginning) => low,
+            (None, None, Start::End) => high,
         };
-        list.add_partition_offset(topic, p, start)?;
-        ends.push((p, high, matches!(args.from, Start::End) || high <= low));
+        list.add_partition_offset(topic, p, Offset::Offset(start))?;
+        ends.push((p, high, start >= high));
     }
     consumer.assign(&list)?;
     let stop = tokio::signal::ctrl_c();
@@ -84,6 +113,13 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
                 end.2 = true;
             }
         }
+        // The broker's offset for a time can be coarse (tansu answers by batch append time),
+        // so records stamped before the asked-for time are skipped here as well.
+        if let (Some(from), Some(stamp)) = (args.from_time, message.timestamp().to_millis()) {
+            if stamp < from.timestamp_millis() {
+                continue;
+            }
+        }
         let Some(payload) = message.payload() else { continue };
         let Ok(event) = serde_json::from_slice::<Event>(payload) else {
             eprintln!(
@@ -96,7 +132,7 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
         if args.pipeline.as_ref().is_some_and(|p| *p != event.pipeline_id) {
             continue;
         }
-        if !args.types.is_empty() && !args.types.iter().any(|t| t.eq_ignore_ascii_case(event.kind.name())) {
+        if !args.types.is_empty() && !args.types.iter().any(|t| EventType::parse(t) == Some(event.kind)) {
             continue;
         }
         match args.output {
@@ -110,5 +146,72 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
                 event.message
             ),
         }
+    }
+}
+
+/// Per partition, the first offset whose record is at or after `time` (`None`: none yet).
+fn offsets_at(consumer: &BaseConsumer, topic: &str, partitions: i32, time: DateTime<Utc>) -> Result<Vec<Option<i64>>> {
+    let mut query = TopicPartitionList::new();
+    for p in 0..partitions {
+        query.add_partition_offset(topic, p, Offset::Offset(time.timestamp_millis()))?;
+    }
+    let found = consumer
+        .offsets_for_times(query, kafka::METADATA_TIMEOUT)
+        .with_context(|| format!("looking up the offsets of {topic} at {time}"))?;
+    Ok((0..partitions)
+        .map(|p| match found.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        })
+        .collect())
+}
+
+/// RFC 3339, a date (midnight UTC) or a duration before now.
+fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    if let Ok(day) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(day.and_hms_opt(0, 0, 0).expect("midnight").and_utc());
+    }
+    match parse_duration(text) {
+        Ok(ago) => Ok(Utc::now() - ago),
+        Err(_) => Err(format!(
+            "{text:?} is not a time: use RFC 3339 (2026-11-21T08:00:00Z), a date (2026-11-21) or a duration ago (90m, 6h, 2d)"
+        )),
+    }
+}
+
+fn parse_partition_offset(text: &str) -> Result<(i32, i64), String> {
+    let bad = || format!("{text:?} is not PARTITION:OFFSET, e.g. 0:1200");
+    let (p, o) = text.split_once(':').ok_or_else(bad)?;
+    let p: i32 = p.trim().parse().map_err(|_| bad())?;
+    let o: i64 = o.trim().parse().map_err(|_| bad())?;
+    if o < 0 {
+        return Err(bad());
+    }
+    Ok((p, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_points_parse_or_say_what_is_expected() {
+        assert_eq!(parse_partition_offset("2:950"), Ok((2, 950)));
+        assert!(parse_partition_offset("2").unwrap_err().contains("PARTITION:OFFSET"));
+        assert!(parse_partition_offset("2:-1").is_err());
+        assert_eq!(
+            parse_time("2026-11-21T08:00:00+01:00").unwrap().to_rfc3339(),
+            "2026-11-21T07:00:00+00:00"
+        );
+        assert_eq!(
+            parse_time("2026-11-21").unwrap().to_rfc3339(),
+            "2026-11-21T00:00:00+00:00"
+        );
+        let ago = Utc::now() - parse_time("90m").unwrap();
+        assert!((89..=91).contains(&ago.num_minutes()), "{ago}");
+        assert!(parse_time("yesterday").unwrap_err().contains("RFC 3339"));
     }
 }

@@ -1,0 +1,86 @@
+//! The command line for people, on the real broker: `events tail` from an offset and from a
+//! time, its filters, and the errors that say what to do instead.
+
+use chrono::{TimeDelta, Utc};
+use serde_json::{json, Value};
+
+use crate::support::{sluice_on, World};
+
+/// Six events of pipeline `tail`, an hour apart (the oldest six hours ago), all on partition
+/// 0 of the events topic, so their offsets are 0..6; every other one a JOB_FAILED.
+fn recorded_history(w: &World) -> Vec<(String, chrono::DateTime<Utc>)> {
+    let now = Utc::now();
+    (0..6)
+        .map(|k| {
+            let at = now - TimeDelta::hours(6 - k);
+            let (kind, category) = if k % 2 == 0 {
+                ("JOB_TRIGGERED", "job")
+            } else {
+                ("JOB_FAILED", "job")
+            };
+            let id = format!("e{k}");
+            let event = json!({
+                "eventId": id, "type": kind, "category": category, "pipelineId": "tail",
+                "timestamp": at, "message": format!("event {k}"),
+            });
+            let value = serde_json::to_vec(&event).unwrap();
+            w.produce_to_partition_at("events", 0, "tail", &value, Some(at.timestamp_millis()));
+            (id, at)
+        })
+        .collect()
+}
+
+/// Runs `sluice events tail ARGS --output json`: exit code, the event ids printed, stderr.
+fn tail(w: &World, args: &[&str]) -> (Option<i32>, Vec<String>, String) {
+    let out = sluice_on(&w.brokers)
+        .args(["events", "tail", "--topic-prefix", &w.prefix, "--output", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let ids = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["eventId"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    (
+        out.status.code(),
+        ids,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn events_tail_starts_at_an_offset_or_a_time_and_filters() {
+    let w = World::new("tail");
+    let history = recorded_history(&w);
+    let ids = |from: usize| history[from..].iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
+
+    assert_eq!(tail(&w, &[]).1, ids(0), "from the beginning by default");
+    assert_eq!(tail(&w, &["--from", "end"]).1, Vec::<String>::new());
+    assert_eq!(tail(&w, &["--from-offset", "0:4"]).1, ids(4));
+
+    // Half an hour after the third event: the fourth is the first at or after it.
+    let time = (history[3].1 - TimeDelta::minutes(30)).to_rfc3339();
+    assert_eq!(tail(&w, &["--from-time", &time]).1, ids(3));
+    assert_eq!(tail(&w, &["--from-time", "150m"]).1, ids(4), "a duration ago");
+
+    let (code, failed, _) = tail(&w, &["--from-offset", "0:1", "--type", "job_failed"]);
+    assert_eq!(
+        (code, failed),
+        (Some(0), vec!["e1".to_string(), "e3".into(), "e5".into()])
+    );
+    assert_eq!(tail(&w, &["--pipeline", "other"]).1, Vec::<String>::new());
+
+    // Mistakes name the way out.
+    let (code, _, err) = tail(&w, &["--type", "JOB_EXPLODED"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("known types") && err.contains("JOB_FAILED"), "{err}");
+    let (code, _, err) = tail(&w, &["--from-offset", "7:0"]);
+    assert!(code == Some(1) && err.contains("partitions 0 to 2"), "{err}");
+    let (code, _, err) = tail(&w, &["--from-time", "last tuesday"]);
+    assert!(code == Some(2) && err.contains("RFC 3339"), "{err}");
+}
