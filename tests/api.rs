@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sluice::core::events::EventType;
 
-use crate::support::{command_job, free_port, http_get, pipeline, wait_until, World};
+use crate::support::{command_job, free_port, http_get, pipeline, sluice, wait_until, World};
 
 /// Kills the instances a test started, however it ends.
 struct Instances(Vec<Child>);
@@ -121,4 +121,44 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     let (status, body) = get_json(&a, "/api/pipelines/never-configured").unwrap();
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].as_str().unwrap().contains("never-configured"), "{body}");
+
+    // `sluice status` reads the same API, through either instance.
+    let status = |args: &[&str]| {
+        let out = sluice().arg("status").args(args).output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let api_b = format!("http://{b}");
+    let (code, table, _) = status(&["--api", &api_b]);
+    assert_eq!(code, Some(0));
+    for id in &ids {
+        assert!(
+            table.lines().any(|l| l.starts_with(id.as_str())),
+            "{id} listed:\n{table}"
+        );
+    }
+    assert!(table.contains("8 pipelines: idle 8"), "{table}");
+    let (code, detail, _) = status(&["--api", &api_b, &ids[0]]);
+    assert_eq!(code, Some(0));
+    assert!(
+        detail.contains("row-count") && detail.contains("CONFIG_ACCEPTED"),
+        "{detail}"
+    );
+    let (code, json, _) = status(&["--api", &api_b, &ids[0], "--output", "json"]);
+    assert_eq!(code, Some(0));
+    let parsed: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(parsed["pipelineId"], ids[0].as_str());
+    let (code, _, err) = status(&["--api", &api_b, "never-configured"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("never-configured") && err.contains("`sluice status` lists"),
+        "{err}"
+    );
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, err) = status(&["--api", &nobody]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot reach the Sluice API") && err.contains("SLUICE_API"),
+        "{err}"
+    );
 }

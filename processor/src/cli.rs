@@ -23,7 +23,7 @@ use crate::runtime::http::{self as http_server, Telemetry};
 use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
-use crate::runtime::{events_tail, kafka};
+use crate::runtime::{events_tail, kafka, status};
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +75,8 @@ enum Command {
     Rerun(ExecutionCommandArgs),
     /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
     Cancel(ExecutionCommandArgs),
+    /// Show pipelines and their executions, from a running instance's HTTP API.
+    Status(status::StatusArgs),
     /// Read lifecycle events.
     Events {
         #[command(subcommand)]
@@ -472,6 +474,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Rerun(args) => publish_command(&cli.brokers, &topics, CommandKind::Rerun, args).await,
         Command::Cancel(args) => publish_command(&cli.brokers, &topics, CommandKind::Cancel, args).await,
+        Command::Status(args) => status::run(args).await,
         Command::Events {
             command: EventsCommand::Tail(args),
         } => events_tail::run(&cli.brokers, &topics, args).await,

@@ -11,6 +11,7 @@ pub mod instances;
 pub mod jobs;
 pub mod kafka;
 pub mod processor;
+pub mod status;
 pub mod store;
 pub mod timers;
 pub mod topics;
