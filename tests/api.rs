@@ -72,6 +72,19 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     for addr in [&a, &b] {
         assert_eq!(http_get(addr, "/readyz").map(|(s, _)| s), Some(200));
     }
+    // The client's statistics report the lag of the owned input partitions.
+    let config_topic = w.topic("config");
+    wait_until(
+        "consumer lag and commit latency in /metrics",
+        Duration::from_secs(30),
+        || http_get(&a, "/metrics").map(|(_, body)| body).unwrap_or_default(),
+        || {
+            http_get(&a, "/metrics").is_some_and(|(_, body)| {
+                body.contains(&format!("sluice_consumer_lag{{topic=\"{config_topic}\""))
+                    && body.contains("sluice_commit_seconds_count")
+            })
+        },
+    );
 
     // Every pipeline's detail from either instance; the owner serves it, so asking one
     // instance for all of them reaches both.

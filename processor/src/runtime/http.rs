@@ -43,6 +43,12 @@ struct PartitionLabel {
     partition: i32,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicPartitionLabel {
+    topic: String,
+    partition: i32,
+}
+
 /// What the processor reports about itself: health flags for the probes and the metric
 /// handles behind `/metrics`. Shared as an `Arc` between the processor and the server.
 pub struct Telemetry {
@@ -58,6 +64,8 @@ pub struct Telemetry {
     records_out: Family<TopicLabel, Counter>,
     dead_letters: Counter,
     batch_seconds: Histogram,
+    commit_seconds: Histogram,
+    consumer_lag: Family<TopicPartitionLabel, Gauge>,
     timers_pending: Gauge,
     effects_in_flight: Gauge,
     effects: Family<OutcomeLabel, Counter>,
@@ -88,6 +96,19 @@ impl Telemetry {
             "Time to process one batch of records or due timers",
             Unit::Seconds,
             batch_seconds.clone(),
+        );
+        let commit_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register_with_unit(
+            "commit",
+            "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        let consumer_lag = Family::<TopicPartitionLabel, Gauge>::default();
+        registry.register(
+            "consumer_lag",
+            "Input records not yet consumed, by topic and owned partition (from the client's statistics)",
+            consumer_lag.clone(),
         );
         let timers_pending = Gauge::default();
         registry.register(
@@ -131,6 +152,8 @@ impl Telemetry {
             records_out,
             dead_letters,
             batch_seconds,
+            commit_seconds,
+            consumer_lag,
             timers_pending,
             effects_in_flight,
             effects,
@@ -174,6 +197,19 @@ impl Telemetry {
 
     pub fn batch_latency(&self, seconds: f64) {
         self.batch_seconds.observe(seconds);
+    }
+
+    pub fn commit_latency(&self, seconds: f64) {
+        self.commit_seconds.observe(seconds);
+    }
+
+    /// The consumer's lag on one partition, as its client last measured it.
+    pub fn consumer_lag(&self, topic: &str, partition: i32, lag: i64) {
+        let label = TopicPartitionLabel {
+            topic: topic.to_owned(),
+            partition,
+        };
+        self.consumer_lag.get_or_create(&label).set(lag);
     }
 
     pub fn timers_pending(&self, n: i64) {
@@ -422,6 +458,9 @@ mod tests {
         t.record_out("sluice.events", 2);
         t.dead_letter();
         t.batch_latency(0.003);
+        t.commit_latency(0.02);
+        t.consumer_lag("sluice.sensors", 2, 130);
+        t.consumer_lag("sluice.sensors", 2, 120);
         t.timers_pending(42);
         for _ in 0..4 {
             t.effect_started();
@@ -443,6 +482,9 @@ mod tests {
             ("sluice_batch_seconds_count", "1"),
             (r#"sluice_batch_seconds_bucket{le="0.004"}"#, "1"),
             (r#"sluice_batch_seconds_bucket{le="0.002"}"#, "0"),
+            (r#"sluice_commit_seconds_bucket{le="0.032"}"#, "1"),
+            (r#"sluice_commit_seconds_bucket{le="0.016"}"#, "0"),
+            (r#"sluice_consumer_lag{topic="sluice.sensors",partition="2"}"#, "120"),
             ("sluice_timers_pending", "42"),
             ("sluice_effects_in_flight", "3"),
             (r#"sluice_effects_total{outcome="succeeded"}"#, "2"),

@@ -86,9 +86,23 @@ enum Ownership {
 
 struct RebalanceContext {
     tx: UnboundedSender<Ownership>,
+    telemetry: Arc<Telemetry>,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    /// librdkafka's statistics (every `statistics.interval.ms`): the consumer lag it
+    /// measures per partition, from the high watermark its fetches see.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for (topic, t) in &statistics.topics {
+            for p in t.partitions.values() {
+                // -1: not measured (a partition not owned, or not yet fetched from).
+                if p.partition >= 0 && p.consumer_lag >= 0 {
+                    self.telemetry.consumer_lag(topic, p.partition, p.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 fn partitions_of(list: &TopicPartitionList) -> Vec<i32> {
     let mut ps: Vec<i32> = list.elements().iter().map(|e| e.partition()).collect();
@@ -209,7 +223,11 @@ impl Processor {
             // The broker may hold a fetch this long when there is nothing new; it bounds how
             // long a record (a job report, say) waits before the processor sees it.
             .set("fetch.wait.max.ms", "50")
-            .create_with_context(RebalanceContext { tx })
+            .set("statistics.interval.ms", "5000")
+            .create_with_context(RebalanceContext {
+                tx,
+                telemetry: telemetry.clone(),
+            })
             .context("creating Kafka consumer")?;
         let inputs = settings.topics.inputs();
         let counts = kafka::partition_counts(consumer.client(), &inputs)?;
@@ -737,6 +755,7 @@ impl Processor {
         // The changelog marks each batch's end only once all of the batch's outputs are
         // acknowledged: a restore never applies the writes of a batch whose events or dead
         // letters a crash may have kept from the broker.
+        let committing = Instant::now();
         let markers = match self.settings.guarantee {
             Guarantee::EffectivelyOnce => {
                 let delivered = self.produce_all(&mut pending.outputs).await;
@@ -748,6 +767,7 @@ impl Processor {
                     .await?
             }
         };
+        self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
         let checkpoints: BTreeMap<i32, i64> = markers.into_iter().collect();
         for (p, mut batch) in pending.stores {
             if let Some(c) = checkpoints.get(&p) {
