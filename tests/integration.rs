@@ -5,6 +5,7 @@ mod api;
 mod bad_input;
 mod cli;
 mod support;
+mod telemetry;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

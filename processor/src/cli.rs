@@ -21,6 +21,7 @@ use crate::runtime::api::{self, Api};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
 use crate::runtime::instances::{self, Directory, Member};
+use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
 use crate::runtime::{events_tail, kafka, status};
@@ -42,6 +43,11 @@ struct Cli {
     /// Log filter (tracing's EnvFilter syntax), e.g. info or sluice=debug.
     #[arg(long, global = true, env = "SLUICE_LOG", default_value = "info")]
     log: String,
+    /// Log lines as readable text or as JSON objects (pipeline, execution and run ids in
+    /// their span fields). Traces and metrics also go over OTLP when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -185,6 +191,7 @@ fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
 /// for.
 async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: Option<String>) -> Result<ExitCode> {
     let telemetry = Telemetry::new();
+    let _metrics_export = observability::export_metrics(telemetry.clone())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -349,16 +356,16 @@ fn parse_std_duration(text: &str) -> Result<Duration, String> {
 
 pub async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal: logs written to files stay greppable.
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    // Before any TLS client is built (the OTLP exporter builds one at once).
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Held to the end: dropping it flushes the spans still buffered for OTLP.
+    let _exporters = match observability::init(&cli.log, cli.log_format) {
+        Ok(exporters) => exporters,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     match dispatch(cli).await {
         Ok(code) => code,
         Err(e) => {

@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use super::http::Telemetry;
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
@@ -107,21 +107,33 @@ impl Executor {
         let checking = self.checking.clone();
         let telemetry = self.telemetry.clone();
         telemetry.effect_started();
-        self.tasks.spawn(async move {
-            let outcome = match &handle {
-                None => work.trigger().await,
-                Some(handle) => {
-                    let outcome = work.check(handle).await;
-                    checking.lock().unwrap().remove(&work.request.run_id);
-                    outcome
+        let r = &work.request;
+        let span = tracing::info_span!(
+            "effect",
+            pipeline = %r.pipeline_id,
+            schedule = %r.schedule_id,
+            date = %r.date,
+            run_id = %r.run_id,
+            check = handle.is_some()
+        );
+        self.tasks.spawn(
+            async move {
+                let outcome = match &handle {
+                    None => work.trigger().await,
+                    Some(handle) => {
+                        let outcome = work.check(handle).await;
+                        checking.lock().unwrap().remove(&work.request.run_id);
+                        outcome
+                    }
+                };
+                if let Some(outcome) = outcome {
+                    telemetry.effect_outcome(outcome.status.as_str());
+                    work.report(outcome).await;
                 }
-            };
-            if let Some(outcome) = outcome {
-                telemetry.effect_outcome(outcome.status.as_str());
-                work.report(outcome).await;
+                telemetry.effect_finished();
             }
-            telemetry.effect_finished();
-        });
+            .instrument(span),
+        );
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
     }
@@ -157,7 +169,7 @@ impl Work {
     /// running itself, then its end).
     async fn trigger(&self) -> Option<Outcome> {
         let r = &self.request;
-        info!(pipeline = %r.pipeline_id, run_id = %r.run_id, job = r.kind.name(), "triggering job");
+        info!(job = r.kind.name(), "triggering job");
         let config = match resolve_secrets(&r.config) {
             Ok(config) => config,
             Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),

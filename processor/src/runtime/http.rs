@@ -21,7 +21,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Metric, Registry, Unit};
 use serde_json::json;
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
@@ -49,10 +50,53 @@ struct TopicPartitionLabel {
     partition: i32,
 }
 
+/// One registered metric: its exposed name (prefix and unit included, without the
+/// `_total` of counters), type and help, whether or not it has samples yet.
+#[derive(Debug, Clone)]
+pub struct MetricDescriptor {
+    pub name: String,
+    pub kind: MetricType,
+    pub help: String,
+}
+
+/// Registers metrics under the `sluice` prefix and remembers what it registered.
+struct Registrar {
+    registry: Registry,
+    descriptors: Vec<MetricDescriptor>,
+}
+
+impl Default for Registrar {
+    fn default() -> Registrar {
+        Registrar {
+            registry: Registry::with_prefix("sluice"),
+            descriptors: Vec::new(),
+        }
+    }
+}
+
+impl Registrar {
+    fn add(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: impl Metric) {
+        let exposed = match &unit {
+            Some(unit) => format!("sluice_{name}_{}", unit.as_str()),
+            None => format!("sluice_{name}"),
+        };
+        self.descriptors.push(MetricDescriptor {
+            name: exposed,
+            kind: metric.metric_type(),
+            help: help.to_string(),
+        });
+        match unit {
+            Some(unit) => self.registry.register_with_unit(name, help, unit, metric),
+            None => self.registry.register(name, help, metric),
+        }
+    }
+}
+
 /// What the processor reports about itself: health flags for the probes and the metric
 /// handles behind `/metrics`. Shared as an `Arc` between the processor and the server.
 pub struct Telemetry {
     registry: Registry,
+    descriptors: Vec<MetricDescriptor>,
     /// Starts true: liveness must not fail before the first broker contact, or an orchestrator
     /// would restart a process that is merely starting up.
     broker_ok: AtomicBool,
@@ -78,73 +122,75 @@ impl Telemetry {
     /// A fresh registry with every Sluice metric registered (so each appears in `/metrics`
     /// from the first scrape, at zero), healthy and not yet ready.
     pub fn new() -> Arc<Telemetry> {
-        let mut registry = Registry::with_prefix("sluice");
+        let mut r = Registrar::default();
         let records_in = Family::<TopicLabel, Counter>::default();
-        registry.register("records_in", "Records consumed, by topic", records_in.clone());
+        r.add("records_in", "Records consumed, by topic", None, records_in.clone());
         let records_out = Family::<TopicLabel, Counter>::default();
-        registry.register("records_out", "Records produced, by topic", records_out.clone());
+        r.add("records_out", "Records produced, by topic", None, records_out.clone());
         let dead_letters = Counter::default();
-        registry.register(
+        r.add(
             "dead_letters",
             "Records that could not be processed and went to the dead-letter topic",
+            None,
             dead_letters.clone(),
         );
         // 1 ms .. ~16 s: a batch is normally milliseconds; the tail shows broker stalls.
         let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register_with_unit(
+        r.add(
             "batch",
             "Time to process one batch of records or due timers",
-            Unit::Seconds,
+            Some(Unit::Seconds),
             batch_seconds.clone(),
         );
         let commit_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register_with_unit(
-            "commit",
-            "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)",
-            Unit::Seconds,
-            commit_seconds.clone(),
-        );
+        r.add("commit", "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)", Some(Unit::Seconds), commit_seconds.clone());
         let consumer_lag = Family::<TopicPartitionLabel, Gauge>::default();
-        registry.register(
+        r.add(
             "consumer_lag",
             "Input records not yet consumed, by topic and owned partition (from the client's statistics)",
+            None,
             consumer_lag.clone(),
         );
         let timers_pending = Gauge::default();
-        registry.register(
+        r.add(
             "timers_pending",
             "Durable timers scheduled in the owned partitions",
+            None,
             timers_pending.clone(),
         );
         let effects_in_flight = Gauge::default();
-        registry.register(
+        r.add(
             "effects_in_flight",
             "Side effects (job triggers, HTTP calls) currently running",
+            None,
             effects_in_flight.clone(),
         );
         let effects = Family::<OutcomeLabel, Counter>::default();
-        registry.register("effects", "Side effects completed, by outcome", effects.clone());
+        r.add("effects", "Side effects completed, by outcome", None, effects.clone());
         let restore_records = Family::<PartitionLabel, Gauge>::default();
-        registry.register(
+        r.add(
             "restore_records",
             "Changelog records replayed by the latest state restore, by partition",
+            None,
             restore_records.clone(),
         );
         let restore_seconds = Family::<PartitionLabel, Gauge<f64, AtomicU64>>::default();
-        registry.register_with_unit(
+        r.add(
             "restore",
             "Time spent by the latest state restore, by partition",
-            Unit::Seconds,
+            Some(Unit::Seconds),
             restore_seconds.clone(),
         );
         let partitions_owned = Gauge::default();
-        registry.register(
+        r.add(
             "partitions_owned",
             "Input partitions assigned to this instance",
+            None,
             partitions_owned.clone(),
         );
         Arc::new(Telemetry {
-            registry,
+            registry: r.registry,
+            descriptors: r.descriptors,
             broker_ok: AtomicBool::new(true),
             ready: AtomicBool::new(false),
             fatal: OnceLock::new(),
@@ -263,6 +309,16 @@ impl Telemetry {
             return Err("restoring state".into());
         }
         Ok(())
+    }
+
+    /// Every registered metric.
+    pub fn descriptors(&self) -> &[MetricDescriptor] {
+        &self.descriptors
+    }
+
+    /// The registry in the OpenMetrics text format (also what the OTLP export reads).
+    pub fn encode_text(&self) -> String {
+        self.encode().unwrap_or_default()
     }
 
     /// The registry in the OpenMetrics text format.

@@ -10,6 +10,7 @@ pub mod http;
 pub mod instances;
 pub mod jobs;
 pub mod kafka;
+pub mod observability;
 pub mod processor;
 pub mod status;
 pub mod store;

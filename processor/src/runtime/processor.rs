@@ -650,14 +650,18 @@ impl Processor {
         decision: Decision,
         source: Option<&OwnedMessage>,
     ) -> Result<()> {
+        // Every line logged while staging carries the pipeline (and, on events, the execution
+        // and run), in text and JSON logs and in exported traces.
+        let _span = tracing::info_span!("pipeline", pipeline).entered();
         for note in &decision.notes {
-            debug!(pipeline, "{note}");
+            debug!("{note}");
         }
         for event in &decision.events {
             info!(
-                pipeline,
                 event = event.kind.name(),
-                date = event.date.as_deref().unwrap_or(""),
+                schedule = event.schedule_id.as_deref(),
+                date = event.date.as_deref(),
+                run_id = event.run_id.as_deref(),
                 "{}",
                 event.message
             );
