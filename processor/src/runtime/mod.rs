@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod changelog;
+pub mod codec;
 pub mod effects;
 pub mod events_tail;
 pub mod http;
