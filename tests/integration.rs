@@ -4,6 +4,7 @@
 mod api;
 mod bad_input;
 mod cli;
+mod formats;
 mod support;
 mod telemetry;
 

@@ -18,13 +18,14 @@ use crate::core::records::{
 };
 use crate::core::template;
 use crate::runtime::api::{self, Api};
+use crate::runtime::codec::{Codec, Family, Formats};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
 use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
-use crate::runtime::{events_tail, kafka, status};
+use crate::runtime::{alerts, events_tail, kafka, status};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +49,23 @@ struct Cli {
     /// OTEL_EXPORTER_OTLP_ENDPOINT is set.
     #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     log_format: LogFormat,
+    /// How records are written, per family: `json` (default), `avro`, or `json-connect`
+    /// (JSON in Kafka Connect's schema/payload envelope); `avro` alone sets every family,
+    /// `events=json-connect` one (families: events, sensors, jobs, commands). Comma-separated
+    /// or repeated. Records are read in any of these formats whatever this says.
+    #[arg(
+        long = "format",
+        global = true,
+        env = "SLUICE_FORMAT",
+        value_name = "[FAMILY=]FORMAT",
+        value_delimiter = ','
+    )]
+    formats: Vec<String>,
+    /// Schema registry base URL: Avro records are then framed with the registry's schema id
+    /// (subject <topic>-value), and schemas registered on startup. Without it, Avro uses
+    /// single-object encoding.
+    #[arg(long, global = true, env = "SLUICE_SCHEMA_REGISTRY_URL", value_name = "URL")]
+    schema_registry_url: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -81,6 +99,11 @@ enum Command {
     Rerun(ExecutionCommandArgs),
     /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
     Cancel(ExecutionCommandArgs),
+    /// Tell people: post lifecycle events to Slack (threaded per execution) or a webhook.
+    Alerts {
+        #[command(subcommand)]
+        command: alerts::AlertsCommand,
+    },
     /// Show pipelines and their executions, from a running instance's HTTP API.
     Status(status::StatusArgs),
     /// Read lifecycle events.
@@ -206,6 +229,15 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
         settings.group.clone(),
         settings.instance.clone(),
     );
+    // Schemas are registered before the first batch: an incompatible one stops startup here.
+    let t = &settings.topics;
+    let families = [
+        (Family::Events, t.events.as_str()),
+        (Family::Sensors, t.sensors.as_str()),
+        (Family::Jobs, t.jobs.as_str()),
+        (Family::Commands, t.commands.as_str()),
+    ];
+    settings.codec.prepare(&families).await?;
     let processor = Processor::start(settings, telemetry.clone())?;
     if let Some(addr) = http {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -377,6 +409,8 @@ pub async fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> Result<ExitCode> {
     let topics = Topics::new(&cli.topic_prefix);
+    let formats = Formats::parse(&cli.formats).map_err(anyhow::Error::msg)?;
+    let codec = Codec::new(formats, cli.schema_registry_url.as_deref())?;
     match cli.command {
         Command::Run(args) => {
             let settings = Settings {
@@ -399,6 +433,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                         .context("--max-clock-skew is too large")?,
                     retention: chrono::TimeDelta::from_std(args.retention).context("--retention is too large")?,
                 },
+                codec,
             };
             run(settings, args.http, args.advertise_url).await
         }
@@ -443,7 +478,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 hour: hour.map(Value::String),
                 timestamp: Some(Value::String(chrono::Utc::now().to_rfc3339())),
             };
-            publish(&cli.brokers, &topics.sensors, &pipeline, &serde_json::to_vec(&record)?).await
+            let json = serde_json::to_value(&record)?;
+            publish(&cli.brokers, &codec, Family::Sensors, &topics.sensors, &pipeline, &json).await
         }
         Command::Job {
             command:
@@ -477,19 +513,22 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 metadata: None,
                 timestamp: chrono::Utc::now(),
             };
-            publish(&cli.brokers, &topics.jobs, &pipeline, &serde_json::to_vec(&record)?).await
+            let json = serde_json::to_value(&record)?;
+            publish(&cli.brokers, &codec, Family::Jobs, &topics.jobs, &pipeline, &json).await
         }
-        Command::Rerun(args) => publish_command(&cli.brokers, &topics, CommandKind::Rerun, args).await,
-        Command::Cancel(args) => publish_command(&cli.brokers, &topics, CommandKind::Cancel, args).await,
+        Command::Rerun(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Rerun, args).await,
+        Command::Cancel(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Cancel, args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Alerts { command } => alerts::run(&cli.brokers, &topics, &codec, command).await,
         Command::Events {
             command: EventsCommand::Tail(args),
-        } => events_tail::run(&cli.brokers, &topics, args).await,
+        } => events_tail::run(&cli.brokers, &topics, &codec, args).await,
     }
 }
 
 async fn publish_command(
     brokers: &str,
+    codec: &Codec,
     topics: &Topics,
     command: CommandKind,
     args: ExecutionCommandArgs,
@@ -506,7 +545,16 @@ async fn publish_command(
         subscriber: None,
         key: None,
     };
-    let code = publish(brokers, &topics.commands, &args.pipeline, &serde_json::to_vec(&record)?).await?;
+    let json = serde_json::to_value(&record)?;
+    let code = publish(
+        brokers,
+        codec,
+        Family::Commands,
+        &topics.commands,
+        &args.pipeline,
+        &json,
+    )
+    .await?;
     eprintln!(
         "{} requested; the answer appears in `sluice events tail` (pipeline {})",
         command.name(),
@@ -523,9 +571,19 @@ fn typed_value(text: &str) -> Value {
     }
 }
 
-async fn publish(brokers: &str, topic: &str, key: &str, value: &[u8]) -> Result<ExitCode> {
+/// Publishes one record of `family` in the format `codec` writes it.
+async fn publish(
+    brokers: &str,
+    codec: &Codec,
+    family: Family,
+    topic: &str,
+    key: &str,
+    record: &Value,
+) -> Result<ExitCode> {
+    codec.prepare(&[(family, topic)]).await?;
+    let value = codec.encode(family, topic, record)?;
     let producer = kafka::producer(brokers)?;
-    let (partition, offset) = kafka::send(&producer, topic, Some(key.as_bytes()), Some(value), &[]).await?;
+    let (partition, offset) = kafka::send(&producer, topic, Some(key.as_bytes()), Some(&value), &[]).await?;
     println!("published to {topic} partition {partition} offset {offset}");
     Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
+use sluice::runtime::codec::{Codec, Family};
 
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -83,6 +84,8 @@ pub struct World {
     /// `--allow-target` ranges (SSRF guard): loopback by default, since the tests' job
     /// targets listen there; empty to test the guard itself.
     pub allow_targets: String,
+    /// Reads events with this codec (Avro, a registry) instead of as plain JSON.
+    codec: Option<(Codec, tokio::runtime::Runtime)>,
 }
 
 fn unique(name: &str) -> String {
@@ -137,7 +140,17 @@ impl World {
             log,
             env: Vec::new(),
             allow_targets: "127.0.0.0/8".into(),
+            codec: None,
         }
+    }
+
+    /// Reads the events topic with `codec` from now on (events written as Avro, say).
+    pub fn read_events_with(&mut self, codec: Codec) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        self.codec = Some((codec, runtime));
     }
 
     pub fn topic(&self, name: &str) -> String {
@@ -476,7 +489,15 @@ impl World {
                 timeout = Duration::ZERO;
                 // A broker outage (some tests cause one) surfaces here; the client reconnects.
                 let Ok(message) = message else { break };
-                let event: Event = serde_json::from_slice(message.payload().unwrap()).unwrap();
+                let event: Event = match &self.codec {
+                    None => serde_json::from_slice(message.payload().unwrap()).unwrap(),
+                    Some((codec, runtime)) => {
+                        let json = runtime
+                            .block_on(codec.decode(Family::Events, message.payload().unwrap()))
+                            .unwrap();
+                        serde_json::from_slice(&json).unwrap()
+                    }
+                };
                 let header = message
                     .headers()
                     .and_then(|h| h.iter().find(|h| h.key == "type"))
@@ -677,6 +698,16 @@ impl Request {
 /// A real HTTP/1.1 server on loopback: `handler` answers each request (status, JSON body),
 /// one thread per connection so that a slow answer holds up no other. Returns its base URL.
 pub fn serve(handler: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static) -> String {
+    serve_with_headers(move |r| {
+        let (code, body) = handler(r);
+        (code, Vec::new(), body)
+    })
+}
+
+/// [`serve`] whose handler also sets response headers.
+pub fn serve_with_headers(
+    handler: impl Fn(&Request) -> (u16, Vec<(String, String)>, String) + Send + Sync + 'static,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let handler = Arc::new(handler);
@@ -690,7 +721,9 @@ pub fn serve(handler: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static
     base
 }
 
-fn answer_one(mut stream: std::net::TcpStream, handler: &dyn Fn(&Request) -> (u16, String)) {
+type Handler = dyn Fn(&Request) -> (u16, Vec<(String, String)>, String);
+
+fn answer_one(mut stream: std::net::TcpStream, handler: &Handler) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut head = String::new();
     let mut headers = std::collections::BTreeMap::new();
@@ -726,9 +759,10 @@ fn answer_one(mut stream: std::net::TcpStream, handler: &dyn Fn(&Request) -> (u1
         raw: format!("{head}{body}"),
         body,
     };
-    let (code, answer) = handler(&request);
+    let (code, headers, answer) = handler(&request);
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let response = format!(
-        "HTTP/1.1 {code} Answer\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+        "HTTP/1.1 {code} Answer\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{extra}\r\n{answer}",
         answer.len()
     );
     let _ = stream.write_all(response.as_bytes());

@@ -32,6 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
+use super::codec::{Codec, Family};
 use super::http::Telemetry;
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
@@ -59,6 +60,7 @@ pub struct Settings {
 pub struct Executor {
     producer: FutureProducer,
     jobs_topic: String,
+    codec: Codec,
     client: Client,
     limits: Arc<Limits>,
     /// Runs with a status check in flight: a check due while the last is still being
@@ -73,11 +75,13 @@ impl Executor {
         producer: FutureProducer,
         jobs_topic: String,
         settings: Settings,
+        codec: Codec,
         telemetry: Arc<Telemetry>,
     ) -> Result<Self> {
         Ok(Executor {
             producer,
             jobs_topic,
+            codec,
             client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
             limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target)),
             checking: Arc::new(Mutex::new(HashSet::new())),
@@ -100,6 +104,7 @@ impl Executor {
         let work = Work {
             producer: self.producer.clone(),
             topic: self.jobs_topic.clone(),
+            codec: self.codec.clone(),
             client: self.client.clone(),
             limits: self.limits.clone(),
             request,
@@ -159,6 +164,7 @@ impl Executor {
 struct Work {
     producer: FutureProducer,
     topic: String,
+    codec: Codec,
     client: Client,
     limits: Arc<Limits>,
     request: TriggerRequest,
@@ -303,7 +309,15 @@ impl Work {
             metadata: outcome.metadata,
             timestamp: Utc::now(),
         };
-        let bytes = serde_json::to_vec(&record).expect("job records serialise");
+        let json = serde_json::to_value(&record).expect("job records serialise");
+        let bytes = match self.codec.encode(Family::Jobs, &self.topic, &json) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // Cannot happen for the schema this build ships; JSON still reads everywhere.
+                warn!(run_id = %r.run_id, error = %e, "job report written as JSON");
+                serde_json::to_vec(&json).expect("job records serialise")
+            }
+        };
         // The report is the journal: keep trying, a lost report would strand the run.
         let mut backoff = Duration::from_millis(200);
         loop {

@@ -11,6 +11,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::codec::{Codec, Family};
 use super::kafka;
 use super::topics::Topics;
 use crate::core::duration::parse_duration;
@@ -56,7 +57,7 @@ pub enum Output {
     Table,
 }
 
-pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitCode> {
+pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
     let consumer: BaseConsumer = kafka::base_config(brokers)
         .set("group.id", "sluice-events-tail")
         .set("enable.auto.commit", "false")
@@ -97,14 +98,20 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
     consumer.assign(&list)?;
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
+    // Without --follow the end is the high watermark as first seen, and then a poll that
+    // finds nothing more: tansu 0.6 reports a watermark short of the end after
+    // multi-record batches.
+    let mut idle = false;
     loop {
-        if !args.follow && ends.iter().all(|(_, _, done)| *done) {
+        if !args.follow && idle && ends.iter().all(|(_, _, done)| *done) {
             return Ok(ExitCode::SUCCESS);
         }
         if (&mut stop).now_or_never().is_some() {
             return Ok(ExitCode::SUCCESS);
         }
-        let Some(message) = tokio::task::block_in_place(|| consumer.poll(Duration::from_millis(200))) else {
+        let polled = tokio::task::block_in_place(|| consumer.poll(Duration::from_millis(200)));
+        idle = polled.is_none();
+        let Some(message) = polled else {
             continue;
         };
         let message = message.context("reading events")?;
@@ -121,13 +128,22 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
             }
         }
         let Some(payload) = message.payload() else { continue };
-        let Ok(event) = serde_json::from_slice::<Event>(payload) else {
-            eprintln!(
-                "skipping undecodable record at {topic}/{}@{}",
-                message.partition(),
-                message.offset()
-            );
-            continue;
+        let decoded = match codec.decode(Family::Events, payload).await {
+            Ok(json) => serde_json::from_slice::<Event>(&json)
+                .map(|e| (e, json))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (event, payload) = match decoded {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                eprintln!(
+                    "skipping undecodable record at {topic}/{}@{}: {e}",
+                    message.partition(),
+                    message.offset()
+                );
+                continue;
+            }
         };
         if args.pipeline.as_ref().is_some_and(|p| *p != event.pipeline_id) {
             continue;
@@ -136,7 +152,7 @@ pub async fn run(brokers: &str, topics: &Topics, args: TailArgs) -> Result<ExitC
             continue;
         }
         match args.output {
-            Output::Json => println!("{}", String::from_utf8_lossy(payload)),
+            Output::Json => println!("{}", String::from_utf8_lossy(&payload)),
             Output::Table => println!(
                 "{}  {:<22} {:<20} {:<13} {}",
                 event.timestamp.format("%H:%M:%S%.3f"),

@@ -13,6 +13,7 @@
 //! state, a fenced producer, a broker without the transactions asked for) end `run` with an
 //! error after the clients are closed.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use tracing::{debug, error, info, warn};
 
 use super::api::{self, Answer, Query};
 use super::changelog;
+use super::codec::{Codec, Family};
 use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka;
@@ -76,6 +78,8 @@ pub struct Settings {
     pub effects: EffectSettings,
     pub shutdown_grace: Duration,
     pub decider: DeciderSettings,
+    /// How events and outbound records are written, and input records read.
+    pub codec: Codec,
 }
 
 /// Partition ownership changes, reported by librdkafka during polls.
@@ -259,6 +263,7 @@ impl Processor {
             kafka::producer(&settings.brokers)?,
             settings.topics.jobs.clone(),
             settings.effects.clone(),
+            settings.codec.clone(),
             telemetry.clone(),
         )?;
         std::fs::create_dir_all(&settings.state_dir)
@@ -583,7 +588,26 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
-            let (pipeline, input) = decode(kind, message, &format!("{topic}/{p}@{offset}"), self.partitions);
+            let origin_text = format!("{topic}/{p}@{offset}");
+            // Avro and Connect-enveloped records become their JSON form here; what cannot be
+            // read is rejected with the reason, like malformed JSON.
+            let payload = match (kind.family(), message.payload()) {
+                (Some(family), Some(bytes)) => self.settings.codec.decode(family, bytes).await.map(Some),
+                (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
+            };
+            let (pipeline, input) = match payload {
+                Ok(payload) => decode(kind, message, payload.as_deref(), &origin_text, self.partitions),
+                Err(e) => (
+                    message
+                        .key()
+                        .map(|k| String::from_utf8_lossy(k).into_owned())
+                        .unwrap_or_default(),
+                    Input::Rejected {
+                        source: origin_text,
+                        reason: e.to_string(),
+                    },
+                ),
+            };
             if let Input::JobReported(report) = &input {
                 // The trigger's outcome is known: it leaves the journal.
                 pending.stores.entry(p).or_default().delete_effect(&report.run_id);
@@ -670,11 +694,16 @@ impl Processor {
                 recent.pop_front();
             }
             recent.push_back(event.clone());
+            let topic = &self.settings.topics.events;
+            let value = self
+                .settings
+                .codec
+                .encode(Family::Events, topic, &serde_json::to_value(event)?)?;
             pending.outputs.push(Output {
-                topic: self.settings.topics.events.clone(),
+                topic: topic.clone(),
                 partition: None,
                 key: Some(pipeline.as_bytes().to_vec()),
-                value: Some(serde_json::to_vec(event)?),
+                value: Some(value),
                 headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
             });
         }
@@ -712,15 +741,15 @@ impl Processor {
             }
         }
         for record in &decision.records {
-            let topic = match record.topic {
-                OutboundTopic::Sensors => &self.settings.topics.sensors,
-                OutboundTopic::Commands => &self.settings.topics.commands,
+            let (family, topic) = match record.topic {
+                OutboundTopic::Sensors => (Family::Sensors, &self.settings.topics.sensors),
+                OutboundTopic::Commands => (Family::Commands, &self.settings.topics.commands),
             };
             pending.outputs.push(Output {
                 topic: topic.clone(),
                 partition: None,
                 key: Some(record.key.as_bytes().to_vec()),
-                value: Some(serde_json::to_vec(&record.value)?),
+                value: Some(self.settings.codec.encode(family, topic, &record.value)?),
                 headers: Vec::new(),
             });
         }
@@ -983,9 +1012,15 @@ fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
 }
 
 /// Decodes an input record into the decider's input; a bad record becomes a rejection.
-fn decode(kind: InputTopic, message: &OwnedMessage, origin: &str, partitions: i32) -> (String, Input) {
+/// The input a record holds (`value`: its payload in JSON form).
+fn decode(
+    kind: InputTopic,
+    message: &OwnedMessage,
+    value: Option<&[u8]>,
+    origin: &str,
+    partitions: i32,
+) -> (String, Input) {
     let key = message.key();
-    let value = message.payload();
     let decoded = records::check_partition(key, message.partition(), partitions).and_then(|()| match kind {
         InputTopic::Config => {
             records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))

@@ -7,6 +7,8 @@ use serde::Deserialize;
 
 use crate::core::duration::parse_duration;
 
+use super::codec::Family;
+
 /// The names of Sluice's topics under one prefix (default `sluice.`).
 #[derive(Debug, Clone)]
 pub struct Topics {
@@ -33,6 +35,16 @@ pub enum InputTopic {
 }
 
 impl InputTopic {
+    /// The record family with an Avro schema; configs are JSON only.
+    pub fn family(self) -> Option<Family> {
+        match self {
+            InputTopic::Config => None,
+            InputTopic::Sensors => Some(Family::Sensors),
+            InputTopic::Jobs => Some(Family::Jobs),
+            InputTopic::Commands => Some(Family::Commands),
+        }
+    }
+
     /// The topic's name without the deployment's prefix: event ids derive from it, so the
     /// same inputs yield the same ids under any prefix (a replay elsewhere, a test).
     pub fn role(self) -> &'static str {

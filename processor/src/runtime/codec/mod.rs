@@ -156,7 +156,7 @@ pub enum CodecError {
 }
 
 /// Encodes and decodes records of every family, as `formats` and the registry say.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Codec {
     formats: Formats,
     registry: Option<Registry>,

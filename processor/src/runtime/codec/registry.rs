@@ -29,7 +29,7 @@ pub enum RegistryError {
     BadSchema { id: u32, reason: String },
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Registry {
     url: String,
     client: reqwest::Client,

@@ -1,0 +1,521 @@
+//! `sluice alerts slack|webhook`: a consumer of the events topic that tells people.
+//!
+//! Slack gets one Block Kit message per event through `chat.postMessage`, threaded per
+//! execution (pipeline, schedule, date): the first message of an execution starts the
+//! thread, the rest reply in it. Thread ids and SLA-breach marks live in RocksDB under
+//! `--state-dir`, so a restart keeps threading and suppression. A webhook gets the event's
+//! JSON. Both retry while the receiver is throttling or failing (honouring `Retry-After`)
+//! and commit an event's offset only once it is delivered or deliberately skipped, so a
+//! crash re-sends rather than loses.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use futures::FutureExt;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rocksdb::DB;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use super::codec::{Codec, Family};
+use super::kafka;
+use super::topics::Topics;
+use crate::core::events::{Event, EventType};
+
+/// What is sent when `--type` is not given: what needs a person, and the all-clear.
+pub const DEFAULT_TYPES: &[&str] = &[
+    "VALIDATION_EXHAUSTED",
+    "JOB_FAILED",
+    "JOB_TIMEOUT",
+    "RETRY_EXHAUSTED",
+    "JOB_POLL_EXHAUSTED",
+    "INFRA_FAILURE",
+    "SLA_WARNING",
+    "SLA_BREACH",
+    "RELATIVE_SLA_WARNING",
+    "RELATIVE_SLA_BREACH",
+    "SCHEDULE_MISSED",
+    "IRREGULAR_SCHEDULE_MISSED",
+    "SENSOR_DEADLINE_EXPIRED",
+    "POST_RUN_FAILED",
+    "POST_RUN_DRIFT",
+    "POST_RUN_SENSOR_MISSING",
+    "STALE_RUN",
+    "CONFIG_REJECTED",
+    "JOB_COMPLETED",
+];
+
+#[derive(Subcommand)]
+pub enum AlertsCommand {
+    /// Post events to a Slack channel, one thread per pipeline execution.
+    Slack(SlackArgs),
+    /// POST each event's JSON to a URL.
+    Webhook(WebhookArgs),
+}
+
+#[derive(Args)]
+pub struct CommonArgs {
+    /// Only these event types (repeatable or comma-separated). Default: failures, SLA
+    /// warnings and breaches, missed schedules, rejected configs, and JOB_COMPLETED.
+    #[arg(long = "type", value_delimiter = ',')]
+    types: Vec<String>,
+    /// Consumer group: instances sharing it share the work; each group gets every event.
+    #[arg(long, env = "SLUICE_ALERTS_GROUP")]
+    group: Option<String>,
+    /// Where a new group starts: only events to come, or every retained one.
+    #[arg(long, value_enum, default_value_t = From::End)]
+    from: From,
+    /// Where thread ids and breach marks are kept (RocksDB).
+    #[arg(long, env = "SLUICE_ALERTS_STATE_DIR", default_value = ".sluice/alerts")]
+    state_dir: PathBuf,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum From {
+    Beginning,
+    End,
+}
+
+#[derive(Args)]
+pub struct SlackArgs {
+    /// Channel id or name to post to.
+    #[arg(long, env = "SLUICE_SLACK_CHANNEL")]
+    channel: String,
+    /// A file holding the bot token (else SLACK_BOT_TOKEN). Needs chat:write.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Slack's Web API base URL (a proxy's, or a test server's).
+    #[arg(
+        long,
+        env = "SLUICE_SLACK_API",
+        default_value = "https://slack.com/api",
+        hide_default_value = false
+    )]
+    api: String,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args)]
+pub struct WebhookArgs {
+    /// Where to POST each event (its JSON form).
+    #[arg(long, env = "SLUICE_WEBHOOK_URL")]
+    url: String,
+    /// Extra request headers, NAME=VALUE (repeatable); a value of @FILE is read from FILE.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// The token, never printed: its debug form is redacted.
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+fn slack_token(file: Option<&Path>) -> Result<Secret> {
+    let token = match file {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?
+        }
+        None => std::env::var("SLACK_BOT_TOKEN")
+            .context("no Slack token: set SLACK_BOT_TOKEN or pass --token-file FILE (a bot token with chat:write)")?,
+    };
+    let token = token.trim().to_string();
+    if token.is_empty() {
+        bail!("the Slack token is empty");
+    }
+    Ok(Secret(token))
+}
+
+/// Where an event is delivered.
+enum Sink {
+    Slack {
+        api: String,
+        channel: String,
+        token: Secret,
+    },
+    Webhook {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// The execution an event belongs to: its Slack thread.
+pub fn thread_key(event: &Event) -> String {
+    format!(
+        "{}/{}/{}",
+        event.pipeline_id,
+        event.schedule_id.as_deref().unwrap_or("-"),
+        event.date.as_deref().unwrap_or("-")
+    )
+}
+
+/// Whether `event` is sent, given the breach marks so far; SLA warnings after a breach of
+/// the same execution say nothing new.
+pub fn suppressed(event: &Event, breached: bool) -> bool {
+    breached && matches!(event.kind, EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING)
+}
+
+fn marks_breach(event: &Event) -> bool {
+    matches!(event.kind, EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH)
+}
+
+/// The Block Kit message for `event` (`text` is the notification and fallback).
+pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Value {
+    let icon = match event.kind {
+        EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
+        EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING => ":warning:",
+        EventType::JOB_COMPLETED | EventType::SLA_MET | EventType::POST_RUN_PASSED => ":white_check_mark:",
+        _ => ":x:",
+    };
+    let execution = match (&event.schedule_id, &event.date) {
+        (Some(s), Some(d)) => format!(" · {s} {d}"),
+        (None, Some(d)) => format!(" · {d}"),
+        _ => String::new(),
+    };
+    let text = format!(
+        "{icon} {} · {}{execution}: {}",
+        event.kind.name(),
+        event.pipeline_id,
+        event.message
+    );
+    let mut context = vec![format!("event `{}`", event.event_id)];
+    if let Some(run) = &event.run_id {
+        context.push(format!("run `{run}`"));
+    }
+    if let Some(attempt) = event.attempt {
+        context.push(format!("attempt {attempt}"));
+    }
+    context.push(format!(
+        "<!date^{}^{{date_short_pretty}} {{time_secs}}|{}>",
+        event.timestamp.timestamp(),
+        event.timestamp.to_rfc3339()
+    ));
+    let mut message = json!({
+        "channel": channel,
+        "text": text,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn",
+                "text": format!("{icon} *{}* · *{}*{execution}\n{}", event.kind.name(), event.pipeline_id, event.message)}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": context.join(" · ")}]}
+        ],
+        "unfurl_links": false,
+    });
+    if let Some(ts) = thread {
+        message["thread_ts"] = json!(ts);
+    }
+    message
+}
+
+pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, command: AlertsCommand) -> Result<ExitCode> {
+    let (sink, common, default_group) = match command {
+        AlertsCommand::Slack(args) => (
+            Sink::Slack {
+                api: args.api.trim_end_matches('/').to_string(),
+                channel: args.channel,
+                token: slack_token(args.token_file.as_deref())?,
+            },
+            args.common,
+            "sluice-alerts-slack",
+        ),
+        AlertsCommand::Webhook(args) => {
+            let headers = args.headers.iter().map(|h| header(h)).collect::<Result<Vec<_>>>()?;
+            (
+                Sink::Webhook { url: args.url, headers },
+                args.common,
+                "sluice-alerts-webhook",
+            )
+        }
+    };
+    let types = if common.types.is_empty() {
+        DEFAULT_TYPES
+            .iter()
+            .map(|t| EventType::parse(t).expect("a known type"))
+            .collect()
+    } else {
+        common
+            .types
+            .iter()
+            .map(|t| EventType::parse(t).with_context(|| format!("unknown event type {t:?} in --type")))
+            .collect::<Result<Vec<_>>>()?
+    };
+    std::fs::create_dir_all(&common.state_dir)
+        .with_context(|| format!("creating --state-dir {}", common.state_dir.display()))?;
+    let state = DB::open_default(&common.state_dir)
+        .with_context(|| format!("opening the alert state in {}", common.state_dir.display()))?;
+    let group = common.group.unwrap_or_else(|| default_group.to_string());
+    let consumer: StreamConsumer = kafka::base_config(brokers)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set(
+            "auto.offset.reset",
+            match common.from {
+                From::Beginning => "earliest",
+                From::End => "latest",
+            },
+        )
+        .create()
+        .context("creating the events consumer")?;
+    kafka::partition_counts(consumer.client(), &[topics.events.as_str()])?;
+    consumer
+        .subscribe(&[topics.events.as_str()])
+        .context("subscribing to the events topic")?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .context("building the HTTP client")?;
+    info!(topic = %topics.events, %group, "sending alerts");
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        let message = tokio::select! {
+            _ = &mut stop => return Ok(ExitCode::SUCCESS),
+            m = consumer.recv() => m.context("reading events")?,
+        };
+        let at = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
+        let event = match message.payload() {
+            None => None,
+            Some(payload) => match codec.decode(Family::Events, payload).await {
+                Ok(json) => serde_json::from_slice::<Event>(&json).map_err(|e| e.to_string()).ok(),
+                Err(e) => {
+                    warn!(%at, error = %e, "skipping an undecodable event");
+                    None
+                }
+            },
+        };
+        if let Some(event) = event.filter(|e| types.contains(&e.kind)) {
+            deliver(&client, &sink, &state, &event, &mut stop).await?;
+        }
+        consumer
+            .commit_message(&message, CommitMode::Async)
+            .with_context(|| format!("committing {at}"))?;
+    }
+}
+
+fn header(spec: &str) -> Result<(String, String)> {
+    let (name, value) = spec
+        .split_once('=')
+        .with_context(|| format!("--header {spec:?} is not NAME=VALUE"))?;
+    let value = match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the value of header {name} from {path}"))?
+            .trim()
+            .to_string(),
+        None => value.to_string(),
+    };
+    Ok((name.trim().to_string(), value))
+}
+
+/// Sends one event, retrying until it is delivered, deliberately skipped, or the sink says
+/// it can never work (an error that names the fix).
+async fn deliver(
+    client: &reqwest::Client,
+    sink: &Sink,
+    state: &DB,
+    event: &Event,
+    stop: &mut std::pin::Pin<&mut impl std::future::Future>,
+) -> Result<()> {
+    let thread_key = thread_key(event);
+    let breach_key = format!("b/{thread_key}");
+    if suppressed(event, state.get(&breach_key)?.is_some()) {
+        info!(pipeline = %event.pipeline_id, event = event.kind.name(), "suppressed: the SLA is already breached");
+        return Ok(());
+    }
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let attempt = match sink {
+            Sink::Slack { api, channel, token } => {
+                let thread = state
+                    .get(format!("t/{thread_key}"))?
+                    .map(|t| String::from_utf8_lossy(&t).into_owned());
+                let body = slack_message(channel, event, thread.as_deref());
+                let sent = client
+                    .post(format!("{api}/chat.postMessage"))
+                    .bearer_auth(&token.0)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json; charset=utf-8")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                slack_outcome(sent).await.and_then(|ts| match (thread, ts) {
+                    // The execution's first message: its ts is the thread from now on.
+                    (None, Some(ts)) => state
+                        .put(format!("t/{thread_key}"), ts.as_bytes())
+                        .map_err(|e| Outcome::Fatal(format!("keeping the thread id: {e}"))),
+                    _ => Ok(()),
+                })
+            }
+            Sink::Webhook { url, headers } => {
+                let mut request = client
+                    .post(url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(serde_json::to_vec(event).expect("events serialise"));
+                for (name, value) in headers {
+                    request = request.header(name, value);
+                }
+                webhook_outcome(request.send().await)
+            }
+        };
+        match attempt {
+            Ok(()) => break,
+            Err(Outcome::Fatal(e)) => bail!("{e}"),
+            Err(Outcome::Skip(reason)) => {
+                warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, "not delivered; skipped");
+                break;
+            }
+            Err(Outcome::Retry { reason, after }) => {
+                let wait = after.unwrap_or(backoff);
+                warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, wait_ms = wait.as_millis() as u64, "delivery failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.as_mut() => bail!("stopped while retrying a delivery (it is sent again on the next start)"),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+    if marks_breach(event) {
+        state.put(&breach_key, b"1")?;
+    }
+    // Keep `stop` usable by the caller after a select on it here.
+    let _ = stop.as_mut().now_or_never();
+    Ok(())
+}
+
+enum Outcome {
+    Retry { reason: String, after: Option<Duration> },
+    Skip(String),
+    Fatal(String),
+}
+
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// Slack's answer: the message's `ts` on success.
+async fn slack_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<Option<String>, Outcome> {
+    let response = sent.map_err(|e| Outcome::Retry {
+        reason: format!("Slack unreachable: {e}"),
+        after: None,
+    })?;
+    let status = response.status();
+    if status.as_u16() == 429 {
+        let after = retry_after(&response);
+        return Err(Outcome::Retry {
+            reason: "rate limited by Slack".into(),
+            after: after.or(Some(Duration::from_secs(1))),
+        });
+    }
+    if status.is_server_error() {
+        return Err(Outcome::Retry {
+            reason: format!("Slack answered HTTP {status}"),
+            after: retry_after(&response),
+        });
+    }
+    let unreadable = |e: String| Outcome::Retry {
+        reason: format!("unreadable answer from Slack: {e}"),
+        after: None,
+    };
+    let bytes = response.bytes().await.map_err(|e| unreadable(e.to_string()))?;
+    let answer: Value = serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
+    if answer["ok"] == true {
+        return Ok(answer["ts"].as_str().map(str::to_string));
+    }
+    let error = answer["error"].as_str().unwrap_or("unknown_error").to_string();
+    Err(match error.as_str() {
+        "invalid_auth" | "not_authed" | "account_inactive" | "token_revoked" | "token_expired" | "missing_scope" => {
+            Outcome::Fatal(format!(
+                "Slack refuses the token ({error}): use a bot token with chat:write"
+            ))
+        }
+        "channel_not_found" | "not_in_channel" | "is_archived" => Outcome::Fatal(format!(
+            "Slack cannot post to the channel ({error}): check --channel and invite the bot to it"
+        )),
+        "ratelimited" | "internal_error" | "fatal_error" | "service_unavailable" | "request_timeout" => {
+            Outcome::Retry {
+                reason: format!("Slack: {error}"),
+                after: None,
+            }
+        }
+        _ => Outcome::Skip(format!("Slack rejected the message: {error}")),
+    })
+}
+
+fn webhook_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
+    let response = sent.map_err(|e| Outcome::Retry {
+        reason: format!("webhook unreachable: {e}"),
+        after: None,
+    })?;
+    let status = response.status();
+    match status.as_u16() {
+        200..=299 => Ok(()),
+        408 | 429 | 500..=599 => Err(Outcome::Retry {
+            reason: format!("webhook answered HTTP {status}"),
+            after: retry_after(&response),
+        }),
+        _ => Err(Outcome::Fatal(format!(
+            "the webhook refuses events (HTTP {status}): check --url and --header"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+
+    fn event(kind: EventType) -> Event {
+        Event {
+            event_id: "e1".into(),
+            kind,
+            category: kind.category(),
+            pipeline_id: "gold".into(),
+            schedule_id: Some("daily".into()),
+            date: Some("2026-11-21".into()),
+            run_id: Some("gold.daily.2026-11-21.2".into()),
+            attempt: Some(2),
+            timestamp: Utc.with_ymd_and_hms(2026, 11, 21, 6, 0, 0).unwrap(),
+            message: "past the deadline".into(),
+            detail: Default::default(),
+        }
+    }
+
+    #[test]
+    fn messages_thread_per_execution_and_warnings_after_a_breach_are_dropped() {
+        let breach = event(EventType::SLA_BREACH);
+        assert_eq!(thread_key(&breach), "gold/daily/2026-11-21");
+        let m = slack_message("C1", &breach, Some("171.5"));
+        assert_eq!(m["thread_ts"], "171.5");
+        assert_eq!(m["channel"], "C1");
+        assert!(m["text"]
+            .as_str()
+            .unwrap()
+            .starts_with(":rotating_light: SLA_BREACH · gold · daily 2026-11-21"));
+        let context = m["blocks"][1]["elements"][0]["text"].as_str().unwrap();
+        assert!(
+            context.contains("run `gold.daily.2026-11-21.2`") && context.contains("attempt 2"),
+            "{context}"
+        );
+        assert!(slack_message("C1", &breach, None).get("thread_ts").is_none());
+        assert!(suppressed(&event(EventType::SLA_WARNING), true));
+        assert!(!suppressed(&event(EventType::SLA_WARNING), false));
+        assert!(!suppressed(&breach, true));
+        assert!(DEFAULT_TYPES.iter().all(|t| EventType::parse(t).is_some()));
+    }
+
+    #[test]
+    fn the_token_never_shows_in_debug_output() {
+        let token = Secret("xoxb-123-secret".into());
+        assert_eq!(format!("{token:?}"), "Secret(***)");
+    }
+}
