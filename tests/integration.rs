@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sluice` binary against a real broker (deploy/test.sh starts
 //! one with deploy/local-broker.sh), asserting the exact event sequence of each scenario.
 
+mod alerts;
 mod api;
 mod bad_input;
 mod cli;

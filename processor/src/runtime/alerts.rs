@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use super::codec::{Codec, Family};
 use super::kafka;
+use super::processor::shutdown_signal;
 use super::topics::Topics;
 use crate::core::events::{Event, EventType};
 
@@ -274,11 +275,16 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, command: AlertsC
         .build()
         .context("building the HTTP client")?;
     info!(topic = %topics.events, %group, "sending alerts");
-    let stop = tokio::signal::ctrl_c();
+    let stop = shutdown_signal();
     tokio::pin!(stop);
     loop {
         let message = tokio::select! {
-            _ = &mut stop => return Ok(ExitCode::SUCCESS),
+            _ = &mut stop => {
+                // Leave with the offsets of what was delivered committed, and leave the group
+                // at once (on drop) so a restart takes the partitions back without a wait.
+                let _ = consumer.commit_consumer_state(CommitMode::Sync);
+                return Ok(ExitCode::SUCCESS);
+            }
             m = consumer.recv() => m.context("reading events")?,
         };
         let at = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
