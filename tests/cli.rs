@@ -84,3 +84,35 @@ fn events_tail_starts_at_an_offset_or_a_time_and_filters() {
     let (code, _, err) = tail(&w, &["--from-time", "last tuesday"]);
     assert!(code == Some(2) && err.contains("RFC 3339"), "{err}");
 }
+
+#[test]
+fn topics_apply_creates_verifies_and_reports_drift() {
+    let prefix = format!("it-drift-{}.", std::process::id());
+    // An events topic made by hand, keeping a day where topics/ says 90 days.
+    let configs = [("cleanup.policy", "delete"), ("retention.ms", "86400000")];
+    crate::support::create_topics_with(&prefix, &[("events", 3)], &configs);
+    let apply = || {
+        let out = sluice_on(&crate::support::brokers())
+            .args(["topics", "apply", "--dir", "topics", "--topic-prefix", &prefix])
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, out, err) = apply();
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains(&format!("{prefix}config: created")), "{out}");
+    assert!(
+        out.contains(&format!("{prefix}events: drift: retention.ms is")),
+        "{out}"
+    );
+    assert!(
+        err.contains("kafka-configs") && err.contains("1 existing topic(s)"),
+        "{err}"
+    );
+    // Again: what was created now matches; the drift is still reported.
+    let (code, out, _) = apply();
+    assert_eq!(code, Some(1));
+    assert!(out.contains(&format!("{prefix}config: exists, matches")), "{out}");
+    assert!(out.contains(&format!("{prefix}events: drift")), "{out}");
+}

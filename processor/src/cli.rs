@@ -441,7 +441,28 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             command: TopicsCommand::Apply { dir },
         } => {
             let defs = load_definitions(&dir)?;
-            kafka::apply_topics(&cli.brokers, &topics, &defs).await?;
+            let reports = kafka::apply_topics(&cli.brokers, &topics, &defs).await?;
+            let mut drifted = 0;
+            for r in &reports {
+                match (r.created, &r.unchecked, r.drift.is_empty()) {
+                    (true, _, _) => println!("{}: created", r.name),
+                    (false, Some(why), _) => println!("{}: exists; configs not checked ({why})", r.name),
+                    (false, None, true) => println!("{}: exists, matches", r.name),
+                    (false, None, false) => {
+                        drifted += 1;
+                        for d in &r.drift {
+                            println!("{}: drift: {d}", r.name);
+                        }
+                    }
+                }
+            }
+            if drifted > 0 {
+                eprintln!(
+                    "error: {drifted} existing topic(s) differ from {}; Sluice does not change existing topics' configs: alter them with your Kafka tools (kafka-configs --alter --entity-type topics --entity-name NAME --add-config KEY=VALUE), or change the definitions",
+                    dir.display()
+                );
+                return Ok(ExitCode::FAILURE);
+            }
             println!("{} topics ready under prefix {:?}", defs.len(), topics.prefix);
             Ok(ExitCode::SUCCESS)
         }

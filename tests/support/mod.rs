@@ -591,6 +591,11 @@ pub type DeadLetter = (Option<Vec<u8>>, Vec<(String, String)>);
 
 /// Creates topics with explicit partition counts (for tests of bad layouts).
 pub fn create_topics(prefix: &str, partitions: &[(&str, i32)]) {
+    create_topics_with(prefix, partitions, &[]);
+}
+
+/// [`create_topics`] with these topic configs.
+pub fn create_topics_with(prefix: &str, partitions: &[(&str, i32)], configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .create()
@@ -599,7 +604,13 @@ pub fn create_topics(prefix: &str, partitions: &[(&str, i32)]) {
     let topics: Vec<NewTopic<'_>> = names
         .iter()
         .zip(partitions)
-        .map(|(n, (_, p))| NewTopic::new(n, *p, TopicReplication::Fixed(1)))
+        .map(|(n, (_, p))| {
+            configs
+                .iter()
+                .fold(NewTopic::new(n, *p, TopicReplication::Fixed(1)), |t, (k, v)| {
+                    t.set(k, v)
+                })
+        })
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

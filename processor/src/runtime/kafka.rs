@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::{Client, ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -87,21 +87,34 @@ pub fn check_copartitioned(counts: &[(String, usize)]) -> Result<usize> {
 }
 
 /// Creates the topics that are missing and checks the partition count of the others.
-pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinition]) -> Result<()> {
+/// What `topics apply` found for one topic.
+#[derive(Debug)]
+pub struct TopicReport {
+    pub name: String,
+    pub created: bool,
+    /// Configs that differ from the definition (empty: it matches).
+    pub drift: Vec<String>,
+    /// The broker did not describe the topic's configs, so they were not checked.
+    pub unchecked: Option<String>,
+}
+
+/// Creates the missing topics of `defs`, checks every partition count (a difference is an
+/// error: it would break co-partitioning) and reports config drift of existing topics.
+pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
     let admin: AdminClient<DefaultClientContext> = base_config(brokers).create().context("creating admin client")?;
-    let mut new_topics = Vec::new();
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
-    let retention: Vec<String> = defs
+    let configs: Vec<Vec<(&str, String)>> = defs.iter().map(TopicDefinition::configs).collect::<Result<_>>()?;
+    let new_topics: Vec<NewTopic> = defs
         .iter()
-        .map(|d| d.retention_ms().map(|ms| ms.to_string()))
-        .collect::<Result<_>>()?;
-    for (i, def) in defs.iter().enumerate() {
-        new_topics.push(
-            NewTopic::new(&names[i], def.partitions, TopicReplication::Fixed(1))
-                .set("cleanup.policy", def.cleanup_policy.as_str())
-                .set("retention.ms", &retention[i]),
-        );
-    }
+        .zip(&names)
+        .zip(&configs)
+        .map(|((def, name), configs)| {
+            configs.iter().fold(
+                NewTopic::new(name, def.partitions, TopicReplication::Fixed(1)),
+                |topic, (k, v)| topic.set(k, v),
+            )
+        })
+        .collect();
     let results = admin
         .create_topics(
             &new_topics,
@@ -109,9 +122,13 @@ pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinitio
         )
         .await
         .context("creating topics")?;
+    let mut created = std::collections::HashSet::new();
     for result in results {
         match result {
-            Ok(name) => info!(topic = %name, "created topic"),
+            Ok(name) => {
+                info!(topic = %name, "created topic");
+                created.insert(name);
+            }
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => info!(topic = %name, "topic exists"),
             Err((name, code)) => bail!("creating topic {name}: {code}"),
         }
@@ -121,12 +138,42 @@ pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinitio
     for ((name, count), def) in counts.iter().zip(defs) {
         if *count != def.partitions as usize {
             bail!(
-                "topic {name} has {count} partitions but topics/ declares {}",
+                "topic {name} has {count} partitions but topics/ declares {}: the inputs must have the same count, and partitions cannot be removed; recreate the topic or change topics/ to match",
                 def.partitions
             );
         }
     }
-    Ok(())
+    let specifiers: Vec<ResourceSpecifier> = names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
+    let described = admin
+        .describe_configs(
+            &specifiers,
+            &AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT)),
+        )
+        .await;
+    let mut reports = Vec::new();
+    for (i, (name, def)) in names.iter().zip(defs).enumerate() {
+        let (drift, unchecked) = match described.as_ref().map(|all| all.get(i)) {
+            Ok(Some(Ok(resource))) if !resource.entries.is_empty() => {
+                let actual = resource
+                    .entries
+                    .iter()
+                    .map(|e| (e.name.clone(), e.value.clone()))
+                    .collect();
+                (def.drift(&actual)?, None)
+            }
+            Ok(Some(Ok(_))) => (Vec::new(), Some("the broker described no configs".to_string())),
+            Ok(Some(Err(code))) => (Vec::new(), Some(code.to_string())),
+            Ok(None) => (Vec::new(), Some("no answer for this topic".to_string())),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        reports.push(TopicReport {
+            name: name.clone(),
+            created: created.contains(name),
+            drift,
+            unchecked,
+        });
+    }
+    Ok(reports)
 }
 
 /// Whether producing failed because the record exceeds the size the client or broker

@@ -135,6 +135,30 @@ impl TopicDefinition {
     }
 }
 
+impl TopicDefinition {
+    /// The topic configs Sluice sets and checks.
+    pub fn configs(&self) -> Result<Vec<(&'static str, String)>> {
+        Ok(vec![
+            ("cleanup.policy", self.cleanup_policy.as_str().to_string()),
+            ("retention.ms", self.retention_ms()?.to_string()),
+        ])
+    }
+
+    /// How an existing topic's `actual` configs differ from this definition, one sentence
+    /// per config.
+    pub fn drift(&self, actual: &std::collections::HashMap<String, Option<String>>) -> Result<Vec<String>> {
+        let mut drift = Vec::new();
+        for (name, want) in self.configs()? {
+            let have = actual.get(name).cloned().flatten();
+            if have.as_deref() != Some(want.as_str()) {
+                let have = have.map_or_else(|| "unset (the broker's default)".to_string(), |v| format!("{v:?}"));
+                drift.push(format!("{name} is {have}, topics/ declares {want:?}"));
+            }
+        }
+        Ok(drift)
+    }
+}
+
 /// Reads every `*.yaml` file in `dir`, checking that the definitions make sense.
 pub fn load_definitions(dir: &Path) -> Result<Vec<TopicDefinition>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -167,6 +191,30 @@ pub fn load_definitions(dir: &Path) -> Result<Vec<TopicDefinition>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drift_names_each_config_that_differs() {
+        let def = TopicDefinition {
+            name: "events".into(),
+            partitions: 3,
+            cleanup_policy: CleanupPolicy::Delete,
+            retention: "90d".into(),
+            description: None,
+        };
+        let mut actual = std::collections::HashMap::new();
+        actual.insert("cleanup.policy".to_string(), Some("delete".to_string()));
+        actual.insert("retention.ms".to_string(), Some("7776000000".to_string()));
+        assert!(def.drift(&actual).unwrap().is_empty());
+        actual.insert("cleanup.policy".to_string(), Some("compact".to_string()));
+        actual.remove("retention.ms");
+        assert_eq!(
+            def.drift(&actual).unwrap(),
+            [
+                r#"cleanup.policy is "compact", topics/ declares "delete""#,
+                r#"retention.ms is unset (the broker's default), topics/ declares "7776000000""#
+            ]
+        );
+    }
 
     #[test]
     fn the_repository_topic_definitions_load_and_cover_every_topic() {
