@@ -4,7 +4,7 @@
 //! the single decoder of input records (an Avro record becomes its JSON form, then goes
 //! through the same validation) and events are written from their JSON form.
 //!
-//! Mapping: timestamps (`timestamp-micros`) are RFC 3339 strings in JSON (numbers are read
+//! Mapping: timestamps (`timestamp-millis`) are RFC 3339 strings in JSON (numbers are read
 //! as epoch seconds below 1e11, else milliseconds); a field marked `"sluice.json": true`
 //! holds JSON text in Avro and the JSON value itself in JSON; absent optional fields are
 //! left out of the JSON form; enums are their symbol.
@@ -70,6 +70,10 @@ fn convert_in(schema: &Schema, json: &Json, path: &str) -> Result<Avro, String> 
         Schema::Enum(e) => match json.as_str().and_then(|s| e.symbols.iter().position(|x| x == s)) {
             Some(i) => Ok(Avro::Enum(i as u32, e.symbols[i].clone())),
             None => bad(&format!("one of {}", e.symbols.join(", "))),
+        },
+        Schema::TimestampMillis => match as_timestamp(json) {
+            Some(t) => Ok(Avro::TimestampMillis(t.timestamp_millis())),
+            None => bad("an RFC 3339 timestamp"),
         },
         Schema::TimestampMicros => match as_timestamp(json) {
             Some(t) => Ok(Avro::TimestampMicros(t.timestamp_micros())),

@@ -46,7 +46,7 @@ pub fn unwrap(schema: &Schema, value: &Json) -> Option<Json> {
 
 fn is_timestamp(schema: &Schema) -> bool {
     match schema {
-        Schema::TimestampMicros => true,
+        Schema::TimestampMillis | Schema::TimestampMicros => true,
         Schema::Union(union) => union.variants().iter().any(is_timestamp),
         _ => false,
     }
@@ -79,7 +79,7 @@ fn connect_schema(schema: &Schema, optional: bool) -> Json {
         Schema::Int => simple("int32"),
         Schema::Long => simple("int64"),
         Schema::Double => simple("double"),
-        Schema::TimestampMicros => json!({
+        Schema::TimestampMillis | Schema::TimestampMicros => json!({
             "type": "int64", "name": "org.apache.kafka.connect.data.Timestamp", "version": 1, "optional": optional
         }),
         Schema::Map(map) => json!({
@@ -113,6 +113,7 @@ fn payload(schema: &Schema, avro: &Avro) -> Json {
                 .map(|(k, v)| (k.clone(), payload(&map.types, v)))
                 .collect(),
         ),
+        (_, Avro::TimestampMillis(ms)) => Json::from(*ms),
         (_, Avro::TimestampMicros(us)) => Json::from(us.div_euclid(1000)),
         (_, Avro::Boolean(b)) => Json::Bool(*b),
         (_, Avro::Int(n)) => Json::from(*n),
