@@ -24,6 +24,26 @@ pub fn base_config(brokers: &str) -> ClientConfig {
     config
 }
 
+/// The processor's input consumer settings (also what the benchmark's pass-through
+/// baseline uses, so the two compare like for like).
+pub fn input_consumer_config(brokers: &str, group: &str) -> ClientConfig {
+    let mut config = base_config(brokers);
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        // Range assignment gives partition N of every input to the same member: the
+        // co-partitioning that lets one task own a pipeline. Sticky/cooperative assignors do
+        // not promise that, so eager range rebalancing it is.
+        .set("partition.assignment.strategy", "range")
+        .set("session.timeout.ms", "10000")
+        .set("isolation.level", "read_committed")
+        // The broker may hold a fetch this long when there is nothing new; it bounds how long
+        // a record (a job report, say) waits before the processor sees it.
+        .set("fetch.wait.max.ms", "50");
+    config
+}
+
 /// An idempotent producer that waits for all replicas.
 pub fn producer(brokers: &str) -> Result<FutureProducer> {
     producer_config(brokers).create().context("creating Kafka producer")

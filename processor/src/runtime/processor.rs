@@ -210,23 +210,11 @@ impl Processor {
     pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
         let (query_sender, queries) = mpsc::channel(64);
-        let mut config = kafka::base_config(&settings.brokers);
+        let mut config = kafka::input_consumer_config(&settings.brokers, &settings.group);
         if let Some(id) = &settings.static_member {
             config.set("group.instance.id", id);
         }
         let consumer: StreamConsumer<RebalanceContext> = config
-            .set("group.id", &settings.group)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            // Range assignment gives partition N of every input to the same member: the
-            // co-partitioning that lets one task own a pipeline. Sticky/cooperative
-            // assignors do not promise that, so eager range rebalancing it is.
-            .set("partition.assignment.strategy", "range")
-            .set("session.timeout.ms", "10000")
-            .set("isolation.level", "read_committed")
-            // The broker may hold a fetch this long when there is nothing new; it bounds how
-            // long a record (a job report, say) waits before the processor sees it.
-            .set("fetch.wait.max.ms", "50")
             .set("statistics.interval.ms", "5000")
             .create_with_context(RebalanceContext {
                 tx,

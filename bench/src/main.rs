@@ -1,0 +1,465 @@
+//! `sluice-bench`: runs workloads against the real `sluice` binary on a real broker, and the
+//! same workloads against baselines in the same run, and reports figures and ratios.
+//!
+//! Scenarios (each on fresh topics under its own prefix):
+//! - `throughput`: a backlog of configs and sensor readings, processed to committed output;
+//!   the baseline is a pass-through consumer→producer with the processor's client settings
+//!   and batch size, committing per batch.
+//! - `latency`: readings at a fixed rate; sensor sent → VALIDATION_PASSED received.
+//! - `scale`: many pipelines: resident memory, state size, and the time a new instance with
+//!   an empty state directory takes to restore them from the changelog.
+
+mod kafka_io;
+mod measure;
+mod passthrough;
+mod target;
+mod workload;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use rdkafka::message::Message;
+
+use measure::{http_get, metric, percentiles};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks Sluice against baselines on a real broker")]
+struct Args {
+    /// Kafka bootstrap servers (deploy/bench.sh starts a local broker and sets this).
+    #[arg(long, env = "SLUICE_BENCH_BROKERS")]
+    brokers: String,
+    /// The `sluice` binary; default: the one beside this binary.
+    #[arg(long)]
+    sluice: Option<PathBuf>,
+    /// Small figures, to check the harness itself works (seconds, not minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Write the results (Markdown) here as well as to stdout.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Scenarios to run (default: all).
+    #[arg(value_parser = ["throughput", "latency", "scale"])]
+    scenarios: Vec<String>,
+}
+
+struct Sizes {
+    throughput_pipelines: usize,
+    throughput_records: usize,
+    latency_pipelines: usize,
+    latency_rate: u64,
+    latency_seconds: u64,
+    scale: Vec<usize>,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                throughput_pipelines: 50,
+                throughput_records: 2_000,
+                latency_pipelines: 20,
+                latency_rate: 100,
+                latency_seconds: 2,
+                scale: vec![500],
+            }
+        } else {
+            Sizes {
+                throughput_pipelines: 1_000,
+                throughput_records: 100_000,
+                latency_pipelines: 1_000,
+                latency_rate: 1_000,
+                latency_seconds: 30,
+                scale: vec![10_000, 100_000],
+            }
+        }
+    }
+}
+
+/// One scenario's world: its topic prefix, state directory and the processor.
+struct Run {
+    brokers: String,
+    sluice: PathBuf,
+    prefix: String,
+    dir: PathBuf,
+    http: String,
+    child: Option<Child>,
+}
+
+impl Run {
+    fn new(args: &Args, sluice: &Path, name: &str) -> Result<Run> {
+        let prefix = format!(
+            "bench-{name}-{}-{}.",
+            std::process::id(),
+            chrono::Utc::now().timestamp_millis()
+        );
+        let dir = std::env::temp_dir().join(prefix.trim_end_matches('.'));
+        std::fs::create_dir_all(&dir)?;
+        let status = Command::new(sluice)
+            .args(["topics", "apply", "--dir"])
+            .arg(repo().join("topics"))
+            .args(["--topic-prefix", &prefix, "--brokers", &args.brokers])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("sluice topics apply failed for {prefix}");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        Ok(Run {
+            brokers: args.brokers.clone(),
+            sluice: sluice.to_path_buf(),
+            prefix,
+            dir,
+            http: format!("127.0.0.1:{port}"),
+            child: None,
+        })
+    }
+
+    fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn group(&self) -> String {
+        format!("{}group", self.prefix)
+    }
+
+    /// Starts `sluice run` (state in `state`), logging to the run's directory.
+    fn start(&mut self, state: &str, target: &str) -> Result<()> {
+        let log = std::fs::File::create(self.dir.join(format!("{state}.log")))?;
+        let child = Command::new(&self.sluice)
+            .args([
+                "run",
+                "--brokers",
+                &self.brokers,
+                "--topic-prefix",
+                &self.prefix,
+                "--group",
+                &self.group(),
+            ])
+            .arg("--state-dir")
+            .arg(self.dir.join(state))
+            .args(["--http", &self.http, "--instance", "bench", "--log", "warn"])
+            .env("SLUICE_ALLOW_TARGETS", "127.0.0.0/8")
+            .env("SLUICE_BENCH_TARGET", target)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting sluice run")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    fn ready(&self) -> bool {
+        http_get(&self.http, "/readyz").is_some_and(|(s, _)| s == 200)
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Waits for `done`, checking every 20 ms, failing after `within`.
+fn wait(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Result<Instant> {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return Ok(Instant::now());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {within:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn today() -> String {
+    chrono::Utc::now().date_naive().to_string()
+}
+
+/// The backlog: every pipeline's config, then `records` readings spread over the pipelines,
+/// ending with each pipeline's trigger (so each runs its job once).
+fn produce_backlog(run: &Run, pipelines: usize, records: usize, target: &str) -> usize {
+    let producer = kafka_io::producer(&run.brokers);
+    let (config, sensors) = (run.topic("config"), run.topic("sensors"));
+    for i in 0..pipelines {
+        let id = workload::pipeline_id(i);
+        kafka_io::send(&producer, &config, &id, &workload::config(&id, target));
+    }
+    let date = today();
+    let readings = records.saturating_sub(pipelines);
+    for n in 0..readings {
+        let id = workload::pipeline_id(n % pipelines);
+        kafka_io::send(
+            &producer,
+            &sensors,
+            &id,
+            &workload::row_count(&id, 1000 + n as u64, &date, None),
+        );
+    }
+    for i in 0..pipelines {
+        let id = workload::pipeline_id(i);
+        kafka_io::send(&producer, &sensors, &id, &workload::trigger(&id, &date, None));
+    }
+    kafka_io::flush(&producer);
+    readings + pipelines
+}
+
+/// Records/s for `records` from the first consumed to all committed, read off the processor's
+/// metrics and its group's committed offsets.
+fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
+    let target = target::start();
+    let mut run = Run::new(args, sluice, "throughput")?;
+    let sensors = produce_backlog(&run, sizes.throughput_pipelines, sizes.throughput_records, &target.url);
+    run.start("state", &target.url)?;
+    let first = wait("the first record", Duration::from_secs(120), || {
+        metric(&run.http, "sluice_records_in_total", "") > 0.0
+    })?;
+    let (brokers, group, topic) = (run.brokers.clone(), run.group(), run.topic("sensors"));
+    let done = wait("the backlog committed", Duration::from_secs(1800), || {
+        kafka_io::committed(&brokers, &group, &topic) >= sensors as i64
+    })?;
+    let total = (sensors + sizes.throughput_pipelines) as f64;
+    let sluice_rate = total / (done - first).as_secs_f64();
+    let (_, peak) = measure::rss_mib(run.pid());
+    run.stop();
+
+    // The ceiling: the same records through a pass-through with the same client settings.
+    let base = Run::new(args, sluice, "passthrough")?;
+    let n = produce_backlog(&base, sizes.throughput_pipelines, sizes.throughput_records, &target.url);
+    let elapsed = passthrough::run(
+        &base.brokers,
+        &[base.topic("config"), base.topic("sensors")],
+        &base.topic("events"),
+        n + sizes.throughput_pipelines,
+    )?;
+    let ceiling = total / elapsed.as_secs_f64();
+    let _ = writeln!(
+        report,
+        "\n## Throughput (backlog of {total} input records, {} pipelines)\n",
+        sizes.throughput_pipelines
+    );
+    let _ = writeln!(report, "| what | records/s | ratio |\n| --- | ---: | ---: |");
+    let _ = writeln!(
+        report,
+        "| pass-through consumer→producer (ceiling) | {ceiling:.0} | 1.00 |"
+    );
+    let _ = writeln!(
+        report,
+        "| sluice, effectively-once | {sluice_rate:.0} | {:.2} |",
+        sluice_rate / ceiling
+    );
+    let _ = writeln!(
+        report,
+        "\nsluice peak RSS {peak:.0} MiB; {} job triggers answered by the loopback target.",
+        target.count()
+    );
+    let _ = writeln!(
+        report,
+        "exactly-once: not measurable on this broker (tansu 0.6 has no EndTxn)."
+    );
+    Ok(())
+}
+
+/// Sensor sent → VALIDATION_PASSED received, at a fixed rate of readings.
+fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
+    let target = target::start();
+    let mut run = Run::new(args, sluice, "latency")?;
+    let producer = kafka_io::producer(&run.brokers);
+    for i in 0..sizes.latency_pipelines {
+        let id = workload::pipeline_id(i);
+        kafka_io::send(
+            &producer,
+            &run.topic("config"),
+            &id,
+            &workload::config(&id, &target.url),
+        );
+    }
+    kafka_io::flush(&producer);
+    run.start("state", &target.url)?;
+    wait("the processor ready", Duration::from_secs(120), || run.ready())?;
+    let events = run.topic("events");
+    let reader = kafka_io::reader(&run.brokers, &[events.as_str()]);
+    let accepted = sizes.latency_pipelines as f64;
+    wait("every config accepted", Duration::from_secs(300), || {
+        metric(&run.http, "sluice_records_in_total", "config") >= accepted
+    })?;
+    while reader.poll(Duration::from_millis(200)).is_some() {}
+
+    // Readings at the rate: per execution a row count then its trigger; executions are
+    // hourly and spread over the last week's dates, so each trigger opens a new one.
+    let dates: Vec<String> = (0..7)
+        .map(|d| (chrono::Utc::now().date_naive() - chrono::Days::new(d)).to_string())
+        .collect();
+    let total = sizes.latency_rate * sizes.latency_seconds;
+    let interval = Duration::from_secs_f64(1.0 / sizes.latency_rate as f64);
+    let mut sent: HashMap<String, Instant> = HashMap::new();
+    let start = Instant::now();
+    let sensors = run.topic("sensors");
+    let mut received = Vec::new();
+    let drain = |received: &mut Vec<(String, Instant)>| {
+        while let Some(Ok(m)) = reader.poll(Duration::ZERO) {
+            if let Some(Ok(event)) = m.payload().map(serde_json::from_slice::<serde_json::Value>) {
+                if event["type"] == "VALIDATION_PASSED" {
+                    let key = format!(
+                        "{}|{}",
+                        event["pipelineId"].as_str().unwrap_or(""),
+                        event["date"].as_str().unwrap_or("")
+                    );
+                    received.push((key, Instant::now()));
+                }
+            }
+        }
+    };
+    for n in 0..total {
+        let execution = n / 2;
+        let id = workload::pipeline_id(execution as usize % sizes.latency_pipelines);
+        let slot = execution as usize / sizes.latency_pipelines;
+        let (date, hour) = (&dates[(slot / 24) % dates.len()], (slot % 24) as u32);
+        if n % 2 == 0 {
+            kafka_io::send(
+                &producer,
+                &sensors,
+                &id,
+                &workload::row_count(&id, 5000, date, Some(hour)),
+            );
+        } else {
+            kafka_io::send(&producer, &sensors, &id, &workload::trigger(&id, date, Some(hour)));
+            producer.poll(Duration::ZERO);
+            sent.insert(format!("{id}|{date}T{hour:02}"), Instant::now());
+        }
+        producer.poll(Duration::ZERO);
+        drain(&mut received);
+        let due = start + interval * (n as u32 + 1);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    kafka_io::flush(&producer);
+    let expected = sent.len();
+    let _ = wait("every VALIDATION_PASSED", Duration::from_secs(120), || {
+        drain(&mut received);
+        received.len() >= expected
+    });
+    let mut latencies: Vec<f64> = received
+        .iter()
+        .filter_map(|(key, at)| {
+            sent.get(key)
+                .map(|s| at.saturating_duration_since(*s).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    let measured = latencies.len();
+    let (p50, p99, max) = percentiles(&mut latencies);
+    run.stop();
+    let _ = writeln!(
+        report,
+        "\n## Latency ({} readings/s for {} s, {} pipelines)\n\nsensor sent → VALIDATION_PASSED received, over {measured} of {expected} executions: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms (two client hops included: the producer's linger of 5 ms and the reader's fetch).",
+        sizes.latency_rate, sizes.latency_seconds, sizes.latency_pipelines
+    );
+    Ok(())
+}
+
+/// Memory and state for many pipelines, and a restore from the changelog.
+fn scale(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
+    let _ = writeln!(report, "\n## Scale\n\n| pipelines | load s | RSS MiB (peak) | state MiB | restore s |\n| ---: | ---: | ---: | ---: | ---: |");
+    for &pipelines in &sizes.scale {
+        let target = target::start();
+        let mut run = Run::new(args, sluice, &format!("scale{pipelines}"))?;
+        let records = produce_backlog(&run, pipelines, pipelines * 2, &target.url);
+        let started = Instant::now();
+        run.start("state", &target.url)?;
+        let (brokers, group, topic) = (run.brokers.clone(), run.group(), run.topic("sensors"));
+        wait("the pipelines loaded", Duration::from_secs(3600), || {
+            kafka_io::committed(&brokers, &group, &topic) >= records as i64
+        })?;
+        let loaded = started.elapsed().as_secs_f64();
+        let (rss, peak) = measure::rss_mib(run.pid());
+        let state = measure::dir_size(&run.dir.join("state")) as f64 / 1_048_576.0;
+        run.stop();
+        // A new instance: empty state directory, everything from the changelog.
+        let restore_started = Instant::now();
+        run.start("fresh", &target.url)?;
+        wait("the restore", Duration::from_secs(3600), || run.ready())?;
+        let restore = restore_started.elapsed().as_secs_f64();
+        run.stop();
+        let _ = writeln!(
+            report,
+            "| {pipelines} | {loaded:.1} | {rss:.0} ({peak:.0}) | {state:.1} | {restore:.1} |"
+        );
+    }
+    let _ = writeln!(
+        report,
+        "\nrestore s: from start of a new process with an empty state directory to /readyz 200 (group join included)."
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let sluice = match &args.sluice {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("sluice"),
+    };
+    if !sluice.exists() {
+        bail!(
+            "no sluice binary at {}: build it (cargo build --release -p sluice) or pass --sluice",
+            sluice.display()
+        );
+    }
+    let sizes = Sizes::new(args.quick);
+    let all = ["throughput", "latency", "scale"];
+    let chosen: Vec<&str> = if args.scenarios.is_empty() {
+        all.to_vec()
+    } else {
+        args.scenarios.iter().map(String::as_str).collect()
+    };
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "# Sluice benchmark\n\n{} · {} · {} CPUs · broker {}{}",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        std::env::consts::ARCH,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        args.brokers,
+        if args.quick {
+            " · --quick (harness check, not figures)"
+        } else {
+            ""
+        }
+    );
+    for scenario in chosen {
+        let result = match scenario {
+            "throughput" => throughput(&args, &sluice, &sizes, &mut report),
+            "latency" => latency(&args, &sluice, &sizes, &mut report),
+            _ => scale(&args, &sluice, &sizes, &mut report),
+        };
+        result.with_context(|| format!("scenario {scenario}"))?;
+    }
+    print!("{report}");
+    if let Some(out) = &args.out {
+        std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The ceiling: a consumer→producer pass-through with the processor's client settings,
+//! batch size and commit pattern (produce the batch, wait for its acknowledgements, commit
+//! the input offsets), doing no work per record.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::FutureExt;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use rdkafka::TopicPartitionList;
+
+/// The processor's `--batch-size` default.
+const BATCH: usize = 500;
+
+/// Copies `inputs` to `output` until `expected` records went through; the time from the
+/// first record to the last batch's commit.
+pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> Result<Duration> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let group = format!("{output}.passthrough");
+        let consumer: StreamConsumer = sluice::runtime::kafka::input_consumer_config(brokers, &group)
+            .create()
+            .context("creating the pass-through consumer")?;
+        let topics: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        let producer = sluice::runtime::kafka::producer(brokers)?;
+        let mut done = 0;
+        let mut first = None;
+        while done < expected {
+            let mut batch = vec![consumer.recv().await?.detach()];
+            first.get_or_insert_with(Instant::now);
+            while batch.len() < BATCH {
+                match consumer.recv().now_or_never() {
+                    Some(m) => batch.push(m?.detach()),
+                    None => break,
+                }
+            }
+            let sends = batch.iter().map(|m| {
+                let mut record = FutureRecord::to(output).payload(m.payload().unwrap_or_default());
+                if let Some(key) = m.key() {
+                    record = record.key(key);
+                }
+                producer.send(record, Duration::from_secs(30))
+            });
+            for sent in futures::future::join_all(sends).await {
+                sent.map_err(|(e, _)| e).context("producing")?;
+            }
+            let mut offsets = TopicPartitionList::new();
+            for m in &batch {
+                offsets.add_partition_offset(m.topic(), m.partition(), rdkafka::Offset::Offset(m.offset() + 1))?;
+            }
+            consumer.commit(&offsets, CommitMode::Async)?;
+            done += batch.len();
+        }
+        consumer.commit_consumer_state(CommitMode::Sync)?;
+        Ok(first.map(|f| f.elapsed()).unwrap_or_default())
+    })
+}

@@ -1,0 +1,47 @@
+//! The harness itself works: `sluice-bench --quick` against the test broker produces every
+//! section of the report with figures in it. (The figures of a quick run mean nothing.)
+
+use std::process::Command;
+
+#[test]
+fn a_quick_run_reports_every_scenario() {
+    let brokers = std::env::var("SLUICE_TEST_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into());
+    let bench = std::path::Path::new(env!("CARGO_BIN_EXE_sluice-bench"));
+    // `cargo test --workspace` builds the sluice binary into the same directory.
+    let sluice = bench.with_file_name("sluice");
+    let out = tempfile_path();
+    let run = Command::new(bench)
+        .args(["--quick", "--brokers", &brokers, "--sluice"])
+        .arg(&sluice)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(report, stdout);
+    for section in ["## Throughput", "## Latency", "## Scale"] {
+        assert!(report.contains(section), "{report}");
+    }
+    let ratio = report
+        .lines()
+        .find(|l| l.starts_with("| sluice, effectively-once"))
+        .and_then(|l| l.split('|').nth(3))
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("a throughput ratio in {report}"));
+    assert!(ratio > 0.0);
+    assert!(
+        report.contains("over 100 of 100 executions"),
+        "every execution measured: {report}"
+    );
+    let _ = std::fs::remove_file(out);
+}
+
+fn tempfile_path() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sluice-bench-{}.md", std::process::id()))
+}
