@@ -13,6 +13,12 @@ deploy/install-deps.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
 cargo build --release --locked -p sluice -p sluice-bench
 deploy/install-tansu.sh >/dev/null
+# The Quix Streams baseline's Python.
+# shellcheck source=deploy/service.sh
+source deploy/service.sh
+venv="$HOME/.cache/sluice/quix-venv"
+ensure_venv "$venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
+export SLUICE_BENCH_PYTHON="$venv/bin/python"
 
 broker_dir="$(mktemp -d)"
 cleanup() {

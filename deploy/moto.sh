@@ -33,35 +33,9 @@ pidfile="$dir/moto.pid"
 
 stop() { stop_service; }
 
-# A system python3 with a working venv module; Debian splits it into python3-venv.
-python() {
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  echo "moto needs python3 (3.9 or newer)" >&2
-  exit 1
-}
-
 install() {
-  if [[ -x "$venv/bin/moto_server" ]] && [[ "$("$venv/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null)" == "$MOTO_VERSION" ]]; then
-    return 0
-  fi
-  py="$(python)"
-  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    echo "installing python3-venv..." >&2
-    SUDO=""
-    [[ $(id -u) -eq 0 ]] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >&2
-  fi
-  echo "installing moto $MOTO_VERSION into $venv..." >&2
-  rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
-  "$py" -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION" >&2
+  ensure_venv "$venv" "import moto; assert moto.__version__ == '$MOTO_VERSION'" "moto[server]==$MOTO_VERSION"
+  [[ -x "$venv/bin/moto_server" ]]
 }
 
 start() {

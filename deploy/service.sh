@@ -38,3 +38,32 @@ await_ready() {
   stop_service
   return 1
 }
+
+# ensure_venv VENV CHECK PACKAGE...: a virtualenv at VENV in which the Python statement
+# CHECK succeeds, made with pip-installed PACKAGEs when it does not yet. Debian splits the
+# venv module into python3-venv, installed here when missing.
+ensure_venv() {
+  local venv="$1" check="$2"
+  shift 2
+  if "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
+    return 0
+  fi
+  local py
+  py="$(command -v python3.11 || command -v python3 || true)"
+  if [[ -z "$py" ]]; then
+    echo "python3 (3.9 or newer) is needed" >&2
+    return 1
+  fi
+  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "installing python3-venv..." >&2
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >&2
+  fi
+  echo "installing $* into $venv..." >&2
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  "$py" -m venv "$venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" >&2
+}

@@ -30,4 +30,10 @@ echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
 export SLUICE_TEST_MOTO="$(SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh start)"
 echo "moto for tests: $SLUICE_TEST_MOTO" >&2
 
+# The benchmark harness's Quix Streams baseline (its quick run is a test).
+# shellcheck source=deploy/service.sh
+source deploy/service.sh
+ensure_venv "$HOME/.cache/sluice/quix-venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
+export SLUICE_BENCH_PYTHON="$HOME/.cache/sluice/quix-venv/bin/python"
+
 cargo test --workspace --locked "$@"

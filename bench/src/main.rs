@@ -39,6 +39,10 @@ struct Args {
     /// Small figures, to check the harness itself works (seconds, not minutes).
     #[arg(long)]
     quick: bool,
+    /// A Python with `quixstreams` installed, for the Quix Streams baseline (deploy/bench.sh
+    /// makes one); without it that baseline is skipped and the report says so.
+    #[arg(long, env = "SLUICE_BENCH_PYTHON")]
+    python: Option<PathBuf>,
     /// Write the results (Markdown) here as well as to stdout.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -243,34 +247,55 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     })?;
     let total = (sensors + sizes.throughput_pipelines) as f64;
     let sluice_rate = total / (done - first).as_secs_f64();
+    let sluice_batches = metric(&run.http, "sluice_batch_seconds_count", "");
     let (_, peak) = measure::rss_mib(run.pid());
     run.stop();
 
     // The ceiling: the same records through a pass-through with the same client settings.
     let base = Run::new(args, sluice, "passthrough")?;
     let n = produce_backlog(&base, sizes.throughput_pipelines, sizes.throughput_records, &target.url);
-    let elapsed = passthrough::run(
+    let (elapsed, batches) = passthrough::run(
         &base.brokers,
         &[base.topic("config"), base.topic("sensors")],
         &base.topic("events"),
         n + sizes.throughput_pipelines,
     )?;
     let ceiling = total / elapsed.as_secs_f64();
+    let quix = match &args.python {
+        Some(python) => Some(quix(args, sluice, sizes, python, &target.url)?),
+        None => None,
+    };
     let _ = writeln!(
         report,
         "\n## Throughput (backlog of {total} input records, {} pipelines)\n",
         sizes.throughput_pipelines
     );
-    let _ = writeln!(report, "| what | records/s | ratio |\n| --- | ---: | ---: |");
     let _ = writeln!(
         report,
-        "| pass-through consumer→producer (ceiling) | {ceiling:.0} | 1.00 |"
+        "| what | records/s | ratio | batches |\n| --- | ---: | ---: | ---: |"
     );
     let _ = writeln!(
         report,
-        "| sluice, effectively-once | {sluice_rate:.0} | {:.2} |",
+        "| pass-through consumer→producer (ceiling) | {ceiling:.0} | 1.00 | {batches} |"
+    );
+    let _ = writeln!(
+        report,
+        "| sluice, effectively-once | {sluice_rate:.0} | {:.2} | {sluice_batches:.0} |",
         sluice_rate / ceiling
     );
+    match quix {
+        Some(rate) => {
+            let _ = writeln!(
+                report,
+                "| Quix Streams (Python, RocksDB state) | {rate:.0} | {:.2} | |",
+                rate / ceiling
+            );
+            let _ = writeln!(report, "\nsluice ÷ Quix Streams: {:.1}×", sluice_rate / rate);
+        }
+        None => {
+            let _ = writeln!(report, "\nQuix Streams baseline skipped: no --python with quixstreams.");
+        }
+    }
     let _ = writeln!(
         report,
         "\nsluice peak RSS {peak:.0} MiB; {} job triggers answered by the loopback target.",
@@ -281,6 +306,50 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
         "exactly-once: not measurable on this broker (tansu 0.6 has no EndTxn)."
     );
     Ok(())
+}
+
+/// The same backlog through `bench/quix/readiness.py`: sensor records/s from its first
+/// record to its group's commit of the last.
+fn quix(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, target: &str) -> Result<f64> {
+    let run = Run::new(args, sluice, "quix")?;
+    let sensors = produce_backlog(&run, sizes.throughput_pipelines, sizes.throughput_records, target);
+    let configs: Vec<serde_json::Value> = (0..sizes.throughput_pipelines)
+        .map(|i| workload::config(&workload::pipeline_id(i), target))
+        .collect();
+    let configs_path = run.dir.join("configs.json");
+    std::fs::write(&configs_path, serde_json::to_vec(&configs)?)?;
+    let group = run.group();
+    let mut child = Command::new(python)
+        .arg(repo().join("bench/quix/readiness.py"))
+        .args([&run.brokers, &run.topic("sensors"), &run.topic("events"), &group])
+        .arg(&configs_path)
+        .arg(run.dir.join("quix-state"))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(run.dir.join("quix.log"))?)
+        .spawn()
+        .context("starting the Quix Streams app")?;
+    let stdout = child.stdout.take().expect("piped");
+    let first = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("first ").and_then(|t| t.parse::<f64>().ok()))
+    });
+    let (brokers, topic) = (run.brokers.clone(), run.topic("sensors"));
+    let finished = wait("the Quix app to commit the backlog", Duration::from_secs(3600), || {
+        kafka_io::committed(&brokers, &group, &topic) >= sensors as i64
+    });
+    let end = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    finished?;
+    let first = first
+        .join()
+        .ok()
+        .flatten()
+        .context("the Quix app never said it started")?;
+    Ok(sensors as f64 / (end - first))
 }
 
 /// Sensor sent → VALIDATION_PASSED received, at a fixed rate of readings.

@@ -15,8 +15,8 @@ use rdkafka::TopicPartitionList;
 const BATCH: usize = 500;
 
 /// Copies `inputs` to `output` until `expected` records went through; the time from the
-/// first record to the last batch's commit.
-pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> Result<Duration> {
+/// first record to the last batch's commit, and how many batches it took.
+pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> Result<(Duration, usize)> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let group = format!("{output}.passthrough");
@@ -27,6 +27,7 @@ pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> R
         consumer.subscribe(&topics)?;
         let producer = sluice::runtime::kafka::producer(brokers)?;
         let mut done = 0;
+        let mut batches = 0;
         let mut first = None;
         while done < expected {
             let mut batch = vec![consumer.recv().await?.detach()];
@@ -53,8 +54,9 @@ pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> R
             }
             consumer.commit(&offsets, CommitMode::Async)?;
             done += batch.len();
+            batches += 1;
         }
         consumer.commit_consumer_state(CommitMode::Sync)?;
-        Ok(first.map(|f| f.elapsed()).unwrap_or_default())
+        Ok((first.map(|f| f.elapsed()).unwrap_or_default(), batches))
     })
 }

@@ -1,0 +1,92 @@
+"""The readiness workload as a team would write it with Quix Streams: the baseline that
+sluice-bench measures Sluice against.
+
+Reads sensor readings (JSON, keyed by pipeline id), keeps the latest reading per sensor key
+and execution date in Quix's RocksDB state (with its changelog topic), evaluates the
+pipeline's rules when its trigger sensor arrives, and publishes VALIDATION_PASSED once per
+execution to the events topic. The pipeline configs come from a JSON file (the same configs
+the benchmark publishes to Sluice's config topic).
+
+    python readiness.py BROKERS SENSORS_TOPIC EVENTS_TOPIC GROUP CONFIGS_JSON STATE_DIR
+"""
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+
+from quixstreams import Application
+
+
+def parse_duration(text):
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return float(text[:-1]) * units[text[-1]]
+
+
+def passes(rule, data, now):
+    seen = data.get(rule["field"])
+    check = rule["check"]
+    if seen is None:
+        return False
+    if check == "equals":
+        return seen == rule["value"]
+    if check == "gte":
+        return isinstance(seen, (int, float)) and seen >= rule["value"]
+    if check == "age_lt":
+        at = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
+        return (now - at).total_seconds() < parse_duration(rule["value"])
+    return False
+
+
+def main():
+    brokers, sensors_topic, events_topic, group, configs_path, state_dir = sys.argv[1:7]
+    with open(configs_path) as f:
+        configs = {c["pipeline"]["id"]: c for c in json.load(f)}
+
+    app = Application(
+        broker_address=brokers,
+        consumer_group=group,
+        auto_offset_reset="earliest",
+        commit_interval=1.0,
+        state_dir=state_dir,
+    )
+    sensors = app.topic(sensors_topic, value_deserializer="json", key_deserializer="string")
+    events = app.topic(events_topic, value_serializer="json", key_serializer="string")
+    first = []
+
+    def decide(value, key, timestamp, headers, state):
+        if not first:
+            first.append(time.time())
+            print(f"first {first[0]}", flush=True)
+        config = configs.get(key)
+        if config is None:
+            return None
+        date = value.get("date", "")
+        if value.get("hour") is not None:
+            date = f"{date}T{int(value['hour']):02d}"
+        readings = state.get(date, {})
+        readings[value["key"]] = value.get("data", {})
+        state.set(date, readings)
+        trigger = config["schedule"]["trigger"]
+        if value["key"] != trigger["key"] or not passes(trigger, value.get("data", {}), datetime.now(timezone.utc)):
+            return None
+        done = state.get("passed", [])
+        if date in done:
+            return None
+        now = datetime.now(timezone.utc)
+        rules = config["validation"]["rules"]
+        if not all(passes(r, readings.get(r["key"], {}), now) for r in rules):
+            return None
+        done.append(date)
+        state.set("passed", done)
+        return {"type": "VALIDATION_PASSED", "pipelineId": key, "date": date, "timestamp": now.isoformat()}
+
+    sdf = app.dataframe(sensors)
+    sdf = sdf.apply(decide, stateful=True, metadata=True)
+    sdf = sdf.filter(lambda v: v is not None)
+    sdf = sdf.to_topic(events)
+    app.run()
+
+
+if __name__ == "__main__":
+    main()
