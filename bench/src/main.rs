@@ -248,6 +248,8 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     let total = (sensors + sizes.throughput_pipelines) as f64;
     let sluice_rate = total / (done - first).as_secs_f64();
     let sluice_batches = metric(&run.http, "sluice_batch_seconds_count", "");
+    let in_batches = metric(&run.http, "sluice_batch_seconds_sum", "");
+    let in_commits = metric(&run.http, "sluice_commit_seconds_sum", "");
     let (_, peak) = measure::rss_mib(run.pid());
     run.stop();
 
@@ -298,7 +300,8 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     }
     let _ = writeln!(
         report,
-        "\nsluice peak RSS {peak:.0} MiB; {} job triggers answered by the loopback target.",
+        "\nsluice: {:.2} s from first record to last commit, {in_batches:.2} s inside batches, of which {in_commits:.2} s producing and awaiting acknowledgements; peak RSS {peak:.0} MiB; {} job triggers answered by the loopback target so far.",
+        (done - first).as_secs_f64(),
         target.count()
     );
     let _ = writeln!(

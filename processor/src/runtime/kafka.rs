@@ -39,8 +39,9 @@ pub fn input_consumer_config(brokers: &str, group: &str) -> ClientConfig {
         .set("session.timeout.ms", "10000")
         .set("isolation.level", "read_committed")
         // The broker may hold a fetch this long when there is nothing new; it bounds how long
-        // a record (a job report, say) waits before the processor sees it.
-        .set("fetch.wait.max.ms", "50");
+        // a record (a job report, say) waits before the processor sees it (tansu holds it the
+        // whole time even when records arrive meanwhile).
+        .set("fetch.wait.max.ms", "10");
     config
 }
 
@@ -65,7 +66,9 @@ fn producer_config(brokers: &str) -> ClientConfig {
         // partition whichever client produced them (librdkafka's default hashes differently).
         .set("partitioner", PARTITIONER)
         .set("acks", "all")
-        .set("linger.ms", "5")
+        // Sluice enqueues a whole batch's outputs and then waits for their acknowledgements:
+        // lingering would only add to every batch's round trip (two per batch).
+        .set("linger.ms", "0")
         .set("message.timeout.ms", "30000");
     config
 }

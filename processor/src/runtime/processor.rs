@@ -189,13 +189,17 @@ pub struct Processor {
     query_sender: mpsc::Sender<Query>,
     /// The owned partitions, for the instance directory.
     owned: watch::Sender<Vec<i32>>,
-    /// The last [`RECENT_EVENTS`] events of each pipeline since this instance took it over,
+    /// The last [`RECENT_EVENTS_KEPT`] events of the owned pipelines, newest last, so the API
+    /// can show a pipeline's latest [`RECENT_EVENTS`]; bounded as a whole so memory does not
+    /// grow with the number of pipelines
     /// for the API (not durable: the events topic is the record).
-    recent: HashMap<String, VecDeque<Event>>,
+    recent: VecDeque<Event>,
 }
 
 /// Events kept per pipeline for the API.
 const RECENT_EVENTS: usize = 10;
+/// Events kept for the API across all pipelines.
+const RECENT_EVENTS_KEPT: usize = 10_000;
 
 /// How long a journaled trigger found at partition open waits before it is requested again:
 /// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
@@ -275,7 +279,7 @@ impl Processor {
             queries,
             query_sender,
             owned: watch::channel(Vec::new()).0,
-            recent: HashMap::new(),
+            recent: VecDeque::new(),
         })
     }
 
@@ -411,7 +415,8 @@ impl Processor {
                         self.stale_effects.remove(&p);
                         self.resumes.retain(|(_, q, _)| *q != p);
                         let partitions = self.partitions;
-                        self.recent.retain(|id, _| api::partition_of(id, partitions) != p);
+                        self.recent
+                            .retain(|e| api::partition_of(&e.pipeline_id, partitions) != p);
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
@@ -452,7 +457,7 @@ impl Processor {
                             "sensors": status::sensors(&state),
                             "executions": state.executions.values().collect::<Vec<_>>(),
                             "timers": status::timers(&state),
-                            "recentEvents": self.recent.get(&id).map(|r| r.iter().collect::<Vec<_>>()).unwrap_or_default(),
+                            "recentEvents": self.recent_events(&id),
                         })),
                     },
                 };
@@ -460,6 +465,19 @@ impl Processor {
             }
         }
         Ok(())
+    }
+
+    /// The pipeline's latest [`RECENT_EVENTS`] still kept, oldest first.
+    fn recent_events(&self, pipeline: &str) -> Vec<&Event> {
+        let mut events: Vec<&Event> = self
+            .recent
+            .iter()
+            .rev()
+            .filter(|e| e.pipeline_id == pipeline)
+            .take(RECENT_EVENTS)
+            .collect();
+        events.reverse();
+        events
     }
 
     /// Opens a partition's store, first bringing it up to date from the changelog (retrying
@@ -677,11 +695,10 @@ impl Processor {
                 "{}",
                 event.message
             );
-            let recent = self.recent.entry(pipeline.to_string()).or_default();
-            if recent.len() == RECENT_EVENTS {
-                recent.pop_front();
+            if self.recent.len() == RECENT_EVENTS_KEPT {
+                self.recent.pop_front();
             }
-            recent.push_back(event.clone());
+            self.recent.push_back(event.clone());
             let topic = &self.settings.topics.events;
             let value = self
                 .settings
@@ -704,8 +721,17 @@ impl Processor {
         let batch = pending.stores.entry(p).or_default();
         match decision.state {
             StateChange::Unchanged => {}
-            StateChange::Put(state) => {
-                batch.put_pipeline(pipeline, &state)?;
+            StateChange::Put(mut state) => {
+                // The config is written only when it is not the one stored already.
+                let store = &self.stores[&p];
+                let with_config = match &state.config {
+                    Some(config) if !store.holds_config(pipeline, config) => {
+                        store.config_written(pipeline, config)?;
+                        true
+                    }
+                    _ => false,
+                };
+                batch.put_pipeline(pipeline, &mut state, with_config)?;
                 pending.states.insert((p, pipeline.to_string()), Some(*state));
             }
             StateChange::Delete => {

@@ -1,7 +1,9 @@
 //! Per-partition state in RocksDB: pipeline states, durable timers, pending effects and the
 //! applied-offset watermark of each input topic, written together in one atomic batch.
 //!
-//! Keys: `p/<pipeline>` → state (JSON); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
+//! Keys: `p/<pipeline>` → state without its config (JSON); `f/<pipeline>` → the config in
+//! force (JSON), written only when it changes, so the state written for every input stays
+//! small (states of older stores hold their config inline and still read); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
 //! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
@@ -11,11 +13,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Context, Result};
 use chrono::{DateTime, Utc};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
+use crate::core::config::PipelineConfig;
 use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
@@ -30,6 +34,10 @@ pub const BATCH_MARKER: &[u8] = b"b/";
 pub struct PartitionStore {
     db: DB,
     path: PathBuf,
+    /// Parsed configs by pipeline, with the JSON they were parsed from: a state read whose
+    /// config JSON is unchanged reuses the parsed config instead of validating it again (the
+    /// most expensive part of reading a state). Bounded by [`CONFIG_CACHE`].
+    configs: Mutex<HashMap<String, ParsedConfig>>,
     /// The applied-offset watermark per input topic, read once at open and kept in step with
     /// every write: it is consulted for every record, so it must not cost a RocksDB read.
     applied: HashMap<String, i64>,
@@ -41,6 +49,16 @@ pub struct StoredTimer {
     pub at: DateTime<Utc>,
     pub pipeline: String,
     pub kind: TimerKind,
+}
+
+/// A config's JSON and what it parsed to.
+type ParsedConfig = (Vec<u8>, Arc<PipelineConfig>);
+
+/// Most parsed configs kept per partition; past it the cache starts over.
+const CONFIG_CACHE: usize = 20_000;
+
+fn config_key(pipeline: &str) -> Vec<u8> {
+    [b"f/".as_slice(), pipeline.as_bytes()].concat()
 }
 
 fn pipeline_key(pipeline: &str) -> Vec<u8> {
@@ -83,47 +101,71 @@ fn parse_timer_key(key: &[u8]) -> Option<StoredTimer> {
 /// the changelog.
 #[derive(Default)]
 pub struct StoreBatch {
-    /// Key and value; `None` deletes the key.
+    /// Key and value; `None` deletes the key. One entry per key: a later write to a key
+    /// replaces the earlier one in place, so a batch that touches a pipeline (or an input's
+    /// applied offset) 500 times writes it, and mirrors it to the changelog, once.
     ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Where each key's entry is in `ops`.
+    index: HashMap<Vec<u8>, usize>,
     applied: Vec<(String, i64)>,
     /// The changelog offset the store is current with once this batch is written.
     checkpoint: Option<i64>,
 }
 
 impl StoreBatch {
-    pub fn put_pipeline(&mut self, pipeline: &str, state: &PipelineState) -> Result<()> {
-        let bytes = serde_json::to_vec(state).context("encoding pipeline state")?;
-        self.ops.push((pipeline_key(pipeline), Some(bytes)));
+    /// Writes `state`, and its config too when `with_config` (the store does not hold this
+    /// config yet: see [`PartitionStore::holds_config`]).
+    pub fn put_pipeline(&mut self, pipeline: &str, state: &mut PipelineState, with_config: bool) -> Result<()> {
+        let config = state.config.take();
+        let bytes = serde_json::to_vec(&*state);
+        state.config = config;
+        self.set(pipeline_key(pipeline), Some(bytes.context("encoding pipeline state")?));
+        if let (true, Some(config)) = (with_config, &state.config) {
+            let json = serde_json::to_vec(config.raw()).context("encoding pipeline config")?;
+            self.set(config_key(pipeline), Some(json));
+        }
         Ok(())
     }
 
     pub fn delete_pipeline(&mut self, pipeline: &str) {
-        self.ops.push((pipeline_key(pipeline), None));
+        self.set(pipeline_key(pipeline), None);
+        self.set(config_key(pipeline), None);
     }
 
     pub fn put_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
         // Non-empty: an empty changelog value could read back as a tombstone.
-        self.ops.push((timer_key(at, pipeline, kind), Some(vec![1])));
+        self.set(timer_key(at, pipeline, kind), Some(vec![1]));
     }
 
     pub fn delete_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
-        self.ops.push((timer_key(at, pipeline, kind), None));
+        self.set(timer_key(at, pipeline, kind), None);
     }
 
     /// Journals a trigger until a report on its run arrives.
     pub fn put_effect(&mut self, run_id: &str, effect: &Effect) -> Result<()> {
         let bytes = serde_json::to_vec(effect).context("encoding effect")?;
-        self.ops.push((effect_key(run_id), Some(bytes)));
+        self.set(effect_key(run_id), Some(bytes));
         Ok(())
     }
 
     pub fn delete_effect(&mut self, run_id: &str) {
-        self.ops.push((effect_key(run_id), None));
+        self.set(effect_key(run_id), None);
     }
 
     pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
-        self.ops.push((offset_key(topic), Some(offset.to_be_bytes().to_vec())));
+        self.set(offset_key(topic), Some(offset.to_be_bytes().to_vec()));
         self.applied.push((topic.to_string(), offset));
+    }
+
+    /// Records the write of `key`, replacing an earlier write of it in this batch.
+    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        match self.index.get(&key) {
+            Some(&at) => self.ops[at].1 = value,
+            None => {
+                self.index.insert(key.clone(), self.ops.len());
+                self.ops.push((key, value));
+            }
+        }
     }
 
     pub fn set_checkpoint(&mut self, changelog_offset: i64) {
@@ -147,12 +189,19 @@ impl StoreBatch {
                     .push((String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw)));
             }
         }
-        self.ops.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        self.set(key.to_vec(), value.map(<[u8]>::to_vec));
     }
 
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+}
+
+fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
+    if cache.len() >= CONFIG_CACHE && !cache.contains_key(pipeline) {
+        cache.clear();
+    }
+    cache.insert(pipeline.to_string(), (json, config));
 }
 
 impl PartitionStore {
@@ -172,7 +221,12 @@ impl PartitionStore {
                 .map_err(|_| anyhow!("corrupt applied offset in {}", path.display()))?;
             applied.insert(String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw));
         }
-        Ok(PartitionStore { db, path, applied })
+        Ok(PartitionStore {
+            db,
+            path,
+            configs: Mutex::default(),
+            applied,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -180,15 +234,54 @@ impl PartitionStore {
     }
 
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
-        match self.db.get(pipeline_key(pipeline))? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| {
-                format!(
-                    "corrupt state: decoding the stored state of pipeline {pipeline} in {} failed; stop the processor and delete that directory to restore it from the changelog",
-                    self.path.display()
-                )
-            }),
+        let Some(bytes) = self.db.get(pipeline_key(pipeline))? else {
+            return Ok(None);
+        };
+        let corrupt = || {
+            format!(
+                "corrupt state: decoding the stored state of pipeline {pipeline} in {} failed; stop the processor and delete that directory to restore it from the changelog",
+                self.path.display()
+            )
+        };
+        let mut state: PipelineState = serde_json::from_slice(&bytes).with_context(corrupt)?;
+        if state.config.is_none() {
+            if let Some(json) = self.db.get(config_key(pipeline))? {
+                state.config = Some(self.parsed_config(pipeline, &json).with_context(corrupt)?);
+            }
         }
+        Ok(Some(state))
+    }
+
+    /// The config stored for `pipeline`, parsed once per distinct JSON.
+    fn parsed_config(&self, pipeline: &str, json: &[u8]) -> Result<Arc<PipelineConfig>> {
+        let mut cache = self.configs.lock().expect("config cache");
+        if let Some((cached, config)) = cache.get(pipeline) {
+            if cached.as_slice() == json {
+                return Ok(config.clone());
+            }
+        }
+        let config = Arc::new(serde_json::from_slice::<PipelineConfig>(json)?);
+        remember(&mut cache, pipeline, json.to_vec(), config.clone());
+        Ok(config)
+    }
+
+    /// Whether `config` is the one stored for `pipeline` (as read or written by this
+    /// process): if so a state write need not write it again.
+    pub fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+        let cache = self.configs.lock().expect("config cache");
+        cache.get(pipeline).is_some_and(|(_, held)| Arc::ptr_eq(held, config))
+    }
+
+    /// Notes that `config` is being stored for `pipeline`.
+    pub fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> Result<()> {
+        let json = serde_json::to_vec(config.raw()).context("encoding pipeline config")?;
+        remember(
+            &mut self.configs.lock().expect("config cache"),
+            pipeline,
+            json,
+            config.clone(),
+        );
+        Ok(())
     }
 
     pub fn applied_offset(&self, topic: &str) -> Option<i64> {
@@ -288,6 +381,87 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_batch_writes_each_key_once_with_its_last_value() {
+        let at = DateTime::from_timestamp(1_000_000_000, 0).unwrap();
+        let kind = TimerKind::CronTick;
+        let mut batch = StoreBatch::default();
+        for offset in 0..500 {
+            batch.set_applied_offset("sluice.sensors", offset);
+        }
+        batch.put_timer(at, "p1", &kind);
+        batch.put_pipeline("p1", &mut PipelineState::default(), true).unwrap();
+        batch.delete_timer(at, "p1", &kind);
+        batch.set_applied_offset("sluice.jobs", 7);
+        let changes: Vec<(&[u8], Option<&[u8]>)> = batch
+            .changes()
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+            .collect();
+        assert_eq!(changes.len(), 4, "one write per key");
+        assert_eq!(
+            changes[0],
+            (b"o/sluice.sensors".as_slice(), Some(499i64.to_be_bytes().as_slice()))
+        );
+        assert_eq!(changes[1].1, None, "the timer's last write, a delete, replaced its put");
+        assert_eq!(
+            changes[3],
+            (b"o/sluice.jobs".as_slice(), Some(7i64.to_be_bytes().as_slice()))
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        store.write(batch).unwrap();
+        assert_eq!(store.applied_offset("sluice.sensors"), Some(499));
+        assert!(store.timers().unwrap().is_empty());
+    }
+
+    #[test]
+    fn configs_are_stored_apart_once_and_parsed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = serde_json::json!({
+            "pipeline": {"id": "p1", "owner": "team"},
+            "schedule": {"trigger": {"key": "k", "check": "exists", "field": "x"}},
+            "validation": {"trigger": "ALL", "rules": [{"key": "k", "check": "exists", "field": "x"}]},
+            "job": {"type": "command", "config": {"command": "true"}}
+        });
+        let config = Arc::new(crate::core::config::PipelineConfig::from_json(&raw).unwrap().config);
+        let mut state = PipelineState {
+            config: Some(config.clone()),
+            ..PipelineState::default()
+        };
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        assert!(!store.holds_config("p1", &config));
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p1", &mut state, true).unwrap();
+        store.config_written("p1", &config).unwrap();
+        assert!(state.config.is_some(), "the caller's state keeps its config");
+        // An older store's state, config inline, still reads.
+        batch.mirror(b"p/old", Some(&serde_json::to_vec(&state).unwrap()));
+        store.write(batch).unwrap();
+        assert!(store.holds_config("p1", &config));
+        let state_bytes = store.db.get(b"p/p1").unwrap().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&state_bytes).contains("owner"),
+            "the state is written without its config"
+        );
+        // The next write of the state alone leaves the config as it was.
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p1", &mut state, false).unwrap();
+        assert_eq!(batch.changes().len(), 1);
+        store.write(batch).unwrap();
+        let first = store.pipeline("p1").unwrap().unwrap();
+        assert_eq!(first, state);
+        assert!(
+            Arc::ptr_eq(first.config.as_ref().unwrap(), &config),
+            "the known config is not parsed again"
+        );
+        assert_eq!(store.pipeline("old").unwrap().unwrap(), state);
+        let mut batch = StoreBatch::default();
+        batch.delete_pipeline("p1");
+        store.write(batch).unwrap();
+        assert!(store.db.get(b"f/p1").unwrap().is_none());
+    }
+
+    #[test]
     fn state_timers_and_offsets_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let kind = |date: &str| TimerKind::Evaluate {
@@ -299,7 +473,7 @@ mod tests {
         {
             let mut store = PartitionStore::open(dir.path(), 2).unwrap();
             let mut batch = StoreBatch::default();
-            batch.put_pipeline("p1", &PipelineState::default()).unwrap();
+            batch.put_pipeline("p1", &mut PipelineState::default(), true).unwrap();
             batch.put_timer(t1, "p1", &kind("2026-01-02"));
             batch.put_timer(t0, "p2", &kind("2026-01-01"));
             batch.put_timer(t0, "p3", &kind("2026-01-03"));
