@@ -63,6 +63,30 @@ pub fn reader(brokers: &str, topics: &[&str]) -> BaseConsumer {
     consumer
 }
 
+/// Parsed lifecycle events of type `kind` that have arrived at `reader`, without waiting.
+pub fn drain_events(reader: &BaseConsumer, kind: &str, mut on: impl FnMut(&Value)) {
+    use rdkafka::message::Message;
+    while let Some(Ok(m)) = reader.poll(Duration::ZERO) {
+        if let Some(Ok(event)) = m.payload().map(serde_json::from_slice::<Value>) {
+            if event["type"] == kind {
+                on(&event);
+            }
+        }
+    }
+}
+
+/// How many partitions `topic` has.
+pub fn partitions(brokers: &str, topic: &str) -> i32 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("a client");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    md.topics()[0].partitions().len() as i32
+}
+
 /// Records of `topic` that `group` has committed past, over all partitions (the topics are
 /// fresh, so this is how many it has finished with). The broker's high watermark is not
 /// used: tansu reports it short after multi-record batches.

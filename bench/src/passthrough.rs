@@ -14,9 +14,9 @@ use rdkafka::TopicPartitionList;
 /// The processor's `--batch-size` default.
 const BATCH: usize = 500;
 
-/// Copies `inputs` to `output` until `expected` records went through; the time from the
-/// first record to the last batch's commit, and how many batches it took.
-pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> Result<(Duration, usize)> {
+/// Copies `inputs` to `output` until `done` says enough records went through; the time
+/// from the first record to the last batch's commit, and how many batches it took.
+pub fn run(brokers: &str, inputs: &[String], output: &str, done: impl Fn(usize) -> bool) -> Result<(Duration, usize)> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let group = format!("{output}.passthrough");
@@ -26,10 +26,10 @@ pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> R
         let topics: Vec<&str> = inputs.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         let producer = sluice::runtime::kafka::producer(brokers)?;
-        let mut done = 0;
+        let mut copied = 0;
         let mut batches = 0;
         let mut first = None;
-        while done < expected {
+        while !done(copied) {
             let mut batch = vec![consumer.recv().await?.detach()];
             first.get_or_insert_with(Instant::now);
             while batch.len() < BATCH {
@@ -53,7 +53,7 @@ pub fn run(brokers: &str, inputs: &[String], output: &str, expected: usize) -> R
                 offsets.add_partition_offset(m.topic(), m.partition(), rdkafka::Offset::Offset(m.offset() + 1))?;
             }
             consumer.commit(&offsets, CommitMode::Async)?;
-            done += batch.len();
+            copied += batch.len();
             batches += 1;
         }
         consumer.commit_consumer_state(CommitMode::Sync)?;

@@ -51,3 +51,9 @@ fn sensor(id: &str, key: &str, data: Value, date: &str, hour: Option<u32>) -> Va
     }
     record
 }
+
+/// `config` with its SLA deadline at `clock` (`HH:MM`, UTC).
+pub fn with_deadline(mut config: Value, clock: &str) -> Value {
+    config["sla"]["deadline"] = json!(clock);
+    config
+}

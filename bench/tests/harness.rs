@@ -25,7 +25,14 @@ fn a_quick_run_reports_every_scenario() {
     );
     let report = std::fs::read_to_string(&out).unwrap();
     assert_eq!(report, stdout);
-    for section in ["## Throughput", "## Latency", "## Scale"] {
+    for section in [
+        "## Throughput",
+        "## Latency",
+        "## Timer precision",
+        "## Job triggers",
+        "## Partition takeover",
+        "## Scale",
+    ] {
         assert!(report.contains(section), "{report}");
     }
     let ratio = report
@@ -39,6 +46,15 @@ fn a_quick_run_reports_every_scenario() {
         report.contains("over 100 of 100 executions"),
         "every execution measured: {report}"
     );
+    assert!(
+        report.contains("over 20 of 20 breaches"),
+        "every SLA breach measured: {report}"
+    );
+    assert!(report.contains("(100 calls,"), "every job triggered once: {report}");
+    // deploy/test.sh installs the Quix Streams baseline and names its Python.
+    if std::env::var_os("SLUICE_BENCH_PYTHON").is_some() {
+        assert!(report.contains("| Quix Streams"), "{report}");
+    }
     let _ = std::fs::remove_file(out);
 }
 

@@ -332,6 +332,13 @@ impl Processor {
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
                 Some(query) = self.queries.recv() => self.answer(query)?,
+                // Due timers before records: a due timer is already late, and a steady stream
+                // of input must not hold it back (a burst of due timers is finite).
+                _ = sleep, if timer_armed => tokio::select! {
+                    biased;
+                    done = self.fire_due_timers() => done?,
+                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
+                },
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
                         self.telemetry.set_broker_ok(true);
@@ -367,11 +374,6 @@ impl Processor {
                     });
                     self.telemetry.set_broker_ok(reachable);
                 }
-                _ = sleep, if timer_armed => tokio::select! {
-                    biased;
-                    done = self.fire_due_timers() => done?,
-                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
-                },
             }
         }
     }
