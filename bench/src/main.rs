@@ -76,6 +76,8 @@ struct Sizes {
     /// The measured deadline is the first minute boundary at least this far ahead.
     timer_margin_s: i64,
     takeover_pipelines: usize,
+    /// How long the takeover scenario waits for a dead member's partitions to move.
+    failover_wait_s: u64,
     trigger_pipelines: usize,
 }
 
@@ -94,6 +96,7 @@ impl Sizes {
                 timer_measured: 20,
                 timer_margin_s: 10,
                 takeover_pipelines: 100,
+                failover_wait_s: 20,
                 trigger_pipelines: 100,
             }
         } else {
@@ -109,6 +112,7 @@ impl Sizes {
                 timer_measured: 1_000,
                 timer_margin_s: 30,
                 takeover_pipelines: 10_000,
+                failover_wait_s: 60,
                 trigger_pipelines: 5_000,
             }
         }

@@ -17,7 +17,6 @@ use sluice::core::partitioning::partition_for;
 use crate::{execution_of, kafka_io, produce_backlog, target, today, wait, workload, Args, Run, Sizes};
 
 const PROBE_WAIT: Duration = Duration::from_secs(600);
-const FAILOVER_WAIT: Duration = Duration::from_secs(60);
 
 pub fn run(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
     let target = target::start();
@@ -58,11 +57,11 @@ pub fn run(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     wait("the third instance serving", Duration::from_secs(600), || c.serving())?;
     let killed = Instant::now();
     b.signal("-KILL");
-    let failover = match prober.probe(3, FAILOVER_WAIT) {
+    let failover = match prober.probe(3, Duration::from_secs(sizes.failover_wait_s)) {
         Ok(()) => format!("{:.1}", killed.elapsed().as_secs_f64()),
         Err(_) => format!(
             "not within {} s (the broker did not reassign them)",
-            FAILOVER_WAIT.as_secs()
+            sizes.failover_wait_s
         ),
     };
     drop(c);
