@@ -567,6 +567,20 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         })
         .collect();
     let measured = latencies.len();
+    // Where in the run the slow ones were: p99 per second of sending.
+    let mut by_second: Vec<Vec<f64>> = vec![Vec::new(); sizes.latency_seconds as usize + 1];
+    for (key, at) in &received {
+        if let Some(s) = sent.get(key) {
+            let second = (s.duration_since(start).as_secs() as usize).min(by_second.len() - 1);
+            by_second[second].push(at.saturating_duration_since(*s).as_secs_f64() * 1000.0);
+        }
+    }
+    let per_second = by_second
+        .iter_mut()
+        .filter(|l| !l.is_empty())
+        .map(|l| format!("{:.0}", percentiles(l).1))
+        .collect::<Vec<_>>()
+        .join(", ");
     let (p50, p99, max) = percentiles(&mut latencies);
     run.stop();
     let mut floor = passthrough_latency(args, sluice, sizes)?;
@@ -578,7 +592,8 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
          | what | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: |\n\
          | pass-through at the same rate, record sent → copy received ({copies} of {total} records; the floor) | {f50:.1} | {f99:.1} | {fmax:.1} |\n\
          | sluice, trigger sent → VALIDATION_PASSED received ({measured} of {expected} executions) | {p50:.1} | {p99:.1} | {max:.1} |\n\n\
-         Both include two client hops: the bench producer's linger of 5 ms and the reader's fetch.",
+         Both include two client hops: the bench producer's linger of 5 ms and the reader's fetch.\n\n\
+         sluice's p99 ms per second of sending: {per_second}.",
         sizes.latency_rate, sizes.latency_seconds, sizes.latency_pipelines
     );
     Ok(())

@@ -332,13 +332,6 @@ impl Processor {
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
                 Some(query) = self.queries.recv() => self.answer(query)?,
-                // Due timers before records: a due timer is already late, and a steady stream
-                // of input must not hold it back (a burst of due timers is finite).
-                _ = sleep, if timer_armed => tokio::select! {
-                    biased;
-                    done = self.fire_due_timers() => done?,
-                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
-                },
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
                         self.telemetry.set_broker_ok(true);
@@ -363,6 +356,14 @@ impl Processor {
                         self.telemetry.set_broker_ok(false);
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
+                },
+                // Input comes first, but every input batch also fires the timers due by then
+                // (see process_records): steady input cannot hold a timer back, and it costs
+                // no flush of its own. This branch serves idle partitions.
+                _ = sleep, if timer_armed => tokio::select! {
+                    biased;
+                    done = self.fire_due_timers() => done?,
+                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
                 },
                 _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers()?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
@@ -575,6 +576,7 @@ impl Processor {
         while let Ok(change) = self.ownership.try_recv() {
             self.on_ownership(change).await?;
         }
+        self.stage_due_timers(&mut pending, now)?;
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
             let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
@@ -641,8 +643,16 @@ impl Processor {
 
     async fn fire_due_timers(&mut self) -> Result<()> {
         let started = Instant::now();
-        let now = self.clock.now();
         let mut pending = Pending::default();
+        let now = self.clock.now();
+        self.stage_due_timers(&mut pending, now)?;
+        self.flush(pending).await?;
+        self.telemetry.batch_latency(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Adds the timers due at `now` (at most a batch of them) to the batch.
+    fn stage_due_timers(&mut self, pending: &mut Pending, now: DateTime<Utc>) -> Result<()> {
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
             let (p, pipeline) = (timer.partition, timer.pipeline.clone());
             pending
@@ -655,7 +665,7 @@ impl Processor {
                 timer.kind.encode(),
                 timer.at.timestamp_millis()
             );
-            let state = self.state(&pending, p, &pipeline)?;
+            let state = self.state(pending, p, &pipeline)?;
             let decision = decide(
                 &state,
                 &pipeline,
@@ -666,10 +676,8 @@ impl Processor {
                     settings: self.settings.decider,
                 },
             );
-            self.stage(&mut pending, p, &pipeline, decision, None)?;
+            self.stage(pending, p, &pipeline, decision, None)?;
         }
-        self.flush(pending).await?;
-        self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
     }
 
