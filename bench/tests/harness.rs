@@ -43,9 +43,10 @@ fn a_quick_run_reports_every_scenario() {
         .unwrap_or_else(|| panic!("a throughput ratio in {report}"));
     assert!(ratio > 0.0);
     assert!(
-        report.contains("over 100 of 100 executions"),
+        report.contains("(100 of 100 executions)"),
         "every execution measured: {report}"
     );
+    assert!(report.contains("p99 ms per second of sending: "), "{report}");
     assert!(
         report.contains("over 20 of 20 breaches"),
         "every SLA breach measured: {report}"
