@@ -6,6 +6,7 @@ mod api;
 mod bad_input;
 mod cli;
 mod formats;
+mod replay;
 mod support;
 mod telemetry;
 

@@ -25,7 +25,7 @@ use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
-use crate::runtime::{alerts, events_tail, kafka, status};
+use crate::runtime::{alerts, events_tail, kafka, replay, status};
 
 #[derive(Parser)]
 #[command(
@@ -111,6 +111,9 @@ enum Command {
         #[command(subcommand)]
         command: EventsCommand,
     },
+    /// Run the decider again over recorded inputs, in event time, effects off: what did
+    /// (or would, with --pipelines) the configs decide? --diff compares with what happened.
+    Replay(replay::ReplayArgs),
 }
 
 /// `sluice rerun|cancel PIPELINE DATE`.
@@ -372,7 +375,7 @@ enum EventsCommand {
     Tail(events_tail::TailArgs),
 }
 
-fn parse_var(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_var(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.to_string()))
         .filter(|(k, _)| !k.is_empty())
@@ -540,6 +543,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Rerun(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Rerun, args).await,
         Command::Cancel(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Cancel, args).await,
         Command::Status(args) => status::run(args).await,
+        Command::Replay(args) => replay::run(&cli.brokers, &topics, &codec, args).await,
         Command::Alerts { command } => alerts::run(&cli.brokers, &topics, &codec, command).await,
         Command::Events {
             command: EventsCommand::Tail(args),
@@ -660,7 +664,11 @@ struct CalendarErrors {
 
 /// Loads the calendars for `pipelines`; an explicit `--calendars` folder must exist. Calendar
 /// errors and warnings are printed here.
-fn load_calendars(pipelines: &Path, flag: Option<&Path>) -> Result<(CalendarSource, CalendarErrors)> {
+fn load_calendars(
+    pipelines: &Path,
+    flag: Option<&Path>,
+    progress: Progress,
+) -> Result<(CalendarSource, CalendarErrors)> {
     let dir = match flag {
         Some(dir) => {
             if !dir.is_dir() {
@@ -681,7 +689,7 @@ fn load_calendars(pipelines: &Path, flag: Option<&Path>) -> Result<(CalendarSour
             for w in &calendars.warnings {
                 eprintln!("warning: {w}");
             }
-            println!(
+            progress.say(format!(
                 "calendars from {}: {}",
                 dir.display(),
                 if calendars.is_empty() {
@@ -689,7 +697,7 @@ fn load_calendars(pipelines: &Path, flag: Option<&Path>) -> Result<(CalendarSour
                 } else {
                     calendars.names().join(", ")
                 }
-            );
+            ));
             Ok((CalendarSource::Loaded(calendars), CalendarErrors::default()))
         }
         Err(e) => {
@@ -817,7 +825,7 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &Calenda
     Ok(loaded)
 }
 
-fn report(loaded: &[LoadedFile]) -> usize {
+fn report(loaded: &[LoadedFile], progress: Progress) -> usize {
     let mut errors = 0;
     for file in loaded {
         for w in &file.warnings {
@@ -828,14 +836,14 @@ fn report(loaded: &[LoadedFile]) -> usize {
             errors += 1;
         }
         if file.problems.is_empty() {
-            println!("ok: {}", file.path.display());
+            progress.say(format!("ok: {}", file.path.display()));
         }
     }
     errors
 }
 
 fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
-    let loaded = load_calendars(dir, calendars)
+    let loaded = load_calendars(dir, calendars, Progress::Stdout)
         .and_then(|(source, calendar_errors)| Ok((load(dir, None, &source)?, calendar_errors)));
     match loaded {
         Err(e) => {
@@ -843,7 +851,7 @@ fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
             ExitCode::FAILURE
         }
         Ok((loaded, calendar_errors)) => {
-            let errors = report(&loaded) + calendar_errors.problems;
+            let errors = report(&loaded, Progress::Stdout) + calendar_errors.problems;
             if errors > 0 {
                 eprintln!(
                     "{errors} problem(s) in {} file(s)",
@@ -865,25 +873,63 @@ async fn apply(
     brokers: &str,
     topics: &Topics,
 ) -> Result<ExitCode> {
-    let (source, calendar_errors) = load_calendars(dir, calendars)?;
-    let loaded = load(dir, Some(vars), &source)?;
-    let errors = report(&loaded) + calendar_errors.problems;
-    if errors > 0 {
-        eprintln!("{errors} problem(s): nothing was published");
+    let Some(configs) = publishable_configs(dir, calendars, vars, Progress::Stdout)? else {
         return Ok(ExitCode::FAILURE);
-    }
+    };
     let producer = kafka::producer(brokers)?;
-    for file in &loaded {
-        let json = file
-            .json
-            .as_ref()
-            .ok_or_else(|| anyhow!("{} did not parse", file.path.display()))?;
-        let id = json.pointer("/pipeline/id").and_then(Value::as_str).unwrap_or_default();
+    for (path, id, json) in &configs {
         let bytes = serde_json::to_vec(json)?;
         kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;
-        println!("applied {id} from {} to {}", file.path.display(), topics.config);
+        println!("applied {id} from {} to {}", path.display(), topics.config);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The configs of `dir` as `config apply` publishes them (file, pipeline id, JSON with
+/// calendars resolved and variables expanded); `None` when a problem was reported, and
+/// then nothing may be published.
+pub(crate) fn publishable_configs(
+    dir: &Path,
+    calendars: Option<&Path>,
+    vars: &BTreeMap<String, String>,
+    progress: Progress,
+) -> Result<Option<Vec<(PathBuf, String, Value)>>> {
+    let (source, calendar_errors) = load_calendars(dir, calendars, progress)?;
+    let loaded = load(dir, Some(vars), &source)?;
+    let errors = report(&loaded, progress) + calendar_errors.problems;
+    if errors > 0 {
+        eprintln!("{errors} problem(s): nothing was published");
+        return Ok(None);
+    }
+    let mut configs = Vec::new();
+    for file in loaded {
+        let json = file
+            .json
+            .ok_or_else(|| anyhow!("{} did not parse", file.path.display()))?;
+        let id = json
+            .pointer("/pipeline/id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        configs.push((file.path, id, json));
+    }
+    Ok(Some(configs))
+}
+
+/// Where progress lines go: stdout, or stderr when stdout carries data (replayed events).
+#[derive(Clone, Copy)]
+pub(crate) enum Progress {
+    Stdout,
+    Stderr,
+}
+
+impl Progress {
+    fn say(self, line: String) {
+        match self {
+            Progress::Stdout => println!("{line}"),
+            Progress::Stderr => eprintln!("{line}"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,13 @@
 //! runtime carries out. The `purity` test below checks the imports.
 
 pub mod config;
+pub mod diff;
 pub mod duration;
 pub mod events;
 pub mod lifecycle;
 pub mod partitioning;
 pub mod records;
+pub mod replay;
 pub mod rules;
 pub mod schedule;
 pub mod status;

@@ -166,7 +166,12 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: TailArgs) 
 }
 
 /// Per partition, the first offset whose record is at or after `time` (`None`: none yet).
-fn offsets_at(consumer: &BaseConsumer, topic: &str, partitions: i32, time: DateTime<Utc>) -> Result<Vec<Option<i64>>> {
+pub(crate) fn offsets_at(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: i32,
+    time: DateTime<Utc>,
+) -> Result<Vec<Option<i64>>> {
     let mut query = TopicPartitionList::new();
     for p in 0..partitions {
         query.add_partition_offset(topic, p, Offset::Offset(time.timestamp_millis()))?;
@@ -183,7 +188,7 @@ fn offsets_at(consumer: &BaseConsumer, topic: &str, partitions: i32, time: DateT
 }
 
 /// RFC 3339, a date (midnight UTC) or a duration before now.
-fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }

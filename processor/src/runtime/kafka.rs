@@ -1,14 +1,18 @@
 //! Kafka clients: configuration, topic checks and creation, producing with acks.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::{Client, ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
 use super::topics::{TopicDefinition, Topics};
@@ -250,4 +254,87 @@ pub async fn send_to(
         .await
         .map_err(|(e, _)| anyhow::Error::new(e).context(format!("producing to {topic}")))?;
     Ok((delivery.partition, delivery.offset))
+}
+
+/// Where one partition's read starts, for [`read_span`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub topic: String,
+    pub partition: i32,
+    /// The first offset to read; below the retained range means the oldest retained record.
+    pub offset: i64,
+}
+
+/// Reads every listed partition from its start to its end as of the call (the high watermark
+/// first seen, or later records that a poll still returns), records in arrival order.
+/// The end is confirmed by a poll that finds nothing more, because tansu 0.6 can report a
+/// watermark short of the end after multi-record batches; control records of transactions
+/// end a partition through the consumer's position.
+pub fn read_span(consumer: &BaseConsumer, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
+    let mut list = TopicPartitionList::new();
+    let mut ends: BTreeMap<(String, i32), (i64, bool)> = BTreeMap::new();
+    for s in starts {
+        let (low, high) = consumer
+            .fetch_watermarks(&s.topic, s.partition, METADATA_TIMEOUT)
+            .with_context(|| format!("reading the offsets of {}/{}", s.topic, s.partition))?;
+        let start = s.offset.clamp(low, high);
+        list.add_partition_offset(&s.topic, s.partition, Offset::Offset(start))?;
+        ends.insert((s.topic.clone(), s.partition), (high, start >= high));
+    }
+    consumer.assign(&list).context("assigning the partitions to read")?;
+    let mut records = Vec::new();
+    let mut idle = 0;
+    // Nothing arriving for this long while partitions are short of their end: the rest is
+    // not coming (the broker's watermark overstated it).
+    const GIVE_UP: u32 = 50;
+    loop {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(message) => {
+                idle = 0;
+                let message = message.context("reading records")?;
+                if let Some(end) = ends.get_mut(&(message.topic().to_string(), message.partition())) {
+                    end.1 |= message.offset() + 1 >= end.0;
+                }
+                records.push(message.detach());
+            }
+            None => {
+                idle += 1;
+                if let Ok(positions) = consumer.position() {
+                    for e in positions.elements() {
+                        if let (Offset::Offset(o), Some(end)) =
+                            (e.offset(), ends.get_mut(&(e.topic().to_string(), e.partition())))
+                        {
+                            end.1 |= o >= end.0;
+                        }
+                    }
+                }
+                if ends.values().all(|(_, done)| *done) {
+                    return Ok(records);
+                }
+                if idle >= GIVE_UP {
+                    let short: Vec<String> = ends
+                        .iter()
+                        .filter(|(_, (_, done))| !done)
+                        .map(|((t, p), (high, _))| format!("{t}/{p} (end {high})"))
+                        .collect();
+                    tracing::warn!(
+                        "stopped reading {} short of the watermark the broker reported: nothing more arrived in 10 s",
+                        short.join(", ")
+                    );
+                    return Ok(records);
+                }
+            }
+        }
+    }
+}
+
+/// A consumer for reading history: assigned partitions, no group offsets committed.
+pub fn reader(brokers: &str, name: &str) -> Result<BaseConsumer> {
+    base_config(brokers)
+        .set("group.id", name)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .context("creating Kafka consumer")
 }

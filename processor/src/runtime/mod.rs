@@ -14,7 +14,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod observability;
 pub mod processor;
+pub mod replay;
 pub mod status;
 pub mod store;
-pub mod timers;
 pub mod topics;

@@ -40,7 +40,7 @@ use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka;
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
-use super::timers::TimerIndex;
+
 use super::topics::{InputTopic, Topics};
 use crate::core::events::Event;
 use crate::core::lifecycle::{
@@ -48,7 +48,7 @@ use crate::core::lifecycle::{
 };
 use crate::core::records;
 use crate::core::status;
-use crate::core::timers::TimerOp;
+use crate::core::timers::{timer_origin, TimerIndex, TimerOp};
 use crate::core::PipelineState;
 
 /// What a crash may cost, and what the broker must support.
@@ -598,26 +598,7 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
-            let origin_text = format!("{topic}/{p}@{offset}");
-            // Avro and Connect-enveloped records become their JSON form here; what cannot be
-            // read is rejected with the reason, like malformed JSON.
-            let payload = match (kind.family(), message.payload()) {
-                (Some(family), Some(bytes)) => self.settings.codec.decode(family, bytes).await.map(Some),
-                (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
-            };
-            let (pipeline, input) = match payload {
-                Ok(payload) => decode(kind, message, payload.as_deref(), &origin_text, self.partitions),
-                Err(e) => (
-                    message
-                        .key()
-                        .map(|k| String::from_utf8_lossy(k).into_owned())
-                        .unwrap_or_default(),
-                    Input::Rejected {
-                        source: origin_text,
-                        reason: e.to_string(),
-                    },
-                ),
-            };
+            let (pipeline, input) = read_input(&self.settings.codec, kind, message, self.partitions).await;
             if let Input::JobReported(report) = &input {
                 // The trigger's outcome is known: it leaves the journal.
                 pending.stores.entry(p).or_default().delete_effect(&report.run_id);
@@ -660,11 +641,7 @@ impl Processor {
                 .entry(p)
                 .or_default()
                 .delete_timer(timer.at, &pipeline, &timer.kind);
-            let origin = format!(
-                "timer/{pipeline}/{}@{}",
-                timer.kind.encode(),
-                timer.at.timestamp_millis()
-            );
+            let origin = timer_origin(&pipeline, &timer.kind, timer.at);
             let state = self.state(pending, p, &pipeline)?;
             let decision = decide(
                 &state,
@@ -1027,11 +1004,40 @@ impl Processor {
 /// report is identified by its run and status rather than its offset: a trigger requested
 /// again after a crash, or a runner that reports twice, yields the same events, which
 /// consumers deduplicate by `eventId`.
-fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
+pub(crate) fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
     let role = kind.role();
     match input {
         Input::JobReported(r) => format!("{role}/{}/{}/{}", r.pipeline_id, r.run_id, r.status.as_str()),
         _ => format!("{role}/{p}@{offset}"),
+    }
+}
+
+/// The pipeline an input record is about and the decider's input it holds. Avro and
+/// Connect-enveloped records become their JSON form first; what cannot be read is rejected
+/// with the reason, like malformed JSON.
+pub(crate) async fn read_input(
+    codec: &Codec,
+    kind: InputTopic,
+    message: &OwnedMessage,
+    partitions: i32,
+) -> (String, Input) {
+    let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
+    let payload = match (kind.family(), message.payload()) {
+        (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
+        (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
+    };
+    match payload {
+        Ok(payload) => decode(kind, message, payload.as_deref(), &origin, partitions),
+        Err(e) => (
+            message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_default(),
+            Input::Rejected {
+                source: origin,
+                reason: e.to_string(),
+            },
+        ),
     }
 }
 

@@ -1,0 +1,187 @@
+//! Replay driven by recorded inputs at their own times: no clock but the records'.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::core::events::EventType::{self, *};
+use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
+
+fn t(minutes: i64) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+        + TimeDelta::minutes(minutes)
+}
+
+fn config() -> Input {
+    let config = json!({
+        "pipeline": {"id": "gold", "owner": "analytics"},
+        "schedule": {
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "30m", "interval": "5m"}
+        },
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
+        ]},
+        "job": {"type": "command", "config": {"command": "run"}, "maxRetries": 1}
+    });
+    Input::ConfigPublished(ConfigRecord::Put {
+        pipeline_id: "gold".into(),
+        config,
+    })
+}
+
+fn sensor(key: &str, data: Value) -> Input {
+    Input::SensorReceived(SensorReading {
+        pipeline_id: "gold".into(),
+        key: key.into(),
+        data: data.as_object().unwrap().clone(),
+        date: None,
+        hour: None,
+        timestamp: None,
+    })
+}
+
+fn report(attempt: u32, status: JobStatus, at: DateTime<Utc>) -> Input {
+    Input::JobReported(JobRecord {
+        pipeline_id: "gold".into(),
+        schedule_id: "stream".into(),
+        date: "2026-11-22".into(),
+        run_id: format!("gold.stream.2026-11-22.{attempt}"),
+        status,
+        failure_category: None,
+        message: None,
+        metadata: None,
+        timestamp: at,
+    })
+}
+
+/// Feeds `records` (event time in minutes, input) in order, then lets event time run to
+/// `end`; returns the events and the replay.
+fn replay(records: &[(i64, Input)], end: DateTime<Utc>) -> (Vec<Event>, Replay) {
+    let mut replay = Replay::new(Settings::default(), t(0));
+    let mut out = Vec::new();
+    for (i, (minute, input)) in records.iter().enumerate() {
+        replay.input(t(*minute), 0, "gold", input, &format!("sensors/0@{i}"), &mut out);
+    }
+    replay.advance(end, &mut out);
+    (out, replay)
+}
+
+fn types(events: &[Event]) -> Vec<EventType> {
+    events.iter().map(|e| e.kind).collect()
+}
+
+#[test]
+fn timers_fire_at_their_due_time_as_event_time_passes() {
+    let records = [
+        (0, config()),
+        (1, sensor("row-count", json!({"count": 10}))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+    ];
+    let (events, replay) = replay(&records, t(60));
+    assert_eq!(types(&events), [CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
+    let exhausted = &events[1];
+    assert_eq!(
+        exhausted.timestamp,
+        t(32),
+        "the window (30m from the trigger at 08:02) closes in event time"
+    );
+    assert!(exhausted.message.contains("count is 10"), "{}", exhausted.message);
+    // Interval evaluations at 08:07, 08:12, … 08:27 and the window close at 08:32.
+    assert!(replay.counts().timers_fired >= 6, "{:?}", replay.counts());
+    assert_eq!(replay.now(), t(60));
+}
+
+#[test]
+fn a_timer_due_before_a_record_fires_before_it() {
+    let records = [
+        (0, config()),
+        (1, sensor("row-count", json!({"count": 10}))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+        // After the window closed: the fixing sensor comes too late.
+        (40, sensor("row-count", json!({"count": 5000}))),
+    ];
+    let (events, _) = replay(&records, t(40));
+    assert_eq!(types(&events), [CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
+    let records = [
+        (0, config()),
+        (1, sensor("row-count", json!({"count": 10}))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+        (20, sensor("row-count", json!({"count": 5000}))),
+    ];
+    // (Until 08:35, when the watchdog would close a trigger no report answered.)
+    let (events, _) = replay(&records, t(30));
+    assert_eq!(types(&events), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(events[1].timestamp, t(20));
+}
+
+#[test]
+fn outcomes_come_from_recorded_reports_and_unanswered_triggers_are_listed() {
+    let passing = [
+        (0, config()),
+        (1, sensor("row-count", json!({"count": 5000}))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+    ];
+    let (events, replay_without) = replay(&passing, t(3));
+    assert_eq!(types(&events), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(replay_without.unanswered_triggers(), ["gold.stream.2026-11-22.1"]);
+    assert_eq!(replay_without.counts().effects_skipped, 1);
+
+    let mut records = passing.to_vec();
+    records.push((3, report(1, JobStatus::Running, t(3))));
+    records.push((9, report(1, JobStatus::Failed, t(9))));
+    records.push((10, report(2, JobStatus::Running, t(10))));
+    records.push((15, report(2, JobStatus::Succeeded, t(15))));
+    let (events, replay) = replay(&records, t(16));
+    assert_eq!(
+        types(&events),
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_FAILED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED
+        ]
+    );
+    assert!(
+        replay.unanswered_triggers().is_empty(),
+        "{:?}",
+        replay.unanswered_triggers()
+    );
+    assert_eq!(events[5].timestamp, t(15));
+    assert!(replay.state("gold").unwrap().executions["stream/2026-11-22"]
+        .phase
+        .is_completed());
+}
+
+#[test]
+fn the_same_inputs_replay_to_the_same_bytes() {
+    let records = [
+        (0, config()),
+        (1, sensor("row-count", json!({"count": 10}))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+        (50, sensor("row-count", json!({"count": 50}))),
+    ];
+    let text = |events: Vec<Event>| {
+        events
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (first, _) = replay(&records, t(120));
+    let (second, _) = replay(&records, t(120));
+    assert!(!first.is_empty());
+    assert_eq!(text(first), text(second));
+}
+
+#[test]
+fn event_ids_follow_the_live_origins() {
+    let records = [(0, config())];
+    let (events, _) = replay(&records, t(1));
+    assert_eq!(events[0].event_id, crate::core::events::event_id("sensors/0@0", 0));
+}
