@@ -1,11 +1,13 @@
-//! `sluice replay` on the real broker: a recorded run (an SLA breach, a failed attempt and
-//! its retry) replayed in event time reproduces the live decisions and their event ids; two
-//! replays are byte-identical; a changed config shows up in the diff.
+//! History on the real broker. `sluice replay`: a recorded run (an SLA breach, a failed
+//! attempt and its retry) replayed in event time reproduces the live decisions and their
+//! event ids; two replays are byte-identical; a changed config shows up in the diff.
+//! `sluice reset`: a restart after a reset reprocesses from the state at the point.
 
 use std::collections::BTreeMap;
 use std::process::Output;
 use std::time::Duration;
 
+use chrono::{TimeDelta, Utc};
 use serde_json::json;
 use sluice::core::events::{Event, EventType::*};
 
@@ -145,4 +147,121 @@ fn replay_refuses_the_live_events_topic_and_bad_positions() {
     let out = replay(&w, &["--from-offset", "events:0:1"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("TOPIC:PARTITION:OFFSET"), "{}", text(&out));
+}
+
+/// `sluice reset` for the world's group: exit code and stdout.
+fn reset(w: &World, args: &[&str]) -> (Option<i32>, String) {
+    let out = sluice_on(&w.brokers)
+        .args([
+            "reset",
+            "--topic-prefix",
+            &w.prefix,
+            "--group",
+            &format!("{}group", w.prefix),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), text(&out))
+}
+
+/// The events of `kind` seen so far.
+fn ids_of(w: &World, kind: sluice::core::events::EventType) -> Vec<String> {
+    w.events_seen()
+        .iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| e.event_id.clone())
+        .collect()
+}
+
+#[test]
+fn reset_to_a_time_then_a_restart_reprocesses_from_the_state_at_that_time() {
+    let mut w = World::new("reset");
+    let (config, runs) = super::recording_pipeline(&w, "reset");
+    w.start_with(&config);
+    w.sensor("reset", "row-count", json!({"count": 10}));
+    w.sensor("reset", "upstream", json!({"status": "ready"}));
+    barrier(&mut w, "reset", 1);
+    let point = Utc::now() + TimeDelta::milliseconds(5);
+    crate::support::wait_until("the point to pass", Duration::from_secs(1), String::new, || {
+        Utc::now() > point
+    });
+    w.sensor("reset", "row-count", json!({"count": 5000}));
+    w.wait_for_sequence(
+        "reset",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    let decided = [VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED].map(|k| ids_of(&w, k));
+    let point = point.to_rfc3339();
+    let committed = w.committed("sensors");
+    assert_eq!(committed, 4, "four sensor records handled");
+
+    let (code, plan) = reset(&w, &["--to-time", &point, "--dry-run"]);
+    assert_eq!(code, Some(0), "{plan}");
+    assert!(plan.contains("state after the changelog batch ending at"), "{plan}");
+    assert!(
+        plan.contains("sensors resumes at offset 3 (1 records to reprocess)"),
+        "{plan}"
+    );
+    assert!(plan.contains("dry run: nothing written"), "{plan}");
+    assert_eq!(w.committed("sensors"), committed, "a dry run changes nothing");
+
+    // From the changelog, then from scratch: each time the restart decides the same again.
+    for (round, extra) in [(2, None), (3, Some("--from-scratch"))] {
+        let mut args = vec!["--to-time", point.as_str()];
+        args.extend(extra);
+        let (code, out) = reset(&w, &args);
+        assert_eq!(code, Some(0), "{out}");
+        assert!(out.contains("done: start the processors"), "{out}");
+        assert_eq!(
+            w.committed("sensors"),
+            3,
+            "sensors rewound to the record after the point:\n{out}"
+        );
+        w.start();
+        w.wait_for("reset", "the decisions again", |es| {
+            es.iter().filter(|e| e.kind == JOB_COMPLETED).count() >= round
+        });
+        assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+        for (kind, first) in [VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED].iter().zip(&decided) {
+            let again = ids_of(&w, *kind);
+            assert_eq!(again.len(), round, "{kind:?} once per round ({extra:?})");
+            assert!(
+                again.iter().all(|id| *id == first[0]),
+                "{kind:?} under its first id, {again:?}"
+            );
+        }
+        assert_eq!(
+            ids_of(&w, CONFIG_ACCEPTED).len(),
+            1,
+            "the config came back with the state ({extra:?})"
+        );
+        assert_eq!(
+            ids_of(&w, INPUT_REJECTED).len(),
+            1,
+            "the barrier before the point is not reprocessed"
+        );
+    }
+    // Effects are on when reprocessing: the trigger decided again was sent again (same run id).
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    let run = super::run_id("reset", 1);
+    assert_eq!(ran.lines().collect::<Vec<_>>(), [run.as_str(); 3], "{ran}");
+}
+
+#[test]
+fn reset_refuses_a_group_that_is_running() {
+    let mut w = World::new("reset-running");
+    let (config, _) = super::recording_pipeline(&w, "busy");
+    w.start_with(&config);
+    let (code, out) = reset(&w, &["--to-time", "1h"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("active member"), "{out}");
+    w.stop();
 }

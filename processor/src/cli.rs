@@ -25,7 +25,7 @@ use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
-use crate::runtime::{alerts, events_tail, kafka, replay, status};
+use crate::runtime::{alerts, events_tail, kafka, replay, reset, status};
 
 #[derive(Parser)]
 #[command(
@@ -114,6 +114,9 @@ enum Command {
     /// Run the decider again over recorded inputs, in event time, effects off: what did
     /// (or would, with --pipelines) the configs decide? --diff compares with what happened.
     Replay(replay::ReplayArgs),
+    /// Put a stopped consumer group back to a point in time, state and input offsets
+    /// together, so that the next start reprocesses from there (--dry-run prints the plan).
+    Reset(reset::ResetArgs),
 }
 
 /// `sluice rerun|cancel PIPELINE DATE`.
@@ -544,6 +547,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Cancel(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Cancel, args).await,
         Command::Status(args) => status::run(args).await,
         Command::Replay(args) => replay::run(&cli.brokers, &topics, &codec, args).await,
+        Command::Reset(args) => reset::run(&cli.brokers, &topics, &codec, args).await,
         Command::Alerts { command } => alerts::run(&cli.brokers, &topics, &codec, command).await,
         Command::Events {
             command: EventsCommand::Tail(args),

@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod observability;
 pub mod processor;
 pub mod replay;
+pub mod reset;
 pub mod status;
 pub mod store;
 pub mod topics;

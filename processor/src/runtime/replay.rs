@@ -105,7 +105,7 @@ fn parse_delta(text: &str) -> Result<TimeDelta, String> {
 }
 
 /// `sensors:0:1200`.
-fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), String> {
+pub(crate) fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), String> {
     let bad = || {
         format!(
             "{text:?} is not TOPIC:PARTITION:OFFSET, e.g. sensors:0:1200 (TOPIC: config, sensors, jobs or commands)"
@@ -115,15 +115,10 @@ fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), String> {
     let (Some(topic), Some(p), Some(o)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
     };
-    let topic = [
-        InputTopic::Config,
-        InputTopic::Sensors,
-        InputTopic::Jobs,
-        InputTopic::Commands,
-    ]
-    .into_iter()
-    .find(|t| t.role() == topic.trim())
-    .ok_or_else(bad)?;
+    let topic = InputTopic::ALL
+        .into_iter()
+        .find(|t| t.role() == topic.trim())
+        .ok_or_else(bad)?;
     let p: i32 = p.trim().parse().map_err(|_| bad())?;
     let o: i64 = o.trim().parse().map_err(|_| bad())?;
     if p < 0 || o < 0 {
@@ -133,13 +128,21 @@ fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), String> {
 }
 
 /// One input record, decoded, at its place in event time.
-struct Recorded {
-    at: DateTime<Utc>,
-    kind: InputTopic,
-    partition: i32,
-    offset: i64,
-    pipeline: String,
-    input: Input,
+pub(crate) struct Recorded {
+    pub at: DateTime<Utc>,
+    pub kind: InputTopic,
+    pub partition: i32,
+    pub offset: i64,
+    pub pipeline: String,
+    pub input: Input,
+}
+
+impl Recorded {
+    /// Hands the record to `replay` under the origin the live processor gives it.
+    pub fn replay_into(&self, replay: &mut Replay, out: &mut Vec<Event>) {
+        let origin = origin_of(self.kind, self.partition, self.offset, &self.input);
+        replay.input(self.at, self.partition, &self.pipeline, &self.input, &origin, out);
+    }
 }
 
 pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs) -> Result<ExitCode> {
@@ -221,8 +224,7 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs
         if to.is_some_and(|to| r.at > to) {
             continue;
         }
-        let origin = origin_of(r.kind, r.partition, r.offset, &r.input);
-        replay.input(r.at, r.partition, &r.pipeline, &r.input, &origin, &mut events);
+        r.replay_into(&mut replay, &mut events);
     }
     if let Some(to) = to {
         replay.advance(to, &mut events);
@@ -319,7 +321,7 @@ async fn produce(brokers: &str, codec: &Codec, topic: &str, events: &[Event]) ->
 }
 
 /// The timestamps of the records at `positions`.
-fn time_of_positions(
+pub(crate) fn time_of_positions(
     brokers: &str,
     topics: &Topics,
     partitions: i32,
@@ -327,7 +329,7 @@ fn time_of_positions(
 ) -> Result<Vec<DateTime<Utc>>> {
     let mut times = Vec::new();
     for (kind, p, offset) in positions {
-        let topic = input_topic(topics, *kind);
+        let topic = topics.input(*kind);
         if *p >= partitions {
             bail!("{topic} has partitions 0 to {}, not {p}", partitions - 1);
         }
@@ -349,15 +351,6 @@ fn time_of_positions(
     Ok(times)
 }
 
-fn input_topic(topics: &Topics, kind: InputTopic) -> &str {
-    match kind {
-        InputTopic::Config => &topics.config,
-        InputTopic::Sensors => &topics.sensors,
-        InputTopic::Jobs => &topics.jobs,
-        InputTopic::Commands => &topics.commands,
-    }
-}
-
 fn timestamp(message: &impl Message) -> Option<DateTime<Utc>> {
     message
         .timestamp()
@@ -376,16 +369,11 @@ async fn read_inputs(
     configs_overridden: bool,
 ) -> Result<Vec<Recorded>> {
     let mut starts = Vec::new();
-    for kind in [
-        InputTopic::Config,
-        InputTopic::Sensors,
-        InputTopic::Jobs,
-        InputTopic::Commands,
-    ] {
+    for kind in InputTopic::ALL {
         if kind == InputTopic::Config && configs_overridden {
             continue;
         }
-        let topic = input_topic(topics, kind);
+        let topic = topics.input(kind);
         let at = match (kind, args.warm_up_from) {
             (InputTopic::Config, _) | (_, None) => vec![Some(0); partitions as usize],
             (_, Some(t)) => offsets_at(consumer, topic, partitions, t)?,
@@ -398,19 +386,35 @@ async fn read_inputs(
             });
         }
     }
-    let messages = tokio::task::block_in_place(|| kafka::read_span(consumer, &starts))?;
+    let warm_up_from = args.warm_up_from;
+    decoded_in_order(consumer, topics, codec, partitions, &starts, |kind, at, pipeline| {
+        // The broker's offset for a time can be coarse: what is older is dropped here.
+        !(kind != InputTopic::Config && warm_up_from.is_some_and(|w| at < w))
+            && (args.only.is_empty() || args.only.iter().any(|id| id == pipeline))
+    })
+    .await
+}
+
+/// Reads the input partitions from `starts` to their ends, decodes the records that `keep`
+/// (topic, timestamp, pipeline) accepts, and orders them as a replay takes them: by
+/// timestamp, then topic, partition and offset.
+pub(crate) async fn decoded_in_order(
+    consumer: &BaseConsumer,
+    topics: &Topics,
+    codec: &Codec,
+    partitions: i32,
+    starts: &[Start],
+    keep: impl Fn(InputTopic, DateTime<Utc>, &str) -> bool,
+) -> Result<Vec<Recorded>> {
+    let messages = tokio::task::block_in_place(|| kafka::read_span(consumer, starts))?;
     let mut records = Vec::with_capacity(messages.len());
     for message in &messages {
         let Some(kind) = topics.input_kind(message.topic()) else {
             continue;
         };
         let at = timestamp(message).unwrap_or(DateTime::<Utc>::MIN_UTC);
-        // The broker's offset for a time can be coarse: what is older is dropped here.
-        if kind != InputTopic::Config && args.warm_up_from.is_some_and(|w| at < w) {
-            continue;
-        }
         let (pipeline, input) = read_input(codec, kind, message, partitions).await;
-        if !args.only.is_empty() && !args.only.contains(&pipeline) {
+        if !keep(kind, at, &pipeline) {
             continue;
         }
         records.push(Recorded {

@@ -35,6 +35,14 @@ pub enum InputTopic {
 }
 
 impl InputTopic {
+    /// Every input, in the order a replay takes records with the same timestamp.
+    pub const ALL: [InputTopic; 4] = [
+        InputTopic::Config,
+        InputTopic::Sensors,
+        InputTopic::Jobs,
+        InputTopic::Commands,
+    ];
+
     /// The record family with an Avro schema; configs are JSON only.
     pub fn family(self) -> Option<Family> {
         match self {
@@ -76,6 +84,16 @@ impl Topics {
     /// The co-partitioned inputs, in the order they are subscribed.
     pub fn inputs(&self) -> [&str; 4] {
         [&self.config, &self.sensors, &self.jobs, &self.commands]
+    }
+
+    /// The name of an input topic.
+    pub fn input(&self, kind: InputTopic) -> &str {
+        match kind {
+            InputTopic::Config => &self.config,
+            InputTopic::Sensors => &self.sensors,
+            InputTopic::Jobs => &self.jobs,
+            InputTopic::Commands => &self.commands,
+        }
     }
 
     pub fn input_kind(&self, topic: &str) -> Option<InputTopic> {
