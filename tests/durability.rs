@@ -584,3 +584,74 @@ fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
     });
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
+
+/// The pipeline ids `addr`'s API lists, once it answers with every instance heard from.
+fn listed(addr: &str) -> Option<BTreeSet<String>> {
+    let (status, body) = http_get(addr, "/api/pipelines")?;
+    let page: Value = serde_json::from_str(&body).ok()?;
+    if status != 200 || page["complete"] != true {
+        return None;
+    }
+    let ids = page["pipelines"].as_array()?.iter();
+    Some(
+        ids.filter_map(|p| Some(p["pipelineId"].as_str()?.to_string()))
+            .collect(),
+    )
+}
+
+/// A changelog batch whose owner crashed before marking it complete is not restored, and
+/// the next owner writes its keys over, so that no later restore (nor compaction, which
+/// keeps only the last of every key) lets it take effect.
+#[test]
+fn an_unfinished_changelog_batch_never_takes_effect() {
+    let mut w = World::new("unfinished");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let start = |w: &mut World, dir: &Path| {
+        let child = w.spawn(dir, &["--http", &addr]);
+        assert!(w.swap_processor(Some(child)).is_none());
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    w.config(&pipeline("gold", support::command_job("true", 0)));
+    start(&mut w, dirs[0].path());
+    let only_gold = BTreeSet::from(["gold".to_string()]);
+    wait_until(
+        "gold listed",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || listed(&addr).as_ref() == Some(&only_gold),
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+
+    // What a crashed owner left: a state write with no batch end marker after it.
+    let p = sluice::core::partitioning::partition_for(b"gold", w.partitions());
+    w.produce_to_partition("changelog", p, "p/ghost", b"{}");
+
+    // A new owner with no local state restores in full: the ghost is skipped...
+    start(&mut w, dirs[1].path());
+    wait_until(
+        "gold listed, no ghost",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || listed(&addr).as_ref() == Some(&only_gold),
+    );
+    assert!(w.log().contains("never marked complete"), "{}", w.log_tail());
+    // ...and written over with the owner's next batch.
+    w.sensor("gold", "row-count", json!({"count": 10}));
+    wait_until(
+        "the sensor handled",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || w.committed("sensors") >= 1,
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+
+    // Another full restore, with the unfinished write now followed by complete batches.
+    start(&mut w, dirs[2].path());
+    wait_until(
+        "gold listed, still no ghost",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || listed(&addr).as_ref() == Some(&only_gold),
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}

@@ -115,6 +115,16 @@ fn window_exhaustion_explains_why() {
     );
 }
 
+/// The events of a run whose first attempt fails and whose retry succeeds.
+const RETRIED: [sluice::core::events::EventType; 6] = [
+    CONFIG_ACCEPTED,
+    VALIDATION_PASSED,
+    JOB_TRIGGERED,
+    JOB_FAILED,
+    JOB_TRIGGERED,
+    JOB_COMPLETED,
+];
+
 #[test]
 fn a_failed_job_is_retried_then_succeeds() {
     let mut w = World::new("retry");
@@ -123,17 +133,7 @@ fn a_failed_job_is_retried_then_succeeds() {
         command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || { echo busy >&2; exit 3; }", 1),
     ));
     row_count_then_trigger(&w, "retry", json!(1000));
-    let events = w.wait_for_sequence(
-        "retry",
-        &[
-            CONFIG_ACCEPTED,
-            VALIDATION_PASSED,
-            JOB_TRIGGERED,
-            JOB_FAILED,
-            JOB_TRIGGERED,
-            JOB_COMPLETED,
-        ],
-    );
+    let events = w.wait_for_sequence("retry", &RETRIED);
     assert_eq!(events[3].run_id.as_deref(), Some(run_id("retry", 1).as_str()));
     assert!(
         events[3].message.contains("command exited 3: busy"),

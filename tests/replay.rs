@@ -56,17 +56,7 @@ fn replay_reproduces_a_recorded_run_and_shows_a_config_change() {
     row_count_then_trigger(&w, "retry", json!(1000));
     w.sensor_on("sla", "row-count", json!({"count": 1}), Some(&date));
     w.sensor_on("sla", "upstream", json!({"status": "ready"}), Some(&date));
-    w.wait_for_sequence(
-        "retry",
-        &[
-            CONFIG_ACCEPTED,
-            VALIDATION_PASSED,
-            JOB_TRIGGERED,
-            JOB_FAILED,
-            JOB_TRIGGERED,
-            JOB_COMPLETED,
-        ],
-    );
+    w.wait_for_sequence("retry", &super::RETRIED);
     w.wait_for_until(
         "sla",
         "SLA_BREACH",

@@ -119,6 +119,32 @@ enum Command {
     Reset(reset::ResetArgs),
 }
 
+/// The decider's settings, shared by `run` and the commands that replay its decisions.
+#[derive(Args)]
+pub(crate) struct DeciderArgs {
+    /// How far a sensor's timestamp may run ahead of this processor's clock before the
+    /// record is rejected (a clock in the future would make stale data look fresh).
+    #[arg(long, default_value = "5m", value_parser = parse_delta)]
+    max_clock_skew: chrono::TimeDelta,
+    /// How long a finished execution (and the sensors of its date) is kept for reruns, late
+    /// data and post-run checks before it is pruned (the old design's TTL).
+    #[arg(long, env = "SLUICE_RETENTION", default_value = "7d", value_parser = parse_delta)]
+    retention: chrono::TimeDelta,
+}
+
+impl DeciderArgs {
+    pub(crate) fn settings(&self) -> DeciderSettings {
+        DeciderSettings {
+            max_clock_skew: self.max_clock_skew,
+            retention: self.retention,
+        }
+    }
+}
+
+pub(crate) fn parse_delta(text: &str) -> Result<chrono::TimeDelta, String> {
+    parse_duration(text).map_err(|e| e.to_string())
+}
+
 /// `sluice rerun|cancel PIPELINE DATE`.
 #[derive(Args)]
 struct ExecutionCommandArgs {
@@ -168,14 +194,8 @@ struct RunArgs {
     /// How long shutdown waits for in-flight triggers (e.g. 30s).
     #[arg(long, default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
-    /// How far a sensor's timestamp may run ahead of this processor's clock before the
-    /// record is rejected (a clock in the future would make stale data look fresh).
-    #[arg(long, default_value = "5m", value_parser = parse_std_duration)]
-    max_clock_skew: Duration,
-    /// How long a finished execution (and the sensors of its date) is kept for reruns, late
-    /// data and post-run checks before it is pruned (the old design's TTL).
-    #[arg(long, env = "SLUICE_RETENTION", default_value = "7d", value_parser = parse_std_duration)]
-    retention: Duration,
+    #[command(flatten)]
+    decider: DeciderArgs,
     /// effectively-once works with any broker (a crash may re-send the last batch's events,
     /// with the same eventId); exactly-once needs a broker with full transaction support.
     #[arg(long, env = "SLUICE_GUARANTEE", value_enum, default_value = "effectively-once")]
@@ -434,11 +454,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                     allowed_targets: args.allow_targets,
                 },
                 shutdown_grace: args.shutdown_grace,
-                decider: DeciderSettings {
-                    max_clock_skew: chrono::TimeDelta::from_std(args.max_clock_skew)
-                        .context("--max-clock-skew is too large")?,
-                    retention: chrono::TimeDelta::from_std(args.retention).context("--retention is too large")?,
-                },
+                decider: args.decider.settings(),
                 codec,
             };
             run(settings, args.http, args.advertise_url).await

@@ -6,6 +6,11 @@
 //! assignment it reads from there to the end: nothing when it is current, the rest when it
 //! is behind; a store with no checkpoint, or one beyond the end of the changelog (the topic
 //! was recreated), is cleared and read in full.
+//!
+//! Records count once a batch end marker follows them ([`Batches`]). Those after the last
+//! marker are a batch whose owner crashed before its outputs were all acknowledged: they
+//! are skipped, and the next owner writes the keys they touched again with the values its
+//! store holds (the repair), so that a later restore, or compaction, never lets them win.
 
 use std::time::{Duration, Instant};
 
@@ -28,12 +33,46 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 /// What a restore did.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Restored {
     pub records: u64,
     pub seconds: f64,
     /// Whether the store was cleared first (missing, or not from this changelog).
     pub full: bool,
+    /// Keys written by a batch that was never marked complete: the new owner must write them
+    /// again with its store's values.
+    pub unmarked: Vec<Vec<u8>>,
+}
+
+/// One changelog write: key, and value (`None` deletes the key).
+pub type Write = (Vec<u8>, Option<Vec<u8>>);
+
+/// Groups changelog records into the batches their end markers close: a batch is every
+/// record since the previous marker. A record is not tied to its own batch's marker, which
+/// compaction removes once a later marker exists (they share a key): the next marker that
+/// survives closes it, and applying records in log order gives each key its last value.
+#[derive(Debug, Default)]
+pub struct Batches {
+    open: Vec<Write>,
+}
+
+impl Batches {
+    /// Takes the next record; a marker returns the batch it closes.
+    pub fn push(&mut self, key: &[u8], value: Option<&[u8]>) -> Option<Vec<Write>> {
+        if key == BATCH_MARKER {
+            return Some(std::mem::take(&mut self.open));
+        }
+        self.open.push((key.to_vec(), value.map(<[u8]>::to_vec)));
+        None
+    }
+
+    /// The keys of the records no marker has closed (yet), each once.
+    pub fn unmarked_keys(&self) -> Vec<Vec<u8>> {
+        let mut keys: Vec<Vec<u8>> = self.open.iter().map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
 }
 
 /// Where to start reading, given the store's checkpoint and the changelog's first offset.
@@ -93,13 +132,18 @@ pub fn restore(
         };
         debug!(partition, from = start, high, ?checkpoint, full, "reading {topic}");
         match read(&consumer, topic, partition, start, high, store, &mut progress, started)? {
-            Some(records) => {
+            Some((records, unmarked)) => {
                 let seconds = started.elapsed().as_secs_f64();
                 progress(records, seconds);
                 if records > 0 || full {
                     info!(partition, records, seconds, full, "restored state from {topic}");
                 }
-                return Ok(Restored { records, seconds, full });
+                return Ok(Restored {
+                    records,
+                    seconds,
+                    full,
+                    unmarked,
+                });
             }
             None if !full => {
                 warn!(
@@ -114,7 +158,8 @@ pub fn restore(
     }
 }
 
-/// Reads from `start` to the end into `store`; `None` if `start` is beyond the end.
+/// Reads from `start` to the end into `store`; returns how many records it applied and the
+/// keys of the records no marker closed, or `None` if `start` is beyond the end.
 #[allow(clippy::too_many_arguments)]
 fn read(
     consumer: &BaseConsumer,
@@ -125,15 +170,13 @@ fn read(
     store: &mut PartitionStore,
     progress: &mut impl FnMut(u64, f64),
     started: Instant,
-) -> Result<Option<u64>> {
+) -> Result<Option<(u64, Vec<Vec<u8>>)>> {
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(start))?;
     consumer.assign(&list).context("assigning the changelog partition")?;
     let mut records = 0u64;
     let mut batch = StoreBatch::default();
-    // Writes read since the last batch marker, with their offsets: applied when a marker
-    // vouches for them, dropped if none does (the batch of a crashed owner).
-    let mut unmarked: Vec<(i64, Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+    let mut batches = Batches::default();
     let mut last_marker = None;
     let mut last_progress = Instant::now();
     let mut last_record = Instant::now();
@@ -171,26 +214,17 @@ fn read(
                 last_record = Instant::now();
                 let offset = message.offset();
                 next = offset + 1;
-                match message.key() {
-                    Some(BATCH_MARKER) => {
-                        let first = message
-                            .payload()
-                            .and_then(|v| <[u8; 8]>::try_from(v).ok())
-                            .map_or(i64::MAX, i64::from_be_bytes);
-                        for (at, key, value) in unmarked.drain(..) {
-                            if at >= first {
-                                batch.mirror(&key, value.as_deref());
-                                records += 1;
-                            }
-                        }
-                        last_marker = Some(offset);
-                        if batch.len() >= RESTORE_CHUNK {
-                            batch.set_checkpoint(offset);
-                            store.write(std::mem::take(&mut batch))?;
-                        }
+                let Some(key) = message.key() else { continue };
+                if let Some(closed) = batches.push(key, message.payload()) {
+                    for (key, value) in closed {
+                        batch.mirror(&key, value.as_deref());
+                        records += 1;
                     }
-                    Some(key) => unmarked.push((offset, key.to_vec(), message.payload().map(<[u8]>::to_vec))),
-                    None => {}
+                    last_marker = Some(offset);
+                    if batch.len() >= RESTORE_CHUNK {
+                        batch.set_checkpoint(offset);
+                        store.write(std::mem::take(&mut batch))?;
+                    }
                 }
                 if last_progress.elapsed() >= PROGRESS_EVERY {
                     last_progress = Instant::now();
@@ -200,23 +234,95 @@ fn read(
             }
         }
     }
+    let unmarked = batches.unmarked_keys();
     if !unmarked.is_empty() {
         info!(
             partition,
-            records = unmarked.len(),
-            "changelog ends with a batch that was never marked complete (its owner crashed): not applied"
+            keys = unmarked.len(),
+            "changelog ends with a batch that was never marked complete (its owner crashed): not applied, and written over with the next batch"
         );
     }
     if let Some(offset) = last_marker {
         batch.set_checkpoint(offset);
     }
     store.write(batch)?;
-    Ok(Some(records))
+    Ok(Some((records, unmarked)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds records (a `None` key is a marker) and returns the state applying the closed
+    /// batches in order gives, and the keys left unmarked.
+    fn apply(records: &[(Option<&str>, Option<&str>)]) -> (std::collections::BTreeMap<String, String>, Vec<Vec<u8>>) {
+        let mut batches = Batches::default();
+        let mut state = std::collections::BTreeMap::new();
+        for (key, value) in records {
+            let key = key.map_or(BATCH_MARKER.to_vec(), |k| k.as_bytes().to_vec());
+            if let Some(closed) = batches.push(&key, value.map(str::as_bytes)) {
+                for (k, v) in closed {
+                    let k = String::from_utf8(k).unwrap();
+                    match v {
+                        Some(v) => state.insert(k, String::from_utf8(v).unwrap()),
+                        None => state.remove(&k),
+                    };
+                }
+            }
+        }
+        (state, batches.unmarked_keys())
+    }
+
+    #[test]
+    fn batches_close_at_markers_and_a_trailing_batch_is_left_unmarked() {
+        assert_eq!(Batches::default().push(b"p/a", Some(b"1")), None);
+        let (state, unmarked) = apply(&[
+            (Some("p/a"), Some("1")),
+            (Some("p/b"), Some("1")),
+            (None, Some("0")),
+            (Some("p/a"), None),
+            (None, Some("3")),
+            // The owner crashed before this batch was complete.
+            (Some("p/b"), Some("crashed")),
+            (Some("p/c"), Some("crashed")),
+        ]);
+        assert_eq!(state, [("p/b".to_string(), "1".to_string())].into());
+        assert_eq!(unmarked, [b"p/b".to_vec(), b"p/c".to_vec()]);
+    }
+
+    #[test]
+    fn a_compacted_changelog_restores_every_key_to_its_last_value() {
+        // Written: [a=1 b=1] M [a=2] M [c=1] M [b=crashed] (crash) [b=1 repair, a=3] M.
+        // Compaction keeps the last record of each key, and of the marker key only the last.
+        let (state, unmarked) = apply(&[
+            (Some("p/c"), Some("1")),
+            (Some("p/b"), Some("1")),
+            (Some("p/a"), Some("3")),
+            (None, Some("9")),
+        ]);
+        assert!(unmarked.is_empty());
+        assert_eq!(
+            state,
+            [("p/a", "3"), ("p/b", "1"), ("p/c", "1")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into()
+        );
+        // Before compaction the same log gives the same state: the repair wrote b over.
+        let (uncompacted, _) = apply(&[
+            (Some("p/a"), Some("1")),
+            (Some("p/b"), Some("1")),
+            (None, Some("0")),
+            (Some("p/a"), Some("2")),
+            (None, Some("3")),
+            (Some("p/c"), Some("1")),
+            (None, Some("5")),
+            (Some("p/b"), Some("crashed")),
+            (Some("p/b"), Some("1")),
+            (Some("p/a"), Some("3")),
+            (None, Some("8")),
+        ]);
+        assert_eq!(uncompacted, state);
+    }
 
     #[test]
     fn plans_follow_the_checkpoint() {

@@ -181,6 +181,9 @@ pub struct Processor {
     partitions: i32,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
+    /// Per partition, the keys a crashed owner's unfinished batch wrote to the changelog,
+    /// with this store's values: written with the next batch, so that they supersede it.
+    repairs: BTreeMap<i32, StoreBatch>,
     /// Journaled triggers of newly opened partitions, requested again once
     /// [`RESUME_GRACE`] has passed without a report on their run.
     resumes: Vec<(tokio::time::Instant, i32, Effect)>,
@@ -275,6 +278,7 @@ impl Processor {
             last_commit: None,
             partitions: partitions as i32,
             stale_effects: BTreeMap::new(),
+            repairs: BTreeMap::new(),
             resumes: Vec::new(),
             queries,
             query_sender,
@@ -416,6 +420,7 @@ impl Processor {
                     if self.stores.remove(&p).is_some() {
                         self.timers.drop_partition(p);
                         self.stale_effects.remove(&p);
+                        self.repairs.remove(&p);
                         self.resumes.retain(|(_, q, _)| *q != p);
                         let partitions = self.partitions;
                         self.recent
@@ -513,6 +518,13 @@ impl Processor {
                 }
             }
         };
+        if !restored.unmarked.is_empty() {
+            let mut repair = StoreBatch::default();
+            for key in &restored.unmarked {
+                repair.mirror(key, store.raw(key)?.as_deref());
+            }
+            self.repairs.insert(p, repair);
+        }
         let timers = store.timers()?;
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
@@ -766,6 +778,9 @@ impl Processor {
 
     /// Outputs and changelog acknowledged → state written → offsets committed → effects.
     async fn flush(&mut self, mut pending: Pending) -> Result<()> {
+        for (p, repair) in std::mem::take(&mut self.repairs) {
+            pending.stores.entry(p).or_default().underlay(repair);
+        }
         for (p, run_ids) in std::mem::take(&mut self.stale_effects) {
             let batch = pending.stores.entry(p).or_default();
             for run_id in run_ids {

@@ -29,9 +29,8 @@ use super::processor::{origin_of, read_input};
 use super::topics::{InputTopic, Topics};
 use crate::cli::{publishable_configs, Progress};
 use crate::core::diff::{diff, Window};
-use crate::core::duration::parse_duration;
 use crate::core::events::Event;
-use crate::core::lifecycle::{Input, Settings as DeciderSettings};
+use crate::core::lifecycle::Input;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::Replay;
 
@@ -87,21 +86,13 @@ pub struct ReplayArgs {
     diff: bool,
     /// How far apart in time a recorded and a replayed event may be and still count as the
     /// same decision.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_delta)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::cli::parse_delta)]
     tolerance: TimeDelta,
     /// With --diff, exit 1 when the replay changed something.
     #[arg(long, requires = "diff")]
     exit_code: bool,
-    /// As `run --max-clock-skew`.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_delta)]
-    max_clock_skew: TimeDelta,
-    /// As `run --retention`.
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_delta)]
-    retention: TimeDelta,
-}
-
-fn parse_delta(text: &str) -> Result<TimeDelta, String> {
-    parse_duration(text).map_err(|e| e.to_string())
+    #[command(flatten)]
+    decider: crate::cli::DeciderArgs,
 }
 
 /// `sensors:0:1200`.
@@ -195,13 +186,7 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs
         Some(t) => t.min(first),
         None => first,
     };
-    let mut replay = Replay::new(
-        DeciderSettings {
-            max_clock_skew: args.max_clock_skew,
-            retention: args.retention,
-        },
-        start,
-    );
+    let mut replay = Replay::new(args.decider.settings(), start);
     let mut events = Vec::new();
     for (_, id, json) in overrides.iter().flatten() {
         if args.only.is_empty() || args.only.contains(id) {

@@ -25,13 +25,13 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::changelog::Batches;
 use super::codec::Codec;
 use super::events_tail::{offsets_at, parse_time};
 use super::kafka::{self, Start};
 use super::replay::{decoded_in_order, parse_position, time_of_positions};
 use super::store::{StoreBatch, BATCH_MARKER};
 use super::topics::{InputTopic, Topics};
-use crate::core::lifecycle::Settings as DeciderSettings;
 use crate::core::partitioning::partition_for;
 use crate::core::replay::Replay;
 
@@ -54,16 +54,8 @@ pub struct ResetArgs {
     /// Print the plan and change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// As `run --max-clock-skew` (for --from-scratch).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_delta)]
-    max_clock_skew: chrono::TimeDelta,
-    /// As `run --retention` (for --from-scratch).
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_delta)]
-    retention: chrono::TimeDelta,
-}
-
-fn parse_delta(text: &str) -> Result<chrono::TimeDelta, String> {
-    crate::core::duration::parse_duration(text).map_err(|e| e.to_string())
+    #[command(flatten)]
+    decider: crate::cli::DeciderArgs,
 }
 
 /// What a reset does to one partition.
@@ -278,40 +270,33 @@ fn from_changelog(
         );
     }
     let mut image: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut unmarked: Vec<&ChangelogRecord> = Vec::new();
+    let mut batches = Batches::default();
     let mut basis = format!("state before the first changelog batch of {topic}/{p} (empty)");
     let mut reached = BTreeMap::new();
-    'batches: for record in &records {
-        if record.1.as_slice() != BATCH_MARKER {
-            unmarked.push(record);
+    for (offset, key, value, stamp) in &records {
+        let Some(batch) = batches.push(key, value.as_deref()) else {
             continue;
-        }
-        let first = record
-            .2
-            .as_deref()
-            .and_then(|v| <[u8; 8]>::try_from(v).ok())
-            .map_or(i64::MAX, i64::from_be_bytes);
-        let batch: Vec<_> = unmarked.drain(..).filter(|r| r.0 >= first).collect();
-        if record.3 >= point.timestamp_millis() {
+        };
+        let past_target =
+            |(input, applied): (String, i64)| targets.get(&(input, p)).is_some_and(|(target, _)| applied >= *target);
+        if *stamp >= point.timestamp_millis()
+            || batch
+                .iter()
+                .filter_map(|(k, v)| applied(k, v.as_deref()))
+                .any(past_target)
+        {
             break;
         }
-        for (_, key, value, _) in &batch {
-            if let Some((input, offset)) = applied(key, value.as_deref()) {
-                if targets.get(&(input, p)).is_some_and(|(target, _)| offset >= *target) {
-                    break 'batches;
-                }
-            }
-        }
-        for (_, key, value, _) in batch {
-            if let Some((input, offset)) = applied(key, value.as_deref()) {
+        for (key, value) in batch {
+            if let Some((input, offset)) = applied(&key, value.as_deref()) {
                 reached.insert(input, offset);
             }
             match value {
-                Some(v) => image.insert(key.clone(), v.clone()),
-                None => image.remove(key),
+                Some(v) => image.insert(key, v),
+                None => image.remove(&key),
             };
         }
-        basis = format!("state after the changelog batch ending at {topic}/{p}@{}", record.0);
+        basis = format!("state after the changelog batch ending at {topic}/{p}@{offset}");
     }
     image.retain(|k, _| !k.starts_with(b"e/"));
     let positions = topics
@@ -361,13 +346,7 @@ async fn from_scratch(
         })
         .collect();
     let start = before.first().map_or(DateTime::<Utc>::MIN_UTC, |r| r.at);
-    let mut replay = Replay::new(
-        DeciderSettings {
-            max_clock_skew: args.max_clock_skew,
-            retention: args.retention,
-        },
-        start,
-    );
+    let mut replay = Replay::new(args.decider.settings(), start);
     let mut events = Vec::new();
     for r in &before {
         r.replay_into(&mut replay, &mut events);

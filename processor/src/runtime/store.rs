@@ -27,8 +27,9 @@ use crate::core::PipelineState;
 const CHECKPOINT_KEY: &[u8] = b"c/";
 
 /// The changelog key of a batch's end marker, written once the batch's every output is
-/// acknowledged; its value is the first changelog offset of the batch (big-endian i64).
-/// Never a store key: a restore applies a batch's writes only when its marker follows them.
+/// acknowledged; its value is the first changelog offset of the batch (big-endian i64, for
+/// diagnosis). Never a store key: a restore applies writes only once a marker follows them
+/// (see [`super::changelog::Batches`]).
 pub const BATCH_MARKER: &[u8] = b"b/";
 
 pub struct PartitionStore {
@@ -195,6 +196,15 @@ impl StoreBatch {
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+
+    /// Adds the writes of `other` to keys this batch does not write.
+    pub fn underlay(&mut self, other: StoreBatch) {
+        for (key, value) in other.ops {
+            if !self.index.contains_key(&key) {
+                self.mirror(&key, value.as_deref());
+            }
+        }
+    }
 }
 
 fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
@@ -328,6 +338,11 @@ impl PartitionStore {
             effects.push((String::from_utf8_lossy(run_id).into_owned(), effect));
         }
         Ok(effects)
+    }
+
+    /// The value stored under `key`, as the changelog carries it.
+    pub fn raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?)
     }
 
     /// Deletes everything, before a full restore from the changelog.

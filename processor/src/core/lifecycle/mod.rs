@@ -23,7 +23,7 @@ mod sensor;
 mod sla;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::core::events::EventType::{self, *};
+use crate::core::lifecycle::tests::{merge, pipeline};
 use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
 
 fn t(minutes: i64) -> DateTime<Utc> {
@@ -14,19 +15,10 @@ fn t(minutes: i64) -> DateTime<Utc> {
         + TimeDelta::minutes(minutes)
 }
 
+/// The lifecycle tests' pipeline (interval 5m), with a 30-minute window and one retry.
 fn config() -> Input {
-    let config = json!({
-        "pipeline": {"id": "gold", "owner": "analytics"},
-        "schedule": {
-            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            "evaluation": {"window": "30m", "interval": "5m"}
-        },
-        "validation": {"trigger": "ALL", "rules": [
-            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
-            {"key": "row-count", "check": "gte", "field": "count", "value": 1000}
-        ]},
-        "job": {"type": "command", "config": {"command": "run"}, "maxRetries": 1}
-    });
+    let mut config = pipeline(1);
+    merge(&mut config, json!({"schedule": {"evaluation": {"window": "30m"}}}));
     Input::ConfigPublished(ConfigRecord::Put {
         pipeline_id: "gold".into(),
         config,

@@ -16,7 +16,7 @@ mod jobs_and_post_run;
 mod schedule_and_sla;
 
 /// Merges `patch` into `base`, object by object; `null` removes a field.
-pub(super) fn merge(base: &mut Value, patch: Value) {
+pub(crate) fn merge(base: &mut Value, patch: Value) {
     match (base, patch) {
         (Value::Object(base), Value::Object(patch)) => {
             for (k, v) in patch {
@@ -188,7 +188,7 @@ impl Sim {
     }
 }
 
-pub(super) fn pipeline(max_retries: u32) -> Value {
+pub(crate) fn pipeline(max_retries: u32) -> Value {
     json!({
         "pipeline": {"id": "gold", "owner": "analytics"},
         "schedule": {
