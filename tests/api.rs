@@ -135,6 +135,57 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].as_str().unwrap().contains("never-configured"), "{body}");
 
+    // Pages over every instance's pipelines, with the counts by state of the whole match.
+    let (_, page) = get_json(&b, "/api/pipelines?limit=3&offset=6").unwrap();
+    let listed: Vec<&str> = page["pipelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pipelineId"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["api6", "api7"], "{page}");
+    assert_eq!(
+        (page["total"].as_u64(), &page["counts"]),
+        (Some(8), &json!({"idle": 8})),
+        "{page}"
+    );
+    let (_, page) = get_json(&b, "/api/pipelines?state=idle&q=API1").unwrap();
+    assert_eq!(page["total"], 1, "name filters ignore letter case: {page}");
+    let (_, page) = get_json(&b, "/api/pipelines?state=running").unwrap();
+    assert_eq!(
+        (page["total"].as_u64(), &page["counts"]["idle"]),
+        (Some(0), &json!(8)),
+        "{page}"
+    );
+
+    // The config in sentences, and every recent event by its id, through either instance.
+    assert_eq!(
+        view["rules"][1]["sentence"], "row-count.count is at least 1000",
+        "{view}"
+    );
+    assert!(
+        view["about"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("A run starts when upstream.status equals"),
+        "{view}"
+    );
+    let event = &view["recentEvents"][0];
+    let id = event["eventId"].as_str().unwrap();
+    let (status, raw) = get_json(&b, &format!("/api/pipelines/{}/events/{id}", ids[0])).unwrap();
+    assert_eq!((status, &raw), (200, event), "the event as published");
+    let (status, body) = get_json(&b, &format!("/api/pipelines/{}/events/nope", ids[0])).unwrap();
+    assert_eq!(status, 404, "{body}");
+
+    // The page itself: one document for the list and every pipeline, and its assets.
+    for path in ["/", &format!("/pipelines/{}", ids[0])] {
+        let (status, html) = http_get(&a, path).unwrap();
+        assert_eq!(status, 200, "{path}");
+        assert!(html.contains("<script src=\"/ui/app.js\""), "{html}");
+    }
+    let (status, script) = http_get(&a, "/ui/app.js").unwrap();
+    assert!(status == 200 && script.contains("/api/pipelines"), "{script}");
+
     // `sluice status` reads the same API, through either instance.
     let status = |args: &[&str]| {
         let out = sluice().arg("status").args(args).output().unwrap();

@@ -25,7 +25,7 @@ use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
-use crate::runtime::{alerts, events_tail, kafka, replay, reset, status};
+use crate::runtime::{alerts, events_tail, kafka, replay, reset, status, ui};
 
 #[derive(Parser)]
 #[command(
@@ -287,8 +287,9 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
             processor.owned_partitions(),
             stopped.clone(),
         ));
-        let app =
-            http_server::router(telemetry).merge(api::routes(Api::new(processor.queries(), directory, &instance)?));
+        let app = http_server::router(telemetry)
+            .merge(api::routes(Api::new(processor.queries(), directory, &instance)?))
+            .merge(ui::routes());
         let stopped = stopped.clone();
         tokio::spawn(async move {
             if let Err(e) = http_server::serve(listener, app, wait(stopped)).await {

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::config::{AgeBound, Check, Comparison, Deadline, Mode, PipelineConfig, Rule};
+use super::duration::format_duration;
 use super::lifecycle::{Execution, PendingTimer, Phase, PipelineState};
 
 /// One line of the pipeline list.
@@ -24,6 +26,18 @@ pub struct PipelineSummary {
     /// The soonest pending timer of the pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_timer: Option<TimerSummary>,
+}
+
+impl PipelineSummary {
+    /// The pipeline's state as a list shows it: its latest execution's, else `idle` (a
+    /// config, nothing run yet) or `unconfigured` (sensors only).
+    pub fn state(&self) -> &str {
+        match self.executions.first() {
+            Some(e) => e.state.as_str(),
+            None if self.configured => "idle",
+            None => "unconfigured",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +166,103 @@ pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     }
 }
 
+/// A rule as a sentence: `row-count.count is at least 1000`.
+pub fn rule_sentence(rule: &Rule) -> String {
+    let subject = match &rule.field {
+        Some(field) => format!("{}.{field}", rule.key),
+        None => format!("sensor {}", rule.key),
+    };
+    match &rule.check {
+        Check::Exists if rule.field.is_some() => format!("{subject} is present"),
+        Check::Exists => format!("{subject} has arrived"),
+        Check::Equals(value) => format!("{subject} equals {value}"),
+        Check::Compare(comparison, threshold) => {
+            let words = match comparison {
+                Comparison::Gt => "more than",
+                Comparison::Gte => "at least",
+                Comparison::Lt => "less than",
+                Comparison::Lte => "at most",
+            };
+            format!("{subject} is {words} {}", number(*threshold))
+        }
+        Check::Age(AgeBound::YoungerThan, age) => {
+            format!("{subject} is less than {} old", format_duration(*age))
+        }
+        Check::Age(AgeBound::OlderThan, age) => format!("{subject} is more than {} old", format_duration(*age)),
+    }
+}
+
+/// `1000`, `0.5`.
+fn number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        n.to_string()
+    }
+}
+
+/// The config as a person reads it: what starts a run, how its rules are checked, its SLA
+/// and its job, one sentence each.
+pub fn config_sentences(config: &PipelineConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let schedule = &config.schedule;
+    if let Some(trigger) = &schedule.trigger {
+        out.push(format!("A run starts when {}.", rule_sentence(trigger)));
+    }
+    if let Some(cron) = config.raw().pointer("/schedule/cron").and_then(|c| c.as_str()) {
+        out.push(format!(
+            "A run starts at each time of cron `{cron}` ({}).",
+            schedule.timezone
+        ));
+    }
+    for d in &config.depends_on {
+        out.push(format!(
+            "It waits for pipeline {} to succeed for the same date.",
+            d.pipeline
+        ));
+    }
+    let evaluation = schedule.evaluation;
+    let mode = match config.validation.mode {
+        Mode::All => "all rules must pass",
+        Mode::Any => "one rule must pass",
+    };
+    out.push(format!(
+        "Rules are checked on every sensor and every {} for {} after a run starts; {mode}.",
+        format_duration(evaluation.interval),
+        format_duration(evaluation.window)
+    ));
+    if let Some(sla) = &config.sla {
+        let deadline = match &sla.deadline {
+            Some(Deadline::Daily(t)) => Some(format!("{:02}:{:02} each day", t.hour, t.minute)),
+            Some(Deadline::Hourly { minute }) => Some(format!("minute {minute:02} of the next hour")),
+            None => None,
+        };
+        if let Some(deadline) = deadline {
+            let warning = sla
+                .expected_duration
+                .map(|d| format!(", with a warning {} before", format_duration(d)))
+                .unwrap_or_default();
+            out.push(format!("It must complete by {deadline}{warning}."));
+        }
+        if let Some(max) = sla.max_duration {
+            out.push(format!(
+                "It must complete within {} of its first sensor.",
+                format_duration(max)
+            ));
+        }
+    }
+    let job = &config.job;
+    out.push(format!(
+        "It runs a {} job, retried up to {} time(s) after a failure.",
+        job.kind.name(),
+        job.max_retries
+    ));
+    if config.dry_run {
+        out.push("Dry run: it decides, but triggers nothing.".to_string());
+    }
+    out
+}
+
 /// A timer's kind as its tagged form names it (`{"kind":"slaBreach",…}` → `slaBreach`).
 fn timer_kind_name(encoded: &str) -> String {
     serde_json::from_str::<serde_json::Value>(encoded)
@@ -180,6 +291,43 @@ mod tests {
         e.phase = phase;
         e.phase_since = at(3);
         e
+    }
+
+    #[test]
+    fn configs_and_rules_read_as_sentences() {
+        let raw = serde_json::json!({
+            "pipeline": {"id": "gold", "owner": "analytics"},
+            "schedule": {
+                "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+                "evaluation": {"window": "1h", "interval": "5m"}
+            },
+            "sla": {"deadline": "09:30", "expectedDuration": "30m"},
+            "validation": {"trigger": "ALL", "rules": [
+                {"key": "row-count", "check": "gte", "field": "count", "value": 1000},
+                {"key": "landed", "check": "age_lt", "field": "at", "value": "2h"},
+                {"key": "manifest", "check": "exists"}
+            ]},
+            "job": {"type": "command", "config": {"command": "run"}, "maxRetries": 2}
+        });
+        let config = PipelineConfig::from_json(&raw).expect("valid").config;
+        let rules: Vec<String> = config.validation.rules.iter().map(rule_sentence).collect();
+        assert_eq!(
+            rules,
+            [
+                "row-count.count is at least 1000",
+                "landed.at is less than 2h old",
+                "sensor manifest has arrived"
+            ]
+        );
+        assert_eq!(
+            config_sentences(&config),
+            [
+                "A run starts when upstream.status equals \"ready\".",
+                "Rules are checked on every sensor and every 5m for 1h after a run starts; all rules must pass.",
+                "It must complete by 09:30 each day, with a warning 30m before.",
+                "It runs a command job, retried up to 2 time(s) after a failure."
+            ]
+        );
     }
 
     #[test]

@@ -84,28 +84,42 @@ pub fn routes(api: Api) -> Router {
     Router::new()
         .route("/api/pipelines", get(list))
         .route("/api/pipelines/{id}", get(pipeline))
+        .route("/api/pipelines/{id}/events/{event}", get(event))
         .with_state(api)
 }
 
-/// Filters of the list: `owner`, `state` (any execution in it), `q` (part of the id).
+/// Filters of the list: `owner`, `state` (of the latest execution, see
+/// [`PipelineSummary::state`]), `q` (part of the id, any letter case); and the page:
+/// `offset` and `limit` (default [`PAGE`], at most [`MAX_PAGE`]).
 #[derive(Debug, Default, Deserialize)]
 pub struct ListFilter {
     owner: Option<String>,
     state: Option<String>,
     q: Option<String>,
-    /// `true`: this instance's pipelines only (what peers ask each other).
+    #[serde(default)]
+    offset: usize,
+    limit: Option<usize>,
+    /// `true`: this instance's pipelines only, unpaged (what peers ask each other).
     #[serde(default)]
     local: bool,
 }
 
+/// Pipelines per page by default, and at most.
+const PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
 impl ListFilter {
+    /// Owner and name: what the counts by state are taken over.
     fn keeps(&self, p: &PipelineSummary) -> bool {
         self.owner.as_ref().is_none_or(|o| p.owner.as_deref() == Some(o))
             && self
-                .state
+                .q
                 .as_ref()
-                .is_none_or(|s| p.executions.iter().any(|e| &e.state == s))
-            && self.q.as_ref().is_none_or(|q| p.pipeline_id.contains(q.as_str()))
+                .is_none_or(|q| p.pipeline_id.to_lowercase().contains(q.to_lowercase().as_str()))
+    }
+
+    fn keeps_state(&self, p: &PipelineSummary) -> bool {
+        self.state.as_ref().is_none_or(|s| p.state() == s)
     }
 }
 
@@ -133,7 +147,24 @@ async fn list(State(api): State<Api>, QueryString(filter): QueryString<ListFilte
     pipelines.retain(|p| filter.keeps(p));
     pipelines.sort_by(|a, b| a.pipeline_id.cmp(&b.pipeline_id));
     pipelines.dedup_by(|a, b| a.pipeline_id == b.pipeline_id);
-    let body = json!({"pipelines": pipelines, "instances": instances, "complete": complete});
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for p in &pipelines {
+        *counts.entry(p.state().to_string()).or_default() += 1;
+    }
+    pipelines.retain(|p| filter.keeps_state(p));
+    let total = pipelines.len();
+    if !filter.local {
+        let limit = filter.limit.unwrap_or(PAGE).clamp(1, MAX_PAGE);
+        pipelines = pipelines.into_iter().skip(filter.offset).take(limit).collect();
+    }
+    let body = json!({
+        "pipelines": pipelines,
+        "total": total,
+        "offset": filter.offset,
+        "counts": counts,
+        "instances": instances,
+        "complete": complete,
+    });
     (StatusCode::OK, json_type(), body.to_string()).into_response()
 }
 
@@ -186,6 +217,30 @@ async fn pipeline(State(api): State<Api>, Path(id): Path<String>, headers: Heade
                 ),
             }
         }
+    }
+}
+
+/// One of a pipeline's recent events, as published (the page links every event here).
+async fn event(State(api): State<Api>, Path((id, event_id)): Path<(String, String)>, headers: HeaderMap) -> Response {
+    let view = pipeline(State(api), Path(id.clone()), headers).await;
+    if view.status() != StatusCode::OK {
+        return view;
+    }
+    let Ok(bytes) = axum::body::to_bytes(view.into_body(), usize::MAX).await else {
+        return error(StatusCode::BAD_GATEWAY, "reading the pipeline's view");
+    };
+    let view: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let found = view["recentEvents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["eventId"] == event_id.as_str());
+    match found {
+        Some(e) => (StatusCode::OK, json_type(), e.to_string()).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            &format!("event {event_id} of pipeline {id:?} is not among its recent events (sluice events tail --pipeline {id} reads them all)"),
+        ),
     }
 }
 

@@ -19,3 +19,4 @@ pub mod reset;
 pub mod status;
 pub mod store;
 pub mod topics;
+pub mod ui;

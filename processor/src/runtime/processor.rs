@@ -199,8 +199,8 @@ pub struct Processor {
     recent: VecDeque<Event>,
 }
 
-/// Events kept per pipeline for the API.
-const RECENT_EVENTS: usize = 10;
+/// Events kept per pipeline for the API (enough for a day's timeline of an execution).
+const RECENT_EVENTS: usize = 50;
 /// Events kept for the API across all pipelines.
 const RECENT_EVENTS_KEPT: usize = 10_000;
 
@@ -462,6 +462,14 @@ impl Processor {
                             "servedBy": self.settings.instance,
                             "summary": status::summarize(&id, &state),
                             "config": state.config.as_deref().map(|c| c.raw()),
+                            "about": state.config.as_deref().map(status::config_sentences),
+                            "rules": state.config.as_deref().map(|c| {
+                                c.validation
+                                    .rules
+                                    .iter()
+                                    .map(|r| serde_json::json!({"key": r.key, "sentence": status::rule_sentence(r)}))
+                                    .collect::<Vec<_>>()
+                            }),
                             "sensors": status::sensors(&state),
                             "executions": state.executions.values().collect::<Vec<_>>(),
                             "timers": status::timers(&state),

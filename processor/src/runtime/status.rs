@@ -25,7 +25,8 @@ pub struct StatusArgs {
     /// Only pipelines of this owner.
     #[arg(long)]
     owner: Option<String>,
-    /// Only pipelines with an execution in this state (waiting, running, completed, failed, …).
+    /// Only pipelines whose latest execution is in this state (waiting, running, completed,
+    /// failed, …; idle: configured, nothing run yet).
     #[arg(long)]
     state: Option<String>,
     /// Output format.
@@ -39,38 +40,35 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         .timeout(Duration::from_secs(15))
         .build()
         .context("building the HTTP client")?;
-    let url = match &args.pipeline {
-        Some(id) => format!("{base}/api/pipelines/{}", encode(id)),
+    let body = match &args.pipeline {
+        Some(id) => get_json(&client, base, &format!("{base}/api/pipelines/{}", encode(id))).await?,
         None => {
+            // Every page of the list, in one body.
             let mut query = url::form_urlencoded::Serializer::new(String::new());
             for (name, value) in [("owner", &args.owner), ("state", &args.state)] {
                 if let Some(value) = value {
                     query.append_pair(name, value);
                 }
             }
-            format!("{base}/api/pipelines?{}", query.finish())
+            let query = query.finish();
+            let mut pipelines = Vec::new();
+            loop {
+                let url = format!("{base}/api/pipelines?{query}&limit=1000&offset={}", pipelines.len());
+                let mut page = get_json(&client, base, &url).await?;
+                let listed = page["pipelines"].as_array_mut().map(std::mem::take).unwrap_or_default();
+                let done = listed.is_empty()
+                    || page["total"]
+                        .as_u64()
+                        .is_none_or(|t| (pipelines.len() + listed.len()) as u64 >= t);
+                pipelines.extend(listed);
+                if done {
+                    page["pipelines"] = Value::Array(pipelines);
+                    page["offset"] = Value::from(0);
+                    break page;
+                }
+            }
         }
     };
-    let response = client.get(&url).send().await.with_context(|| {
-        format!("cannot reach the Sluice API at {base}: is `sluice run --http ADDR` running there? Point --api (or SLUICE_API) at one of its instances")
-    })?;
-    let status = response.status();
-    let bytes = response
-        .bytes()
-        .await
-        .with_context(|| format!("reading {url}'s answer"))?;
-    let body: Value = serde_json::from_slice(&bytes).with_context(|| {
-        format!("{url} answered HTTP {status} with something other than JSON: is --api a Sluice instance?")
-    })?;
-    if !status.is_success() {
-        let why = body["error"].as_str().unwrap_or("no reason given");
-        let hint = if status == reqwest::StatusCode::NOT_FOUND {
-            "; `sluice status` lists the pipelines there are"
-        } else {
-            ""
-        };
-        bail!("{why} (HTTP {status}){hint}");
-    }
     match args.output {
         Output::Json => println!("{body}"),
         Output::Table if args.pipeline.is_some() => print!("{}", pipeline_table(&body, Utc::now())),
@@ -90,6 +88,31 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// GETs `url` from the API at `base`: its JSON body, or an error that says what to do.
+async fn get_json(client: &reqwest::Client, base: &str, url: &str) -> Result<Value> {
+    let response = client.get(url).send().await.with_context(|| {
+        format!("cannot reach the Sluice API at {base}: is `sluice run --http ADDR` running there? Point --api (or SLUICE_API) at one of its instances")
+    })?;
+    let status = response.status();
+    let bytes = response
+        .bytes()
+        .await
+        .with_context(|| format!("reading {url}'s answer"))?;
+    let body: Value = serde_json::from_slice(&bytes).with_context(|| {
+        format!("{url} answered HTTP {status} with something other than JSON: is --api a Sluice instance?")
+    })?;
+    if !status.is_success() {
+        let why = body["error"].as_str().unwrap_or("no reason given");
+        let hint = if status == reqwest::StatusCode::NOT_FOUND {
+            "; `sluice status` lists the pipelines there are"
+        } else {
+            ""
+        };
+        bail!("{why} (HTTP {status}){hint}");
+    }
+    Ok(body)
 }
 
 fn encode(segment: &str) -> String {
@@ -124,11 +147,7 @@ pub fn list_table(pipelines: &[PipelineSummary], now: DateTime<Utc>) -> String {
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for p in pipelines {
         let latest = p.executions.first();
-        let state = match latest {
-            Some(e) => e.state.as_str(),
-            None if p.configured => "idle",
-            None => "unconfigured",
-        };
+        let state = p.state();
         *counts.entry(state).or_default() += 1;
         let state = if p.dry_run {
             format!("{state} (dry run)")
