@@ -36,4 +36,7 @@ source deploy/service.sh
 ensure_venv "$HOME/.cache/sluice/quix-venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
 export SLUICE_BENCH_PYTHON="$HOME/.cache/sluice/quix-venv/bin/python"
 
+# The operator page's test drives Debian's Chromium with playwright-core.
+export SLUICE_TEST_NODE_MODULES="$(deploy/install-browser.sh)"
+
 cargo test --workspace --locked "$@"

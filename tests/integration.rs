@@ -9,6 +9,7 @@ mod formats;
 mod replay;
 mod support;
 mod telemetry;
+mod ui;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -1,0 +1,102 @@
+// The operator page in headless Chromium (driven by playwright-core), against a real
+// processor on the real broker. tests/ui.rs starts the processor with --http and runs this
+// with the environment below; records are produced with the real `sluice` command line.
+//
+//   SLUICE_UI_URL   the processor's HTTP address      SLUICE_BIN      the sluice binary
+//   SLUICE_BROKERS  the broker                        SLUICE_TOPIC_PREFIX  the test's topics
+//   SLUICE_SCREENSHOTS  where screenshots go          SLUICE_CHROMIUM  the browser (/usr/bin/chromium)
+"use strict";
+
+const { chromium } = require("playwright-core");
+const { execFileSync } = require("node:child_process");
+const assert = require("node:assert/strict");
+const path = require("node:path");
+
+const env = process.env;
+const base = env.SLUICE_UI_URL;
+const shots = env.SLUICE_SCREENSHOTS;
+const day = new Date().toISOString().slice(0, 10);
+const WAIT = { timeout: 30000 };
+
+function sluice(...args) {
+  execFileSync(env.SLUICE_BIN, args, { env, stdio: ["ignore", "ignore", "inherit"] });
+}
+
+function step(name) {
+  console.log(`step: ${name}`);
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: env.SLUICE_CHROMIUM || "/usr/bin/chromium",
+    // This machine's network is closed: no background connections, no sandbox as root.
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+    const row = (id) => page.locator(`tr[data-pipeline="${id}"]`);
+
+    step("the list shows both pipelines, idle");
+    await page.goto(`${base}/`);
+    await row("ui-gold").locator(".state-idle").waitFor(WAIT);
+    await row("ui-late").locator(".state-idle").waitFor(WAIT);
+
+    step("a trigger with a failing rule: waiting, without a reload");
+    sluice("sensor", "put", "ui-gold", "row-count", "count=10", "--date", day);
+    sluice("sensor", "put", "ui-gold", "upstream", "status=ready", "--date", day);
+    await row("ui-gold").locator(".state-waiting").waitFor(WAIT);
+    assert.match(await row("ui-gold").locator(".state").innerText(), /waiting/, "the state is written out, not only coloured");
+
+    step("by keyboard to the pipeline page, where the failing rule says why");
+    await row("ui-gold").locator("a").focus();
+    await page.keyboard.press("Enter");
+    await page.waitForURL(/\/pipelines\/ui-gold$/, WAIT);
+    const rule = page.locator('#rules tr[data-rule="row-count"]');
+    await rule.getByText("count is 10 but must be >= 1000").waitFor(WAIT);
+    assert.match(await rule.innerText(), /row-count\.count is at least 1000/);
+    assert.match(await rule.innerText(), /✘ fails/);
+    await page.locator('#executions').getByText(/evaluate in/).waitFor(WAIT);
+    await page.screenshot({ path: path.join(shots, "pipeline-waiting.png"), fullPage: true });
+
+    step("the fixing sensor: the job runs, the page follows to completed");
+    sluice("sensor", "put", "ui-gold", "row-count", "count=5000", "--date", day);
+    await page.locator("h1 .state-completed").waitFor(WAIT);
+    await page.locator('#timeline [data-event="JOB_COMPLETED"]').waitFor(WAIT);
+    assert.match(await rule.innerText(), /✔ passes/);
+    await page.screenshot({ path: path.join(shots, "pipeline-completed.png"), fullPage: true });
+
+    step("an SLA breach shows on the timeline, and links to its raw JSON");
+    sluice("sensor", "put", "ui-late", "upstream", "status=ready", "--date", day);
+    await page.goto(`${base}/pipelines/ui-late`);
+    const breach = page.locator('#timeline [data-event="RELATIVE_SLA_BREACH"]');
+    await breach.waitFor({ timeout: 60000 });
+    const href = await breach.locator("a").getAttribute("href");
+    const raw = await (await page.request.get(`${base}${href}`)).json();
+    assert.equal(raw.type, "RELATIVE_SLA_BREACH");
+    assert.equal(raw.pipelineId, "ui-late");
+    await page.screenshot({ path: path.join(shots, "pipeline-sla-breach.png"), fullPage: true });
+
+    step("the list: counts by state, a filter typed and sent from the keyboard");
+    await page.goto(`${base}/`);
+    await page.locator("#count-completed").getByText("completed 1").waitFor(WAIT);
+    await page.screenshot({ path: path.join(shots, "list.png"), fullPage: true });
+    await page.locator("#q").focus();
+    await page.keyboard.type("late");
+    await page.keyboard.press("Enter");
+    await page.waitForURL(/q=late/, WAIT);
+    await page.locator("caption").getByText("1 pipelines match").waitFor(WAIT);
+    assert.equal(await page.locator("tbody tr").count(), 1);
+    await row("ui-late").waitFor(WAIT);
+  } finally {
+    await browser.close();
+  }
+}
+
+main().then(
+  () => console.log("ok"),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
