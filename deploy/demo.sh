@@ -38,9 +38,11 @@ echo "==> validating and applying examples/pipelines"
 "$sluice" config validate examples/pipelines
 "$sluice" config apply examples/pipelines
 
+http="${SLUICE_DEMO_HTTP:-127.0.0.1:9464}"
 echo "==> starting the processor (log: $demo_dir/processor.log)"
-"$sluice" run --state-dir "$demo_dir/state" >>"$demo_dir/processor.log" 2>&1 &
+"$sluice" run --state-dir "$demo_dir/state" --http "$http" >>"$demo_dir/processor.log" 2>&1 &
 pids+=($!)
+echo "==> the operator page: http://$http/ (why each pipeline waits, SLA countdowns, timelines)"
 echo "==> starting the sample producer (log: $demo_dir/producer.log)"
 SLUICE_BIN="$sluice" deploy/sample-producer.sh >>"$demo_dir/producer.log" 2>&1 &
 pids+=($!)
