@@ -203,6 +203,8 @@ pub struct Processor {
 const RECENT_EVENTS: usize = 50;
 /// Events kept for the API across all pipelines.
 const RECENT_EVENTS_KEPT: usize = 10_000;
+/// Events read back from the events topic per partition when it is opened.
+const RECENT_TAIL: i64 = 2_000;
 
 /// How long a journaled trigger found at partition open waits before it is requested again:
 /// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
@@ -546,12 +548,58 @@ impl Processor {
             path = %store.path().display(),
             "partition assigned: state opened"
         );
+        self.load_recent_events(p).await;
         let due = tokio::time::Instant::now() + RESUME_GRACE;
         for (_, effect) in store.effects()? {
             self.resumes.push((due, p, effect));
         }
         self.stores.insert(p, store);
         Ok(())
+    }
+
+    /// Fills the API's recent events of partition `p`'s pipelines from the tail of the events
+    /// topic, so that a restarted or new owner's timelines are not empty. Best effort: the
+    /// last [`RECENT_TAIL`] records at most, and a failure only leaves them out. Needs the
+    /// events topic partitioned like the inputs (its partition `p` then holds exactly the
+    /// events of input partition `p`'s pipelines).
+    async fn load_recent_events(&mut self, p: i32) {
+        let topic = self.settings.topics.events.clone();
+        let read = tokio::task::block_in_place(|| -> Result<Vec<OwnedMessage>> {
+            let consumer = kafka::reader(&self.settings.brokers, "sluice-recent-events")?;
+            let counts = kafka::partition_counts(consumer.client(), &[&topic])?;
+            if counts[0].1 as i32 != self.partitions {
+                return Ok(Vec::new());
+            }
+            let (low, high) = consumer.fetch_watermarks(&topic, p, kafka::METADATA_TIMEOUT)?;
+            let start = kafka::Start {
+                topic: topic.clone(),
+                partition: p,
+                offset: (high - RECENT_TAIL).max(low),
+            };
+            kafka::read_span(&consumer, &[start])
+        });
+        let messages = match read {
+            Ok(messages) => messages,
+            Err(e) => {
+                warn!(partition = p, error = %format!("{e:#}"), "could not read recent events for the API; timelines start empty");
+                return;
+            }
+        };
+        let mut loaded = 0;
+        for message in &messages {
+            let Some(payload) = message.payload() else { continue };
+            let Ok(json) = self.settings.codec.decode(Family::Events, payload).await else {
+                continue;
+            };
+            if let Ok(event) = serde_json::from_slice::<Event>(&json) {
+                if self.recent.len() == RECENT_EVENTS_KEPT {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(event);
+                loaded += 1;
+            }
+        }
+        debug!(partition = p, events = loaded, "recent events loaded for the API");
     }
 
     /// Requests again the journaled triggers whose grace has passed and whose runs still
