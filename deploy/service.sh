@@ -67,3 +67,14 @@ ensure_venv() {
   "$py" -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" >&2
 }
+
+# apt_install PACKAGE...: installs the Debian packages given (the caller lists only the
+# missing ones), with sudo unless root; nothing when the list is empty.
+apt_install() {
+  (( $# )) || return 0
+  echo "installing $*..." >&2
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
+}
