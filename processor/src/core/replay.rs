@@ -59,11 +59,6 @@ impl Replay {
         self.counts
     }
 
-    /// When the next timer is due, if any is pending.
-    pub fn next_timer(&self) -> Option<DateTime<Utc>> {
-        self.timers.next_due()
-    }
-
     /// Moves event time forward to `to`, firing every timer due by then, earliest first,
     /// each at its own due time (a timer armed by another fires too if it is due by `to`).
     pub fn advance(&mut self, to: DateTime<Utc>, out: &mut Vec<Event>) {

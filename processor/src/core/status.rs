@@ -166,6 +166,26 @@ pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     }
 }
 
+/// A validation rule as the pipeline page lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleView {
+    pub key: String,
+    pub sentence: String,
+}
+
+/// The config's validation rules, in order (their latest results are in the same order).
+pub fn rules(config: &PipelineConfig) -> Vec<RuleView> {
+    config
+        .validation
+        .rules
+        .iter()
+        .map(|r| RuleView {
+            key: r.key.clone(),
+            sentence: rule_sentence(r),
+        })
+        .collect()
+}
+
 /// A rule as a sentence: `row-count.count is at least 1000`.
 pub fn rule_sentence(rule: &Rule) -> String {
     let subject = match &rule.field {
@@ -310,7 +330,8 @@ mod tests {
             "job": {"type": "command", "config": {"command": "run"}, "maxRetries": 2}
         });
         let config = PipelineConfig::from_json(&raw).expect("valid").config;
-        let rules: Vec<String> = config.validation.rules.iter().map(rule_sentence).collect();
+        let rules: Vec<String> = super::rules(&config).into_iter().map(|r| r.sentence).collect();
+        assert_eq!(super::rules(&config)[2].key, "manifest");
         assert_eq!(
             rules,
             [

@@ -40,7 +40,6 @@ use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka;
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
-
 use super::topics::{InputTopic, Topics};
 use crate::core::events::Event;
 use crate::core::lifecycle::{
@@ -179,6 +178,8 @@ pub struct Processor {
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
+    /// Whether the events topic has that partition count too.
+    events_copartitioned: bool,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
     /// Per partition, the keys a crashed owner's unfinished batch wrote to the changelog,
@@ -233,7 +234,10 @@ impl Processor {
         let inputs = settings.topics.inputs();
         let counts = kafka::partition_counts(consumer.client(), &inputs)?;
         let partitions = kafka::check_copartitioned(&counts)?;
-        kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        let outputs = kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        // The API's recent events can be read back per partition only when the events topic
+        // is partitioned like the inputs (see load_recent_events).
+        let events_copartitioned = outputs[0].1 == partitions;
         let changelog = kafka::partition_counts(consumer.client(), &[&settings.topics.changelog])?;
         if changelog[0].1 != partitions {
             bail!(
@@ -279,6 +283,7 @@ impl Processor {
             },
             last_commit: None,
             partitions: partitions as i32,
+            events_copartitioned,
             stale_effects: BTreeMap::new(),
             repairs: BTreeMap::new(),
             resumes: Vec::new(),
@@ -465,13 +470,7 @@ impl Processor {
                             "summary": status::summarize(&id, &state),
                             "config": state.config.as_deref().map(|c| c.raw()),
                             "about": state.config.as_deref().map(status::config_sentences),
-                            "rules": state.config.as_deref().map(|c| {
-                                c.validation
-                                    .rules
-                                    .iter()
-                                    .map(|r| serde_json::json!({"key": r.key, "sentence": status::rule_sentence(r)}))
-                                    .collect::<Vec<_>>()
-                            }),
+                            "rules": state.config.as_deref().map(status::rules),
                             "sensors": status::sensors(&state),
                             "executions": state.executions.values().collect::<Vec<_>>(),
                             "timers": status::timers(&state),
@@ -563,14 +562,17 @@ impl Processor {
     /// events topic partitioned like the inputs (its partition `p` then holds exactly the
     /// events of input partition `p`'s pipelines).
     async fn load_recent_events(&mut self, p: i32) {
+        if !self.events_copartitioned {
+            return;
+        }
         let topic = self.settings.topics.events.clone();
         let read = tokio::task::block_in_place(|| -> Result<Vec<OwnedMessage>> {
             let consumer = kafka::reader(&self.settings.brokers, "sluice-recent-events")?;
-            let counts = kafka::partition_counts(consumer.client(), &[&topic])?;
-            if counts[0].1 as i32 != self.partitions {
+            let (low, high) = consumer.fetch_watermarks(&topic, p, kafka::METADATA_TIMEOUT)?;
+            if high <= low {
+                // Nothing to read: no poll to wait for.
                 return Ok(Vec::new());
             }
-            let (low, high) = consumer.fetch_watermarks(&topic, p, kafka::METADATA_TIMEOUT)?;
             let start = kafka::Start {
                 topic: topic.clone(),
                 partition: p,
