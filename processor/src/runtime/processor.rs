@@ -178,8 +178,6 @@ pub struct Processor {
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
-    /// Whether the events topic has that partition count too.
-    events_copartitioned: bool,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
     /// Per partition, the keys a crashed owner's unfinished batch wrote to the changelog,
@@ -204,8 +202,6 @@ pub struct Processor {
 const RECENT_EVENTS: usize = 50;
 /// Events kept for the API across all pipelines.
 const RECENT_EVENTS_KEPT: usize = 10_000;
-/// Events read back from the events topic per partition when it is opened.
-const RECENT_TAIL: i64 = 2_000;
 
 /// How long a journaled trigger found at partition open waits before it is requested again:
 /// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
@@ -234,10 +230,7 @@ impl Processor {
         let inputs = settings.topics.inputs();
         let counts = kafka::partition_counts(consumer.client(), &inputs)?;
         let partitions = kafka::check_copartitioned(&counts)?;
-        let outputs = kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
-        // The API's recent events can be read back per partition only when the events topic
-        // is partitioned like the inputs (see load_recent_events).
-        let events_copartitioned = outputs[0].1 == partitions;
+        kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
         let changelog = kafka::partition_counts(consumer.client(), &[&settings.topics.changelog])?;
         if changelog[0].1 != partitions {
             bail!(
@@ -283,7 +276,6 @@ impl Processor {
             },
             last_commit: None,
             partitions: partitions as i32,
-            events_copartitioned,
             stale_effects: BTreeMap::new(),
             repairs: BTreeMap::new(),
             resumes: Vec::new(),
@@ -547,61 +539,12 @@ impl Processor {
             path = %store.path().display(),
             "partition assigned: state opened"
         );
-        self.load_recent_events(p).await;
         let due = tokio::time::Instant::now() + RESUME_GRACE;
         for (_, effect) in store.effects()? {
             self.resumes.push((due, p, effect));
         }
         self.stores.insert(p, store);
         Ok(())
-    }
-
-    /// Fills the API's recent events of partition `p`'s pipelines from the tail of the events
-    /// topic, so that a restarted or new owner's timelines are not empty. Best effort: the
-    /// last [`RECENT_TAIL`] records at most, and a failure only leaves them out. Needs the
-    /// events topic partitioned like the inputs (its partition `p` then holds exactly the
-    /// events of input partition `p`'s pipelines).
-    async fn load_recent_events(&mut self, p: i32) {
-        if !self.events_copartitioned {
-            return;
-        }
-        let topic = self.settings.topics.events.clone();
-        let read = tokio::task::block_in_place(|| -> Result<Vec<OwnedMessage>> {
-            let consumer = kafka::reader(&self.settings.brokers, "sluice-recent-events")?;
-            let (low, high) = consumer.fetch_watermarks(&topic, p, kafka::METADATA_TIMEOUT)?;
-            if high <= low {
-                // Nothing to read: no poll to wait for.
-                return Ok(Vec::new());
-            }
-            let start = kafka::Start {
-                topic: topic.clone(),
-                partition: p,
-                offset: (high - RECENT_TAIL).max(low),
-            };
-            kafka::read_span(&consumer, &[start])
-        });
-        let messages = match read {
-            Ok(messages) => messages,
-            Err(e) => {
-                warn!(partition = p, error = %format!("{e:#}"), "could not read recent events for the API; timelines start empty");
-                return;
-            }
-        };
-        let mut loaded = 0;
-        for message in &messages {
-            let Some(payload) = message.payload() else { continue };
-            let Ok(json) = self.settings.codec.decode(Family::Events, payload).await else {
-                continue;
-            };
-            if let Ok(event) = serde_json::from_slice::<Event>(&json) {
-                if self.recent.len() == RECENT_EVENTS_KEPT {
-                    self.recent.pop_front();
-                }
-                self.recent.push_back(event);
-                loaded += 1;
-            }
-        }
-        debug!(partition = p, events = loaded, "recent events loaded for the API");
     }
 
     /// Requests again the journaled triggers whose grace has passed and whose runs still
