@@ -2,25 +2,12 @@
 //! answers for a pipeline the other owns by forwarding to it.
 
 use std::collections::BTreeSet;
-use std::process::Child;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice::core::events::EventType;
 
-use crate::support::{command_job, free_port, http_get, pipeline, sluice, wait_until, World};
-
-/// Kills the instances a test started, however it ends.
-struct Instances(Vec<Child>);
-
-impl Drop for Instances {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
+use crate::support::{command_job, free_port, http_get, pipeline, sluice, wait_until, Instances, World};
 
 fn get_json(addr: &str, path: &str) -> Option<(u16, Value)> {
     let (status, body) = http_get(addr, path)?;

@@ -6,15 +6,45 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, World};
+use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, Instances, World};
 
-#[test]
-fn the_operator_page_follows_pipelines_live() {
+/// Runs one of the page script's checks (`SLUICE_UI_CHECK`) against the page at `addr`;
+/// `extra`: more environment for it.
+fn page_check(w: &World, check: &str, addr: &str, shots: &PathBuf, extra: &[(&str, &str)]) {
     let modules = std::env::var("SLUICE_TEST_NODE_MODULES").expect(
         "the page test needs Chromium and playwright-core: run deploy/test.sh, which installs them (deploy/install-browser.sh) and sets SLUICE_TEST_NODE_MODULES",
     );
+    let out = Command::new("node")
+        .arg(repo().join("tests/ui/page.test.cjs"))
+        .env("NODE_PATH", &modules)
+        .env("SLUICE_UI_CHECK", check)
+        .env("SLUICE_UI_URL", format!("http://{addr}"))
+        .env("SLUICE_BIN", env!("CARGO_BIN_EXE_sluice"))
+        .env("SLUICE_BROKERS", &w.brokers)
+        .env("SLUICE_TOPIC_PREFIX", &w.prefix)
+        .env("SLUICE_SCREENSHOTS", shots)
+        .envs(extra.iter().copied())
+        .output()
+        .expect("running node (deploy/install-browser.sh installs it)");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(
+        out.status.success(),
+        "the page check {check} failed\nstdout:\n{}\nstderr:\n{}\nprocessor:\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        w.log_tail()
+    );
+}
+
+fn get_json(addr: &str, path: &str) -> Option<Value> {
+    let (status, body) = http_get(addr, path)?;
+    (status == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+#[test]
+fn the_operator_page_follows_pipelines_live() {
     let mut w = World::new("ui");
     w.config(&pipeline("ui-gold", command_job("true", 0)));
     // Never ready (no row count), with a relative SLA that breaches 5 s after its trigger.
@@ -22,7 +52,7 @@ fn the_operator_page_follows_pipelines_live() {
     late["sla"] = json!({"maxDuration": "5s"});
     w.config(&late);
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = w.spawn(w.state.path(), &["--http", &addr]);
+    let child = w.spawn(w.state.path(), &["--http", &addr, "--instance", "a"]);
     w.swap_processor(Some(child));
     wait_until(
         "the processor ready",
@@ -36,29 +66,63 @@ fn the_operator_page_follows_pipelines_live() {
         .unwrap_or_else(|_| repo().join("target"))
         .join("ui-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    let out = Command::new("node")
-        .arg(repo().join("tests/ui/page.test.cjs"))
-        .env("NODE_PATH", &modules)
-        .env("SLUICE_UI_URL", format!("http://{addr}"))
-        .env("SLUICE_BIN", env!("CARGO_BIN_EXE_sluice"))
-        .env("SLUICE_BROKERS", &w.brokers)
-        .env("SLUICE_TOPIC_PREFIX", &w.prefix)
-        .env("SLUICE_SCREENSHOTS", &shots)
-        .output()
-        .expect("running node (deploy/install-browser.sh installs it)");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    assert!(
-        out.status.success(),
-        "the page test failed\nstdout:\n{}\nstderr:\n{}\nprocessor:\n{}",
-        text(&out.stdout),
-        text(&out.stderr),
-        w.log_tail()
+    page_check(&w, "live", &addr, &shots, &[]);
+
+    // A restarted processor reads its pipelines' recent events back: timelines are not empty.
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    let child = w.spawn(w.state.path(), &["--http", &addr, "--instance", "a"]);
+    w.swap_processor(Some(child));
+    let timeline_has = |addr: &str, id: &str, kind: &str| {
+        get_json(addr, &format!("/api/pipelines/{id}")).is_some_and(|v| {
+            v["recentEvents"]
+                .as_array()
+                .is_some_and(|es| es.iter().any(|e| e["type"] == kind))
+        })
+    };
+    wait_until(
+        "the timeline back after a restart",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || timeline_has(&addr, "ui-gold", "JOB_COMPLETED"),
     );
+
+    // A second instance joins: each shows every pipeline, whichever instance owns it. The
+    // page is opened on the instance that does not own ui-gold, so its page is forwarded.
+    let other = format!("127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let _b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    // Settled: both ready, both listing both pipelines, and agreeing on ui-gold's owner.
+    let owner_of_gold = || -> Option<String> {
+        let mut owners = Vec::new();
+        for addr in [&addr, &other] {
+            let list = get_json(addr, "/api/pipelines")?;
+            let ready = http_get(addr, "/readyz").is_some_and(|(s, _)| s == 200)
+                && list["complete"] == true
+                && list["instances"].as_array()?.len() == 2
+                && list["pipelines"].as_array()?.len() == 2
+                && timeline_has(addr, "ui-gold", "JOB_COMPLETED")
+                && timeline_has(addr, "ui-late", "RELATIVE_SLA_BREACH");
+            let view = get_json(addr, "/api/pipelines/ui-gold")?;
+            owners.push(ready.then(|| view["servedBy"].as_str().map(str::to_string))??);
+        }
+        (owners[0] == owners[1]).then(|| owners.remove(0))
+    };
+    wait_until(
+        "both instances listing both pipelines with their timelines",
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || owner_of_gold().is_some(),
+    );
+    let owner = owner_of_gold().unwrap();
+    let (serving, name) = if owner == "a" { (&other, "b") } else { (&addr, "a") };
+    page_check(&w, "instances", serving, &shots, &[("SLUICE_UI_SERVING", name)]);
+
     for name in [
         "list.png",
         "pipeline-waiting.png",
         "pipeline-completed.png",
         "pipeline-sla-breach.png",
+        "pipeline-forwarded.png",
     ] {
         let shot = shots.join(name);
         assert!(
@@ -68,6 +132,5 @@ fn the_operator_page_follows_pipelines_live() {
         );
     }
     eprintln!("[ui] screenshots in {}", shots.display());
-
     w.stop();
 }

@@ -23,6 +23,18 @@ use sluice::runtime::codec::{Codec, Family};
 
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Kills the extra instances a test started, however it ends.
+pub struct Instances(pub Vec<Child>);
+
+impl Drop for Instances {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 pub fn brokers() -> String {
     std::env::var("SLUICE_TEST_BROKERS")
         .expect("integration tests need a broker: run deploy/test.sh, which starts one, or set SLUICE_TEST_BROKERS")

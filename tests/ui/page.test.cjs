@@ -5,6 +5,9 @@
 //   SLUICE_UI_URL   the processor's HTTP address      SLUICE_BIN      the sluice binary
 //   SLUICE_BROKERS  the broker                        SLUICE_TOPIC_PREFIX  the test's topics
 //   SLUICE_SCREENSHOTS  where screenshots go          SLUICE_CHROMIUM  the browser (/usr/bin/chromium)
+//   SLUICE_UI_CHECK  which check: `live` (one instance, pipelines moving) or `instances`
+//                    (two instances; the page is served by the one that does not own
+//                    ui-gold, SLUICE_UI_SERVING names it)
 "use strict";
 
 const { chromium } = require("playwright-core");
@@ -26,6 +29,104 @@ function step(name) {
   console.log(`step: ${name}`);
 }
 
+// The timeline's labels, events in the same second included, never cover one another.
+async function noLabelsOverlap(page) {
+  const boxes = await page.locator("#timeline .lane .label").evaluateAll((labels) =>
+    labels.map((l) => { const r = l.getBoundingClientRect(); return { text: l.innerText, left: r.left, right: r.right, top: r.top, bottom: r.bottom }; }));
+  assert.ok(boxes.length >= 3, `a timeline with several events: ${JSON.stringify(boxes)}`);
+  for (let i = 0; i < boxes.length; i++) {
+    for (let j = i + 1; j < boxes.length; j++) {
+      const [a, b] = [boxes[i], boxes[j]];
+      const apart = a.right <= b.left || b.right <= a.left || a.bottom <= b.top || b.bottom <= a.top;
+      assert.ok(apart, `timeline labels overlap: ${JSON.stringify(a)} and ${JSON.stringify(b)}`);
+    }
+  }
+}
+
+// One instance, pipelines moving on screen as records arrive.
+async function live(page) {
+  const row = (id) => page.locator(`tr[data-pipeline="${id}"]`);
+
+  step("the list shows both pipelines, idle");
+  await page.goto(`${base}/`);
+  await row("ui-gold").locator(".state-idle").waitFor(WAIT);
+  await row("ui-late").locator(".state-idle").waitFor(WAIT);
+
+  step("a trigger with a failing rule: waiting, without a reload");
+  sluice("sensor", "put", "ui-gold", "row-count", "count=10", "--date", day);
+  sluice("sensor", "put", "ui-gold", "upstream", "status=ready", "--date", day);
+  await row("ui-gold").locator(".state-waiting").waitFor(WAIT);
+  assert.match(await row("ui-gold").locator(".state").innerText(), /waiting/, "the state is written out, not only coloured");
+
+  step("by keyboard to the pipeline page, where the failing rule says why");
+  await row("ui-gold").locator("a").focus();
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/\/pipelines\/ui-gold$/, WAIT);
+  const rule = page.locator('#rules tr[data-rule="row-count"]');
+  await rule.getByText("count is 10 but must be >= 1000").waitFor(WAIT);
+  assert.match(await rule.innerText(), /row-count\.count is at least 1000/);
+  assert.match(await rule.innerText(), /✘ fails/);
+  await page.locator('#executions').getByText(/evaluate in/).waitFor(WAIT);
+  await page.screenshot({ path: path.join(shots, "pipeline-waiting.png"), fullPage: true });
+
+  step("the fixing sensor: the job runs, the page follows to completed");
+  sluice("sensor", "put", "ui-gold", "row-count", "count=5000", "--date", day);
+  await page.locator("h1 .state-completed").waitFor(WAIT);
+  await page.locator('#timeline [data-event="JOB_COMPLETED"]').waitFor(WAIT);
+  assert.match(await rule.innerText(), /✔ passes/);
+  await noLabelsOverlap(page);
+  await page.screenshot({ path: path.join(shots, "pipeline-completed.png"), fullPage: true });
+
+  step("an SLA breach shows on the timeline, and links to its raw JSON");
+  sluice("sensor", "put", "ui-late", "upstream", "status=ready", "--date", day);
+  await page.goto(`${base}/pipelines/ui-late`);
+  const breach = page.locator('#timeline [data-event="RELATIVE_SLA_BREACH"]');
+  await breach.waitFor({ timeout: 60000 });
+  const href = await breach.locator("a").getAttribute("href");
+  const raw = await (await page.request.get(`${base}${href}`)).json();
+  assert.equal(raw.type, "RELATIVE_SLA_BREACH");
+  assert.equal(raw.pipelineId, "ui-late");
+  await page.screenshot({ path: path.join(shots, "pipeline-sla-breach.png"), fullPage: true });
+
+  step("the list: counts by state, a filter typed and sent from the keyboard");
+  await page.goto(`${base}/`);
+  await page.locator("#count-completed").getByText("completed 1").waitFor(WAIT);
+  await page.screenshot({ path: path.join(shots, "list.png"), fullPage: true });
+  await page.locator("#q").focus();
+  await page.keyboard.type("late");
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/q=late/, WAIT);
+  await page.locator("caption").getByText("1 pipelines match").waitFor(WAIT);
+  assert.equal(await page.locator("tbody tr").count(), 1);
+  await row("ui-late").waitFor(WAIT);
+}
+
+// Two instances: the page, served by the one that does not own ui-gold, shows every pipeline
+// and ui-gold's page from its owner, timeline included.
+async function instances(page) {
+  const row = (id) => page.locator(`tr[data-pipeline="${id}"]`);
+
+  step("the list holds the pipelines of both instances");
+  await page.goto(`${base}/`);
+  await row("ui-gold").locator(".state-completed").waitFor(WAIT);
+  await row("ui-late").waitFor(WAIT);
+  await page.locator("#status").getByText(/2 instance\(s\)/).waitFor(WAIT);
+
+  step("a pipeline another instance owns opens with its timeline");
+  await row("ui-gold").locator("a").click();
+  await page.waitForURL(/\/pipelines\/ui-gold$/, WAIT);
+  const servedBy = page.locator("#served-by");
+  await servedBy.waitFor(WAIT);
+  // Another instance answers for it (a rebalance may still move it: give the page its polls).
+  for (let deadline = Date.now() + 30000; ; await page.waitForTimeout(500)) {
+    const by = await servedBy.innerText();
+    if (by !== env.SLUICE_UI_SERVING) break;
+    assert.ok(Date.now() < deadline, `ui-gold still served by ${by}, the serving instance`);
+  }
+  await page.locator('#timeline [data-event="JOB_COMPLETED"]').waitFor(WAIT);
+  await page.screenshot({ path: path.join(shots, "pipeline-forwarded.png"), fullPage: true });
+}
+
 async function main() {
   const browser = await chromium.launch({
     executablePath: env.SLUICE_CHROMIUM || "/usr/bin/chromium",
@@ -35,59 +136,17 @@ async function main() {
   });
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-    const row = (id) => page.locator(`tr[data-pipeline="${id}"]`);
-
-    step("the list shows both pipelines, idle");
-    await page.goto(`${base}/`);
-    await row("ui-gold").locator(".state-idle").waitFor(WAIT);
-    await row("ui-late").locator(".state-idle").waitFor(WAIT);
-
-    step("a trigger with a failing rule: waiting, without a reload");
-    sluice("sensor", "put", "ui-gold", "row-count", "count=10", "--date", day);
-    sluice("sensor", "put", "ui-gold", "upstream", "status=ready", "--date", day);
-    await row("ui-gold").locator(".state-waiting").waitFor(WAIT);
-    assert.match(await row("ui-gold").locator(".state").innerText(), /waiting/, "the state is written out, not only coloured");
-
-    step("by keyboard to the pipeline page, where the failing rule says why");
-    await row("ui-gold").locator("a").focus();
-    await page.keyboard.press("Enter");
-    await page.waitForURL(/\/pipelines\/ui-gold$/, WAIT);
-    const rule = page.locator('#rules tr[data-rule="row-count"]');
-    await rule.getByText("count is 10 but must be >= 1000").waitFor(WAIT);
-    assert.match(await rule.innerText(), /row-count\.count is at least 1000/);
-    assert.match(await rule.innerText(), /✘ fails/);
-    await page.locator('#executions').getByText(/evaluate in/).waitFor(WAIT);
-    await page.screenshot({ path: path.join(shots, "pipeline-waiting.png"), fullPage: true });
-
-    step("the fixing sensor: the job runs, the page follows to completed");
-    sluice("sensor", "put", "ui-gold", "row-count", "count=5000", "--date", day);
-    await page.locator("h1 .state-completed").waitFor(WAIT);
-    await page.locator('#timeline [data-event="JOB_COMPLETED"]').waitFor(WAIT);
-    assert.match(await rule.innerText(), /✔ passes/);
-    await page.screenshot({ path: path.join(shots, "pipeline-completed.png"), fullPage: true });
-
-    step("an SLA breach shows on the timeline, and links to its raw JSON");
-    sluice("sensor", "put", "ui-late", "upstream", "status=ready", "--date", day);
-    await page.goto(`${base}/pipelines/ui-late`);
-    const breach = page.locator('#timeline [data-event="RELATIVE_SLA_BREACH"]');
-    await breach.waitFor({ timeout: 60000 });
-    const href = await breach.locator("a").getAttribute("href");
-    const raw = await (await page.request.get(`${base}${href}`)).json();
-    assert.equal(raw.type, "RELATIVE_SLA_BREACH");
-    assert.equal(raw.pipelineId, "ui-late");
-    await page.screenshot({ path: path.join(shots, "pipeline-sla-breach.png"), fullPage: true });
-
-    step("the list: counts by state, a filter typed and sent from the keyboard");
-    await page.goto(`${base}/`);
-    await page.locator("#count-completed").getByText("completed 1").waitFor(WAIT);
-    await page.screenshot({ path: path.join(shots, "list.png"), fullPage: true });
-    await page.locator("#q").focus();
-    await page.keyboard.type("late");
-    await page.keyboard.press("Enter");
-    await page.waitForURL(/q=late/, WAIT);
-    await page.locator("caption").getByText("1 pipelines match").waitFor(WAIT);
-    assert.equal(await page.locator("tbody tr").count(), 1);
-    await row("ui-late").waitFor(WAIT);
+    const checks = { live, instances };
+    const check = checks[env.SLUICE_UI_CHECK || "live"];
+    assert.ok(check, `unknown SLUICE_UI_CHECK ${env.SLUICE_UI_CHECK}`);
+    try {
+      await check(page);
+    } catch (e) {
+      // What the page showed when the check gave up.
+      await page.screenshot({ path: path.join(shots, `failed-${env.SLUICE_UI_CHECK || "live"}.png`), fullPage: true }).catch(() => {});
+      console.log(`page text at failure:\n${await page.locator("body").innerText().catch(() => "?")}`);
+      throw e;
+    }
   } finally {
     await browser.close();
   }

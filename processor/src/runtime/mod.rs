@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod observability;
 pub mod processor;
+pub mod recent;
 pub mod replay;
 pub mod reset;
 pub mod status;

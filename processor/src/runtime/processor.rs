@@ -14,7 +14,7 @@
 //! error after the clients are closed.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,9 +39,9 @@ use super::codec::{Codec, Family};
 use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka;
+use super::recent::{RecentEvents, TailReader};
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 use super::topics::{InputTopic, Topics};
-use crate::core::events::Event;
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
@@ -191,17 +191,12 @@ pub struct Processor {
     query_sender: mpsc::Sender<Query>,
     /// The owned partitions, for the instance directory.
     owned: watch::Sender<Vec<i32>>,
-    /// The last [`RECENT_EVENTS_KEPT`] events of the owned pipelines, newest last, so the API
-    /// can show a pipeline's latest [`RECENT_EVENTS`]; bounded as a whole so memory does not
-    /// grow with the number of pipelines
-    /// for the API (not durable: the events topic is the record).
-    recent: VecDeque<Event>,
+    /// The owned pipelines' latest events, for the API and the page.
+    recent: RecentEvents,
+    /// Fills `recent` from the events topic for each opened partition; none when the events
+    /// topic is not partitioned like the inputs.
+    tail: Option<TailReader>,
 }
-
-/// Events kept per pipeline for the API (enough for a day's timeline of an execution).
-const RECENT_EVENTS: usize = 50;
-/// Events kept for the API across all pipelines.
-const RECENT_EVENTS_KEPT: usize = 10_000;
 
 /// How long a journaled trigger found at partition open waits before it is requested again:
 /// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
@@ -230,7 +225,16 @@ impl Processor {
         let inputs = settings.topics.inputs();
         let counts = kafka::partition_counts(consumer.client(), &inputs)?;
         let partitions = kafka::check_copartitioned(&counts)?;
-        kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        let outputs = kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        // Recent events can be read back per partition only when the events topic is
+        // partitioned like the inputs.
+        let tail = (outputs[0].1 == partitions).then(|| {
+            TailReader::start(
+                settings.brokers.clone(),
+                settings.topics.events.clone(),
+                settings.codec.clone(),
+            )
+        });
         let changelog = kafka::partition_counts(consumer.client(), &[&settings.topics.changelog])?;
         if changelog[0].1 != partitions {
             bail!(
@@ -282,7 +286,8 @@ impl Processor {
             queries,
             query_sender,
             owned: watch::channel(Vec::new()).0,
-            recent: VecDeque::new(),
+            recent: RecentEvents::default(),
+            tail,
         })
     }
 
@@ -335,6 +340,12 @@ impl Processor {
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
                 Some(query) = self.queries.recv() => self.answer(query)?,
+                Some((p, events)) = async { self.tail.as_mut()?.loaded.recv().await } => {
+                    // A partition revoked meanwhile is someone else's to show.
+                    if self.stores.contains_key(&p) {
+                        self.recent.backfill(events);
+                    }
+                }
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
                         self.telemetry.set_broker_ok(true);
@@ -422,8 +433,7 @@ impl Processor {
                         self.repairs.remove(&p);
                         self.resumes.retain(|(_, q, _)| *q != p);
                         let partitions = self.partitions;
-                        self.recent
-                            .retain(|e| api::partition_of(&e.pipeline_id, partitions) != p);
+                        self.recent.retain(|id| api::partition_of(id, partitions) != p);
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
@@ -466,7 +476,7 @@ impl Processor {
                             "sensors": status::sensors(&state),
                             "executions": state.executions.values().collect::<Vec<_>>(),
                             "timers": status::timers(&state),
-                            "recentEvents": self.recent_events(&id),
+                            "recentEvents": self.recent.of(&id),
                         })),
                     },
                 };
@@ -474,19 +484,6 @@ impl Processor {
             }
         }
         Ok(())
-    }
-
-    /// The pipeline's latest [`RECENT_EVENTS`] still kept, oldest first.
-    fn recent_events(&self, pipeline: &str) -> Vec<&Event> {
-        let mut events: Vec<&Event> = self
-            .recent
-            .iter()
-            .rev()
-            .filter(|e| e.pipeline_id == pipeline)
-            .take(RECENT_EVENTS)
-            .collect();
-        events.reverse();
-        events
     }
 
     /// Opens a partition's store, first bringing it up to date from the changelog (retrying
@@ -539,6 +536,9 @@ impl Processor {
             path = %store.path().display(),
             "partition assigned: state opened"
         );
+        if let Some(tail) = &self.tail {
+            tail.read(p);
+        }
         let due = tokio::time::Instant::now() + RESUME_GRACE;
         for (_, effect) in store.effects()? {
             self.resumes.push((due, p, effect));
@@ -695,10 +695,7 @@ impl Processor {
                 "{}",
                 event.message
             );
-            if self.recent.len() == RECENT_EVENTS_KEPT {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(event.clone());
+            self.recent.push(event.clone());
             let topic = &self.settings.topics.events;
             let value = self
                 .settings

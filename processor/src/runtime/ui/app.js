@@ -199,6 +199,37 @@ function executionsTable(view) {
     })));
 }
 
+/** A label's width in pixels, in the timeline's font (0.75rem of the page's). */
+const measure = document.createElement("canvas").getContext("2d");
+function labelWidth(text) {
+  const size = parseFloat(getComputedStyle(document.body).fontSize) * 0.75;
+  measure.font = `${size}px ${getComputedStyle(document.body).fontFamily}`;
+  return measure.measureText(text).width + 8;
+}
+
+/**
+ * Rows for the timeline's labels, so that none overlaps another: each label (in time order)
+ * takes the first row whose last label ends left of it. `items`: {x: 0..1 across the lane,
+ * text}; `width`: the lane in pixels.
+ */
+function labelRows(items, width) {
+  const ends = [];
+  return items.map(({ x, text }) => {
+    const w = labelWidth(text), left = x * width - w / 2;
+    let row = ends.findIndex((end) => end + 6 <= left);
+    if (row < 0) row = ends.push(0) - 1;
+    ends[row] = left + w;
+    return row;
+  });
+}
+
+/** The lanes' width in pixels: main's content box (lanes are as wide). */
+function laneWidth() {
+  const main = document.getElementById("main");
+  const style = getComputedStyle(main);
+  return Math.max(320, main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight));
+}
+
 const SLA_EVENTS = new Set(["SLA_WARNING", "SLA_BREACH", "SLA_MET", "RELATIVE_SLA_WARNING", "RELATIVE_SLA_BREACH"]);
 
 /** One swimlane per execution date: its events from first to last (or now), SLA marks below. */
@@ -220,16 +251,22 @@ function timeline(view) {
     const times = list.map((e) => new Date(e.timestamp).getTime()).concat(slaTimers.map((t) => new Date(t.at).getTime()));
     if (open) times.push(Date.now());
     const start = Math.min(...times), end = Math.max(...times), span = Math.max(end - start, 1);
-    const at = (t) => `${(((new Date(t).getTime() - start) / span) * 88 + 6).toFixed(2)}%`;
-    // Labels take turns between three rows, so events close in time stay readable.
-    const marks = list.map((e, i) => el("div", { class: `mark row${i % 3}${SLA_EVENTS.has(e.type) ? " sla" : ""}`, style: `left:${at(e.timestamp)}`, "data-event": e.type },
-      el("span", { class: "dot", "aria-hidden": "true" }, SLA_EVENTS.has(e.type) ? "◆" : "●"),
+    const x = (t) => ((new Date(t).getTime() - start) / span) * 0.88 + 0.06;
+    // Every label gets a row where it overlaps no other (events in the same second included).
+    const items = list.map((e) => ({ x: x(e.timestamp), text: e.type }))
+      .concat(slaTimers.map((t) => ({ x: x(t.at), text: `${t.kind} due in 00:00:00` })));
+    const rows = labelRows(items, laneWidth());
+    const mark = (i, attrs, dot, ...label) => el("div", { ...attrs, style: `left:${(items[i].x * 100).toFixed(2)}%` },
+      el("span", { class: "dot", "aria-hidden": "true" }, dot),
+      el("span", { class: "label", style: `margin-top:${rows[i] * 1.3}rem` }, ...label));
+    const marks = list.map((e, i) => mark(i, { class: `mark${SLA_EVENTS.has(e.type) ? " sla" : ""}`, "data-event": e.type },
+      SLA_EVENTS.has(e.type) ? "◆" : "●",
       el("a", { href: `/api/pipelines/${encodeURIComponent(view.pipelineId)}/events/${encodeURIComponent(e.eventId)}`, title: `${e.message} (${clock(e.timestamp)}): raw JSON` }, e.type)));
-    const due = slaTimers.map((t) => el("div", { class: "mark sla", style: `left:${at(t.at)}`, "data-timer": t.kind },
-      el("span", { class: "dot", "aria-hidden": "true" }, "◇"), `${t.kind} due `, countdown(t.at)));
+    const due = slaTimers.map((t, i) => mark(list.length + i, { class: "mark sla", "data-timer": t.kind }, "◇", `${t.kind} due `, countdown(t.at)));
+    const height = (Math.max(0, ...rows) + 1) * 1.3 + 2.2;
     lanes.push(el("section", { "aria-label": `Timeline of ${date}` },
       el("h3", { class: "mono" }, date),
-      el("div", { class: "lane", role: "img", "aria-label": list.map((e) => `${e.type} at ${clock(e.timestamp)}`).join(", ") }, marks, due),
+      el("div", { class: "lane", style: `height:${height}rem`, role: "img", "aria-label": list.map((e) => `${e.type} at ${clock(e.timestamp)}`).join(", ") }, marks, due),
       el("div", { class: "lane-ends" }, el("span", {}, clock(new Date(start).toISOString())), el("span", {}, clock(new Date(end).toISOString()))),
       el("ol", { class: "about" }, list.map((e) => el("li", {},
         el("span", { class: "mono" }, clock(e.timestamp)), " ", el("strong", {}, e.type), ` ${e.message} `,
@@ -246,7 +283,7 @@ async function renderPipeline(main, id) {
   main.replaceChildren(
     el("p", {}, el("a", { href: "/", id: "back" }, "← All pipelines")),
     el("h1", {}, id, " ", stateBadge(latest ? latest.state : (s.configured ? "idle" : "unconfigured"))),
-    el("p", { class: "muted" }, `owner ${s.owner || "—"} · partition ${view.partition} · served by ${view.servedBy}`, s.dryRun ? " · dry run" : ""),
+    el("p", { class: "muted" }, `owner ${s.owner || "—"} · partition ${view.partition} · served by `, el("span", { id: "served-by" }, view.servedBy), s.dryRun ? " · dry run" : ""),
     el("h2", {}, "What it does"),
     view.about ? el("ul", { class: "about", id: "about" }, view.about.map((t) => el("li", {}, t))) : el("p", { class: "muted" }, "No config has arrived."),
     el("h2", {}, "Rules"), rulesTable(view),
