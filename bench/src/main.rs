@@ -13,9 +13,11 @@
 //!   decided on again.
 //! - `triggers`: job triggers/s against a loopback HTTP target; the baseline is the same
 //!   calls from a plain HTTP client with the same bound on calls in flight.
+//! - `page`: the operator page's requests with many pipelines, against `/healthz`.
 
 mod kafka_io;
 mod measure;
+mod page;
 mod passthrough;
 mod takeover;
 mod target;
@@ -61,7 +63,15 @@ struct Args {
     scenarios: Vec<String>,
 }
 
-const SCENARIOS: [&str; 6] = ["throughput", "latency", "timers", "triggers", "takeover", "scale"];
+const SCENARIOS: [&str; 7] = [
+    "throughput",
+    "latency",
+    "timers",
+    "triggers",
+    "takeover",
+    "page",
+    "scale",
+];
 
 struct Sizes {
     rounds: usize,
@@ -79,6 +89,7 @@ struct Sizes {
     /// How long the takeover scenario waits for a dead member's partitions to move.
     failover_wait_s: u64,
     trigger_pipelines: usize,
+    page_pipelines: usize,
 }
 
 impl Sizes {
@@ -98,6 +109,7 @@ impl Sizes {
                 takeover_pipelines: 100,
                 failover_wait_s: 20,
                 trigger_pipelines: 100,
+                page_pipelines: 500,
             }
         } else {
             Sizes {
@@ -114,6 +126,7 @@ impl Sizes {
                 takeover_pipelines: 10_000,
                 failover_wait_s: 60,
                 trigger_pipelines: 5_000,
+                page_pipelines: 5_000,
             }
         }
     }
@@ -738,6 +751,7 @@ fn main() -> Result<()> {
             "timers" => timers::run(&args, &sluice, &sizes, &mut report),
             "triggers" => triggers::run(&args, &sluice, &sizes, &mut report),
             "takeover" => takeover::run(&args, &sluice, &sizes, &mut report),
+            "page" => page::run(&args, &sluice, &sizes, &mut report),
             _ => scale(&args, &sluice, &sizes, &mut report),
         };
         result.with_context(|| format!("scenario {scenario}"))?;

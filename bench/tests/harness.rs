@@ -31,6 +31,7 @@ fn a_quick_run_reports_every_scenario() {
         "## Timer precision",
         "## Job triggers",
         "## Partition takeover",
+        "## Operator page",
         "## Scale",
     ] {
         assert!(report.contains(section), "{report}");

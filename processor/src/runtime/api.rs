@@ -32,7 +32,7 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum Query {
     /// Summaries of every pipeline in the owned partitions.
     List {
-        reply: oneshot::Sender<Vec<PipelineSummary>>,
+        reply: oneshot::Sender<Vec<Arc<PipelineSummary>>>,
     },
     /// One pipeline's full view.
     Pipeline { id: String, reply: oneshot::Sender<Answer> },
@@ -109,13 +109,13 @@ const PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
 
 impl ListFilter {
-    /// Owner and name: what the counts by state are taken over.
+    /// Owner and name: what the counts by state are taken over (`q` lowercased already).
     fn keeps(&self, p: &PipelineSummary) -> bool {
         self.owner.as_ref().is_none_or(|o| p.owner.as_deref() == Some(o))
             && self
                 .q
                 .as_ref()
-                .is_none_or(|q| p.pipeline_id.to_lowercase().contains(q.to_lowercase().as_str()))
+                .is_none_or(|q| p.pipeline_id.to_lowercase().contains(q.as_str()))
     }
 
     fn keeps_state(&self, p: &PipelineSummary) -> bool {
@@ -123,7 +123,12 @@ impl ListFilter {
     }
 }
 
-async fn list(State(api): State<Api>, QueryString(filter): QueryString<ListFilter>, headers: HeaderMap) -> Response {
+async fn list(
+    State(api): State<Api>,
+    QueryString(mut filter): QueryString<ListFilter>,
+    headers: HeaderMap,
+) -> Response {
+    filter.q = filter.q.map(|q| q.to_lowercase());
     let mut pipelines = match api.ask(|reply| Query::List { reply }).await {
         Ok(p) => p,
         Err(response) => return response,
@@ -134,7 +139,7 @@ async fn list(State(api): State<Api>, QueryString(filter): QueryString<ListFilte
         for peer in api.directory.peers(Utc::now()) {
             match fetch_peer_list(&api, &peer).await {
                 Ok(theirs) => {
-                    pipelines.extend(theirs);
+                    pipelines.extend(theirs.into_iter().map(Arc::new));
                     instances.push(json!({"instance": peer.instance, "url": peer.url, "ok": true}));
                 }
                 Err(e) => {
@@ -149,7 +154,10 @@ async fn list(State(api): State<Api>, QueryString(filter): QueryString<ListFilte
     pipelines.dedup_by(|a, b| a.pipeline_id == b.pipeline_id);
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for p in &pipelines {
-        *counts.entry(p.state().to_string()).or_default() += 1;
+        match counts.get_mut(p.state()) {
+            Some(n) => *n += 1,
+            None => drop(counts.insert(p.state().to_string(), 1)),
+        }
     }
     pipelines.retain(|p| filter.keeps_state(p));
     let total = pipelines.len();

@@ -19,5 +19,6 @@ pub mod replay;
 pub mod reset;
 pub mod status;
 pub mod store;
+pub mod summaries;
 pub mod topics;
 pub mod ui;

@@ -41,6 +41,7 @@ use super::http::Telemetry;
 use super::kafka;
 use super::recent::{RecentEvents, TailReader};
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
+use super::summaries::Summaries;
 use super::topics::{InputTopic, Topics};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
@@ -193,6 +194,8 @@ pub struct Processor {
     owned: watch::Sender<Vec<i32>>,
     /// The owned pipelines' latest events, for the API and the page.
     recent: RecentEvents,
+    /// The owned pipelines' summaries, for the API's list.
+    summaries: Summaries,
     /// Fills `recent` from the events topic for each opened partition; none when the events
     /// topic is not partitioned like the inputs.
     tail: Option<TailReader>,
@@ -287,6 +290,7 @@ impl Processor {
             query_sender,
             owned: watch::channel(Vec::new()).0,
             recent: RecentEvents::default(),
+            summaries: Summaries::default(),
             tail,
         })
     }
@@ -431,6 +435,7 @@ impl Processor {
                         self.timers.drop_partition(p);
                         self.stale_effects.remove(&p);
                         self.repairs.remove(&p);
+                        self.summaries.forget(p);
                         self.resumes.retain(|(_, q, _)| *q != p);
                         let partitions = self.partitions;
                         self.recent.retain(|id| api::partition_of(id, partitions) != p);
@@ -449,15 +454,7 @@ impl Processor {
     fn answer(&mut self, query: Query) -> Result<()> {
         match query {
             Query::List { reply } => {
-                let mut summaries = Vec::new();
-                for store in self.stores.values() {
-                    for id in store.pipelines()? {
-                        if let Some(state) = store.pipeline(&id)? {
-                            summaries.push(status::summarize(&id, &state));
-                        }
-                    }
-                }
-                let _ = reply.send(summaries);
+                let _ = reply.send(self.summaries.all(&self.stores)?);
             }
             Query::Pipeline { id, reply } => {
                 let partition = api::partition_of(&id, self.partitions);
@@ -714,6 +711,9 @@ impl Processor {
             pending
                 .outputs
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
+        }
+        if !matches!(decision.state, StateChange::Unchanged) {
+            self.summaries.changed(p, pipeline);
         }
         let batch = pending.stores.entry(p).or_default();
         match decision.state {
