@@ -3,7 +3,7 @@
 # and nothing else.
 FROM rust:1.94-bookworm AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends clang libclang-dev cmake pkg-config \
+ && apt-get install -y --no-install-recommends clang libclang-dev cmake pkg-config libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -12,7 +12,7 @@ RUN cargo build --release --locked -p sluice \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --home-dir /var/lib/sluice --create-home sluice
 COPY --from=builder /usr/local/bin/sluice /usr/local/bin/sluice

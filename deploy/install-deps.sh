@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the build needs: libclang for RocksDB's bindings (bindgen),
-# and a C/C++ toolchain for RocksDB and librdkafka. Safe to run again: it only installs
+# a C/C++ toolchain for RocksDB and librdkafka, and OpenSSL's headers with pkg-config for
+# librdkafka's TLS and SASL/SCRAM. Safe to run again: it only installs
 # what is missing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,4 +12,6 @@ need=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 apt_install ${need[@]+"${need[@]}"}

@@ -8,6 +8,11 @@
 #   SLUICE_BROKER_PORT     port to listen on (default 9092; "auto" picks a free one)
 #   SLUICE_BROKER_DIR      where the pid file, log and sqlite data live (default .sluice/broker)
 #   SLUICE_BROKER_STORAGE  memory (default, fast) or sqlite (survives a broker restart)
+#   SLUICE_BROKER_USERS    "NAME:PASSWORD:MECHANISM ..." (scram256 or scram512): clients must
+#                          authenticate with SASL/SCRAM as one of these users (sqlite storage)
+#   SLUICE_BROKER_TLS      1: clients connect over TLS (stunnel in front of tansu, whose own
+#                          TLS flags cannot be combined in 0.6), with a certificate signed by a
+#                          CA made here: $SLUICE_BROKER_DIR/ca.pem
 set -euo pipefail
 
 # shellcheck source=deploy/service.sh
@@ -21,7 +26,35 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 pidfile="$dir/tansu.pid"
 
-stop() { stop_service; }
+stop() {
+  stop_service
+  pidfile="$dir/stunnel.pid" stop_service
+}
+
+# A CA and a certificate for 127.0.0.1 signed by it, for the TLS listener.
+make_certificates() {
+  command -v openssl >/dev/null 2>&1 || apt_install openssl
+  [[ -f "$dir/server.pem" ]] && return 0
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sluice test CA" \
+    -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$dir/server.ext"
+  openssl x509 -req -days 30 -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null
+}
+
+# tansu in the background on $listen, advertising $port; extra flags in "$@". In its own
+# session (setsid): a Ctrl-C meant for the demo must not take the broker down before the
+# processor has closed; `stop` ends it.
+start_tansu() {
+  (cd "$dir" && exec setsid "$tansu" broker \
+      --listener-url "tcp://127.0.0.1:$listen" \
+      --advertised-listener-url "tcp://127.0.0.1:$port" \
+      --storage-engine "$engine" "$@" >>"$dir/tansu.log" 2>&1) &
+  echo $! >"$pidfile"
+  await_ready tansu "$dir/tansu.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$listen),0.2)" || exit 1
+}
 
 start() {
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -30,21 +63,38 @@ start() {
   fi
   tansu="$("$here/install-tansu.sh")"
   [[ "$port" == auto ]] && port="$(free_port)"
+  [[ -n "${SLUICE_BROKER_USERS:-}" ]] && storage=sqlite
   case "$storage" in
     memory) engine="memory://tansu/" ;;
     sqlite) engine="sqlite://tansu.db" ;;
     *) echo "SLUICE_BROKER_STORAGE must be memory or sqlite, not $storage" >&2; exit 2 ;;
   esac
-  # In its own session: a Ctrl-C meant for the demo must not take the broker down before
-  # the processor has closed; `stop` ends it.
-  (cd "$dir" && exec setsid "$tansu" broker \
-      --listener-url "tcp://127.0.0.1:$port" \
-      --advertised-listener-url "tcp://127.0.0.1:$port" \
-      --storage-engine "$engine" >>"$dir/tansu.log" 2>&1) &
-  echo $! >"$pidfile"
+  # Behind TLS, tansu listens on a port of its own and advertises stunnel's.
+  listen="$port"
+  [[ "${SLUICE_BROKER_TLS:-}" == 1 ]] && listen="$(free_port)"
+  if [[ -n "${SLUICE_BROKER_USERS:-}" ]]; then
+    # Users are created over the Kafka protocol, which needs a broker without
+    # authentication: create them, then start again requiring it (sqlite keeps them).
+    start_tansu
+    for user in $SLUICE_BROKER_USERS; do
+      IFS=: read -r name password mechanism <<<"$user"
+      "$tansu" user create --broker "tcp://127.0.0.1:$listen" --mechanism "$mechanism" "$name" "$password" >>"$dir/tansu.log" 2>&1
+    done
+    stop_service
+    start_tansu --authentication
+  else
+    start_tansu
+  fi
+  if [[ "${SLUICE_BROKER_TLS:-}" == 1 ]]; then
+    command -v stunnel4 >/dev/null 2>&1 || apt_install stunnel4
+    make_certificates
+    printf 'foreground = yes\npid =\n[kafka]\naccept = 127.0.0.1:%s\nconnect = 127.0.0.1:%s\ncert = %s\nkey = %s\n' \
+      "$port" "$listen" "$dir/server.pem" "$dir/server.key" >"$dir/stunnel.conf"
+    (cd "$dir" && exec setsid stunnel4 "$dir/stunnel.conf" >>"$dir/stunnel.log" 2>&1) &
+    echo $! >"$dir/stunnel.pid"
+    pidfile="$dir/stunnel.pid" await_ready stunnel "$dir/stunnel.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" || exit 1
+  fi
   echo "127.0.0.1:$port" >"$dir/address"
-  # Wait until the broker accepts connections, with a deadline.
-  await_ready tansu "$dir/tansu.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" || exit 1
   echo "127.0.0.1:$port"
 }
 

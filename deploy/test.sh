@@ -17,15 +17,25 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"
+secure_dir="$(mktemp -d)"
 moto_dir="$(mktemp -d)"
 cleanup() {
   SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop
+  SLUICE_BROKER_DIR="$secure_dir" deploy/local-broker.sh stop
   SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh stop
-  rm -rf "$broker_dir" "$moto_dir"
+  rm -rf "$broker_dir" "$secure_dir" "$moto_dir"
 }
 trap cleanup EXIT
 export SLUICE_TEST_BROKERS="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
 echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
+# A second broker that takes only TLS with SASL/SCRAM, with a password made up for this run
+# (tests/secure.rs checks it never shows).
+export SLUICE_TEST_SECURE_USER=sluice
+export SLUICE_TEST_SECURE_PASSWORD="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+export SLUICE_TEST_SECURE_BROKERS="$(SLUICE_BROKER_DIR="$secure_dir" SLUICE_BROKER_PORT=auto SLUICE_BROKER_TLS=1 \
+  SLUICE_BROKER_USERS="$SLUICE_TEST_SECURE_USER:$SLUICE_TEST_SECURE_PASSWORD:scram512" deploy/local-broker.sh start)"
+export SLUICE_TEST_SECURE_CA="$secure_dir/ca.pem"
+echo "TLS+SASL broker for tests: $SLUICE_TEST_SECURE_BROKERS" >&2
 # moto's server mode stands in for AWS in the tests of the AWS job types.
 export SLUICE_TEST_MOTO="$(SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh start)"
 echo "moto for tests: $SLUICE_TEST_MOTO" >&2

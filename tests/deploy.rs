@@ -34,7 +34,8 @@ fn help(args: &[&str]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Every `[env: NAME=…]` the CLI declares, across the commands deployments use.
+/// Every `[env: NAME]` the CLI declares, across the commands deployments use (values are
+/// never shown, even when set).
 fn declared_env() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for args in [
@@ -47,7 +48,7 @@ fn declared_env() -> BTreeSet<String> {
         let (ok, text) = help(args);
         assert!(ok, "sluice {args:?} --help");
         for part in text.split("[env: ").skip(1) {
-            names.insert(part.split('=').next().unwrap().to_string());
+            names.insert(part.split([']', '=']).next().unwrap().to_string());
         }
     }
     names

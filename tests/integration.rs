@@ -7,6 +7,7 @@ mod bad_input;
 mod cli;
 mod formats;
 mod replay;
+mod secure;
 mod support;
 mod telemetry;
 mod ui;

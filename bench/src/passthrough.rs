@@ -10,6 +10,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::TopicPartitionList;
+use sluice::runtime::kafka::Connection;
 
 /// The processor's `--batch-size` default.
 const BATCH: usize = 500;
@@ -20,12 +21,13 @@ pub fn run(brokers: &str, inputs: &[String], output: &str, done: impl Fn(usize) 
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let group = format!("{output}.passthrough");
-        let consumer: StreamConsumer = sluice::runtime::kafka::input_consumer_config(brokers, &group)
+        let kafka = Connection::plaintext(brokers);
+        let consumer: StreamConsumer = sluice::runtime::kafka::input_consumer_config(&kafka, &group)
             .create()
             .context("creating the pass-through consumer")?;
         let topics: Vec<&str> = inputs.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
-        let producer = sluice::runtime::kafka::producer(brokers)?;
+        let producer = sluice::runtime::kafka::producer(&kafka)?;
         let mut copied = 0;
         let mut batches = 0;
         let mut first = None;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::calendars::{self, Calendars, ResolveError};
@@ -22,10 +22,12 @@ use crate::runtime::codec::{Codec, Family, Formats};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
 use crate::runtime::instances::{self, Directory, Member};
+use crate::runtime::kafka::Connection;
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
 use crate::runtime::topics::{load_definitions, Topics};
 use crate::runtime::{alerts, events_tail, kafka, replay, reset, status, ui};
+use crate::settings_file;
 
 #[derive(Parser)]
 #[command(
@@ -34,10 +36,19 @@ use crate::runtime::{alerts, events_tail, kafka, replay, reset, status, ui};
     about = "Pipeline safety controller on Kafka",
     propagate_version = true
 )]
-struct Cli {
+pub(crate) struct Cli {
+    /// A TOML file of settings: any long flag by name (`state-dir = "/var/lib/sluice"`) and a
+    /// `[kafka]` table of librdkafka properties. Flags and the environment override it.
+    #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Kafka bootstrap servers.
     #[arg(long, global = true, env = "SLUICE_BROKERS", default_value = "localhost:9092")]
     brokers: String,
+    /// A librdkafka property for every Kafka client (TLS, SASL, timeouts), e.g.
+    /// `security.protocol=SASL_SSL`; repeatable, over the config file's `[kafka]` table. A
+    /// value `${env:NAME}` or `${file:PATH}` is read from there (for secrets).
+    #[arg(long = "kafka-property", global = true, value_name = "NAME=VALUE", value_parser = parse_var)]
+    kafka_properties: Vec<(String, String)>,
     /// Prefix of every Sluice topic.
     #[arg(long, global = true, env = "SLUICE_TOPIC_PREFIX", default_value = "sluice.")]
     topic_prefix: String,
@@ -124,7 +135,7 @@ enum Command {
 pub(crate) struct DeciderArgs {
     /// How far a sensor's timestamp may run ahead of this processor's clock before the
     /// record is rejected (a clock in the future would make stale data look fresh).
-    #[arg(long, default_value = "5m", value_parser = parse_delta)]
+    #[arg(long, env = "SLUICE_MAX_CLOCK_SKEW", default_value = "5m", value_parser = parse_delta)]
     max_clock_skew: chrono::TimeDelta,
     /// How long a finished execution (and the sensors of its date) is kept for reruns, late
     /// data and post-run checks before it is pruned (the old design's TTL).
@@ -172,14 +183,14 @@ struct RunArgs {
     #[arg(long, env = "SLUICE_GROUP", default_value = "sluice")]
     group: String,
     /// Most input records (or due timers) handled per batch.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, env = "SLUICE_BATCH_SIZE", default_value_t = 500)]
     batch_size: usize,
     /// Most calls to job targets (triggers and status checks) in flight at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, env = "SLUICE_MAX_CONCURRENT_TRIGGERS", default_value_t = 16)]
     max_concurrent_triggers: usize,
     /// Most calls in flight at once to any one target (a host, a Glue job, a state
     /// machine), so a burst of pipelines cannot exceed its limits.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, env = "SLUICE_MAX_CALLS_PER_TARGET", default_value_t = 4)]
     max_calls_per_target: usize,
     /// Lets job URLs reach an address range the SSRF guard refuses by default (loopback,
     /// link-local, cloud metadata), e.g. `127.0.0.0/8` for a job runner on the same host.
@@ -192,7 +203,7 @@ struct RunArgs {
     )]
     allow_targets: Vec<ipnet::IpNet>,
     /// How long shutdown waits for in-flight triggers (e.g. 30s).
-    #[arg(long, default_value = "30s", value_parser = parse_std_duration)]
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
     #[command(flatten)]
     decider: DeciderArgs,
@@ -249,8 +260,8 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let (brokers, directory_topic, group, instance) = (
-        settings.brokers.clone(),
+    let (kafka, directory_topic, group, instance) = (
+        settings.kafka.clone(),
         settings.topics.instances.clone(),
         settings.group.clone(),
         settings.instance.clone(),
@@ -280,7 +291,7 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
             at: chrono::Utc::now(),
         };
         tokio::spawn(instances::run(
-            brokers,
+            kafka,
             directory_topic,
             me,
             directory.clone(),
@@ -413,8 +424,41 @@ fn parse_std_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| e.to_string())
 }
 
-pub async fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Reads the config file into the environment while the process has one thread, then parses
+/// the command line and runs it.
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let file = match settings_file::load(&args) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Environment values are never shown in --help: the config file puts its settings
+    // there, and a URL or a value may carry a credential.
+    let matches = hide_env_values(Cli::command()).get_matches_from(&args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(start(cli, file))
+}
+
+fn hide_env_values(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| arg.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
+
+async fn start(cli: Cli, file: settings_file::FileSettings) -> ExitCode {
     // Before any TLS client is built (the OTLP exporter builds one at once).
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Held to the end: dropping it flushes the spans still buffered for OTLP.
@@ -425,7 +469,7 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match dispatch(cli).await {
+    match dispatch(cli, file.kafka).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -434,14 +478,29 @@ pub async fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> Result<ExitCode> {
+async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<ExitCode> {
     let topics = Topics::new(&cli.topic_prefix);
+    // The command line's properties after the file's: the last value of a name is the one used.
+    let mut properties = file_properties;
+    properties.extend(cli.kafka_properties.iter().cloned());
+    let kafka = &Connection::new(&cli.brokers, &properties)?;
+    let offline = matches!(
+        cli.command,
+        Command::Status(_)
+            | Command::Config {
+                command: ConfigCommand::Validate { .. }
+            }
+    );
+    if !offline {
+        let check = kafka.clone();
+        tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
+    }
     let formats = Formats::parse(&cli.formats).map_err(anyhow::Error::msg)?;
     let codec = Codec::new(formats, cli.schema_registry_url.as_deref())?;
     match cli.command {
         Command::Run(args) => {
             let settings = Settings {
-                brokers: cli.brokers,
+                kafka: kafka.clone(),
                 group: args.group,
                 static_member: args.instance.clone(),
                 instance: args.instance.unwrap_or_else(default_instance),
@@ -464,7 +523,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             command: TopicsCommand::Apply { dir },
         } => {
             let defs = load_definitions(&dir)?;
-            let reports = kafka::apply_topics(&cli.brokers, &topics, &defs).await?;
+            let reports = kafka::apply_topics(kafka, &topics, &defs).await?;
             let mut drifted = 0;
             for r in &reports {
                 match (r.created, &r.unchecked, r.drift.is_empty()) {
@@ -494,16 +553,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         } => Ok(validate(&dir, calendars.as_deref())),
         Command::Config {
             command: ConfigCommand::Apply { dir, vars, calendars },
-        } => {
-            apply(
-                &dir,
-                calendars.as_deref(),
-                &vars.into_iter().collect(),
-                &cli.brokers,
-                &topics,
-            )
-            .await
-        }
+        } => apply(&dir, calendars.as_deref(), &vars.into_iter().collect(), kafka, &topics).await,
         Command::Sensor {
             command:
                 SensorCommand::Put {
@@ -523,7 +573,7 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 timestamp: Some(Value::String(chrono::Utc::now().to_rfc3339())),
             };
             let json = serde_json::to_value(&record)?;
-            publish(&cli.brokers, &codec, Family::Sensors, &topics.sensors, &pipeline, &json).await
+            publish(kafka, &codec, Family::Sensors, &topics.sensors, &pipeline, &json).await
         }
         Command::Job {
             command:
@@ -558,22 +608,22 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
                 timestamp: chrono::Utc::now(),
             };
             let json = serde_json::to_value(&record)?;
-            publish(&cli.brokers, &codec, Family::Jobs, &topics.jobs, &pipeline, &json).await
+            publish(kafka, &codec, Family::Jobs, &topics.jobs, &pipeline, &json).await
         }
-        Command::Rerun(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Rerun, args).await,
-        Command::Cancel(args) => publish_command(&cli.brokers, &codec, &topics, CommandKind::Cancel, args).await,
+        Command::Rerun(args) => publish_command(kafka, &codec, &topics, CommandKind::Rerun, args).await,
+        Command::Cancel(args) => publish_command(kafka, &codec, &topics, CommandKind::Cancel, args).await,
         Command::Status(args) => status::run(args).await,
-        Command::Replay(args) => replay::run(&cli.brokers, &topics, &codec, args).await,
-        Command::Reset(args) => reset::run(&cli.brokers, &topics, &codec, args).await,
-        Command::Alerts { command } => alerts::run(&cli.brokers, &topics, &codec, command).await,
+        Command::Replay(args) => replay::run(kafka, &topics, &codec, args).await,
+        Command::Reset(args) => reset::run(kafka, &topics, &codec, args).await,
+        Command::Alerts { command } => alerts::run(kafka, &topics, &codec, command).await,
         Command::Events {
             command: EventsCommand::Tail(args),
-        } => events_tail::run(&cli.brokers, &topics, &codec, args).await,
+        } => events_tail::run(kafka, &topics, &codec, args).await,
     }
 }
 
 async fn publish_command(
-    brokers: &str,
+    kafka: &Connection,
     codec: &Codec,
     topics: &Topics,
     command: CommandKind,
@@ -592,15 +642,7 @@ async fn publish_command(
         key: None,
     };
     let json = serde_json::to_value(&record)?;
-    let code = publish(
-        brokers,
-        codec,
-        Family::Commands,
-        &topics.commands,
-        &args.pipeline,
-        &json,
-    )
-    .await?;
+    let code = publish(kafka, codec, Family::Commands, &topics.commands, &args.pipeline, &json).await?;
     eprintln!(
         "{} requested; the answer appears in `sluice events tail` (pipeline {})",
         command.name(),
@@ -619,7 +661,7 @@ fn typed_value(text: &str) -> Value {
 
 /// Publishes one record of `family` in the format `codec` writes it.
 async fn publish(
-    brokers: &str,
+    kafka: &Connection,
     codec: &Codec,
     family: Family,
     topic: &str,
@@ -628,7 +670,7 @@ async fn publish(
 ) -> Result<ExitCode> {
     codec.prepare(&[(family, topic)]).await?;
     let value = codec.encode(family, topic, record)?;
-    let producer = kafka::producer(brokers)?;
+    let producer = kafka::producer(kafka)?;
     let (partition, offset) = kafka::send(&producer, topic, Some(key.as_bytes()), Some(&value), &[]).await?;
     println!("published to {topic} partition {partition} offset {offset}");
     Ok(ExitCode::SUCCESS)
@@ -891,13 +933,13 @@ async fn apply(
     dir: &Path,
     calendars: Option<&Path>,
     vars: &BTreeMap<String, String>,
-    brokers: &str,
+    kafka: &Connection,
     topics: &Topics,
 ) -> Result<ExitCode> {
     let Some(configs) = publishable_configs(dir, calendars, vars, Progress::Stdout)? else {
         return Ok(ExitCode::FAILURE);
     };
-    let producer = kafka::producer(brokers)?;
+    let producer = kafka::producer(kafka)?;
     for (path, id, json) in &configs {
         let bytes = serde_json::to_vec(json)?;
         kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;

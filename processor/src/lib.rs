@@ -7,6 +7,7 @@ pub mod calendars;
 pub mod cli;
 pub mod core;
 pub mod runtime;
+pub mod settings_file;
 
 #[cfg(test)]
 mod schema_examples {

@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    sluice::cli::main().await
+fn main() -> ExitCode {
+    sluice::cli::main()
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use super::codec::{Codec, Family};
-use super::kafka;
+use super::kafka::{self, Connection};
 use super::processor::shutdown_signal;
 use super::topics::Topics;
 use crate::core::events::{Event, EventType};
@@ -217,7 +217,7 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
     message
 }
 
-pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, command: AlertsCommand) -> Result<ExitCode> {
+pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: AlertsCommand) -> Result<ExitCode> {
     let (sink, common, default_group) = match command {
         AlertsCommand::Slack(args) => (
             Sink::Slack {
@@ -254,7 +254,8 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, command: AlertsC
     let state = DB::open_default(&common.state_dir)
         .with_context(|| format!("opening the alert state in {}", common.state_dir.display()))?;
     let group = common.group.unwrap_or_else(|| default_group.to_string());
-    let consumer: StreamConsumer = kafka::base_config(brokers)
+    let consumer: StreamConsumer = kafka
+        .config()
         .set("group.id", &group)
         .set("enable.auto.commit", "false")
         .set(

@@ -21,7 +21,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
-use super::kafka;
+use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 
 /// Records applied per RocksDB write while restoring.
@@ -99,14 +99,15 @@ pub fn plan(checkpoint: Option<i64>, low: i64) -> Plan {
 /// tansu 0.6 reports a high watermark short of the end after multi-record batches, and
 /// trusting it would lose the last records.
 pub fn restore(
-    brokers: &str,
+    kafka: &Connection,
     topic: &str,
     partition: i32,
     store: &mut PartitionStore,
     mut progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
     let started = Instant::now();
-    let consumer: BaseConsumer = kafka::base_config(brokers)
+    let consumer: BaseConsumer = kafka
+        .config()
         .set("group.id", "sluice-restore")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")

@@ -12,7 +12,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::codec::{Codec, Family};
-use super::kafka;
+use super::kafka::{self, Connection};
 use super::topics::Topics;
 use crate::core::duration::parse_duration;
 use crate::core::events::{Event, EventType};
@@ -57,8 +57,9 @@ pub enum Output {
     Table,
 }
 
-pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
-    let consumer: BaseConsumer = kafka::base_config(brokers)
+pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
+    let consumer: BaseConsumer = kafka
+        .config()
         .set("group.id", "sluice-events-tail")
         .set("enable.auto.commit", "false")
         .create()

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::kafka;
+use super::kafka::{self, Connection};
 
 /// How often an instance says it is still there.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -100,14 +100,14 @@ impl Directory {
 /// Publishes this instance (on every change of `owned` and every heartbeat, a tombstone once
 /// `stopped` flips) and keeps `directory` up to date from the topic, until stopped.
 pub async fn run(
-    brokers: String,
+    kafka: Connection,
     topic: String,
     me: Member,
     directory: Arc<Directory>,
     mut owned: watch::Receiver<Vec<i32>>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let (producer, consumer) = match clients(&brokers, &topic) {
+    let (producer, consumer) = match clients(&kafka, &topic) {
         Ok(clients) => clients,
         Err(e) => {
             warn!(
@@ -154,9 +154,10 @@ pub async fn run(
     }
 }
 
-fn clients(brokers: &str, topic: &str) -> anyhow::Result<(FutureProducer, StreamConsumer)> {
-    let producer = kafka::producer(brokers)?;
-    let consumer: StreamConsumer = kafka::base_config(brokers)
+fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, StreamConsumer)> {
+    let producer = kafka::producer(kafka)?;
+    let consumer: StreamConsumer = kafka
+        .config()
         .set("group.id", "sluice-instance-directory")
         .set("enable.auto.commit", "false")
         .create()?;

@@ -21,17 +21,205 @@ pub const PARTITIONER: &str = "murmur2_random";
 
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Settings shared by every client.
-pub fn base_config(brokers: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", brokers).set("client.id", "sluice");
-    config
+/// How to reach the brokers: the bootstrap servers and the librdkafka properties every
+/// client gets (TLS, SASL and the like, from `--kafka-property` or the config file's `[kafka]`
+/// table). Secret values (passwords, keys, tokens) never show in its `Debug` output, in logs
+/// or in errors.
+#[derive(Clone)]
+pub struct Connection {
+    pub brokers: String,
+    properties: Vec<(String, String)>,
+}
+
+/// Properties Sluice sets itself, per client, for its guarantees (ordering, co-partitioning,
+/// idempotence, offsets): a value given for one would be overridden, so it is refused.
+const OWNED_PROPERTIES: &[&str] = &[
+    "group.id",
+    "group.instance.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "partition.assignment.strategy",
+    "isolation.level",
+    "enable.idempotence",
+    "transactional.id",
+    "partitioner",
+    "acks",
+    "enable.partition.eof",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("kafka property {0}: Sluice sets it itself (its guarantees depend on it)")]
+    Owned(String),
+    #[error("kafka property bootstrap.servers: give the brokers with --brokers (or `brokers` in the config file)")]
+    Bootstrap,
+    #[error("kafka property {0:?}: expected NAME=VALUE, with a librdkafka property name")]
+    Malformed(String),
+    #[error("kafka property {property}: {source_desc}")]
+    Secret { property: String, source_desc: String },
+}
+
+impl Connection {
+    /// `properties`: librdkafka's names and values, where a value of `${env:NAME}` or
+    /// `${file:PATH}` is read from that environment variable or file (a trailing newline
+    /// dropped), so secrets need not be written on a command line or in a file under review.
+    pub fn new(brokers: &str, properties: &[(String, String)]) -> Result<Connection, ConnectionError> {
+        let mut resolved = Vec::new();
+        for (name, value) in properties {
+            let name = name.trim();
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(ConnectionError::Malformed(name.to_string()));
+            }
+            if name == "bootstrap.servers" {
+                return Err(ConnectionError::Bootstrap);
+            }
+            if OWNED_PROPERTIES.contains(&name) {
+                return Err(ConnectionError::Owned(name.to_string()));
+            }
+            resolved.push((name.to_string(), resolve(name, value)?));
+        }
+        Ok(Connection {
+            brokers: brokers.to_string(),
+            properties: resolved,
+        })
+    }
+
+    /// Plaintext, no properties (local brokers, tests).
+    pub fn plaintext(brokers: &str) -> Connection {
+        Connection {
+            brokers: brokers.to_string(),
+            properties: Vec::new(),
+        }
+    }
+
+    /// The client settings every client starts from.
+    pub fn config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("client.id", "sluice");
+        for (name, value) in &self.properties {
+            config.set(name, value);
+        }
+        config
+    }
+}
+
+/// Keeps the last error librdkafka reported: a refused password or an untrusted certificate
+/// shows there, where a metadata call only times out.
+#[derive(Default)]
+struct LastError(std::sync::Mutex<Option<(RDKafkaErrorCode, String)>>);
+
+impl rdkafka::consumer::ConsumerContext for LastError {}
+
+impl ClientContext for LastError {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        tracing::error!("librdkafka: {error}: {reason}");
+        if let Some(code) = error.rdkafka_error_code() {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, reason.to_string()));
+        }
+    }
+}
+
+/// Whether librdkafka's reason for a failed connection is one no retry mends.
+fn refused(code: RDKafkaErrorCode, reason: &str) -> bool {
+    matches!(code, RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL)
+        || ["SASL", "SSL handshake", "certificate"]
+            .iter()
+            .any(|s| reason.contains(s))
+}
+
+/// Connects to the brokers and reads their metadata: the first thing a command does, so that
+/// a wrong password or an untrusted certificate stops it at once, by name, rather than as a
+/// timeout later.
+pub fn check_connection(kafka: &Connection) -> Result<()> {
+    let consumer: BaseConsumer<LastError> = kafka
+        .config()
+        .create_with_context(LastError::default())
+        .context("creating a Kafka client (check the kafka properties)")?;
+    let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
+    loop {
+        let attempt = consumer.fetch_metadata(None, Duration::from_secs(1));
+        // Errors arrive as events, which a poll serves (the consumer has no partitions).
+        let _ = consumer.poll(Duration::from_millis(100));
+        let last = consumer.context().0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match (attempt, last) {
+            (Ok(_), _) => return Ok(()),
+            (Err(_), Some((code, reason))) if refused(code, &reason) => {
+                bail!("connecting to {kafka}: {reason} (check the TLS and SASL kafka properties)")
+            }
+            (Err(e), last) if std::time::Instant::now() >= deadline => bail!(
+                "connecting to {kafka}: {e}{} (is the broker reachable, and does its listener expect this security.protocol?)",
+                last.map(|(_, r)| format!("; last client error: {r}")).unwrap_or_default()
+            ),
+            (Err(_), _) => {}
+        }
+    }
+}
+
+/// Whether a librdkafka property holds a secret (its value is never shown).
+pub fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "ssl.key.pem",
+        "ssl_key",
+        "sasl.oauthbearer.config",
+        "token",
+    ]
+    .iter()
+    .any(|s| name.contains(s))
+}
+
+/// A property's value, read from `${env:NAME}` or `${file:PATH}` when it says so.
+fn resolve(name: &str, value: &str) -> Result<String, ConnectionError> {
+    let secret = |source_desc: String| ConnectionError::Secret {
+        property: name.to_string(),
+        source_desc,
+    };
+    let Some(inner) = value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) else {
+        return Ok(value.to_string());
+    };
+    match inner.split_once(':') {
+        Some(("env", var)) => std::env::var(var).map_err(|_| secret(format!("environment variable {var} is not set"))),
+        Some(("file", path)) => std::fs::read_to_string(path)
+            .map(|text| {
+                text.strip_suffix('\n')
+                    .unwrap_or(&text)
+                    .trim_end_matches('\r')
+                    .to_string()
+            })
+            .map_err(|e| secret(format!("reading {path}: {e}"))),
+        _ => Err(secret(format!("{value:?} is neither ${{env:NAME}} nor ${{file:PATH}}"))),
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: Vec<(&str, &str)> = self
+            .properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), if is_secret(k) { "[redacted]" } else { v.as_str() }))
+            .collect();
+        f.debug_struct("Connection")
+            .field("brokers", &self.brokers)
+            .field("properties", &shown)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.brokers)
+    }
 }
 
 /// The processor's input consumer settings (also what the benchmark's pass-through
 /// baseline uses, so the two compare like for like).
-pub fn input_consumer_config(brokers: &str, group: &str) -> ClientConfig {
-    let mut config = base_config(brokers);
+pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
+    let mut config = kafka.config();
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -50,20 +238,20 @@ pub fn input_consumer_config(brokers: &str, group: &str) -> ClientConfig {
 }
 
 /// An idempotent producer that waits for all replicas.
-pub fn producer(brokers: &str) -> Result<FutureProducer> {
-    producer_config(brokers).create().context("creating Kafka producer")
+pub fn producer(kafka: &Connection) -> Result<FutureProducer> {
+    producer_config(kafka).create().context("creating Kafka producer")
 }
 
 /// A transactional producer: a new one with the same `id` fences the old one out.
-pub fn transactional_producer(brokers: &str, id: &str) -> Result<FutureProducer> {
-    producer_config(brokers)
+pub fn transactional_producer(kafka: &Connection, id: &str) -> Result<FutureProducer> {
+    producer_config(kafka)
         .set("transactional.id", id)
         .create()
         .context("creating transactional Kafka producer")
 }
 
-fn producer_config(brokers: &str) -> ClientConfig {
-    let mut config = base_config(brokers);
+fn producer_config(kafka: &Connection) -> ClientConfig {
+    let mut config = kafka.config();
     config
         .set("enable.idempotence", "true")
         // The Java client's partitioner: records keyed by pipeline id land on the same
@@ -127,8 +315,8 @@ pub struct TopicReport {
 
 /// Creates the missing topics of `defs`, checks every partition count (a difference is an
 /// error: it would break co-partitioning) and reports config drift of existing topics.
-pub async fn apply_topics(brokers: &str, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
-    let admin: AdminClient<DefaultClientContext> = base_config(brokers).create().context("creating admin client")?;
+pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
+    let admin: AdminClient<DefaultClientContext> = kafka.config().create().context("creating admin client")?;
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
     let configs: Vec<Vec<(&str, String)>> = defs.iter().map(TopicDefinition::configs).collect::<Result<_>>()?;
     let new_topics: Vec<NewTopic> = defs
@@ -329,12 +517,73 @@ pub fn read_span(consumer: &BaseConsumer, starts: &[Start]) -> Result<Vec<OwnedM
 }
 
 /// A consumer for reading history: assigned partitions, no group offsets committed.
-pub fn reader(brokers: &str, name: &str) -> Result<BaseConsumer> {
-    base_config(brokers)
+pub fn reader(kafka: &Connection, name: &str) -> Result<BaseConsumer> {
+    kafka
+        .config()
         .set("group.id", name)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
         .create()
         .context("creating Kafka consumer")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn secrets_come_from_files_or_the_environment_and_never_show() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("password");
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        std::env::set_var("SLUICE_TEST_KAFKA_SECRET", "from-the-env");
+        let kafka = Connection::new(
+            "b:9092",
+            &props(&[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.password", &format!("${{file:{}}}", file.display())),
+                ("sasl.oauthbearer.client.secret", "${env:SLUICE_TEST_KAFKA_SECRET}"),
+            ]),
+        )
+        .unwrap();
+        let config = kafka.config();
+        assert_eq!(config.get("sasl.password"), Some("from-a-file"));
+        assert_eq!(config.get("sasl.oauthbearer.client.secret"), Some("from-the-env"));
+        assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(config.get("bootstrap.servers"), Some("b:9092"));
+        let shown = format!("{kafka:?} {kafka}");
+        assert!(
+            !shown.contains("from-a-file") && !shown.contains("from-the-env"),
+            "{shown}"
+        );
+        assert!(shown.contains("SASL_SSL") && shown.contains("[redacted]"), "{shown}");
+    }
+
+    #[test]
+    fn properties_sluice_relies_on_or_unreadable_secrets_are_refused_by_name() {
+        let e = Connection::new("b", &props(&[("enable.idempotence", "false")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("enable.idempotence") && e.contains("sets it itself"), "{e}");
+        let e = Connection::new("b", &props(&[("sasl.password", "${file:/nonexistent/pw}")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sasl.password") && e.contains("/nonexistent/pw"), "{e}");
+        let e = Connection::new("b", &props(&[("sasl.password", "${env:SLUICE_TEST_UNSET_VAR}")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLUICE_TEST_UNSET_VAR is not set"), "{e}");
+        let e = Connection::new("b", &props(&[("sasl.password", "${vault:x}")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("neither"), "{e}");
+        // A value that merely contains `${` is taken as written.
+        let kafka = Connection::new("b", &props(&[("client.rack", "a${b")])).unwrap();
+        assert_eq!(kafka.config().get("client.rack"), Some("a${b"));
+    }
 }

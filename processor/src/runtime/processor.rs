@@ -38,7 +38,7 @@ use super::changelog;
 use super::codec::{Codec, Family};
 use super::effects::{Executor, Settings as EffectSettings};
 use super::http::Telemetry;
-use super::kafka;
+use super::kafka::{self, Connection};
 use super::recent::{RecentEvents, TailReader};
 use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
 use super::summaries::Summaries;
@@ -64,7 +64,7 @@ pub enum Guarantee {
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub brokers: String,
+    pub kafka: Connection,
     pub group: String,
     /// This instance's stable name: the transactional id under `exactly-once`.
     pub instance: String,
@@ -214,7 +214,7 @@ impl Processor {
     pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
         let (query_sender, queries) = mpsc::channel(64);
-        let mut config = kafka::input_consumer_config(&settings.brokers, &settings.group);
+        let mut config = kafka::input_consumer_config(&settings.kafka, &settings.group);
         if let Some(id) = &settings.static_member {
             config.set("group.instance.id", id);
         }
@@ -233,7 +233,7 @@ impl Processor {
         // partitioned like the inputs.
         let tail = (outputs[0].1 == partitions).then(|| {
             TailReader::start(
-                settings.brokers.clone(),
+                settings.kafka.clone(),
                 settings.topics.events.clone(),
                 settings.codec.clone(),
             )
@@ -247,12 +247,12 @@ impl Processor {
             );
         }
         consumer.subscribe(&inputs).context("subscribing to input topics")?;
-        info!(partitions, group = %settings.group, brokers = %settings.brokers, guarantee = ?settings.guarantee, "subscribed to {}", inputs.join(", "));
+        info!(partitions, group = %settings.group, brokers = %settings.kafka, guarantee = ?settings.guarantee, "subscribed to {}", inputs.join(", "));
         let producer = match settings.guarantee {
-            Guarantee::EffectivelyOnce => kafka::producer(&settings.brokers)?,
+            Guarantee::EffectivelyOnce => kafka::producer(&settings.kafka)?,
             Guarantee::ExactlyOnce => {
                 let id = format!("{}-{}", settings.group, settings.instance);
-                let producer = kafka::transactional_producer(&settings.brokers, &id)?;
+                let producer = kafka::transactional_producer(&settings.kafka, &id)?;
                 tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
                     .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
                 producer
@@ -261,7 +261,7 @@ impl Processor {
         // Job reports are written outside the batches, so never through the transactional
         // producer.
         let executor = Executor::new(
-            kafka::producer(&settings.brokers)?,
+            kafka::producer(&settings.kafka)?,
             settings.topics.jobs.clone(),
             settings.effects.clone(),
             settings.codec.clone(),
@@ -496,7 +496,7 @@ impl Processor {
             let telemetry = self.telemetry.clone();
             let attempt = tokio::task::block_in_place(|| {
                 changelog::restore(
-                    &self.settings.brokers,
+                    &self.settings.kafka,
                     &self.settings.topics.changelog,
                     p,
                     &mut store,

@@ -15,7 +15,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tracing::{debug, warn};
 
 use super::codec::{Codec, Family};
-use super::kafka;
+use super::kafka::{self, Connection};
 use crate::core::events::Event;
 
 /// Events shown per pipeline (enough for a day's timeline of an execution).
@@ -86,18 +86,18 @@ pub struct TailReader {
 impl TailReader {
     /// Starts the reader's task. The events topic must be partitioned like the inputs: its
     /// partition `p` then holds exactly the events of input partition `p`'s pipelines.
-    pub fn start(brokers: String, topic: String, codec: Codec) -> TailReader {
+    pub fn start(kafka: Connection, topic: String, codec: Codec) -> TailReader {
         let (requests, mut asked) = unbounded_channel::<i32>();
         let (done, loaded) = unbounded_channel();
         tokio::spawn(async move {
             let mut consumer: Option<BaseConsumer> = None;
             while let Some(p) = asked.recv().await {
-                let (topic2, brokers2) = (topic.clone(), brokers.clone());
+                let (topic2, kafka2) = (topic.clone(), kafka.clone());
                 let taken = consumer.take();
                 let read = tokio::task::spawn_blocking(move || {
                     let consumer = match taken {
                         Some(c) => c,
-                        None => kafka::reader(&brokers2, "sluice-recent-events")?,
+                        None => kafka::reader(&kafka2, "sluice-recent-events")?,
                     };
                     let messages = read_tail(&consumer, &topic2, p);
                     Ok::<_, anyhow::Error>((consumer, messages))

@@ -24,7 +24,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::codec::{Codec, Family};
 use super::events_tail::{offsets_at, parse_time};
-use super::kafka::{self, Start};
+use super::kafka::{self, Connection, Start};
 use super::processor::{origin_of, read_input};
 use super::topics::{InputTopic, Topics};
 use crate::cli::{publishable_configs, Progress};
@@ -136,7 +136,7 @@ impl Recorded {
     }
 }
 
-pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs) -> Result<ExitCode> {
+pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: ReplayArgs) -> Result<ExitCode> {
     if let Some(topic) = &args.output_topic {
         if *topic == topics.events && !args.allow_events_topic {
             bail!("--output-topic {topic} is the live events topic: replayed events would mix with real ones; pass --allow-events-topic if that is really wanted");
@@ -152,18 +152,18 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs
         }
         None => None,
     };
-    let consumer = kafka::reader(brokers, "sluice-replay")?;
+    let consumer = kafka::reader(kafka, "sluice-replay")?;
     let inputs = topics.inputs();
     let partitions = kafka::check_copartitioned(&kafka::partition_counts(consumer.client(), &inputs)?)? as i32;
     let from = match args.from {
         Some(t) => Some(t),
-        None => time_of_positions(brokers, topics, partitions, &args.from_offset)?
+        None => time_of_positions(kafka, topics, partitions, &args.from_offset)?
             .into_iter()
             .min(),
     };
     let to = match args.to {
         Some(t) => Some(t),
-        None => time_of_positions(brokers, topics, partitions, &args.to_offset)?
+        None => time_of_positions(kafka, topics, partitions, &args.to_offset)?
             .into_iter()
             .max(),
     };
@@ -260,7 +260,7 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ReplayArgs
         (None, true) => {}
     }
     if let Some(topic) = &args.output_topic {
-        produce(brokers, codec, topic, &events).await?;
+        produce(kafka, codec, topic, &events).await?;
         eprintln!("{} events produced to {topic}", events.len());
     }
     if args.diff {
@@ -287,8 +287,8 @@ fn write_lines(out: &mut impl Write, events: &[Event]) -> Result<()> {
     Ok(())
 }
 
-async fn produce(brokers: &str, codec: &Codec, topic: &str, events: &[Event]) -> Result<()> {
-    let producer = kafka::producer(brokers)?;
+async fn produce(kafka: &Connection, codec: &Codec, topic: &str, events: &[Event]) -> Result<()> {
+    let producer = kafka::producer(kafka)?;
     kafka::partition_counts(producer.client(), &[topic])?;
     for e in events {
         let value = codec.encode(Family::Events, topic, &serde_json::to_value(e)?)?;
@@ -307,7 +307,7 @@ async fn produce(brokers: &str, codec: &Codec, topic: &str, events: &[Event]) ->
 
 /// The timestamps of the records at `positions`.
 pub(crate) fn time_of_positions(
-    brokers: &str,
+    kafka: &Connection,
     topics: &Topics,
     partitions: i32,
     positions: &[(InputTopic, i32, i64)],
@@ -318,7 +318,7 @@ pub(crate) fn time_of_positions(
         if *p >= partitions {
             bail!("{topic} has partitions 0 to {}, not {p}", partitions - 1);
         }
-        let consumer = kafka::reader(brokers, "sluice-replay")?;
+        let consumer = kafka::reader(kafka, "sluice-replay")?;
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, *p, Offset::Offset(*offset))?;
         consumer.assign(&list)?;

@@ -28,7 +28,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::changelog::Batches;
 use super::codec::Codec;
 use super::events_tail::{offsets_at, parse_time};
-use super::kafka::{self, Start};
+use super::kafka::{self, Connection, Start};
 use super::replay::{decoded_in_order, parse_position, time_of_positions};
 use super::store::{StoreBatch, BATCH_MARKER};
 use super::topics::{InputTopic, Topics};
@@ -71,15 +71,15 @@ struct PartitionPlan {
     timers: usize,
 }
 
-pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ResetArgs) -> Result<ExitCode> {
-    let consumer = kafka::reader(brokers, &format!("{}-reset", args.group))?;
+pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: ResetArgs) -> Result<ExitCode> {
+    let consumer = kafka::reader(kafka, &format!("{}-reset", args.group))?;
     let inputs = topics.inputs();
     let partitions = kafka::check_copartitioned(&kafka::partition_counts(consumer.client(), &inputs)?)? as i32;
     kafka::partition_counts(consumer.client(), &[&topics.changelog])?;
     ensure_stopped(&consumer, &args.group)?;
     let point = match args.to_time {
         Some(t) => t,
-        None => time_of_positions(brokers, topics, partitions, &args.to_offset)?
+        None => time_of_positions(kafka, topics, partitions, &args.to_offset)?
             .into_iter()
             .min()
             .context("--to-time or --to-offset is needed")?,
@@ -124,7 +124,7 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ResetArgs)
         println!("dry run: nothing written");
         return Ok(ExitCode::SUCCESS);
     }
-    let producer = kafka::producer(brokers)?;
+    let producer = kafka::producer(kafka)?;
     for plan in &plans {
         write_batch(&producer, &topics.changelog, plan).await?;
     }
@@ -134,7 +134,8 @@ pub async fn run(brokers: &str, topics: &Topics, codec: &Codec, args: ResetArgs)
             list.add_partition_offset(topic, plan.partition, Offset::Offset(*at))?;
         }
     }
-    let committer = kafka::base_config(brokers)
+    let committer = kafka
+        .config()
         .set("group.id", &args.group)
         .set("enable.auto.commit", "false")
         .create::<BaseConsumer>()

@@ -1,0 +1,191 @@
+//! Kafka over TLS with SASL/SCRAM: deploy/test.sh starts a second broker that requires both
+//! (SLUICE_TEST_SECURE_*: its address, its CA, a user and a password made up for the run).
+//! Every command reaches it through the config file's `[kafka]` table, the password read
+//! from a file; the password never shows in logs, events, the API or `--help`; a wrong
+//! password and an untrusted certificate stop a command at once, saying which.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, Instances};
+
+struct Secure {
+    brokers: String,
+    ca: String,
+    user: String,
+    password: String,
+    dir: tempfile::TempDir,
+    prefix: String,
+}
+
+impl Secure {
+    fn new(name: &str) -> Secure {
+        let var = |v: &str| {
+            std::env::var(v)
+                .unwrap_or_else(|_| panic!("{v} is not set: run deploy/test.sh, which starts the TLS+SASL broker"))
+        };
+        Secure {
+            brokers: var("SLUICE_TEST_SECURE_BROKERS"),
+            ca: var("SLUICE_TEST_SECURE_CA"),
+            user: var("SLUICE_TEST_SECURE_USER"),
+            password: var("SLUICE_TEST_SECURE_PASSWORD"),
+            dir: tempfile::tempdir().unwrap(),
+            prefix: format!(
+                "it-{name}-{}-{}.",
+                std::process::id(),
+                chrono::Utc::now().timestamp_millis()
+            ),
+        }
+    }
+
+    /// A config file for this broker with `password`, read from a file; `ca`: trust the
+    /// broker's CA or not.
+    fn config(&self, name: &str, password: &str, ca: bool) -> PathBuf {
+        let secret = self.dir.path().join(format!("{name}.password"));
+        std::fs::write(&secret, format!("{password}\n")).unwrap();
+        let path = self.dir.path().join(format!("{name}.toml"));
+        let ca = if ca {
+            format!("\"ssl.ca.location\" = \"{}\"\n", self.ca)
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &path,
+            format!(
+                "brokers = \"{}\"\ntopic-prefix = \"{}\"\nstate-dir = \"{}\"\nlog = \"debug\"\n\n[kafka]\n\
+                 \"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
+                 \"sasl.username\" = \"{}\"\n\"sasl.password\" = \"${{file:{}}}\"\n{ca}",
+                self.brokers,
+                self.prefix,
+                self.dir.path().join("state").display(),
+                self.user,
+                secret.display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// `sluice --config CONFIG ARGS...`, in a clean environment (no SLUICE_* from outside).
+    fn sluice(&self, config: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")) {
+            command.env_remove(k);
+        }
+        command.current_dir(repo()).arg("--config").arg(config).args(args);
+        command
+    }
+
+    fn run(&self, config: &Path, args: &[&str]) -> (Option<i32>, String, String, Duration) {
+        let started = Instant::now();
+        let Output { status, stdout, stderr } = self.sluice(config, args).output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (status.code(), text(&stdout), text(&stderr), started.elapsed())
+    }
+}
+
+#[test]
+fn the_processor_runs_over_tls_and_sasl_and_never_shows_the_password() {
+    let s = Secure::new("secure");
+    let config = s.config("good", &s.password, true);
+    let (code, out, err, _) = s.run(&config, &["topics", "apply", "--dir", "topics"]);
+    assert_eq!(code, Some(0), "topics apply over SASL_SSL\n{out}\n{err}");
+    let pipelines = s.dir.path().join("pipelines");
+    std::fs::create_dir_all(&pipelines).unwrap();
+    std::fs::write(
+        pipelines.join("secure-gold.yaml"),
+        serde_json::to_string(&pipeline("secure-gold", command_job("true", 0))).unwrap(),
+    )
+    .unwrap();
+    let (code, out, err, _) = s.run(&config, &["config", "apply", pipelines.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+
+    let log = s.dir.path().join("run.log");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let processor = s
+        .sluice(&config, &["run", "--http", &addr])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _processor = Instances(vec![processor]);
+    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until(
+        "the processor ready on the secure broker",
+        Duration::from_secs(60),
+        log_tail,
+        || http_get(&addr, "/readyz").is_some_and(|(status, _)| status == 200),
+    );
+    for (key, field) in [("row-count", "count=5000"), ("upstream", "status=ready")] {
+        let (code, out, err, _) = s.run(&config, &["sensor", "put", "secure-gold", key, field]);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+    }
+    wait_until("the job completed", Duration::from_secs(60), log_tail, || {
+        http_get(&addr, "/api/pipelines/secure-gold")
+            .is_some_and(|(status, body)| status == 200 && body.contains("JOB_COMPLETED"))
+    });
+
+    // Everything Sluice printed or published: the log (at debug), the events, the API, the
+    // metrics and the help (with the config file in force).
+    let (_, events, _, _) = s.run(&config, &["events", "tail", "--output", "json"]);
+    assert!(events.contains("JOB_COMPLETED"), "{events}");
+    let (_, help, _, _) = s.run(&config, &["run", "--help"]);
+    let shown = [
+        log_tail(),
+        events,
+        http_get(&addr, "/api/pipelines/secure-gold").unwrap().1,
+        http_get(&addr, "/metrics").unwrap().1,
+        help,
+    ];
+    for text in &shown {
+        assert!(
+            !text.contains(&s.password),
+            "the password shows in:\n{}",
+            &text[..text.len().min(4000)]
+        );
+    }
+    assert!(log_tail().contains("DEBUG"), "the log was at debug level");
+}
+
+#[test]
+fn a_wrong_password_or_an_untrusted_certificate_stops_a_command_at_once_saying_which() {
+    let s = Secure::new("refused");
+    let wrong = format!("not-{}", s.password);
+    let cases = [
+        ("wrong-password", s.config("wrong", &wrong, true), "SASL"),
+        (
+            "untrusted-certificate",
+            s.config("untrusted", &s.password, false),
+            "certificate verify failed",
+        ),
+    ];
+    for (name, config, says) in &cases {
+        for args in [&["topics", "apply", "--dir", "topics"][..], &["run"][..]] {
+            let (code, out, err, took) = s.run(config, args);
+            assert_ne!(code, Some(0), "{name}: {args:?} must fail\n{out}\n{err}");
+            assert!(err.contains(says), "{name}: {args:?} says why\n{err}");
+            assert!(
+                took < Duration::from_secs(20),
+                "{name}: {args:?} failed only after {took:?}"
+            );
+            assert!(!err.contains(&wrong) && !err.contains(&s.password), "{name}: {err}");
+        }
+    }
+}
+
+#[test]
+fn the_help_never_shows_environment_values() {
+    let secret = "hunter2-in-a-url";
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--help"])
+        .env(
+            "SLUICE_SCHEMA_REGISTRY_URL",
+            format!("https://sluice:{secret}@registry.internal"),
+        )
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("SLUICE_SCHEMA_REGISTRY_URL"), "{help}");
+    assert!(!help.contains(secret), "{help}");
+}
