@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sluice::core::events::EventType;
 
-use crate::support::{command_job, free_port, http_get, pipeline, sluice, wait_until, Instances, World};
+use crate::support::{
+    command_job, day, free_port, http_get, http_request, pipeline, sluice, wait_until, Instances, World,
+};
 
 fn get_json(addr: &str, path: &str) -> Option<(u16, Value)> {
     let (status, body) = http_get(addr, path)?;
@@ -121,6 +123,16 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     let (status, body) = get_json(&a, "/api/pipelines/never-configured").unwrap();
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].as_str().unwrap().contains("never-configured"), "{body}");
+    // Without token files the API is read-only.
+    let (status, answer) = http_request(
+        &a,
+        "POST",
+        "/api/pipelines/api0/rerun",
+        &[],
+        r#"{"date": "2026-01-01"}"#,
+    )
+    .unwrap();
+    assert!(status == 403 && answer.contains("read-only"), "{status} {answer}");
 
     // Pages over every instance's pipelines, with the counts by state of the whole match.
     let (_, page) = get_json(&b, "/api/pipelines?limit=3&offset=6").unwrap();
@@ -212,4 +224,111 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
         err.contains("cannot reach the Sluice API") && err.contains("SLUICE_API"),
         "{err}"
     );
+}
+
+/// With token files, every request but the probes and the page's files needs a token; only a
+/// write token reruns, and `sluice status` reads with a token.
+#[test]
+fn tokens_guard_the_api_and_only_a_write_token_reruns() {
+    let mut w = World::new("auth");
+    w.config(&pipeline("auth1", command_job("true", 0)));
+    let dir = tempfile::tempdir().unwrap();
+    let (read, write) = ("read-token-for-the-tests-0001", "write-token-for-the-tests-0002");
+    let (read_file, write_file) = (dir.path().join("read"), dir.path().join("write"));
+    std::fs::write(&read_file, format!("# readers\n{read}\n")).unwrap();
+    std::fs::write(&write_file, format!("{write}\n")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = w.spawn(
+        w.state.path(),
+        &[
+            "--http",
+            &addr,
+            "--api-token-file",
+            read_file.to_str().unwrap(),
+            "--api-write-token-file",
+            write_file.to_str().unwrap(),
+        ],
+    );
+    w.swap_processor(Some(child));
+    wait_until(
+        "ready, without a token",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200),
+    );
+    let bearer = |t: &str| format!("Bearer {t}");
+    let get = |path: &str, token: Option<&str>| {
+        let auth = token.map(bearer);
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        http_request(&addr, "GET", path, &headers, "").unwrap()
+    };
+    assert_eq!(get("/healthz", None).0, 200);
+    assert_eq!(get("/", None).0, 200, "the page's files are open; its data is not");
+    for path in ["/api/pipelines", "/api/pipelines/auth1", "/metrics"] {
+        assert_eq!(get(path, None).0, 401, "{path} without a token");
+        assert_eq!(
+            get(path, Some("read-token-for-the-tests-0009")).0,
+            401,
+            "{path} with a wrong token"
+        );
+        assert_eq!(get(path, Some(read)).0, 200, "{path} with a read token");
+        assert_eq!(get(path, Some(write)).0, 200, "{path} with a write token");
+    }
+
+    w.sensor("auth1", "row-count", json!({"count": 5000}));
+    w.sensor("auth1", "upstream", json!({"status": "ready"}));
+    w.wait_for("auth1", "JOB_COMPLETED", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    let post = |token: &str, body: &str| {
+        let auth = bearer(token);
+        http_request(
+            &addr,
+            "POST",
+            "/api/pipelines/auth1/rerun",
+            &[("Authorization", &auth)],
+            body,
+        )
+        .unwrap()
+    };
+    let body = json!({"date": day(), "reason": "checking the API", "requestedBy": "tests"}).to_string();
+    let (status, answer) = post(read, &body);
+    assert!(status == 403 && answer.contains("may read"), "{status} {answer}");
+    let (status, answer) = post(write, r#"{"date": "yesterday"}"#);
+    assert!(status == 400 && answer.contains("not a date"), "{status} {answer}");
+    let (status, answer) = post(write, &body);
+    assert_eq!(status, 202, "{answer}");
+    // The owner answers on the events topic: the run succeeded and no data changed.
+    let events = w.wait_for("auth1", "the rerun's answer", |es| {
+        es.iter().any(|e| e.kind == EventType::RERUN_REJECTED)
+    });
+    let answer = events.iter().find(|e| e.kind == EventType::RERUN_REJECTED).unwrap();
+    assert_eq!(
+        (&answer.detail["requestedBy"], &answer.detail["reason"]),
+        (&json!("tests"), &json!("checking the API")),
+        "{answer:?}"
+    );
+
+    // `sluice status` with and without a token.
+    let status = |token: Option<&std::path::Path>| {
+        let mut command = sluice();
+        command
+            .args(["status", "--api", &format!("http://{addr}")])
+            .env_remove("SLUICE_API_TOKEN_FILE");
+        if let Some(t) = token {
+            command.arg("--api-token-file").arg(t);
+        }
+        command.output().unwrap()
+    };
+    let out = status(Some(&read_file));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("auth1"));
+    let out = status(None);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--api-token-file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w.stop();
 }

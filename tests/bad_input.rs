@@ -856,3 +856,41 @@ fn a_rejection_quoting_a_huge_value_is_dead_lettered() {
     assert_eq!(dead[1].0.as_deref(), Some(b"after: not json".as_slice()));
     assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly:\n{}", w.log_tail());
 }
+
+/// Limits (`--max-record-bytes`, `--max-sensors-per-pipeline`): a record or reading over one
+/// is an INPUT_REJECTED naming the limit, dead-lettered whole, and the pipeline goes on.
+#[test]
+fn records_over_the_limits_are_rejected_naming_the_limit() {
+    let mut w = World::new("limits");
+    w.config(&pipeline("lim", command_job("true")));
+    let child = w.spawn(
+        w.state.path(),
+        &["--max-record-bytes", "4096", "--max-sensors-per-pipeline", "2"],
+    );
+    w.swap_processor(Some(child));
+    w.wait_for("lim", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    let big = json!({"pipelineId": "lim", "key": "row-count", "data": {"count": 5000, "pad": "x".repeat(8000)}});
+    let big = serde_json::to_vec(&big).unwrap();
+    w.produce("sensors", Some("lim"), Some(&big));
+    // The pipeline goes on without it: two readings (its limit) run the job.
+    w.sensor("lim", "row-count", json!({"count": 5000}));
+    w.sensor("lim", "upstream", json!({"status": "ready"}));
+    w.wait_for("lim", "JOB_COMPLETED", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    // A third key: over the pipeline's limit of two readings.
+    w.sensor("lim", "third", json!({"n": 1}));
+    w.wait_for("lim", "both rejections", |es| {
+        es.iter().filter(|e| is_rejection(e)).count() >= 2
+    });
+    let dead = w.dead_letters(2);
+    let error = |i: usize| dead[i].1.iter().find(|(k, _)| k == "error").unwrap().1.clone();
+    assert_eq!(dead[0].0.as_deref(), Some(big.as_slice()), "the record is kept whole");
+    assert!(
+        error(0).contains("--max-record-bytes") && error(0).contains("4096"),
+        "{}",
+        error(0)
+    );
+    assert!(error(1).contains("--max-sensors-per-pipeline"), "{}", error(1));
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}

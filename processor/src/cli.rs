@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -13,11 +14,13 @@ use crate::calendars::{self, Calendars, ResolveError};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::duration::parse_duration;
 use crate::core::lifecycle::Settings as DeciderSettings;
+use crate::core::limits::Limits;
 use crate::core::records::{
     parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
 };
 use crate::core::template;
-use crate::runtime::api::{self, Api};
+use crate::runtime::access::{self, Access};
+use crate::runtime::api::{self, Api, Commands};
 use crate::runtime::codec::{Codec, Family, Formats};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http::{self as http_server, Telemetry};
@@ -141,6 +144,22 @@ pub(crate) struct DeciderArgs {
     /// data and post-run checks before it is pruned (the old design's TTL).
     #[arg(long, env = "SLUICE_RETENTION", default_value = "7d", value_parser = parse_delta)]
     retention: chrono::TimeDelta,
+    /// Largest sensor reading, job report or command record accepted, in bytes; a larger one
+    /// is rejected to the dead-letter topic.
+    #[arg(long, env = "SLUICE_MAX_RECORD_BYTES", default_value_t = Limits::default().record_bytes)]
+    max_record_bytes: usize,
+    /// Largest pipeline config record accepted, in bytes.
+    #[arg(long, env = "SLUICE_MAX_CONFIG_BYTES", default_value_t = Limits::default().config_bytes)]
+    max_config_bytes: usize,
+    /// Most rules in one config (validation and postRun together).
+    #[arg(long, env = "SLUICE_MAX_RULES", default_value_t = Limits::default().rules)]
+    max_rules: usize,
+    /// Most sensor readings one pipeline keeps (each date's reading of a key counts).
+    #[arg(long, env = "SLUICE_MAX_SENSORS_PER_PIPELINE", default_value_t = Limits::default().sensors)]
+    max_sensors_per_pipeline: usize,
+    /// Largest job config once its templates are expanded, in bytes.
+    #[arg(long, env = "SLUICE_MAX_TEMPLATE_BYTES", default_value_t = Limits::default().expansion_bytes)]
+    max_template_bytes: usize,
 }
 
 impl DeciderArgs {
@@ -148,6 +167,13 @@ impl DeciderArgs {
         DeciderSettings {
             max_clock_skew: self.max_clock_skew,
             retention: self.retention,
+            limits: Limits {
+                record_bytes: self.max_record_bytes,
+                config_bytes: self.max_config_bytes,
+                rules: self.max_rules,
+                sensors: self.max_sensors_per_pipeline,
+                expansion_bytes: self.max_template_bytes,
+            },
         }
     }
 }
@@ -216,10 +242,20 @@ struct RunArgs {
     /// exactly-once. Default: the host name, and dynamic membership.
     #[arg(long, env = "SLUICE_INSTANCE")]
     instance: Option<String>,
-    /// Serve /healthz, /readyz, /metrics and the pipeline API (/api/pipelines) on this
-    /// address (e.g. 127.0.0.1:9464).
-    #[arg(long, env = "SLUICE_HTTP", value_name = "ADDR")]
+    /// Serve /healthz, /readyz, /metrics, the pipeline API (/api/pipelines) and the page on
+    /// this address: HOST:PORT, or a bare PORT for loopback (127.0.0.1). Binding another
+    /// address without --api-token-file logs a warning: the API would be open to the network.
+    #[arg(long, env = "SLUICE_HTTP", value_name = "ADDR", value_parser = parse_http_addr)]
     http: Option<std::net::SocketAddr>,
+    /// Tokens (one per line) that may read the API, the page's data and /metrics. With this
+    /// or --api-write-token-file, every request but /healthz, /readyz and the page's static
+    /// files needs `Authorization: Bearer TOKEN`. Give every instance the same files.
+    #[arg(long, env = "SLUICE_API_TOKEN_FILE", value_name = "FILE")]
+    api_token_file: Option<PathBuf>,
+    /// Tokens that may also rerun and cancel executions (POST /api/pipelines/ID/rerun and
+    /// /cancel). Without it the API is read-only.
+    #[arg(long, env = "SLUICE_API_WRITE_TOKEN_FILE", value_name = "FILE")]
+    api_write_token_file: Option<PathBuf>,
     /// How other instances reach this one's HTTP API, to forward requests for the pipelines
     /// it owns (e.g. http://sluice-0.sluice:9464). Default: http://ADDR of --http, with the
     /// host name in place of an unspecified address.
@@ -247,9 +283,26 @@ fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
     })
 }
 
+/// `--http`: `HOST:PORT`, or a bare `PORT` (or `:PORT`) on loopback.
+fn parse_http_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let port = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|_| format!("{text:?} is neither HOST:PORT (127.0.0.1:9464) nor a port"))
+}
+
+/// `run --http` and who may use it.
+struct HttpOptions {
+    addr: std::net::SocketAddr,
+    advertise: Option<String>,
+    access: Arc<Access>,
+}
+
 /// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
 /// for.
-async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: Option<String>) -> Result<ExitCode> {
+async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> {
     let telemetry = Telemetry::new();
     let _metrics_export = observability::export_metrics(telemetry.clone())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -275,11 +328,24 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
         (Family::Commands, t.commands.as_str()),
     ];
     settings.codec.prepare(&families).await?;
+    let commands = Commands {
+        producer: kafka::producer(&kafka)?,
+        topic: settings.topics.commands.clone(),
+        codec: settings.codec.clone(),
+    };
     let processor = Processor::start(settings, telemetry.clone())?;
-    if let Some(addr) = http {
+    if let Some(HttpOptions {
+        addr,
+        advertise,
+        access,
+    }) = http
+    {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding --http {addr}"))?;
+        if !addr.ip().is_loopback() && !access.required() {
+            tracing::warn!(%addr, "the API and the page are open to anyone who can reach {addr}: give --api-token-file to require a token");
+        }
         let url = advertise_url(advertise, addr);
         tracing::info!(%addr, %url, "serving /healthz, /readyz, /metrics and /api/pipelines");
         let directory = Directory::new(&instance, &group);
@@ -298,9 +364,13 @@ async fn run(settings: Settings, http: Option<std::net::SocketAddr>, advertise: 
             processor.owned_partitions(),
             stopped.clone(),
         ));
-        let app = http_server::router(telemetry)
-            .merge(api::routes(Api::new(processor.queries(), directory, &instance)?))
-            .merge(ui::routes());
+        // The probes and the page's static files are open; the data needs a token when tokens
+        // are set (see runtime::access).
+        let api = Api::new(processor.queries(), directory, &instance, access.clone(), commands)?;
+        let guarded = http_server::metrics_route(telemetry.clone())
+            .merge(api::routes(api))
+            .route_layer(axum::middleware::from_fn_with_state(access, access::guard));
+        let app = http_server::probes(telemetry).merge(guarded).merge(ui::routes());
         let stopped = stopped.clone();
         tokio::spawn(async move {
             if let Err(e) = http_server::serve(listener, app, wait(stopped)).await {
@@ -517,7 +587,18 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
                 decider: args.decider.settings(),
                 codec,
             };
-            run(settings, args.http, args.advertise_url).await
+            let http = match args.http {
+                Some(addr) => Some(HttpOptions {
+                    addr,
+                    advertise: args.advertise_url,
+                    access: Arc::new(Access::from_files(
+                        args.api_token_file.as_deref(),
+                        args.api_write_token_file.as_deref(),
+                    )?),
+                }),
+                None => None,
+            };
+            run(settings, http).await
         }
         Command::Topics {
             command: TopicsCommand::Apply { dir },
@@ -855,7 +936,17 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &Calenda
         };
         let calendar_fields = resolve_calendars(&mut json, calendars, mode, &mut file);
         match config::parse(&json, mode) {
-            Ok(Parsed { warnings, .. }) => {
+            Ok(Parsed { warnings, config }) => {
+                // The processor's default limits: a config over them would be rejected there.
+                let limits = Limits::default();
+                file.problems.extend(limits.check_config(&config));
+                let bytes = json.to_string().len();
+                if let Err(reason) = limits.check_record(true, bytes) {
+                    file.problems.push(Problem {
+                        path: String::new(),
+                        reason,
+                    });
+                }
                 file.warnings.extend(warnings);
                 file.json = Some(json);
             }

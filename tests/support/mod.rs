@@ -847,11 +847,24 @@ pub fn free_port() -> u16 {
 
 /// GET over plain HTTP/1.1: status code and body.
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_request(addr, "GET", path, &[], "")
+}
+
+/// One HTTP/1.1 request on loopback with extra `headers` and a `body`: status and body.
+pub fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, String)> {
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let headers: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut response = String::new();

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod duration;
 pub mod events;
 pub mod lifecycle;
+pub mod limits;
 pub mod partitioning;
 pub mod records;
 pub mod replay;

@@ -1,6 +1,8 @@
 //! The pipeline API beside the processor on `--http`: `GET /api/pipelines` (every pipeline of
 //! every instance) and `GET /api/pipelines/{id}` (config, latest sensors, executions, pending
-//! timers, recent events), whichever instance is asked.
+//! timers, recent events), whichever instance is asked; `POST /api/pipelines/{id}/rerun` and
+//! `/cancel` publish the command to `sluice.commands` for a token allowed to write (see
+//! [`super::access`]).
 //!
 //! The processor owns its state and answers [`Query`]s between batches, so a reader never
 //! sees half a batch. A pipeline of a partition this instance does not own is forwarded to the
@@ -9,18 +11,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query as QueryString, State};
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query as QueryString, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use chrono::Utc;
+use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::access::{Access, Grant};
+use super::codec::{Codec, Family};
 use super::instances::{Directory, Member};
+use super::kafka;
 use crate::core::partitioning::partition_for;
+use crate::core::records::{parse_execution_date, CommandKind, CommandRecord};
 use crate::core::status::PipelineSummary;
 
 /// Marks a forwarded request, so it is answered where it lands and never forwarded again.
@@ -55,10 +63,26 @@ pub struct Api {
     pub directory: Arc<Directory>,
     pub instance: String,
     pub client: reqwest::Client,
+    pub access: Arc<Access>,
+    /// Where reruns and cancels go.
+    pub commands: Arc<Commands>,
+}
+
+/// The commands topic and how to write to it.
+pub struct Commands {
+    pub producer: FutureProducer,
+    pub topic: String,
+    pub codec: Codec,
 }
 
 impl Api {
-    pub fn new(queries: mpsc::Sender<Query>, directory: Arc<Directory>, instance: &str) -> anyhow::Result<Api> {
+    pub fn new(
+        queries: mpsc::Sender<Query>,
+        directory: Arc<Directory>,
+        instance: &str,
+        access: Arc<Access>,
+        commands: Commands,
+    ) -> anyhow::Result<Api> {
         let client = reqwest::Client::builder()
             .timeout(PEER_TIMEOUT)
             .build()
@@ -68,6 +92,8 @@ impl Api {
             directory,
             instance: instance.to_string(),
             client,
+            access,
+            commands: Arc::new(commands),
         })
     }
 
@@ -85,6 +111,8 @@ pub fn routes(api: Api) -> Router {
         .route("/api/pipelines", get(list))
         .route("/api/pipelines/{id}", get(pipeline))
         .route("/api/pipelines/{id}/events/{event}", get(event))
+        .route("/api/pipelines/{id}/rerun", post(rerun))
+        .route("/api/pipelines/{id}/cancel", post(cancel))
         .with_state(api)
 }
 
@@ -137,7 +165,7 @@ async fn list(
     let mut complete = true;
     if !filter.local && !headers.contains_key(FORWARDED) {
         for peer in api.directory.peers(Utc::now()) {
-            match fetch_peer_list(&api, &peer).await {
+            match fetch_peer_list(&api, &peer, &headers).await {
                 Ok(theirs) => {
                     pipelines.extend(theirs.into_iter().map(Arc::new));
                     instances.push(json!({"instance": peer.instance, "url": peer.url, "ok": true}));
@@ -176,12 +204,19 @@ async fn list(
     (StatusCode::OK, json_type(), body.to_string()).into_response()
 }
 
-async fn fetch_peer_list(api: &Api, peer: &Member) -> Result<Vec<PipelineSummary>, String> {
+/// A request to a peer, on behalf of the caller: marked as forwarded, with the caller's
+/// credentials (every instance is given the same token files).
+fn to_peer(api: &Api, url: &str, headers: &HeaderMap) -> reqwest::RequestBuilder {
+    let request = api.client.get(url).header(FORWARDED, &api.instance);
+    match headers.get(header::AUTHORIZATION) {
+        Some(authorization) => request.header(header::AUTHORIZATION, authorization),
+        None => request,
+    }
+}
+
+async fn fetch_peer_list(api: &Api, peer: &Member, headers: &HeaderMap) -> Result<Vec<PipelineSummary>, String> {
     let url = format!("{}/api/pipelines?local=true", peer.url.trim_end_matches('/'));
-    let response = api
-        .client
-        .get(&url)
-        .header(FORWARDED, &api.instance)
+    let response = to_peer(api, &url, headers)
         .send()
         .await
         .map_err(|e| format!("{url}: {e}"))?;
@@ -218,7 +253,7 @@ async fn pipeline(State(api): State<Api>, Path(id): Path<String>, headers: Heade
                 );
             }
             match api.directory.owner(partition, Utc::now()) {
-                Some(owner) => forward(&api, &owner, &id).await,
+                Some(owner) => forward(&api, &owner, &id, &headers).await,
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("pipeline {id:?} is in partition {partition}, which no live instance owns right now (starting or rebalancing?); retry shortly"),
@@ -253,13 +288,13 @@ async fn event(State(api): State<Api>, Path((id, event_id)): Path<(String, Strin
 }
 
 /// Relays the owner's answer, status and body as they are.
-async fn forward(api: &Api, owner: &Member, id: &str) -> Response {
+async fn forward(api: &Api, owner: &Member, id: &str, headers: &HeaderMap) -> Response {
     let url = format!(
         "{}/api/pipelines/{}",
         owner.url.trim_end_matches('/'),
         url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
     );
-    let sent = api.client.get(&url).header(FORWARDED, &api.instance).send().await;
+    let sent = to_peer(api, &url, headers).send().await;
     match sent {
         Ok(response) => {
             let status = StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -278,6 +313,103 @@ async fn forward(api: &Api, owner: &Member, id: &str) -> Response {
                 owner.instance, owner.url
             ),
         ),
+    }
+}
+
+/// `POST /api/pipelines/{id}/rerun` and `/cancel`: the body names the execution.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ExecutionRequest {
+    /// `YYYY-MM-DD`, or `YYYY-MM-DDTHH` for an hourly execution.
+    date: String,
+    schedule: Option<String>,
+    reason: Option<String>,
+    requested_by: Option<String>,
+}
+
+async fn rerun(api: State<Api>, id: Path<String>, grant: Extension<Grant>, body: Bytes) -> Response {
+    command(api, id, grant, body, CommandKind::Rerun).await
+}
+
+async fn cancel(api: State<Api>, id: Path<String>, grant: Extension<Grant>, body: Bytes) -> Response {
+    command(api, id, grant, body, CommandKind::Cancel).await
+}
+
+/// Publishes a rerun or cancel to the commands topic, as `sluice rerun|cancel` does; the
+/// pipeline's owner answers with RERUN_ACCEPTED/REJECTED or RUN_CANCELLED on the events topic.
+async fn command(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    Extension(grant): Extension<Grant>,
+    body: Bytes,
+    kind: CommandKind,
+) -> Response {
+    if !api.access.allows_writes() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the API is read-only: start `sluice run` with --api-write-token-file to allow reruns and cancels",
+        );
+    }
+    if grant != Grant::Write {
+        return error(StatusCode::FORBIDDEN, "this token may read but not rerun or cancel");
+    }
+    let request: ExecutionRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                "the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?}}: {e}"
+            ),
+            )
+        }
+    };
+    let Some(date) = parse_execution_date(&request.date) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", request.date),
+        );
+    };
+    let record = CommandRecord {
+        pipeline_id: id.clone(),
+        command: kind,
+        schedule_id: request.schedule,
+        date,
+        reason: request.reason,
+        requested_by: Some(request.requested_by.unwrap_or_else(|| format!("api@{}", api.instance))),
+        subscriber: None,
+        key: None,
+    };
+    let commands = &api.commands;
+    let sent = async {
+        let json = serde_json::to_value(&record)?;
+        let value = commands.codec.encode(Family::Commands, &commands.topic, &json)?;
+        kafka::send(
+            &commands.producer,
+            &commands.topic,
+            Some(id.as_bytes()),
+            Some(&value),
+            &[],
+        )
+        .await
+    }
+    .await;
+    match sent {
+        Ok((partition, offset)) => (
+            StatusCode::ACCEPTED,
+            json_type(),
+            json!({
+                "command": kind.name(),
+                "pipelineId": id,
+                "topic": commands.topic,
+                "partition": partition,
+                "offset": offset,
+                "answer": "the pipeline's owner answers on the events topic (RERUN_ACCEPTED, RERUN_REJECTED or RUN_CANCELLED)",
+            })
+            .to_string(),
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::BAD_GATEWAY, &format!("publishing the {} command: {e:#}", kind.name())),
     }
 }
 

@@ -335,13 +335,18 @@ fn topic_label(topic: &str) -> TopicLabel {
     }
 }
 
-/// The operational routes; `sluice run` adds the pipeline API ([`super::api::routes`]).
-pub fn router(telemetry: Arc<Telemetry>) -> Router {
+/// The probes, open to every caller (orchestrators have no token).
+pub fn probes(telemetry: Arc<Telemetry>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .with_state(telemetry)
+}
+
+/// `/metrics`, which `sluice run` serves behind the API's access rule, beside the pipeline
+/// API ([`super::api::routes`]).
+pub fn metrics_route(telemetry: Arc<Telemetry>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(telemetry)
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then finishes the requests in flight
@@ -407,7 +412,8 @@ mod tests {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let telemetry = Telemetry::new();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, router(telemetry.clone()), async {
+        let app = probes(telemetry.clone()).merge(metrics_route(telemetry.clone()));
+        let task = tokio::spawn(serve(listener, app, async {
             let _ = stopped.await;
         }));
         // No proxy: an http_proxy in the environment must not intercept loopback requests.

@@ -2,6 +2,7 @@
 //! hands them to the decider, and carries out its decisions (state, events, timers,
 //! effects). No business rule lives here.
 
+pub mod access;
 pub mod alerts;
 pub mod api;
 pub mod changelog;

@@ -46,6 +46,7 @@ use super::topics::{InputTopic, Topics};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
+use crate::core::limits::Limits;
 use crate::core::records;
 use crate::core::status;
 use crate::core::timers::{timer_origin, TimerIndex, TimerOp};
@@ -608,7 +609,14 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
-            let (pipeline, input) = read_input(&self.settings.codec, kind, message, self.partitions).await;
+            let (pipeline, input) = read_input(
+                &self.settings.codec,
+                kind,
+                message,
+                self.partitions,
+                &self.settings.decider.limits,
+            )
+            .await;
             if let Input::JobReported(report) = &input {
                 // The trigger's outcome is known: it leaves the journal.
                 pending.stores.entry(p).or_default().delete_effect(&report.run_id);
@@ -1033,8 +1041,15 @@ pub(crate) async fn read_input(
     kind: InputTopic,
     message: &OwnedMessage,
     partitions: i32,
+    limits: &Limits,
 ) -> (String, Input) {
     let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
+    // Measured before anything is decoded: an oversized record is never parsed.
+    let size = message.payload().map_or(0, <[u8]>::len);
+    if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
+        let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
+        return (key.unwrap_or_default(), Input::Rejected { source: origin, reason });
+    }
     let payload = match (kind.family(), message.payload()) {
         (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
         (_, bytes) => Ok(bytes.map(Cow::Borrowed)),

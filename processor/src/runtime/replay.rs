@@ -31,6 +31,7 @@ use crate::cli::{publishable_configs, Progress};
 use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
 use crate::core::lifecycle::Input;
+use crate::core::limits::Limits;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::Replay;
 
@@ -372,11 +373,19 @@ async fn read_inputs(
         }
     }
     let warm_up_from = args.warm_up_from;
-    decoded_in_order(consumer, topics, codec, partitions, &starts, |kind, at, pipeline| {
-        // The broker's offset for a time can be coarse: what is older is dropped here.
-        !(kind != InputTopic::Config && warm_up_from.is_some_and(|w| at < w))
-            && (args.only.is_empty() || args.only.iter().any(|id| id == pipeline))
-    })
+    decoded_in_order(
+        consumer,
+        topics,
+        codec,
+        partitions,
+        &args.decider.settings().limits,
+        &starts,
+        |kind, at, pipeline| {
+            // The broker's offset for a time can be coarse: what is older is dropped here.
+            !(kind != InputTopic::Config && warm_up_from.is_some_and(|w| at < w))
+                && (args.only.is_empty() || args.only.iter().any(|id| id == pipeline))
+        },
+    )
     .await
 }
 
@@ -388,6 +397,7 @@ pub(crate) async fn decoded_in_order(
     topics: &Topics,
     codec: &Codec,
     partitions: i32,
+    limits: &Limits,
     starts: &[Start],
     keep: impl Fn(InputTopic, DateTime<Utc>, &str) -> bool,
 ) -> Result<Vec<Recorded>> {
@@ -398,7 +408,7 @@ pub(crate) async fn decoded_in_order(
             continue;
         };
         let at = timestamp(message).unwrap_or(DateTime::<Utc>::MIN_UTC);
-        let (pipeline, input) = read_input(codec, kind, message, partitions).await;
+        let (pipeline, input) = read_input(codec, kind, message, partitions, limits).await;
         if !keep(kind, at, &pipeline) {
             continue;
         }

@@ -336,7 +336,16 @@ async fn from_scratch(
             offset: 0,
         })
         .collect();
-    let records = decoded_in_order(consumer, topics, codec, partitions, &starts, |_, _, _| true).await?;
+    let records = decoded_in_order(
+        consumer,
+        topics,
+        codec,
+        partitions,
+        &args.decider.settings().limits,
+        &starts,
+        |_, _, _| true,
+    )
+    .await?;
     let before: Vec<_> = records
         .into_iter()
         .filter(|r| {

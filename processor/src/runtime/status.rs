@@ -32,12 +32,30 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// A file whose first token is sent as `Authorization: Bearer` (instances started with
+    /// --api-token-file need one).
+    #[arg(long, env = "SLUICE_API_TOKEN_FILE", value_name = "FILE")]
+    api_token_file: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     let base = args.api.trim_end_matches('/');
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(path) = &args.api_token_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let token = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .with_context(|| format!("{} holds no token", path.display()))?;
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .with_context(|| format!("the token in {} is not a valid header value", path.display()))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
+        .default_headers(headers)
         .build()
         .context("building the HTTP client")?;
     let body = match &args.pipeline {
@@ -105,10 +123,10 @@ async fn get_json(client: &reqwest::Client, base: &str, url: &str) -> Result<Val
     })?;
     if !status.is_success() {
         let why = body["error"].as_str().unwrap_or("no reason given");
-        let hint = if status == reqwest::StatusCode::NOT_FOUND {
-            "; `sluice status` lists the pipelines there are"
-        } else {
-            ""
+        let hint = match status {
+            reqwest::StatusCode::NOT_FOUND => "; `sluice status` lists the pipelines there are",
+            reqwest::StatusCode::UNAUTHORIZED => "; give a token with --api-token-file (env SLUICE_API_TOKEN_FILE)",
+            _ => "",
         };
         bail!("{why} (HTTP {status}){hint}");
     }

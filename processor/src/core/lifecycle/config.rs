@@ -43,6 +43,7 @@ impl Decider<'_> {
                     reason: format!("{:?} differs from the record key {:?}", p.config.id, self.pipeline_id),
                 });
             }
+            problems.extend(self.ctx.settings.limits.check_config(&p.config));
         }
         let Some(parsed) = parsed.filter(|_| problems.is_empty()) else {
             self.reject_config(problems);

@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 
 use super::config::{JobKind, PipelineConfig, RetryPolicy};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
+use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
 use super::rules::{Moment, Verdict};
 use super::timers::{TimerKind, TimerOp};
@@ -474,6 +475,8 @@ pub struct Settings {
     pub max_clock_skew: TimeDelta,
     /// How long an ended execution (and the sensors of its date) is kept.
     pub retention: TimeDelta,
+    /// What one record, config or template may hold.
+    pub limits: Limits,
 }
 
 impl Default for Settings {
@@ -481,6 +484,7 @@ impl Default for Settings {
         Settings {
             max_clock_skew: TimeDelta::minutes(5),
             retention: retention::RETENTION,
+            limits: Limits::default(),
         }
     }
 }

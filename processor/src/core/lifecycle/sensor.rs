@@ -42,6 +42,12 @@ impl Decider<'_> {
             return;
         }
         let slot = stored.slot(&reading.key);
+        if !self.state.sensors.contains_key(&slot) {
+            if let Err(reason) = self.ctx.settings.limits.check_sensors(self.state.sensors.len()) {
+                self.reject(&format!("sensor {}", reading.key), &reason);
+                return;
+            }
+        }
         let previous = self.state.sensors.insert(slot, stored.clone());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
         if unchanged {

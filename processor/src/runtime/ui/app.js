@@ -63,11 +63,35 @@ function tick() {
   }
 }
 
+// The API token, when the instance asks for one: kept for this tab only (sessionStorage).
+const TOKEN_KEY = "sluice-api-token";
+
+/** Thrown when the API wants a token: the page then shows the token form. */
+class NeedsToken extends Error {}
+
 async function getJson(path) {
-  const response = await fetch(path, { headers: { accept: "application/json" } });
+  const headers = { accept: "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.authorization = `Bearer ${token}`;
+  const response = await fetch(path, { headers });
   const body = await response.json().catch(() => ({}));
+  if (response.status === 401) throw new NeedsToken(token ? "that token was refused" : "this instance needs an API token");
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;
+}
+
+/** A form for the API token (the page's data needs one on this instance). */
+function tokenForm(why) {
+  const input = el("input", { id: "token", type: "password", autocomplete: "off", required: "" });
+  const form = el("form", { id: "token-form", class: "filters" },
+    el("label", { for: "token" }, "API token", input),
+    el("button", { type: "submit" }, "Use token"));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    refresh();
+  });
+  return [el("h1", {}, "Sign in"), el("p", { class: "error" }, `${why}.`), form];
 }
 
 function setStatus(text, isError) {
@@ -308,6 +332,12 @@ async function refresh() {
       await renderList(main);
     }
   } catch (e) {
+    if (e instanceof NeedsToken) {
+      // Not while someone is typing a token in.
+      if (!document.getElementById("token-form")) main.replaceChildren(...tokenForm(e.message));
+      setStatus(e.message, true);
+      return;
+    }
     showError(e);
     if (!main.querySelector("h1")) main.replaceChildren(el("p", { class: "error" }, `Could not load: ${e.message}`));
   }

@@ -926,6 +926,41 @@ fn input_rejected_for_a_sensor_timestamped_beyond_the_clock_skew() {
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
+// ---- Limits: INPUT_REJECTED / CONFIG_REJECTED naming the limit ----
+
+#[test]
+fn input_rejected_for_a_sensor_reading_beyond_the_pipelines_limit_of_readings() {
+    let mut sim = Sim::new();
+    sim.settings.limits.sensors = 2;
+    sim.config(gold(json!({})));
+    sim.sensor("gold", "row-count", json!({"count": 10}));
+    sim.sensor("gold", "other", json!({"n": 1}));
+    let before = sim.states["gold"].clone();
+    let decision = sim.sensor("gold", "third", json!({"n": 1}));
+    let reason = decision.dead_letter.expect("the record goes to the dead letters");
+    assert!(reason.contains("--max-sensors-per-pipeline"), "{reason}");
+    assert_eq!(since(&sim, 1), [INPUT_REJECTED]);
+    assert_eq!(sim.states["gold"], before);
+    // A reading of a key already kept replaces it: not refused.
+    let decision = sim.sensor("gold", "row-count", json!({"count": 2000}));
+    assert!(decision.dead_letter.is_none());
+    assert_eq!(sim.states["gold"].sensors["row-count"].data["count"], json!(2000));
+}
+
+#[test]
+fn config_rejected_for_more_rules_than_the_limit_and_the_previous_config_stays() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    sim.settings.limits.rules = 1;
+    let decision = sim.config(gold(json!({"validation": {"rules": [
+        {"key": "a", "check": "exists"}, {"key": "b", "check": "exists"}
+    ]}})));
+    let reason = decision.dead_letter.expect("the record goes to the dead letters");
+    assert!(reason.contains("--max-rules"), "{reason}");
+    assert_eq!(since(&sim, 1), [CONFIG_REJECTED]);
+    assert_eq!(last(&sim, CONFIG_REJECTED).detail["previousConfigKept"], json!(true));
+}
+
 #[test]
 fn validation_passed_never_comes_from_a_data_timestamp_in_the_future_for_an_age_lt_rule() {
     let mut sim = Sim::new();

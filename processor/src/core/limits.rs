@@ -1,0 +1,171 @@
+//! Bounds on what one input may hold, so that no record, config or template can make the
+//! processor hold unbounded memory. Exceeding one is an INPUT_REJECTED (the record goes to the
+//! dead-letter topic) or a CONFIG_REJECTED that names the limit and the flag that raises it;
+//! nothing is truncated or dropped silently.
+
+use serde_json::Value;
+
+use super::config::{PipelineConfig, Problem};
+use super::lifecycle::run_id;
+use super::template::{render_run, RunVariables};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of one sensor reading, job report or command record (`--max-record-bytes`).
+    pub record_bytes: usize,
+    /// Bytes of one pipeline config record (`--max-config-bytes`).
+    pub config_bytes: usize,
+    /// Rules of one config, validation and post-run together (`--max-rules`).
+    pub rules: usize,
+    /// Sensor readings one pipeline keeps, counting each date's reading of a key apart
+    /// (`--max-sensors-per-pipeline`).
+    pub sensors: usize,
+    /// Bytes of a job's config once its templates are expanded (`--max-template-bytes`).
+    pub expansion_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            record_bytes: 1 << 20,
+            config_bytes: 256 << 10,
+            rules: 100,
+            sensors: 1_000,
+            expansion_bytes: 64 << 10,
+        }
+    }
+}
+
+impl Limits {
+    /// Why an input record of `len` bytes is refused, if it is (`config`: a pipeline config).
+    pub fn check_record(&self, config: bool, len: usize) -> Result<(), String> {
+        let (limit, flag) = match config {
+            true => (self.config_bytes, "--max-config-bytes"),
+            false => (self.record_bytes, "--max-record-bytes"),
+        };
+        match len > limit {
+            true => Err(format!(
+                "record of {len} bytes is over the limit of {limit} bytes ({flag})"
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// Why a new sensor reading is refused when the pipeline keeps `kept` already.
+    pub fn check_sensors(&self, kept: usize) -> Result<(), String> {
+        match kept >= self.sensors {
+            true => Err(format!(
+                "the pipeline keeps {kept} sensor readings already, the limit (--max-sensors-per-pipeline); readings of a key for another date count apart, and expire with their executions"
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// A valid config's problems with the limits: its rule count, and the size of its job
+    /// config expanded with the longest run variables it can get.
+    pub fn check_config(&self, config: &PipelineConfig) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let rules = config.validation.rules.len() + config.post_run.as_ref().map_or(0, |p| p.rules.len());
+        if rules > self.rules {
+            problems.push(Problem {
+                path: "validation.rules".into(),
+                reason: format!(
+                    "{rules} rules (validation and postRun together), more than the limit of {} (--max-rules)",
+                    self.rules
+                ),
+            });
+        }
+        let schedule = config.schedule_id();
+        let date = "2000-01-01T00";
+        let longest = RunVariables {
+            pipeline: &config.id,
+            schedule,
+            date,
+            run_id: &run_id(&config.id, schedule, date, u32::MAX),
+        };
+        let job = Value::Object(config.job.config.clone());
+        if let Ok(expanded) = render_run(&job, &longest) {
+            let bytes = expanded.to_string().len();
+            if bytes > self.expansion_bytes {
+                problems.push(Problem {
+                    path: "job.config".into(),
+                    reason: format!(
+                        "expands to {bytes} bytes with the run variables, more than the limit of {} bytes (--max-template-bytes)",
+                        self.expansion_bytes
+                    ),
+                });
+            }
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(rules: usize, url: &str) -> PipelineConfig {
+        let rules: Vec<Value> = (0..rules)
+            .map(|i| json!({"key": format!("k{i}"), "check": "exists"}))
+            .collect();
+        let raw = json!({
+            "pipeline": {"id": "limited"},
+            "schedule": {"trigger": {"key": "k0", "check": "exists"}},
+            "validation": {"trigger": "ALL", "rules": rules},
+            "job": {"type": "http", "config": {"url": url}}
+        });
+        PipelineConfig::from_json(&raw).unwrap().config
+    }
+
+    #[test]
+    fn records_over_their_limit_are_refused_naming_it() {
+        let limits = Limits {
+            record_bytes: 10,
+            config_bytes: 20,
+            ..Limits::default()
+        };
+        assert!(limits.check_record(false, 10).is_ok());
+        let e = limits.check_record(false, 11).unwrap_err();
+        assert!(e.contains("11 bytes") && e.contains("--max-record-bytes"), "{e}");
+        assert!(limits.check_record(true, 20).is_ok());
+        assert!(limits
+            .check_record(true, 21)
+            .unwrap_err()
+            .contains("--max-config-bytes"));
+    }
+
+    #[test]
+    fn a_config_with_too_many_rules_or_too_large_an_expansion_has_problems() {
+        let limits = Limits {
+            rules: 3,
+            expansion_bytes: 200,
+            ..Limits::default()
+        };
+        assert!(limits.check_config(&config(3, "https://x/${DATE}")).is_empty());
+        let problems = limits.check_config(&config(4, "https://x/${DATE}"));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].reason.contains("--max-rules"), "{}", problems[0]);
+        // Each ${RUN_ID} grows by the run id: under the limit as written, over it expanded.
+        let url = format!("https://x/{}", "${RUN_ID}".repeat(8));
+        assert!(url.len() < 200);
+        let problems = limits.check_config(&config(1, &url));
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].path, "job.config");
+        assert!(problems[0].reason.contains("--max-template-bytes"), "{}", problems[0]);
+    }
+
+    #[test]
+    fn a_pipeline_keeps_at_most_its_limit_of_sensor_readings() {
+        let limits = Limits {
+            sensors: 2,
+            ..Limits::default()
+        };
+        assert!(limits.check_sensors(1).is_ok());
+        assert!(limits
+            .check_sensors(2)
+            .unwrap_err()
+            .contains("--max-sensors-per-pipeline"));
+    }
+}
