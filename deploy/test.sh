@@ -14,6 +14,8 @@ cargo fmt --all -- --check
 # look fresh here. Drop this crate's artifacts (its dependencies stay cached).
 cargo clean -p sluice --quiet
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Licences, banned crates and sources of every dependency (deny.toml).
+deploy/supply-chain.sh
 deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"

@@ -116,6 +116,42 @@ fn the_operator_page_follows_pipelines_live() {
     let owner = owner_of_gold().unwrap();
     let (serving, name) = if owner == "a" { (&other, "b") } else { (&addr, "a") };
     page_check(&w, "instances", serving, &shots, &[("SLUICE_UI_SERVING", name)]);
+    // b leaves cleanly (SIGTERM), so that a gets every partition back.
+    for child in &_b.0 {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+    let mut b = _b;
+    for child in &mut b.0 {
+        child.wait().unwrap();
+    }
+
+    // With API tokens the page asks for one.
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    let token = "page-token-for-the-tests-0003";
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{token}\n")).unwrap();
+    let child = w.spawn(
+        w.state.path(),
+        &[
+            "--http",
+            &addr,
+            "--instance",
+            "a",
+            "--api-token-file",
+            tokens.to_str().unwrap(),
+        ],
+    );
+    w.swap_processor(Some(child));
+    wait_until(
+        "the processor with tokens ready",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200),
+    );
+    page_check(&w, "token", &addr, &shots, &[("SLUICE_UI_TOKEN", token)]);
 
     for name in [
         "list.png",

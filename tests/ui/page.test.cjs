@@ -7,7 +7,8 @@
 //   SLUICE_SCREENSHOTS  where screenshots go          SLUICE_CHROMIUM  the browser (/usr/bin/chromium)
 //   SLUICE_UI_CHECK  which check: `live` (one instance, pipelines moving) or `instances`
 //                    (two instances; the page is served by the one that does not own
-//                    ui-gold, SLUICE_UI_SERVING names it)
+//                    ui-gold, SLUICE_UI_SERVING names it), or `token` (an instance with
+//                    API tokens; SLUICE_UI_TOKEN is one)
 "use strict";
 
 const { chromium } = require("playwright-core");
@@ -127,6 +128,24 @@ async function instances(page) {
   await page.screenshot({ path: path.join(shots, "pipeline-forwarded.png"), fullPage: true });
 }
 
+// An instance with API tokens: the page asks for one, refuses a wrong one, and shows the
+// pipelines once given a good one (SLUICE_UI_TOKEN).
+async function token(page) {
+  step("the page asks for a token");
+  await page.goto(`${base}/`);
+  await page.locator("#token-form").waitFor(WAIT);
+  step("a wrong token is refused, by name");
+  await page.locator("#token").fill("not-the-token-but-long-enough");
+  await page.keyboard.press("Enter");
+  await page.locator("#status").getByText("that token was refused").waitFor(WAIT);
+  step("the right token shows the pipelines");
+  await page.locator("#token").fill(env.SLUICE_UI_TOKEN);
+  await page.keyboard.press("Enter");
+  // Which pipelines depend on the partitions the group gives this instance back.
+  await page.locator("caption").getByText(/pipelines match/).waitFor(WAIT);
+  await page.locator("tbody tr[data-pipeline]").first().waitFor(WAIT);
+}
+
 async function main() {
   const browser = await chromium.launch({
     executablePath: env.SLUICE_CHROMIUM || "/usr/bin/chromium",
@@ -136,7 +155,7 @@ async function main() {
   });
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-    const checks = { live, instances };
+    const checks = { live, instances, token };
     const check = checks[env.SLUICE_UI_CHECK || "live"];
     assert.ok(check, `unknown SLUICE_UI_CHECK ${env.SLUICE_UI_CHECK}`);
     try {

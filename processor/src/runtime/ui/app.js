@@ -172,7 +172,7 @@ async function renderList(main, focusAfter) {
   const focused = document.activeElement && document.activeElement.id;
   // The form is drawn once per filter change, so a refresh never takes what is being typed.
   const body = el("div", { id: "list-body" }, table, pager);
-  if (focusAfter || !main.querySelector("form.filters")) {
+  if (focusAfter || !main.querySelector("#list-body")) {
     main.replaceChildren(el("h1", {}, "Pipelines"), counts, form, body);
   } else {
     main.querySelector("ul.counts").replaceWith(counts);
