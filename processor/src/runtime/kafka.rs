@@ -158,6 +158,27 @@ pub fn check_connection(kafka: &Connection) -> Result<()> {
     }
 }
 
+/// Whether a produce error is the broker refusing the producer itself (its id, epoch or
+/// sequence), which retries with the same producer do not mend: a broker that lost its
+/// producer state (tansu after a restart answers with an unknown error).
+pub fn refuses_producer(e: &anyhow::Error) -> bool {
+    use rdkafka::error::KafkaError;
+    let code = e.chain().find_map(|c| match c.downcast_ref::<KafkaError>() {
+        Some(KafkaError::MessageProduction(code)) => Some(*code),
+        _ => None,
+    });
+    matches!(
+        code,
+        Some(
+            RDKafkaErrorCode::Unknown
+                | RDKafkaErrorCode::UnknownProducerId
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::DuplicateSequenceNumber
+        )
+    )
+}
+
 /// Whether a librdkafka property holds a secret (its value is never shown).
 pub fn is_secret(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
@@ -562,6 +583,17 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("SASL_SSL") && shown.contains("[redacted]"), "{shown}");
+    }
+
+    #[test]
+    fn a_broker_refusing_the_producer_is_told_from_a_passing_outage() {
+        use rdkafka::error::KafkaError;
+        let produce = |code| anyhow::Error::new(KafkaError::MessageProduction(code)).context("producing to t");
+        assert!(refuses_producer(&produce(RDKafkaErrorCode::Unknown)));
+        assert!(refuses_producer(&produce(RDKafkaErrorCode::OutOfOrderSequenceNumber)));
+        assert!(!refuses_producer(&produce(RDKafkaErrorCode::MessageTimedOut)));
+        assert!(!refuses_producer(&produce(RDKafkaErrorCode::BrokerTransportFailure)));
+        assert!(!refuses_producer(&anyhow::anyhow!("something else")));
     }
 
     #[test]

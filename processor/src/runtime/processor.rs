@@ -207,6 +207,10 @@ pub struct Processor {
 /// that time, and make the second request unnecessary.
 const RESUME_GRACE: Duration = Duration::from_secs(5);
 
+/// Refused produce rounds in a row (the broker answering, with an error no retry of the same
+/// producer mends) before the producer is replaced.
+const REFUSALS_BEFORE_NEW_PRODUCER: u32 = 3;
+
 /// How long a transactional call may take before it counts as failed.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -887,14 +891,17 @@ impl Processor {
     /// Returns where each output landed. A dead letter too large for the broker goes without
     /// its value (its headers say where the record is); any other output too large is a bug,
     /// logged and left out rather than stalling every pipeline.
-    async fn produce_all(&self, outputs: &mut [Output]) -> Vec<(i32, i64)> {
+    async fn produce_all(&mut self, outputs: &mut [Output]) -> Vec<(i32, i64)> {
         let mut delivered = vec![(0, 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Duration::from_millis(200);
+        let mut refused = 0;
         while !todo.is_empty() {
             let results = futures::future::join_all(todo.iter().map(|i| self.send(&outputs[*i]))).await;
             let mut failed = Vec::new();
             let mut transient = false;
+            // The broker answered, and refused this producer's records.
+            let mut stuck = false;
             for (i, result) in todo.into_iter().zip(results) {
                 match result {
                     Ok(at) => delivered[i] = at,
@@ -919,6 +926,7 @@ impl Processor {
                     }
                     Err(e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
+                        stuck |= kafka::refuses_producer(&e);
                         transient = true;
                         failed.push(i);
                     }
@@ -927,6 +935,11 @@ impl Processor {
             todo = failed;
             self.telemetry.set_broker_ok(!transient);
             if transient {
+                refused = if stuck { refused + 1 } else { 0 };
+                if refused >= REFUSALS_BEFORE_NEW_PRODUCER {
+                    self.renew_producer();
+                    refused = 0;
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
@@ -940,6 +953,24 @@ impl Processor {
             self.telemetry.record_out(topic, n);
         }
         delivered
+    }
+
+    /// A new idempotent producer (a new producer id), for when the broker keeps refusing the
+    /// old one's sequence: a broker restarted without its producer state answers every
+    /// retry so, and no retry of the same producer mends it. Records the old producer may
+    /// have written are written again: events carry their `eventId`, and changelog writes
+    /// put the same values again.
+    fn renew_producer(&mut self) {
+        if self.settings.guarantee != Guarantee::EffectivelyOnce {
+            return;
+        }
+        match kafka::producer(&self.settings.kafka) {
+            Ok(producer) => {
+                warn!("the broker keeps refusing this producer's records: continuing with a new producer");
+                self.producer = producer;
+            }
+            Err(e) => warn!(error = %format!("{e:#}"), "could not create a new producer; retrying with the old one"),
+        }
     }
 
     async fn send(&self, o: &Output) -> Result<(i32, i64)> {
