@@ -263,6 +263,17 @@ pub fn producer(kafka: &Connection) -> Result<FutureProducer> {
     producer_config(kafka).create().context("creating Kafka producer")
 }
 
+/// The producer of job reports: one record per produce request. Reports are few (one per
+/// call to a job), and a broker that cannot serve a fetch starting inside a multi-record
+/// batch (tansu 0.6 answers it with nothing, so a consumer whose committed offset falls
+/// there never moves again) then never holds the processor's jobs partitions up.
+pub fn report_producer(kafka: &Connection) -> Result<FutureProducer> {
+    producer_config(kafka)
+        .set("batch.num.messages", "1")
+        .create()
+        .context("creating Kafka producer")
+}
+
 /// A transactional producer: a new one with the same `id` fences the old one out.
 pub fn transactional_producer(kafka: &Connection, id: &str) -> Result<FutureProducer> {
     producer_config(kafka)

@@ -266,7 +266,7 @@ impl Processor {
         // Job reports are written outside the batches, so never through the transactional
         // producer.
         let executor = Executor::new(
-            kafka::producer(&settings.kafka)?,
+            kafka::report_producer(&settings.kafka)?,
             settings.topics.jobs.clone(),
             settings.effects.clone(),
             settings.codec.clone(),
@@ -568,6 +568,11 @@ impl Processor {
                 info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report: requesting it again with the same idempotency key");
                 self.executor.spawn(effect);
             } else {
+                debug!(
+                    partition = p,
+                    run_id,
+                    "a journaled trigger is no longer awaited (its report came, or its run moved on): forgotten"
+                );
                 self.stale_effects.entry(p).or_default().push(run_id);
             }
         }
