@@ -238,23 +238,14 @@ fn tokens_guard_the_api_and_only_a_write_token_reruns() {
     std::fs::write(&read_file, format!("# readers\n{read}\n")).unwrap();
     std::fs::write(&write_file, format!("{write}\n")).unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = w.spawn(
-        w.state.path(),
+    w.serve(
+        &addr,
         &[
-            "--http",
-            &addr,
             "--api-token-file",
             read_file.to_str().unwrap(),
             "--api-write-token-file",
             write_file.to_str().unwrap(),
         ],
-    );
-    w.swap_processor(Some(child));
-    wait_until(
-        "ready, without a token",
-        Duration::from_secs(60),
-        || w.log_tail(),
-        || http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200),
     );
     let bearer = |t: &str| format!("Bearer {t}");
     let get = |path: &str, token: Option<&str>| {

@@ -52,14 +52,7 @@ fn the_operator_page_follows_pipelines_live() {
     late["sla"] = json!({"maxDuration": "5s"});
     w.config(&late);
     let addr = format!("127.0.0.1:{}", free_port());
-    let child = w.spawn(w.state.path(), &["--http", &addr, "--instance", "a"]);
-    w.swap_processor(Some(child));
-    wait_until(
-        "the processor ready",
-        Duration::from_secs(60),
-        || w.log_tail(),
-        || http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200),
-    );
+    w.serve(&addr, &["--instance", "a"]);
 
     let shots = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -70,8 +63,7 @@ fn the_operator_page_follows_pipelines_live() {
 
     // A restarted processor reads its pipelines' recent events back: timelines are not empty.
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
-    let child = w.spawn(w.state.path(), &["--http", &addr, "--instance", "a"]);
-    w.swap_processor(Some(child));
+    w.serve(&addr, &["--instance", "a"]);
     let timeline_has = |addr: &str, id: &str, kind: &str| {
         get_json(addr, &format!("/api/pipelines/{id}")).is_some_and(|v| {
             v["recentEvents"]
@@ -90,7 +82,7 @@ fn the_operator_page_follows_pipelines_live() {
     // page is opened on the instance that does not own ui-gold, so its page is forwarded.
     let other = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
-    let _b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    let b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
     // Settled: both ready, both listing both pipelines, and agreeing on ui-gold's owner.
     let owner_of_gold = || -> Option<String> {
         let mut owners = Vec::new();
@@ -116,40 +108,17 @@ fn the_operator_page_follows_pipelines_live() {
     let owner = owner_of_gold().unwrap();
     let (serving, name) = if owner == "a" { (&other, "b") } else { (&addr, "a") };
     page_check(&w, "instances", serving, &shots, &[("SLUICE_UI_SERVING", name)]);
-    // b leaves cleanly (SIGTERM), so that a gets every partition back.
-    for child in &_b.0 {
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-    }
-    let mut b = _b;
-    for child in &mut b.0 {
-        child.wait().unwrap();
-    }
+    // b leaves cleanly, so that a gets every partition back.
+    b.terminate();
 
     // With API tokens the page asks for one.
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     let token = "page-token-for-the-tests-0003";
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{token}\n")).unwrap();
-    let child = w.spawn(
-        w.state.path(),
-        &[
-            "--http",
-            &addr,
-            "--instance",
-            "a",
-            "--api-token-file",
-            tokens.to_str().unwrap(),
-        ],
-    );
-    w.swap_processor(Some(child));
-    wait_until(
-        "the processor with tokens ready",
-        Duration::from_secs(60),
-        || w.log_tail(),
-        || http_get(&addr, "/readyz").is_some_and(|(s, _)| s == 200),
+    w.serve(
+        &addr,
+        &["--instance", "a", "--api-token-file", tokens.to_str().unwrap()],
     );
     page_check(&w, "token", &addr, &shots, &[("SLUICE_UI_TOKEN", token)]);
 

@@ -328,11 +328,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> 
         (Family::Commands, t.commands.as_str()),
     ];
     settings.codec.prepare(&families).await?;
-    let commands = Commands {
-        producer: kafka::producer(&kafka)?,
-        topic: settings.topics.commands.clone(),
-        codec: settings.codec.clone(),
-    };
+    let (commands_topic, codec) = (settings.topics.commands.clone(), settings.codec.clone());
     let processor = Processor::start(settings, telemetry.clone())?;
     if let Some(HttpOptions {
         addr,
@@ -357,7 +353,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> 
             at: chrono::Utc::now(),
         };
         tokio::spawn(instances::run(
-            kafka,
+            kafka.clone(),
             directory_topic,
             me,
             directory.clone(),
@@ -366,6 +362,11 @@ async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> 
         ));
         // The probes and the page's static files are open; the data needs a token when tokens
         // are set (see runtime::access).
+        let commands = Commands {
+            producer: kafka::producer(&kafka)?,
+            topic: commands_topic,
+            codec,
+        };
         let api = Api::new(processor.queries(), directory, &instance, access.clone(), commands)?;
         let guarded = http_server::metrics_route(telemetry.clone())
             .merge(api::routes(api))

@@ -26,6 +26,19 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// Kills the extra instances a test started, however it ends.
 pub struct Instances(pub Vec<Child>);
 
+impl Instances {
+    /// Stops every instance cleanly (SIGTERM) and waits for it, so it leaves the group.
+    pub fn terminate(mut self) {
+        for child in &mut self.0 {
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap();
+            child.wait().unwrap();
+        }
+    }
+}
+
 impl Drop for Instances {
     fn drop(&mut self) {
         for child in &mut self.0 {
@@ -210,6 +223,21 @@ impl World {
             .stderr(log)
             .spawn()
             .unwrap()
+    }
+
+    /// Starts this world's processor serving HTTP on `addr` (with `extra` arguments) and
+    /// waits until `/readyz` answers 200, which needs no token.
+    pub fn serve(&mut self, addr: &str, extra: &[&str]) {
+        let mut args = vec!["--http", addr];
+        args.extend_from_slice(extra);
+        let child = self.spawn(self.state.path(), &args);
+        assert!(self.swap_processor(Some(child)).is_none(), "processor already running");
+        wait_until(
+            "the processor ready",
+            Duration::from_secs(60),
+            || self.log_tail(),
+            || http_get(addr, "/readyz").is_some_and(|(s, _)| s == 200),
+        );
     }
 
     /// Replaces the running processor with `child` (or none), returning the previous one.

@@ -33,12 +33,7 @@ impl Access {
             let Some(path) = path else { return Ok(Vec::new()) };
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading token file {}", path.display()))?;
-            let tokens: Vec<String> = text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_string)
-                .collect();
+            let tokens: Vec<String> = tokens_in(&text).map(str::to_string).collect();
             if tokens.is_empty() {
                 bail!("token file {} holds no token", path.display());
             }
@@ -82,6 +77,13 @@ impl Access {
             None
         }
     }
+}
+
+/// The tokens of a token file: one per line, blank lines and `#` comments skipped.
+pub fn tokens_in(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
 }
 
 /// Compares without returning early on the first difference, so the time taken does not tell

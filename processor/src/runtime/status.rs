@@ -43,10 +43,8 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(path) = &args.api_token_file {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let token = text
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#'))
+        let token = super::access::tokens_in(&text)
+            .next()
             .with_context(|| format!("{} holds no token", path.display()))?;
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
             .with_context(|| format!("the token in {} is not a valid header value", path.display()))?;
