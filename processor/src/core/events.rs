@@ -131,11 +131,22 @@ pub fn clip(text: &str, limit: usize) -> String {
     format!("{}… ({} more bytes)", &text[..end], text.len() - end)
 }
 
-/// Derives an event id from where the input came from and the event's place among the
-/// events that input produced.
-pub fn event_id(origin: &str, seq: usize) -> String {
+/// Derives an event id from where the input came from and from the event itself: its type,
+/// the execution it is about (`schedule/date`, empty for pipeline events) and how many events
+/// of that type about that execution the same input produced before it. An id therefore
+/// always names the same kind of event about the same execution: an input handled again
+/// with another `now` (a batch redone after a crash) may produce other events, but never
+/// gives an existing id to a different event.
+pub fn event_id(origin: &str, kind: EventType, execution: Option<(&str, &str)>, seq: usize) -> String {
+    let (schedule, date) = execution.unwrap_or(("", ""));
     let digest = Sha256::new()
         .chain_update(origin.as_bytes())
+        .chain_update(b"#")
+        .chain_update(kind.name())
+        .chain_update(b"#")
+        .chain_update(schedule)
+        .chain_update(b"/")
+        .chain_update(date)
         .chain_update(b"#")
         .chain_update(seq.to_string())
         .finalize();
@@ -162,10 +173,35 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_deterministic_and_distinct() {
-        assert_eq!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/5", 0));
-        assert_ne!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/5", 1));
-        assert_ne!(event_id("sluice.sensors/0/5", 0), event_id("sluice.sensors/0/6", 0));
-        assert_eq!(event_id("x", 0).len(), 32);
+    fn ids_are_deterministic_and_name_the_event() {
+        use EventType::*;
+        let day = Some(("daily", "2026-11-23"));
+        let id = |origin, kind, exec, seq| event_id(origin, kind, exec, seq);
+        assert_eq!(
+            id("sensors/0@5", JOB_TRIGGERED, day, 0),
+            id("sensors/0@5", JOB_TRIGGERED, day, 0)
+        );
+        assert_ne!(
+            id("sensors/0@5", JOB_TRIGGERED, day, 0),
+            id("sensors/0@5", JOB_TRIGGERED, day, 1)
+        );
+        assert_ne!(
+            id("sensors/0@5", JOB_TRIGGERED, day, 0),
+            id("sensors/0@6", JOB_TRIGGERED, day, 0)
+        );
+        // The same input redone may produce another event at the same place: another id.
+        assert_ne!(
+            id("sensors/0@5", JOB_TRIGGERED, day, 0),
+            id("sensors/0@5", SLA_BREACH, day, 0)
+        );
+        assert_ne!(
+            id("sensors/0@5", JOB_TRIGGERED, day, 0),
+            id("sensors/0@5", JOB_TRIGGERED, Some(("daily", "2026-11-24")), 0)
+        );
+        assert_ne!(
+            id("sensors/0@5", CONFIG_ACCEPTED, None, 0),
+            id("sensors/0@5", CONFIG_ACCEPTED, Some(("", "")), 1)
+        );
+        assert_eq!(id("x", INPUT_REJECTED, None, 0).len(), 32);
     }
 }

@@ -2,27 +2,39 @@
 //! same partition number, so that a new owner (another instance, or this one with its state
 //! directory gone) can rebuild the store before processing.
 //!
-//! A store remembers the changelog offset it is current with (its checkpoint). At
-//! assignment it reads from there to the end: nothing when it is current, the rest when it
-//! is behind; a store with no checkpoint, or one beyond the end of the changelog (the topic
-//! was recreated), is cleared and read in full.
+//! Which writes count is decided by [`crate::core::changelog`]: an owner opening a partition
+//! writes a fence (its offset is the owner's epoch), reads the changelog up to the fence,
+//! writes which batches of the previous epoch it restored (the acceptance), and then tags
+//! every batch it writes with its epoch and a sequence number. A zombie's writes after a
+//! newer fence, and batches never marked complete, never count; the new owner writes the
+//! keys they touched again with the values its store holds (the repair), so that compaction
+//! never leaves them as a key's only record.
 //!
-//! Records count once a batch end marker follows them ([`Batches`]). Those after the last
-//! marker are a batch whose owner crashed before its outputs were all acknowledged: they
-//! are skipped, and the next owner writes the keys they touched again with the values its
-//! store holds (the repair), so that a later restore, or compaction, never lets them win.
+//! A store remembers the changelog offset it is current with (its checkpoint) and the epoch
+//! and batch it last wrote or restored (its lineage). At assignment it reads from its
+//! checkpoint to its new fence, checking the lineage on the way; a store with no checkpoint,
+//! one whose checkpoint is behind what the changelog kept or beyond its end (the topic was
+//! recreated), or one that wrote after a newer owner took over is cleared and read in full.
+//!
+//! Records on the topic:
+//! - a store write: the store key and value, with a [`BATCH_HEADER`] (epoch, seq);
+//! - a batch end marker: `b/<epoch>` → seq and the batch's first offset (`b/` alone, from
+//!   before epochs, closes every earlier write);
+//! - a fence: `n/<instance>/<nanos>` (a key of its own, never compacted away);
+//! - an acceptance: `a/<epoch>` → the last batch of that epoch that counts.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use super::kafka::{self, Connection};
-use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
+use super::store::{PartitionStore, StoreBatch};
+use crate::core::changelog::{Entry, Epoch, Lineage, Restore};
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -32,47 +44,154 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// by the caller), rather than hanging on a broker that went away.
 const STALLED_AFTER: Duration = Duration::from_secs(60);
 
+/// The header of every store write on the changelog: epoch and batch, 16 bytes big-endian.
+pub const BATCH_HEADER: &str = "sluice.batch";
+const MARKER_PREFIX: &[u8] = b"b/";
+const FENCE_PREFIX: &[u8] = b"n/";
+const ACCEPT_PREFIX: &[u8] = b"a/";
+
+pub fn batch_header(epoch: Epoch, seq: u64) -> Vec<u8> {
+    [epoch.to_be_bytes(), seq.to_be_bytes()].concat()
+}
+
+/// The end marker of batch `seq` of `epoch`, whose first record is at `first`.
+pub fn marker(epoch: Epoch, seq: u64, first: i64) -> (Vec<u8>, Vec<u8>) {
+    (
+        [MARKER_PREFIX, &epoch.to_be_bytes()].concat(),
+        [seq.to_be_bytes(), first.to_be_bytes()].concat(),
+    )
+}
+
+/// A fence of `instance`: a key no other record has.
+pub fn fence(instance: &str) -> (Vec<u8>, Vec<u8>) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let key = format!("n/{instance}/{}/{nanos}", std::process::id());
+    (key.into_bytes(), b"fence".to_vec())
+}
+
+/// The epoch of a fence written at `offset`.
+pub fn epoch_at(offset: i64) -> Epoch {
+    offset + 1
+}
+
+/// The acceptance of `lineage`'s batches.
+pub fn acceptance(lineage: Lineage) -> (Vec<u8>, Vec<u8>) {
+    (
+        [ACCEPT_PREFIX, &lineage.epoch.to_be_bytes()].concat(),
+        lineage.through.to_be_bytes().to_vec(),
+    )
+}
+
+fn be8(bytes: &[u8]) -> Option<[u8; 8]> {
+    bytes.try_into().ok()
+}
+
+/// A changelog record as the restore rules see it; `None` for a record of no known kind.
+pub fn entry(offset: i64, key: &[u8], value: Option<&[u8]>, batch: Option<&[u8]>) -> Option<Entry> {
+    if let Some(rest) = key.strip_prefix(MARKER_PREFIX) {
+        if rest.is_empty() {
+            return Some(Entry::Marker { epoch: 0, seq: 0 });
+        }
+        let seq = value.and_then(|v| be8(v.get(..8)?))?;
+        return Some(Entry::Marker {
+            epoch: i64::from_be_bytes(be8(rest)?),
+            seq: u64::from_be_bytes(seq),
+        });
+    }
+    if key.starts_with(FENCE_PREFIX) {
+        return Some(Entry::Fence {
+            epoch: epoch_at(offset),
+        });
+    }
+    if let Some(rest) = key.strip_prefix(ACCEPT_PREFIX) {
+        return Some(Entry::Accept {
+            epoch: i64::from_be_bytes(be8(rest)?),
+            through: u64::from_be_bytes(be8(value?)?),
+        });
+    }
+    let (epoch, seq) = match batch {
+        None => (0, 0),
+        Some(h) if h.len() == 16 => (i64::from_be_bytes(be8(&h[..8])?), u64::from_be_bytes(be8(&h[8..])?)),
+        Some(_) => return None,
+    };
+    Some(Entry::Write {
+        key: key.to_vec(),
+        value: value.map(<[u8]>::to_vec),
+        epoch,
+        seq,
+    })
+}
+
+/// The [`BATCH_HEADER`] of a record, if it has one.
+pub fn batch_of(message: &impl Message) -> Option<&[u8]> {
+    let headers = message.headers()?;
+    headers.iter().find(|h| h.key == BATCH_HEADER).and_then(|h| h.value)
+}
+
+/// The records of changelog partition `partition` in `ranges`, as the restore rules see
+/// them: what another writer put between this owner's records.
+pub fn read_ranges(
+    kafka: &Connection,
+    topic: &str,
+    partition: i32,
+    ranges: &[std::ops::Range<i64>],
+) -> Result<Vec<Entry>> {
+    let consumer: BaseConsumer = kafka
+        .config()
+        .set("group.id", "sluice-restore")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .context("creating the changelog reader")?;
+    let mut entries = Vec::new();
+    for range in ranges {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, Offset::Offset(range.start))?;
+        consumer.assign(&list).context("assigning the changelog partition")?;
+        let started = Instant::now();
+        let mut next = range.start;
+        while next < range.end {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => {
+                    next = message.offset() + 1;
+                    if message.offset() >= range.end {
+                        break;
+                    }
+                    if let Some(e) = message
+                        .key()
+                        .and_then(|k| entry(message.offset(), k, message.payload(), batch_of(&message)))
+                    {
+                        entries.push(e);
+                    }
+                }
+                Some(Err(e)) if started.elapsed() > STALLED_AFTER => bail!("reading {topic}/{partition}: {e}"),
+                _ if started.elapsed() > STALLED_AFTER => {
+                    bail!("reading {topic}/{partition}: nothing at offset {next} for {STALLED_AFTER:?}")
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(entries)
+}
+
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Restored {
     pub records: u64,
     pub seconds: f64,
-    /// Whether the store was cleared first (missing, or not from this changelog).
+    /// Whether the store was cleared first (missing, behind, ahead, or diverged).
     pub full: bool,
-    /// Keys written by a batch that was never marked complete: the new owner must write them
-    /// again with its store's values.
-    pub unmarked: Vec<Vec<u8>>,
-}
-
-/// One changelog write: key, and value (`None` deletes the key).
-pub type Write = (Vec<u8>, Option<Vec<u8>>);
-
-/// Groups changelog records into the batches their end markers close: a batch is every
-/// record since the previous marker. A record is not tied to its own batch's marker, which
-/// compaction removes once a later marker exists (they share a key): the next marker that
-/// survives closes it, and applying records in log order gives each key its last value.
-#[derive(Debug, Default)]
-pub struct Batches {
-    open: Vec<Write>,
-}
-
-impl Batches {
-    /// Takes the next record; a marker returns the batch it closes.
-    pub fn push(&mut self, key: &[u8], value: Option<&[u8]>) -> Option<Vec<Write>> {
-        if key == BATCH_MARKER {
-            return Some(std::mem::take(&mut self.open));
-        }
-        self.open.push((key.to_vec(), value.map(<[u8]>::to_vec)));
-        None
-    }
-
-    /// The keys of the records no marker has closed (yet), each once.
-    pub fn unmarked_keys(&self) -> Vec<Vec<u8>> {
-        let mut keys: Vec<Vec<u8>> = self.open.iter().map(|(k, _)| k.clone()).collect();
-        keys.sort();
-        keys.dedup();
-        keys
-    }
+    /// Keys whose last writes do not count (a zombie's, or a batch never marked complete):
+    /// the new owner must write them again with its store's values.
+    pub stale: Vec<Vec<u8>>,
+    /// The newest epoch that wrote batches and its last batch that counts: the acceptance
+    /// the new owner writes.
+    pub lineage: Lineage,
 }
 
 /// Where to start reading, given the store's checkpoint and the changelog's first offset.
@@ -92,16 +211,14 @@ pub fn plan(checkpoint: Option<i64>, low: i64) -> Plan {
     }
 }
 
-/// Brings `store` up to the end of `topic`'s partition `partition`, reporting progress to
-/// `progress` (records so far, seconds so far).
-///
-/// The end is where reading finds no more records, not the broker's high watermark alone:
-/// tansu 0.6 reports a high watermark short of the end after multi-record batches, and
-/// trusting it would lose the last records.
+/// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
+/// (the fence itself is the last record read), reporting progress to `progress` (records
+/// so far, seconds so far).
 pub fn restore(
     kafka: &Connection,
     topic: &str,
     partition: i32,
+    fence: i64,
     store: &mut PartitionStore,
     mut progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
@@ -118,22 +235,32 @@ pub fn restore(
         .set("fetch.wait.max.ms", "100")
         .create()
         .context("creating the changelog reader")?;
-    let (low, high) = consumer
+    let (low, _) = consumer
         .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
         .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
     let checkpoint = store.checkpoint()?;
     let mut plan = plan(checkpoint, low);
     loop {
-        let (start, full) = match plan {
-            Plan::From(offset) => (offset, false),
+        let (start, full, rules) = match plan {
+            Plan::From(offset) => (offset, false, Restore::reusing(store.lineage()?.unwrap_or_default())),
             Plan::Full(offset) => {
                 store.clear()?;
-                (offset, true)
+                (offset, true, Restore::full())
             }
         };
-        debug!(partition, from = start, high, ?checkpoint, full, "reading {topic}");
-        match read(&consumer, topic, partition, start, high, store, &mut progress, started)? {
-            Some((records, unmarked)) => {
+        debug!(partition, from = start, fence, ?checkpoint, full, "reading {topic}");
+        match read(
+            &consumer,
+            topic,
+            partition,
+            start,
+            fence,
+            store,
+            rules,
+            &mut progress,
+            started,
+        )? {
+            Read::Done { records, rules } => {
                 let seconds = started.elapsed().as_secs_f64();
                 progress(records, seconds);
                 if records > 0 || full {
@@ -143,10 +270,20 @@ pub fn restore(
                     records,
                     seconds,
                     full,
-                    unmarked,
+                    stale: rules.stale_keys(),
+                    lineage: rules.lineage(),
                 });
             }
-            None if !full => {
+            Read::Diverged(why) if !full => {
+                warn!(
+                    partition,
+                    ?checkpoint,
+                    "the local state cannot be brought up to date from {topic} ({why}): restoring it in full"
+                );
+                plan = Plan::Full(low);
+            }
+            Read::Diverged(why) => bail!("{topic} partition {partition}: {why}"),
+            Read::OutOfRange if !full => {
                 warn!(
                     partition,
                     ?checkpoint,
@@ -154,36 +291,49 @@ pub fn restore(
                 );
                 plan = Plan::Full(low);
             }
-            None => bail!("{topic} partition {partition}: offset {start} is out of range"),
+            Read::OutOfRange => bail!("{topic} partition {partition}: offset {start} is out of range"),
         }
     }
 }
 
-/// Reads from `start` to the end into `store`; returns how many records it applied and the
-/// keys of the records no marker closed, or `None` if `start` is beyond the end.
+/// How reading a changelog range ended.
+enum Read {
+    Done {
+        records: u64,
+        rules: Restore,
+    },
+    /// The start is beyond the end of the partition.
+    OutOfRange,
+    /// The reused store holds writes that do not count.
+    Diverged(String),
+}
+
+/// Reads from `start` through `fence` into `store`, applying the writes that count.
 #[allow(clippy::too_many_arguments)]
 fn read(
     consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
     start: i64,
-    high: i64,
+    fence: i64,
     store: &mut PartitionStore,
+    mut rules: Restore,
     progress: &mut impl FnMut(u64, f64),
     started: Instant,
-) -> Result<Option<(u64, Vec<Vec<u8>>)>> {
+) -> Result<Read> {
+    if start > fence {
+        // The checkpoint lies beyond the new fence, the partition's end.
+        return Ok(Read::OutOfRange);
+    }
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(start))?;
     consumer.assign(&list).context("assigning the changelog partition")?;
     let mut records = 0u64;
     let mut batch = StoreBatch::default();
-    let mut batches = Batches::default();
-    let mut last_marker = None;
     let mut last_progress = Instant::now();
     let mut last_record = Instant::now();
     let mut next = start;
-    let mut idle = 0;
-    loop {
+    while next <= fence {
         match consumer.poll(Duration::from_millis(200)) {
             None => {
                 // Offsets without a record (transaction markers, compacted records) count as
@@ -194,36 +344,37 @@ fn read(
                     .and_then(|e| e.offset().to_raw())
                     .unwrap_or(next);
                 next = next.max(position);
-                idle += 1;
-                if next >= high && idle >= 2 {
-                    break;
-                }
                 if last_record.elapsed() > STALLED_AFTER {
-                    bail!("restoring {topic} partition {partition}: nothing received for {STALLED_AFTER:?} at offset {next} (high watermark {high})");
+                    bail!("restoring {topic} partition {partition}: nothing received for {STALLED_AFTER:?} at offset {next} (fence at {fence})");
                 }
             }
             Some(Err(e)) => {
                 if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
-                    return Ok(None);
+                    return Ok(Read::OutOfRange);
                 }
                 if last_record.elapsed() > STALLED_AFTER {
                     bail!("restoring {topic} partition {partition}: {e}");
                 }
             }
             Some(Ok(message)) => {
-                idle = 0;
                 last_record = Instant::now();
                 let offset = message.offset();
                 next = offset + 1;
                 let Some(key) = message.key() else { continue };
-                if let Some(closed) = batches.push(key, message.payload()) {
+                let Some(entry) = self::entry(offset, key, message.payload(), batch_of(&message)) else {
+                    warn!(partition, offset, "a changelog record of no known kind: skipped");
+                    continue;
+                };
+                let closed = match rules.push(entry) {
+                    Ok(closed) => closed,
+                    Err(why) => return Ok(Read::Diverged(why.to_string())),
+                };
+                if !closed.is_empty() {
                     for (key, value) in closed {
                         batch.mirror(&key, value.as_deref());
                         records += 1;
                     }
-                    last_marker = Some(offset);
                     if batch.len() >= RESTORE_CHUNK {
-                        batch.set_checkpoint(offset);
                         store.write(std::mem::take(&mut batch))?;
                     }
                 }
@@ -235,94 +386,65 @@ fn read(
             }
         }
     }
-    let unmarked = batches.unmarked_keys();
-    if !unmarked.is_empty() {
+    let stale = rules.stale_keys();
+    if !stale.is_empty() {
         info!(
             partition,
-            keys = unmarked.len(),
-            "changelog ends with a batch that was never marked complete (its owner crashed): not applied, and written over with the next batch"
+            keys = stale.len(),
+            "changelog writes that do not count (a batch never marked complete, or a writer that had lost the partition): not applied, and written over with the next batch"
         );
     }
-    if let Some(offset) = last_marker {
-        batch.set_checkpoint(offset);
-    }
+    // Current through the fence; the lineage is the new owner's from here on (see
+    // `Processor::open_partition`).
+    batch.set_checkpoint(fence);
     store.write(batch)?;
-    Ok(Some((records, unmarked)))
+    Ok(Read::Done { records, rules })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Feeds records (a `None` key is a marker) and returns the state applying the closed
-    /// batches in order gives, and the keys left unmarked.
-    fn apply(records: &[(Option<&str>, Option<&str>)]) -> (std::collections::BTreeMap<String, String>, Vec<Vec<u8>>) {
-        let mut batches = Batches::default();
-        let mut state = std::collections::BTreeMap::new();
-        for (key, value) in records {
-            let key = key.map_or(BATCH_MARKER.to_vec(), |k| k.as_bytes().to_vec());
-            if let Some(closed) = batches.push(&key, value.map(str::as_bytes)) {
-                for (k, v) in closed {
-                    let k = String::from_utf8(k).unwrap();
-                    match v {
-                        Some(v) => state.insert(k, String::from_utf8(v).unwrap()),
-                        None => state.remove(&k),
-                    };
-                }
-            }
-        }
-        (state, batches.unmarked_keys())
-    }
-
     #[test]
-    fn batches_close_at_markers_and_a_trailing_batch_is_left_unmarked() {
-        assert_eq!(Batches::default().push(b"p/a", Some(b"1")), None);
-        let (state, unmarked) = apply(&[
-            (Some("p/a"), Some("1")),
-            (Some("p/b"), Some("1")),
-            (None, Some("0")),
-            (Some("p/a"), None),
-            (None, Some("3")),
-            // The owner crashed before this batch was complete.
-            (Some("p/b"), Some("crashed")),
-            (Some("p/c"), Some("crashed")),
-        ]);
-        assert_eq!(state, [("p/b".to_string(), "1".to_string())].into());
-        assert_eq!(unmarked, [b"p/b".to_vec(), b"p/c".to_vec()]);
-    }
-
-    #[test]
-    fn a_compacted_changelog_restores_every_key_to_its_last_value() {
-        // Written: [a=1 b=1] M [a=2] M [c=1] M [b=crashed] (crash) [b=1 repair, a=3] M.
-        // Compaction keeps the last record of each key, and of the marker key only the last.
-        let (state, unmarked) = apply(&[
-            (Some("p/c"), Some("1")),
-            (Some("p/b"), Some("1")),
-            (Some("p/a"), Some("3")),
-            (None, Some("9")),
-        ]);
-        assert!(unmarked.is_empty());
+    fn every_kind_of_record_reads_back_as_written() {
+        let (key, value) = marker(42, 7, 1000);
         assert_eq!(
-            state,
-            [("p/a", "3"), ("p/b", "1"), ("p/c", "1")]
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .into()
+            entry(5, &key, Some(&value), None),
+            Some(Entry::Marker { epoch: 42, seq: 7 })
         );
-        // Before compaction the same log gives the same state: the repair wrote b over.
-        let (uncompacted, _) = apply(&[
-            (Some("p/a"), Some("1")),
-            (Some("p/b"), Some("1")),
-            (None, Some("0")),
-            (Some("p/a"), Some("2")),
-            (None, Some("3")),
-            (Some("p/c"), Some("1")),
-            (None, Some("5")),
-            (Some("p/b"), Some("crashed")),
-            (Some("p/b"), Some("1")),
-            (Some("p/a"), Some("3")),
-            (None, Some("8")),
-        ]);
-        assert_eq!(uncompacted, state);
+        let (key, value) = fence("a");
+        assert_eq!(entry(41, &key, Some(&value), None), Some(Entry::Fence { epoch: 42 }));
+        assert_ne!(fence("a").0, fence("a").0, "every fence has a key of its own");
+        let (key, value) = acceptance(Lineage { epoch: 42, through: 7 });
+        assert_eq!(
+            entry(50, &key, Some(&value), None),
+            Some(Entry::Accept { epoch: 42, through: 7 })
+        );
+        let header = batch_header(42, 8);
+        assert_eq!(
+            entry(51, b"p/gold", Some(b"{}"), Some(&header)),
+            Some(Entry::Write {
+                key: b"p/gold".to_vec(),
+                value: Some(b"{}".to_vec()),
+                epoch: 42,
+                seq: 8
+            })
+        );
+        // From before epochs: a write without the header, the marker `b/` alone.
+        assert_eq!(
+            entry(1, b"t/x", None, None),
+            Some(Entry::Write {
+                key: b"t/x".to_vec(),
+                value: None,
+                epoch: 0,
+                seq: 0
+            })
+        );
+        assert_eq!(
+            entry(2, b"b/", Some(&9i64.to_be_bytes()), None),
+            Some(Entry::Marker { epoch: 0, seq: 0 })
+        );
+        assert_eq!(entry(3, b"p/x", None, Some(b"short")), None);
     }
 
     #[test]

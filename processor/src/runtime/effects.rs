@@ -15,11 +15,16 @@
 //!   in a row, calls to it fail at once for [`BREAKER_COOLDOWN`], so a dead endpoint costs
 //!   its own pipelines retries, not everyone's slots and timeouts.
 //!
+//! - **one call per run at a time**: the executor keeps the run ids of the triggers it has
+//!   in flight ([`InFlight`]) and never starts a second call for one; a partition being
+//!   revoked waits for its in-flight triggers to report before it is let go (see
+//!   [`InFlight::wait_for`]), so its next owner reads their reports instead of calling again.
+//!
 //! Secrets (`${env:NAME}`) are resolved at the moment of the call and never leave it: not
 //! in logs, reports or state.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -66,6 +71,8 @@ pub struct Executor {
     /// Runs with a status check in flight: a check due while the last is still being
     /// retried is skipped, not stacked.
     checking: Arc<Mutex<HashSet<String>>>,
+    /// Triggers in flight, by run id.
+    in_flight: Arc<InFlight>,
     tasks: JoinSet<()>,
     telemetry: Arc<Telemetry>,
 }
@@ -77,6 +84,7 @@ impl Executor {
         settings: Settings,
         codec: Codec,
         telemetry: Arc<Telemetry>,
+        in_flight: Arc<InFlight>,
     ) -> Result<Self> {
         Ok(Executor {
             producer,
@@ -85,14 +93,23 @@ impl Executor {
             client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
             limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target)),
             checking: Arc::new(Mutex::new(HashSet::new())),
+            in_flight,
             tasks: JoinSet::new(),
             telemetry,
         })
     }
 
-    pub fn spawn(&mut self, effect: Effect) {
+    /// Carries out `effect` for a pipeline of input partition `partition`. A trigger whose
+    /// run already has a call in flight here is not started again.
+    pub fn spawn(&mut self, effect: Effect, partition: i32) {
         let (request, handle) = match effect {
-            Effect::TriggerJob(request) => (request, None),
+            Effect::TriggerJob(request) => {
+                if !self.in_flight.start(&request.run_id, partition) {
+                    info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
+                    return;
+                }
+                (request, None)
+            }
             Effect::CheckJob(check) => {
                 if !self.checking.lock().unwrap().insert(check.request.run_id.clone()) {
                     info!(run_id = %check.request.run_id, "status check skipped: the previous one is still in flight");
@@ -110,6 +127,7 @@ impl Executor {
             request,
         };
         let checking = self.checking.clone();
+        let in_flight = self.in_flight.clone();
         let telemetry = self.telemetry.clone();
         telemetry.effect_started();
         let r = &work.request;
@@ -135,6 +153,11 @@ impl Executor {
                     telemetry.effect_outcome(outcome.status.as_str());
                     work.report(outcome).await;
                 }
+                // A trigger stays in flight until its report is on the broker: the run's
+                // next owner reads it there.
+                if handle.is_none() {
+                    in_flight.finish(&work.request.run_id);
+                }
                 telemetry.effect_finished();
             }
             .instrument(span),
@@ -153,9 +176,59 @@ impl Executor {
                 _ = &mut deadline => {
                     warn!(in_flight = self.tasks.len(), "shutdown grace elapsed with triggers in flight; their runs stay awaiting a report");
                     self.tasks.abort_all();
+                    // Nothing is in flight any more: closing must not wait for these.
+                    self.in_flight.runs.lock().unwrap().clear();
                     return;
                 }
             }
+        }
+    }
+}
+
+/// The run ids of the triggers in flight, with the input partition of their pipeline.
+#[derive(Default)]
+pub struct InFlight {
+    runs: Mutex<HashMap<String, i32>>,
+    finished: Condvar,
+}
+
+impl InFlight {
+    /// Registers a call for `run_id`; false when one is in flight already.
+    fn start(&self, run_id: &str, partition: i32) -> bool {
+        let mut runs = self.runs.lock().unwrap();
+        if runs.contains_key(run_id) {
+            return false;
+        }
+        runs.insert(run_id.to_string(), partition);
+        true
+    }
+
+    fn finish(&self, run_id: &str) {
+        self.runs.lock().unwrap().remove(run_id);
+        self.finished.notify_all();
+    }
+
+    /// How many triggers of `partitions` are in flight.
+    pub fn count(&self, partitions: &[i32]) -> usize {
+        let runs = self.runs.lock().unwrap();
+        runs.values().filter(|p| partitions.contains(p)).count()
+    }
+
+    /// Blocks until no trigger of `partitions` is in flight (their reports are written), or
+    /// `timeout` passes; returns how many are still in flight. Called while a partition is
+    /// revoked: its next owner consumes the jobs topic up to its end before deciding that a
+    /// journaled trigger has no report, so a report written before the hand-over is seen
+    /// there and the call is not made twice.
+    pub fn wait_for(&self, partitions: &[i32], timeout: Duration) -> usize {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut runs = self.runs.lock().unwrap();
+        loop {
+            let left = runs.values().filter(|p| partitions.contains(p)).count();
+            let now = std::time::Instant::now();
+            if left == 0 || now >= deadline {
+                return left;
+            }
+            runs = self.finished.wait_timeout(runs, deadline - now).unwrap().0;
         }
     }
 }
@@ -542,6 +615,29 @@ mod tests {
         }
         while tasks.join_next().await.is_some() {}
         assert_eq!(peak.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_run_has_one_call_in_flight_and_revocation_waits_for_it() {
+        let in_flight = Arc::new(InFlight::default());
+        assert!(in_flight.start("p.s.d.1", 3));
+        assert!(!in_flight.start("p.s.d.1", 3), "a second call for the same run");
+        assert!(in_flight.start("q.s.d.1", 4));
+        assert_eq!(in_flight.count(&[3]), 1);
+        assert_eq!(
+            in_flight.wait_for(&[5], Duration::from_secs(60)),
+            0,
+            "nothing of partition 5"
+        );
+        assert_eq!(in_flight.wait_for(&[3], Duration::ZERO), 1, "bounded by the timeout");
+        let finisher = {
+            let in_flight = in_flight.clone();
+            std::thread::spawn(move || in_flight.finish("p.s.d.1"))
+        };
+        assert_eq!(in_flight.wait_for(&[3], Duration::from_secs(60)), 0);
+        finisher.join().unwrap();
+        assert!(in_flight.start("p.s.d.1", 3), "a finished run may be requested again");
+        assert_eq!(in_flight.count(&[3, 4]), 2);
     }
 
     #[test]

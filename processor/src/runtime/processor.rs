@@ -14,7 +14,7 @@
 //! error after the clients are closed.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,13 +36,14 @@ use tracing::{debug, error, info, warn};
 use super::api::{self, Answer, Query};
 use super::changelog;
 use super::codec::{Codec, Family};
-use super::effects::{Executor, Settings as EffectSettings};
+use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka::{self, Connection};
 use super::recent::{RecentEvents, TailReader};
-use super::store::{PartitionStore, StoreBatch, BATCH_MARKER};
+use super::store::{PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::topics::{InputTopic, Topics};
+use crate::core::changelog::{Entry, Lineage};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
@@ -92,6 +93,10 @@ enum Ownership {
 struct RebalanceContext {
     tx: UnboundedSender<Ownership>,
     telemetry: Arc<Telemetry>,
+    /// Triggers in flight: a revoked partition is let go once theirs have reported.
+    in_flight: Arc<InFlight>,
+    /// How long a revocation waits for them.
+    grace: Duration,
 }
 
 impl ClientContext for RebalanceContext {
@@ -119,7 +124,24 @@ fn partitions_of(list: &TopicPartitionList) -> Vec<i32> {
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(list) = rebalance {
-            let _ = self.tx.send(Ownership::Revoked(partitions_of(list)));
+            let partitions = partitions_of(list);
+            // The partitions stay ours until this returns: let their in-flight triggers
+            // report first, so that the next owner finds the reports on the jobs topic
+            // instead of calling the targets again (a slow target delays the rebalance, for
+            // at most the shutdown grace).
+            let in_flight = self.in_flight.count(&partitions);
+            if in_flight > 0 {
+                info!(
+                    in_flight,
+                    ?partitions,
+                    "partitions revoked: waiting for their in-flight triggers to report"
+                );
+                let left = tokio::task::block_in_place(|| self.in_flight.wait_for(&partitions, self.grace));
+                if left > 0 {
+                    warn!(left, ?partitions, grace = ?self.grace, "partitions let go with triggers still in flight: their next owner may call those targets again");
+                }
+            }
+            let _ = self.tx.send(Ownership::Revoked(partitions));
         }
     }
 
@@ -152,7 +174,8 @@ struct Pending {
     outputs: Vec<Output>,
     stores: BTreeMap<i32, StoreBatch>,
     commits: BTreeMap<(String, i32), i64>,
-    effects: Vec<Effect>,
+    /// Effects with the input partition of their pipeline.
+    effects: Vec<(i32, Effect)>,
 }
 
 /// Time for the decider: the wall clock, never allowed to go backwards.
@@ -185,9 +208,19 @@ pub struct Processor {
     /// Per partition, the keys a crashed owner's unfinished batch wrote to the changelog,
     /// with this store's values: written with the next batch, so that they supersede it.
     repairs: BTreeMap<i32, StoreBatch>,
-    /// Journaled triggers of newly opened partitions, requested again once
-    /// [`RESUME_GRACE`] has passed without a report on their run.
-    resumes: Vec<(tokio::time::Instant, i32, Effect)>,
+    /// Journaled triggers of newly opened partitions, requested again once the jobs topic
+    /// has been read up to where it ended at the opening, if no report on their run came.
+    resumes: Vec<Resume>,
+    /// Per owned partition, this owner's epoch on the changelog and its last batch there.
+    writers: BTreeMap<i32, Lineage>,
+    /// Writes fences and acceptances to the changelog, outside any transaction.
+    control: FutureProducer,
+    /// Per owned partition, where this owner's next changelog record lands if it is the
+    /// partition's only writer: a record of someone else's in between is a gap, looked into.
+    next_changelog: BTreeMap<i32, i64>,
+    /// Partitions given up on finding a newer owner's fence: their records are left alone
+    /// until the group says who owns them.
+    abandoned: BTreeSet<i32>,
     /// API questions, answered between batches (see [`api`]).
     queries: mpsc::Receiver<Query>,
     query_sender: mpsc::Sender<Query>,
@@ -202,10 +235,21 @@ pub struct Processor {
     tail: Option<TailReader>,
 }
 
-/// How long a journaled trigger found at partition open waits before it is requested again:
-/// reports already on `sluice.jobs` (the trigger went out just before a crash) are read in
-/// that time, and make the second request unnecessary.
-const RESUME_GRACE: Duration = Duration::from_secs(5);
+/// A journaled trigger found when its partition was opened: its call may have been made
+/// before a crash or a hand-over, with a report already on `sluice.jobs` or none.
+struct Resume {
+    partition: i32,
+    effect: Effect,
+    /// The end of the jobs topic's partition when the store was opened: every report written
+    /// before then has been read once the consumer is past it.
+    jobs_end: i64,
+    opened: tokio::time::Instant,
+}
+
+/// How long a journaled trigger waits for the jobs topic to be read up to its end before it
+/// is requested anyway: only a partition whose end the consumer cannot reach or measure
+/// (a record it cannot fetch) waits that long.
+const RESUME_FALLBACK: Duration = Duration::from_secs(300);
 
 /// Refused produce rounds in a row (the broker answering, with an error no retry of the same
 /// producer mends) before the producer is replaced.
@@ -218,6 +262,7 @@ impl Processor {
     /// Connects, checks the topics and subscribes.
     pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
+        let in_flight = Arc::new(InFlight::default());
         let (query_sender, queries) = mpsc::channel(64);
         let mut config = kafka::input_consumer_config(&settings.kafka, &settings.group);
         if let Some(id) = &settings.static_member {
@@ -228,6 +273,8 @@ impl Processor {
             .create_with_context(RebalanceContext {
                 tx,
                 telemetry: telemetry.clone(),
+                in_flight: in_flight.clone(),
+                grace: settings.shutdown_grace,
             })
             .context("creating Kafka consumer")?;
         let inputs = settings.topics.inputs();
@@ -271,9 +318,11 @@ impl Processor {
             settings.effects.clone(),
             settings.codec.clone(),
             telemetry.clone(),
+            in_flight,
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
+        let control = kafka::report_producer(&settings.kafka)?;
         Ok(Processor {
             settings,
             consumer,
@@ -291,6 +340,10 @@ impl Processor {
             stale_effects: BTreeMap::new(),
             repairs: BTreeMap::new(),
             resumes: Vec::new(),
+            writers: BTreeMap::new(),
+            control,
+            next_changelog: BTreeMap::new(),
+            abandoned: BTreeSet::new(),
             queries,
             query_sender,
             owned: watch::channel(Vec::new()).0,
@@ -337,12 +390,9 @@ impl Processor {
                 .next_due()
                 .map(|at| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO));
             let timer_armed = wait.is_some();
-            let next_resume = self
-                .resumes
-                .iter()
-                .map(|(at, _, _)| *at)
-                .min()
-                .unwrap_or_else(tokio::time::Instant::now);
+            // Journaled triggers wait on facts (the jobs topic read up to its end), which an
+            // idle partition reaches without a batch: look again every second.
+            let next_resume = tokio::time::Instant::now() + Duration::from_secs(1);
             let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
             tokio::select! {
                 biased;
@@ -430,20 +480,16 @@ impl Processor {
             Ownership::Assigned(ps) => {
                 self.telemetry.set_ready(false);
                 for p in ps {
+                    self.abandoned.remove(&p);
                     self.open_partition(p).await?;
                 }
                 self.telemetry.set_ready(true);
+                self.resume_triggers()?;
             }
             Ownership::Revoked(ps) => {
                 for p in ps {
-                    if self.stores.remove(&p).is_some() {
-                        self.timers.drop_partition(p);
-                        self.stale_effects.remove(&p);
-                        self.repairs.remove(&p);
-                        self.summaries.forget(p);
-                        self.resumes.retain(|(_, q, _)| *q != p);
-                        let partitions = self.partitions;
-                        self.recent.retain(|id| api::partition_of(id, partitions) != p);
+                    self.abandoned.remove(&p);
+                    if self.close_partition(p).is_some() {
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
@@ -453,6 +499,90 @@ impl Processor {
         self.telemetry.timers_pending(self.timers.len() as i64);
         self.owned.send_replace(self.stores.keys().copied().collect());
         Ok(())
+    }
+
+    /// Forgets an owned partition: its store (returned), timers, pending work and views.
+    fn close_partition(&mut self, p: i32) -> Option<PartitionStore> {
+        let store = self.stores.remove(&p)?;
+        self.timers.drop_partition(p);
+        self.stale_effects.remove(&p);
+        self.repairs.remove(&p);
+        self.writers.remove(&p);
+        self.next_changelog.remove(&p);
+        self.summaries.forget(p);
+        self.resumes.retain(|r| r.partition != p);
+        let partitions = self.partitions;
+        self.recent.retain(|id| api::partition_of(id, partitions) != p);
+        Some(store)
+    }
+
+    /// Gives up a partition a newer owner has fenced: this instance lost it without being
+    /// told (a paused process, a network partition). Its store may hold writes that do not
+    /// count, so it forgets its checkpoint and is restored in full if it comes back here.
+    fn abandon(&mut self, p: i32) -> Result<()> {
+        error!(partition = p, "a newer owner fenced this partition: this instance lost it without being told (a paused process?); the batch stops before its state and triggers, and the partition is left to its owner");
+        if let Some(mut store) = self.close_partition(p) {
+            store.disown()?;
+        }
+        self.abandoned.insert(p);
+        self.telemetry.partitions_owned(self.stores.len() as i64);
+        self.owned.send_replace(self.stores.keys().copied().collect());
+        Ok(())
+    }
+
+    /// Looks at where this batch's changelog records landed (`outputs` with `delivered`):
+    /// a record of someone else's between this owner's is read. A newer owner's fence there
+    /// means this instance is a zombie: the partitions returned are abandoned by the caller.
+    /// Other writes there (a crashed writer's, a retried producer's) never count, and are
+    /// written over with this store's values in the next batch.
+    fn check_changelog(&mut self, outputs: &[Output], delivered: &[(i32, i64)]) -> Result<BTreeSet<i32>> {
+        let mut landed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+        for (o, (p, offset)) in outputs.iter().zip(delivered) {
+            if o.topic == self.settings.topics.changelog {
+                landed.entry(*p).or_default().push(*offset);
+            }
+        }
+        let mut fenced = BTreeSet::new();
+        for (p, offsets) in landed {
+            let (Some(expected), Some(writer)) = (self.next_changelog.get(&p).copied(), self.writers.get(&p).copied())
+            else {
+                continue;
+            };
+            let (foreign, next) = crate::core::changelog::foreign_ranges(expected, &offsets);
+            self.next_changelog.insert(p, next);
+            if foreign.is_empty() {
+                continue;
+            }
+            let topic = &self.settings.topics.changelog;
+            let entries =
+                tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, &foreign));
+            let entries = match entries {
+                Ok(entries) => entries,
+                Err(e) => {
+                    warn!(partition = p, error = %format!("{e:#}"), ?foreign, "could not read another writer's changelog records");
+                    continue;
+                }
+            };
+            let mut repair = StoreBatch::default();
+            for entry in entries {
+                match entry {
+                    Entry::Fence { epoch } if epoch > writer.epoch => {
+                        fenced.insert(p);
+                    }
+                    Entry::Write { key, epoch, .. } if epoch != writer.epoch || !self.stores.contains_key(&p) => {
+                        if let Some(store) = self.stores.get(&p) {
+                            repair.mirror(&key, store.raw(&key)?.as_deref());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if !fenced.contains(&p) && !repair.is_empty() {
+                warn!(partition = p, keys = repair.len(), ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
+                self.repairs.entry(p).or_default().underlay(repair);
+            }
+        }
+        Ok(fenced)
     }
 
     /// Answers an API question from the stores (between batches, so never half a batch).
@@ -496,14 +626,20 @@ impl Processor {
             return Ok(());
         }
         let mut store = PartitionStore::open(&self.settings.state_dir, p)?;
+        // The fence first: everything before it is restored, and this owner's writes are
+        // told from any earlier owner's by its epoch (see core::changelog).
+        let topic = self.settings.topics.changelog.clone();
+        let (key, value) = changelog::fence(&self.settings.instance);
+        let fence = self.write_control(p, &key, &value).await;
         let mut backoff = Duration::from_millis(500);
         let restored = loop {
             let telemetry = self.telemetry.clone();
             let attempt = tokio::task::block_in_place(|| {
                 changelog::restore(
                     &self.settings.kafka,
-                    &self.settings.topics.changelog,
+                    &topic,
                     p,
+                    fence,
                     &mut store,
                     |records, seconds| telemetry.restore_progress(p, records, seconds),
                 )
@@ -518,9 +654,21 @@ impl Processor {
                 }
             }
         };
-        if !restored.unmarked.is_empty() {
+        // Which of the previous epoch's batches count, before any batch of this one.
+        let (key, value) = changelog::acceptance(restored.lineage);
+        let accepted = self.write_control(p, &key, &value).await;
+        self.next_changelog.insert(p, accepted + 1);
+        let lineage = Lineage {
+            epoch: changelog::epoch_at(fence),
+            through: 0,
+        };
+        let mut start = StoreBatch::default();
+        start.set_lineage(lineage);
+        store.write(start)?;
+        self.writers.insert(p, lineage);
+        if !restored.stale.is_empty() {
             let mut repair = StoreBatch::default();
-            for key in &restored.unmarked {
+            for key in &restored.stale {
                 repair.mirror(key, store.raw(key)?.as_deref());
             }
             self.repairs.insert(p, repair);
@@ -535,29 +683,114 @@ impl Processor {
             restored_records = restored.records,
             restore_seconds = format!("{:.3}", restored.seconds),
             full_restore = restored.full,
+            epoch = lineage.epoch,
             path = %store.path().display(),
             "partition assigned: state opened"
         );
         if let Some(tail) = &self.tail {
             tail.read(p);
         }
-        let due = tokio::time::Instant::now() + RESUME_GRACE;
-        for (_, effect) in store.effects()? {
-            self.resumes.push((due, p, effect));
+        let journaled = store.effects()?;
+        if !journaled.is_empty() {
+            let jobs_end = self.jobs_end(p).await;
+            let opened = tokio::time::Instant::now();
+            for (_, effect) in journaled {
+                self.resumes.push(Resume {
+                    partition: p,
+                    effect,
+                    jobs_end,
+                    opened,
+                });
+            }
         }
         self.stores.insert(p, store);
         Ok(())
     }
 
-    /// Requests again the journaled triggers whose grace has passed and whose runs still
-    /// await a report; forgets the others.
+    /// Where the jobs topic's partition `p` ends now (its high watermark), retrying while
+    /// the broker does not answer: reports of triggers made before now lie below it.
+    async fn jobs_end(&self, p: i32) -> i64 {
+        let topic = &self.settings.topics.jobs;
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let answer =
+                tokio::task::block_in_place(|| self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT));
+            match answer {
+                Ok((_, high)) => return high,
+                Err(e) => {
+                    warn!(partition = p, error = %e, "reading the end of {topic}; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Writes a fence or an acceptance to changelog partition `p`, retrying while the broker
+    /// does not take it; returns its offset.
+    async fn write_control(&self, p: i32, key: &[u8], value: &[u8]) -> i64 {
+        let topic = &self.settings.topics.changelog;
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            match kafka::send_to(&self.control, topic, Some(p), Some(key), Some(value), &[]).await {
+                Ok((_, offset)) => return offset,
+                Err(e) => {
+                    warn!(partition = p, error = %format!("{e:#}"), "writing to {topic}; retrying");
+                    self.telemetry.set_broker_ok(false);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Whether partition `p`'s jobs topic has been read up to `end`: its last record below
+    /// `end` was applied (here or, before the hand-over, by the previous owner), or the
+    /// consumer's position is past it.
+    fn jobs_read_to(&self, p: i32, end: i64) -> bool {
+        let topic = &self.settings.topics.jobs;
+        if end <= 0
+            || self
+                .stores
+                .get(&p)
+                .and_then(|s| s.applied_offset(topic))
+                .is_some_and(|a| a + 1 >= end)
+        {
+            return true;
+        }
+        let position = self
+            .consumer
+            .position()
+            .ok()
+            .and_then(|list| list.find_partition(topic, p)?.offset().to_raw());
+        position.is_some_and(|at| at >= end)
+    }
+
+    /// Decides the journaled triggers whose partition has read the jobs topic up to where it
+    /// ended at the opening: requested again (same idempotency key) if their run still awaits
+    /// a report, forgotten otherwise. A report read meanwhile has already removed its
+    /// trigger (see [`Self::process_records`]).
     fn resume_triggers(&mut self) -> Result<()> {
+        if self.resumes.is_empty() {
+            return Ok(());
+        }
         let now = tokio::time::Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.resumes)
-            .into_iter()
-            .partition(|(at, _, _)| *at <= now);
-        self.resumes = later;
-        for (_, p, effect) in due {
+        let mut due = Vec::new();
+        for resume in std::mem::take(&mut self.resumes) {
+            if self.jobs_read_to(resume.partition, resume.jobs_end) {
+                due.push(resume);
+            } else if now.duration_since(resume.opened) >= RESUME_FALLBACK {
+                warn!(partition = resume.partition, run_id = %resume.effect.request().run_id, jobs_end = resume.jobs_end,
+                    "the jobs topic was not read up to its end in {RESUME_FALLBACK:?}: deciding the journaled trigger on what was read");
+                due.push(resume);
+            } else {
+                self.resumes.push(resume);
+            }
+        }
+        for Resume {
+            partition: p, effect, ..
+        } in due
+        {
             let Some(store) = self.stores.get(&p) else { continue };
             let request = effect.request();
             let run_id = request.run_id.clone();
@@ -565,8 +798,8 @@ impl Processor {
                 .pipeline(&request.pipeline_id)?
                 .is_some_and(|s| s.awaits_trigger(&run_id));
             if awaited {
-                info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report: requesting it again with the same idempotency key");
-                self.executor.spawn(effect);
+                info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
+                self.executor.spawn(effect, p);
             } else {
                 debug!(
                     partition = p,
@@ -604,6 +837,10 @@ impl Processor {
                 debug!(%topic, p, offset, "partition no longer assigned: left to its new owner");
                 continue;
             }
+            if self.abandoned.contains(&p) {
+                debug!(%topic, p, offset, "partition given up to a newer owner: left to it");
+                continue;
+            }
             self.open_partition(p).await?;
             self.telemetry.record_in(&topic);
             pending.commits.insert((topic.clone(), p), offset);
@@ -627,8 +864,11 @@ impl Processor {
             )
             .await;
             if let Input::JobReported(report) = &input {
-                // The trigger's outcome is known: it leaves the journal.
+                // The trigger's outcome is known: it leaves the journal, and is not requested
+                // again.
                 pending.stores.entry(p).or_default().delete_effect(&report.run_id);
+                self.resumes
+                    .retain(|r| !(r.partition == p && r.effect.request().run_id == report.run_id));
             }
             let origin = origin_of(kind, p, offset, &input);
             let state = self.state(&pending, p, &pipeline)?;
@@ -645,6 +885,7 @@ impl Processor {
             self.stage(&mut pending, p, &pipeline, decision, Some(message))?;
         }
         self.flush(pending).await?;
+        self.resume_triggers()?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
     }
@@ -652,6 +893,11 @@ impl Processor {
     async fn fire_due_timers(&mut self) -> Result<()> {
         let started = Instant::now();
         let mut pending = Pending::default();
+        // A rebalance reported meanwhile comes first: a revoked partition's timers are its
+        // new owner's to fire.
+        while let Ok(change) = self.ownership.try_recv() {
+            self.on_ownership(change).await?;
+        }
         let now = self.clock.now();
         self.stage_due_timers(&mut pending, now)?;
         self.flush(pending).await?;
@@ -786,7 +1032,7 @@ impl Processor {
             if let Effect::TriggerJob(request) = &effect {
                 batch.put_effect(&request.run_id, &effect)?;
             }
-            pending.effects.push(effect);
+            pending.effects.push((p, effect));
         }
         Ok(())
     }
@@ -802,16 +1048,28 @@ impl Processor {
                 batch.delete_effect(&run_id);
             }
         }
-        // Mirror every store write, in order, to the changelog partition of the same number.
+        // Mirror every store write, in order, to the changelog partition of the same number,
+        // as the next batch of this owner's epoch there. A partition revoked meanwhile is
+        // left to its new owner, which redoes the work.
         let first_changelog = pending.outputs.len();
+        let mut sequenced: BTreeMap<i32, Lineage> = BTreeMap::new();
         for (p, batch) in &pending.stores {
+            let Some(writer) = self.writers.get(p).filter(|_| !batch.changes().is_empty()) else {
+                continue;
+            };
+            let this = Lineage {
+                epoch: writer.epoch,
+                through: writer.through + 1,
+            };
+            sequenced.insert(*p, this);
+            let header = changelog::batch_header(this.epoch, this.through);
             for (key, value) in batch.changes() {
                 pending.outputs.push(Output {
                     topic: self.settings.topics.changelog.clone(),
                     partition: Some(*p),
                     key: Some(key.clone()),
                     value: value.clone(),
-                    headers: Vec::new(),
+                    headers: vec![(changelog::BATCH_HEADER.to_string(), header.clone())],
                 });
             }
         }
@@ -820,22 +1078,50 @@ impl Processor {
         // acknowledged: a restore never applies the writes of a batch whose events or dead
         // letters a crash may have kept from the broker.
         let committing = Instant::now();
+        // Partitions a newer owner has fenced (effectively-once; under exactly-once the
+        // broker fences).
+        let mut fenced = BTreeSet::new();
         let markers = match self.settings.guarantee {
             Guarantee::EffectivelyOnce => {
                 let delivered = self.produce_all(&mut pending.outputs).await;
-                let mut markers = self.batch_markers(&delivered[first_changelog..]);
-                self.produce_all(&mut markers).await
+                if self.lost_partitions("its end marker") {
+                    return Ok(());
+                }
+                fenced = self.check_changelog(&pending.outputs[first_changelog..], &delivered[first_changelog..])?;
+                sequenced.retain(|p, _| !fenced.contains(p));
+                let mut markers = self.batch_markers(&delivered[first_changelog..], &sequenced);
+                let landed = self.produce_all(&mut markers).await;
+                fenced.extend(self.check_changelog(&markers, &landed)?);
+                landed
             }
             Guarantee::ExactlyOnce => {
-                self.produce_in_transaction(&pending.outputs, first_changelog, offsets.as_ref())
+                self.produce_in_transaction(&pending.outputs, first_changelog, &sequenced, offsets.as_ref())
                     .await?
             }
         };
         self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
+        if self.lost_partitions("its state") {
+            return Ok(());
+        }
+        for p in &fenced {
+            self.abandon(*p)?;
+        }
+        pending.stores.retain(|p, _| !fenced.contains(p));
+        pending.effects.retain(|(p, _)| !fenced.contains(p));
+        let offsets = if fenced.is_empty() {
+            offsets
+        } else {
+            pending.commits.retain(|(_, p), _| !fenced.contains(p));
+            self.input_offsets(&pending.commits)?
+        };
         let checkpoints: BTreeMap<i32, i64> = markers.into_iter().collect();
         for (p, mut batch) in pending.stores {
-            if let Some(c) = checkpoints.get(&p) {
+            if let (Some(c), Some(this)) = (checkpoints.get(&p), sequenced.get(&p)) {
                 batch.set_checkpoint(*c);
+                batch.set_lineage(*this);
+                if let Some(writer) = self.writers.get_mut(&p) {
+                    *writer = *this;
+                }
             }
             if batch.is_empty() {
                 continue;
@@ -852,16 +1138,34 @@ impl Processor {
             }
             self.last_commit = Some(list);
         }
-        for effect in pending.effects {
-            self.executor.spawn(effect);
+        if self.lost_partitions("its effects") {
+            return Ok(());
+        }
+        for (p, effect) in pending.effects {
+            self.executor.spawn(effect, p);
         }
         self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
     }
 
-    /// One end marker per changelog partition the batch wrote to, holding the first offset
-    /// of its writes there (`changelog`: where each of the batch's changelog records landed).
-    fn batch_markers(&self, changelog: &[(i32, i64)]) -> Vec<Output> {
+    /// Whether librdkafka found this instance's assignment lost (its session expired, or the
+    /// group moved on without it: a paused process wakes up a zombie). The batch then stops
+    /// before `what`: its changelog writes stay unmarked and never count, and the partitions'
+    /// new owners redo its inputs.
+    fn lost_partitions(&self, what: &str) -> bool {
+        let lost = self.consumer.assignment_lost();
+        if lost {
+            warn!(
+                "this instance lost its partitions mid-batch: the batch stops before {what}; their new owners redo it"
+            );
+        }
+        lost
+    }
+
+    /// One end marker per changelog partition the batch wrote to: its epoch and batch
+    /// number, and the first offset of its writes there (`changelog`: where each of the
+    /// batch's changelog records landed).
+    fn batch_markers(&self, changelog: &[(i32, i64)], sequenced: &BTreeMap<i32, Lineage>) -> Vec<Output> {
         let mut first: BTreeMap<i32, i64> = BTreeMap::new();
         for (p, offset) in changelog {
             let f = first.entry(*p).or_insert(*offset);
@@ -869,12 +1173,16 @@ impl Processor {
         }
         first
             .into_iter()
-            .map(|(p, offset)| Output {
-                topic: self.settings.topics.changelog.clone(),
-                partition: Some(p),
-                key: Some(BATCH_MARKER.to_vec()),
-                value: Some(offset.to_be_bytes().to_vec()),
-                headers: Vec::new(),
+            .filter_map(|(p, offset)| {
+                let this = sequenced.get(&p)?;
+                let (key, value) = changelog::marker(this.epoch, this.through, offset);
+                Some(Output {
+                    topic: self.settings.topics.changelog.clone(),
+                    partition: Some(p),
+                    key: Some(key),
+                    value: Some(value),
+                    headers: Vec::new(),
+                })
             })
             .collect()
     }
@@ -998,6 +1306,7 @@ impl Processor {
         &self,
         outputs: &[Output],
         first_changelog: usize,
+        sequenced: &BTreeMap<i32, Lineage>,
         offsets: Option<&TopicPartitionList>,
     ) -> Result<Vec<(i32, i64)>> {
         let mut backoff = Duration::from_millis(200);
@@ -1006,7 +1315,7 @@ impl Processor {
                 tokio::task::block_in_place(|| self.producer.begin_transaction())?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
-                let markers = self.batch_markers(&delivered[first_changelog..]);
+                let markers = self.batch_markers(&delivered[first_changelog..], sequenced);
                 let sends = futures::future::join_all(markers.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
                 tokio::task::block_in_place(|| -> Result<()> {

@@ -25,13 +25,14 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::changelog::Batches;
+use super::changelog;
 use super::codec::Codec;
 use super::events_tail::{offsets_at, parse_time};
 use super::kafka::{self, Connection, Start};
 use super::replay::{decoded_in_order, parse_position, time_of_positions};
-use super::store::{StoreBatch, BATCH_MARKER};
+use super::store::StoreBatch;
 use super::topics::{InputTopic, Topics};
+use crate::core::changelog::{Entry, Lineage, Restore};
 use crate::core::partitioning::partition_for;
 use crate::core::replay::Replay;
 
@@ -67,6 +68,9 @@ struct PartitionPlan {
     positions: Vec<(String, i64, i64)>,
     /// The changelog batch that puts the state back (`None`: delete the key).
     writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The batches of the changelog's newest epoch that count: what the reset's own epoch
+    /// accepts before its batch.
+    accept: Lineage,
     pipelines: usize,
     timers: usize,
 }
@@ -126,7 +130,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
     }
     let producer = kafka::producer(kafka)?;
     for plan in &plans {
-        write_batch(&producer, &topics.changelog, plan).await?;
+        write_batch(&producer, &topics.changelog, &args.group, plan).await?;
     }
     let mut list = TopicPartitionList::new();
     for plan in &plans {
@@ -199,8 +203,18 @@ fn ensure_stopped(consumer: &BaseConsumer, group: &str) -> Result<()> {
     Ok(())
 }
 
-/// One changelog record: offset, key, value (`None`: a delete) and timestamp (ms).
-type ChangelogRecord = (i64, Vec<u8>, Option<Vec<u8>>, i64);
+/// One changelog record: offset, what it is, and timestamp (ms).
+type ChangelogRecord = (i64, Entry, i64);
+
+/// The lineage a restore of `records` ends with.
+fn lineage_of(records: &[ChangelogRecord]) -> Lineage {
+    let mut rules = Restore::full();
+    for (_, entry, _) in records {
+        // A restore from the beginning never diverges.
+        let _ = rules.push(entry.clone());
+    }
+    rules.lineage()
+}
 
 /// Every record of one changelog partition, in order.
 fn changelog_records(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<Vec<ChangelogRecord>> {
@@ -215,7 +229,8 @@ fn changelog_records(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<Vec
         .iter()
         .filter_map(|m| {
             let stamp = m.timestamp().to_millis().unwrap_or(i64::MIN);
-            Some((m.offset(), m.key()?.to_vec(), m.payload().map(<[u8]>::to_vec), stamp))
+            let entry = changelog::entry(m.offset(), m.key()?, m.payload(), changelog::batch_of(m))?;
+            Some((m.offset(), entry, stamp))
         })
         .collect())
 }
@@ -225,8 +240,10 @@ fn changelog_records(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<Vec
 fn overwrite(records: &[ChangelogRecord], image: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let current: BTreeSet<&Vec<u8>> = records
         .iter()
-        .map(|(_, k, _, _)| k)
-        .filter(|k| k.as_slice() != BATCH_MARKER)
+        .filter_map(|(_, entry, _)| match entry {
+            Entry::Write { key, .. } => Some(key),
+            _ => None,
+        })
         .collect();
     let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = current
         .into_iter()
@@ -271,13 +288,16 @@ fn from_changelog(
         );
     }
     let mut image: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut batches = Batches::default();
+    let mut rules = Restore::full();
     let mut basis = format!("state before the first changelog batch of {topic}/{p} (empty)");
     let mut reached = BTreeMap::new();
-    for (offset, key, value, stamp) in &records {
-        let Some(batch) = batches.push(key, value.as_deref()) else {
+    for (offset, entry, stamp) in &records {
+        let batch = rules
+            .push(entry.clone())
+            .map_err(|why| anyhow::anyhow!("{topic} partition {p}: {why}"))?;
+        if batch.is_empty() {
             continue;
-        };
+        }
         let past_target =
             |(input, applied): (String, i64)| targets.get(&(input, p)).is_some_and(|(target, _)| applied >= *target);
         if *stamp >= point.timestamp_millis()
@@ -314,6 +334,7 @@ fn from_changelog(
         basis,
         positions,
         writes: overwrite(&records, &image),
+        accept: lineage_of(&records),
         pipelines,
         timers,
     })
@@ -396,6 +417,7 @@ async fn from_scratch(
             basis: format!("state from replaying its {replayed} inputs before the point"),
             positions,
             writes: overwrite(&records, &image),
+            accept: lineage_of(&records),
             pipelines,
             timers,
         });
@@ -403,27 +425,38 @@ async fn from_scratch(
     Ok(plans)
 }
 
-/// Writes the plan's batch to the changelog partition, then its end marker.
-async fn write_batch(producer: &rdkafka::producer::FutureProducer, topic: &str, plan: &PartitionPlan) -> Result<()> {
+/// Writes the plan's batch to the changelog partition as the first batch of an epoch of
+/// its own (fence, acceptance of the newest epoch's batches, the writes, their end marker),
+/// so that the processors' restore rules take it over whatever was written before.
+async fn write_batch(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    group: &str,
+    plan: &PartitionPlan,
+) -> Result<()> {
+    let p = plan.partition;
+    let send = |key: Vec<u8>, value: Option<Vec<u8>>, headers: Vec<(&'static str, Vec<u8>)>| async move {
+        let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        kafka::send_to(producer, topic, Some(p), Some(&key), value.as_deref(), &headers)
+            .await
+            .with_context(|| format!("writing to {topic}/{p}"))
+    };
+    if plan.writes.is_empty() {
+        return Ok(());
+    }
+    let (key, value) = changelog::fence(&format!("{group}-reset"));
+    let (_, fence) = send(key, Some(value), Vec::new()).await?;
+    let epoch = changelog::epoch_at(fence);
+    let (key, value) = changelog::acceptance(plan.accept);
+    send(key, Some(value), Vec::new()).await?;
     let mut first = None;
     for (key, value) in &plan.writes {
-        let (_, offset) = kafka::send_to(producer, topic, Some(plan.partition), Some(key), value.as_deref(), &[])
-            .await
-            .with_context(|| format!("writing to {topic}/{}", plan.partition))?;
+        let header = vec![(changelog::BATCH_HEADER, changelog::batch_header(epoch, 1))];
+        let (_, offset) = send(key.clone(), value.clone(), header).await?;
         first = Some(first.map_or(offset, |f: i64| f.min(offset)));
     }
-    if let Some(first) = first {
-        kafka::send_to(
-            producer,
-            topic,
-            Some(plan.partition),
-            Some(BATCH_MARKER),
-            Some(&first.to_be_bytes()),
-            &[],
-        )
-        .await
-        .with_context(|| format!("writing to {topic}/{}", plan.partition))?;
-    }
+    let (key, value) = changelog::marker(epoch, 1, first.unwrap_or(fence));
+    send(key, Some(value), Vec::new()).await?;
     Ok(())
 }
 
@@ -433,12 +466,20 @@ mod tests {
 
     #[test]
     fn the_overwrite_deletes_what_the_image_lacks_and_writes_the_rest() {
+        let write = |key: &[u8], value: Option<&[u8]>| Entry::Write {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+            epoch: 1,
+            seq: 1,
+        };
         let records = vec![
-            (0, b"p/a".to_vec(), Some(b"1".to_vec()), 0),
-            (1, b"p/b".to_vec(), Some(b"2".to_vec()), 0),
-            (2, BATCH_MARKER.to_vec(), Some(0i64.to_be_bytes().to_vec()), 0),
-            (3, b"t/x".to_vec(), None, 0),
+            (0, Entry::Fence { epoch: 1 }, 0),
+            (1, write(b"p/a", Some(b"1")), 0),
+            (2, write(b"p/b", Some(b"2")), 0),
+            (3, Entry::Marker { epoch: 1, seq: 1 }, 0),
+            (4, write(b"t/x", None), 0),
         ];
+        assert_eq!(lineage_of(&records), Lineage { epoch: 1, through: 1 });
         let image: BTreeMap<Vec<u8>, Vec<u8>> = [(b"p/a".to_vec(), b"0".to_vec())].into();
         let writes = overwrite(&records, &image);
         assert_eq!(

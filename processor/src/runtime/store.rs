@@ -7,9 +7,9 @@
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
 //! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
-//! changelog topic, followed by a [`BATCH_MARKER`]; `c/` holds the changelog offset of the
-//! last marker the store is current with (the checkpoint), and is the one key that is not
-//! mirrored.
+//! changelog topic, followed by a batch end marker (see [`super::changelog`]); `c/` holds the
+//! changelog offset the store is current with (the checkpoint) and `c/lineage` the epoch and
+//! batch it last wrote or restored: the two keys that are not mirrored.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,18 +19,14 @@ use anyhow::{anyhow, Context, Result};
 use chrono::{DateTime, Utc};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
+use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
 const CHECKPOINT_KEY: &[u8] = b"c/";
-
-/// The changelog key of a batch's end marker, written once the batch's every output is
-/// acknowledged; its value is the first changelog offset of the batch (big-endian i64, for
-/// diagnosis). Never a store key: a restore applies writes only once a marker follows them
-/// (see [`super::changelog::Batches`]).
-pub const BATCH_MARKER: &[u8] = b"b/";
+const LINEAGE_KEY: &[u8] = b"c/lineage";
 
 pub struct PartitionStore {
     db: DB,
@@ -111,6 +107,8 @@ pub struct StoreBatch {
     applied: Vec<(String, i64)>,
     /// The changelog offset the store is current with once this batch is written.
     checkpoint: Option<i64>,
+    /// The epoch and batch the store holds once this batch is written.
+    lineage: Option<Lineage>,
 }
 
 impl StoreBatch {
@@ -173,13 +171,17 @@ impl StoreBatch {
         self.checkpoint = Some(changelog_offset);
     }
 
+    pub fn set_lineage(&mut self, lineage: Lineage) {
+        self.lineage = Some(lineage);
+    }
+
     /// The writes to mirror to the changelog.
     pub fn changes(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
         &self.ops
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.checkpoint.is_none()
+        self.ops.is_empty() && self.checkpoint.is_none() && self.lineage.is_none()
     }
 
     /// Applies a changelog record as it was written: the key and value of one store write.
@@ -327,6 +329,28 @@ impl PartitionStore {
         }
     }
 
+    /// The epoch and batch this store last wrote or restored; `None` for a store from
+    /// before epochs (or never written).
+    pub fn lineage(&self) -> Result<Option<Lineage>> {
+        match self.db.get(LINEAGE_KEY)? {
+            None => Ok(None),
+            Some(raw) => serde_json::from_slice(&raw)
+                .map(Some)
+                .with_context(|| format!("corrupt changelog lineage in {}", self.path.display())),
+        }
+    }
+
+    /// Forgets where the store stands on the changelog: the next opening restores it in full.
+    /// For a store that may hold writes that do not count (its owner found a newer owner's
+    /// fence among its own writes).
+    pub fn disown(&mut self) -> Result<()> {
+        let mut write = WriteBatch::default();
+        write.delete(CHECKPOINT_KEY);
+        write.delete(LINEAGE_KEY);
+        self.db.write(write).context("forgetting the changelog checkpoint")?;
+        Ok(())
+    }
+
     /// Every journaled trigger: run id and effect.
     pub fn effects(&self) -> Result<Vec<(String, Effect)>> {
         let mut effects = Vec::new();
@@ -382,6 +406,12 @@ impl PartitionStore {
         }
         if let Some(offset) = batch.checkpoint {
             write.put(CHECKPOINT_KEY, offset.to_be_bytes());
+        }
+        if let Some(lineage) = batch.lineage {
+            write.put(
+                LINEAGE_KEY,
+                serde_json::to_vec(&lineage).context("encoding the lineage")?,
+            );
         }
         self.db
             .write_opt(write, &options)

@@ -498,9 +498,21 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
         Input::JobReported(record) => d.on_job(record),
         Input::CommandReceived(record) => d.on_command(record),
         Input::TimerFired(kind) => {
-            let due = d.state.timers.iter().find(|t| t.timer == *kind).map(|t| t.at);
-            d.state.timers.retain(|t| t.timer != *kind);
-            d.on_timer(kind, due.unwrap_or(ctx.now))
+            // As quinn-proto ignores a timeout that is not armed: a timer this state does not
+            // have pending (fired already, cancelled, or from before a restore) or that is
+            // not due yet changes nothing, so a duplicate CronTick cannot open the next
+            // occurrence early and an early SLA timer cannot alert before its time.
+            match d.state.timers.iter().find(|t| t.timer == *kind).map(|t| t.at) {
+                Some(due) if due <= ctx.now => {
+                    d.state.timers.retain(|t| t.timer != *kind);
+                    d.on_timer(kind, due)
+                }
+                Some(due) => d.notes.push(format!(
+                    "timer {} fired before it is due ({due}): ignored",
+                    kind.encode()
+                )),
+                None => d.notes.push(format!("timer {} is not pending: ignored", kind.encode())),
+            }
         }
         Input::Rejected { source, reason } => d.reject(source, reason),
     }
@@ -567,13 +579,21 @@ impl<'a> Decider<'a> {
     fn emit(&mut self, kind: EventType, exec: Option<&str>, message: impl Into<String>, detail: Map<String, Value>) {
         let execution = exec.and_then(|key| self.state.executions.get(key));
         let named = exec.and_then(|key| key.split_once('/'));
+        let schedule_id = named.map(|(s, _)| s.to_string());
+        let date = named.map(|(_, d)| d.to_string());
+        // Events of this type about this execution the same input produced before this one.
+        let seq = self
+            .events
+            .iter()
+            .filter(|e| e.kind == kind && e.schedule_id == schedule_id && e.date == date)
+            .count();
         let event = Event {
-            event_id: event_id(self.ctx.origin, self.events.len()),
+            event_id: event_id(self.ctx.origin, kind, named, seq),
             kind,
             category: kind.category(),
             pipeline_id: self.pipeline_id.to_string(),
-            schedule_id: named.map(|(s, _)| s.to_string()),
-            date: named.map(|(_, d)| d.to_string()),
+            schedule_id,
+            date,
             run_id: execution.and_then(|e| e.phase.run_id().map(str::to_string)),
             attempt: execution.map(|e| e.attempt).filter(|a| *a > 0),
             timestamp: self.now(),

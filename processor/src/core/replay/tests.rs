@@ -175,5 +175,8 @@ fn the_same_inputs_replay_to_the_same_bytes() {
 fn event_ids_follow_the_live_origins() {
     let records = [(0, config())];
     let (events, _) = replay(&records, t(1));
-    assert_eq!(events[0].event_id, crate::core::events::event_id("sensors/0@0", 0));
+    assert_eq!(
+        events[0].event_id,
+        crate::core::events::event_id("sensors/0@0", events[0].kind, None, 0)
+    );
 }

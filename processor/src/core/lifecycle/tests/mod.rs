@@ -761,3 +761,32 @@ fn a_rerun_cancels_the_expiry_and_the_next_end_arms_it_again() {
     sim.job("gold", RUN2, JobStatus::Succeeded, None);
     assert_eq!(sim.due("gold", &expire), Some(sim.now + retention::RETENTION));
 }
+
+#[test]
+fn an_input_redone_at_another_time_never_gives_an_existing_id_to_another_event() {
+    // The same record (same origin) handled twice, as a batch redone after a crash with a
+    // later `now`: the first time its timestamp is too far ahead and it is rejected, the
+    // second time it passes the rules. The first event of each differs, and so do the ids.
+    let run = |now: DateTime<Utc>| {
+        let mut sim = Sim::starting_at(t0());
+        sim.config(pipeline(0));
+        sim.sensor("gold", "row-count", json!({"count": 1500}));
+        sim.now = now;
+        let reading = SensorReading {
+            pipeline_id: "gold".into(),
+            key: "upstream".into(),
+            data: json!({"status": "ready"}).as_object().unwrap().clone(),
+            date: None,
+            hour: None,
+            timestamp: Some(t0() + TimeDelta::minutes(10)),
+        };
+        sim.apply("gold", &Input::SensorReceived(reading), "sensors/0@7").events
+    };
+    let early = run(t0());
+    let late = run(t0() + TimeDelta::minutes(10));
+    assert_eq!(early.iter().map(|e| e.kind).collect::<Vec<_>>(), [INPUT_REJECTED]);
+    assert_eq!(late.iter().map(|e| e.kind).collect::<Vec<_>>(), [VALIDATION_PASSED]);
+    assert_ne!(early[0].event_id, late[0].event_id);
+    // Handled again at the same time, the same events get the same ids.
+    assert_eq!(run(t0())[0].event_id, early[0].event_id);
+}

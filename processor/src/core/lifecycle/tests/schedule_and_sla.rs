@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::{at, merge, Sim};
 use crate::core::events::EventType::*;
-use crate::core::lifecycle::{Phase, PipelineState};
+use crate::core::lifecycle::{Input, Phase, PipelineState, StateChange};
 use crate::core::records::JobStatus;
 use crate::core::timers::TimerKind;
 
@@ -227,6 +227,35 @@ fn schedule_missed_when_a_cron_tick_fires_later_than_the_evaluation_window() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, SCHEDULE_MISSED, VALIDATION_PASSED]);
     assert_eq!(sim.events[1].detail["laterOccurrencesSkipped"], json!(3));
     assert_eq!(sim.due("daily", &TimerKind::CronTick), Some(at("2026-11-26T13:30:00Z")));
+}
+
+#[test]
+fn a_duplicate_or_early_timer_changes_nothing() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(cron("30 8 * * *", json!({})));
+    sim.advance_to(at("2026-11-22T13:30:00Z"));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    let next = sim.due("daily", &TimerKind::CronTick);
+    assert_eq!(next, Some(at("2026-11-23T13:30:00Z")));
+    let before = sim.states.clone();
+    // The same tick delivered again (a batch redone after a crash): the next occurrence is
+    // pending but not due, so it must not open early.
+    let origin = format!("timer/daily/{}@dup", TimerKind::CronTick.encode());
+    let decision = sim.apply("daily", &Input::TimerFired(TimerKind::CronTick), &origin);
+    assert_eq!(decision.state, StateChange::Unchanged);
+    assert!(decision.events.is_empty() && decision.effects.is_empty() && decision.timers.is_empty());
+    assert_eq!(sim.states, before);
+    // A timer the state does not have pending at all.
+    let stray = TimerKind::SlaBreach {
+        schedule_id: "cron".into(),
+        date: "2026-11-22".into(),
+    };
+    let decision = sim.apply("daily", &Input::TimerFired(stray), "timer/stray");
+    assert_eq!(decision.state, StateChange::Unchanged);
+    assert!(decision.events.is_empty() && decision.timers.is_empty());
+    // The real tick, when due, still opens the next day.
+    sim.advance_to(at("2026-11-23T13:30:00Z"));
+    assert_eq!(sim.of(VALIDATION_PASSED).len(), 2);
 }
 
 // ---- PIPELINE_EXCLUDED ---------------------------------------------------------------------
@@ -654,13 +683,17 @@ fn sla_breach_is_never_followed_by_sla_warning() {
     assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-22", "2026-11-22T15:10:00Z")]);
     assert!(sim.of(SLA_WARNING).is_empty());
 
-    // The breach fires first (the warning timer lost or re-delivered): it cancels the
-    // warning, and a warning firing anyway says nothing.
+    // A breach timer delivered before its time says nothing.
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
     sim.config(sla_cron());
     sim.advance_to(at("2026-11-22T13:00:00Z"));
     sim.job_for("daily", "cron", "2026-11-22", JobStatus::Running);
     sim.now = at("2026-11-22T14:20:00Z");
+    sim.fire_late("daily", &breach("cron", "2026-11-22"));
+    assert!(sim.of(SLA_BREACH).is_empty());
+    // Both overdue, the breach fires first (the warning timer lost or re-delivered): it
+    // cancels the warning, and a warning firing anyway says nothing.
+    sim.now = at("2026-11-22T15:05:00Z");
     sim.fire_late("daily", &breach("cron", "2026-11-22"));
     assert_eq!(sim.of(SLA_BREACH).len(), 1);
     assert_eq!(sim.due("daily", &warning("cron", "2026-11-22")), None);

@@ -1,0 +1,240 @@
+//! Which changelog writes count: the rules a restore follows, free of Kafka and RocksDB.
+//!
+//! A partition's store is mirrored to a compacted changelog partition. Writers come and go
+//! with the partition's ownership, and a writer that lost the partition without noticing (a
+//! zombie: a long GC or network pause past its session timeout) may keep writing after the
+//! next owner took over. Compaction keeps only the last record of every key. A restore must
+//! still rebuild exactly the state the newest owner holds. So every write is attributable:
+//!
+//! - **Fence.** An owner opening a partition first writes a fence; the fence's offset is its
+//!   *epoch*, newer than every epoch before it. It then reads the changelog up to its fence,
+//!   so it knows everything written before the fence and nothing after it.
+//! - **Batches.** Each of its batches carries its epoch and a sequence number (1, 2, …), on
+//!   every record and on the batch's end marker. A batch counts once its marker is written.
+//!   Marker keys are per epoch, so compaction keeps each epoch's last marker, which closes
+//!   every earlier batch of that epoch.
+//! - **Acceptance.** Before its first batch the new owner writes which batches of the epoch
+//!   before it it has restored: `accept(epoch, through)`. A record of an older epoch after a
+//!   newer fence is a zombie's and never counts; batches of an older epoch whose markers
+//!   compaction removed count exactly when the acceptance names them.
+//!
+//! A store that is reused (its checkpoint read on) is checked against the log as it is read:
+//! if a newer owner fenced before the store's checkpoint (the store kept writing as a
+//! zombie), or accepted fewer of the store's batches than it applied, the store holds writes
+//! that do not count, and [`Restore::push`] says so: the caller restores in full instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// An owner's epoch: the changelog offset of its fence. 0 is the epoch of writes made
+/// before fences existed (they all count once a marker follows).
+pub type Epoch = i64;
+
+/// The newest epoch that wrote batches, and the last of its batches known to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    pub epoch: Epoch,
+    pub through: u64,
+}
+
+/// One changelog record, as a restore sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A store write of batch `seq` of `epoch`.
+    Write {
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        epoch: Epoch,
+        seq: u64,
+    },
+    /// The end of batch `seq` of `epoch`: it and every earlier batch of the epoch count.
+    Marker { epoch: Epoch, seq: u64 },
+    /// A new owner's fence, at offset `epoch`.
+    Fence { epoch: Epoch },
+    /// The owner of a newer epoch restored the batches of `epoch` through `through`.
+    Accept { epoch: Epoch, through: u64 },
+}
+
+/// One store write: key, and value (`None` deletes the key).
+pub type Write = (Vec<u8>, Option<Vec<u8>>);
+
+/// Why a reused store cannot be brought up to date by reading on from its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Diverged {
+    #[error("a newer owner (epoch {newer}) took the partition over before this store's checkpoint: the store holds writes made after it lost the partition")]
+    FencedBeforeCheckpoint { newer: Epoch },
+    #[error("the owner after epoch {epoch} restored its batches through {accepted}, but this store applied {applied}: the store holds batches that do not count")]
+    AheadOfAcceptance { epoch: Epoch, accepted: u64, applied: u64 },
+}
+
+/// Reads changelog entries in log order and yields the writes that count, in the order to
+/// apply them.
+#[derive(Debug)]
+pub struct Restore {
+    /// Whether the reading starts from a reused store's checkpoint (whose lineage is
+    /// `lineage` at the start) rather than from the beginning with an empty store.
+    reused: bool,
+    /// The newest epoch seen (fenced or written).
+    newest: Epoch,
+    /// The newest epoch that wrote batches, and its last batch that counts.
+    lineage: Lineage,
+    /// Per epoch, writes whose batch has not been closed yet: (seq, write).
+    open: BTreeMap<Epoch, Vec<(u64, Write)>>,
+    /// Epochs a newer fence superseded: their open writes wait for the acceptance.
+    superseded: BTreeSet<Epoch>,
+    /// Keys of writes that never count (a zombie's, or a batch never closed): the owner
+    /// writes them again with the values it holds, so that compaction never leaves such a
+    /// write as a key's only record.
+    stale: BTreeSet<Vec<u8>>,
+}
+
+impl Restore {
+    /// A restore into an empty store, reading from the log's beginning.
+    pub fn full() -> Self {
+        Restore::starting(Lineage::default(), false)
+    }
+
+    /// A restore into a reused store whose lineage is `lineage`, reading on from its checkpoint.
+    pub fn reusing(lineage: Lineage) -> Self {
+        Restore::starting(lineage, true)
+    }
+
+    fn starting(lineage: Lineage, reused: bool) -> Self {
+        Restore {
+            reused,
+            newest: lineage.epoch,
+            lineage,
+            open: BTreeMap::new(),
+            superseded: BTreeSet::new(),
+            stale: BTreeSet::new(),
+        }
+    }
+
+    /// Takes the next entry; returns the writes that now count.
+    pub fn push(&mut self, entry: Entry) -> Result<Vec<Write>, Diverged> {
+        match entry {
+            Entry::Fence { epoch } => {
+                if epoch > self.newest {
+                    self.newest = epoch;
+                    // Writes of older epochs still open wait for the new owner's acceptance.
+                    let older: Vec<Epoch> = self.open.keys().copied().filter(|e| *e < epoch).collect();
+                    self.superseded.extend(older);
+                }
+                Ok(Vec::new())
+            }
+            Entry::Write { key, value, epoch, seq } => {
+                if epoch < self.newest {
+                    self.stale.insert(key);
+                    return Ok(Vec::new());
+                }
+                self.newer_without_fence(epoch)?;
+                self.open.entry(epoch).or_default().push((seq, (key, value)));
+                Ok(Vec::new())
+            }
+            Entry::Marker { epoch, seq } => {
+                if epoch < self.newest {
+                    // A zombie's marker: its batch does not count.
+                    return Ok(Vec::new());
+                }
+                self.newer_without_fence(epoch)?;
+                Ok(self.close(epoch, seq))
+            }
+            Entry::Accept { epoch, through } => {
+                if self.reused && epoch == self.lineage.epoch && through < self.lineage.through {
+                    return Err(Diverged::AheadOfAcceptance {
+                        epoch,
+                        accepted: through,
+                        applied: self.lineage.through,
+                    });
+                }
+                if !self.superseded.remove(&epoch) && epoch != self.lineage.epoch {
+                    // Nothing of that epoch is pending here (all closed, or read before).
+                    return Ok(Vec::new());
+                }
+                let writes = self.close(epoch, through);
+                // Whatever of the epoch is still open never counts.
+                for (_, (key, _)) in self.open.remove(&epoch).unwrap_or_default() {
+                    self.stale.insert(key);
+                }
+                Ok(writes)
+            }
+        }
+    }
+
+    /// A write or marker of an epoch newer than any fence seen: its fence lies before where
+    /// this reading started. From the beginning (or with the fence compacted away) that is
+    /// simply the newest epoch; on a reused store it means a newer owner fenced before the
+    /// store's checkpoint, so the store wrote as a zombie.
+    fn newer_without_fence(&mut self, epoch: Epoch) -> Result<(), Diverged> {
+        if epoch <= self.newest {
+            return Ok(());
+        }
+        if self.reused && self.lineage.epoch != 0 {
+            return Err(Diverged::FencedBeforeCheckpoint { newer: epoch });
+        }
+        self.newest = epoch;
+        let older: Vec<Epoch> = self.open.keys().copied().filter(|e| *e < epoch).collect();
+        self.superseded.extend(older);
+        Ok(())
+    }
+
+    /// Closes the batches of `epoch` through `seq`: their writes, in log order.
+    fn close(&mut self, epoch: Epoch, seq: u64) -> Vec<Write> {
+        if epoch >= self.lineage.epoch {
+            self.lineage = Lineage {
+                epoch,
+                through: if epoch == self.lineage.epoch {
+                    self.lineage.through.max(seq)
+                } else {
+                    seq
+                },
+            };
+        }
+        let Some(open) = self.open.get_mut(&epoch) else {
+            return Vec::new();
+        };
+        let (closed, still): (Vec<_>, Vec<_>) = std::mem::take(open).into_iter().partition(|(s, _)| *s <= seq);
+        *open = still;
+        if open.is_empty() {
+            self.open.remove(&epoch);
+        }
+        closed.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// The newest epoch that wrote batches and its last batch that counts: what the next
+    /// owner accepts, and what a reused store is checked against.
+    pub fn lineage(&self) -> Lineage {
+        self.lineage
+    }
+
+    /// Keys whose writes never count (a zombie's, or a batch never closed): the new owner
+    /// writes them again with the values it holds.
+    pub fn stale_keys(&self) -> Vec<Vec<u8>> {
+        let mut keys = self.stale.clone();
+        for writes in self.open.values() {
+            keys.extend(writes.iter().map(|(_, (k, _))| k.clone()));
+        }
+        keys.into_iter().collect()
+    }
+}
+
+/// The offsets between `expected` (where this writer's next record should land, were it the
+/// partition's only writer) and the offsets its records landed at that hold someone else's
+/// records; and where its next record should land.
+pub fn foreign_ranges(expected: i64, landed: &[i64]) -> (Vec<std::ops::Range<i64>>, i64) {
+    let mut landed = landed.to_vec();
+    landed.sort_unstable();
+    let mut next = expected;
+    let mut foreign = Vec::new();
+    for at in landed {
+        if at > next {
+            foreign.push(next..at);
+        }
+        next = next.max(at + 1);
+    }
+    (foreign, next)
+}
+
+#[cfg(test)]
+mod tests;
