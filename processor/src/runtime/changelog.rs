@@ -214,11 +214,19 @@ pub fn plan(checkpoint: Option<i64>, low: i64) -> Plan {
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records
 /// so far, seconds so far).
+///
+/// `contiguous`: the changelog holds no transaction markers (effectively-once), so a hole
+/// in its offsets after a reused store's checkpoint is compaction, which may have removed a
+/// tombstone the store never saw (a deleted pipeline would come back): such a store is
+/// restored in full instead. Kafka never compacts the active segment, so a store that was
+/// away briefly reads on.
+#[allow(clippy::too_many_arguments)]
 pub fn restore(
     kafka: &Connection,
     topic: &str,
     partition: i32,
     fence: i64,
+    contiguous: bool,
     store: &mut PartitionStore,
     mut progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
@@ -255,6 +263,7 @@ pub fn restore(
             partition,
             start,
             fence,
+            contiguous && !full,
             store,
             rules,
             &mut progress,
@@ -308,7 +317,9 @@ enum Read {
     Diverged(String),
 }
 
-/// Reads from `start` through `fence` into `store`, applying the writes that count.
+/// Reads from `start` through `fence` into `store`, applying the writes that count. With
+/// `holes_diverge`, a hole in the offsets read means the store cannot be brought up to date
+/// (see [`restore`]'s `contiguous`).
 #[allow(clippy::too_many_arguments)]
 fn read(
     consumer: &BaseConsumer,
@@ -316,6 +327,7 @@ fn read(
     partition: i32,
     start: i64,
     fence: i64,
+    holes_diverge: bool,
     store: &mut PartitionStore,
     mut rules: Restore,
     progress: &mut impl FnMut(u64, f64),
@@ -359,6 +371,11 @@ fn read(
             Some(Ok(message)) => {
                 last_record = Instant::now();
                 let offset = message.offset();
+                if holes_diverge && offset > next {
+                    return Ok(Read::Diverged(format!(
+                        "offsets {next}..{offset} after its checkpoint were compacted away, and a deletion among them may be gone"
+                    )));
+                }
                 next = offset + 1;
                 let Some(key) = message.key() else { continue };
                 let Some(entry) = self::entry(offset, key, message.payload(), batch_of(&message)) else {

@@ -634,12 +634,16 @@ impl Processor {
         let mut backoff = Duration::from_millis(500);
         let restored = loop {
             let telemetry = self.telemetry.clone();
+            // Under exactly-once, transaction markers leave holes in the changelog's offsets
+            // that are not compaction.
+            let contiguous = self.settings.guarantee == Guarantee::EffectivelyOnce;
             let attempt = tokio::task::block_in_place(|| {
                 changelog::restore(
                     &self.settings.kafka,
                     &topic,
                     p,
                     fence,
+                    contiguous,
                     &mut store,
                     |records, seconds| telemetry.restore_progress(p, records, seconds),
                 )
