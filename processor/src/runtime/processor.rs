@@ -750,24 +750,12 @@ impl Processor {
 
     /// Whether partition `p`'s jobs topic has been read up to `end`: its last record below
     /// `end` was applied (here or, before the hand-over, by the previous owner), or the
-    /// consumer's position is past it.
-    fn jobs_read_to(&self, p: i32, end: i64) -> bool {
+    /// consumer's position (`positions`) is past it.
+    fn jobs_read_to(&self, p: i32, end: i64, positions: Option<&TopicPartitionList>) -> bool {
         let topic = &self.settings.topics.jobs;
-        if end <= 0
-            || self
-                .stores
-                .get(&p)
-                .and_then(|s| s.applied_offset(topic))
-                .is_some_and(|a| a + 1 >= end)
-        {
-            return true;
-        }
-        let position = self
-            .consumer
-            .position()
-            .ok()
-            .and_then(|list| list.find_partition(topic, p)?.offset().to_raw());
-        position.is_some_and(|at| at >= end)
+        let applied = self.stores.get(&p).and_then(|s| s.applied_offset(topic));
+        let position = positions.and_then(|list| list.find_partition(topic, p)?.offset().to_raw());
+        end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| at >= end)
     }
 
     /// Decides the journaled triggers whose partition has read the jobs topic up to where it
@@ -779,9 +767,10 @@ impl Processor {
             return Ok(());
         }
         let now = tokio::time::Instant::now();
+        let positions = self.consumer.position().ok();
         let mut due = Vec::new();
         for resume in std::mem::take(&mut self.resumes) {
-            if self.jobs_read_to(resume.partition, resume.jobs_end) {
+            if self.jobs_read_to(resume.partition, resume.jobs_end, positions.as_ref()) {
                 due.push(resume);
             } else if now.duration_since(resume.opened) >= RESUME_FALLBACK {
                 warn!(partition = resume.partition, run_id = %resume.effect.request().run_id, jobs_end = resume.jobs_end,
