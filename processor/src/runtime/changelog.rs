@@ -130,6 +130,22 @@ pub fn batch_of(message: &impl Message) -> Option<&[u8]> {
     headers.iter().find(|h| h.key == BATCH_HEADER).and_then(|h| h.value)
 }
 
+/// A reader of changelog partitions it is assigned (no group membership, no commits).
+fn reader(kafka: &Connection) -> Result<BaseConsumer> {
+    kafka
+        .config()
+        .set("group.id", "sluice-restore")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        // A checkpoint beyond the end means the changelog was recreated: say so, do not skip.
+        .set("auto.offset.reset", "error")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .context("creating the changelog reader")
+}
+
 /// The records of changelog partition `partition` in `ranges`, as the restore rules see
 /// them: what another writer put between this owner's records.
 pub fn read_ranges(
@@ -138,15 +154,7 @@ pub fn read_ranges(
     partition: i32,
     ranges: &[std::ops::Range<i64>],
 ) -> Result<Vec<Entry>> {
-    let consumer: BaseConsumer = kafka
-        .config()
-        .set("group.id", "sluice-restore")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .context("creating the changelog reader")?;
+    let consumer = reader(kafka)?;
     let mut entries = Vec::new();
     for range in ranges {
         let mut list = TopicPartitionList::new();
@@ -168,7 +176,12 @@ pub fn read_ranges(
                         entries.push(e);
                     }
                 }
-                Some(Err(e)) if started.elapsed() > STALLED_AFTER => bail!("reading {topic}/{partition}: {e}"),
+                Some(Err(e))
+                    if started.elapsed() > STALLED_AFTER
+                        || e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) =>
+                {
+                    bail!("reading {topic}/{partition}: {e}")
+                }
                 _ if started.elapsed() > STALLED_AFTER => {
                     bail!("reading {topic}/{partition}: nothing at offset {next} for {STALLED_AFTER:?}")
                 }
@@ -231,18 +244,7 @@ pub fn restore(
     mut progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
     let started = Instant::now();
-    let consumer: BaseConsumer = kafka
-        .config()
-        .set("group.id", "sluice-restore")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
-        // A checkpoint beyond the end means the changelog was recreated: say so, do not skip.
-        .set("auto.offset.reset", "error")
-        .set("isolation.level", "read_committed")
-        .set("fetch.wait.max.ms", "100")
-        .create()
-        .context("creating the changelog reader")?;
+    let consumer = reader(kafka)?;
     let (low, _) = consumer
         .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
         .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
