@@ -569,7 +569,8 @@ impl Processor {
                     Entry::Fence { epoch } if epoch > writer.epoch => {
                         fenced.insert(p);
                     }
-                    Entry::Write { key, epoch, .. } if epoch != writer.epoch || !self.stores.contains_key(&p) => {
+                    // This owner's own epoch there: a retried send of its current batch.
+                    Entry::Write { key, epoch, .. } if epoch != writer.epoch => {
                         if let Some(store) = self.stores.get(&p) {
                             repair.mirror(&key, store.raw(&key)?.as_deref());
                         }
