@@ -747,6 +747,51 @@ fn calls_in_flight_during_a_rebalance_land_once() {
     assert_eq!(triggered.len(), SLOW, "one JOB_TRIGGERED per run");
 }
 
+/// A zombie: an instance whose partition a newer owner has fenced (the fence written here
+/// by hand, as an opening owner writes it) finds the fence among its own changelog writes,
+/// and gives the partition up before its state, its input offsets and its triggers. When
+/// the partition comes back it restores it in full, reads the inputs again, and the run is
+/// called once.
+#[test]
+fn an_instance_that_finds_a_newer_fence_gives_the_partition_up() {
+    let mut w = World::new("zombie");
+    let target = Target::fast();
+    w.config(&config("p000", &target.url));
+    start_static(&mut w);
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
+    w.produce_to_partition("changelog", p, "n/newer-owner/1/1", b"fence");
+    w.sensor("p000", "row-count", json!({"count": 5000}));
+    w.sensor("p000", "upstream", json!({"status": "ready"}));
+    wait_log(&w, "a newer owner fenced this partition", 1);
+    // The batch stopped before its triggers: nothing reached the target, and nothing will
+    // from that batch (its effects were dropped with it).
+    assert_eq!(target.total(), 0, "a fenced instance triggered a job");
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    start_static(&mut w);
+    w.wait_for("p000", "the job, after the partition came back", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    let log = w.log();
+    let reopened = log
+        .lines()
+        .filter(|l| l.contains("partition assigned") && l.contains(&format!("partition={p} ")))
+        .last()
+        .expect("the partition was opened again");
+    assert!(
+        reopened.contains("full_restore=true"),
+        "a disowned store is restored in full: {reopened}"
+    );
+    assert_eq!(
+        target.calls().get("p000").map(Vec::len),
+        Some(1),
+        "the run was called once"
+    );
+}
+
 /// tansu 0.6 cannot commit a transaction (no EndTxn), so `exactly-once` must stop with a
 /// message that names the way out, after closing cleanly, rather than loop or lose the batch.
 #[test]
