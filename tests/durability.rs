@@ -778,8 +778,7 @@ fn an_instance_that_finds_a_newer_fence_gives_the_partition_up() {
     let log = w.log();
     let reopened = log
         .lines()
-        .filter(|l| l.contains("partition assigned") && l.contains(&format!("partition={p} ")))
-        .last()
+        .rfind(|l| l.contains("partition assigned") && l.contains(&format!("partition={p} ")))
         .expect("the partition was opened again");
     assert!(
         reopened.contains("full_restore=true"),
