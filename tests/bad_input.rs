@@ -894,3 +894,37 @@ fn records_over_the_limits_are_rejected_naming_the_limit() {
     assert!(error(1).contains("--max-sensors-per-pipeline"), "{}", error(1));
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
+
+/// A pipeline's state is one changelog record, which must fit the broker's largest message:
+/// an input that would grow it past `--max-state-bytes` is rejected to the dead-letter topic
+/// naming the limit, the state stays as it was, and the pipeline goes on.
+#[test]
+fn an_input_that_would_grow_the_state_past_its_limit_is_rejected() {
+    let mut w = World::new("state-limit");
+    w.config(&pipeline("fat", command_job("true")));
+    let child = w.spawn(w.state.path(), &["--max-state-bytes", "6000"]);
+    w.swap_processor(Some(child));
+    w.wait_for("fat", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    // Each reading keeps 2,000 bytes of data: the third would take the state past 6,000.
+    for key in ["a", "b", "c"] {
+        w.sensor("fat", key, json!({"pad": "x".repeat(2000)}));
+    }
+    w.wait_for("fat", "the rejection", |es| es.iter().any(is_rejection));
+    let dead = w.dead_letters(1);
+    let error = dead[0].1.iter().find(|(k, _)| k == "error").unwrap().1.clone();
+    assert!(error.contains("--max-state-bytes") && error.contains("6000"), "{error}");
+    assert!(
+        dead[0]
+            .0
+            .as_deref()
+            .is_some_and(|v| String::from_utf8_lossy(v).contains("\"key\":\"c\"")),
+        "the third reading is the dead letter"
+    );
+    // The state kept the first two readings, and the pipeline goes on: they run the job.
+    w.sensor("fat", "row-count", json!({"count": 5000}));
+    w.sensor("fat", "upstream", json!({"status": "ready"}));
+    w.wait_for("fat", "JOB_COMPLETED", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}

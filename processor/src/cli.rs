@@ -160,6 +160,11 @@ pub(crate) struct DeciderArgs {
     /// Largest job config once its templates are expanded, in bytes.
     #[arg(long, env = "SLUICE_MAX_TEMPLATE_BYTES", default_value_t = Limits::default().expansion_bytes)]
     max_template_bytes: usize,
+    /// Largest state one pipeline may store, in bytes (one changelog record: keep it under
+    /// the changelog topic's max.message.bytes); an input that would grow it further is
+    /// rejected to the dead-letter topic.
+    #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = Limits::default().state_bytes)]
+    max_state_bytes: usize,
 }
 
 impl DeciderArgs {
@@ -173,6 +178,7 @@ impl DeciderArgs {
                 rules: self.max_rules,
                 sensors: self.max_sensors_per_pipeline,
                 expansion_bytes: self.max_template_bytes,
+                state_bytes: self.max_state_bytes,
             },
         }
     }

@@ -22,6 +22,9 @@ pub struct Limits {
     pub sensors: usize,
     /// Bytes of a job's config once its templates are expanded (`--max-template-bytes`).
     pub expansion_bytes: usize,
+    /// Bytes of one pipeline's stored state without its config (`--max-state-bytes`): it is
+    /// one changelog record, which must fit the broker's largest message.
+    pub state_bytes: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +35,9 @@ impl Default for Limits {
             rules: 100,
             sensors: 1_000,
             expansion_bytes: 64 << 10,
+            // Under Kafka's default largest message (1 MB), with room for the record's key,
+            // headers and batch overhead.
+            state_bytes: 900 << 10,
         }
     }
 }
@@ -46,6 +52,17 @@ impl Limits {
         match len > limit {
             true => Err(format!(
                 "record of {len} bytes is over the limit of {limit} bytes ({flag})"
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// Why an input is refused whose decision would store `len` bytes of pipeline state.
+    pub fn check_state(&self, len: usize) -> Result<(), String> {
+        match len > self.state_bytes {
+            true => Err(format!(
+                "the pipeline's state would grow to {len} bytes, over the limit of {} bytes (--max-state-bytes): its changelog record must fit the broker's largest message; the state is left as it was",
+                self.state_bytes
             )),
             false => Ok(()),
         }

@@ -40,7 +40,7 @@ use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka::{self, Connection};
 use super::recent::{RecentEvents, TailReader};
-use super::store::{PartitionStore, StoreBatch};
+use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::topics::{InputTopic, Topics};
 use crate::core::changelog::{Entry, Lineage};
@@ -865,18 +865,7 @@ impl Processor {
                     .retain(|r| !(r.partition == p && r.effect.request().run_id == report.run_id));
             }
             let origin = origin_of(kind, p, offset, &input);
-            let state = self.state(&pending, p, &pipeline)?;
-            let decision = decide(
-                &state,
-                &pipeline,
-                &input,
-                Context {
-                    now,
-                    origin: &origin,
-                    settings: self.settings.decider,
-                },
-            );
-            self.stage(&mut pending, p, &pipeline, decision, Some(message))?;
+            self.decide_and_stage(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
         }
         self.flush(pending).await?;
         self.resume_triggers()?;
@@ -909,31 +898,74 @@ impl Processor {
                 .or_default()
                 .delete_timer(timer.at, &pipeline, &timer.kind);
             let origin = timer_origin(&pipeline, &timer.kind, timer.at);
-            let state = self.state(pending, p, &pipeline)?;
-            let decision = decide(
-                &state,
+            self.decide_and_stage(
+                pending,
+                p,
                 &pipeline,
                 &Input::TimerFired(timer.kind),
-                Context {
-                    now,
-                    origin: &origin,
-                    settings: self.settings.decider,
-                },
-            );
-            self.stage(pending, p, &pipeline, decision, None)?;
+                &origin,
+                now,
+                None,
+            )?;
         }
         Ok(())
     }
 
-    /// Adds one decision to the batch: outputs, state, timers and effects.
+    /// Decides what `input` means for `pipeline` and adds the decision to the batch. A
+    /// decision whose state would not fit one changelog record is not staged: the input is
+    /// rejected instead (INPUT_REJECTED, and the record to the dead-letter topic), naming the
+    /// limit, so that no changelog write is ever left out of a batch marked complete.
+    #[allow(clippy::too_many_arguments)]
+    fn decide_and_stage(
+        &mut self,
+        pending: &mut Pending,
+        p: i32,
+        pipeline: &str,
+        input: &Input,
+        origin: &str,
+        now: DateTime<Utc>,
+        source: Option<&OwnedMessage>,
+    ) -> Result<()> {
+        let state = self.state(pending, p, pipeline)?;
+        let ctx = Context {
+            now,
+            origin,
+            settings: self.settings.decider,
+        };
+        let Err(reason) = self.stage(pending, p, pipeline, decide(&state, pipeline, input, ctx), source)? else {
+            return Ok(());
+        };
+        let what = source.map_or_else(
+            || origin.to_string(),
+            |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
+        );
+        let rejected = Input::Rejected { source: what, reason };
+        match self.stage(pending, p, pipeline, decide(&state, pipeline, &rejected, ctx), source)? {
+            Ok(()) => Ok(()),
+            Err(reason) => bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}"),
+        }
+    }
+
+    /// Adds one decision to the batch: outputs, state, timers and effects; or, when its state
+    /// is over `--max-state-bytes`, nothing (`Err` with the reason).
     fn stage(
         &mut self,
         pending: &mut Pending,
         p: i32,
         pipeline: &str,
-        decision: Decision,
+        mut decision: Decision,
         source: Option<&OwnedMessage>,
-    ) -> Result<()> {
+    ) -> Result<Result<(), String>> {
+        let encoded = match &mut decision.state {
+            StateChange::Put(state) => Some(store::encode_state(state)?),
+            _ => None,
+        };
+        if let Some(bytes) = &encoded {
+            if let Err(reason) = self.settings.decider.limits.check_state(bytes.len()) {
+                warn!(pipeline, "{reason}");
+                return Ok(Err(reason));
+            }
+        }
         // Every line logged while staging carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
         let _span = tracing::info_span!("pipeline", pipeline).entered();
@@ -975,17 +1007,18 @@ impl Processor {
         let batch = pending.stores.entry(p).or_default();
         match decision.state {
             StateChange::Unchanged => {}
-            StateChange::Put(mut state) => {
+            StateChange::Put(state) => {
                 // The config is written only when it is not the one stored already.
                 let store = &self.stores[&p];
-                let with_config = match &state.config {
+                let new_config = match &state.config {
                     Some(config) if !store.holds_config(pipeline, config) => {
                         store.config_written(pipeline, config)?;
-                        true
+                        Some(config.as_ref())
                     }
-                    _ => false,
+                    _ => None,
                 };
-                batch.put_pipeline(pipeline, &mut state, with_config)?;
+                let bytes = encoded.expect("a put state is encoded above");
+                batch.put_encoded(pipeline, bytes, new_config)?;
                 pending.states.insert((p, pipeline.to_string()), Some(*state));
             }
             StateChange::Delete => {
@@ -1028,7 +1061,7 @@ impl Processor {
             }
             pending.effects.push((p, effect));
         }
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Outputs and changelog acknowledged → state written → offsets committed → effects.
@@ -1077,14 +1110,14 @@ impl Processor {
         let mut fenced = BTreeSet::new();
         let markers = match self.settings.guarantee {
             Guarantee::EffectivelyOnce => {
-                let delivered = self.produce_all(&mut pending.outputs).await;
+                let delivered = self.produce_all(&mut pending.outputs).await?;
                 if self.lost_partitions("its end marker") {
                     return Ok(());
                 }
                 fenced = self.check_changelog(&pending.outputs[first_changelog..], &delivered[first_changelog..])?;
                 sequenced.retain(|p, _| !fenced.contains(p));
                 let mut markers = self.batch_markers(&delivered[first_changelog..], &sequenced);
-                let landed = self.produce_all(&mut markers).await;
+                let landed = self.produce_all(&mut markers).await?;
                 fenced.extend(self.check_changelog(&markers, &landed)?);
                 landed
             }
@@ -1196,9 +1229,10 @@ impl Processor {
     /// Produces every output and waits until all are acknowledged, retrying failures for as
     /// long as they last: the batch's state is not written before its outputs are safe.
     /// Returns where each output landed. A dead letter too large for the broker goes without
-    /// its value (its headers say where the record is); any other output too large is a bug,
-    /// logged and left out rather than stalling every pipeline.
-    async fn produce_all(&mut self, outputs: &mut [Output]) -> Vec<(i32, i64)> {
+    /// its value (its headers say where the record is); a changelog record too large ends the
+    /// run (`--max-state-bytes` is over the topic's limit: a misconfiguration); any other
+    /// output too large is a bug, logged and left out rather than stalling every pipeline.
+    async fn produce_all(&mut self, outputs: &mut [Output]) -> Result<Vec<(i32, i64)>> {
         let mut delivered = vec![(0, 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Duration::from_millis(200);
@@ -1227,6 +1261,11 @@ impl Processor {
                             .into_bytes(),
                         ));
                         failed.push(i);
+                    }
+                    // A changelog write left out would leave the state and its changelog apart:
+                    // stop before the batch is marked or written (it is redone on restart).
+                    Err(e) if kafka::too_large(&e) && outputs[i].topic == self.settings.topics.changelog => {
+                        bail!("a changelog record of {} bytes is too large for the broker ({e:#}): lower --max-state-bytes under the changelog topic's max.message.bytes, or raise that; the batch was not applied and is redone on restart", outputs[i].value.as_ref().map_or(0, Vec::len));
                     }
                     Err(e) if kafka::too_large(&e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "record too large for the broker: left out");
@@ -1259,7 +1298,7 @@ impl Processor {
         for (topic, n) in per_topic {
             self.telemetry.record_out(topic, n);
         }
-        delivered
+        Ok(delivered)
     }
 
     /// A new idempotent producer (a new producer id), for when the broker keeps refusing the

@@ -115,11 +115,14 @@ impl StoreBatch {
     /// Writes `state`, and its config too when `with_config` (the store does not hold this
     /// config yet: see [`PartitionStore::holds_config`]).
     pub fn put_pipeline(&mut self, pipeline: &str, state: &mut PipelineState, with_config: bool) -> Result<()> {
-        let config = state.config.take();
-        let bytes = serde_json::to_vec(&*state);
-        state.config = config;
-        self.set(pipeline_key(pipeline), Some(bytes.context("encoding pipeline state")?));
-        if let (true, Some(config)) = (with_config, &state.config) {
+        let bytes = encode_state(state)?;
+        self.put_encoded(pipeline, bytes, state.config.as_deref().filter(|_| with_config))
+    }
+
+    /// Writes a state [`encode_state`] encoded, and `config` when given.
+    pub fn put_encoded(&mut self, pipeline: &str, state: Vec<u8>, config: Option<&PipelineConfig>) -> Result<()> {
+        self.set(pipeline_key(pipeline), Some(state));
+        if let Some(config) = config {
             let json = serde_json::to_vec(config.raw()).context("encoding pipeline config")?;
             self.set(config_key(pipeline), Some(json));
         }
@@ -207,6 +210,14 @@ impl StoreBatch {
             }
         }
     }
+}
+
+/// A pipeline's state as stored: without its config, which is stored apart.
+pub fn encode_state(state: &mut PipelineState) -> Result<Vec<u8>> {
+    let config = state.config.take();
+    let bytes = serde_json::to_vec(&*state);
+    state.config = config;
+    bytes.context("encoding pipeline state")
 }
 
 fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
