@@ -185,4 +185,20 @@ mod tests {
             .unwrap_err()
             .contains("--max-sensors-per-pipeline"));
     }
+
+    #[test]
+    fn a_state_over_its_limit_is_refused_naming_it_and_the_default_fits_a_kafka_message() {
+        let limits = Limits {
+            state_bytes: 100,
+            ..Limits::default()
+        };
+        assert!(limits.check_state(100).is_ok());
+        let reason = limits.check_state(101).unwrap_err();
+        assert!(
+            reason.contains("--max-state-bytes") && reason.contains("101 bytes"),
+            "{reason}"
+        );
+        // Kafka's default largest message is 1,048,588 bytes.
+        assert!(Limits::default().state_bytes < 1_048_588);
+    }
 }
