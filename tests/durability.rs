@@ -809,6 +809,40 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
     // not filter aborted records for read_committed readers (DESIGN.md, Broker).
 }
 
+/// A store current with a changelog offset beyond the partition's end belongs to a
+/// changelog that is gone (the topic was recreated): the processor stops, naming the fix,
+/// rather than clearing the state or skipping input silently.
+#[test]
+fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
+    let mut w = World::new("ahead");
+    let target = Target::fast();
+    w.config(&config("p000", &target.url));
+    start_static(&mut w);
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    // As if the changelog had been recreated: the store is current far beyond its end.
+    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
+    let mut store = PartitionStore::open(w.state.path(), p).unwrap();
+    let mut batch = sluice::runtime::store::StoreBatch::default();
+    batch.set_checkpoint(1_000_000);
+    store.write(batch).unwrap();
+    drop(store);
+    start_static(&mut w);
+    let mut child = w.swap_processor(None).unwrap();
+    let status = exit_of(&mut child, &w);
+    let log = w.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("beyond the partition's end") && log.contains("sluice reset --from-scratch"),
+        "{log}"
+    );
+    // The state was not cleared.
+    let store = PartitionStore::open(w.state.path(), p).unwrap();
+    assert!(store.pipeline("p000").unwrap().is_some(), "the state is kept");
+}
+
 /// Corrupt local state is fatal: the processor closes and exits 1 naming the directory and
 /// the remedy; deleting the directory restores the state from the changelog.
 #[test]

@@ -13,8 +13,9 @@
 //! A store remembers the changelog offset it is current with (its checkpoint) and the epoch
 //! and batch it last wrote or restored (its lineage). At assignment it reads from its
 //! checkpoint to its new fence, checking the lineage on the way; a store with no checkpoint,
-//! one whose checkpoint is behind what the changelog kept or beyond its end (the topic was
-//! recreated), or one that wrote after a newer owner took over is cleared and read in full.
+//! one whose checkpoint is behind what the changelog kept, or one that wrote after a newer
+//! owner took over is cleared and read in full. One whose checkpoint is beyond the end (the
+//! topic was recreated) stops the processor ([`StateAhead`]).
 //!
 //! Records on the topic:
 //! - a store write: the store key and value, with a [`BATCH_HEADER`] (epoch, seq);
@@ -192,6 +193,19 @@ pub fn read_ranges(
     Ok(entries)
 }
 
+/// A store current with a changelog offset beyond the partition's end: the changelog topic
+/// was recreated (or lost records), and the store belongs to the old one. Restoring it
+/// from the new topic would silently clear the state; the processor stops instead.
+#[derive(Debug, thiserror::Error)]
+#[error("the state in {path} is current with {topic} partition {partition} up to offset {checkpoint}, beyond the partition's end ({end}): the changelog topic was recreated or lost records. Stop every instance; if the inputs were recreated too, delete the state directories; otherwise restore the topic, or rebuild the state with `sluice reset --from-scratch`")]
+pub struct StateAhead {
+    pub path: String,
+    pub topic: String,
+    pub partition: i32,
+    pub checkpoint: i64,
+    pub end: i64,
+}
+
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Restored {
@@ -294,11 +308,21 @@ pub fn restore(
                 plan = Plan::Full(low);
             }
             Read::Diverged(why) => bail!("{topic} partition {partition}: {why}"),
+            Read::BeyondEnd => {
+                return Err(StateAhead {
+                    path: store.path().display().to_string(),
+                    topic: topic.to_string(),
+                    partition,
+                    checkpoint: start - 1,
+                    end: fence,
+                }
+                .into())
+            }
             Read::OutOfRange if !full => {
                 warn!(
                     partition,
                     ?checkpoint,
-                    "the local state is ahead of {topic} (was the topic recreated?): restoring it in full"
+                    "what the local state misses is no longer in {topic}: restoring it in full"
                 );
                 plan = Plan::Full(low);
             }
@@ -313,8 +337,10 @@ enum Read {
         records: u64,
         rules: Restore,
     },
-    /// The start is beyond the end of the partition.
+    /// The start is out of the partition's range (behind what it keeps).
     OutOfRange,
+    /// The start is beyond the partition's end, the new owner's fence.
+    BeyondEnd,
     /// The reused store holds writes that do not count.
     Diverged(String),
 }
@@ -337,7 +363,7 @@ fn read(
 ) -> Result<Read> {
     if start > fence {
         // The checkpoint lies beyond the new fence, the partition's end.
-        return Ok(Read::OutOfRange);
+        return Ok(Read::BeyondEnd);
     }
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, partition, Offset::Offset(start))?;

@@ -651,6 +651,8 @@ impl Processor {
             });
             match attempt {
                 Ok(restored) => break restored,
+                // No retry mends it: stop, naming the fix.
+                Err(e) if e.is::<changelog::StateAhead>() => return Err(e),
                 Err(e) => {
                     warn!(partition = p, error = %format!("{e:#}"), "restore failed; retrying");
                     self.telemetry.set_broker_ok(false);
