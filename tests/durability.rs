@@ -747,6 +747,30 @@ fn calls_in_flight_during_a_rebalance_land_once() {
     assert_eq!(triggered.len(), SLOW, "one JOB_TRIGGERED per run");
 }
 
+/// A world whose static processor runs `p000` (an `http` job at a fast target) with its
+/// config accepted.
+fn p000_accepted(name: &str) -> (World, Target) {
+    let mut w = World::new(name);
+    let target = Target::fast();
+    w.config(&config("p000", &target.url));
+    start_static(&mut w);
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    (w, target)
+}
+
+/// Waits for the world's processor to stop on a fatal error: exit 1, after closing its
+/// clients. Returns the log.
+fn exits_fatally(w: &mut World) -> String {
+    let mut child = w.swap_processor(None).expect("processor running");
+    let status = exit_of(&mut child, w);
+    let log = w.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("stopped"), "the clients were closed first: {log}");
+    log
+}
+
 /// A zombie: an instance whose partition a newer owner has fenced (the fence written here
 /// by hand, as an opening owner writes it) finds the fence among its own changelog writes,
 /// and gives the partition up before its state, its input offsets and its triggers. When
@@ -754,13 +778,7 @@ fn calls_in_flight_during_a_rebalance_land_once() {
 /// called once.
 #[test]
 fn an_instance_that_finds_a_newer_fence_gives_the_partition_up() {
-    let mut w = World::new("zombie");
-    let target = Target::fast();
-    w.config(&config("p000", &target.url));
-    start_static(&mut w);
-    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
-        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
-    });
+    let (mut w, target) = p000_accepted("zombie");
     let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
     w.produce_to_partition("changelog", p, "n/newer-owner/1/1", b"fence");
     w.sensor("p000", "row-count", json!({"count": 5000}));
@@ -814,13 +832,7 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
 /// rather than clearing the state or skipping input silently.
 #[test]
 fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
-    let mut w = World::new("ahead");
-    let target = Target::fast();
-    w.config(&config("p000", &target.url));
-    start_static(&mut w);
-    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
-        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
-    });
+    let (mut w, _target) = p000_accepted("ahead");
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     // As if the changelog had been recreated: the store is current far beyond its end.
     let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
@@ -830,10 +842,7 @@ fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
     store.write(batch).unwrap();
     drop(store);
     start_static(&mut w);
-    let mut child = w.swap_processor(None).unwrap();
-    let status = exit_of(&mut child, &w);
-    let log = w.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    let log = exits_fatally(&mut w);
     assert!(
         log.contains("beyond the partition's end") && log.contains("sluice reset --from-scratch"),
         "{log}"
@@ -847,13 +856,7 @@ fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
 /// the remedy; deleting the directory restores the state from the changelog.
 #[test]
 fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
-    let mut w = World::new("corrupt");
-    let target = Target::fast();
-    w.config(&config("p000", &target.url));
-    start_static(&mut w);
-    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
-        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
-    });
+    let (mut w, _target) = p000_accepted("corrupt");
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     // Overwrite the pipeline's state in whichever partition holds it.
     let mut corrupted = None;
@@ -873,15 +876,11 @@ fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
     let corrupted = corrupted.expect("the pipeline's state was stored");
     start_static(&mut w);
     w.sensor("p000", "row-count", json!({"count": 5}));
-    let mut child = w.swap_processor(None).unwrap();
-    let status = exit_of(&mut child, &w);
-    let log = w.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    let log = exits_fatally(&mut w);
     assert!(
         log.contains("corrupt state") && log.contains("delete that directory"),
         "{log}"
     );
-    assert!(log.contains("stopped"), "the clients were closed first: {log}");
     // The remedy: delete the directory; the changelog has the state, and the sensor is
     // processed against it.
     std::fs::remove_dir_all(&corrupted).unwrap();

@@ -236,5 +236,35 @@ pub fn foreign_ranges(expected: i64, landed: &[i64]) -> (Vec<std::ops::Range<i64
     (foreign, next)
 }
 
+/// What another writer's records between this owner's changelog writes mean to an owner of
+/// epoch `own`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Foreign {
+    /// A newer owner's fence is among them: this owner lost the partition without being
+    /// told (a zombie), and must give it up before its batch counts for anything.
+    Fenced,
+    /// Writes that never count (a crashed or zombie writer's, of another epoch), by key:
+    /// the owner writes these keys again with its values. Writes of its own epoch are its
+    /// own retried sends, and need nothing.
+    Stale(Vec<Vec<u8>>),
+}
+
+pub fn foreign_writes(entries: &[Entry], own: Epoch) -> Foreign {
+    if entries
+        .iter()
+        .any(|e| matches!(e, Entry::Fence { epoch } if *epoch > own))
+    {
+        return Foreign::Fenced;
+    }
+    let keys: BTreeSet<Vec<u8>> = entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Write { key, epoch, .. } if *epoch != own => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    Foreign::Stale(keys.into_iter().collect())
+}
+
 #[cfg(test)]
 mod tests;

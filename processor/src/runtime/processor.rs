@@ -43,7 +43,7 @@ use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::topics::{InputTopic, Topics};
-use crate::core::changelog::{Entry, Lineage};
+use crate::core::changelog::{Foreign, Lineage};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
@@ -213,7 +213,8 @@ pub struct Processor {
     resumes: Vec<Resume>,
     /// Per owned partition, this owner's epoch on the changelog and its last batch there.
     writers: BTreeMap<i32, Lineage>,
-    /// Writes fences and acceptances to the changelog, outside any transaction.
+    /// Writes fences and acceptances to the changelog, outside any transaction (the
+    /// executor's job-report producer).
     control: FutureProducer,
     /// Per owned partition, where this owner's next changelog record lands if it is the
     /// partition's only writer: a record of someone else's in between is a gap, looked into.
@@ -310,10 +311,11 @@ impl Processor {
                 producer
             }
         };
-        // Job reports are written outside the batches, so never through the transactional
-        // producer.
+        // Job reports, fences and acceptances are written outside the batches, so never
+        // through the transactional producer: one producer (one client) for all of them.
+        let control = kafka::report_producer(&settings.kafka)?;
         let executor = Executor::new(
-            kafka::report_producer(&settings.kafka)?,
+            control.clone(),
             settings.topics.jobs.clone(),
             settings.effects.clone(),
             settings.codec.clone(),
@@ -322,7 +324,6 @@ impl Processor {
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
-        let control = kafka::report_producer(&settings.kafka)?;
         Ok(Processor {
             settings,
             consumer,
@@ -563,22 +564,22 @@ impl Processor {
                     continue;
                 }
             };
-            let mut repair = StoreBatch::default();
-            for entry in entries {
-                match entry {
-                    Entry::Fence { epoch } if epoch > writer.epoch => {
-                        fenced.insert(p);
-                    }
-                    // This owner's own epoch there: a retried send of its current batch.
-                    Entry::Write { key, epoch, .. } if epoch != writer.epoch => {
-                        if let Some(store) = self.stores.get(&p) {
+            let repair = match crate::core::changelog::foreign_writes(&entries, writer.epoch) {
+                Foreign::Fenced => {
+                    fenced.insert(p);
+                    continue;
+                }
+                Foreign::Stale(keys) => {
+                    let mut repair = StoreBatch::default();
+                    if let Some(store) = self.stores.get(&p) {
+                        for key in keys {
                             repair.mirror(&key, store.raw(&key)?.as_deref());
                         }
                     }
-                    _ => {}
+                    repair
                 }
-            }
-            if !fenced.contains(&p) && !repair.is_empty() {
+            };
+            if !repair.is_empty() {
                 warn!(partition = p, keys = repair.len(), ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
                 self.repairs.entry(p).or_default().underlay(repair);
             }

@@ -414,3 +414,28 @@ fn foreign_ranges_are_the_holes_in_a_writers_own_offsets() {
     assert_eq!(foreign_ranges(10, &[12, 11, 15]), (vec![10..11, 13..15], 16));
     assert_eq!(foreign_ranges(10, &[]), (vec![], 10));
 }
+
+#[test]
+fn another_writers_records_are_a_fence_or_writes_to_repair() {
+    let own = 5;
+    assert_eq!(
+        foreign_writes(&[write("a", "x", 3, 1), Entry::Fence { epoch: 9 }], own),
+        Foreign::Fenced,
+        "a newer fence makes this owner a zombie"
+    );
+    assert_eq!(
+        foreign_writes(
+            &[
+                Entry::Fence { epoch: 2 },
+                write("b", "x", 3, 1),
+                write("a", "x", 3, 1),
+                write("b", "y", 3, 2),
+                write("own", "retried", own, 4),
+                Entry::Marker { epoch: 3, seq: 2 },
+            ],
+            own
+        ),
+        Foreign::Stale(vec![b"a".to_vec(), b"b".to_vec()]),
+        "an older writer's keys, each once; this owner's own retried write needs nothing"
+    );
+}
