@@ -104,7 +104,6 @@ pub struct StoreBatch {
     ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Where each key's entry is in `ops`.
     index: HashMap<Vec<u8>, usize>,
-    applied: Vec<(String, i64)>,
     /// The changelog offset the store is current with once this batch is written.
     checkpoint: Option<i64>,
     /// The epoch and batch the store holds once this batch is written.
@@ -156,7 +155,6 @@ impl StoreBatch {
 
     pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
         self.set(offset_key(topic), Some(offset.to_be_bytes().to_vec()));
-        self.applied.push((topic.to_string(), offset));
     }
 
     /// Records the write of `key`, replacing an earlier write of it in this batch.
@@ -189,12 +187,6 @@ impl StoreBatch {
 
     /// Applies a changelog record as it was written: the key and value of one store write.
     pub fn mirror(&mut self, key: &[u8], value: Option<&[u8]>) {
-        if let Some(topic) = key.strip_prefix(b"o/") {
-            if let Some(raw) = value.and_then(|v| <[u8; 8]>::try_from(v).ok()) {
-                self.applied
-                    .push((String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw)));
-            }
-        }
         self.set(key.to_vec(), value.map(<[u8]>::to_vec));
     }
 
@@ -237,12 +229,10 @@ impl PartitionStore {
         let mut applied = HashMap::new();
         for item in db.iterator(IteratorMode::From(b"o/", Direction::Forward)) {
             let (key, value) = item?;
-            let Some(topic) = key.strip_prefix(b"o/") else { break };
-            let raw: [u8; 8] = value
-                .as_ref()
-                .try_into()
-                .map_err(|_| anyhow!("corrupt applied offset in {}", path.display()))?;
-            applied.insert(String::from_utf8_lossy(topic).into_owned(), i64::from_be_bytes(raw));
+            if !key.starts_with(b"o/") {
+                break;
+            }
+            track_applied(&mut applied, &key, Some(&value), &path)?;
         }
         Ok(PartitionStore {
             db,
@@ -427,9 +417,33 @@ impl PartitionStore {
         self.db
             .write_opt(write, &options)
             .context("writing state batch to RocksDB")?;
-        self.applied.extend(batch.applied);
+        // The watermark follows every write of its keys, a restored or reset one (which may
+        // lower or delete it) as much as an applied input's.
+        for (key, value) in &batch.ops {
+            track_applied(&mut self.applied, key, value.as_deref(), &self.path)?;
+        }
         Ok(())
     }
+}
+
+/// Keeps `applied` in step with a write of `key` (ignored unless an applied offset's).
+fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&[u8]>, path: &Path) -> Result<()> {
+    let Some(topic) = key.strip_prefix(b"o/") else {
+        return Ok(());
+    };
+    let topic = String::from_utf8_lossy(topic).into_owned();
+    match value {
+        None => {
+            applied.remove(&topic);
+        }
+        Some(raw) => {
+            let raw: [u8; 8] = raw
+                .try_into()
+                .map_err(|_| anyhow!("corrupt applied offset of {topic} in {}", path.display()))?;
+            applied.insert(topic, i64::from_be_bytes(raw));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -515,6 +529,37 @@ mod tests {
         batch.delete_pipeline("p1");
         store.write(batch).unwrap();
         assert!(store.db.get(b"f/p1").unwrap().is_none());
+    }
+
+    /// A restore or a reset writes applied offsets as changelog records: lowered or deleted,
+    /// the watermark in memory must follow, or inputs would be skipped as applied.
+    #[test]
+    fn the_watermark_follows_mirrored_writes_down_and_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut batch = StoreBatch::default();
+        batch.set_applied_offset("sluice.sensors", 900);
+        batch.set_applied_offset("sluice.jobs", 40);
+        store.write(batch).unwrap();
+        let mut reset = StoreBatch::default();
+        reset.mirror(b"o/sluice.sensors", Some(&120i64.to_be_bytes()));
+        reset.mirror(b"o/sluice.jobs", None);
+        store.write(reset).unwrap();
+        assert_eq!(store.applied_offset("sluice.sensors"), Some(120), "lowered");
+        assert_eq!(store.applied_offset("sluice.jobs"), None, "deleted");
+        let mut batch = StoreBatch::default();
+        batch.set_applied_offset("sluice.jobs", 7);
+        batch.mirror(b"o/sluice.jobs", None);
+        store.write(batch).unwrap();
+        assert_eq!(
+            store.applied_offset("sluice.jobs"),
+            None,
+            "a batch's last write of a key counts"
+        );
+        drop(store);
+        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        assert_eq!(store.applied_offset("sluice.sensors"), Some(120));
+        assert_eq!(store.applied_offset("sluice.jobs"), None);
     }
 
     #[test]
