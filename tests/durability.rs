@@ -963,3 +963,39 @@ fn an_unfinished_changelog_batch_never_takes_effect() {
     );
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
+
+/// A partition that cannot be opened (its store locked by another process, as when an
+/// instance that is letting go of it has not exited yet) does not hold up the others: their
+/// pipelines run meanwhile, and it opens, with its input read from where it was, once the
+/// lock is released.
+#[test]
+fn a_partition_that_cannot_be_opened_does_not_hold_up_the_others() {
+    let mut w = World::new("locked");
+    let target = Target::fast();
+    let partitions = w.partitions();
+    let of = |id: &str| sluice::core::partitioning::partition_for(id.as_bytes(), partitions);
+    let (open, locked) = ("p000", (1..).map(pipeline_id).find(|id| of(id) != of("p000")).unwrap());
+    let lock = PartitionStore::open(w.state.path(), of(&locked)).unwrap();
+    for id in [open, locked.as_str()] {
+        w.config(&config(id, &target.url));
+        w.sensor(id, "row-count", json!({"count": 5000}));
+        w.sensor(id, "upstream", json!({"status": "ready"}));
+    }
+    start_static(&mut w);
+    w.wait_for(open, "the job of the partition that opened", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    wait_log(&w, "opening the local state failed; retrying", 2);
+    assert!(
+        w.events_seen().iter().all(|e| e.pipeline_id != locked),
+        "nothing of the locked partition was decided yet"
+    );
+    drop(lock);
+    w.wait_for(&locked, "the job, once its partition opened", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    for id in [open, locked.as_str()] {
+        assert_eq!(target.calls().get(id).map(Vec::len), Some(1), "{id} was called once");
+    }
+}

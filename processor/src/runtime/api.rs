@@ -54,6 +54,10 @@ pub enum Answer {
     NotOwned {
         partition: i32,
     },
+    /// Its partition was assigned here and is being restored.
+    Opening {
+        partition: i32,
+    },
 }
 
 /// What the API handlers share.
@@ -243,6 +247,10 @@ async fn pipeline(State(api): State<Api>, Path(id): Path<String>, headers: Heade
         Answer::Missing => error(
             StatusCode::NOT_FOUND,
             &format!("no pipeline {id:?}: no config or sensor for it has arrived"),
+        ),
+        Answer::Opening { partition } => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("pipeline {id:?} is in partition {partition}, whose state is being restored here; retry shortly"),
         ),
         Answer::NotOwned { partition } => {
             if let Some(from) = headers.get(FORWARDED) {

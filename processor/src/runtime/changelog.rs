@@ -24,6 +24,7 @@
 //! - a fence: `n/<instance>/<nanos>` (a key of its own, never compacted away);
 //! - an acceptance: `a/<epoch>` → the last batch of that epoch that counts.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -230,13 +231,21 @@ pub enum Plan {
     Full(i64),
 }
 
-pub fn plan(checkpoint: Option<i64>, low: i64) -> Plan {
+/// `away`: how long ago the store last wrote its checkpoint (`None`: not known). Past
+/// [`TOMBSTONES_KEPT`], compaction may have removed a deletion the store never saw (a
+/// deleted pipeline would come back), whatever the offsets say.
+pub fn plan(checkpoint: Option<i64>, low: i64, away: Option<chrono::Duration>) -> Plan {
+    let recent = away.is_some_and(|away| away < TOMBSTONES_KEPT);
     match checkpoint {
-        Some(c) if c + 1 >= low => Plan::From(c + 1),
-        // Never written with a changelog, or behind what retention has kept.
+        Some(c) if c + 1 >= low && recent => Plan::From(c + 1),
+        // Never written with a changelog, behind what retention has kept, or away too long.
         _ => Plan::Full(low),
     }
 }
+
+/// How long the changelog keeps a tombstone after compaction reached it: its
+/// `delete.retention.ms`, which `sluice topics apply` sets (and `check` verifies) to this.
+pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records
@@ -255,6 +264,7 @@ pub fn restore(
     fence: i64,
     contiguous: bool,
     store: &mut PartitionStore,
+    cancelled: &AtomicBool,
     mut progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
     let started = Instant::now();
@@ -263,7 +273,11 @@ pub fn restore(
         .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
         .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
     let checkpoint = store.checkpoint()?;
-    let mut plan = plan(checkpoint, low);
+    let away = store.checkpointed_at()?.map(|at| chrono::Utc::now() - at);
+    let mut plan = plan(checkpoint, low, away);
+    if checkpoint.is_some() && matches!(plan, Plan::Full(_)) {
+        info!(partition, ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
+    }
     loop {
         let (start, full, rules) = match plan {
             Plan::From(offset) => (offset, false, Restore::reusing(store.lineage()?.unwrap_or_default())),
@@ -281,6 +295,7 @@ pub fn restore(
             fence,
             contiguous && !full,
             store,
+            cancelled,
             rules,
             &mut progress,
             started,
@@ -357,6 +372,7 @@ fn read(
     fence: i64,
     holes_diverge: bool,
     store: &mut PartitionStore,
+    cancelled: &AtomicBool,
     mut rules: Restore,
     progress: &mut impl FnMut(u64, f64),
     started: Instant,
@@ -374,6 +390,9 @@ fn read(
     let mut last_record = Instant::now();
     let mut next = start;
     while next <= fence {
+        if cancelled.load(Ordering::Relaxed) {
+            bail!(super::opening::Cancelled(partition));
+        }
         match consumer.poll(Duration::from_millis(200)) {
             None => {
                 // Offsets without a record (transaction markers, compacted records) count as
@@ -493,11 +512,23 @@ mod tests {
     }
 
     #[test]
-    fn plans_follow_the_checkpoint() {
-        assert_eq!(plan(Some(9), 0), Plan::From(10), "current or behind: read the rest");
-        assert_eq!(plan(None, 0), Plan::Full(0), "state dir gone");
-        assert_eq!(plan(None, 7), Plan::Full(7));
-        assert_eq!(plan(Some(2), 5), Plan::Full(5), "what it misses is gone");
-        assert_eq!(plan(Some(4), 5), Plan::From(5), "just enough is left");
+    fn plans_follow_the_checkpoint_and_its_age() {
+        let recent = Some(chrono::Duration::hours(1));
+        assert_eq!(
+            plan(Some(9), 0, recent),
+            Plan::From(10),
+            "current or behind: read the rest"
+        );
+        assert_eq!(plan(None, 0, recent), Plan::Full(0), "state dir gone");
+        assert_eq!(plan(None, 7, None), Plan::Full(7));
+        assert_eq!(plan(Some(2), 5, recent), Plan::Full(5), "what it misses is gone");
+        assert_eq!(plan(Some(4), 5, recent), Plan::From(5), "just enough is left");
+        let stale = Some(TOMBSTONES_KEPT + chrono::Duration::seconds(1));
+        assert_eq!(
+            plan(Some(9), 0, stale),
+            Plan::Full(0),
+            "away longer than tombstones are kept"
+        );
+        assert_eq!(plan(Some(9), 0, None), Plan::Full(0), "away for a time not known");
     }
 }

@@ -14,6 +14,7 @@ pub mod instances;
 pub mod jobs;
 pub mod kafka;
 pub mod observability;
+pub mod opening;
 pub mod processor;
 pub mod recent;
 pub mod replay;

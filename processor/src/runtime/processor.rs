@@ -39,6 +39,7 @@ use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::http::Telemetry;
 use super::kafka::{self, Connection};
+use super::opening::{Opened, Openings};
 use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
@@ -213,9 +214,8 @@ pub struct Processor {
     resumes: Vec<Resume>,
     /// Per owned partition, this owner's epoch on the changelog and its last batch there.
     writers: BTreeMap<i32, Lineage>,
-    /// Writes fences and acceptances to the changelog, outside any transaction (the
-    /// executor's job-report producer).
-    control: FutureProducer,
+    /// Partitions assigned and being opened in the background.
+    openings: Openings,
     /// Per owned partition, where this owner's next changelog record lands if it is the
     /// partition's only writer: a record of someone else's in between is a gap, looked into.
     next_changelog: BTreeMap<i32, i64>,
@@ -234,6 +234,15 @@ pub struct Processor {
     /// Fills `recent` from the events topic for each opened partition; none when the events
     /// topic is not partitioned like the inputs.
     tail: Option<TailReader>,
+}
+
+/// The input topics have more partitions than when the processor started: pipelines'
+/// records now land in other partitions than their state, which Sluice cannot move.
+#[derive(Debug, thiserror::Error)]
+#[error("partition {assigned} was assigned, but the input topics had {partitions} partitions at start: partitions were added at run time, so pipelines' records now land in other partitions than their state. Sluice does not move state between partitions: remove the added partitions (recreate the topics with {partitions}), or move to the new count as a new deployment (new topics, or `sluice reset --from-scratch` after growing the changelog and events topics alike) — see the README's \"Partitions\"")]
+pub struct PartitionsAdded {
+    pub partitions: i32,
+    pub assigned: i32,
 }
 
 /// A journaled trigger found when its partition was opened: its call may have been made
@@ -324,6 +333,7 @@ impl Processor {
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
+        let openings = Openings::new(settings.clone(), control, telemetry.clone());
         Ok(Processor {
             settings,
             consumer,
@@ -342,7 +352,7 @@ impl Processor {
             repairs: BTreeMap::new(),
             resumes: Vec::new(),
             writers: BTreeMap::new(),
-            control,
+            openings,
             next_changelog: BTreeMap::new(),
             abandoned: BTreeSet::new(),
             queries,
@@ -399,6 +409,7 @@ impl Processor {
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
+                (p, result) = self.openings.next() => self.opened(p, result)?,
                 Some(query) = self.queries.recv() => self.answer(query)?,
                 Some((p, events)) = async { self.tail.as_mut()?.loaded.recv().await } => {
                     // A partition revoked meanwhile is someone else's to show.
@@ -463,7 +474,13 @@ impl Processor {
                 warn!(error = %e, "final offset commit failed; the applied-offset watermark prevents double application");
             }
         }
-        let Processor { consumer, producer, .. } = self;
+        let Processor {
+            consumer,
+            producer,
+            mut openings,
+            ..
+        } = self;
+        openings.cancel_all();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             let _ = producer.flush(STEP);
@@ -479,17 +496,16 @@ impl Processor {
     async fn on_ownership(&mut self, change: Ownership) -> Result<()> {
         match change {
             Ownership::Assigned(ps) => {
-                self.telemetry.set_ready(false);
                 for p in ps {
                     self.abandoned.remove(&p);
-                    self.open_partition(p).await?;
+                    self.open(p)?;
                 }
-                self.telemetry.set_ready(true);
-                self.resume_triggers()?;
+                self.telemetry.set_ready(self.openings.is_empty());
             }
             Ownership::Revoked(ps) => {
                 for p in ps {
                     self.abandoned.remove(&p);
+                    self.openings.cancel(p);
                     if self.close_partition(p).is_some() {
                         info!(partition = p, "partition revoked: state closed");
                     }
@@ -499,6 +515,26 @@ impl Processor {
         self.telemetry.partitions_owned(self.stores.len() as i64);
         self.telemetry.timers_pending(self.timers.len() as i64);
         self.owned.send_replace(self.stores.keys().copied().collect());
+        Ok(())
+    }
+
+    /// Starts opening assigned partition `p` in the background, its input paused meanwhile.
+    fn open(&mut self, p: i32) -> Result<()> {
+        if p >= self.partitions {
+            return Err(PartitionsAdded {
+                partitions: self.partitions,
+                assigned: p,
+            }
+            .into());
+        }
+        if self.stores.contains_key(&p) || self.openings.contains(p) {
+            return Ok(());
+        }
+        let list = self.input_partition(p)?;
+        self.consumer
+            .pause(&list)
+            .with_context(|| format!("pausing the input of partition {p} while it is opened"))?;
+        self.openings.start(p);
         Ok(())
     }
 
@@ -596,6 +632,7 @@ impl Processor {
             Query::Pipeline { id, reply } => {
                 let partition = api::partition_of(&id, self.partitions);
                 let answer = match self.stores.get(&partition) {
+                    None if self.openings.contains(partition) => Answer::Opening { partition },
                     None => Answer::NotOwned { partition },
                     Some(store) => match store.pipeline(&id)? {
                         None => Answer::Missing,
@@ -620,60 +657,19 @@ impl Processor {
         Ok(())
     }
 
-    /// Opens a partition's store, first bringing it up to date from the changelog (retrying
-    /// while the broker is unreachable), then loads its timers and requests again the
-    /// triggers a crash left without a report.
-    async fn open_partition(&mut self, p: i32) -> Result<()> {
-        if self.stores.contains_key(&p) {
-            return Ok(());
-        }
-        let mut store = PartitionStore::open(&self.settings.state_dir, p)?;
-        // The fence first: everything before it is restored, and this owner's writes are
-        // told from any earlier owner's by its epoch (see core::changelog).
-        let topic = self.settings.topics.changelog.clone();
-        let (key, value) = changelog::fence(&self.settings.instance);
-        let fence = self.write_control(p, &key, &value).await;
-        let mut backoff = Duration::from_millis(500);
-        let restored = loop {
-            let telemetry = self.telemetry.clone();
-            // Under exactly-once, transaction markers leave holes in the changelog's offsets
-            // that are not compaction.
-            let contiguous = self.settings.guarantee == Guarantee::EffectivelyOnce;
-            let attempt = tokio::task::block_in_place(|| {
-                changelog::restore(
-                    &self.settings.kafka,
-                    &topic,
-                    p,
-                    fence,
-                    contiguous,
-                    &mut store,
-                    |records, seconds| telemetry.restore_progress(p, records, seconds),
-                )
-            });
-            match attempt {
-                Ok(restored) => break restored,
-                // No retry mends it: stop, naming the fix.
-                Err(e) if e.is::<changelog::StateAhead>() => return Err(e),
-                Err(e) => {
-                    warn!(partition = p, error = %format!("{e:#}"), "restore failed; retrying");
-                    self.telemetry.set_broker_ok(false);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        };
-        // Which of the previous epoch's batches count, before any batch of this one.
-        let (key, value) = changelog::acceptance(restored.lineage);
-        let accepted = self.write_control(p, &key, &value).await;
-        self.next_changelog.insert(p, accepted + 1);
-        let lineage = Lineage {
-            epoch: changelog::epoch_at(fence),
-            through: 0,
-        };
-        let mut start = StoreBatch::default();
-        start.set_lineage(lineage);
-        store.write(start)?;
-        self.writers.insert(p, lineage);
+    /// Installs a partition opened in the background (see [`opening`]): its store, timers
+    /// and journaled triggers; then reads again what of its input was delivered meanwhile.
+    fn opened(&mut self, p: i32, result: Result<Opened>) -> Result<()> {
+        let Opened {
+            store,
+            restored,
+            writer,
+            next_changelog,
+            journaled,
+            jobs_end,
+        } = result.with_context(|| format!("opening partition {p}"))?;
+        self.next_changelog.insert(p, next_changelog);
+        self.writers.insert(p, writer);
         if !restored.stale.is_empty() {
             let mut repair = StoreBatch::default();
             for key in &restored.stale {
@@ -685,71 +681,56 @@ impl Processor {
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
+        let opened_at = tokio::time::Instant::now();
+        for (_, effect) in journaled {
+            self.resumes.push(Resume {
+                partition: p,
+                effect,
+                jobs_end,
+                opened: opened_at,
+            });
+        }
         info!(
             partition = p,
             timers = timers.len(),
             restored_records = restored.records,
             restore_seconds = format!("{:.3}", restored.seconds),
             full_restore = restored.full,
-            epoch = lineage.epoch,
+            epoch = writer.epoch,
             path = %store.path().display(),
             "partition assigned: state opened"
         );
+        self.stores.insert(p, store);
         if let Some(tail) = &self.tail {
             tail.read(p);
         }
-        let journaled = store.effects()?;
-        if !journaled.is_empty() {
-            let jobs_end = self.jobs_end(p).await;
-            let opened = tokio::time::Instant::now();
-            for (_, effect) in journaled {
-                self.resumes.push(Resume {
-                    partition: p,
-                    effect,
-                    jobs_end,
-                    opened,
-                });
+        // Input delivered while the partition was being opened was skipped: read it again.
+        let skipped = self.openings.take_skipped(p);
+        tokio::task::block_in_place(|| -> Result<()> {
+            self.consumer
+                .resume(&self.input_partition(p)?)
+                .with_context(|| format!("resuming the input of partition {p}"))?;
+            for (topic, offset) in &skipped {
+                self.consumer
+                    .seek(topic, p, Offset::Offset(*offset), kafka::METADATA_TIMEOUT)
+                    .with_context(|| format!("reading {topic} partition {p} again from offset {offset}"))?;
             }
-        }
-        self.stores.insert(p, store);
-        Ok(())
+            Ok(())
+        })?;
+        self.telemetry.set_ready(self.openings.is_empty());
+        self.telemetry.partitions_owned(self.stores.len() as i64);
+        self.telemetry.timers_pending(self.timers.len() as i64);
+        self.owned.send_replace(self.stores.keys().copied().collect());
+        self.resume_triggers()
     }
 
-    /// Where the jobs topic's partition `p` ends now (its high watermark), retrying while
-    /// the broker does not answer: reports of triggers made before now lie below it.
-    async fn jobs_end(&self, p: i32) -> i64 {
-        let topic = &self.settings.topics.jobs;
-        let mut backoff = Duration::from_millis(500);
-        loop {
-            let answer =
-                tokio::task::block_in_place(|| self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT));
-            match answer {
-                Ok((_, high)) => return high,
-                Err(e) => {
-                    warn!(partition = p, error = %e, "reading the end of {topic}; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
+    /// Every input topic's partition `p`.
+    fn input_partition(&self, p: i32) -> Result<TopicPartitionList> {
+        let mut list = TopicPartitionList::new();
+        for topic in self.settings.topics.inputs() {
+            list.add_partition_offset(topic, p, Offset::Invalid)?;
         }
-    }
-
-    /// Writes a fence or an acceptance to changelog partition `p`, retrying while the broker
-    /// does not take it; returns its offset.
-    async fn write_control(&self, p: i32, key: &[u8], value: &[u8]) -> i64 {
-        let topic = &self.settings.topics.changelog;
-        let mut backoff = Duration::from_millis(500);
-        loop {
-            match kafka::send_to(&self.control, topic, Some(p), Some(key), Some(value), &[]).await {
-                Ok((_, offset)) => return offset,
-                Err(e) => {
-                    warn!(partition = p, error = %format!("{e:#}"), "writing to {topic}; retrying");
-                    self.telemetry.set_broker_ok(false);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
+        Ok(list)
     }
 
     /// Whether partition `p`'s jobs topic has been read up to `end`: its last record below
@@ -838,7 +819,12 @@ impl Processor {
                 debug!(%topic, p, offset, "partition given up to a newer owner: left to it");
                 continue;
             }
-            self.open_partition(p).await?;
+            if !self.stores.contains_key(&p) {
+                // Being opened: read again once it is (its input is paused meanwhile).
+                self.open(p)?;
+                self.openings.skip(&topic, p, offset);
+                continue;
+            }
             self.telemetry.record_in(&topic);
             pending.commits.insert((topic.clone(), p), offset);
             if self.stores[&p]

@@ -27,6 +27,9 @@ use crate::core::PipelineState;
 
 const CHECKPOINT_KEY: &[u8] = b"c/";
 const LINEAGE_KEY: &[u8] = b"c/lineage";
+/// When the checkpoint was last written (Unix milliseconds, wall clock): a store away from
+/// its changelog longer than the changelog keeps tombstones cannot be brought up to date.
+const CHECKPOINTED_AT_KEY: &[u8] = b"c/at";
 
 pub struct PartitionStore {
     db: DB,
@@ -330,6 +333,17 @@ impl PartitionStore {
         }
     }
 
+    /// When the checkpoint was last written; `None` for a store from before this was kept.
+    pub fn checkpointed_at(&self) -> Result<Option<DateTime<Utc>>> {
+        let Some(raw) = self.db.get(CHECKPOINTED_AT_KEY)? else {
+            return Ok(None);
+        };
+        let millis = <[u8; 8]>::try_from(raw.as_slice())
+            .map(i64::from_be_bytes)
+            .map_err(|_| anyhow!("corrupt checkpoint time in {}", self.path.display()))?;
+        Ok(DateTime::from_timestamp_millis(millis))
+    }
+
     /// The epoch and batch this store last wrote or restored; `None` for a store from
     /// before epochs (or never written).
     pub fn lineage(&self) -> Result<Option<Lineage>> {
@@ -347,6 +361,7 @@ impl PartitionStore {
     pub fn disown(&mut self) -> Result<()> {
         let mut write = WriteBatch::default();
         write.delete(CHECKPOINT_KEY);
+        write.delete(CHECKPOINTED_AT_KEY);
         write.delete(LINEAGE_KEY);
         self.db.write(write).context("forgetting the changelog checkpoint")?;
         Ok(())
@@ -407,6 +422,7 @@ impl PartitionStore {
         }
         if let Some(offset) = batch.checkpoint {
             write.put(CHECKPOINT_KEY, offset.to_be_bytes());
+            write.put(CHECKPOINTED_AT_KEY, Utc::now().timestamp_millis().to_be_bytes());
         }
         if let Some(lineage) = batch.lineage {
             write.put(

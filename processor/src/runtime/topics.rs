@@ -156,10 +156,16 @@ impl TopicDefinition {
 impl TopicDefinition {
     /// The topic configs Sluice sets and checks.
     pub fn configs(&self) -> Result<Vec<(&'static str, String)>> {
-        Ok(vec![
+        let mut configs = vec![
             ("cleanup.policy", self.cleanup_policy.as_str().to_string()),
             ("retention.ms", self.retention_ms()?.to_string()),
-        ])
+        ];
+        if self.cleanup_policy == CleanupPolicy::Compact {
+            // A restore trusts a store only this long after its checkpoint.
+            let kept = super::changelog::TOMBSTONES_KEPT.num_milliseconds();
+            configs.push(("delete.retention.ms", kept.to_string()));
+        }
+        Ok(configs)
     }
 
     /// How an existing topic's `actual` configs differ from this definition, one sentence

@@ -1,0 +1,382 @@
+//! Opening an assigned partition in the background: its store, its fence, its restore from
+//! the changelog and its acceptance (see [`crate::core::changelog`]). One partition whose
+//! store is locked or whose restore keeps failing must not hold up the others, nor the
+//! batches, timers and questions of the partitions already open: each opening is a task of
+//! its own, retrying what can be retried, and the processing loop installs its result
+//! when it arrives. Meanwhile the partition's input is paused, and whatever of it was
+//! delivered anyway is read again once the partition is open.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::FutureProducer;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Semaphore;
+use tracing::warn;
+
+use super::changelog::{self, Restored};
+use super::http::Telemetry;
+use super::kafka;
+use super::processor::{Guarantee, Settings};
+use super::store::{PartitionStore, StoreBatch};
+use crate::core::changelog::Lineage;
+use crate::core::lifecycle::Effect;
+
+/// Restores running at once: each holds a consumer with its fetch buffers.
+const CONCURRENT_RESTORES: usize = 4;
+
+/// A partition opened and ready to be installed.
+pub struct Opened {
+    pub store: PartitionStore,
+    pub restored: Restored,
+    /// This owner's epoch on the changelog (from its fence), no batch written yet.
+    pub writer: Lineage,
+    /// Where this owner's first changelog record lands if it is the only writer.
+    pub next_changelog: i64,
+    /// The journaled triggers found, and where the jobs topic ended once the state was
+    /// restored: their reports, if any, lie below it.
+    pub journaled: Vec<(String, Effect)>,
+    pub jobs_end: i64,
+}
+
+/// The state of an input partition is ahead of the partition itself: the input topic was
+/// recreated, and every new record up to the old watermark would be skipped as applied.
+#[derive(Debug, thiserror::Error)]
+#[error("partition {partition} of {topic} ends at offset {end}, but its state says it applied up to offset {applied}: the topic was recreated (or lost records), and its new records would be skipped as already applied. Stop every instance, then rebuild the state with `sluice reset --from-scratch`, or delete the state directories and the changelog too if the old state is not wanted")]
+pub struct InputAhead {
+    pub topic: String,
+    pub partition: i32,
+    pub applied: i64,
+    pub end: i64,
+}
+
+/// The revocation of a partition stopped its opening.
+#[derive(Debug, thiserror::Error)]
+#[error("partition {0} was revoked while it was being opened")]
+pub struct Cancelled(pub i32);
+
+struct Task {
+    cancelled: Arc<AtomicBool>,
+    /// Assigned again after the cancel: opened anew once the cancelled task has let go of
+    /// the store (its fence is older than whatever the partition saw meanwhile).
+    again: bool,
+}
+
+/// The partitions being opened, and their results as they arrive.
+pub struct Openings {
+    settings: Arc<Settings>,
+    control: FutureProducer,
+    telemetry: Arc<Telemetry>,
+    restores: Arc<Semaphore>,
+    tasks: BTreeMap<i32, Task>,
+    /// Per (input topic, partition) being opened, the first offset delivered and skipped.
+    skipped: BTreeMap<(String, i32), i64>,
+    results: UnboundedReceiver<(i32, Result<Opened>)>,
+    sender: UnboundedSender<(i32, Result<Opened>)>,
+}
+
+impl Openings {
+    pub fn new(settings: Settings, control: FutureProducer, telemetry: Arc<Telemetry>) -> Self {
+        let (sender, results) = unbounded_channel();
+        Openings {
+            settings: Arc::new(settings),
+            control,
+            telemetry,
+            restores: Arc::new(Semaphore::new(CONCURRENT_RESTORES)),
+            tasks: BTreeMap::new(),
+            skipped: BTreeMap::new(),
+            results,
+            sender,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// Whether `p` is being opened for this owner (not merely finishing a cancelled task).
+    pub fn contains(&self, p: i32) -> bool {
+        self.tasks.get(&p).is_some_and(|t| !t.cancelled.load(Ordering::Relaxed))
+    }
+
+    /// Starts opening `p`, unless it already is.
+    pub fn start(&mut self, p: i32) {
+        match self.tasks.get_mut(&p) {
+            Some(task) if task.cancelled.load(Ordering::Relaxed) => task.again = true,
+            Some(_) => {}
+            None => self.spawn(p),
+        }
+    }
+
+    fn spawn(&mut self, p: i32) {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let opening = Opening {
+            settings: self.settings.clone(),
+            control: self.control.clone(),
+            telemetry: self.telemetry.clone(),
+            partition: p,
+            cancelled: cancelled.clone(),
+        };
+        let (restores, sender) = (self.restores.clone(), self.sender.clone());
+        tokio::spawn(async move {
+            let result = async {
+                let _turn = restores.acquire().await.context("restores closed")?;
+                opening.run().await
+            }
+            .await;
+            let _ = sender.send((p, result));
+        });
+        self.tasks.insert(
+            p,
+            Task {
+                cancelled,
+                again: false,
+            },
+        );
+    }
+
+    /// Stops opening `p` (revoked): its result, when it comes, is dropped.
+    pub fn cancel(&mut self, p: i32) {
+        if let Some(task) = self.tasks.get_mut(&p) {
+            task.cancelled.store(true, Ordering::Relaxed);
+            task.again = false;
+        }
+        self.skipped.retain(|(_, q), _| *q != p);
+    }
+
+    /// Stops every opening (the processor is stopping).
+    pub fn cancel_all(&mut self) {
+        let ps: Vec<i32> = self.tasks.keys().copied().collect();
+        for p in ps {
+            self.cancel(p);
+        }
+    }
+
+    /// Notes that an input record of `p` was delivered while `p` is being opened: it is
+    /// read again from there once `p` is open.
+    pub fn skip(&mut self, topic: &str, p: i32, offset: i64) {
+        let first = self.skipped.entry((topic.to_string(), p)).or_insert(offset);
+        *first = (*first).min(offset);
+    }
+
+    /// The next opening to finish for this owner: a cancelled one's result is dropped here
+    /// (its store closed), and its partition opened anew if it was assigned again.
+    pub async fn next(&mut self) -> (i32, Result<Opened>) {
+        loop {
+            let (p, result) = self.results.recv().await.expect("the sender lives in self");
+            let Some(task) = self.tasks.remove(&p) else { continue };
+            if !task.cancelled.load(Ordering::Relaxed) {
+                return (p, result);
+            }
+            drop(result);
+            if task.again {
+                self.spawn(p);
+            }
+        }
+    }
+
+    /// The first offsets of `p`'s input delivered while it was being opened.
+    pub fn take_skipped(&mut self, p: i32) -> Vec<(String, i64)> {
+        let taken: Vec<(String, i64)> = self
+            .skipped
+            .iter()
+            .filter(|((_, q), _)| *q == p)
+            .map(|((topic, _), offset)| (topic.clone(), *offset))
+            .collect();
+        self.skipped.retain(|(_, q), _| *q != p);
+        taken
+    }
+}
+
+/// One partition's opening, run as a task.
+struct Opening {
+    settings: Arc<Settings>,
+    control: FutureProducer,
+    telemetry: Arc<Telemetry>,
+    partition: i32,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Opening {
+    async fn run(self) -> Result<Opened> {
+        let p = self.partition;
+        let store = self
+            .retrying("opening the local state", || {
+                let dir = self.settings.state_dir.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
+                        .await
+                        .context("opening the store")?
+                }
+            })
+            .await?;
+        // The fence first: everything before it is restored, and this owner's writes are
+        // told from any earlier owner's by its epoch (see core::changelog).
+        let (key, value) = changelog::fence(&self.settings.instance);
+        let fence = self.write_control(&key, &value).await?;
+        let mut store = store;
+        let mut backoff = Backoff::default();
+        let restored = loop {
+            self.check_cancelled()?;
+            let settings = self.settings.clone();
+            let (telemetry, cancelled) = (self.telemetry.clone(), self.cancelled.clone());
+            let (back, result) = tokio::task::spawn_blocking(move || {
+                // Under exactly-once, transaction markers leave holes in the changelog's
+                // offsets that are not compaction.
+                let contiguous = settings.guarantee == Guarantee::EffectivelyOnce;
+                let result = changelog::restore(
+                    &settings.kafka,
+                    &settings.topics.changelog,
+                    p,
+                    fence,
+                    contiguous,
+                    &mut store,
+                    &cancelled,
+                    |records, seconds| telemetry.restore_progress(p, records, seconds),
+                );
+                (store, result)
+            })
+            .await
+            .context("restoring")?;
+            store = back;
+            match result {
+                Ok(restored) => break restored,
+                Err(e) => {
+                    self.failed(e, "restoring the state from the changelog", &mut backoff)
+                        .await?
+                }
+            }
+        };
+        let (inputs_end, jobs_end) = self.retrying("reading where the inputs end", || self.ends()).await?;
+        for (topic, end) in inputs_end {
+            if let Some(applied) = store.applied_offset(&topic).filter(|a| *a >= end) {
+                return Err(InputAhead {
+                    topic,
+                    partition: p,
+                    applied,
+                    end,
+                }
+                .into());
+            }
+        }
+        // Which of the previous epoch's batches count, before any batch of this one.
+        let (key, value) = changelog::acceptance(restored.lineage);
+        let accepted = self.write_control(&key, &value).await?;
+        let writer = Lineage {
+            epoch: changelog::epoch_at(fence),
+            through: 0,
+        };
+        let mut start = StoreBatch::default();
+        start.set_lineage(writer);
+        store.write(start)?;
+        let journaled = store.effects()?;
+        Ok(Opened {
+            store,
+            restored,
+            writer,
+            next_changelog: accepted + 1,
+            journaled,
+            jobs_end,
+        })
+    }
+
+    /// Where each input topic's partition ends now, and the jobs topic's among them.
+    async fn ends(&self) -> Result<(Vec<(String, i64)>, i64)> {
+        let settings = self.settings.clone();
+        let p = self.partition;
+        tokio::task::spawn_blocking(move || {
+            let reader = kafka::reader(&settings.kafka, "sluice-restore")?;
+            let mut ends = Vec::new();
+            for topic in settings.topics.inputs() {
+                let (_, high) = reader
+                    .fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
+                    .with_context(|| format!("reading the end of {topic} partition {p}"))?;
+                ends.push((topic.to_string(), high));
+            }
+            let jobs = settings.topics.jobs.as_str();
+            let jobs_end = ends.iter().find(|(t, _)| t == jobs).map_or(0, |(_, end)| *end);
+            Ok((ends, jobs_end))
+        })
+        .await
+        .context("reading where the inputs end")?
+    }
+
+    /// Writes a fence or an acceptance to the partition's changelog; returns its offset.
+    async fn write_control(&self, key: &[u8], value: &[u8]) -> Result<i64> {
+        let topic = &self.settings.topics.changelog;
+        let p = self.partition;
+        self.retrying(&format!("writing to {topic}"), || async move {
+            let (_, offset) = kafka::send_to(&self.control, topic, Some(p), Some(key), Some(value), &[]).await?;
+            Ok(offset)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it succeeds, with backoff, while the partition is still wanted.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut backoff = Backoff::default();
+        loop {
+            self.check_cancelled()?;
+            match attempt().await {
+                Ok(done) => return Ok(done),
+                Err(e) => self.failed(e, what, &mut backoff).await?,
+            }
+        }
+    }
+
+    fn check_cancelled(&self) -> Result<()> {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return Err(Cancelled(self.partition).into());
+        }
+        Ok(())
+    }
+
+    /// After a failed attempt: the error back when no retry mends it, else a wait.
+    async fn failed(&self, e: anyhow::Error, what: &str, backoff: &mut Backoff) -> Result<()> {
+        if is_fatal(&e) {
+            return Err(e);
+        }
+        warn!(partition = self.partition, error = %format!("{e:#}"), "{what} failed; retrying (the other partitions go on meanwhile)");
+        tokio::time::sleep(backoff.next()).await;
+        Ok(())
+    }
+}
+
+/// Waits between attempts: from half a second, doubling, up to ten seconds.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(500))
+    }
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let wait = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(10));
+        wait
+    }
+}
+
+/// Errors no retry mends: state that belongs to a topic that is gone, corrupt state, a
+/// revocation. Everything else (a broker that does not answer, a store locked by a process
+/// still letting go of it) is retried.
+fn is_fatal(e: &anyhow::Error) -> bool {
+    if e.is::<changelog::StateAhead>() || e.is::<InputAhead>() || e.is::<Cancelled>() {
+        return true;
+    }
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<rocksdb::Error>()
+            .is_some_and(|db| db.kind() != rocksdb::ErrorKind::IOError)
+    })
+}
