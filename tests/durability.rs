@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
 use sluice::core::PipelineState;
-use sluice::runtime::store::PartitionStore;
+use sluice::runtime::store::{PartitionStore, StoreBatch};
 use support::{day, free_port, http_get, pipeline, serve, wait_until, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
@@ -832,19 +832,54 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
 /// rather than clearing the state or skipping input silently.
 #[test]
 fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
-    let (mut w, _target) = p000_accepted("ahead");
+    let (w, _target) = p000_accepted("ahead");
+    assert_ahead_stops(w, |batch| batch.set_checkpoint(1_000_000), "beyond the partition's end");
+}
+
+/// So does a store that applied an input beyond its partition's end (the input topic was
+/// recreated: every new record up to the old watermark would be skipped as applied). A
+/// store current with its input, just after a batch of many records, is not taken for one.
+#[test]
+fn a_store_ahead_of_its_input_stops_the_processor_naming_the_fix() {
+    let (mut w, _target) = p000_accepted("input-ahead");
+    let reading =
+        serde_json::to_vec(&json!({"pipelineId": "p000", "key": "row-count", "data": {"count": 1}, "date": day()}))
+            .unwrap();
+    let readings: Vec<(&str, String, Vec<u8>)> = (0..200)
+        .map(|_| ("sensors", "p000".to_string(), reading.clone()))
+        .collect();
+    w.produce_many(&readings);
+    let sensors = w.topic("sensors");
+    wait_until(
+        "the readings are applied",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || w.committed("sensors") >= 200,
+    );
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
-    // As if the changelog had been recreated: the store is current far beyond its end.
+    start_static(&mut w);
+    wait_log(&w, "partition assigned: state opened", 2 * w.partitions() as usize);
+    assert_ahead_stops(
+        w,
+        |batch| batch.set_applied_offset(&sensors, 1_000_000),
+        &format!("of {sensors} ends at offset 200, but its state says it applied up to offset 1000000"),
+    );
+}
+
+/// Stops `w`'s processor, edits p000's store with `edit`, and starts it again: it must stop
+/// naming `what` and the fix, and keep the state.
+fn assert_ahead_stops(mut w: World, edit: impl FnOnce(&mut StoreBatch), what: &str) {
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
     let mut store = PartitionStore::open(w.state.path(), p).unwrap();
-    let mut batch = sluice::runtime::store::StoreBatch::default();
-    batch.set_checkpoint(1_000_000);
+    let mut batch = StoreBatch::default();
+    edit(&mut batch);
     store.write(batch).unwrap();
     drop(store);
     start_static(&mut w);
     let log = exits_fatally(&mut w);
     assert!(
-        log.contains("beyond the partition's end") && log.contains("sluice reset --from-scratch"),
+        log.contains(what) && log.contains("sluice reset --from-scratch"),
         "{log}"
     );
     // The state was not cleared.
@@ -867,7 +902,7 @@ fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
             .unwrap();
         let mut store = sluice::runtime::store::PartitionStore::open(w.state.path(), p).unwrap();
         if store.pipeline("p000").unwrap().is_some() {
-            let mut batch = sluice::runtime::store::StoreBatch::default();
+            let mut batch = StoreBatch::default();
             batch.mirror(b"p/p000", Some(b"{not state"));
             store.write(batch).unwrap();
             corrupted = Some(dir);
