@@ -1034,3 +1034,149 @@ fn a_partition_that_cannot_be_opened_does_not_hold_up_the_others() {
         assert_eq!(target.calls().get(id).map(Vec::len), Some(1), "{id} was called once");
     }
 }
+
+/// Pipelines in the timer workload: half become ready mid-window, half never do.
+const TIMED: usize = 40;
+/// Their evaluation window: rules evaluated every second for this long.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// A workload decided by timers: every pipeline's rules are evaluated every second for a
+/// minute after its first sensor (2,400 timers), while a second instance joins and leaves and the processor is
+/// SIGKILLed three times. Half the pipelines get their last reading mid-window and are
+/// triggered; the other half are closed by the window's last timer (VALIDATION_EXHAUSTED).
+/// Each run is called once where the calls land, each exhaustion has one eventId, no
+/// eventId names two events, and the state restores from the changelog as it is live.
+#[test]
+fn timers_firing_through_sigkills_and_a_rebalance_double_nothing() {
+    let mut w = World::new("timers");
+    let target = Target::fast();
+    let ids: Vec<String> = (0..TIMED).map(pipeline_id).collect();
+    let ready = |i: usize| i.is_multiple_of(2);
+    let configs: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let mut config = config(id, &target.url);
+            config["schedule"]["evaluation"] = json!({"window": format!("{}s", WINDOW.as_secs()), "interval": "1s"});
+            ("config", id.clone(), serde_json::to_vec(&config).unwrap())
+        })
+        .collect();
+    w.produce_many(&configs);
+    start_static(&mut w);
+    w.wait_for_all("every CONFIG_ACCEPTED", Instant::now() + RUN_DEADLINE, |es| {
+        count(es, EventType::CONFIG_ACCEPTED) >= TIMED
+    });
+    let reading = |id: &str, key: &str, data: Value| {
+        let record = json!({"pipelineId": id, "key": key, "data": data, "date": day()});
+        ("sensors", id.to_string(), serde_json::to_vec(&record).unwrap())
+    };
+    // Every execution opens now, and its rules fail until its row count comes.
+    let upstream: Vec<_> = ids
+        .iter()
+        .map(|id| reading(id, "upstream", json!({"status": "ready"})))
+        .collect();
+    w.produce_many(&upstream);
+    let started = Instant::now();
+    let at =
+        |since_start: Duration| std::thread::sleep((started + since_start).saturating_duration_since(Instant::now()));
+    let mut kills = Vec::new();
+    let kill = |w: &mut World, kills: &mut Vec<Instant>| {
+        let mut child = w.swap_processor(None).expect("processor running");
+        kills.push(Instant::now());
+        sigkill(&mut child);
+        start_static(w);
+    };
+    // A second instance joins and leaves, and the processor is killed: each as soon as the
+    // last is done. Then the row counts, and two more kills late in the window (the last
+    // just before the window's last timers).
+    let other_dir = tempfile::tempdir().unwrap();
+    let revoked = occurrences(&w, "partition revoked");
+    let mut other = w.spawn(other_dir.path(), &[]);
+    wait_log(&w, "partition revoked", revoked + 1);
+    sigterm_child(&mut other, &w);
+    kill(&mut w, &mut kills);
+    let counts: Vec<_> = (0..TIMED)
+        .filter(|i| ready(*i))
+        .map(|i| reading(&ids[i], "row-count", json!({"count": 5000})))
+        .collect();
+    w.produce_many(&counts);
+    assert!(
+        started.elapsed() < WINDOW - Duration::from_secs(15),
+        "the rebalance took {:?}, too long for the window",
+        started.elapsed()
+    );
+    at(WINDOW - Duration::from_secs(10));
+    kill(&mut w, &mut kills);
+    at(WINDOW - Duration::from_secs(1));
+    kill(&mut w, &mut kills);
+    w.wait_for_all("every pipeline decided", Instant::now() + RUN_DEADLINE, |es| {
+        ids.iter().enumerate().all(|(i, id)| {
+            let kind = if ready(i) {
+                EventType::JOB_COMPLETED
+            } else {
+                EventType::VALIDATION_EXHAUSTED
+            };
+            es.iter().any(|e| &e.pipeline_id == id && e.kind == kind)
+        })
+    });
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    let events = w.events_seen().to_vec();
+    let mut identities: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for e in &events {
+        let identity = format!("{} {} {:?}/{:?}", e.kind.name(), e.pipeline_id, e.schedule_id, e.date);
+        identities.entry(&e.event_id).or_default().insert(identity);
+    }
+    for (id, names) in &identities {
+        assert_eq!(names.len(), 1, "event id {id} names different events: {names:?}");
+    }
+    let calls = target.calls();
+    let near_kill = |t: Instant| {
+        kills
+            .iter()
+            .any(|k| k.saturating_duration_since(t).max(t.saturating_duration_since(*k)) <= Duration::from_secs(2))
+    };
+    let mut second_calls = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let distinct = |kind: EventType| {
+            events
+                .iter()
+                .filter(|e| &e.pipeline_id == id && e.kind == kind)
+                .map(|e| &e.event_id)
+                .collect::<BTreeSet<_>>()
+                .len()
+        };
+        let landed = calls.get(id).map_or(&[][..], Vec::as_slice);
+        if ready(i) {
+            second_calls += landed.len().saturating_sub(1);
+            assert!(
+                landed.len() == 1 || (landed.len() == 2 && near_kill(landed[0])),
+                "{id}'s run was called {} times",
+                landed.len()
+            );
+            assert_eq!(distinct(EventType::JOB_TRIGGERED), 1, "{id}: one JOB_TRIGGERED");
+            assert_eq!(
+                distinct(EventType::VALIDATION_EXHAUSTED),
+                0,
+                "{id} was ready in its window"
+            );
+        } else {
+            assert!(landed.is_empty(), "{id} was never ready, yet called");
+            assert_eq!(distinct(EventType::VALIDATION_EXHAUSTED), 1, "{id}: one exhaustion");
+        }
+    }
+    eprintln!(
+        "[timers] {} kills, {} distinct events, {second_calls} second calls at the target",
+        kills.len(),
+        identities.len()
+    );
+    let live = states_in(w.state.path());
+    let partitions = std::fs::read_dir(w.state.path()).unwrap().count();
+    let restored = restored_from_scratch(&w, partitions, STATIC);
+    assert_eq!(live.len(), TIMED, "every pipeline has state");
+    for (id, state) in &live {
+        assert_eq!(
+            restored.get(id),
+            Some(state),
+            "{id}: restored state differs from the live state"
+        );
+    }
+}
