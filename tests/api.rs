@@ -247,6 +247,10 @@ fn tokens_guard_the_api_and_only_a_write_token_reruns() {
             write_file.to_str().unwrap(),
         ],
     );
+    // Ready means restored, not caught up with the inputs: the config is read after.
+    w.wait_for("auth1", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
     let bearer = |t: &str| format!("Bearer {t}");
     let get = |path: &str, token: Option<&str>| {
         let auth = token.map(bearer);

@@ -36,14 +36,24 @@ const FORWARDED: &str = "x-sluice-forwarded-by";
 /// How long a peer may take to answer a forwarded request.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a question waits for partitions being opened (restored) here before it is
+/// answered without them: a restore does not hold the processor up, but a caller asking
+/// just after a start or a rebalance should see the state, not a gap.
+const OPENING_WAIT: Duration = Duration::from_secs(10);
+
 /// A question for the processor, answered between batches.
 pub enum Query {
     /// Summaries of every pipeline in the owned partitions.
-    List {
-        reply: oneshot::Sender<Vec<Arc<PipelineSummary>>>,
-    },
+    List { reply: oneshot::Sender<Listed> },
     /// One pipeline's full view.
     Pipeline { id: String, reply: oneshot::Sender<Answer> },
+}
+
+/// The owned partitions' summaries, and whether partitions are still being opened here
+/// (their pipelines are missing).
+pub struct Listed {
+    pub pipelines: Vec<Arc<PipelineSummary>>,
+    pub opening: bool,
 }
 
 pub enum Answer {
@@ -107,6 +117,23 @@ impl Api {
         self.queries.send(query(reply)).await.map_err(|_| unavailable())?;
         answer.await.map_err(|_| unavailable())
     }
+
+    /// Asks again while `opening` says the answer waits for a partition being opened here,
+    /// for at most [`OPENING_WAIT`]; the last answer either way.
+    async fn ask_opened<T>(
+        &self,
+        query: impl Fn(oneshot::Sender<T>) -> Query,
+        opening: impl Fn(&T) -> bool,
+    ) -> Result<T, Response> {
+        let deadline = tokio::time::Instant::now() + OPENING_WAIT;
+        loop {
+            let answer = self.ask(&query).await?;
+            if !opening(&answer) || tokio::time::Instant::now() >= deadline {
+                return Ok(answer);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// The `/api` routes.
@@ -161,12 +188,12 @@ async fn list(
     headers: HeaderMap,
 ) -> Response {
     filter.q = filter.q.map(|q| q.to_lowercase());
-    let mut pipelines = match api.ask(|reply| Query::List { reply }).await {
-        Ok(p) => p,
+    let Listed { mut pipelines, opening } = match api.ask_opened(|reply| Query::List { reply }, |l| l.opening).await {
+        Ok(listed) => listed,
         Err(response) => return response,
     };
-    let mut instances = vec![json!({"instance": api.instance, "ok": true})];
-    let mut complete = true;
+    let mut instances = vec![json!({"instance": api.instance, "ok": true, "restoring": opening})];
+    let mut complete = !opening;
     if !filter.local && !headers.contains_key(FORWARDED) {
         for peer in api.directory.peers(Utc::now()) {
             match fetch_peer_list(&api, &peer, &headers).await {
@@ -238,7 +265,11 @@ async fn fetch_peer_list(api: &Api, peer: &Member, headers: &HeaderMap) -> Resul
 }
 
 async fn pipeline(State(api): State<Api>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let answer = match api.ask(|reply| Query::Pipeline { id: id.clone(), reply }).await {
+    let asked = api.ask_opened(
+        |reply| Query::Pipeline { id: id.clone(), reply },
+        |a| matches!(a, Answer::Opening { .. }),
+    );
+    let answer = match asked.await {
         Ok(a) => a,
         Err(response) => return response,
     };

@@ -627,7 +627,10 @@ impl Processor {
     fn answer(&mut self, query: Query) -> Result<()> {
         match query {
             Query::List { reply } => {
-                let _ = reply.send(self.summaries.all(&self.stores)?);
+                let _ = reply.send(api::Listed {
+                    pipelines: self.summaries.all(&self.stores)?,
+                    opening: !self.openings.is_empty(),
+                });
             }
             Query::Pipeline { id, reply } => {
                 let partition = api::partition_of(&id, self.partitions);
