@@ -17,6 +17,8 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
 use sluice::core::PipelineState;
@@ -833,23 +835,37 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
 #[test]
 fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
     let (w, _target) = p000_accepted("ahead");
-    assert_ahead_stops(w, |batch| batch.set_checkpoint(1_000_000), "beyond the partition's end");
+    assert_ahead_stops(
+        w,
+        |batch| batch.set_checkpoint(1_000_000),
+        &["beyond the partition's end"],
+    );
 }
 
 /// So does a store that applied an input beyond its partition's end (the input topic was
 /// recreated: every new record up to the old watermark would be skipped as applied). A
-/// store current with its input, just after a batch of many records, is not taken for one.
+/// store current with its input just after one batch of many records is not taken for one,
+/// although tansu 0.6 then reports the partition's end short.
 #[test]
 fn a_store_ahead_of_its_input_stops_the_processor_naming_the_fix() {
     let (mut w, _target) = p000_accepted("input-ahead");
     let reading =
         serde_json::to_vec(&json!({"pipelineId": "p000", "key": "row-count", "data": {"count": 1}, "date": day()}))
             .unwrap();
-    let readings: Vec<(&str, String, Vec<u8>)> = (0..200)
-        .map(|_| ("sensors", "p000".to_string(), reading.clone()))
-        .collect();
-    w.produce_many(&readings);
     let sensors = w.topic("sensors");
+    // The world's producer sends one record per batch; this one batches them.
+    let batched: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", support::brokers())
+        .set("partitioner", sluice::runtime::kafka::PARTITIONER)
+        .set("linger.ms", "100")
+        .create()
+        .unwrap();
+    for _ in 0..200 {
+        batched
+            .send(BaseRecord::to(&sensors).key("p000").payload(&reading))
+            .unwrap();
+    }
+    batched.flush(Duration::from_secs(10)).unwrap();
     wait_until(
         "the readings are applied",
         Duration::from_secs(60),
@@ -862,13 +878,13 @@ fn a_store_ahead_of_its_input_stops_the_processor_naming_the_fix() {
     assert_ahead_stops(
         w,
         |batch| batch.set_applied_offset(&sensors, 1_000_000),
-        &format!("of {sensors} ends at offset 200, but its state says it applied up to offset 1000000"),
+        &[&format!("of {sensors} ends at offset"), "applied up to offset 1000000"],
     );
 }
 
 /// Stops `w`'s processor, edits p000's store with `edit`, and starts it again: it must stop
-/// naming `what` and the fix, and keep the state.
-fn assert_ahead_stops(mut w: World, edit: impl FnOnce(&mut StoreBatch), what: &str) {
+/// naming everything in `what` and the fix, and keep the state.
+fn assert_ahead_stops(mut w: World, edit: impl FnOnce(&mut StoreBatch), what: &[&str]) {
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
     let mut store = PartitionStore::open(w.state.path(), p).unwrap();
@@ -879,7 +895,7 @@ fn assert_ahead_stops(mut w: World, edit: impl FnOnce(&mut StoreBatch), what: &s
     start_static(&mut w);
     let log = exits_fatally(&mut w);
     assert!(
-        log.contains(what) && log.contains("sluice reset --from-scratch"),
+        what.iter().all(|w| log.contains(w)) && log.contains("sluice reset --from-scratch"),
         "{log}"
     );
     // The state was not cleared.

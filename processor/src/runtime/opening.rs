@@ -11,9 +11,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
-use rdkafka::consumer::Consumer;
+use anyhow::{bail, Context as _, Result};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
 use rdkafka::producer::FutureProducer;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Semaphore;
 use tracing::warn;
@@ -192,6 +196,43 @@ impl Openings {
     }
 }
 
+/// How long reading the tail of an input partition may take when its end looks to lie
+/// before what the state applied.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
+
+/// A reader that reports reaching a partition's end, for [`holds`].
+fn tail_reader(kafka: &kafka::Connection) -> Result<BaseConsumer> {
+    kafka
+        .config()
+        .set("group.id", "sluice-restore")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "error")
+        .create()
+        .context("creating the input tail reader")
+}
+
+/// Whether `topic`'s partition `p` holds a record at `offset` or after, read from its last
+/// record (`end` - 1, or `low`) on: `false` once the reader reaches the partition's end
+/// without one; an error (retried) when the broker does not answer. Reading, not the
+/// watermark alone, decides: tansu 0.6 reports the end of a multi-record batch short.
+fn holds(reader: &BaseConsumer, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> Result<bool> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, p, Offset::Offset((end - 1).max(low)))?;
+    reader.assign(&list).context("assigning the input partition")?;
+    let deadline = std::time::Instant::now() + CONFIRM_WITHIN;
+    while std::time::Instant::now() < deadline {
+        match reader.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) if m.offset() >= offset => return Ok(true),
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(false),
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => return Ok(false),
+            _ => {}
+        }
+    }
+    bail!("{topic} partition {p}: its end not reached in {CONFIRM_WITHIN:?}, to tell whether the state (applied up to offset {offset}) is ahead of the topic")
+}
+
 /// One partition's opening, run as a task.
 struct Opening {
     settings: Arc<Settings>,
@@ -251,18 +292,12 @@ impl Opening {
                 }
             }
         };
-        let (inputs_end, jobs_end) = self.retrying("reading where the inputs end", || self.ends()).await?;
-        for (topic, end) in inputs_end {
-            if let Some(applied) = store.applied_offset(&topic).filter(|a| *a >= end) {
-                return Err(InputAhead {
-                    topic,
-                    partition: p,
-                    applied,
-                    end,
-                }
-                .into());
-            }
-        }
+        let applied: Vec<(String, i64)> = (self.settings.topics.inputs().iter())
+            .filter_map(|t| Some((t.to_string(), store.applied_offset(t)?)))
+            .collect();
+        let jobs_end = self
+            .retrying("checking the inputs against the state", || self.check_inputs(&applied))
+            .await?;
         // Which of the previous epoch's batches count, before any batch of this one.
         let (key, value) = changelog::acceptance(restored.lineage);
         let accepted = self.write_control(&key, &value).await?;
@@ -284,25 +319,37 @@ impl Opening {
         })
     }
 
-    /// Where each input topic's partition ends now, and the jobs topic's among them.
-    async fn ends(&self) -> Result<(Vec<(String, i64)>, i64)> {
-        let settings = self.settings.clone();
-        let p = self.partition;
+    /// Checks that no input partition ends before what the store applied of it (see
+    /// [`InputAhead`]); returns where the jobs topic's partition ends now.
+    async fn check_inputs(&self, applied: &[(String, i64)]) -> Result<i64> {
+        let (settings, applied, p) = (self.settings.clone(), applied.to_vec(), self.partition);
         tokio::task::spawn_blocking(move || {
-            let reader = kafka::reader(&settings.kafka, "sluice-restore")?;
-            let mut ends = Vec::new();
+            let reader = tail_reader(&settings.kafka)?;
+            let mut jobs_end = 0;
             for topic in settings.topics.inputs() {
-                let (_, high) = reader
+                let (low, end) = reader
                     .fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
                     .with_context(|| format!("reading the end of {topic} partition {p}"))?;
-                ends.push((topic.to_string(), high));
+                if topic == settings.topics.jobs {
+                    jobs_end = end;
+                }
+                let Some(applied) = applied.iter().find(|(t, _)| t == topic).map(|(_, a)| *a) else {
+                    continue;
+                };
+                if applied >= end && !holds(&reader, topic, p, (low, end), applied)? {
+                    return Err(InputAhead {
+                        topic: topic.to_string(),
+                        partition: p,
+                        applied,
+                        end,
+                    }
+                    .into());
+                }
             }
-            let jobs = settings.topics.jobs.as_str();
-            let jobs_end = ends.iter().find(|(t, _)| t == jobs).map_or(0, |(_, end)| *end);
-            Ok((ends, jobs_end))
+            Ok(jobs_end)
         })
         .await
-        .context("reading where the inputs end")?
+        .context("checking the inputs")?
     }
 
     /// Writes a fence or an acceptance to the partition's changelog; returns its offset.
