@@ -177,27 +177,21 @@ mod tests {
         use EventType::*;
         let day = Some(("daily", "2026-11-23"));
         let id = |origin, kind, exec, seq| event_id(origin, kind, exec, seq);
-        assert_eq!(
-            id("sensors/0@5", JOB_TRIGGERED, day, 0),
-            id("sensors/0@5", JOB_TRIGGERED, day, 0)
-        );
-        assert_ne!(
-            id("sensors/0@5", JOB_TRIGGERED, day, 0),
-            id("sensors/0@5", JOB_TRIGGERED, day, 1)
-        );
-        assert_ne!(
-            id("sensors/0@5", JOB_TRIGGERED, day, 0),
-            id("sensors/0@6", JOB_TRIGGERED, day, 0)
-        );
+        let base = id("sensors/0@5", JOB_TRIGGERED, day, 0);
+        assert_eq!(base, id("sensors/0@5", JOB_TRIGGERED, day, 0));
         // The same input redone may produce another event at the same place: another id.
-        assert_ne!(
-            id("sensors/0@5", JOB_TRIGGERED, day, 0),
-            id("sensors/0@5", SLA_BREACH, day, 0)
-        );
-        assert_ne!(
-            id("sensors/0@5", JOB_TRIGGERED, day, 0),
-            id("sensors/0@5", JOB_TRIGGERED, Some(("daily", "2026-11-24")), 0)
-        );
+        let others = [
+            ("sequence", id("sensors/0@5", JOB_TRIGGERED, day, 1)),
+            ("origin", id("sensors/0@6", JOB_TRIGGERED, day, 0)),
+            ("type", id("sensors/0@5", SLA_BREACH, day, 0)),
+            (
+                "execution",
+                id("sensors/0@5", JOB_TRIGGERED, Some(("daily", "2026-11-24")), 0),
+            ),
+        ];
+        for (what, other) in others {
+            assert_ne!(base, other, "another {what}, another id");
+        }
         assert_ne!(
             id("sensors/0@5", CONFIG_ACCEPTED, None, 0),
             id("sensors/0@5", CONFIG_ACCEPTED, Some(("", "")), 1)
