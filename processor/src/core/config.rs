@@ -159,9 +159,22 @@ pub struct Schedule {
     pub expected_start: Option<ClockTime>,
 }
 
+/// Which day a daily (`HH:MM`) SLA deadline falls on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineDay {
+    /// The data date itself, or the next day when the deadline is at or before the day's
+    /// start (cron time, else `schedule.time`). The default with `schedule.cron`.
+    DataDate,
+    /// The day after the data date: data for the 22nd is due by the deadline on the 23rd.
+    /// The default without `schedule.cron`, as in the earlier design, whose watchdog shifted
+    /// sensor-driven daily SLAs by a day (interlock `internal/lambda/watchdog/sla.go`).
+    NextDay,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sla {
     pub deadline: Option<Deadline>,
+    pub deadline_day: DeadlineDay,
     pub expected_duration: Option<TimeDelta>,
     pub max_duration: Option<TimeDelta>,
     pub timezone: Option<Tz>,
@@ -864,9 +877,30 @@ impl Reader {
         self.known_fields(
             map,
             path,
-            &["deadline", "expectedDuration", "maxDuration", "timezone", "critical"],
+            &[
+                "deadline",
+                "deadlineDay",
+                "expectedDuration",
+                "maxDuration",
+                "timezone",
+                "critical",
+            ],
         );
         let deadline = self.deadline(map, "deadline", path);
+        let has_cron = schedule.as_ref().is_some_and(|s| s.cron.is_some());
+        let deadline_day = match self.string(map, "deadlineDay", path).as_deref() {
+            None if has_cron => DeadlineDay::DataDate,
+            None => DeadlineDay::NextDay,
+            Some("dataDate") => DeadlineDay::DataDate,
+            Some("nextDay") => DeadlineDay::NextDay,
+            Some(other) => {
+                self.problem("sla.deadlineDay", format!("{other:?} must be dataDate or nextDay"));
+                DeadlineDay::DataDate
+            }
+        };
+        if map.contains_key("deadlineDay") && !matches!(deadline, Some(Deadline::Daily(_))) {
+            self.warn("sla.deadlineDay", "has no effect without a daily sla.deadline (HH:MM)");
+        }
         let expected_duration = self.duration(map, "expectedDuration", path);
         let max_duration = self.duration(map, "maxDuration", path);
         if let Some(max) = max_duration {
@@ -897,6 +931,7 @@ impl Reader {
         let critical = self.boolean(map, "critical", path);
         Some(Sla {
             deadline,
+            deadline_day,
             expected_duration,
             max_duration,
             timezone,

@@ -4,9 +4,11 @@
 
 use serde_json::json;
 
+use super::schedule::day_excluded;
 use super::{detail, execution_key, Decider, Phase};
 use crate::core::events::EventType;
 use crate::core::records::{CommandKind, CommandRecord};
+use crate::core::schedule::ExecutionDate;
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -33,9 +35,16 @@ impl Decider<'_> {
         let Some(config) = self.config() else { return };
         let limit = config.job.max_manual_reruns;
         let refusal = match self.state.executions.get(&key) {
-            None => Some(format!("no execution {key} to rerun")),
+            // Reruns are how the earlier design's runbooks start a date that never ran (a
+            // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
+            // the date could have run.
+            None => self
+                .unrunnable_date(&record.date)
+                .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {key}"))),
             Some(e) if e.phase.is_open() => Some(format!("execution {key} is still in progress ({})", e.phase.name())),
-            Some(e) if matches!(e.phase, Phase::Skipped { .. }) => {
+            // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
+            // be rerun; a dormant one may not.
+            Some(e) if matches!(e.phase, Phase::Skipped { .. }) && day_excluded(config, &e.date).is_some() => {
                 Some(format!("execution {key} did not run: {}", skipped_reason(&e.phase)))
             }
             Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {key}")),
@@ -59,26 +68,57 @@ impl Decider<'_> {
             return;
         }
         let dry = self.config().is_some_and(|c| c.dry_run);
-        let used = self
+        let existing = self
             .state
             .executions
             .get(&key)
-            .map(|e| e.manual_reruns_used + 1)
-            .unwrap_or(1);
+            .map(|e| (e.manual_reruns_used, e.phase.clone()));
+        let used = existing.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
         info.insert("manualRerunsUsed".into(), json!(used));
         info.insert("maxManualReruns".into(), json!(limit));
         let kind = self.dry_or(EventType::RERUN_ACCEPTED, EventType::DRY_RUN_WOULD_RERUN);
-        let message = match dry {
-            true => format!("dry run: a rerun of {key} would start"),
-            false => format!("rerun of {key} accepted ({used} of {limit})"),
+        let message = match (dry, &existing) {
+            (true, _) => format!("dry run: a rerun of {key} would start"),
+            (false, None) => {
+                format!("rerun of {key} accepted: the date had no execution, starting it ({used} of {limit})")
+            }
+            (false, Some(_)) => format!("rerun of {key} accepted ({used} of {limit})"),
         };
         self.emit(kind, Some(&key), message, info);
-        if !dry {
-            if let Some(e) = self.state.executions.get_mut(&key) {
-                e.manual_reruns_used = used;
-            }
-            self.restart(&key);
+        if dry {
+            return;
         }
+        match existing {
+            None => self.open_execution(&key, None),
+            Some((_, phase)) => {
+                // A date that never started has no SLA timers yet.
+                let never_started = matches!(phase, Phase::Skipped { .. });
+                self.restart(&key);
+                if never_started {
+                    self.arm_sla(&key);
+                }
+            }
+        }
+        if let Some(e) = self.state.executions.get_mut(&key) {
+            e.manual_reruns_used = used;
+        }
+    }
+
+    /// Why no run can be started for `date`, which has no execution: dormant, in the
+    /// future, or older than the retention (a run may have happened and been forgotten).
+    fn unrunnable_date(&self, date: &str) -> Option<String> {
+        let config = self.config()?;
+        if let Some(reason) = day_excluded(config, date) {
+            return Some(format!("{date} is dormant: {reason}"));
+        }
+        let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
+        if ExecutionDate::parse(date).is_some_and(|d| d.day > today) {
+            return Some(format!("{date} is in the future"));
+        }
+        if self.beyond_retention(date) {
+            return Some(format!("{date} is older than the execution retention"));
+        }
+        None
     }
 
     /// RUN_CANCELLED: evaluation or job watching stops for the execution; a job already

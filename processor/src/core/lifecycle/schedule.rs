@@ -205,11 +205,14 @@ impl Decider<'_> {
         let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
         self.state.executions.insert(key.clone(), execution);
         self.arm_expiry(&key);
+        // The earlier design's runbook: a rerun restarts a closed window
+        // (interlock internal/lambda/watchdog/sla.go, closeSensorTriggerWindow).
+        let rerun = format!("sluice rerun {} {date}", self.pipeline_id);
         self.emit(
             EventType::SENSOR_DEADLINE_EXPIRED,
             Some(&key),
-            reason,
-            Default::default(),
+            format!("{reason}: rerun to restart it ({rerun})"),
+            detail([("rerunCommand", json!(rerun))]),
         );
     }
 

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::schedule::day_excluded;
 use super::{detail, execution_key, Decider};
-use crate::core::config::{ClockTime, Deadline, PipelineConfig};
+use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
 use crate::core::schedule::{sla_deadline, ExecutionDate};
@@ -298,7 +298,14 @@ pub(super) fn deadline_of(config: &PipelineConfig, date: &str) -> Option<DateTim
     let deadline = sla.deadline?;
     let date = ExecutionDate::parse(date)?;
     let tz = sla.timezone.unwrap_or(config.schedule.timezone);
-    sla_deadline(date, deadline, tz, day_start(config, date.day, tz))
+    match (deadline, sla.deadline_day) {
+        // Hourly deadlines (`:MM`) are measured from the hour itself, whatever the day rule.
+        (Deadline::Daily(_), DeadlineDay::NextDay) => {
+            let next = ExecutionDate::daily(date.day.succ_opt()?);
+            sla_deadline(next, deadline, tz, None)
+        }
+        _ => sla_deadline(date, deadline, tz, day_start(config, date.day, tz)),
+    }
 }
 
 /// When a day's work starts (cron time, else `schedule.time`): a deadline at or before it

@@ -427,19 +427,67 @@ fn rerun_rejected_while_the_run_is_in_progress() {
     assert_eq!(gold_run(&sim).manual_reruns_used, 0);
 }
 
+// A date that never ran is started by a rerun, as the earlier design's runbooks do.
 #[test]
-fn rerun_rejected_when_there_is_no_execution_for_the_date() {
+fn rerun_accepted_for_a_date_with_no_execution_starts_it_with_a_fresh_window() {
     let mut sim = Sim::new();
     sim.config(gold(json!({})));
-    let decision = command(&mut sim, "gold", CommandKind::Rerun, "2026-11-20");
-    assert_eq!(sim.types(), [CONFIG_ACCEPTED, RERUN_REJECTED]);
-    let rejected = last(&sim, RERUN_REJECTED);
-    assert_eq!(
-        rejected.detail["rejection"],
-        json!("no execution stream/2026-11-20 to rerun")
+    sim.sensor_scoped(
+        "gold",
+        "row-count",
+        json!({"count": 2000}),
+        Some("2026-11-20"),
+        None,
+        None,
     );
-    assert_eq!(rejected.date.as_deref(), Some("2026-11-20"));
+    command(&mut sim, "gold", CommandKind::Rerun, "2026-11-20");
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, RERUN_ACCEPTED, VALIDATION_PASSED]);
+    let accepted = last(&sim, RERUN_ACCEPTED);
+    assert_eq!(accepted.date.as_deref(), Some("2026-11-20"));
+    assert_eq!(accepted.detail["manualRerunsUsed"], json!(1));
+    let run = execution(&sim, "gold", "stream/2026-11-20");
+    assert_eq!(run.manual_reruns_used, 1);
+    assert_eq!(run.window_closes_at, sim.now + TimeDelta::hours(1));
+    assert_eq!(sim.triggers()[0].date, "2026-11-20");
+    // The budget applies: one manual rerun by default, and it is spent.
+    sim.job_for("gold", "stream", "2026-11-20", JobStatus::Running);
+    sim.job_for("gold", "stream", "2026-11-20", JobStatus::Failed);
+    command(&mut sim, "gold", CommandKind::Rerun, "2026-11-20");
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("maxManualReruns (1) is spent"), "{why}");
+}
+
+#[test]
+fn rerun_rejected_for_a_date_with_no_execution_that_could_not_have_run() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"exclusions": {"days": ["saturday"]}})));
+    let rejection = |sim: &mut Sim, date: &str| {
+        command(sim, "gold", CommandKind::Rerun, date);
+        last(sim, RERUN_REJECTED).detail["rejection"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let dormant = rejection(&mut sim, "2026-11-21");
+    assert!(dormant.contains("2026-11-21 is dormant"), "{dormant}");
+    let future = rejection(&mut sim, "2026-11-23");
+    assert!(future.contains("in the future"), "{future}");
+    let ancient = rejection(&mut sim, "2026-01-01");
+    assert!(ancient.contains("older than the execution retention"), "{ancient}");
     assert!(sim.states["gold"].executions.is_empty());
+    assert!(sim.triggers().is_empty());
+
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxManualReruns": 0}})));
+    let decision = command(&mut sim, "gold", CommandKind::Rerun, "2026-11-20");
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("maxManualReruns is 0"), "{why}");
     assert_eq!(decision.state, StateChange::Unchanged);
 }
 
@@ -721,7 +769,7 @@ fn post_run_sensor_missing_after_the_sensor_timeout() {
 fn dry(deadline: &str) -> Value {
     gold_post_run(json!({
         "dryRun": true,
-        "sla": {"deadline": deadline, "expectedDuration": "30m"},
+        "sla": {"deadline": deadline, "deadlineDay": "dataDate", "expectedDuration": "30m"},
         "job": {"maxRetries": 1, "maxDriftReruns": 1}
     }))
 }

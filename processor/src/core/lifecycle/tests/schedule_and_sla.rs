@@ -363,7 +363,7 @@ fn pipeline_excluded_on_a_cron_tick_of_an_excluded_day_with_no_sla_alert() {
     let mut sim = Sim::starting_at(at("2026-11-20T12:00:00Z")); // Friday 07:00 EST
     sim.config(cron(
         "0 8 * * *",
-        json!({"exclusions": {"days": ["saturday"]}, "sla": {"deadline": "10:00"}}),
+        json!({"exclusions": {"days": ["saturday"]}, "sla": {"deadline": "10:00", "deadlineDay": "dataDate"}}),
     ));
     sim.advance_to(at("2026-11-22T20:00:00Z"));
     assert_eq!(
@@ -570,7 +570,7 @@ fn schedule_missed_sensor_deadline_expired_and_sla_breach_are_not_reported_for_t
     let mut sim = Sim::starting_at(at("2026-11-22T16:00:00Z")); // 11:00 EST
     sim.config(stream(json!({
         "schedule": {"time": "09:00", "trigger": {"deadline": "10:00"}},
-        "sla": {"deadline": "10:30", "expectedDuration": "1h"}
+        "sla": {"deadline": "10:30", "deadlineDay": "dataDate", "expectedDuration": "1h"}
     })));
     sim.advance_to(at("2026-11-23T13:00:00Z"));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED], "nothing about the 22nd");
@@ -592,7 +592,10 @@ fn schedule_missed_sensor_deadline_expired_and_sla_breach_are_not_reported_for_t
 
     // A cron pipeline accepted after today's occurrence starts tomorrow, without a miss.
     let mut sim = Sim::starting_at(at("2026-11-22T16:00:00Z"));
-    sim.config(cron("0 8 * * *", json!({"sla": {"deadline": "12:00"}})));
+    sim.config(cron(
+        "0 8 * * *",
+        json!({"sla": {"deadline": "12:00", "deadlineDay": "dataDate"}}),
+    ));
     sim.advance_to(at("2026-11-23T12:00:00Z"));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED]);
     assert!(state(&sim, "daily").executions.is_empty());
@@ -603,7 +606,7 @@ fn schedule_missed_sensor_deadline_expired_and_sla_breach_are_not_reported_for_t
 fn sla_cron() -> Value {
     cron(
         "0 8 * * *",
-        json!({"sla": {"deadline": "10:00", "expectedDuration": "30m"}}),
+        json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate", "expectedDuration": "30m"}}),
     )
 }
 
@@ -706,7 +709,9 @@ fn sla_breach_is_never_followed_by_sla_warning() {
 #[test]
 fn sla_breach_when_no_data_ever_arrives_and_again_the_next_day() {
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00", "expectedDuration": "1h"}})));
+    sim.config(stream(
+        json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate", "expectedDuration": "1h"}}),
+    ));
     assert_eq!(
         sim.due("gold", &breach("stream", "2026-11-22")),
         Some(at("2026-11-22T15:00:00Z"))
@@ -737,7 +742,7 @@ fn sla_breach_when_no_data_ever_arrives_and_again_the_next_day() {
 #[test]
 fn sla_breach_chain_skips_a_day_whose_job_met_its_sla() {
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
     ready(&mut sim);
     sim.job_for("gold", "stream", "2026-11-22", JobStatus::Succeeded);
     assert_eq!(sim.of(SLA_MET).len(), 1);
@@ -786,7 +791,7 @@ fn sla_breach_the_next_morning_for_a_late_evening_cron() {
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
     sim.config(cron(
         "0 23 * * *",
-        json!({"sla": {"deadline": "02:00", "expectedDuration": "1h"}}),
+        json!({"sla": {"deadline": "02:00", "deadlineDay": "dataDate", "expectedDuration": "1h"}}),
     ));
     sim.advance_to(at("2026-11-23T04:00:00Z")); // 23:00 EST on the 22nd
     assert_eq!(
@@ -802,7 +807,7 @@ fn sla_breach_the_next_morning_for_a_late_evening_cron() {
 #[test]
 fn sla_breach_at_the_deadline_in_the_schedules_timezone() {
     let mut sim = Sim::starting_at(at("2026-11-22T08:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
     sim.advance_to(at("2026-11-22T14:59:00Z"));
     assert!(sim.of(SLA_BREACH).is_empty(), "10:00 is New York time, not UTC");
     sim.advance_to(at("2026-11-22T15:00:00Z"));
@@ -811,7 +816,7 @@ fn sla_breach_at_the_deadline_in_the_schedules_timezone() {
     // sla.timezone, when given, overrides the schedule's.
     let mut sim = Sim::starting_at(at("2026-11-22T06:00:00Z"));
     sim.config(stream(
-        json!({"sla": {"deadline": "10:00", "timezone": "Europe/London"}}),
+        json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate", "timezone": "Europe/London"}}),
     ));
     sim.advance_to(at("2026-11-22T10:00:00Z"));
     assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-22", "2026-11-22T10:00:00Z")]);
@@ -820,7 +825,7 @@ fn sla_breach_at_the_deadline_in_the_schedules_timezone() {
 #[test]
 fn sla_breach_at_the_local_deadline_across_both_dst_changes() {
     let mut sim = Sim::starting_at(at("2026-03-07T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
     sim.advance_to(at("2026-03-09T16:00:00Z"));
     assert_eq!(
         when(&sim, SLA_BREACH),
@@ -936,7 +941,7 @@ fn sla_breach_moves_with_a_changed_deadline_and_leaves_no_timer_behind() {
     sim.advance_to(at("2026-11-22T13:30:00Z"));
     sim.config(cron(
         "0 8 * * *",
-        json!({"sla": {"deadline": "11:00", "expectedDuration": "30m"}}),
+        json!({"sla": {"deadline": "11:00", "deadlineDay": "dataDate", "expectedDuration": "30m"}}),
     ));
     assert_eq!(
         sla_timers(&sim, "daily"),
@@ -952,8 +957,8 @@ fn sla_breach_moves_with_a_changed_deadline_and_leaves_no_timer_behind() {
 
     // A sensor-driven pipeline with no data yet: its chain moves.
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
-    sim.config(stream(json!({"sla": {"deadline": "11:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
+    sim.config(stream(json!({"sla": {"deadline": "11:00", "deadlineDay": "dataDate"}})));
     assert_eq!(
         sla_timers(&sim, "gold"),
         [(breach("stream", "2026-11-22"), at("2026-11-22T16:00:00Z"))]
@@ -982,7 +987,7 @@ fn sla_breach_still_reported_for_a_failed_run_after_a_config_change() {
 #[test]
 fn sla_timers_are_cancelled_when_the_sla_is_removed() {
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    let sla = json!({"sla": {"deadline": "10:00", "expectedDuration": "30m", "maxDuration": "2h"}});
+    let sla = json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate", "expectedDuration": "30m", "maxDuration": "2h"}});
     sim.config(stream(sla));
     ready(&mut sim);
     sim.job_for("gold", "stream", "2026-11-22", JobStatus::Running);
@@ -1002,11 +1007,11 @@ fn config_accepted_for_a_delete_cancels_every_timer() {
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
     sim.config(cron(
         "0 8 * * *",
-        json!({"sla": {"deadline": "10:00", "expectedDuration": "30m"}}),
+        json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate", "expectedDuration": "30m"}}),
     ));
     sim.config(stream(json!({
         "schedule": {"time": "09:00", "trigger": {"deadline": "10:30"}},
-        "sla": {"deadline": "11:00", "maxDuration": "2h"},
+        "sla": {"deadline": "11:00", "deadlineDay": "dataDate", "maxDuration": "2h"},
         "validation": {"rules": [{"key": "row-count", "check": "exists"}]}
     })));
     sim.advance_to(at("2026-11-22T13:00:00Z"));
@@ -1053,7 +1058,7 @@ fn relative_sla_breach_of_a_recovered_run_counts_from_its_trigger_sensor() {
 fn sla_breach_of_a_daily_deadline_over_hourly_runs_names_the_hour_that_did_not_complete() {
     // Every hour that ran completed before the deadline: the day's SLA is met.
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
     for hour in [7, 8] {
         let data = json!({"status": "ready"});
         sim.sensor_scoped("gold", "upstream", data, Some("2026-11-22"), Some(hour), None);
@@ -1065,7 +1070,7 @@ fn sla_breach_of_a_daily_deadline_over_hourly_runs_names_the_hour_that_did_not_c
 
     // One hour still running at the deadline: that hour breaches, not the day as well.
     let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
-    sim.config(stream(json!({"sla": {"deadline": "10:00"}})));
+    sim.config(stream(json!({"sla": {"deadline": "10:00", "deadlineDay": "dataDate"}})));
     for hour in [7, 8] {
         let data = json!({"status": "ready"});
         sim.sensor_scoped("gold", "upstream", data, Some("2026-11-22"), Some(hour), None);
@@ -1106,4 +1111,124 @@ fn sensor_deadline_expired_each_hour_with_an_hourly_trigger_deadline() {
         ]
     );
     sim.assert_timers_agree("gold");
+}
+
+// Sensor-driven daily pipelines measure an `HH:MM` deadline on the day after the data date,
+// as the earlier design's watchdog did (interlock internal/lambda/watchdog/sla.go).
+
+#[test]
+fn sla_met_the_next_morning_for_a_sensor_driven_daily_pipeline() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z")); // 07:00 EST
+    sim.config(stream(json!({"sla": {"deadline": "02:00", "expectedDuration": "1h"}})));
+    assert_eq!(
+        sim.due("gold", &breach("stream", "2026-11-22")),
+        Some(at("2026-11-23T07:00:00Z")),
+        "data for the 22nd is due by 02:00 EST on the 23rd"
+    );
+    sim.advance_to(at("2026-11-23T03:00:00Z")); // 22:00 EST on the 22nd
+    ready_on(&mut sim, "2026-11-22");
+    sim.job_for("gold", "stream", "2026-11-22", JobStatus::Running);
+    sim.advance_to(at("2026-11-23T05:00:00Z"));
+    sim.job_for("gold", "stream", "2026-11-22", JobStatus::Succeeded);
+    sim.advance_to(at("2026-11-23T08:00:00Z"));
+    assert_eq!(
+        when(&sim, SLA_MET),
+        [on("2026-11-22", "2026-11-23T05:00:00Z")],
+        "{:?}",
+        sim.types()
+    );
+    assert_eq!(sim.of(SLA_MET)[0].detail["deadline"], json!(at("2026-11-23T07:00:00Z")));
+    assert!(sim.of(SLA_WARNING).is_empty(), "{:?}", sim.of(SLA_WARNING));
+    assert!(sim.of(SLA_BREACH).is_empty(), "{:?}", sim.of(SLA_BREACH));
+    sim.assert_timers_agree("gold");
+}
+
+#[test]
+fn sla_breach_the_next_morning_when_a_sensor_driven_day_never_completes() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(stream(json!({"sla": {"deadline": "02:00", "expectedDuration": "1h"}})));
+    sim.advance_to(at("2026-11-24T08:00:00Z"));
+    assert_eq!(
+        when(&sim, SLA_WARNING),
+        [
+            on("2026-11-22", "2026-11-23T06:00:00Z"),
+            on("2026-11-23", "2026-11-24T06:00:00Z"),
+        ]
+    );
+    assert_eq!(
+        when(&sim, SLA_BREACH),
+        [
+            on("2026-11-22", "2026-11-23T07:00:00Z"),
+            on("2026-11-23", "2026-11-24T07:00:00Z"),
+        ],
+        "the 21st's deadline (02:00 on the 22nd) had passed before the config arrived"
+    );
+}
+
+#[test]
+fn sla_breach_of_a_next_day_deadline_follows_the_data_dates_exclusions() {
+    // 2026-11-21 is a Saturday: its data is not produced, so nothing is due on Sunday; Friday's
+    // data is still due on Saturday morning.
+    let mut sim = Sim::starting_at(at("2026-11-20T12:00:00Z"));
+    sim.config(stream(json!({
+        "sla": {"deadline": "02:00"},
+        "exclusions": {"days": ["saturday"]}
+    })));
+    sim.advance_to(at("2026-11-22T08:00:00Z"));
+    assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-20", "2026-11-21T07:00:00Z")]);
+}
+
+#[test]
+fn sla_deadline_day_data_date_keeps_a_sensor_driven_deadline_on_its_own_day() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(stream(json!({"sla": {"deadline": "17:00", "deadlineDay": "dataDate"}})));
+    assert_eq!(
+        sim.due("gold", &breach("stream", "2026-11-22")),
+        Some(at("2026-11-22T22:00:00Z"))
+    );
+    sim.config(stream(json!({"sla": {"deadline": "17:00"}})));
+    assert_eq!(
+        sim.due("gold", &breach("stream", "2026-11-21")),
+        Some(at("2026-11-22T22:00:00Z")),
+        "by default the 21st's data is due at 17:00 on the 22nd"
+    );
+}
+
+#[test]
+fn rerun_accepted_after_sensor_deadline_expired_runs_the_date_with_a_fresh_window() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(stream(json!({"schedule": {"trigger": {"deadline": "10:00"}}})));
+    sim.advance_to(at("2026-11-22T15:00:00Z"));
+    let expired = sim.of(SENSOR_DEADLINE_EXPIRED)[0].clone();
+    assert!(expired.message.contains("rerun to restart it"), "{}", expired.message);
+    assert_eq!(expired.detail["rerunCommand"], json!("sluice rerun gold 2026-11-22"));
+    sim.advance(TimeDelta::minutes(30));
+    ready_on(&mut sim, "2026-11-22");
+    assert!(sim.triggers().is_empty(), "the closed window starts nothing by itself");
+    sim.input(
+        "gold",
+        Input::CommandReceived(crate::core::records::CommandRecord {
+            pipeline_id: "gold".into(),
+            command: crate::core::records::CommandKind::Rerun,
+            schedule_id: None,
+            date: "2026-11-22".into(),
+            reason: None,
+            requested_by: None,
+            subscriber: None,
+            key: None,
+        }),
+    );
+    assert_eq!(
+        sim.types(),
+        [
+            CONFIG_ACCEPTED,
+            SENSOR_DEADLINE_EXPIRED,
+            RERUN_ACCEPTED,
+            VALIDATION_PASSED
+        ]
+    );
+    assert_eq!(sim.triggers()[0].date, "2026-11-22");
+    let run = &sim.states["gold"].executions["stream/2026-11-22"];
+    assert_eq!(run.window_closes_at, sim.now + TimeDelta::hours(1));
+    assert_eq!(run.manual_reruns_used, 1);
 }
