@@ -1333,6 +1333,12 @@ impl Reader {
             self.problem("postRun.rules", "is required");
         }
         let rules = self.rules(map, path);
+        if rules.is_empty() && map.get("rules").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            self.warn(
+                "postRun.rules",
+                "no rules: nothing is watched after the run (no baseline, drift or missing-sensor alert)",
+            );
+        }
         let evaluation = self
             .section(map, "evaluation", path)
             .map(|e| self.evaluation(e, "postRun.evaluation"));

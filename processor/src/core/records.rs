@@ -218,6 +218,32 @@ pub fn parse_execution_date(text: &str) -> Option<String> {
     }
 }
 
+/// A per-period sensor key, as producers written for the earlier design name them:
+/// `rows#2026-11-23`, `rows#20261123`, `rows#2026-11-23T05` or `rows#20261123T05` is key
+/// `rows` for that date (and hour). The earlier design matched such keys to a run's date
+/// when it evaluated (interlock `internal/lambda/sensor.go`, RemapPerPeriodSensors); here
+/// the period becomes the reading's scope, so it counts for that date and no other. A `#`
+/// suffix that is not a period leaves the key as it is.
+pub fn period_of_key(key: &str) -> Option<(&str, NaiveDate, Option<u32>)> {
+    let (base, period) = key.rsplit_once('#')?;
+    if base.is_empty() {
+        return None;
+    }
+    let (day, hour) = match period.split_once('T') {
+        Some((day, hour)) if hour.len() == 2 && hour.bytes().all(|b| b.is_ascii_digit()) => {
+            (day, Some(hour.parse::<u32>().ok().filter(|h| *h < 24)?))
+        }
+        Some(_) => return None,
+        None => (period, None),
+    };
+    let day = match day.len() {
+        10 => NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?,
+        8 if day.bytes().all(|b| b.is_ascii_digit()) => NaiveDate::parse_from_str(day, "%Y%m%d").ok()?,
+        _ => return None,
+    };
+    Some((base, day, hour))
+}
+
 fn parse_hour(v: &Value) -> Option<u32> {
     let hour = match v {
         Value::Number(n) => n.as_u64()?,
@@ -252,6 +278,29 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
             Some(parse_hour(&v).ok_or_else(|| InputError::invalid("hour", format!("{v} is not an hour 00-23")))?)
         }
     };
+    let (key, date, hour) = match period_of_key(&record.key) {
+        None => (record.key, date, hour),
+        Some((base, day, key_hour)) => {
+            // The key's period is the reading's scope: a date or hour field saying otherwise
+            // is a contradiction, not something to guess between.
+            if date.is_some_and(|d| d != day) || (key_hour.is_some() && hour.is_some_and(|h| Some(h) != key_hour)) {
+                let said = match (date, hour) {
+                    (Some(d), Some(h)) => format!("{d}T{h:02}"),
+                    (Some(d), None) => d.to_string(),
+                    (None, Some(h)) => format!("hour {h:02}"),
+                    (None, None) => String::new(),
+                };
+                return Err(InputError::invalid(
+                    "key",
+                    format!(
+                        "{:?} names its period in the key, but the record says {said}",
+                        record.key
+                    ),
+                ));
+            }
+            (base.to_string(), Some(day), key_hour.or(hour))
+        }
+    };
     if hour.is_some() && date.is_none() {
         return Err(InputError::invalid("hour", "an hourly sensor must also carry its date"));
     }
@@ -264,7 +313,7 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
         };
     Ok(SensorReading {
         pipeline_id: record.pipeline_id,
-        key: record.key,
+        key,
         data: record.data,
         date,
         hour,
@@ -365,6 +414,50 @@ mod tests {
         let r = sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-04","timestamp":1772582400}"#).unwrap();
         assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 4));
         assert_eq!(r.timestamp.unwrap().to_rfc3339(), "2026-03-04T00:00:00+00:00");
+    }
+
+    #[test]
+    fn per_period_sensor_keys_scope_the_reading_to_their_date_and_hour() {
+        let day = NaiveDate::from_ymd_opt(2026, 11, 23);
+        for (key, hour) in [
+            ("rows#2026-11-23", None),
+            ("rows#20261123", None),
+            ("rows#2026-11-23T05", Some(5)),
+            ("rows#20261123T05", Some(5)),
+        ] {
+            let r = sensor(&format!(r#"{{"pipelineId":"p1","key":"{key}","data":{{"count":1}}}}"#)).unwrap();
+            assert_eq!((r.key.as_str(), r.date, r.hour), ("rows", day, hour), "{key}");
+        }
+        // A date or hour field that agrees is fine; the key's hour joins a daily date field.
+        let r = sensor(r#"{"pipelineId":"p1","key":"rows#20261123","date":"2026-11-23","hour":7}"#).unwrap();
+        assert_eq!((r.key.as_str(), r.date, r.hour), ("rows", day, Some(7)));
+        let r = sensor(r#"{"pipelineId":"p1","key":"rows#20261123T05","data":{"date":"20261123"}}"#).unwrap();
+        assert_eq!((r.key.as_str(), r.hour), ("rows", Some(5)));
+    }
+
+    #[test]
+    fn per_period_sensor_keys_never_count_for_another_date() {
+        let err = sensor(r#"{"pipelineId":"p1","key":"rows#2026-11-23","date":"2026-11-22"}"#).unwrap_err();
+        assert!(err.to_string().contains("names its period in the key"), "{err}");
+        let err = sensor(r#"{"pipelineId":"p1","key":"rows#2026-11-23T05","hour":6}"#).unwrap_err();
+        assert!(err.to_string().contains("2026-11-23T05"), "{err}");
+    }
+
+    #[test]
+    fn sensor_keys_with_a_hash_that_is_not_a_period_stay_as_they_are() {
+        for key in [
+            "rows#v2",
+            "rows#2026",
+            "rows#2026-13-01",
+            "rows#20261123T5",
+            "#2026-11-23",
+            "a#b#c",
+        ] {
+            let r = sensor(&format!(r#"{{"pipelineId":"p1","key":"{key}"}}"#)).unwrap();
+            assert_eq!((r.key.as_str(), r.date), (key, None), "{key}");
+        }
+        let r = sensor(r#"{"pipelineId":"p1","key":"a#b#2026-11-23"}"#).unwrap();
+        assert_eq!(r.key, "a#b");
     }
 
     #[test]

@@ -25,6 +25,11 @@ impl Decider<'_> {
         let Some(post_run) = &config.post_run else {
             return;
         };
+        // `postRun: {rules: []}` watches nothing, as in the earlier design
+        // (interlock internal/lambda/postrun_baseline.go, watchdog/postrun.go).
+        if post_run.rules.is_empty() {
+            return;
+        }
         let Some(execution) = self.state.executions.get(key) else {
             return;
         };

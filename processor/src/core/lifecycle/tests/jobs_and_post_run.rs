@@ -1509,3 +1509,61 @@ fn infra_failure_ends_the_run_without_spending_job_retries() {
     );
     assert_eq!(sim.due("gold", &check_timer(RUN1)), None);
 }
+
+// ---- per-period sensor keys (producers written for the earlier design) ----
+
+/// A reading as a producer writes it, through the real decoder.
+fn produced(sim: &mut Sim, pipeline: &str, key: &str, data: Value) -> Decision {
+    let record = json!({"pipelineId": pipeline, "key": key, "data": data});
+    let bytes = serde_json::to_vec(&record).unwrap();
+    let reading = decode_sensor(Some(pipeline.as_bytes()), Some(&bytes)).unwrap();
+    sim.input(pipeline, Input::SensorReceived(reading))
+}
+
+#[test]
+fn validation_passed_on_per_period_keys_for_their_own_date_only() {
+    let mut sim = Sim::new(); // 2026-11-22
+    sim.config(gold(json!({})));
+    // Yesterday's row count and today's trigger: today's rules do not see yesterday's rows.
+    produced(&mut sim, "gold", "row-count#20261121", json!({"count": 5000}));
+    produced(&mut sim, "gold", "upstream#2026-11-22", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED]);
+    assert!(sim.triggers().is_empty());
+    let today = execution(&sim, "gold", KEY);
+    assert_eq!(today.phase, Phase::AwaitingRules);
+    // Today's rows, under the compact form, count as key row-count for today.
+    produced(&mut sim, "gold", "row-count#20261122", json!({"count": 2000}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers()[0].date, DAY);
+    // Yesterday's trigger starts yesterday's execution, which sees yesterday's rows.
+    produced(&mut sim, "gold", "upstream#2026-11-21", json!({"status": "ready"}));
+    assert_eq!(sim.triggers().len(), 2);
+    assert_eq!(sim.triggers()[1].date, "2026-11-21");
+}
+
+#[test]
+fn validation_passed_on_an_hourly_per_period_key_starts_that_hour() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    produced(&mut sim, "gold", "row-count#20261122T05", json!({"count": 2000}));
+    produced(&mut sim, "gold", "upstream#2026-11-22T05", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers()[0].date, "2026-11-22T05");
+}
+
+#[test]
+fn post_run_sensor_missing_is_never_reported_when_post_run_has_no_rules() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"postRun": {"rules": [], "sensorTimeout": "1h"}})));
+    succeed(&mut sim);
+    sim.advance(TimeDelta::hours(3));
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    assert!(gold_run(&sim).baseline.is_none());
+    assert!(!sim.states["gold"]
+        .timers
+        .iter()
+        .any(|t| matches!(t.timer, TimerKind::PostRunTimeout { .. })));
+}
