@@ -171,6 +171,15 @@ pub enum DeadlineDay {
     NextDay,
 }
 
+impl Schedule {
+    /// Whether sensors start executions: there is a trigger, or no cron (dependencies,
+    /// inclusion dates). With `cron` and `trigger` both, the trigger starts the day's
+    /// execution and the cron time only checks that something started.
+    pub fn sensor_started(&self) -> bool {
+        self.trigger.is_some() || self.cron.is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sla {
     pub deadline: Option<Deadline>,
@@ -755,7 +764,7 @@ impl Reader {
                 "calendar",
             ],
         );
-        let cron = self
+        let mut cron = self
             .string(map, "cron", path)
             .and_then(|text| match Cron::parse(&text) {
                 Ok(cron) => Some(cron),
@@ -767,6 +776,32 @@ impl Reader {
         let timezone = self.timezone(map, "timezone", path).unwrap_or(Tz::UTC);
 
         let (trigger, trigger_deadline) = match self.section(map, "trigger", path) {
+            // `trigger: {type: cron, expression: ...}` was written for the earlier design,
+            // which had no such trigger: its decoder dropped both fields and the pipeline
+            // never triggered (interlock pkg/types/pipeline.go, TriggerCondition). What its
+            // author meant is a cron schedule, so that is how it is read.
+            Some(t) if t.get("type").and_then(Value::as_str) == Some("cron") => {
+                self.known_fields(t, "schedule.trigger", &["type", "expression"]);
+                let expression = self.required_string(t, "expression", "schedule.trigger");
+                if cron.is_some() || map.contains_key("cron") {
+                    self.problem(
+                        "schedule.trigger",
+                        "a cron trigger and schedule.cron together: keep one (schedule.cron)",
+                    );
+                } else if let Some(text) = expression {
+                    match Cron::parse(&text) {
+                        Ok(parsed) => {
+                            self.warn(
+                                "schedule.trigger",
+                                format!("{{type: cron}} is read as schedule.cron {text:?}: executions start at the cron time, and a relative SLA is measured from it (write schedule.cron instead)"),
+                            );
+                            cron = Some(parsed);
+                        }
+                        Err(e) => self.problem("schedule.trigger.expression", e),
+                    }
+                }
+                (None, None)
+            }
             Some(t) => {
                 let rule = self.rule(t, "schedule.trigger", &["deadline"]);
                 let deadline = self.deadline(t, "deadline", "schedule.trigger");
@@ -907,10 +942,13 @@ impl Reader {
             if max > TimeDelta::hours(24) {
                 self.problem("sla.maxDuration", "must not exceed 24h");
             }
-            if schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
+            if schedule
+                .as_ref()
+                .is_some_and(|s| s.trigger.is_none() && s.cron.is_none())
+            {
                 self.problem(
                     "sla.maxDuration",
-                    "needs schedule.trigger: the relative SLA is measured from the first sensor",
+                    "needs schedule.trigger or schedule.cron: the relative SLA is measured from the first sensor, or from the cron start",
                 );
             }
         }
@@ -929,6 +967,12 @@ impl Reader {
         }
         let timezone = self.timezone(map, "timezone", path);
         let critical = self.boolean(map, "critical", path);
+        if critical {
+            self.warn(
+                "sla.critical",
+                "is read but changes nothing: every SLA alert is sent the same way (route by pipeline in the alert consumer)",
+            );
+        }
         Some(Sla {
             deadline,
             deadline_day,
@@ -1342,6 +1386,12 @@ impl Reader {
         let evaluation = self
             .section(map, "evaluation", path)
             .map(|e| self.evaluation(e, "postRun.evaluation"));
+        if evaluation.is_some() {
+            self.warn(
+                "postRun.evaluation",
+                "is read but changes nothing: post-run rules are judged on every reading, and sensorTimeout bounds the wait",
+            );
+        }
         let drift_threshold = match map.get("driftThreshold") {
             None | Some(Value::Null) => 0.0,
             Some(v) => match super::rules::as_number(v) {

@@ -94,6 +94,10 @@ impl Decider<'_> {
         }
         let date = cron.execution_date(due, tz).to_string();
         let key = execution_key(config.schedule_id(), &date);
+        if config.schedule.trigger.is_some() {
+            self.trigger_missed_cron(&config, &key, &date, due);
+            return;
+        }
         if self.state.executions.contains_key(&key) {
             self.notes
                 .push(format!("cron occurrence {date}: execution {key} exists"));
@@ -126,7 +130,32 @@ impl Decider<'_> {
             );
             self.emit(EventType::SCHEDULE_MISSED, Some(&key), message, detail);
         }
-        self.open_execution(&key, None);
+        // A relative SLA without a trigger is measured from the cron start.
+        self.open_execution(&key, Some(due));
+    }
+
+    /// SCHEDULE_MISSED for a pipeline with both `cron` and `trigger`: its trigger sensor
+    /// starts the day's execution at any time, and the cron time is when nothing having
+    /// started is reported (the earlier design's path: interlock
+    /// `internal/lambda/watchdog/missed.go`; no code of it started a run at the cron time).
+    fn trigger_missed_cron(&mut self, config: &PipelineConfig, key: &str, date: &str, due: DateTime<Utc>) {
+        let day = date.split('T').next().unwrap_or(date);
+        let prefix = execution_key(config.schedule_id(), day);
+        if self.state.executions.keys().any(|k| k.starts_with(&prefix)) {
+            self.notes
+                .push(format!("cron occurrence {date}: the trigger started it"));
+            return;
+        }
+        if let Some(reason) = day_excluded(config, date) {
+            self.notes.push(format!("cron occurrence {date} not checked: {reason}"));
+            return;
+        }
+        let message = format!(
+            "no execution for {date} by its cron time {}: the trigger sensor has not started it",
+            due.to_rfc3339()
+        );
+        let info = detail([("expectedAt", json!(due)), ("started", json!(false))]);
+        self.emit(EventType::SCHEDULE_MISSED, Some(key), message, info);
     }
 
     /// The expected start of a day passed: recover, or report the miss.
@@ -165,11 +194,7 @@ impl Decider<'_> {
     /// The next `schedule.trigger.deadline` still ahead: `HH:MM` closes each day's trigger
     /// window, `:MM` each hour's (hour H's at H+1:MM, as for SLAs).
     fn arm_trigger_deadline(&mut self, config: &PipelineConfig) {
-        let Some(deadline) = config
-            .schedule
-            .trigger_deadline
-            .filter(|_| config.schedule.cron.is_none())
-        else {
+        let Some(deadline) = config.schedule.trigger_deadline else {
             return;
         };
         let tz = config.schedule.timezone;
@@ -220,7 +245,7 @@ impl Decider<'_> {
     /// already. Returns the key of a newly started execution.
     pub(super) fn start_from_sensor(&mut self, sensor_key: &str, date: &str) -> Option<String> {
         let config = self.state.config.clone()?;
-        if config.schedule.cron.is_some() || !starts_on(&config, sensor_key) {
+        if !config.schedule.sensor_started() || !starts_on(&config, sensor_key) {
             return None;
         }
         let key = execution_key(config.schedule_id(), date);
@@ -247,7 +272,7 @@ impl Decider<'_> {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        if config.schedule.cron.is_some() {
+        if !config.schedule.sensor_started() {
             return;
         }
         let today = self.now().with_timezone(&config.schedule.timezone).date_naive();

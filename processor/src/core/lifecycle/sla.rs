@@ -76,9 +76,10 @@ impl Decider<'_> {
         }
     }
 
-    /// Sensor-driven and irregular pipelines: arm the next date whose deadline is still ahead.
+    /// Pipelines whose executions sensors start (and irregular ones): arm the next date whose
+    /// deadline is still ahead, whether or not anything starts it.
     pub(super) fn arm_sla_chain(&mut self) {
-        let Some(config) = self.config().filter(|c| c.schedule.cron.is_none() && !c.dry_run) else {
+        let Some(config) = self.config().filter(|c| c.schedule.sensor_started() && !c.dry_run) else {
             return;
         };
         let Some(deadline) = config.sla.as_ref().and_then(|s| s.deadline) else {

@@ -1232,3 +1232,64 @@ fn rerun_accepted_after_sensor_deadline_expired_runs_the_date_with_a_fresh_windo
     assert_eq!(run.window_closes_at, sim.now + TimeDelta::hours(1));
     assert_eq!(run.manual_reruns_used, 1);
 }
+
+// A pipeline with both `cron` and `trigger`: the trigger starts the day's execution at any
+// time; the cron time reports SCHEDULE_MISSED when nothing started (the earlier design).
+
+fn cron_with_trigger() -> Value {
+    cron(
+        "0 8 * * *",
+        json!({"schedule": {"trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"}}}),
+    )
+}
+
+#[test]
+fn schedule_missed_at_the_cron_time_when_the_trigger_has_not_started_the_day() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z")); // 07:00 EST
+    sim.config(cron_with_trigger());
+    sim.advance_to(at("2026-11-22T13:00:00Z")); // 08:00 EST
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, SCHEDULE_MISSED]);
+    assert_eq!(when(&sim, SCHEDULE_MISSED), [on("2026-11-22", "2026-11-22T13:00:00Z")]);
+    assert!(sim.triggers().is_empty(), "the cron time starts nothing by itself");
+    // The trigger still starts the day, late.
+    sim.advance_to(at("2026-11-22T14:00:00Z"));
+    sim.sensor("daily", "upstream", json!({"status": "ready"}));
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, SCHEDULE_MISSED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers()[0].date, "2026-11-22");
+    assert_eq!(sim.triggers()[0].schedule_id, "cron");
+}
+
+#[test]
+fn validation_passed_when_the_trigger_starts_a_cron_pipeline_before_its_cron_time() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    sim.config(cron_with_trigger());
+    sim.advance_to(at("2026-11-22T12:30:00Z"));
+    sim.sensor("daily", "upstream", json!({"status": "ready"}));
+    sim.job_for("daily", "cron", "2026-11-22", JobStatus::Running);
+    sim.advance_to(at("2026-11-22T14:00:00Z"));
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED],
+        "nothing is missed, and the cron time opens no second execution"
+    );
+    assert_eq!(sim.states["daily"].executions.len(), 1);
+}
+
+#[test]
+fn relative_sla_breach_of_a_cron_trigger_is_measured_from_the_cron_start() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:10:00Z"));
+    sim.config(cron(
+        "0 * * * *",
+        json!({
+            "schedule": {"cron": null, "trigger": {"type": "cron", "expression": "0 * * * *"}},
+            "sla": {"maxDuration": "30m"}
+        }),
+    ));
+    sim.advance_to(at("2026-11-22T13:00:00Z"));
+    sim.job_for("daily", "cron", "2026-11-22T08", JobStatus::Running);
+    sim.advance_to(at("2026-11-22T13:45:00Z"));
+    assert_eq!(
+        when(&sim, RELATIVE_SLA_BREACH),
+        [on("2026-11-22T08", "2026-11-22T13:30:00Z")]
+    );
+}
