@@ -1,6 +1,7 @@
 //! `sluice alerts` on the real broker: Slack threads per execution (kept across restarts),
-//! 429s retried after Retry-After, SLA warnings after a breach suppressed, the token never
-//! logged; the webhook sink retries a failing receiver.
+//! 429s retried after Retry-After, SLA warnings after a breach suppressed, action hints, a
+//! breach replying in a thread broadcast to the channel, SLA_MET sent by default, the token
+//! never logged; the webhook sink retries a failing receiver.
 
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -12,10 +13,15 @@ use crate::support::{serve, serve_with_headers, sluice_on, wait_until, Request, 
 
 /// Publishes an event of pipeline `gold` (schedule daily) straight to the events topic.
 fn publish_event(w: &World, id: &str, kind: &str, date: &str) {
+    publish_event_with(w, id, kind, date, json!({}));
+}
+
+/// The same, with the event's `detail`.
+fn publish_event_with(w: &World, id: &str, kind: &str, date: &str, detail: Value) {
     let event = json!({
         "eventId": id, "type": kind, "category": "sla", "pipelineId": "gold",
         "scheduleId": "daily", "date": date, "timestamp": "2026-11-21T06:00:00Z",
-        "message": format!("{kind} for {date}"),
+        "message": format!("{kind} for {date}"), "detail": detail,
     });
     w.produce("events", Some("gold"), Some(&serde_json::to_vec(&event).unwrap()));
 }
@@ -47,7 +53,7 @@ fn stop(mut child: Child) {
 }
 
 #[test]
-fn slack_threads_per_execution_retries_429_and_suppresses_warnings_after_a_breach() {
+fn slack_threads_per_execution_retries_429_suppresses_warnings_after_a_breach_and_broadcasts_it() {
     let w = World::new("slack");
     let seen: Arc<Mutex<Vec<(Instant, Request)>>> = Arc::default();
     let record = seen.clone();
@@ -68,10 +74,10 @@ fn slack_threads_per_execution_retries_429_and_suppresses_warnings_after_a_breac
         )
     });
     publish_event(&w, "e1", "SLA_WARNING", "2026-11-21");
-    publish_event(&w, "e2", "SLA_BREACH", "2026-11-21");
+    publish_event_with(&w, "e2", "SLA_BREACH", "2026-11-21", json!({"phase": "notStarted"}));
     publish_event(&w, "e3", "SLA_WARNING", "2026-11-21");
     publish_event(&w, "e4", "VALIDATION_PASSED", "2026-11-21");
-    publish_event(&w, "e5", "JOB_FAILED", "2026-11-21");
+    publish_event_with(&w, "e5", "JOB_FAILED", "2026-11-21", json!({"willRetry": false}));
     publish_event(&w, "e6", "JOB_FAILED", "2026-11-22");
 
     let token = "xoxb-test-secret-123";
@@ -124,11 +130,36 @@ fn slack_threads_per_execution_retries_429_and_suppresses_warnings_after_a_breac
         .contains("*gold*"));
     assert!(!context().contains(token), "the token is never logged:\n{}", context());
 
-    // Restarted: earlier events are not sent again, and the thread is remembered.
+    // Each message says what to do next, in its own block and at the end of the fallback
+    // text; the breach, a reply in the thread, is also shown in the channel.
+    let hint = |b: &Value| b["blocks"][1]["text"]["text"].as_str().unwrap_or_default().to_string();
+    let breach = &bodies[2];
+    assert_eq!(breach["reply_broadcast"], true, "{breach}");
+    assert!(
+        hint(breach).starts_with("→ not started: investigate the trigger"),
+        "{breach}"
+    );
+    assert!(breach["text"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("\n{}", hint(breach))));
+    let failed = &bodies[3];
+    assert!(
+        hint(failed).contains("check the job's logs") && hint(failed).ends_with("`sluice rerun gold 2026-11-21`"),
+        "{failed}"
+    );
+    // Not broadcast: the thread's first message (already in the channel), a retryable failure.
+    for body in [&bodies[1], failed, &bodies[4]] {
+        assert!(body.get("reply_broadcast").is_none(), "{body}");
+    }
+
+    // Restarted: earlier events are not sent again, and the thread is remembered. SLA_MET
+    // is among the types sent by default.
     publish_event(&w, "e7", "JOB_COMPLETED", "2026-11-21");
+    publish_event(&w, "e8", "SLA_MET", "2026-11-21");
     let child = alerts(&w, &args, &env, &log);
-    wait_until("the post after the restart", Duration::from_secs(60), context, || {
-        posted(5)
+    wait_until("the posts after the restart", Duration::from_secs(60), context, || {
+        posted(6)
     });
     // Give a wrongly re-sent backlog the time to show up behind it.
     wait_until("nothing more", Duration::from_secs(3), context, || {
@@ -137,10 +168,15 @@ fn slack_threads_per_execution_retries_429_and_suppresses_warnings_after_a_breac
     });
     stop(child);
     let calls = seen.lock().unwrap().clone();
-    assert_eq!(calls.len(), 6, "only the new event is posted");
-    let last = calls[5].1.json();
-    assert!(last["text"].as_str().unwrap().contains("JOB_COMPLETED"));
-    assert_eq!(last["thread_ts"], "1700000000.000002");
+    assert_eq!(calls.len(), 7, "only the new events are posted");
+    let completed = calls[5].1.json();
+    assert!(completed["text"].as_str().unwrap().contains("JOB_COMPLETED"));
+    assert_eq!(completed["thread_ts"], "1700000000.000002");
+    let met = calls[6].1.json();
+    assert!(met["text"].as_str().unwrap().contains("SLA_MET"), "{met}");
+    assert_eq!(met["thread_ts"], "1700000000.000002");
+    assert!(met.get("reply_broadcast").is_none(), "{met}");
+    assert!(!met["text"].as_str().unwrap().contains('→'), "nothing to do: {met}");
 }
 
 #[test]

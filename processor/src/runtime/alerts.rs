@@ -27,27 +27,48 @@ use super::processor::shutdown_signal;
 use super::topics::Topics;
 use crate::core::events::{Event, EventType};
 
-/// What is sent when `--type` is not given: what needs a person, and the all-clear.
+/// What is sent when `--type` is not given: the earlier design's alerted set (interlock
+/// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the
+/// types Sluice has (it has no SFN_TIMEOUT or BASELINE_CAPTURE_FAILED), plus Sluice's own
+/// JOB_TIMEOUT, STALE_RUN and CONFIG_REJECTED.
 pub const DEFAULT_TYPES: &[&str] = &[
-    "VALIDATION_EXHAUSTED",
-    "JOB_FAILED",
-    "JOB_TIMEOUT",
-    "RETRY_EXHAUSTED",
-    "JOB_POLL_EXHAUSTED",
-    "INFRA_FAILURE",
     "SLA_WARNING",
     "SLA_BREACH",
+    "SLA_MET",
+    "JOB_FAILED",
+    "VALIDATION_EXHAUSTED",
+    "RETRY_EXHAUSTED",
+    "INFRA_FAILURE",
+    "SCHEDULE_MISSED",
+    "DATA_DRIFT",
+    "JOB_POLL_EXHAUSTED",
+    "POST_RUN_DRIFT",
+    "POST_RUN_DRIFT_INFLIGHT",
+    "POST_RUN_FAILED",
+    "POST_RUN_SENSOR_MISSING",
+    "RERUN_ACCEPTED",
+    "RERUN_REJECTED",
+    "JOB_COMPLETED",
+    "LATE_DATA_ARRIVAL",
+    "TRIGGER_RECOVERED",
+    "PIPELINE_EXCLUDED",
+    "SENSOR_DEADLINE_EXPIRED",
+    "IRREGULAR_SCHEDULE_MISSED",
     "RELATIVE_SLA_WARNING",
     "RELATIVE_SLA_BREACH",
-    "SCHEDULE_MISSED",
-    "IRREGULAR_SCHEDULE_MISSED",
-    "SENSOR_DEADLINE_EXPIRED",
-    "POST_RUN_FAILED",
-    "POST_RUN_DRIFT",
-    "POST_RUN_SENSOR_MISSING",
+    "DRY_RUN_WOULD_TRIGGER",
+    "DRY_RUN_LATE_DATA",
+    "DRY_RUN_SLA_PROJECTION",
+    "DRY_RUN_DRIFT",
+    "DRY_RUN_COMPLETED",
+    "DRY_RUN_WOULD_RERUN",
+    "DRY_RUN_RERUN_REJECTED",
+    "DRY_RUN_WOULD_RETRY",
+    "DRY_RUN_RETRY_EXHAUSTED",
+    // Sluice's own
+    "JOB_TIMEOUT",
     "STALE_RUN",
     "CONFIG_REJECTED",
-    "JOB_COMPLETED",
 ];
 
 #[derive(Subcommand)]
@@ -60,8 +81,11 @@ pub enum AlertsCommand {
 
 #[derive(Args)]
 pub struct CommonArgs {
-    /// Only these event types (repeatable or comma-separated). Default: failures, SLA
-    /// warnings and breaches, missed schedules, rejected configs, and JOB_COMPLETED.
+    /// Only these event types (repeatable or comma-separated). Default: the earlier design's
+    /// alerted types (SLA warnings, breaches and SLA_MET, failures and exhaustion, missed
+    /// schedules and trigger deadlines, post-run, reruns, late data, recovered triggers,
+    /// exclusions, JOB_COMPLETED, every DRY_RUN_*) plus JOB_TIMEOUT, STALE_RUN and
+    /// CONFIG_REJECTED.
     #[arg(long = "type", value_delimiter = ',')]
     types: Vec<String>,
     /// Consumer group: instances sharing it share the work; each group gets every event.
@@ -170,7 +194,175 @@ fn marks_breach(event: &Event) -> bool {
     matches!(event.kind, EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH)
 }
 
-/// The Block Kit message for `event` (`text` is the notification and fallback).
+/// Whether a reply in an execution's thread is also shown in the channel (Slack's
+/// `reply_broadcast`): a breach, and a run that ended needing a person (no retries left,
+/// validation never passed). Not JOB_FAILED, which is retried or followed by
+/// RETRY_EXHAUSTED, nor INFRA_FAILURE, which an outage raises for many pipelines at once.
+/// The earlier design kept every reply inside the thread.
+pub fn broadcasts(event: &Event) -> bool {
+    matches!(
+        event.kind,
+        EventType::SLA_BREACH
+            | EventType::RELATIVE_SLA_BREACH
+            | EventType::RETRY_EXHAUSTED
+            | EventType::VALIDATION_EXHAUSTED
+    )
+}
+
+/// `word` as one shell word: as it is when it needs no quoting, else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '+'));
+    match plain {
+        true => word.to_string(),
+        false => format!("'{}'", word.replace('\'', r"'\''")),
+    }
+}
+
+/// `PIPELINE DATE` of `event`'s execution for `sluice rerun|cancel` (the pipeline's own
+/// schedule is the one its events name), `DATE` when the event has none.
+fn execution_args(event: &Event) -> String {
+    let date = event.date.as_deref().map(shell_word);
+    format!(
+        "{} {}",
+        shell_word(&event.pipeline_id),
+        date.as_deref().unwrap_or("DATE")
+    )
+}
+
+/// What the on-call person should do next about `event`, if anything; Slack shows it as
+/// `→ hint`. The earlier design put an `actionHint` into a few events' detail (interlock
+/// `internal/lambda/sla/alert.go`, `internal/lambda/watchdog/*.go`) and its dispatcher
+/// appended it (`internal/lambda/alert/format.go`); here it is derived from the event and
+/// names Sluice's commands. Reruns are suggested where `sluice rerun` accepts them: after a
+/// failure, exhaustion or stale run, a closed trigger window, or once the run's input
+/// sensors changed.
+pub fn action_hint(event: &Event) -> Option<String> {
+    use EventType::*;
+    let text = |name: &str| event.detail.get(name).and_then(Value::as_str);
+    let flag = |name: &str| event.detail.get(name).and_then(Value::as_bool);
+    let status = format!("`sluice status {}`", shell_word(&event.pipeline_id));
+    let execution = execution_args(event);
+    let rerun = format!("`sluice rerun {execution}`");
+    let date = event.date.as_deref().unwrap_or("the date");
+    let hint = match event.kind {
+        SLA_WARNING | SLA_BREACH => {
+            let breach = event.kind == SLA_BREACH;
+            match text("phase") {
+                Some("notStarted") if breach => {
+                    format!("not started: investigate the trigger — did its sensor arrive? ({status})")
+                }
+                Some("notStarted") => format!("not started: check the sensor data its trigger waits for ({status})"),
+                Some("awaitingRules") => {
+                    format!("waiting for its validation rules: check the sensor data they read ({status})")
+                }
+                Some("awaitingTrigger" | "awaitingJob") if breach => {
+                    "the job is still running and will finish late: check it is not stuck in its orchestrator".into()
+                }
+                Some("awaitingTrigger" | "awaitingJob") => "the job is running and may still finish in time".into(),
+                Some("failed" | "validationExhausted" | "stale") => {
+                    format!("the run ended without success (see this thread): fix the cause, then rerun: {rerun}")
+                }
+                Some("skipped") => format!("nothing ran for this date (see this thread); to run it now: {rerun}"),
+                _ => format!("see where the run is: {status}"),
+            }
+        }
+        RELATIVE_SLA_WARNING => {
+            format!("close to maxDuration since its first sensor: check the run is progressing ({status})")
+        }
+        RELATIVE_SLA_BREACH => format!(
+            "past maxDuration since its first sensor arrived: find what holds it, failing rules or a slow job ({status})"
+        ),
+        SCHEDULE_MISSED if flag("started") == Some(true) => {
+            "started late, now: check why Sluice was not running when it was due".into()
+        }
+        SCHEDULE_MISSED => format!(
+            "nothing started {date}: check the upstream that publishes the trigger sensor; the run starts when it arrives"
+        ),
+        IRREGULAR_SCHEDULE_MISSED => format!(
+            "inclusion date {date} has no trigger: check the upstream that publishes the trigger sensor; the run starts when it arrives"
+        ),
+        SENSOR_DEADLINE_EXPIRED => format!(
+            "trigger window closed: no sensor starts {date} any more; once its data is ready, rerun: {rerun}"
+        ),
+        VALIDATION_EXHAUSTED => format!(
+            "the validation rules did not pass in the window: check the failing sensors ({status}), then rerun: {rerun}"
+        ),
+        JOB_FAILED if flag("willRetry") == Some(true) => {
+            "Sluice retries it: check the job's logs if the next attempt fails too".into()
+        }
+        JOB_TIMEOUT if flag("willRetry") == Some(true) => {
+            "Sluice retries it: check why the job is slow or stuck if the next attempt times out too".into()
+        }
+        JOB_FAILED | JOB_TIMEOUT | RETRY_EXHAUSTED => {
+            format!("check the job's logs and fix the cause, then rerun: {rerun}")
+        }
+        JOB_POLL_EXHAUSTED => "no outcome within the poll window: check the job in its orchestrator".into(),
+        INFRA_FAILURE => format!(
+            "the job's target could not be reached or refused the call: check it and Sluice's access to it, then rerun: {rerun}"
+        ),
+        STALE_RUN => format!(
+            "no progress, and Sluice no longer watches it: check whether the job still runs in its orchestrator before a rerun: {rerun}"
+        ),
+        RERUN_REJECTED => {
+            let rejection = text("rejection").unwrap_or("see the message");
+            let next = if rejection.contains("still in progress") {
+                format!(": wait for it to end, or `sluice cancel {execution}` it first")
+            } else if rejection.contains("maxManualReruns") {
+                ": raise job.maxManualReruns in the config to allow more".into()
+            } else if rejection.contains("no sensor data changed") {
+                ": publish the corrected sensor data first; the same inputs give the same result".into()
+            } else {
+                String::new()
+            };
+            format!("nothing was started — {rejection}{next}")
+        }
+        POST_RUN_SENSOR_MISSING => {
+            let sensors = event
+                .detail
+                .get("sensors")
+                .and_then(Value::as_array)
+                .map(|keys| keys.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                .filter(|keys| !keys.is_empty())
+                .unwrap_or_else(|| "the post-run sensors".into());
+            format!("post-run data has not arrived in time, so the run is unchecked: check the upstream that publishes {sensors}")
+        }
+        POST_RUN_FAILED => format!(
+            "the run's output failed its post-run rules: check the data; once its inputs are corrected, rerun: {rerun}"
+        ),
+        POST_RUN_DRIFT if flag("rerun") == Some(true) => {
+            "Sluice reruns it on the changed data: its outcome follows in this thread".into()
+        }
+        POST_RUN_DRIFT => format!(
+            "maxDriftReruns is spent: check the upstream data; {rerun} reruns it if its input sensors changed"
+        ),
+        POST_RUN_DRIFT_INFLIGHT => "the data moved while the run is in progress: check its result when it ends".into(),
+        LATE_DATA_ARRIVAL => format!("to use the new data, rerun: {rerun}"),
+        TRIGGER_RECOVERED => {
+            "nothing to do: its start was missed, and Sluice started it from the trigger that had arrived".into()
+        }
+        CONFIG_REJECTED => {
+            let kept = match flag("previousConfigKept") {
+                Some(true) => "; the previous config stays in force",
+                Some(false) => "; the pipeline has no config in force",
+                None => "",
+            };
+            format!("fix the YAML (`sluice config validate DIR`) and publish it again (`sluice config apply DIR`){kept}")
+        }
+        _ => return None,
+    };
+    Some(hint)
+}
+
+/// `text` made literal for Slack's mrkdwn (`&`, `<` and `>` are its control characters).
+fn mrkdwn_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The Block Kit message for `event` (`text` is the notification and fallback); `thread` is
+/// the execution's thread, if its first message is already posted.
 pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Value {
     let icon = match event.kind {
         EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
@@ -183,12 +375,17 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
         (None, Some(d)) => format!(" · {d}"),
         _ => String::new(),
     };
-    let text = format!(
+    let hint = action_hint(event).map(|h| format!("→ {}", mrkdwn_escape(&h)));
+    let mut text = format!(
         "{icon} {} · {}{execution}: {}",
         event.kind.name(),
         event.pipeline_id,
         event.message
     );
+    if let Some(hint) = &hint {
+        text.push('\n');
+        text.push_str(hint);
+    }
     let mut context = vec![format!("event `{}`", event.event_id)];
     if let Some(run) = &event.run_id {
         context.push(format!("run `{run}`"));
@@ -201,18 +398,23 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
         event.timestamp.timestamp(),
         event.timestamp.to_rfc3339()
     ));
+    let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn",
+        "text": format!("{icon} *{}* · *{}*{execution}\n{}", event.kind.name(), event.pipeline_id, event.message)}})];
+    if let Some(hint) = &hint {
+        blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": hint}}));
+    }
+    blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": context.join(" · ")}]}));
     let mut message = json!({
         "channel": channel,
         "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn",
-                "text": format!("{icon} *{}* · *{}*{execution}\n{}", event.kind.name(), event.pipeline_id, event.message)}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": context.join(" · ")}]}
-        ],
+        "blocks": blocks,
         "unfurl_links": false,
     });
     if let Some(ts) = thread {
         message["thread_ts"] = json!(ts);
+        if broadcasts(event) {
+            message["reply_broadcast"] = json!(true);
+        }
     }
     message
 }
@@ -480,6 +682,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     use super::*;
+    use crate::core::events::Category;
 
     fn event(kind: EventType) -> Event {
         Event {
@@ -508,7 +711,7 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with(":rotating_light: SLA_BREACH · gold · daily 2026-11-21"));
-        let context = m["blocks"][1]["elements"][0]["text"].as_str().unwrap();
+        let context = m["blocks"][2]["elements"][0]["text"].as_str().unwrap();
         assert!(
             context.contains("run `gold.daily.2026-11-21.2`") && context.contains("attempt 2"),
             "{context}"
@@ -518,6 +721,194 @@ mod tests {
         assert!(!suppressed(&event(EventType::SLA_WARNING), false));
         assert!(!suppressed(&breach, true));
         assert!(DEFAULT_TYPES.iter().all(|t| EventType::parse(t).is_some()));
+    }
+
+    fn with(kind: EventType, detail: Value) -> Event {
+        Event {
+            detail: detail.as_object().unwrap().clone(),
+            ..event(kind)
+        }
+    }
+
+    fn hint(kind: EventType, detail: Value) -> String {
+        action_hint(&with(kind, detail)).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_default_types_are_the_earlier_designs_alerted_set_plus_sluices_own() {
+        let defaults: Vec<EventType> = DEFAULT_TYPES.iter().map(|t| EventType::parse(t).unwrap()).collect();
+        for t in EventType::ALL.iter().filter(|t| t.category() == Category::DryRun) {
+            assert!(defaults.contains(t), "{t:?}");
+        }
+        use EventType::*;
+        for t in [
+            SLA_MET,
+            RERUN_ACCEPTED,
+            RERUN_REJECTED,
+            LATE_DATA_ARRIVAL,
+            TRIGGER_RECOVERED,
+            PIPELINE_EXCLUDED,
+        ] {
+            assert!(defaults.contains(&t), "{t:?}");
+        }
+        for t in [JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED] {
+            assert!(defaults.contains(&t), "Sluice's own {t:?}");
+        }
+        // What needs nobody's attention stays out.
+        for t in [
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            POST_RUN_PASSED,
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            RUN_CANCELLED,
+        ] {
+            assert!(!defaults.contains(&t), "{t:?}");
+        }
+        let unique: std::collections::HashSet<_> = defaults.iter().collect();
+        assert_eq!(unique.len(), defaults.len(), "no type twice");
+    }
+
+    #[test]
+    fn sla_hints_depend_on_how_far_the_run_got() {
+        use EventType::*;
+        let not_started = json!({"phase": "notStarted"});
+        assert!(hint(SLA_WARNING, not_started.clone()).starts_with("not started: check the sensor data"));
+        let breach = hint(SLA_BREACH, not_started);
+        assert!(breach.starts_with("not started: investigate the trigger"), "{breach}");
+        assert!(breach.contains("`sluice status gold`"), "{breach}");
+        assert_eq!(
+            hint(SLA_WARNING, json!({"phase": "awaitingJob"})),
+            "the job is running and may still finish in time"
+        );
+        assert!(hint(SLA_BREACH, json!({"phase": "awaitingTrigger"})).contains("finish late"));
+        assert!(hint(SLA_WARNING, json!({"phase": "awaitingRules"})).contains("validation rules"));
+        assert!(hint(SLA_BREACH, json!({"phase": "failed"})).ends_with("`sluice rerun gold 2026-11-21`"));
+        assert!(hint(SLA_BREACH, json!({"phase": "skipped"})).ends_with("`sluice rerun gold 2026-11-21`"));
+        assert!(!hint(SLA_WARNING, json!({"phase": "awaitingJob"})).contains("rerun"));
+        assert!(hint(RELATIVE_SLA_BREACH, json!({})).contains("maxDuration since its first sensor"));
+        assert_eq!(action_hint(&event(SLA_MET)), None);
+    }
+
+    #[test]
+    fn hints_give_the_rerun_command_where_a_rerun_is_what_to_do() {
+        use EventType::*;
+        let rerun = "`sluice rerun gold 2026-11-21`";
+        for kind in [
+            VALIDATION_EXHAUSTED,
+            RETRY_EXHAUSTED,
+            INFRA_FAILURE,
+            STALE_RUN,
+            LATE_DATA_ARRIVAL,
+        ] {
+            assert!(
+                hint(kind, json!({})).contains(rerun),
+                "{kind:?}: {}",
+                hint(kind, json!({}))
+            );
+        }
+        let failed = hint(JOB_FAILED, json!({"willRetry": false}));
+        assert!(failed.contains("job's logs") && failed.contains(rerun), "{failed}");
+        let retried = hint(JOB_FAILED, json!({"willRetry": true}));
+        assert!(retried.contains("retries") && !retried.contains("rerun"), "{retried}");
+        assert_eq!(
+            hint(SENSOR_DEADLINE_EXPIRED, json!({})),
+            format!(
+                "trigger window closed: no sensor starts 2026-11-21 any more; once its data is ready, rerun: {rerun}"
+            )
+        );
+        // A run still to come, or already running: no rerun to suggest.
+        let missed = hint(SCHEDULE_MISSED, json!({"expectedDate": "2026-11-21"}));
+        assert!(missed.contains("trigger sensor") && !missed.contains(rerun), "{missed}");
+        assert!(hint(SCHEDULE_MISSED, json!({"started": true})).starts_with("started late"));
+        assert!(hint(IRREGULAR_SCHEDULE_MISSED, json!({})).contains("inclusion date 2026-11-21"));
+        assert!(hint(POST_RUN_DRIFT, json!({"rerun": true})).contains("Sluice reruns it"));
+        assert!(hint(POST_RUN_DRIFT, json!({"rerun": false})).contains(rerun));
+        assert!(hint(POST_RUN_SENSOR_MISSING, json!({"sensors": ["audit"]})).ends_with("publishes audit"));
+        assert!(hint(TRIGGER_RECOVERED, json!({})).starts_with("nothing to do"));
+        // An hourly execution, and ids that need quoting for a shell.
+        let hourly = Event {
+            date: Some("2026-11-21T05".into()),
+            pipeline_id: "it's".into(),
+            ..event(LATE_DATA_ARRIVAL)
+        };
+        assert_eq!(
+            action_hint(&hourly).unwrap(),
+            r"to use the new data, rerun: `sluice rerun 'it'\''s' 2026-11-21T05`"
+        );
+    }
+
+    #[test]
+    fn a_rejected_rerun_says_why_and_what_next() {
+        use EventType::*;
+        let busy = hint(
+            RERUN_REJECTED,
+            json!({"rejection": "execution daily/2026-11-21 is still in progress (awaitingJob)"}),
+        );
+        assert!(
+            busy.contains("still in progress") && busy.contains("`sluice cancel gold 2026-11-21`"),
+            "{busy}"
+        );
+        let spent = hint(
+            RERUN_REJECTED,
+            json!({"rejection": "maxManualReruns (3) is spent for daily/2026-11-21"}),
+        );
+        assert!(
+            spent.ends_with("raise job.maxManualReruns in the config to allow more"),
+            "{spent}"
+        );
+        let same = hint(
+            RERUN_REJECTED,
+            json!({"rejection": "no sensor data changed since daily/2026-11-21 completed"}),
+        );
+        assert!(same.contains("publish the corrected sensor data"), "{same}");
+        assert_eq!(
+            hint(
+                RERUN_REJECTED,
+                json!({"rejection": "no execution daily/2026-11-21 to rerun"})
+            ),
+            "nothing was started — no execution daily/2026-11-21 to rerun"
+        );
+    }
+
+    #[test]
+    fn the_hint_has_its_own_block_and_ends_the_fallback_text() {
+        let failed = with(EventType::RETRY_EXHAUSTED, json!({}));
+        let m = slack_message("C1", &failed, None);
+        let hint = "→ check the job's logs and fix the cause, then rerun: `sluice rerun gold 2026-11-21`";
+        assert!(
+            m["text"].as_str().unwrap().ends_with(&format!("\n{hint}")),
+            "{}",
+            m["text"]
+        );
+        assert_eq!(
+            m["blocks"][1],
+            json!({"type": "section", "text": {"type": "mrkdwn", "text": hint}})
+        );
+        assert_eq!(m["blocks"][2]["type"], "context");
+        // No hint, no hint block; mrkdwn control characters in a hint are made literal.
+        let completed = slack_message("C1", &event(EventType::JOB_COMPLETED), None);
+        assert_eq!(completed["blocks"].as_array().unwrap().len(), 2);
+        assert!(!completed["text"].as_str().unwrap().contains('→'));
+        let odd = with(EventType::RERUN_REJECTED, json!({"rejection": "<!channel> & more"}));
+        let text = slack_message("C1", &odd, None)["blocks"][1]["text"]["text"].clone();
+        assert_eq!(text, "→ nothing was started — &lt;!channel&gt; &amp; more");
+    }
+
+    #[test]
+    fn only_a_breach_or_an_ended_run_replying_in_a_thread_is_broadcast_to_the_channel() {
+        use EventType::*;
+        for kind in [SLA_BREACH, RELATIVE_SLA_BREACH, RETRY_EXHAUSTED, VALIDATION_EXHAUSTED] {
+            let reply = slack_message("C1", &event(kind), Some("171.5"));
+            assert_eq!(reply["reply_broadcast"], true, "{kind:?}");
+            // The thread's first message is in the channel already.
+            let first = slack_message("C1", &event(kind), None);
+            assert!(first.get("reply_broadcast").is_none(), "{kind:?}");
+        }
+        for kind in [SLA_WARNING, JOB_FAILED, INFRA_FAILURE, SLA_MET, JOB_COMPLETED] {
+            let reply = slack_message("C1", &event(kind), Some("171.5"));
+            assert!(reply.get("reply_broadcast").is_none(), "{kind:?}");
+        }
     }
 
     #[test]
