@@ -9,7 +9,7 @@ use std::fmt;
 use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::duration::parse_duration;
 use super::schedule::Cron;
@@ -1168,6 +1168,7 @@ impl Reader {
             .unwrap_or_else(|| kind.default_poll_interval());
         let trigger_retry = self.retry_policy(map, "triggerRetry", RetryPolicy::trigger());
         let status_retry = self.retry_policy(map, "statusCheckRetry", RetryPolicy::status_check());
+        let config = self.canonical_job_config(kind, &config);
         self.job_config(kind, &config);
         self.placeholders(&Value::Object(config.clone()), "job.config", variables);
         Some(Job {
@@ -1182,6 +1183,103 @@ impl Reader {
             trigger_retry,
             status_retry,
         })
+    }
+
+    /// `job.config` with every key under its canonical name. The earlier design decoded
+    /// job configs with Go's JSON decoder, which matches keys case-insensitively, and read
+    /// some settings under other names and shapes (interlock `pkg/types/config.go`,
+    /// `internal/lambda/orchestrator/trigger.go`); those are accepted here as aliases and
+    /// turned into this design's form once, so the runtime reads one spelling. A key no job
+    /// of this type reads is a warning that names the known keys.
+    fn canonical_job_config(&mut self, kind: JobKind, config: &Map<String, Value>) -> Map<String, Value> {
+        let (known, aliases) = job_config_keys(kind);
+        let mut out = Map::new();
+        let mut unknown = Vec::new();
+        for (key, value) in config {
+            let canonical = known.iter().find(|k| k.eq_ignore_ascii_case(key)).or_else(|| {
+                aliases
+                    .iter()
+                    .find(|(a, _)| a.eq_ignore_ascii_case(key))
+                    .map(|(_, c)| c)
+            });
+            let Some(canonical) = canonical else {
+                unknown.push(key.clone());
+                out.insert(key.clone(), value.clone());
+                continue;
+            };
+            if out.insert(canonical.to_string(), value.clone()).is_some() {
+                self.problem(
+                    &join("job.config", key),
+                    format!("{canonical} is given twice (as {key:?} and another spelling): keep one"),
+                );
+            }
+        }
+        for key in unknown {
+            self.warn(
+                &join("job.config", &key),
+                format!(
+                    "unknown key for a {} job: it is not read (known: {})",
+                    kind.name(),
+                    known.join(", ")
+                ),
+            );
+        }
+        self.interlock_shapes(kind, &mut out);
+        out
+    }
+
+    /// The earlier design's shapes of settings this design spells differently.
+    fn interlock_shapes(&mut self, kind: JobKind, config: &mut Map<String, Value>) {
+        match kind {
+            // An Airflow `body` was a JSON text sent as the DAG run's `conf`
+            // (interlock internal/trigger/airflow.go).
+            JobKind::Airflow => {
+                if let Some(Value::String(body)) = config.get("conf") {
+                    match serde_json::from_str::<Value>(body) {
+                        Ok(conf @ Value::Object(_)) => {
+                            config.insert("conf".into(), conf);
+                        }
+                        _ if template::placeholders(body).is_ok_and(|p| !p.is_empty()) => {}
+                        _ => self.problem("job.config.body", "must be a JSON object (it is the DAG run's conf)"),
+                    }
+                }
+            }
+            // EMR: `stepName`, `command` (the jar) and `arguments` (`k=v` pairs) made the step
+            // (interlock internal/trigger/emr.go).
+            JobKind::Emr => {
+                let flat = ["stepName", "command", "arguments"];
+                if config.contains_key("step") || !flat.iter().any(|k| config.contains_key(*k)) {
+                    return;
+                }
+                let mut step = Map::new();
+                if let Some(name) = config.remove("stepName") {
+                    step.insert("name".into(), name);
+                }
+                if let Some(jar) = config.remove("command") {
+                    step.insert("jar".into(), jar);
+                }
+                let args: Vec<Value> = match config.remove("arguments") {
+                    Some(Value::Object(arguments)) => arguments
+                        .iter()
+                        .map(|(k, v)| match v {
+                            Value::String(v) => json!(format!("{k}={v}")),
+                            other => json!(format!("{k}={other}")),
+                        })
+                        .collect(),
+                    Some(other) => {
+                        self.problem(
+                            "job.config.arguments",
+                            format!("must map argument names to values, found {}", describe(&other)),
+                        );
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                };
+                step.insert("args".into(), Value::Array(args));
+                config.insert("step".into(), Value::Object(step));
+            }
+            _ => {}
+        }
     }
 
     /// Settings each triggerable job type cannot do without.
@@ -1228,7 +1326,13 @@ impl Reader {
             }
             JobKind::Databricks => {
                 self.url(config, "host");
-                self.required_string(config, "token", path);
+                let authorized = config
+                    .get("headers")
+                    .and_then(Value::as_object)
+                    .is_some_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case("authorization")));
+                if !authorized {
+                    self.required_string(config, "token", path);
+                }
                 match config.get("jobId") {
                     Some(Value::Number(n)) if n.is_u64() => {}
                     Some(Value::String(s)) if s.parse::<u64>().is_ok() || s.starts_with("${") => {}
@@ -1535,6 +1639,110 @@ impl Reader {
             }
             day
         })
+    }
+}
+
+/// The keys a job type reads, and the other spellings accepted for them (alias, canonical).
+fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'static str, &'static str)]) {
+    match kind {
+        JobKind::Http => (
+            &[
+                "url",
+                "method",
+                "headers",
+                "body",
+                "statusUrl",
+                "statusField",
+                "awaitReport",
+                "timeout",
+            ],
+            &[],
+        ),
+        JobKind::Command => (&["command", "timeout"], &[]),
+        JobKind::Airflow => (
+            &[
+                "url",
+                "dagId",
+                "conf",
+                "logicalDate",
+                "version",
+                "username",
+                "password",
+                "token",
+                "headers",
+                "timeout",
+            ],
+            &[("body", "conf")],
+        ),
+        JobKind::Databricks => (
+            &[
+                "host",
+                "token",
+                "jobId",
+                "jobParameters",
+                "notebookParams",
+                "headers",
+                "timeout",
+            ],
+            &[("workspaceUrl", "host"), ("arguments", "notebookParams")],
+        ),
+        JobKind::Glue => (
+            &[
+                "jobName",
+                "arguments",
+                "workerType",
+                "numberOfWorkers",
+                "jobTimeoutMinutes",
+                "region",
+                "endpointUrl",
+                "timeout",
+            ],
+            &[],
+        ),
+        // `stepName`, `command` and `arguments` are folded into `step` (interlock_shapes).
+        JobKind::Emr => (
+            &[
+                "clusterId",
+                "step",
+                "stepName",
+                "command",
+                "arguments",
+                "region",
+                "endpointUrl",
+                "timeout",
+            ],
+            &[],
+        ),
+        JobKind::EmrServerless => (
+            &[
+                "applicationId",
+                "executionRoleArn",
+                "jobDriver",
+                "configurationOverrides",
+                "name",
+                "jobTimeoutMinutes",
+                "region",
+                "endpointUrl",
+                "timeout",
+            ],
+            &[("jobName", "name")],
+        ),
+        JobKind::StepFunction => (
+            &["stateMachineArn", "input", "region", "endpointUrl", "timeout"],
+            &[("arguments", "input")],
+        ),
+        JobKind::Lambda => (
+            &[
+                "functionName",
+                "payload",
+                "invocationType",
+                "region",
+                "endpointUrl",
+                "timeout",
+            ],
+            &[],
+        ),
+        JobKind::Kafka => (&["topic", "payload", "headers", "timeout"], &[]),
     }
 }
 

@@ -323,3 +323,151 @@ fn every_job_type_names_the_settings_it_cannot_do_without() {
     let found = problems(config);
     assert!(found.iter().any(|p| p.contains("job.config.statusUrl")), "{found:?}");
 }
+
+fn with_job(kind: &str, config: Value) -> Value {
+    let mut c = minimal();
+    c["job"] = json!({"type": kind, "config": config});
+    c
+}
+
+fn parsed(value: Value) -> Parsed {
+    parse(&value, Variables::MustBeResolved).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn warnings(parsed: &Parsed) -> Vec<String> {
+    parsed.warnings.iter().map(|w| w.to_string()).collect()
+}
+
+#[test]
+fn job_configs_as_interlock_wrote_them_load_under_one_spelling() {
+    let airflow = parsed(with_job(
+        "airflow",
+        json!({"url": "https://airflow.example", "dagID": "daily", "headers": {"Authorization": "Bearer x"},
+               "body": "{\"source\": \"sluice\"}"}),
+    ));
+    let config = &airflow.config.job.config;
+    assert_eq!(config["dagId"], json!("daily"));
+    assert_eq!(
+        config["conf"],
+        json!({"source": "sluice"}),
+        "a JSON body is the DAG run's conf"
+    );
+    assert!(
+        !warnings(&airflow).iter().any(|w| w.starts_with("job.")),
+        "{:?}",
+        warnings(&airflow)
+    );
+
+    let databricks = parsed(with_job(
+        "databricks",
+        json!({"workspaceURL": "https://dbc.example", "jobId": "42",
+               "headers": {"Authorization": "Bearer x"}, "arguments": {"day": "${DATE}"}}),
+    ));
+    let config = &databricks.config.job.config;
+    assert_eq!(config["host"], json!("https://dbc.example"));
+    assert_eq!(config["notebookParams"], json!({"day": "${DATE}"}));
+    assert!(
+        !config.contains_key("token"),
+        "an Authorization header stands for the token"
+    );
+
+    let emr = parsed(with_job(
+        "emr",
+        json!({"clusterID": "j-1", "stepName": "agg", "command": "s3://jars/agg.jar",
+               "arguments": {"--day": "${DATE}", "--env": "prod"}}),
+    ));
+    assert_eq!(
+        emr.config.job.config["step"],
+        json!({"name": "agg", "jar": "s3://jars/agg.jar", "args": ["--day=${DATE}", "--env=prod"]})
+    );
+    assert_eq!(emr.config.job.config["clusterId"], json!("j-1"));
+
+    let sfn = parsed(with_job(
+        "step-function",
+        json!({"stateMachineARN": "arn:aws:states:us-east-1:1:stateMachine:m", "arguments": {"day": "x"}}),
+    ));
+    assert_eq!(
+        sfn.config.job.config["stateMachineArn"],
+        json!("arn:aws:states:us-east-1:1:stateMachine:m")
+    );
+    assert_eq!(sfn.config.job.config["input"], json!({"day": "x"}));
+
+    let serverless = parsed(with_job(
+        "emr-serverless",
+        json!({"applicationID": "00f", "jobName": "agg", "executionRoleArn": "arn:aws:iam::1:role/r",
+               "jobDriver": {"sparkSubmit": {"entryPoint": "s3://x.py"}}}),
+    ));
+    assert_eq!(serverless.config.job.config["applicationId"], json!("00f"));
+    assert_eq!(serverless.config.job.config["name"], json!("agg"));
+}
+
+#[test]
+fn an_unknown_job_config_key_warns_with_the_known_keys() {
+    let glue = parsed(with_job(
+        "glue",
+        json!({"jobName": "agg", "job_name": "agg", "workers": 5}),
+    ));
+    let said = warnings(&glue);
+    let unknown: Vec<_> = said
+        .iter()
+        .filter(|w| w.contains("unknown key for a glue job"))
+        .collect();
+    assert_eq!(unknown.len(), 2, "{said:?}");
+    assert!(
+        unknown[0].contains("job.config.job_name") && unknown[0].contains("known: jobName, arguments"),
+        "{said:?}"
+    );
+    // Two spellings of one key are a contradiction, not a choice.
+    let twice = problems(with_job("lambda", json!({"functionName": "a", "FunctionName": "b"})));
+    assert!(twice.iter().any(|p| p.contains("given twice")), "{twice:?}");
+    // A databricks job with neither token nor Authorization header still needs its token.
+    let bare = problems(with_job(
+        "databricks",
+        json!({"host": "https://dbc.example", "jobId": 1}),
+    ));
+    assert!(bare.iter().any(|p| p.contains("job.config.token")), "{bare:?}");
+}
+
+#[test]
+fn a_cron_trigger_is_read_as_schedule_cron_with_a_warning() {
+    let mut c = minimal();
+    c["schedule"] = json!({"trigger": {"type": "cron", "expression": "0 * * * *"}});
+    c["sla"] = json!({"maxDuration": "30m"});
+    let p = parsed(c);
+    assert_eq!(p.config.schedule_id(), "cron");
+    assert!(p.config.schedule.trigger.is_none());
+    assert!(
+        warnings(&p).iter().any(|w| w.contains("read as schedule.cron")),
+        "{:?}",
+        warnings(&p)
+    );
+
+    let mut both = minimal();
+    both["schedule"] = json!({"cron": "0 8 * * *", "trigger": {"type": "cron", "expression": "0 * * * *"}});
+    assert!(problems(both).iter().any(|p| p.contains("keep one")));
+}
+
+#[test]
+fn sla_deadline_day_defaults_to_the_next_day_without_cron() {
+    let mut c = minimal();
+    c["sla"] = json!({"deadline": "02:00"});
+    assert_eq!(parsed(c.clone()).config.sla.unwrap().deadline_day, DeadlineDay::NextDay);
+    c["schedule"]["cron"] = json!("0 1 * * *");
+    assert_eq!(
+        parsed(c.clone()).config.sla.unwrap().deadline_day,
+        DeadlineDay::DataDate
+    );
+    c["sla"]["deadlineDay"] = json!("tomorrow");
+    assert!(problems(c).iter().any(|p| p.contains("dataDate or nextDay")));
+}
+
+#[test]
+fn fields_read_but_not_acted_on_warn() {
+    let mut c = minimal();
+    c["sla"] = json!({"deadline": "02:00", "critical": true});
+    c["postRun"] = json!({"rules": [], "evaluation": {"window": "1h", "interval": "5m"}});
+    let said = warnings(&parsed(c));
+    for path in ["sla.critical", "postRun.evaluation", "postRun.rules"] {
+        assert!(said.iter().any(|w| w.starts_with(path)), "{path}: {said:?}");
+    }
+}
