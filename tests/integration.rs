@@ -6,6 +6,7 @@ mod api;
 mod bad_input;
 mod cli;
 mod formats;
+mod interlock;
 mod replay;
 mod secure;
 mod support;

@@ -183,14 +183,20 @@ struct Job {
 }
 
 impl Job {
-    fn new(kind: JobKind, mut config: Value) -> Self {
+    fn new(kind: JobKind, config: Value) -> Self {
+        Job::on(kind, config, "2026-11-22")
+    }
+
+    /// The job's run for execution date `date` (`YYYY-MM-DD`, or `YYYY-MM-DDTHH` for an
+    /// hourly run).
+    fn on(kind: JobKind, mut config: Value, date: &str) -> Self {
         config["endpointUrl"] = json!(moto());
         if config.get("region").is_none() {
             config["region"] = json!(REGION);
         }
         config["timeout"] = json!(20);
         Job {
-            request: TriggerRequest::new(&unique("p"), "daily", "2026-11-22", 1, kind, config.clone()),
+            request: TriggerRequest::new(&unique("p"), "daily", date, 1, kind, config.clone()),
             config: config.as_object().unwrap().clone(),
             client: client(),
         }
@@ -294,6 +300,53 @@ async fn glue_run_is_started_then_checked_until_it_succeeds() {
     assert_eq!(
         done.message.as_deref(),
         Some(format!("Glue job run {run_id} SUCCEEDED").as_str())
+    );
+}
+
+/// Interlock's date arguments (internal/lambda/orchestrator/trigger.go:113-135): the exact
+/// `Arguments` each job run got, as GetJobRun reports them.
+#[tokio::test]
+async fn glue_runs_get_par_day_and_par_hour_unless_the_config_sets_them() {
+    let arguments_of = |name: String, handle: Value| async move {
+        let run = setup_json(
+            "glue",
+            "1.1",
+            "AWSGlue.GetJobRun",
+            json!({"JobName": name, "RunId": handle["jobRunId"]}),
+        )
+        .await;
+        run["JobRun"]["Arguments"].clone()
+    };
+    // Daily: --par_day only, next to the configured arguments.
+    let name = glue_job().await;
+    let job = Job::new(
+        JobKind::Glue,
+        json!({"jobName": name, "arguments": {"--day": "2026-11-22", "--rows": 3}}),
+    );
+    let (_, handle) = job.started().await;
+    assert_eq!(
+        arguments_of(name, handle).await,
+        json!({"--day": "2026-11-22", "--rows": "3", "--par_day": "20261122"})
+    );
+    // Hourly, no arguments configured: both.
+    let name = glue_job().await;
+    let job = Job::on(JobKind::Glue, json!({"jobName": name}), "2026-03-03T10");
+    let (_, handle) = job.started().await;
+    assert_eq!(
+        arguments_of(name, handle).await,
+        json!({"--par_day": "20260303", "--par_hour": "10"})
+    );
+    // Hourly with a --par_day of the config's own: left as it is, --par_hour added.
+    let name = glue_job().await;
+    let job = Job::on(
+        JobKind::Glue,
+        json!({"jobName": name, "arguments": {"--par_day": "19990101"}}),
+        "2026-03-03T10",
+    );
+    let (_, handle) = job.started().await;
+    assert_eq!(
+        arguments_of(name, handle).await,
+        json!({"--par_day": "19990101", "--par_hour": "10"})
     );
 }
 
@@ -649,6 +702,36 @@ async fn lambda_request_response_succeeds_with_the_payload() {
         Some("Lambda answered 200: {\"table\":\"x\"}")
     );
     permanent(job.status(&json!({})).await, "lambda runs have no status check");
+}
+
+/// A string payload reaches the function as its own bytes (Interlock,
+/// internal/trigger/lambda.go:30-32), not JSON-encoded into a JSON string. moto's
+/// Docker-less Lambda answers with the exact bytes it was invoked with.
+#[tokio::test]
+async fn lambda_string_payload_is_sent_as_its_raw_bytes() {
+    let function = lambda_function(REGION).await;
+    let answer = |payload: Value| {
+        let function = function.clone();
+        async move {
+            let job = Job::new(JobKind::Lambda, json!({"functionName": function, "payload": payload}));
+            let outcome = job.trigger().await.unwrap();
+            assert_eq!(outcome.status, JobStatus::Succeeded, "{outcome:?}");
+            outcome.message.unwrap()
+        }
+    };
+    // A YAML string holding JSON, as Interlock pipelines write it: spacing and key order kept.
+    let raw = r#"{"body": {"pipeline": "x", "day": "20261122"},  "a": [1, 2]}"#;
+    assert_eq!(answer(json!(raw)).await, format!("Lambda answered 200: {raw}"));
+    // Not JSON at all: still the bytes as written, no quotes added.
+    assert_eq!(
+        answer(json!("day=20261122 é")).await,
+        "Lambda answered 200: day=20261122 é"
+    );
+    // Other JSON values stay JSON-encoded.
+    assert_eq!(
+        answer(json!([1, {"b": "c"}])).await,
+        r#"Lambda answered 200: [1,{"b":"c"}]"#
+    );
 }
 
 #[tokio::test]

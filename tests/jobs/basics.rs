@@ -278,3 +278,96 @@ fn a_status_check_that_keeps_failing_and_a_request_that_times_out_end_with_infra
     assert!(failure.message.contains("timed out"), "{}", failure.message);
     w.stop();
 }
+
+/// The body of a recorded raw request (what follows the head).
+fn body_of(raw: &str) -> &str {
+    raw.split_once("\r\n\r\n").map(|(_, body)| body).unwrap_or("")
+}
+
+/// Interlock's http bodies and variables through the real processor: a string `body` is sent
+/// byte for byte once its templates are rendered (internal/trigger/trigger.go:107-125), a
+/// job without one sends the run's date arguments (internal/lambda/orchestrator/trigger.go),
+/// and `${INTERLOCK_NAME}` is read from the processor's environment like `${env:NAME}`: an
+/// unset one fails the run, naming it.
+#[test]
+fn http_string_bodies_are_sent_raw_and_bodyless_jobs_send_par_day() {
+    let server = scripted_server();
+    let mut w = World::new("http-bodies");
+    w.env
+        .push(("INTERLOCK_SLUICE_TEST_KEY".into(), "k3y-from-the-env".into()));
+    let raw = quick(json!({"type": "http", "maxRetries": 0, "config": {
+        "url": format!("{}/raw", server.base),
+        "body": "{\"body\": {\"pipeline\": \"${PIPELINE}\",  \"day\": \"${DATE_COMPACT}\"}}",
+        "headers": {"X-Api-Key": "${INTERLOCK_SLUICE_TEST_KEY}"}
+    }}));
+    let bare = quick(json!({"type": "http", "maxRetries": 0, "config": {"url": format!("{}/bare", server.base)}}));
+    let unset = quick(json!({"type": "http", "maxRetries": 0, "maxCodeRetries": 0, "config": {
+        "url": format!("{}/unset", server.base),
+        "headers": {"X-Api-Key": "${INTERLOCK_SLUICE_SURELY_UNSET}"}
+    }}));
+    w.config(&pipeline("bare", bare));
+    w.config(&pipeline("unset", unset));
+    w.start_with(&pipeline("raw", raw));
+    for id in ["raw", "bare", "unset"] {
+        go(&w, id);
+    }
+    let compact = day().replace('-', "");
+    w.wait_for("raw", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let posts = server.requests_to("POST /raw");
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(
+        body_of(&posts[0]),
+        format!("{{\"body\": {{\"pipeline\": \"raw\",  \"day\": \"{compact}\"}}}}"),
+        "the string as written, not a JSON string"
+    );
+    let head = posts[0].to_ascii_lowercase();
+    assert!(head.contains("content-type: application/json\r\n"), "{head}");
+    assert!(head.contains("x-api-key: k3y-from-the-env\r\n"), "{head}");
+
+    w.wait_for("bare", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let posts = server.requests_to("POST /bare");
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(body_of(&posts[0]), format!(r#"{{"par_day":"{compact}"}}"#));
+    assert!(posts[0]
+        .to_ascii_lowercase()
+        .contains("content-type: application/json\r\n"));
+
+    let events = w.wait_for("unset", "failure", |es| es.iter().any(|e| e.kind == JOB_FAILED));
+    let failed = last(&events, JOB_FAILED);
+    assert_eq!(failed.detail["failureCategory"], "PERMANENT");
+    assert_eq!(
+        failed.detail["jobMessage"],
+        "secret environment variable(s) not set: INTERLOCK_SLUICE_SURELY_UNSET"
+    );
+    assert!(server.requests_to("POST /unset").is_empty(), "nothing was sent");
+    for e in w.events_seen() {
+        assert!(!serde_json::to_string(e).unwrap().contains("k3y-from"), "{e:?}");
+    }
+    assert!(!w.log().contains("k3y-from"));
+    w.stop();
+}
+
+/// An hourly run of a bodyless http job: `par_hour` joins `par_day`, exactly as Interlock
+/// encoded them.
+#[tokio::test]
+async fn an_hourly_bodyless_http_job_sends_par_day_and_par_hour() {
+    use sluice::core::config::JobKind;
+    use sluice::core::lifecycle::TriggerRequest;
+    use sluice::core::records::JobStatus;
+    use sluice::runtime::jobs::{http, Call, Client, Guard};
+    let server = scripted_server();
+    let client = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap();
+    let config = json!({"url": format!("{}/hourly", server.base), "method": "put"});
+    let request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Http, config.clone());
+    let call = Call {
+        request: &request,
+        config: config.as_object().unwrap(),
+        client: &client,
+        producer: None,
+    };
+    let outcome = http::trigger(&call).await.unwrap();
+    assert_eq!(outcome.status, JobStatus::Succeeded, "{outcome:?}");
+    let puts = server.requests_to("PUT /hourly");
+    assert_eq!(puts.len(), 1, "{puts:?}");
+    assert_eq!(body_of(&puts[0]), r#"{"par_day":"20260303","par_hour":"10"}"#);
+}

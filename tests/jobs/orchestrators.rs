@@ -495,3 +495,116 @@ fn a_crash_between_trigger_and_report_starts_one_databricks_run() {
     assert!(restart.elapsed() < Duration::from_secs(120));
     w.stop();
 }
+
+// ---- configured headers ----------------------------------------------------------------
+
+/// One call's parts for a client-level test: a run of `kind` with `config`, through a
+/// client that may reach loopback.
+struct Direct {
+    request: sluice::core::lifecycle::TriggerRequest,
+    config: serde_json::Map<String, Value>,
+    client: sluice::runtime::jobs::Client,
+}
+
+impl Direct {
+    fn new(kind: sluice::core::config::JobKind, config: Value) -> Self {
+        use sluice::runtime::jobs::{Client, Guard};
+        Direct {
+            request: sluice::core::lifecycle::TriggerRequest::new("p", "stream", "2026-11-22", 1, kind, config.clone()),
+            config: config.as_object().unwrap().clone(),
+            client: Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap(),
+        }
+    }
+
+    fn call(&self) -> sluice::runtime::jobs::Call<'_> {
+        sluice::runtime::jobs::Call {
+            request: &self.request,
+            config: &self.config,
+            client: &self.client,
+            producer: None,
+        }
+    }
+}
+
+/// How many `Authorization` headers a request carried.
+fn authorizations(r: &Request) -> usize {
+    r.raw.to_ascii_lowercase().matches("\r\nauthorization:").count()
+}
+
+/// `headers` go on the trigger and on every status check (Interlock sent them on the
+/// trigger only); an `Authorization` among them replaces `token` and username + password.
+#[tokio::test]
+async fn airflow_headers_go_on_the_trigger_and_the_status_checks() {
+    use sluice::core::config::JobKind;
+    use sluice::core::records::JobStatus;
+    use sluice::runtime::jobs::airflow as client;
+    let server = airflow(2, &[("etl", "success")]);
+    // base64("sluice:airflow-pw-31337"), as the server expects; the token must not be sent.
+    let basic = "Basic c2x1aWNlOmFpcmZsb3ctcHctMzEzMzc=";
+    let job = Direct::new(
+        JobKind::Airflow,
+        json!({"url": server.base, "dagId": "etl", "token": "not-this-one",
+               "headers": {"Authorization": basic, "X-Tenant": "data"}}),
+    );
+    let started = client::trigger(&job.call()).await.unwrap();
+    assert_eq!(started.status, JobStatus::Running, "{started:?}");
+    let handle = started.metadata.unwrap()["handle"].clone();
+    let checked = client::status(&job.call(), &handle).await.unwrap();
+    assert_eq!(checked.metadata.unwrap()["state"], "running");
+    let triggers = server.requests("POST", "/api/v1/dags/etl/dagRuns");
+    let checks = server.requests("GET", "/api/v1/dags/etl/dagRuns/p.stream.2026-11-22.1");
+    assert_eq!((triggers.len(), checks.len()), (1, 1));
+    for r in triggers.iter().chain(&checks) {
+        assert_eq!(r.header("x-tenant"), Some("data"), "{}", r.raw);
+        assert_eq!(r.header("authorization"), Some(basic), "{}", r.raw);
+        assert_eq!(authorizations(r), 1, "{}", r.raw);
+    }
+
+    // Airflow 3: with an Authorization header, no username + password exchange.
+    let server = airflow(3, &[("etl", "success")]);
+    let job = Direct::new(
+        JobKind::Airflow,
+        json!({"url": server.base, "dagId": "etl", "version": 3,
+               "username": DAG_USER, "password": DAG_PASSWORD,
+               "headers": {"Authorization": format!("Bearer {JWT}")}}),
+    );
+    let started = client::trigger(&job.call()).await.unwrap();
+    assert_eq!(started.status, JobStatus::Running, "{started:?}");
+    assert!(server.requests("POST", "/auth/token").is_empty(), "no login");
+}
+
+/// Databricks: `headers` on run-now and on runs/get; with an `Authorization` among them,
+/// no `token` is needed.
+#[tokio::test]
+async fn databricks_headers_go_on_run_now_and_runs_get_and_may_replace_the_token() {
+    use sluice::core::config::JobKind;
+    use sluice::core::records::JobStatus;
+    use sluice::runtime::jobs::{databricks as client, CallError};
+    let server = databricks(&[(7, "SUCCESS")]);
+    let job = Direct::new(
+        JobKind::Databricks,
+        json!({"host": server.base, "jobId": 7,
+               "headers": {"Authorization": format!("Bearer {DATABRICKS_TOKEN}"), "X-Databricks-Org-Id": "42"}}),
+    );
+    let started = client::trigger(&job.call()).await.unwrap();
+    assert_eq!(started.status, JobStatus::Running, "{started:?}");
+    let handle = started.metadata.unwrap()["handle"].clone();
+    let checked = client::status(&job.call(), &handle).await.unwrap();
+    assert_eq!(checked.metadata.unwrap()["lifeCycleState"], "PENDING");
+    let requests = server.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "run-now and runs/get");
+    for r in &requests {
+        assert_eq!(r.header("x-databricks-org-id"), Some("42"), "{}", r.raw);
+        assert_eq!(authorizations(r), 1, "{}", r.raw);
+    }
+    // Neither a token nor an Authorization header: refused before any request.
+    let job = Direct::new(
+        JobKind::Databricks,
+        json!({"host": server.base, "jobId": 7, "headers": {"X-Databricks-Org-Id": "42"}}),
+    );
+    match client::trigger(&job.call()).await {
+        Err(CallError::Permanent(m)) => assert!(m.contains("job.config.token is missing"), "{m}"),
+        other => panic!("expected PERMANENT, got {other:?}"),
+    }
+    assert_eq!(server.requests.lock().unwrap().len(), 2);
+}

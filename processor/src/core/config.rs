@@ -1218,7 +1218,7 @@ impl Reader {
             self.warn(
                 &join("job.config", &key),
                 format!(
-                    "unknown key for a {} job: it is not read (known: {})",
+                    "unknown key for job type {}: it is not read (known: {})",
                     kind.name(),
                     known.join(", ")
                 ),
@@ -1300,13 +1300,6 @@ impl Reader {
                         );
                     }
                 }
-                if let Some(headers) = self.section(config, "headers", path) {
-                    for (name, value) in headers {
-                        if !value.is_string() {
-                            self.problem(&format!("job.config.headers.{name}"), "must be a string");
-                        }
-                    }
-                }
                 self.string(config, "body", path);
             }
             JobKind::Command => {
@@ -1342,6 +1335,15 @@ impl Reader {
             }
             JobKind::Glue => {
                 self.required_string(config, "jobName", path);
+                let arguments = config.get("arguments").and_then(Value::as_object);
+                for name in ["--par_day", "--par_hour"] {
+                    if arguments.is_some_and(|a| a.contains_key(name)) {
+                        self.warn(
+                            &format!("job.config.arguments.{name}"),
+                            "is sent as written; the earlier design replaced it with the execution date (remove it to get the date)",
+                        );
+                    }
+                }
             }
             JobKind::Emr => {
                 self.required_string(config, "clusterId", path);
@@ -1375,6 +1377,13 @@ impl Reader {
             }
             JobKind::Kafka => {
                 self.required_string(config, "topic", path);
+            }
+        }
+        if let Some(headers) = self.section(config, "headers", path) {
+            for (name, value) in headers {
+                if !value.is_string() {
+                    self.problem(&format!("job.config.headers.{name}"), "must be a string");
+                }
             }
         }
         self.timeout_seconds(config);

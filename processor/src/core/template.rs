@@ -2,11 +2,15 @@
 //!
 //! Three kinds of placeholder, resolved at three moments:
 //! * deployment variables (`${environment}`): by `config apply --var name=value`;
-//! * run variables (`${DATE}`, `${HOUR}`, `${PIPELINE}`, `${SCHEDULE}`, `${RUN_ID}`): by the
-//!   core when it asks for a trigger ([`render_run`]);
+//! * run variables (`${DATE}`, `${DATE_COMPACT}`, `${HOUR}`, `${PIPELINE}`, `${SCHEDULE}`,
+//!   `${RUN_ID}`): by the core when it asks for a trigger ([`render_run`]);
 //! * secrets (`${env:NAME}`): by the runtime at the moment of the request, so they never
-//!   reach state, events or logs.
+//!   reach state, events or logs. `${INTERLOCK_NAME}` (Interlock's spelling: it expanded
+//!   environment variables whose names start with `INTERLOCK_`, internal/trigger/trigger.go)
+//!   is the same secret as `${env:INTERLOCK_NAME}`: [`render_value`] hands every lookup the
+//!   `env:` form ([`canonical`]), so whatever resolves `env:` secrets resolves both alike.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -20,11 +24,39 @@ pub enum TemplateError {
     Empty(String),
 }
 
-pub const RUN_VARIABLES: [&str; 5] = ["DATE", "HOUR", "PIPELINE", "SCHEDULE", "RUN_ID"];
+pub const RUN_VARIABLES: [&str; 6] = ["DATE", "DATE_COMPACT", "HOUR", "PIPELINE", "SCHEDULE", "RUN_ID"];
 
-/// True for placeholders resolved after apply time: run variables and `env:` secrets.
+/// The prefix of the environment variables Interlock expanded in job settings.
+pub const INTERLOCK_PREFIX: &str = "INTERLOCK_";
+
+/// True for placeholders resolved after apply time: run variables and secrets (`env:NAME`,
+/// `INTERLOCK_NAME`).
 pub fn is_builtin(name: &str) -> bool {
-    RUN_VARIABLES.contains(&name) || name.starts_with("env:")
+    RUN_VARIABLES.contains(&name) || name.starts_with("env:") || name.starts_with(INTERLOCK_PREFIX)
+}
+
+/// The name a lookup sees for a placeholder: `INTERLOCK_NAME` becomes `env:INTERLOCK_NAME`
+/// (the same environment variable, read at request time); every other name is unchanged.
+pub fn canonical(name: &str) -> Cow<'_, str> {
+    if name.starts_with(INTERLOCK_PREFIX) {
+        Cow::Owned(format!("env:{name}"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// An execution date's day (`YYYY-MM-DD`) and, for an hourly run (`YYYY-MM-DDTHH`), its
+/// hour (`HH`).
+pub fn date_parts(date: &str) -> (&str, Option<&str>) {
+    match date.split_once('T') {
+        Some((day, hour)) => (day, Some(hour)),
+        None => (date, None),
+    }
+}
+
+/// A day `YYYY-MM-DD` as `YYYYMMDD` (Interlock's `par_day`, internal/lambda/orchestrator/trigger.go).
+pub fn compact_day(day: &str) -> String {
+    day.replace('-', "")
 }
 
 /// The names of every `${...}` in `text`, in order.
@@ -61,10 +93,11 @@ fn scan(text: &str, mut lookup: impl FnMut(&str) -> Option<String>) -> Result<St
     Ok(out)
 }
 
-/// Applies `lookup` to every string inside a JSON value.
+/// Applies `lookup` to every string inside a JSON value; `lookup` sees each name in its
+/// [`canonical`] form.
 pub fn render_value(value: &Value, lookup: &mut dyn FnMut(&str) -> Option<String>) -> Result<Value, TemplateError> {
     Ok(match value {
-        Value::String(s) => Value::String(scan(s, &mut *lookup)?),
+        Value::String(s) => Value::String(scan(s, |name| lookup(&canonical(name)))?),
         Value::Array(items) => Value::Array(
             items
                 .iter()
@@ -109,15 +142,13 @@ pub struct RunVariables<'a> {
     pub run_id: &'a str,
 }
 
-/// Expands run variables; `${env:...}` is left for the runtime.
+/// Expands run variables; secrets (`${env:...}`, `${INTERLOCK_...}`) are left for the runtime.
 pub fn render_run(value: &Value, run: &RunVariables<'_>) -> Result<Value, TemplateError> {
-    let (day, hour) = match run.date.split_once('T') {
-        Some((d, h)) => (d, h),
-        None => (run.date, ""),
-    };
+    let (day, hour) = date_parts(run.date);
     render_value(value, &mut |name| match name {
         "DATE" => Some(day.to_string()),
-        "HOUR" => Some(hour.to_string()),
+        "DATE_COMPACT" => Some(compact_day(day)),
+        "HOUR" => Some(hour.unwrap_or("").to_string()),
         "PIPELINE" => Some(run.pipeline.to_string()),
         "SCHEDULE" => Some(run.schedule.to_string()),
         "RUN_ID" => Some(run.run_id.to_string()),
@@ -163,5 +194,73 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out, json!({"body": "p/2026-03-03/10/r1/stream ${env:SECRET}"}));
+    }
+
+    #[test]
+    fn date_compact_is_the_day_without_dashes_daily_or_hourly() {
+        let config = json!({"args": ["--par_day=${DATE_COMPACT}", "${HOUR}", "${DATE}"]});
+        for (date, expect) in [
+            ("2026-03-03", json!({"args": ["--par_day=20260303", "", "2026-03-03"]})),
+            (
+                "2026-03-03T10",
+                json!({"args": ["--par_day=20260303", "10", "2026-03-03"]}),
+            ),
+        ] {
+            let run = RunVariables {
+                pipeline: "p",
+                schedule: "cron",
+                date,
+                run_id: "r1",
+            };
+            assert_eq!(render_run(&config, &run).unwrap(), expect, "{date}");
+        }
+        assert!(is_builtin("DATE_COMPACT"));
+        assert_eq!(date_parts("2026-03-03T10"), ("2026-03-03", Some("10")));
+        assert_eq!(date_parts("2026-03-03"), ("2026-03-03", None));
+        assert_eq!(compact_day("2026-03-03"), "20260303");
+    }
+
+    #[test]
+    fn interlock_variables_are_env_secrets() {
+        assert!(is_builtin("INTERLOCK_TOKEN"));
+        assert!(!is_builtin("INTERLOCKED"), "only the INTERLOCK_ prefix");
+        assert_eq!(canonical("INTERLOCK_TOKEN"), "env:INTERLOCK_TOKEN");
+        assert_eq!(canonical("env:TOKEN"), "env:TOKEN");
+        assert_eq!(canonical("DATE"), "DATE");
+        // Not a deployment variable, and left for the runtime by the run variables.
+        let config = json!({"h": "Bearer ${INTERLOCK_TOKEN}", "d": "${DATE}"});
+        let (out, missing) = substitute_deployment(&config, &BTreeMap::new()).unwrap();
+        assert_eq!((out, missing), (config.clone(), vec![]));
+        let run = RunVariables {
+            pipeline: "p",
+            schedule: "stream",
+            date: "2026-03-03",
+            run_id: "r1",
+        };
+        let rendered = render_run(&config, &run).unwrap();
+        assert_eq!(rendered, json!({"h": "Bearer ${INTERLOCK_TOKEN}", "d": "2026-03-03"}));
+        // A resolver of `env:` secrets (as the runtime's is) resolves both spellings alike,
+        // and sees an unset one under its `env:` name.
+        let environment = BTreeMap::from([("INTERLOCK_TOKEN", "t0k")]);
+        let mut asked = Vec::new();
+        let out = render_value(
+            &json!(["${INTERLOCK_TOKEN}", "${env:INTERLOCK_TOKEN}", "${INTERLOCK_UNSET}"]),
+            &mut |name| {
+                asked.push(name.to_string());
+                let var = name.strip_prefix("env:")?;
+                environment.get(var).map(|v| v.to_string())
+            },
+        )
+        .unwrap();
+        assert_eq!(out, json!(["t0k", "t0k", "${INTERLOCK_UNSET}"]));
+        assert_eq!(
+            asked,
+            ["env:INTERLOCK_TOKEN", "env:INTERLOCK_TOKEN", "env:INTERLOCK_UNSET"]
+        );
+        assert_eq!(
+            placeholders("${INTERLOCK_TOKEN}").unwrap(),
+            ["INTERLOCK_TOKEN"],
+            "names are reported as written"
+        );
     }
 }

@@ -410,7 +410,7 @@ fn an_unknown_job_config_key_warns_with_the_known_keys() {
     let said = warnings(&glue);
     let unknown: Vec<_> = said
         .iter()
-        .filter(|w| w.contains("unknown key for a glue job"))
+        .filter(|w| w.contains("unknown key for job type glue"))
         .collect();
     assert_eq!(unknown.len(), 2, "{said:?}");
     assert!(

@@ -4,7 +4,10 @@
 //! Config: `url` (the webserver / API server) and `dagId` (required); `version` (2 or 3,
 //! default 2); `conf` (the DAG run's conf); `logicalDate`; auth: `token` (a bearer token)
 //! or `username` + `password` (Airflow 2: basic auth; Airflow 3: exchanged for a token at
-//! `POST {url}/auth/token`). Handle: `{"dagRunId"}`.
+//! `POST {url}/auth/token`); `headers` (an object of string values) sent on the trigger,
+//! on every status check and on the token exchange (Interlock sent them on the trigger
+//! only). An `Authorization` among the `headers` replaces `token` / `username` +
+//! `password`: no other credentials are sent or exchanged. Handle: `{"dagRunId"}`.
 //!
 //! Idempotent: the DAG run id is the run id, so a trigger requested again after a crash
 //! gets 409 Conflict ("already exists"), which means this run was started: it is adopted.
@@ -36,7 +39,8 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let (status, answer) = send(
         request
             .header("content-type", "application/json")
-            .body(Value::Object(body).to_string()),
+            .body(Value::Object(body).to_string())
+            .headers(call.headers()?),
     )
     .await?;
     let handle = json!({ "dagRunId": call.run_id() });
@@ -57,7 +61,7 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
     let run = handle.get("dagRunId").and_then(Value::as_str).unwrap_or(call.run_id());
     let url = format!("{}/{}", api.runs_url(), segment(run));
     let request = api.authorised(call.request(Method::GET, &url)?).await?;
-    let (status, answer) = send(request).await?;
+    let (status, answer) = send(request.headers(call.headers()?)).await?;
     if !status.is_success() {
         return Err(error(status, &answer));
     }
@@ -106,8 +110,11 @@ impl<'c> Api<'c> {
     }
 
     /// Adds the configured credentials; Airflow 3 exchanges a username and password for a
-    /// token first.
+    /// token first. None when `headers` carries an `Authorization`.
     async fn authorised(&self, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
+        if self.call.has_header("authorization") {
+            return Ok(request);
+        }
         if let Some(token) = self.call.optional("token") {
             return Ok(request.bearer_auth(token));
         }
@@ -121,7 +128,8 @@ impl<'c> Api<'c> {
             .call
             .request(Method::POST, &join_url(&self.base, "auth/token"))?
             .header("content-type", "application/json")
-            .body(json!({"username": user, "password": password}).to_string());
+            .body(json!({"username": user, "password": password}).to_string())
+            .headers(self.call.headers()?);
         let answer = send_json("Airflow's token endpoint", login).await?;
         let token = answer
             .get("access_token")

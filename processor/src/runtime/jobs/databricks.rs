@@ -1,9 +1,11 @@
 //! `databricks` jobs: Jobs API 2.1, `POST /api/2.1/jobs/run-now` then
 //! `GET /api/2.1/jobs/runs/get?run_id=N`.
 //!
-//! Config: `host` (the workspace URL), `jobId`, `token` (required; a bearer token, best as
-//! `${env:NAME}`); `jobParameters` (→ `job_parameters`) and `notebookParams`
-//! (→ `notebook_params`). Handle: `{"runId"}`.
+//! Config: `host` (the workspace URL), `jobId`, `token` (a bearer token, best as
+//! `${env:NAME}`); `headers` (an object of string values) sent on run-now and on every
+//! runs/get (Interlock sent them on the trigger only); `token` may be left out when
+//! `headers` carries an `Authorization`, which replaces it; `jobParameters`
+//! (→ `job_parameters`) and `notebookParams` (→ `notebook_params`). Handle: `{"runId"}`.
 //!
 //! Idempotent: `idempotency_token` is the Sluice run id (its SHA-256 hex when longer than
 //! the API's 64 characters), so a trigger requested again after a crash gets the run the
@@ -15,7 +17,7 @@
 //! INTERNAL_ERROR failed TRANSIENT. PENDING, QUEUED, RUNNING, TERMINATING, BLOCKED and
 //! WAITING_FOR_RETRY are running.
 
-use reqwest::{Method, StatusCode};
+use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -37,10 +39,9 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let url = join_url(call.required("host")?, "api/2.1/jobs/run-now");
     let request = call
         .request(Method::POST, &url)?
-        .bearer_auth(call.required("token")?)
         .header("content-type", "application/json")
         .body(body.to_string());
-    let answer = answer(send(request).await?)?;
+    let answer = answer(send(authorised(call, request)?).await?)?;
     let run_id = answer.get("run_id").and_then(Value::as_u64).ok_or_else(|| {
         CallError::Infra(format!(
             "Databricks answered run-now without a run_id: {}",
@@ -62,7 +63,7 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
         call.required("host")?,
         &format!("api/2.1/jobs/runs/get?run_id={run_id}"),
     );
-    let request = call.request(Method::GET, &url)?.bearer_auth(call.required("token")?);
+    let request = authorised(call, call.request(Method::GET, &url)?)?;
     let run = answer(send(request).await?)?;
     let state = &run["state"];
     let life = state["life_cycle_state"].as_str().unwrap_or("UNKNOWN");
@@ -93,6 +94,22 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
         outcome = outcome.with("runPageUrl", page.clone());
     }
     Ok(outcome)
+}
+
+/// The bearer `token`, unless `headers` carries an `Authorization`; then the configured
+/// headers, last, so that they override the client's own.
+fn authorised(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
+    let request = if call.has_header("authorization") {
+        request
+    } else {
+        let token = call.optional("token").ok_or_else(|| {
+            CallError::Permanent(
+                "job.config.token is missing (or set an Authorization header in job.config.headers)".into(),
+            )
+        })?;
+        request.bearer_auth(token)
+    };
+    Ok(request.headers(call.headers()?))
 }
 
 fn job_id(call: &Call<'_>) -> Result<u64, CallError> {
@@ -139,6 +156,50 @@ fn answer((status, body): (StatusCode, String)) -> Result<Value, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::JobKind;
+    use crate::runtime::jobs::aws::testing::Parts;
+
+    /// The authorization header values and `x-org` of a request `authorised` made.
+    fn sent(config: Value) -> Result<(Vec<String>, Option<String>), CallError> {
+        let parts = Parts::new(JobKind::Databricks, config);
+        let call = parts.call();
+        let request = authorised(&call, call.request(Method::GET, "https://dbc.example/api")?)?
+            .build()
+            .unwrap();
+        let values = |name: &str| -> Vec<String> {
+            request
+                .headers()
+                .get_all(name)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect()
+        };
+        Ok((values("authorization"), values("x-org").pop()))
+    }
+
+    #[test]
+    fn an_authorization_header_replaces_the_token() {
+        assert_eq!(
+            sent(json!({"token": "dapi1"})).unwrap(),
+            (vec!["Bearer dapi1".to_string()], None)
+        );
+        let headers = json!({"Authorization": "Bearer from-header", "X-Org": "42"});
+        assert_eq!(
+            sent(json!({ "headers": headers })).unwrap(),
+            (vec!["Bearer from-header".to_string()], Some("42".into()))
+        );
+        assert_eq!(
+            sent(json!({"token": "dapi1", "headers": headers})).unwrap(),
+            (vec!["Bearer from-header".to_string()], Some("42".into())),
+            "one Authorization, the configured one"
+        );
+        assert_eq!(
+            sent(json!({"headers": {"X-Org": "42"}})).unwrap_err(),
+            CallError::Permanent(
+                "job.config.token is missing (or set an Authorization header in job.config.headers)".into()
+            )
+        );
+    }
 
     #[test]
     fn long_run_ids_become_a_64_character_token() {

@@ -1,5 +1,16 @@
 //! `http` jobs: one request (`url`, `method` default POST, `headers`, `body`), 2xx means
-//! accepted. Then, as configured:
+//! accepted. The body, as Interlock sent it:
+//! - a string `body` is sent as it is, byte for byte (after its templates are rendered),
+//!   not JSON-encoded again (internal/trigger/trigger.go:107-125); any other JSON value is
+//!   sent as its JSON text;
+//! - without `body`, the run's date arguments as JSON, `{"par_day":"20260303"}` and, for an
+//!   hourly run, `"par_hour":"10"` (internal/lambda/orchestrator/trigger.go:113-135), except
+//!   on a GET, which sends no body.
+//!
+//! A request with a body carries `Content-Type: application/json` unless `headers` sets
+//! another; configured headers override the client's own.
+//!
+//! Then, as configured:
 //! - nothing more (fire-and-forget, as in the earlier design): the accepted request
 //!   completes the run;
 //! - `statusUrl`: the job runs, and a GET of `statusUrl` (same headers) is its status
@@ -12,8 +23,9 @@
 //! Every request carries `Idempotency-Key: <run id>`: a trigger requested again after a
 //! crash has the same key, so a target that honours it never starts the run twice.
 
-use reqwest::Method;
-use serde_json::{json, Value};
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Method, RequestBuilder};
+use serde_json::{json, Map, Value};
 
 use super::{http_error, send, send_json, tail, Call, CallError, Outcome};
 use crate::core::records::FailureCategory;
@@ -23,14 +35,12 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let method = call.optional("method").unwrap_or("POST").to_ascii_uppercase();
     let method = Method::from_bytes(method.as_bytes())
         .map_err(|_| CallError::Permanent(format!("{method:?} is not an HTTP method")))?;
-    let mut request = with_headers(call, call.request(method, url)?);
-    if let Some(body) = call.config.get("body") {
-        request = request.body(match body {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
+    let mut request = call.request(method.clone(), url)?;
+    if let Some(body) = body(call, &method) {
+        // Before the configured headers, which may set another type.
+        request = request.header(CONTENT_TYPE, "application/json").body(body);
     }
-    let (status, body) = send(request).await?;
+    let (status, body) = send(with_headers(call, request)?).await?;
     if !status.is_success() {
         return Err(http_error("the job endpoint", status, &body));
     }
@@ -59,7 +69,7 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
     let url = call.required("statusUrl")?;
     let answer = send_json(
         "the status endpoint",
-        with_headers(call, call.request(Method::GET, url)?),
+        with_headers(call, call.request(Method::GET, url)?)?,
     )
     .await?;
     let field = call.optional("statusField").unwrap_or("status");
@@ -81,14 +91,62 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
     .with("state", json!(state)))
 }
 
-fn with_headers(call: &Call<'_>, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-    request = request.header("Idempotency-Key", call.run_id());
-    if let Some(headers) = call.config.get("headers").and_then(Value::as_object) {
-        for (name, value) in headers {
-            if let Some(v) = value.as_str() {
-                request = request.header(name.as_str(), v);
-            }
+/// The trigger's body: a string as it is, another value as JSON, none: the run's date
+/// arguments (but a GET sends no body).
+fn body(call: &Call<'_>, method: &Method) -> Option<String> {
+    match call.config.get("body") {
+        Some(Value::String(raw)) => Some(raw.clone()),
+        Some(Value::Null) | None if *method == Method::GET || *method == Method::HEAD => None,
+        Some(Value::Null) | None => {
+            let arguments: Map<String, Value> = call
+                .date_arguments()
+                .into_iter()
+                .map(|(name, value)| (name.to_string(), Value::String(value)))
+                .collect();
+            Some(Value::Object(arguments).to_string())
         }
+        Some(other) => Some(other.to_string()),
     }
-    request
+}
+
+fn with_headers(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
+    Ok(request
+        .header("Idempotency-Key", call.run_id())
+        .headers(call.headers()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::JobKind;
+    use crate::core::lifecycle::TriggerRequest;
+    use crate::runtime::jobs::aws::testing::Parts;
+
+    #[test]
+    fn bodies_are_raw_strings_json_or_the_date_arguments() {
+        let body_of = |config: Value, method: Method| body(&Parts::new(JobKind::Http, config).call(), &method);
+        let raw = r#"{"body": {"pipeline": "x"}}"#;
+        assert_eq!(body_of(json!({ "body": raw }), Method::POST).as_deref(), Some(raw));
+        assert_eq!(body_of(json!({"body": "a b"}), Method::PUT).as_deref(), Some("a b"));
+        assert_eq!(
+            body_of(json!({"body": {"b": [1, 2]}}), Method::POST).as_deref(),
+            Some(r#"{"b":[1,2]}"#)
+        );
+        // The test run is daily, 2026-11-22.
+        assert_eq!(
+            body_of(json!({}), Method::POST).as_deref(),
+            Some(r#"{"par_day":"20261122"}"#)
+        );
+        assert_eq!(
+            body_of(json!({"body": null}), Method::DELETE).as_deref(),
+            Some(r#"{"par_day":"20261122"}"#)
+        );
+        assert_eq!(body_of(json!({}), Method::GET), None);
+        let mut hourly = Parts::new(JobKind::Http, json!({}));
+        hourly.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Http, json!({}));
+        assert_eq!(
+            body(&hourly.call(), &Method::POST).as_deref(),
+            Some(r#"{"par_day":"20260303","par_hour":"10"}"#)
+        );
+    }
 }

@@ -26,12 +26,14 @@ pub mod kafka;
 use std::time::Duration;
 
 use rdkafka::producer::FutureProducer;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::core::config::JobKind;
 use crate::core::lifecycle::TriggerRequest;
 use crate::core::records::{FailureCategory, JobStatus};
+use crate::core::template;
 
 pub use guard::{Client, Guard};
 
@@ -112,7 +114,7 @@ pub enum CallError {
 }
 
 /// One call about one run: the request the decider made (run identity, kind, rendered
-/// config) with `${env:...}` secrets resolved into `config`.
+/// config) with `${env:...}` (and `${INTERLOCK_...}`) secrets resolved into `config`.
 pub struct Call<'a> {
     pub request: &'a TriggerRequest,
     pub config: &'a Map<String, Value>,
@@ -147,6 +149,63 @@ impl Call<'_> {
     pub fn request(&self, method: Method, url: &str) -> Result<RequestBuilder, CallError> {
         self.client.request(method, url, self.timeout())
     }
+
+    /// `job.config.headers` (an object of string values) as headers, for every request of
+    /// the job: the trigger and each status check. Add them last (`RequestBuilder::headers`
+    /// replaces what was set before under the same name), so that a configured header
+    /// overrides the client's own (`Content-Type`, `Authorization`). Values are marked
+    /// sensitive (they often carry a secret) and never quoted in errors.
+    pub fn headers(&self) -> Result<HeaderMap, CallError> {
+        let mut map = HeaderMap::new();
+        let headers = match self.config.get("headers") {
+            None | Some(Value::Null) => return Ok(map),
+            Some(Value::Object(headers)) => headers,
+            Some(_) => {
+                return Err(CallError::Permanent(
+                    "job.config.headers must map header names to string values".into(),
+                ))
+            }
+        };
+        for (name, value) in headers {
+            let value = value
+                .as_str()
+                .ok_or_else(|| CallError::Permanent(format!("job.config.headers.{name} must be a string")))?;
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                CallError::Permanent(format!("job.config.headers: {name:?} is not an HTTP header name"))
+            })?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| {
+                CallError::Permanent(format!("job.config.headers.{name} is not a valid HTTP header value"))
+            })?;
+            value.set_sensitive(true);
+            map.append(header, value);
+        }
+        Ok(map)
+    }
+
+    /// Whether `job.config.headers` sets `name` (in any case).
+    pub fn has_header(&self, name: &str) -> bool {
+        self.config
+            .get("headers")
+            .and_then(Value::as_object)
+            .is_some_and(|headers| headers.keys().any(|k| k.eq_ignore_ascii_case(name)))
+    }
+
+    /// Interlock's date arguments of this run ([`date_arguments`]).
+    pub fn date_arguments(&self) -> Vec<(&'static str, String)> {
+        date_arguments(&self.request.date)
+    }
+}
+
+/// The date arguments Interlock gave every run (internal/lambda/orchestrator/trigger.go:113-135,
+/// internal/lambda/date.go:27-55): `par_day`, the execution day as `YYYYMMDD`, and for an
+/// hourly run (`YYYY-MM-DDTHH`) `par_hour`, the hour `HH`.
+pub fn date_arguments(date: &str) -> Vec<(&'static str, String)> {
+    let (day, hour) = template::date_parts(date);
+    let mut arguments = vec![("par_day", template::compact_day(day))];
+    if let Some(hour) = hour.filter(|h| !h.is_empty()) {
+        arguments.push(("par_hour", hour.to_string()));
+    }
+    arguments
 }
 
 /// The target a job's calls go to, for concurrency bounds and circuit breaking: the host
@@ -273,6 +332,50 @@ mod tests {
     fn urls_join_whatever_the_slashes() {
         assert_eq!(join_url("http://a/", "/api/v1"), "http://a/api/v1");
         assert_eq!(join_url("http://a", "api/v1"), "http://a/api/v1");
+    }
+
+    #[test]
+    fn date_arguments_are_the_compact_day_and_the_hour_of_hourly_runs() {
+        assert_eq!(date_arguments("2026-03-03"), [("par_day", "20260303".to_string())]);
+        assert_eq!(
+            date_arguments("2026-03-03T10"),
+            [("par_day", "20260303".to_string()), ("par_hour", "10".to_string())]
+        );
+    }
+
+    #[test]
+    fn configured_headers_are_strings_and_checked() {
+        use crate::runtime::jobs::aws::testing::Parts;
+        let parts = Parts::new(
+            JobKind::Http,
+            json!({"headers": {"Authorization": "Bearer t", "X-Team": "data"}}),
+        );
+        let call = parts.call();
+        let headers = call.headers().unwrap();
+        assert_eq!(headers["authorization"], "Bearer t");
+        assert!(headers["authorization"].is_sensitive());
+        assert_eq!(headers["x-team"], "data");
+        assert!(call.has_header("AUTHORIZATION") && !call.has_header("content-type"));
+        for (bad, says) in [
+            (
+                json!({"headers": {"X-N": 1}}),
+                "job.config.headers.X-N must be a string",
+            ),
+            (json!({"headers": {"bad name": "v"}}), "is not an HTTP header name"),
+            (
+                json!({"headers": {"X-V": "line\nbreak"}}),
+                "X-V is not a valid HTTP header value",
+            ),
+            (json!({"headers": ["X-A"]}), "must map header names"),
+        ] {
+            let parts = Parts::new(JobKind::Http, bad.clone());
+            match parts.call().headers() {
+                Err(CallError::Permanent(m)) => assert!(m.contains(says), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let parts = Parts::new(JobKind::Http, json!({}));
+        assert!(parts.call().headers().unwrap().is_empty());
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! `Timeout`: `timeout` stays the per-request HTTP timeout in seconds). Handle:
 //! `{"jobName", "jobRunId"}`.
 //!
+//! Every run also gets Interlock's date arguments (internal/lambda/orchestrator/trigger.go:113-135):
+//! `--par_day` (the execution day, `YYYYMMDD`) and, for an hourly run, `--par_hour` (`HH`),
+//! each only when `arguments` does not set it already (Interlock overwrote it).
+//!
 //! StartJobRun has no idempotency key: a trigger retried after its answer was lost (a
 //! timeout once the request had reached Glue) starts a second run. A job with
 //! `MaxConcurrentRuns: 1` turns that second start into `ConcurrentRunsExceededException`,
@@ -63,19 +67,21 @@ pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, C
 fn start_input(call: &Call<'_>, job_name: &str) -> Result<Value, CallError> {
     let mut input = Map::new();
     input.insert("JobName".into(), json!(job_name));
-    if let Some(arguments) = config_object(call, "arguments")? {
-        let arguments: Map<String, Value> = arguments
-            .iter()
-            .map(|(name, value)| {
-                let value = match value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                (name.clone(), Value::String(value))
-            })
-            .collect();
-        input.insert("Arguments".into(), Value::Object(arguments));
+    let mut arguments: Map<String, Value> = config_object(call, "arguments")?
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let value = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (name.clone(), Value::String(value))
+        })
+        .collect();
+    for (name, value) in call.date_arguments() {
+        arguments.entry(format!("--{name}")).or_insert(Value::String(value));
     }
+    input.insert("Arguments".into(), Value::Object(arguments));
     if let Some(worker_type) = config_str(call, "workerType")? {
         input.insert("WorkerType".into(), json!(worker_type));
     }
@@ -108,6 +114,7 @@ fn outcome(state: &str, error: Option<&str>, run_id: &str, handle: &Value) -> Ou
 mod tests {
     use super::*;
     use crate::core::config::JobKind;
+    use crate::core::lifecycle::TriggerRequest;
     use crate::core::records::JobStatus;
     use crate::runtime::jobs::aws::testing::Parts;
 
@@ -128,7 +135,7 @@ mod tests {
             start_input(&parts.call(), "nightly").unwrap(),
             json!({
                 "JobName": "nightly",
-                "Arguments": {"--day": "2026-11-22", "--rows": "3", "--full": "true"},
+                "Arguments": {"--day": "2026-11-22", "--rows": "3", "--full": "true", "--par_day": "20261122"},
                 "WorkerType": "G.1X",
                 "NumberOfWorkers": 4,
                 "Timeout": 60
@@ -137,7 +144,15 @@ mod tests {
         let parts = Parts::new(JobKind::Glue, json!({"jobName": "nightly"}));
         assert_eq!(
             start_input(&parts.call(), "nightly").unwrap(),
-            json!({"JobName": "nightly"})
+            json!({"JobName": "nightly", "Arguments": {"--par_day": "20261122"}})
+        );
+        // Hourly: --par_hour too; a --par_day the config sets is left as it is.
+        let config = json!({"jobName": "nightly", "arguments": {"--par_day": "custom"}});
+        let mut parts = Parts::new(JobKind::Glue, config.clone());
+        parts.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Glue, config);
+        assert_eq!(
+            start_input(&parts.call(), "nightly").unwrap()["Arguments"],
+            json!({"--par_day": "custom", "--par_hour": "10"})
         );
         for bad in [
             json!({"jobName": "j", "arguments": ["--x"]}),

@@ -1,9 +1,13 @@
 //! `lambda` jobs: one `Invoke` (`POST /2015-03-31/functions/{functionName}/invocations`,
 //! signing name `lambda`), whose answer is the run's outcome: Lambda has no run to poll.
 //!
-//! Config: `functionName` (required: a name, a name with `:alias`, or an ARN); `payload`
-//! (any JSON; default: the run's identity `{pipelineId, scheduleId, date, runId,
-//! attempt}`); `invocationType`: `RequestResponse` (default) or `Event`.
+//! Config: `functionName` (required: a name, a name with `:alias`, or an ARN); `payload`:
+//! a string is sent as it is, byte for byte (after its templates are rendered), as Interlock
+//! sent it (internal/trigger/lambda.go:30-32), so `payload: '{"body": {"pipeline": "x"}}'`
+//! reaches the function as that JSON text and not as a JSON string; an object, array or
+//! other JSON value is sent as its JSON text; default: the run's identity `{pipelineId,
+//! scheduleId, date, runId, attempt}`; `invocationType`: `RequestResponse` (default) or
+//! `Event`.
 //! - RequestResponse waits for the function: 200 without `X-Amz-Function-Error` succeeded
 //!   (with the answer's tail); with it, failed TRANSIENT with the error payload's type and
 //!   message, or timed out when Lambda says the function timed out. Such a call lasts as long
@@ -44,10 +48,7 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
             )))
         }
     };
-    let payload = match call.config.get("payload") {
-        Some(payload) => payload.clone(),
-        None => identity(call),
-    };
+    let body = payload(call);
     let api = Api::new(call, &SERVICE)?;
     let path = format!("/2015-03-31/functions/{}/invocations", label(function));
     let headers = [
@@ -58,7 +59,6 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         ),
     ];
     let timeout = (sync && !call.config.contains_key("timeout")).then_some(SYNC_TIMEOUT);
-    let body = payload.to_string().into_bytes();
     let answer = api.send(Method::POST, &path, &headers, body, timeout).await?;
     if let Some(error) = answer.error() {
         return Err(error.into_call_error(&api.what("Invoke")));
@@ -87,6 +87,16 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         outcome = outcome.with("executedVersion", json!(version));
     }
     Ok(outcome)
+}
+
+/// The bytes the function gets: a string payload as it is, any other as JSON, none: the
+/// run's identity.
+fn payload(call: &Call<'_>) -> Vec<u8> {
+    match call.config.get("payload") {
+        Some(Value::String(raw)) => raw.clone().into_bytes(),
+        Some(payload) => payload.to_string().into_bytes(),
+        None => identity(call).to_string().into_bytes(),
+    }
 }
 
 /// The payload a function gets when the config sets none: which run this is.
@@ -145,6 +155,23 @@ mod tests {
             function_error("Handled", "not json"),
             Outcome::failed(None, "function error (Handled): not json")
         );
+    }
+
+    #[test]
+    fn a_string_payload_is_sent_as_it_is_and_others_as_json() {
+        let bytes = |config: Value| {
+            let parts = super::super::testing::Parts::new(crate::core::config::JobKind::Lambda, config);
+            String::from_utf8(payload(&parts.call())).unwrap()
+        };
+        let raw = r#"{"body": {"pipeline": "x"}}"#;
+        assert_eq!(bytes(json!({ "payload": raw })), raw);
+        assert_eq!(bytes(json!({"payload": "not json"})), "not json");
+        assert_eq!(
+            bytes(json!({"payload": {"body": {"pipeline": "x"}}})),
+            r#"{"body":{"pipeline":"x"}}"#
+        );
+        assert_eq!(bytes(json!({"payload": [1, "a"]})), r#"[1,"a"]"#);
+        assert!(bytes(json!({})).starts_with(r#"{"attempt":1,"#));
     }
 
     #[test]
