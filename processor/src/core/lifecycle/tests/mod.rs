@@ -596,6 +596,21 @@ impl Sim {
     }
 
     /// A job report for any execution.
+    /// An operator's `rerun` of `pipeline`'s execution for `date`.
+    pub(super) fn rerun(&mut self, pipeline: &str, date: &str) -> Decision {
+        let record = CommandRecord {
+            pipeline_id: pipeline.into(),
+            command: crate::core::records::CommandKind::Rerun,
+            schedule_id: None,
+            date: date.into(),
+            reason: None,
+            requested_by: None,
+            subscriber: None,
+            key: None,
+        };
+        self.input(pipeline, Input::CommandReceived(record))
+    }
+
     pub(super) fn job_for(&mut self, pipeline: &str, schedule_id: &str, date: &str, status: JobStatus) -> Decision {
         let run_id = self.states[pipeline].executions[&execution_key(schedule_id, date)]
             .phase
@@ -746,17 +761,7 @@ fn a_rerun_cancels_the_expiry_and_the_next_end_arms_it_again() {
     };
     assert!(sim.due("gold", &expire).is_some());
     sim.advance(TimeDelta::days(1));
-    let rerun = CommandRecord {
-        pipeline_id: "gold".into(),
-        command: crate::core::records::CommandKind::Rerun,
-        schedule_id: None,
-        date: "2026-11-22".into(),
-        reason: None,
-        requested_by: None,
-        subscriber: None,
-        key: None,
-    };
-    sim.input("gold", Input::CommandReceived(rerun));
+    sim.rerun("gold", "2026-11-22");
     assert_eq!(sim.due("gold", &expire), None, "an open execution never expires");
     sim.job("gold", RUN2, JobStatus::Succeeded, None);
     assert_eq!(sim.due("gold", &expire), Some(sim.now + retention::RETENTION));

@@ -1205,19 +1205,7 @@ fn rerun_accepted_after_sensor_deadline_expired_runs_the_date_with_a_fresh_windo
     sim.advance(TimeDelta::minutes(30));
     ready_on(&mut sim, "2026-11-22");
     assert!(sim.triggers().is_empty(), "the closed window starts nothing by itself");
-    sim.input(
-        "gold",
-        Input::CommandReceived(crate::core::records::CommandRecord {
-            pipeline_id: "gold".into(),
-            command: crate::core::records::CommandKind::Rerun,
-            schedule_id: None,
-            date: "2026-11-22".into(),
-            reason: None,
-            requested_by: None,
-            subscriber: None,
-            key: None,
-        }),
-    );
+    sim.rerun("gold", "2026-11-22");
     assert_eq!(
         sim.types(),
         [
