@@ -451,7 +451,10 @@ fn deadline_ahead() -> DateTime<Utc> {
 fn sla_pipeline(id: &str, deadline: DateTime<Utc>) -> Value {
     let mut config = pipeline(id, command_job("true", 0));
     config["schedule"]["timezone"] = json!("UTC");
-    config["sla"] = json!({"deadline": deadline.format("%H:%M").to_string(), "expectedDuration": "1m"});
+    // On the data date itself: the next-day default of sensor-driven pipelines would put the
+    // deadline a day away.
+    config["sla"] = json!({"deadline": deadline.format("%H:%M").to_string(), "deadlineDay": "dataDate",
+                           "expectedDuration": "1m"});
     config
 }
 

@@ -16,7 +16,7 @@ pub fn config(id: &str, target: &str) -> Value {
             "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
             "evaluation": {"window": "1h", "interval": "5m"}
         },
-        "sla": {"deadline": "23:59", "expectedDuration": "30m"},
+        "sla": {"deadline": "23:59", "deadlineDay": "dataDate", "expectedDuration": "30m"},
         "validation": {"trigger": "ALL", "rules": [
             {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
             {"key": "row-count", "check": "gte", "field": "count", "value": 1000},

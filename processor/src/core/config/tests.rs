@@ -471,3 +471,10 @@ fn fields_read_but_not_acted_on_warn() {
         assert!(said.iter().any(|w| w.starts_with(path)), "{path}: {said:?}");
     }
 }
+
+#[test]
+fn sla_deadline_day_is_read_from_the_config() {
+    let mut c = minimal();
+    c["sla"] = json!({"deadline": "05:49", "deadlineDay": "dataDate", "expectedDuration": "1m"});
+    assert_eq!(parsed(c).config.sla.unwrap().deadline_day, DeadlineDay::DataDate);
+}
