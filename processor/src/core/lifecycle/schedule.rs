@@ -139,9 +139,7 @@ impl Decider<'_> {
     /// started is reported (the earlier design's path: interlock
     /// `internal/lambda/watchdog/missed.go`; no code of it started a run at the cron time).
     fn trigger_missed_cron(&mut self, config: &PipelineConfig, key: &str, date: &str, due: DateTime<Utc>) {
-        let day = date.split('T').next().unwrap_or(date);
-        let prefix = execution_key(config.schedule_id(), day);
-        if self.state.executions.keys().any(|k| k.starts_with(&prefix)) {
+        if self.day_started(config, date) {
             self.notes
                 .push(format!("cron occurrence {date}: the trigger started it"));
             return;
@@ -167,9 +165,7 @@ impl Decider<'_> {
             self.set_timer(TimerKind::StartCheck { date: next.to_string() }, at);
         }
         let key = execution_key(config.schedule_id(), date);
-        let day = date.split('T').next().unwrap_or(date);
-        let prefix = execution_key(config.schedule_id(), day);
-        if self.state.executions.keys().any(|k| k.starts_with(&prefix)) {
+        if self.day_started(&config, date) {
             return;
         }
         if let Some(reason) = day_excluded(&config, date) {
@@ -216,14 +212,7 @@ impl Decider<'_> {
         };
         self.arm_trigger_deadline(&config);
         let key = execution_key(config.schedule_id(), date);
-        // An hourly execution of the day counts as the day having started.
-        let hourly = format!("{key}T");
-        let started = self
-            .state
-            .executions
-            .keys()
-            .any(|k| *k == key || k.starts_with(&hourly));
-        if started || day_excluded(&config, date).is_some() {
+        if self.day_started(&config, date) || day_excluded(&config, date).is_some() {
             return;
         }
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
@@ -239,6 +228,13 @@ impl Decider<'_> {
             format!("{reason}: rerun to restart it ({rerun})"),
             detail([("rerunCommand", json!(rerun))]),
         );
+    }
+
+    /// Whether the day of `date` has an execution, daily or of any of its hours.
+    fn day_started(&self, config: &PipelineConfig, date: &str) -> bool {
+        let day = date.split('T').next().unwrap_or(date);
+        let prefix = execution_key(config.schedule_id(), day);
+        self.state.executions.keys().any(|k| k.starts_with(&prefix))
     }
 
     /// Starts the execution a sensor `sensor_key` scoped to `date` triggers, unless it exists
