@@ -212,7 +212,15 @@ impl Decider<'_> {
         };
         self.arm_trigger_deadline(&config);
         let key = execution_key(config.schedule_id(), date);
-        if self.day_started(&config, date) || day_excluded(&config, date).is_some() {
+        // For a daily date, an hourly execution of the day counts as the day having started;
+        // an hourly date is its own hour only.
+        let hourly = format!("{key}T");
+        let started = self
+            .state
+            .executions
+            .keys()
+            .any(|k| *k == key || k.starts_with(&hourly));
+        if started || day_excluded(&config, date).is_some() {
             return;
         }
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
