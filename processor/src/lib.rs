@@ -1,13 +1,62 @@
 //! Sluice: a pipeline safety controller that runs as a stateful stream processor on Kafka.
 //!
-//! [`core`] is the pure lifecycle (no Kafka, RocksDB, HTTP or wall clock); [`runtime`] is the
-//! thin plumbing that feeds it records and timers and carries out what it decides.
+//! The crate has three layers, each using only the ones below it (`main.rs` → [`cli`] →
+//! [`runtime`] → [`core`]; the `layers` test below checks the imports):
+//!
+//! - [`core`]: the pure lifecycle. Every rule lives here, as a function from state, input and
+//!   time to a decision; no Kafka, RocksDB, HTTP or wall clock (`core/mod.rs`'s `purity` test).
+//! - [`runtime`]: the plumbing that feeds the core records and timers and carries out what it
+//!   decides: Kafka clients, RocksDB stores, the changelog, timers, effects (job triggers), the
+//!   HTTP API, telemetry.
+//! - [`cli`]: the `sluice` command line, one file per command (`run`, `config`, `replay`,
+//!   `reset`, `alerts`, ...), each owning its flags.
 
-pub mod calendars;
 pub mod cli;
 pub mod core;
 pub mod runtime;
-pub mod settings_file;
+
+#[cfg(test)]
+mod layers {
+    //! Rust lets any module use any other in the crate, so this test keeps the layers apart:
+    //! the runtime never uses the command line, the core neither.
+
+    use std::path::Path;
+
+    /// Every `.rs` file under `dir` whose text names one of `forbidden`, with the name.
+    fn offences(dir: &str, forbidden: &[&str]) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(dir)];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for word in forbidden.iter().filter(|w| text.contains(**w)) {
+                        found.push(format!("{} uses {word}", path.display()));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_runtime_never_uses_the_command_line() {
+        let found = offences("runtime", &["crate::cli", "super::cli", "super::super::cli"]);
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn the_core_never_uses_the_runtime_or_the_command_line() {
+        let found = offences(
+            "core",
+            &["crate::runtime", "crate::cli", "super::runtime", "super::cli"],
+        );
+        assert!(found.is_empty(), "{found:#?}");
+    }
+}
 
 #[cfg(test)]
 mod schema_examples {

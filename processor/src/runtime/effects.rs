@@ -38,9 +38,9 @@ use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
 use super::codec::{Codec, Family};
-use super::http::Telemetry;
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
+use super::telemetry::Telemetry;
 use crate::core::config::{JobKind, RetryPolicy};
 use crate::core::lifecycle::{Effect, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord};

@@ -3,13 +3,12 @@
 //! effects). No business rule lives here.
 
 pub mod access;
-pub mod alerts;
 pub mod api;
 pub mod changelog;
 pub mod codec;
 pub mod effects;
-pub mod events_tail;
 pub mod http;
+pub mod input;
 pub mod instances;
 pub mod jobs;
 pub mod kafka;
@@ -17,10 +16,8 @@ pub mod observability;
 pub mod opening;
 pub mod processor;
 pub mod recent;
-pub mod replay;
-pub mod reset;
-pub mod status;
 pub mod store;
 pub mod summaries;
+pub mod telemetry;
 pub mod topics;
 pub mod ui;

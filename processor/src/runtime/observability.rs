@@ -23,7 +23,7 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use prometheus_client::metrics::MetricType;
 
-use super::http::{MetricDescriptor, Telemetry};
+use super::telemetry::{MetricDescriptor, Telemetry};
 
 /// The standard switch: set, Sluice exports over OTLP; unset, nothing is exported.
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";

@@ -23,10 +23,10 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use super::changelog::{self, Restored};
-use super::http::Telemetry;
 use super::kafka;
 use super::processor::{Guarantee, Settings};
 use super::store::{PartitionStore, StoreBatch};
+use super::telemetry::Telemetry;
 use crate::core::changelog::Lineage;
 use crate::core::lifecycle::Effect;
 

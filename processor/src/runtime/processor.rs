@@ -13,7 +13,6 @@
 //! state, a fenced producer, a broker without the transactions asked for) end `run` with an
 //! error after the clients are closed.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,19 +36,18 @@ use super::api::{self, Answer, Query};
 use super::changelog;
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
-use super::http::Telemetry;
+use super::input::{origin_of, read_input};
 use super::kafka::{self, Connection};
 use super::opening::{Opened, Openings};
 use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
-use super::topics::{InputTopic, Topics};
+use super::telemetry::Telemetry;
+use super::topics::Topics;
 use crate::core::changelog::{Foreign, Lineage};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
-use crate::core::limits::Limits;
-use crate::core::records;
 use crate::core::status;
 use crate::core::timers::{timer_origin, TimerIndex, TimerOp};
 use crate::core::PipelineState;
@@ -1389,88 +1387,6 @@ impl Processor {
             }
         }
     }
-}
-
-/// The origin an input's events are identified by (their `eventId` derives from it). A job
-/// report is identified by its run and status rather than its offset: a trigger requested
-/// again after a crash, or a runner that reports twice, yields the same events, which
-/// consumers deduplicate by `eventId`.
-pub(crate) fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
-    let role = kind.role();
-    match input {
-        Input::JobReported(r) => format!("{role}/{}/{}/{}", r.pipeline_id, r.run_id, r.status.as_str()),
-        _ => format!("{role}/{p}@{offset}"),
-    }
-}
-
-/// The pipeline an input record is about and the decider's input it holds. Avro and
-/// Connect-enveloped records become their JSON form first; what cannot be read is rejected
-/// with the reason, like malformed JSON.
-pub(crate) async fn read_input(
-    codec: &Codec,
-    kind: InputTopic,
-    message: &OwnedMessage,
-    partitions: i32,
-    limits: &Limits,
-) -> (String, Input) {
-    let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
-    // Measured before anything is decoded: an oversized record is never parsed.
-    let size = message.payload().map_or(0, <[u8]>::len);
-    if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
-        let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
-        return (key.unwrap_or_default(), Input::Rejected { source: origin, reason });
-    }
-    let payload = match (kind.family(), message.payload()) {
-        (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
-        (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
-    };
-    match payload {
-        Ok(payload) => decode(kind, message, payload.as_deref(), &origin, partitions),
-        Err(e) => (
-            message
-                .key()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
-                .unwrap_or_default(),
-            Input::Rejected {
-                source: origin,
-                reason: e.to_string(),
-            },
-        ),
-    }
-}
-
-/// Decodes an input record into the decider's input; a bad record becomes a rejection.
-/// The input a record holds (`value`: its payload in JSON form).
-fn decode(
-    kind: InputTopic,
-    message: &OwnedMessage,
-    value: Option<&[u8]>,
-    origin: &str,
-    partitions: i32,
-) -> (String, Input) {
-    let key = message.key();
-    let decoded = records::check_partition(key, message.partition(), partitions).and_then(|()| match kind {
-        InputTopic::Config => {
-            records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))
-        }
-        InputTopic::Sensors => {
-            records::decode_sensor(key, value).map(|r| (r.pipeline_id.clone(), Input::SensorReceived(r)))
-        }
-        InputTopic::Jobs => records::decode_job(key, value).map(|r| (r.pipeline_id.clone(), Input::JobReported(r))),
-        InputTopic::Commands => {
-            records::decode_command(key, value).map(|r| (r.pipeline_id.clone(), Input::CommandReceived(r)))
-        }
-    });
-    decoded.unwrap_or_else(|e| {
-        let pipeline = key.map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
-        (
-            pipeline,
-            Input::Rejected {
-                source: origin.to_string(),
-                reason: e.to_string(),
-            },
-        )
-    })
 }
 
 fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {

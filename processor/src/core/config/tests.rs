@@ -211,38 +211,6 @@ fn hourly_deadlines_and_exclusion_forms_parse() {
 }
 
 #[test]
-fn a_legacy_config_resolved_against_the_example_calendars_is_what_the_processor_reads() {
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let text = std::fs::read_to_string(examples.join("legacy/gold-revenue.yaml")).unwrap();
-    // What `config apply` does: deployment variables, then calendars, then the strict parse.
-    let (mut json, _) = template::substitute_deployment(&yaml_to_json(&text).unwrap(), &Default::default()).unwrap();
-    assert!(
-        parse(&json, Variables::MustBeResolved).is_err(),
-        "a calendar name alone is not enough for the processor"
-    );
-    let calendars = crate::calendars::Calendars::load_dir(&examples.join("calendars")).unwrap();
-    let resolution = calendars.resolve(&mut json, Variables::MustBeResolved);
-    assert!(resolution.errors.is_empty(), "{:?}", resolution.errors);
-    assert_eq!(resolution.resolved, ["schedule.exclude.holidays"]);
-
-    let config = parse(&json, Variables::MustBeResolved).unwrap().config;
-    let calendar = config.exclusions.calendar.as_ref().unwrap();
-    assert_eq!(calendar.name, "us-holidays");
-    assert!(calendar.resolved);
-    let day = |text: &str| NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap();
-    let thanksgiving = config.exclusions.excludes(day("2026-11-26"));
-    assert_eq!(
-        thanksgiving.as_deref(),
-        Some("2026-11-26 is excluded by calendar \"us-holidays\"")
-    );
-    assert_eq!(day("2026-11-24").weekday(), Weekday::Tue);
-    assert_eq!(config.exclusions.excludes(day("2026-11-24")), None);
-    assert!(config.exclusions.excludes(day("2026-11-28")).is_some(), "a Saturday");
-    // The resolved JSON is what travels on the topic, and reads back the same.
-    assert_eq!(PipelineConfig::from_json(config.raw()).unwrap().config, config);
-}
-
-#[test]
 fn an_hourly_sla_deadline_on_a_daily_cron_is_rejected() {
     let mut config = minimal();
     config["schedule"] = json!({"cron": "0 8 * * *"});

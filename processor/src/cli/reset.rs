@@ -25,16 +25,16 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::changelog;
-use super::codec::Codec;
-use super::events_tail::{offsets_at, parse_time};
-use super::kafka::{self, Connection, Start};
+use super::events::{offsets_at, parse_time};
 use super::replay::{decoded_in_order, parse_position, time_of_positions};
-use super::store::StoreBatch;
-use super::topics::{InputTopic, Topics};
 use crate::core::changelog::{Entry, Lineage, Restore};
 use crate::core::partitioning::partition_for;
 use crate::core::replay::Replay;
+use crate::runtime::changelog;
+use crate::runtime::codec::Codec;
+use crate::runtime::kafka::{self, Connection, Start};
+use crate::runtime::store::StoreBatch;
+use crate::runtime::topics::{InputTopic, Topics};
 
 #[derive(Args)]
 pub struct ResetArgs {
@@ -56,7 +56,7 @@ pub struct ResetArgs {
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
-    decider: crate::cli::DeciderArgs,
+    decider: super::args::DeciderArgs,
 }
 
 /// What a reset does to one partition.

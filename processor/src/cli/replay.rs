@@ -22,18 +22,19 @@ use rdkafka::message::Message;
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::codec::{Codec, Family};
-use super::events_tail::{offsets_at, parse_time};
-use super::kafka::{self, Connection, Start};
-use super::processor::{origin_of, read_input};
-use super::topics::{InputTopic, Topics};
-use crate::cli::{publishable_configs, Progress};
+use super::args::{parse_delta, parse_var, DeciderArgs};
+use super::config::{publishable_configs, Progress};
+use super::events::{offsets_at, parse_time};
 use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::Replay;
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::input::{origin_of, read_input};
+use crate::runtime::kafka::{self, Connection, Start};
+use crate::runtime::topics::{InputTopic, Topics};
 
 #[derive(Args)]
 pub struct ReplayArgs {
@@ -65,7 +66,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "DIR", requires = "pipelines")]
     calendars: Option<PathBuf>,
     /// Deployment variable for ${name} placeholders in --pipelines (repeatable).
-    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = crate::cli::parse_var, requires = "pipelines")]
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var, requires = "pipelines")]
     vars: Vec<(String, String)>,
     /// Only these pipelines (repeatable).
     #[arg(long = "pipeline", value_name = "ID")]
@@ -87,13 +88,13 @@ pub struct ReplayArgs {
     diff: bool,
     /// How far apart in time a recorded and a replayed event may be and still count as the
     /// same decision.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::cli::parse_delta)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_delta)]
     tolerance: TimeDelta,
     /// With --diff, exit 1 when the replay changed something.
     #[arg(long, requires = "diff")]
     exit_code: bool,
     #[command(flatten)]
-    decider: crate::cli::DeciderArgs,
+    decider: DeciderArgs,
 }
 
 /// `sensors:0:1200`.

@@ -21,11 +21,11 @@ use rocksdb::DB;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::codec::{Codec, Family};
-use super::kafka::{self, Connection};
-use super::processor::shutdown_signal;
-use super::topics::Topics;
 use crate::core::events::{Event, EventType};
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::kafka::{self, Connection};
+use crate::runtime::processor::shutdown_signal;
+use crate::runtime::topics::Topics;
 
 /// What is sent when `--type` is not given: the earlier design's alerted set (interlock
 /// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the

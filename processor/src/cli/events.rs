@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, NaiveDate, Utc};
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::codec::{Codec, Family};
-use super::kafka::{self, Connection};
-use super::topics::Topics;
 use crate::core::duration::parse_duration;
 use crate::core::events::{Event, EventType};
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::kafka::{self, Connection};
+use crate::runtime::topics::Topics;
 
 #[derive(Args)]
 pub struct TailArgs {
@@ -55,6 +55,12 @@ enum Start {
 pub enum Output {
     Json,
     Table,
+}
+
+#[derive(Subcommand)]
+pub enum EventsCommand {
+    /// Print lifecycle events.
+    Tail(TailArgs),
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {

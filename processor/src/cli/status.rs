@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::Value;
 
-use super::events_tail::Output;
+use super::events::Output;
 use crate::core::status::PipelineSummary;
 
 #[derive(Args)]
@@ -43,7 +43,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(path) = &args.api_token_file {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let token = super::access::tokens_in(&text)
+        let token = crate::runtime::access::tokens_in(&text)
             .next()
             .with_context(|| format!("{} holds no token", path.display()))?;
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))

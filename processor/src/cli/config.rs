@@ -1,0 +1,404 @@
+//! `sluice config validate|apply`: pipeline YAML files read from a folder, calendars and
+//! deployment variables resolved, every problem reported, and the configs published to the
+//! config topic only when there is none. `replay --pipelines` reads configs the same way.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Subcommand;
+use serde_json::Value;
+
+use super::args::parse_var;
+use super::calendars::{self, Calendars, ResolveError};
+use crate::core::config::{self, Parsed, Problem, Variables};
+use crate::core::limits::Limits;
+use crate::core::template;
+use crate::runtime::kafka::{self, Connection};
+use crate::runtime::topics::Topics;
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Report every problem in the pipeline YAML files of DIR; exits 1 if any.
+    Validate {
+        dir: PathBuf,
+        /// Folder of calendar files (name, days, dates) that pipelines name; default:
+        /// calendars/ beside the pipelines folder (DIR/../calendars).
+        #[arg(long, value_name = "DIR")]
+        calendars: Option<PathBuf>,
+    },
+    /// Validate, then publish every config in DIR to the config topic, calendars resolved.
+    Apply {
+        dir: PathBuf,
+        /// Deployment variable for ${name} placeholders (repeatable).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+        /// Folder of calendar files (name, days, dates) that pipelines name; default:
+        /// calendars/ beside the pipelines folder (DIR/../calendars).
+        #[arg(long, value_name = "DIR")]
+        calendars: Option<PathBuf>,
+    },
+}
+
+pub async fn run(kafka: &Connection, topics: &Topics, command: ConfigCommand) -> Result<ExitCode> {
+    match command {
+        ConfigCommand::Validate { dir, calendars } => Ok(validate(&dir, calendars.as_deref())),
+        ConfigCommand::Apply { dir, vars, calendars } => {
+            apply(&dir, calendars.as_deref(), &vars.into_iter().collect(), kafka, topics).await
+        }
+    }
+}
+
+/// One pipeline file read from disk, parsed or with its problems.
+struct LoadedFile {
+    path: PathBuf,
+    json: Option<Value>,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+fn pipeline_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading pipeline folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no pipeline files (*.yaml, *.yml) in {}", dir.display());
+    }
+    Ok(files)
+}
+
+/// Where the calendars pipelines name come from, for one `config validate` or `apply`.
+enum CalendarSource {
+    Loaded(Calendars),
+    /// The default folder does not exist: fine until a pipeline names a calendar.
+    Missing(PathBuf),
+    /// The folder has errors (already reported).
+    Broken(PathBuf),
+}
+
+/// `calendars/` beside the pipelines folder: `DIR/../calendars`, written without the `..`
+/// when DIR ends in a folder name (`examples/pipelines` -> `examples/calendars`).
+fn default_calendars_dir(pipelines: &Path) -> PathBuf {
+    match pipelines.components().next_back() {
+        Some(std::path::Component::Normal(_)) => pipelines
+            .parent()
+            .map(|p| p.join("calendars"))
+            .unwrap_or_else(|| PathBuf::from("calendars")),
+        _ => pipelines.join("..").join("calendars"),
+    }
+}
+
+/// How many calendar problems [`load_calendars`] printed, and in how many files.
+#[derive(Default)]
+struct CalendarErrors {
+    problems: usize,
+    files: usize,
+}
+
+/// Loads the calendars for `pipelines`; an explicit `--calendars` folder must exist. Calendar
+/// errors and warnings are printed here.
+fn load_calendars(
+    pipelines: &Path,
+    flag: Option<&Path>,
+    progress: Progress,
+) -> Result<(CalendarSource, CalendarErrors)> {
+    let dir = match flag {
+        Some(dir) => {
+            if !dir.is_dir() {
+                bail!("--calendars {}: no such folder", dir.display());
+            }
+            dir.to_path_buf()
+        }
+        None => {
+            let dir = default_calendars_dir(pipelines);
+            if !dir.exists() {
+                return Ok((CalendarSource::Missing(dir), CalendarErrors::default()));
+            }
+            dir
+        }
+    };
+    match Calendars::load_dir(&dir) {
+        Ok(calendars) => {
+            for w in &calendars.warnings {
+                eprintln!("warning: {w}");
+            }
+            progress.say(format!(
+                "calendars from {}: {}",
+                dir.display(),
+                if calendars.is_empty() {
+                    "none".to_string()
+                } else {
+                    calendars.names().join(", ")
+                }
+            ));
+            Ok((CalendarSource::Loaded(calendars), CalendarErrors::default()))
+        }
+        Err(e) => {
+            for w in &e.warnings {
+                eprintln!("warning: {w}");
+            }
+            let mut files: Vec<&Path> = Vec::new();
+            for error in &e.errors {
+                eprintln!("error: {error}");
+                if !files.contains(&error.file()) {
+                    files.push(error.file());
+                }
+            }
+            let errors = CalendarErrors {
+                problems: e.errors.len(),
+                files: files.len(),
+            };
+            Ok((CalendarSource::Broken(dir), errors))
+        }
+    }
+}
+
+/// Replaces the calendar names in `json` by the calendars (see [`Calendars::resolve`]).
+/// Problems go to `file`; returns the field paths they are about, so the parser's own
+/// complaint about an unresolved name there is not reported twice.
+fn resolve_calendars(json: &mut Value, source: &CalendarSource, mode: Variables, file: &mut LoadedFile) -> Vec<String> {
+    match source {
+        CalendarSource::Loaded(calendars) => {
+            let resolution = calendars.resolve(json, mode);
+            file.warnings.extend(resolution.warnings);
+            let fields = resolution.errors.iter().map(|e| e.field().to_string()).collect();
+            file.problems
+                .extend(resolution.errors.iter().map(ResolveError::to_problem));
+            fields
+        }
+        CalendarSource::Missing(dir) | CalendarSource::Broken(dir) => {
+            let why = match source {
+                CalendarSource::Missing(_) => format!(
+                    "there is no calendars folder at {} (the default, beside the pipelines folder): pass --calendars DIR",
+                    dir.display()
+                ),
+                _ => format!("the calendars in {} have errors (above)", dir.display()),
+            };
+            calendars::references(json)
+                .into_iter()
+                .map(|r| {
+                    file.problems.push(Problem {
+                        path: r.field.to_string(),
+                        reason: format!("calendar {:?} cannot be resolved: {why}", r.name),
+                    });
+                    r.field.to_string()
+                })
+                .collect()
+        }
+    }
+}
+
+/// Reads and checks every pipeline file; with `vars`, deployment variables are substituted
+/// and must all resolve. Calendar names are resolved from `calendars`, and a name that
+/// cannot be is a problem.
+fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &CalendarSource) -> Result<Vec<LoadedFile>> {
+    let mut loaded = Vec::new();
+    for path in pipeline_files(dir)? {
+        let mut file = LoadedFile {
+            path: path.clone(),
+            json: None,
+            problems: Vec::new(),
+            warnings: Vec::new(),
+        };
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let json = match config::yaml_to_json(&text) {
+            Ok(v) => v,
+            Err(p) => {
+                file.problems.push(p);
+                loaded.push(file);
+                continue;
+            }
+        };
+        let (mut json, mode) = match vars {
+            None => (json, Variables::MayBeUnresolved),
+            Some(vars) => match template::substitute_deployment(&json, vars) {
+                Ok((substituted, _)) => (substituted, Variables::MustBeResolved),
+                Err(e) => {
+                    file.problems.push(Problem {
+                        path: String::new(),
+                        reason: e.to_string(),
+                    });
+                    loaded.push(file);
+                    continue;
+                }
+            },
+        };
+        let calendar_fields = resolve_calendars(&mut json, calendars, mode, &mut file);
+        match config::parse(&json, mode) {
+            Ok(Parsed { warnings, config }) => {
+                // The processor's default limits: a config over them would be rejected there.
+                let limits = Limits::default();
+                file.problems.extend(limits.check_config(&config));
+                let bytes = json.to_string().len();
+                if let Err(reason) = limits.check_record(true, bytes) {
+                    file.problems.push(Problem {
+                        path: String::new(),
+                        reason,
+                    });
+                }
+                file.warnings.extend(warnings);
+                file.json = Some(json);
+            }
+            Err(e) => file
+                .problems
+                .extend(e.problems.into_iter().filter(|p| !calendar_fields.contains(&p.path))),
+        }
+        loaded.push(file);
+    }
+    // Two files claiming one pipeline id would overwrite each other on the topic.
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for file in &mut loaded {
+        let Some(id) = file
+            .json
+            .as_ref()
+            .and_then(|j| j.pointer("/pipeline/id"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        if let Some(first) = seen.get(id) {
+            file.problems.push(Problem {
+                path: "pipeline.id".into(),
+                reason: format!("{id:?} is also defined in {}", first.display()),
+            });
+        } else {
+            seen.insert(id.to_string(), file.path.clone());
+        }
+    }
+    Ok(loaded)
+}
+
+fn report(loaded: &[LoadedFile], progress: Progress) -> usize {
+    let mut errors = 0;
+    for file in loaded {
+        for w in &file.warnings {
+            eprintln!("warning: {}: {w}", file.path.display());
+        }
+        for p in &file.problems {
+            eprintln!("error: {}: {p}", file.path.display());
+            errors += 1;
+        }
+        if file.problems.is_empty() {
+            progress.say(format!("ok: {}", file.path.display()));
+        }
+    }
+    errors
+}
+
+fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
+    let loaded = load_calendars(dir, calendars, Progress::Stdout)
+        .and_then(|(source, calendar_errors)| Ok((load(dir, None, &source)?, calendar_errors)));
+    match loaded {
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+        Ok((loaded, calendar_errors)) => {
+            let errors = report(&loaded, Progress::Stdout) + calendar_errors.problems;
+            if errors > 0 {
+                eprintln!(
+                    "{errors} problem(s) in {} file(s)",
+                    loaded.iter().filter(|f| !f.problems.is_empty()).count() + calendar_errors.files
+                );
+                ExitCode::FAILURE
+            } else {
+                println!("{} pipeline(s) valid", loaded.len());
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+async fn apply(
+    dir: &Path,
+    calendars: Option<&Path>,
+    vars: &BTreeMap<String, String>,
+    kafka: &Connection,
+    topics: &Topics,
+) -> Result<ExitCode> {
+    let Some(configs) = publishable_configs(dir, calendars, vars, Progress::Stdout)? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let producer = kafka::producer(kafka)?;
+    for (path, id, json) in &configs {
+        let bytes = serde_json::to_vec(json)?;
+        kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;
+        println!("applied {id} from {} to {}", path.display(), topics.config);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configs of `dir` as `config apply` publishes them (file, pipeline id, JSON with
+/// calendars resolved and variables expanded); `None` when a problem was reported, and
+/// then nothing may be published.
+pub fn publishable_configs(
+    dir: &Path,
+    calendars: Option<&Path>,
+    vars: &BTreeMap<String, String>,
+    progress: Progress,
+) -> Result<Option<Vec<(PathBuf, String, Value)>>> {
+    let (source, calendar_errors) = load_calendars(dir, calendars, progress)?;
+    let loaded = load(dir, Some(vars), &source)?;
+    let errors = report(&loaded, progress) + calendar_errors.problems;
+    if errors > 0 {
+        eprintln!("{errors} problem(s): nothing was published");
+        return Ok(None);
+    }
+    let mut configs = Vec::new();
+    for file in loaded {
+        let json = file
+            .json
+            .ok_or_else(|| anyhow!("{} did not parse", file.path.display()))?;
+        let id = json
+            .pointer("/pipeline/id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        configs.push((file.path, id, json));
+    }
+    Ok(Some(configs))
+}
+
+/// Where progress lines go: stdout, or stderr when stdout carries data (replayed events).
+#[derive(Clone, Copy)]
+pub enum Progress {
+    Stdout,
+    Stderr,
+}
+
+impl Progress {
+    fn say(self, line: String) {
+        match self {
+            Progress::Stdout => println!("{line}"),
+            Progress::Stderr => eprintln!("{line}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendars_default_to_the_folder_beside_the_pipelines() {
+        let cases = [
+            ("examples/pipelines", "examples/calendars"),
+            ("examples/pipelines/", "examples/calendars"),
+            ("pipelines", "calendars"),
+            ("/srv/sluice/pipelines", "/srv/sluice/calendars"),
+            (".", "./../calendars"),
+            ("examples/..", "examples/../../calendars"),
+        ];
+        for (pipelines, calendars) in cases {
+            assert_eq!(
+                default_calendars_dir(Path::new(pipelines)),
+                PathBuf::from(calendars),
+                "{pipelines}"
+            );
+        }
+    }
+}

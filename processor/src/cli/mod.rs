@@ -1,0 +1,262 @@
+//! The `sluice` command line: one binary for the processor and the tools around it, one file
+//! per command. Commands use [`crate::runtime`] (and through it [`crate::core`]); nothing in
+//! the runtime uses the command line (`main.rs` → `cli` → `runtime` → `core`, never upward;
+//! the `layers` test in `lib.rs` checks it).
+
+pub mod alerts;
+pub mod args;
+pub mod calendars;
+pub mod config;
+pub mod events;
+pub mod job;
+pub mod replay;
+pub mod rerun;
+pub mod reset;
+pub mod run;
+pub mod sensor;
+pub mod settings_file;
+pub mod status;
+pub mod topics;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::core::records::CommandKind;
+use crate::runtime::codec::{Codec, Family, Formats};
+use crate::runtime::kafka::{self, Connection};
+use crate::runtime::observability::{self, LogFormat};
+use crate::runtime::topics::Topics;
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Pipeline safety controller on Kafka",
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// A TOML file of settings: any long flag by name (`state-dir = "/var/lib/sluice"`) and a
+    /// `[kafka]` table of librdkafka properties. Flags and the environment override it.
+    #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Kafka bootstrap servers.
+    #[arg(long, global = true, env = "SLUICE_BROKERS", default_value = "localhost:9092")]
+    brokers: String,
+    /// A librdkafka property for every Kafka client (TLS, SASL, timeouts), e.g.
+    /// `security.protocol=SASL_SSL`; repeatable, over the config file's `[kafka]` table. A
+    /// value `${env:NAME}` or `${file:PATH}` is read from there (for secrets).
+    #[arg(long = "kafka-property", global = true, value_name = "NAME=VALUE", value_parser = args::parse_var)]
+    kafka_properties: Vec<(String, String)>,
+    /// Prefix of every Sluice topic.
+    #[arg(long, global = true, env = "SLUICE_TOPIC_PREFIX", default_value = "sluice.")]
+    topic_prefix: String,
+    /// Log filter (tracing's EnvFilter syntax), e.g. info or sluice=debug.
+    #[arg(long, global = true, env = "SLUICE_LOG", default_value = "info")]
+    log: String,
+    /// Log lines as readable text or as JSON objects (pipeline, execution and run ids in
+    /// their span fields). Traces and metrics also go over OTLP when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long, global = true, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    log_format: LogFormat,
+    /// How records are written, per family: `json` (default), `avro`, or `json-connect`
+    /// (JSON in Kafka Connect's schema/payload envelope); `avro` alone sets every family,
+    /// `events=json-connect` one (families: events, sensors, jobs, commands). Comma-separated
+    /// or repeated. Records are read in any of these formats whatever this says.
+    #[arg(
+        long = "format",
+        global = true,
+        env = "SLUICE_FORMAT",
+        value_name = "[FAMILY=]FORMAT",
+        value_delimiter = ','
+    )]
+    formats: Vec<String>,
+    /// Schema registry base URL: Avro records are then framed with the registry's schema id
+    /// (subject <topic>-value), and schemas registered on startup. Without it, Avro uses
+    /// single-object encoding.
+    #[arg(long, global = true, env = "SLUICE_SCHEMA_REGISTRY_URL", value_name = "URL")]
+    schema_registry_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the processor.
+    Run(run::RunArgs),
+    /// Create or check topics from their definitions.
+    Topics {
+        #[command(subcommand)]
+        command: topics::TopicsCommand,
+    },
+    /// Validate pipeline configs, or publish them to the config topic.
+    Config {
+        #[command(subcommand)]
+        command: config::ConfigCommand,
+    },
+    /// Publish sensor readings.
+    Sensor {
+        #[command(subcommand)]
+        command: sensor::SensorCommand,
+    },
+    /// Publish job run reports (what a job runner does).
+    Job {
+        #[command(subcommand)]
+        command: job::JobCommand,
+    },
+    /// Ask for an execution to run again: RERUN_ACCEPTED or RERUN_REJECTED (with the reason)
+    /// follows on the events topic.
+    Rerun(rerun::ExecutionCommandArgs),
+    /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
+    Cancel(rerun::ExecutionCommandArgs),
+    /// Tell people: post lifecycle events to Slack (threaded per execution) or a webhook.
+    Alerts {
+        #[command(subcommand)]
+        command: alerts::AlertsCommand,
+    },
+    /// Show pipelines and their executions, from a running instance's HTTP API.
+    Status(status::StatusArgs),
+    /// Read lifecycle events.
+    Events {
+        #[command(subcommand)]
+        command: events::EventsCommand,
+    },
+    /// Run the decider again over recorded inputs, in event time, effects off: what did
+    /// (or would, with --pipelines) the configs decide? --diff compares with what happened.
+    Replay(replay::ReplayArgs),
+    /// Put a stopped consumer group back to a point in time, state and input offsets
+    /// together, so that the next start reprocesses from there (--dry-run prints the plan).
+    Reset(reset::ResetArgs),
+}
+
+/// Reads the config file into the environment while the process has one thread, then parses
+/// the command line and runs it.
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let file = match settings_file::load(&args) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Environment values are never shown in --help: the config file puts its settings
+    // there, and a URL or a value may carry a credential.
+    let matches = hide_env_values(Cli::command()).get_matches_from(&args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(start(cli, file))
+}
+
+fn hide_env_values(command: clap::Command) -> clap::Command {
+    command
+        .mut_args(|arg| arg.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
+
+async fn start(cli: Cli, file: settings_file::FileSettings) -> ExitCode {
+    // Before any TLS client is built (the OTLP exporter builds one at once).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Held to the end: dropping it flushes the spans still buffered for OTLP.
+    let _exporters = match observability::init(&cli.log, cli.log_format) {
+        Ok(exporters) => exporters,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match dispatch(cli, file.kafka).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<ExitCode> {
+    let topics = Topics::new(&cli.topic_prefix);
+    // The command line's properties after the file's: the last value of a name is the one used.
+    let mut properties = file_properties;
+    properties.extend(cli.kafka_properties.iter().cloned());
+    let kafka = &Connection::new(&cli.brokers, &properties)?;
+    let offline = matches!(
+        cli.command,
+        Command::Status(_)
+            | Command::Config {
+                command: config::ConfigCommand::Validate { .. }
+            }
+    );
+    if !offline {
+        let check = kafka.clone();
+        tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
+    }
+    let formats = Formats::parse(&cli.formats).map_err(anyhow::Error::msg)?;
+    let codec = Codec::new(formats, cli.schema_registry_url.as_deref())?;
+    match cli.command {
+        Command::Run(args) => run::command(kafka, topics, codec, args).await,
+        Command::Topics { command } => topics::run(kafka, &topics, command).await,
+        Command::Config { command } => config::run(kafka, &topics, command).await,
+        Command::Sensor { command } => sensor::run(kafka, &topics, &codec, command).await,
+        Command::Job { command } => job::run(kafka, &topics, &codec, command).await,
+        Command::Rerun(args) => rerun::run(kafka, &topics, &codec, CommandKind::Rerun, args).await,
+        Command::Cancel(args) => rerun::run(kafka, &topics, &codec, CommandKind::Cancel, args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Replay(args) => replay::run(kafka, &topics, &codec, args).await,
+        Command::Reset(args) => reset::run(kafka, &topics, &codec, args).await,
+        Command::Alerts { command } => alerts::run(kafka, &topics, &codec, command).await,
+        Command::Events {
+            command: events::EventsCommand::Tail(args),
+        } => events::run(kafka, &topics, &codec, args).await,
+    }
+}
+
+/// Publishes one record of `family` in the format `codec` writes it.
+pub(crate) async fn publish(
+    kafka: &Connection,
+    codec: &Codec,
+    family: Family,
+    topic: &str,
+    key: &str,
+    record: &Value,
+) -> Result<ExitCode> {
+    codec.prepare(&[(family, topic)]).await?;
+    let value = codec.encode(family, topic, record)?;
+    let producer = kafka::producer(kafka)?;
+    let (partition, offset) = kafka::send(&producer, topic, Some(key.as_bytes()), Some(&value), &[]).await?;
+    println!("published to {topic} partition {partition} offset {offset}");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["sluice", "config", "apply", "p", "--calendars", "c", "--var", "a=b"]).unwrap();
+        let Command::Config {
+            command: config::ConfigCommand::Apply { calendars, vars, .. },
+        } = cli.command
+        else {
+            panic!("not config apply");
+        };
+        assert_eq!(calendars, Some(std::path::PathBuf::from("c")));
+        assert_eq!(vars, [("a".to_string(), "b".to_string())]);
+    }
+}

@@ -1,0 +1,60 @@
+//! `sluice rerun|cancel PIPELINE DATE`: ask the processor to run an execution again or to
+//! stop it, with a record on the commands topic; the answer is an event.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::publish;
+use crate::core::records::{parse_execution_date, CommandKind, CommandRecord};
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::kafka::Connection;
+use crate::runtime::topics::Topics;
+
+/// `sluice rerun|cancel PIPELINE DATE`.
+#[derive(Args)]
+pub struct ExecutionCommandArgs {
+    /// Pipeline id (also the record key).
+    pipeline: String,
+    /// Execution date: YYYY-MM-DD, or YYYY-MM-DDTHH for hourly executions.
+    date: String,
+    /// Why, for the audit trail in the events.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who asks (default: $USER).
+    #[arg(long, env = "USER")]
+    requested_by: Option<String>,
+    /// Schedule id (cron or stream); by default the pipeline's own.
+    #[arg(long)]
+    schedule: Option<String>,
+}
+
+pub async fn run(
+    kafka: &Connection,
+    topics: &Topics,
+    codec: &Codec,
+    command: CommandKind,
+    args: ExecutionCommandArgs,
+) -> Result<ExitCode> {
+    let date = parse_execution_date(&args.date)
+        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?;
+    let record = CommandRecord {
+        pipeline_id: args.pipeline.clone(),
+        command,
+        schedule_id: args.schedule,
+        date,
+        reason: args.reason,
+        requested_by: args.requested_by,
+        subscriber: None,
+        key: None,
+    };
+    let json = serde_json::to_value(&record)?;
+    let code = publish(kafka, codec, Family::Commands, &topics.commands, &args.pipeline, &json).await?;
+    eprintln!(
+        "{} requested; the answer appears in `sluice events tail` (pipeline {})",
+        command.name(),
+        args.pipeline
+    );
+    Ok(code)
+}

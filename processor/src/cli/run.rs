@@ -1,0 +1,241 @@
+//! `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
+//! for.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::args::{parse_std_duration, DeciderArgs};
+use crate::runtime::access::{self, Access};
+use crate::runtime::api::{self, Api, Commands};
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::effects::Settings as EffectSettings;
+use crate::runtime::http as http_server;
+use crate::runtime::instances::{self, Directory, Member};
+use crate::runtime::kafka::{self, Connection};
+use crate::runtime::observability;
+use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
+use crate::runtime::telemetry::Telemetry;
+use crate::runtime::topics::Topics;
+use crate::runtime::ui;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Where per-partition RocksDB state lives.
+    #[arg(long, env = "SLUICE_STATE_DIR", default_value = ".sluice/state")]
+    state_dir: PathBuf,
+    /// Consumer group shared by every instance.
+    #[arg(long, env = "SLUICE_GROUP", default_value = "sluice")]
+    group: String,
+    /// Most input records (or due timers) handled per batch.
+    #[arg(long, env = "SLUICE_BATCH_SIZE", default_value_t = 500)]
+    batch_size: usize,
+    /// Most calls to job targets (triggers and status checks) in flight at once.
+    #[arg(long, env = "SLUICE_MAX_CONCURRENT_TRIGGERS", default_value_t = 16)]
+    max_concurrent_triggers: usize,
+    /// Most calls in flight at once to any one target (a host, a Glue job, a state
+    /// machine), so a burst of pipelines cannot exceed its limits.
+    #[arg(long, env = "SLUICE_MAX_CALLS_PER_TARGET", default_value_t = 4)]
+    max_calls_per_target: usize,
+    /// Lets job URLs reach an address range the SSRF guard refuses by default (loopback,
+    /// link-local, cloud metadata), e.g. `127.0.0.0/8` for a job runner on the same host.
+    /// Repeatable; env: comma-separated.
+    #[arg(
+        long = "allow-target",
+        value_name = "CIDR",
+        env = "SLUICE_ALLOW_TARGETS",
+        value_delimiter = ','
+    )]
+    allow_targets: Vec<ipnet::IpNet>,
+    /// How long shutdown waits for in-flight triggers (e.g. 30s).
+    #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
+    shutdown_grace: Duration,
+    #[command(flatten)]
+    decider: DeciderArgs,
+    /// effectively-once works with any broker (a crash may re-send the last batch's events,
+    /// with the same eventId); exactly-once needs a broker with full transaction support.
+    #[arg(long, env = "SLUICE_GUARANTEE", value_enum, default_value = "effectively-once")]
+    guarantee: Guarantee,
+    /// This instance's stable name, unique in the group: makes it a static group member (a
+    /// restart takes the partitions back at once) and names its transactions under
+    /// exactly-once. Default: the host name, and dynamic membership.
+    #[arg(long, env = "SLUICE_INSTANCE")]
+    instance: Option<String>,
+    /// Serve /healthz, /readyz, /metrics, the pipeline API (/api/pipelines) and the page on
+    /// this address: HOST:PORT, or a bare PORT for loopback (127.0.0.1). Binding another
+    /// address without --api-token-file logs a warning: the API would be open to the network.
+    #[arg(long, env = "SLUICE_HTTP", value_name = "ADDR", value_parser = parse_http_addr)]
+    http: Option<std::net::SocketAddr>,
+    /// Tokens (one per line) that may read the API, the page's data and /metrics. With this
+    /// or --api-write-token-file, every request but /healthz, /readyz and the page's static
+    /// files needs `Authorization: Bearer TOKEN`. Give every instance the same files.
+    #[arg(long, env = "SLUICE_API_TOKEN_FILE", value_name = "FILE")]
+    api_token_file: Option<PathBuf>,
+    /// Tokens that may also rerun and cancel executions (POST /api/pipelines/ID/rerun and
+    /// /cancel). Without it the API is read-only.
+    #[arg(long, env = "SLUICE_API_WRITE_TOKEN_FILE", value_name = "FILE")]
+    api_write_token_file: Option<PathBuf>,
+    /// How other instances reach this one's HTTP API, to forward requests for the pipelines
+    /// it owns (e.g. http://sluice-0.sluice:9464). Default: http://ADDR of --http, with the
+    /// host name in place of an unspecified address.
+    #[arg(long, env = "SLUICE_ADVERTISE_URL", value_name = "URL")]
+    advertise_url: Option<String>,
+}
+
+fn default_instance() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sluice".into())
+}
+
+/// The URL peers use for this instance's API: `--advertise-url`, else derived from `--http`.
+fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
+    flag.unwrap_or_else(|| {
+        let host = match http.ip() {
+            ip if ip.is_unspecified() => default_instance(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        format!("http://{host}:{}", http.port())
+    })
+}
+
+/// `--http`: `HOST:PORT`, or a bare `PORT` (or `:PORT`) on loopback.
+fn parse_http_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let port = text.strip_prefix(':').unwrap_or(text);
+    if let Ok(port) = port.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|_| format!("{text:?} is neither HOST:PORT (127.0.0.1:9464) nor a port"))
+}
+
+/// `run --http` and who may use it.
+struct HttpOptions {
+    addr: std::net::SocketAddr,
+    advertise: Option<String>,
+    access: Arc<Access>,
+}
+
+/// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
+/// for.
+async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> {
+    let telemetry = Telemetry::new();
+    let _metrics_export = observability::export_metrics(telemetry.clone())?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let (kafka, directory_topic, group, instance) = (
+        settings.kafka.clone(),
+        settings.topics.instances.clone(),
+        settings.group.clone(),
+        settings.instance.clone(),
+    );
+    // Schemas are registered before the first batch: an incompatible one stops startup here.
+    let t = &settings.topics;
+    let families = [
+        (Family::Events, t.events.as_str()),
+        (Family::Sensors, t.sensors.as_str()),
+        (Family::Jobs, t.jobs.as_str()),
+        (Family::Commands, t.commands.as_str()),
+    ];
+    settings.codec.prepare(&families).await?;
+    let (commands_topic, codec) = (settings.topics.commands.clone(), settings.codec.clone());
+    let processor = Processor::start(settings, telemetry.clone())?;
+    if let Some(HttpOptions {
+        addr,
+        advertise,
+        access,
+    }) = http
+    {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --http {addr}"))?;
+        if !addr.ip().is_loopback() && !access.required() {
+            tracing::warn!(%addr, "the API and the page are open to anyone who can reach {addr}: give --api-token-file to require a token");
+        }
+        let url = advertise_url(advertise, addr);
+        tracing::info!(%addr, %url, "serving /healthz, /readyz, /metrics and /api/pipelines");
+        let directory = Directory::new(&instance, &group);
+        let me = Member {
+            instance: instance.clone(),
+            group,
+            url,
+            partitions: Vec::new(),
+            at: chrono::Utc::now(),
+        };
+        tokio::spawn(instances::run(
+            kafka.clone(),
+            directory_topic,
+            me,
+            directory.clone(),
+            processor.owned_partitions(),
+            stopped.clone(),
+        ));
+        // The probes and the page's static files are open; the data needs a token when tokens
+        // are set (see runtime::access).
+        let commands = Commands {
+            producer: kafka::producer(&kafka)?,
+            topic: commands_topic,
+            codec,
+        };
+        let api = Api::new(processor.queries(), directory, &instance, access.clone(), commands)?;
+        let guarded = http_server::metrics_route(telemetry.clone())
+            .merge(api::routes(api))
+            .route_layer(axum::middleware::from_fn_with_state(access, access::guard));
+        let app = http_server::probes(telemetry).merge(guarded).merge(ui::routes());
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            if let Err(e) = http_server::serve(listener, app, wait(stopped)).await {
+                tracing::error!("HTTP server failed: {e:#}");
+            }
+        });
+    }
+    processor.run(wait(stopped)).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the processor with the settings of `args`.
+pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: RunArgs) -> Result<ExitCode> {
+    let settings = Settings {
+        kafka: kafka.clone(),
+        group: args.group,
+        static_member: args.instance.clone(),
+        instance: args.instance.unwrap_or_else(default_instance),
+        guarantee: args.guarantee,
+        topics,
+        state_dir: args.state_dir,
+        batch_size: args.batch_size.max(1),
+        effects: EffectSettings {
+            max_concurrent: args.max_concurrent_triggers.max(1),
+            per_target: args.max_calls_per_target.max(1),
+            allowed_targets: args.allow_targets,
+        },
+        shutdown_grace: args.shutdown_grace,
+        decider: args.decider.settings(),
+        codec,
+    };
+    let http = match args.http {
+        Some(addr) => Some(HttpOptions {
+            addr,
+            advertise: args.advertise_url,
+            access: Arc::new(Access::from_files(
+                args.api_token_file.as_deref(),
+                args.api_write_token_file.as_deref(),
+            )?),
+        }),
+        None => None,
+    };
+    run(settings, http).await
+}

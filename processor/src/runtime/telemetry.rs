@@ -1,0 +1,328 @@
+//! What the processor reports about itself: health flags for the probes and the metrics
+//! behind `/metrics` (served by [`super::http`]) and exported over OTLP
+//! ([`super::observability`]).
+//!
+//! Health flags are atomics and metric handles are the lock-free (or briefly locked, never
+//! across an await) handles of `prometheus-client`, so recording on the hot path costs an
+//! atomic add and a scrape can never stall the processor.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Metric, Registry, Unit};
+
+/// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
+/// negotiates and parses natively.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabel {
+    topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabel {
+    partition: i32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicPartitionLabel {
+    topic: String,
+    partition: i32,
+}
+
+/// One registered metric: its exposed name (prefix and unit included, without the
+/// `_total` of counters), type and help, whether or not it has samples yet.
+#[derive(Debug, Clone)]
+pub struct MetricDescriptor {
+    pub name: String,
+    pub kind: MetricType,
+    pub help: String,
+}
+
+/// Registers metrics under the `sluice` prefix and remembers what it registered.
+struct Registrar {
+    registry: Registry,
+    descriptors: Vec<MetricDescriptor>,
+}
+
+impl Default for Registrar {
+    fn default() -> Registrar {
+        Registrar {
+            registry: Registry::with_prefix("sluice"),
+            descriptors: Vec::new(),
+        }
+    }
+}
+
+impl Registrar {
+    fn add(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: impl Metric) {
+        let exposed = match &unit {
+            Some(unit) => format!("sluice_{name}_{}", unit.as_str()),
+            None => format!("sluice_{name}"),
+        };
+        self.descriptors.push(MetricDescriptor {
+            name: exposed,
+            kind: metric.metric_type(),
+            help: help.to_string(),
+        });
+        match unit {
+            Some(unit) => self.registry.register_with_unit(name, help, unit, metric),
+            None => self.registry.register(name, help, metric),
+        }
+    }
+}
+
+/// What the processor reports about itself: health flags for the probes and the metric
+/// handles behind `/metrics`. Shared as an `Arc` between the processor and the server.
+pub struct Telemetry {
+    registry: Registry,
+    descriptors: Vec<MetricDescriptor>,
+    /// Starts true: liveness must not fail before the first broker contact, or an orchestrator
+    /// would restart a process that is merely starting up.
+    broker_ok: AtomicBool,
+    /// Starts false: not ready until the assigned partitions' state is restored.
+    ready: AtomicBool,
+    /// Set once; the first reason wins and the process stays unhealthy until restarted.
+    fatal: OnceLock<String>,
+    records_in: Family<TopicLabel, Counter>,
+    records_out: Family<TopicLabel, Counter>,
+    dead_letters: Counter,
+    batch_seconds: Histogram,
+    commit_seconds: Histogram,
+    consumer_lag: Family<TopicPartitionLabel, Gauge>,
+    timers_pending: Gauge,
+    effects_in_flight: Gauge,
+    effects: Family<OutcomeLabel, Counter>,
+    restore_records: Family<PartitionLabel, Gauge>,
+    restore_seconds: Family<PartitionLabel, Gauge<f64, AtomicU64>>,
+    partitions_owned: Gauge,
+}
+
+impl Telemetry {
+    /// A fresh registry with every Sluice metric registered (so each appears in `/metrics`
+    /// from the first scrape, at zero), healthy and not yet ready.
+    pub fn new() -> Arc<Telemetry> {
+        let mut r = Registrar::default();
+        let records_in = Family::<TopicLabel, Counter>::default();
+        r.add("records_in", "Records consumed, by topic", None, records_in.clone());
+        let records_out = Family::<TopicLabel, Counter>::default();
+        r.add("records_out", "Records produced, by topic", None, records_out.clone());
+        let dead_letters = Counter::default();
+        r.add(
+            "dead_letters",
+            "Records that could not be processed and went to the dead-letter topic",
+            None,
+            dead_letters.clone(),
+        );
+        // 1 ms .. ~16 s: a batch is normally milliseconds; the tail shows broker stalls.
+        let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        r.add(
+            "batch",
+            "Time to process one batch of records or due timers",
+            Some(Unit::Seconds),
+            batch_seconds.clone(),
+        );
+        let commit_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        r.add("commit", "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)", Some(Unit::Seconds), commit_seconds.clone());
+        let consumer_lag = Family::<TopicPartitionLabel, Gauge>::default();
+        r.add(
+            "consumer_lag",
+            "Input records not yet consumed, by topic and owned partition (from the client's statistics)",
+            None,
+            consumer_lag.clone(),
+        );
+        let timers_pending = Gauge::default();
+        r.add(
+            "timers_pending",
+            "Durable timers scheduled in the owned partitions",
+            None,
+            timers_pending.clone(),
+        );
+        let effects_in_flight = Gauge::default();
+        r.add(
+            "effects_in_flight",
+            "Side effects (job triggers, HTTP calls) currently running",
+            None,
+            effects_in_flight.clone(),
+        );
+        let effects = Family::<OutcomeLabel, Counter>::default();
+        r.add("effects", "Side effects completed, by outcome", None, effects.clone());
+        let restore_records = Family::<PartitionLabel, Gauge>::default();
+        r.add(
+            "restore_records",
+            "Changelog records replayed by the latest state restore, by partition",
+            None,
+            restore_records.clone(),
+        );
+        let restore_seconds = Family::<PartitionLabel, Gauge<f64, AtomicU64>>::default();
+        r.add(
+            "restore",
+            "Time spent by the latest state restore, by partition",
+            Some(Unit::Seconds),
+            restore_seconds.clone(),
+        );
+        let partitions_owned = Gauge::default();
+        r.add(
+            "partitions_owned",
+            "Input partitions assigned to this instance",
+            None,
+            partitions_owned.clone(),
+        );
+        Arc::new(Telemetry {
+            registry: r.registry,
+            descriptors: r.descriptors,
+            broker_ok: AtomicBool::new(true),
+            ready: AtomicBool::new(false),
+            fatal: OnceLock::new(),
+            records_in,
+            records_out,
+            dead_letters,
+            batch_seconds,
+            commit_seconds,
+            consumer_lag,
+            timers_pending,
+            effects_in_flight,
+            effects,
+            restore_records,
+            restore_seconds,
+            partitions_owned,
+        })
+    }
+
+    /// False while the broker is unreachable or producing fails; liveness and readiness fail.
+    pub fn set_broker_ok(&self, ok: bool) {
+        self.broker_ok.store(ok, Ordering::Relaxed);
+    }
+
+    /// True once the assigned partitions' state is restored; false again during a rebalance.
+    pub fn broker_ok(&self) -> bool {
+        self.broker_ok.load(Ordering::Relaxed)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Unhealthy for the rest of the process's life: the processor cannot go on, so the
+    /// orchestrator should restart it. Only the first reason is kept.
+    pub fn set_fatal(&self, reason: &str) {
+        let _ = self.fatal.set(reason.to_owned());
+    }
+
+    pub fn record_in(&self, topic: &str) {
+        self.records_in.get_or_create(&topic_label(topic)).inc();
+    }
+
+    pub fn record_out(&self, topic: &str, n: u64) {
+        self.records_out.get_or_create(&topic_label(topic)).inc_by(n);
+    }
+
+    pub fn dead_letter(&self) {
+        self.dead_letters.inc();
+    }
+
+    pub fn batch_latency(&self, seconds: f64) {
+        self.batch_seconds.observe(seconds);
+    }
+
+    pub fn commit_latency(&self, seconds: f64) {
+        self.commit_seconds.observe(seconds);
+    }
+
+    /// The consumer's lag on one partition, as its client last measured it.
+    pub fn consumer_lag(&self, topic: &str, partition: i32, lag: i64) {
+        let label = TopicPartitionLabel {
+            topic: topic.to_owned(),
+            partition,
+        };
+        self.consumer_lag.get_or_create(&label).set(lag);
+    }
+
+    pub fn timers_pending(&self, n: i64) {
+        self.timers_pending.set(n);
+    }
+
+    /// A trigger began (counted in `sluice_effects_in_flight` until [`Self::effect_finished`]).
+    pub fn effect_started(&self) {
+        self.effects_in_flight.inc();
+    }
+
+    pub fn effect_finished(&self) {
+        self.effects_in_flight.dec();
+    }
+
+    pub fn effect_outcome(&self, outcome: &str) {
+        let label = OutcomeLabel {
+            outcome: outcome.to_owned(),
+        };
+        self.effects.get_or_create(&label).inc();
+    }
+
+    /// Progress of the partition's state restore so far (records replayed, seconds spent);
+    /// called repeatedly while restoring, the last call leaves the totals.
+    pub fn restore_progress(&self, partition: i32, records: u64, seconds: f64) {
+        let label = PartitionLabel { partition };
+        let records = i64::try_from(records).unwrap_or(i64::MAX);
+        self.restore_records.get_or_create(&label).set(records);
+        self.restore_seconds.get_or_create(&label).set(seconds);
+    }
+
+    pub fn partitions_owned(&self, n: i64) {
+        self.partitions_owned.set(n);
+    }
+
+    /// Liveness: `Err(reason)` when restarting the process could help.
+    pub(super) fn liveness(&self) -> Result<(), String> {
+        if let Some(reason) = self.fatal.get() {
+            return Err(reason.clone());
+        }
+        if !self.broker_ok.load(Ordering::Relaxed) {
+            return Err("broker unreachable".into());
+        }
+        Ok(())
+    }
+
+    /// Readiness: live, and the owned partitions' state is restored.
+    pub(super) fn readiness(&self) -> Result<(), String> {
+        self.liveness()?;
+        if !self.ready.load(Ordering::Relaxed) {
+            return Err("restoring state".into());
+        }
+        Ok(())
+    }
+
+    /// Every registered metric.
+    pub fn descriptors(&self) -> &[MetricDescriptor] {
+        &self.descriptors
+    }
+
+    /// The registry in the OpenMetrics text format (also what the OTLP export reads).
+    pub fn encode_text(&self) -> String {
+        self.encode().unwrap_or_default()
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub(super) fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut body = String::new();
+        prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
+        Ok(body)
+    }
+}
+
+fn topic_label(topic: &str) -> TopicLabel {
+    TopicLabel {
+        topic: topic.to_owned(),
+    }
+}
