@@ -13,11 +13,10 @@ use serde_json::Value;
 use crate::calendars::{self, Calendars, ResolveError};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::duration::parse_duration;
+use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::Settings as DeciderSettings;
 use crate::core::limits::Limits;
-use crate::core::records::{
-    parse_execution_date, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord,
-};
+use crate::core::records::{CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, SensorRecord};
 use crate::core::template;
 use crate::runtime::access::{self, Access};
 use crate::runtime::api::{self, Api, Commands};
@@ -717,8 +716,12 @@ async fn publish_command(
     command: CommandKind,
     args: ExecutionCommandArgs,
 ) -> Result<ExitCode> {
-    let date = parse_execution_date(&args.date)
-        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?;
+    let date = args
+        .date
+        .parse::<ExecutionDate>()
+        .ok()
+        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?
+        .to_string();
     let record = CommandRecord {
         pipeline_id: args.pipeline.clone(),
         command,
