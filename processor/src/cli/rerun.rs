@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::publish;
-use crate::core::records::{parse_execution_date, CommandKind, CommandRecord};
+use crate::core::execution::ExecutionDate;
+use crate::core::records::{CommandKind, CommandRecord};
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::kafka::Connection;
 use crate::runtime::topics::Topics;
@@ -37,8 +38,12 @@ pub async fn run(
     command: CommandKind,
     args: ExecutionCommandArgs,
 ) -> Result<ExitCode> {
-    let date = parse_execution_date(&args.date)
-        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?;
+    let date = args
+        .date
+        .parse::<ExecutionDate>()
+        .ok()
+        .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?
+        .to_string();
     let record = CommandRecord {
         pipeline_id: args.pipeline.clone(),
         command,

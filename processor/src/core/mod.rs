@@ -9,6 +9,7 @@ pub mod config;
 pub mod diff;
 pub mod duration;
 pub mod events;
+pub mod execution;
 pub mod lifecycle;
 pub mod limits;
 pub mod partitioning;

@@ -8,6 +8,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+use super::execution::{ExecutionDate, ParseError};
 use super::rules::as_timestamp;
 
 /// Why an input record cannot be used.
@@ -195,29 +196,6 @@ fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
     }
 }
 
-/// Reads a date as `YYYY-MM-DD` or `YYYYMMDD`.
-pub fn parse_date(text: &str) -> Option<NaiveDate> {
-    NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .or_else(|_| NaiveDate::parse_from_str(text, "%Y%m%d"))
-        .ok()
-}
-
-/// Reads an execution date as `YYYY-MM-DD` or `YYYY-MM-DDTHH` and returns it normalised.
-pub fn parse_execution_date(text: &str) -> Option<String> {
-    let (day, hour) = match text.split_once('T') {
-        Some((d, h)) => (d, Some(h)),
-        None => (text, None),
-    };
-    let day = parse_date(day)?;
-    match hour {
-        None => Some(day.format("%Y-%m-%d").to_string()),
-        Some(h) => {
-            let hour: u32 = h.parse::<u32>().ok().filter(|hour| *hour < 24)?;
-            Some(format!("{}T{hour:02}", day.format("%Y-%m-%d")))
-        }
-    }
-}
-
 /// A per-period sensor key, as producers written for the earlier design name them:
 /// `rows#2026-11-23`, `rows#20261123`, `rows#2026-11-23T05` or `rows#20261123T05` is key
 /// `rows` for that date (and hour). The earlier design matched such keys to a run's date
@@ -229,19 +207,23 @@ pub fn period_of_key(key: &str) -> Option<(&str, NaiveDate, Option<u32>)> {
     if base.is_empty() {
         return None;
     }
+    // Only the spellings above count: the day as YYYY-MM-DD (ten characters, dashed) or
+    // YYYYMMDD (eight digits), the hour as two digits.
     let (day, hour) = match period.split_once('T') {
-        Some((day, hour)) if hour.len() == 2 && hour.bytes().all(|b| b.is_ascii_digit()) => {
-            (day, Some(hour.parse::<u32>().ok().filter(|h| *h < 24)?))
-        }
-        Some(_) => return None,
+        Some((day, hour)) => (day, Some(hour)),
         None => (period, None),
     };
-    let day = match day.len() {
-        10 => NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?,
-        8 if day.bytes().all(|b| b.is_ascii_digit()) => NaiveDate::parse_from_str(day, "%Y%m%d").ok()?,
-        _ => return None,
+    let day_spelled = match day.len() {
+        10 => day.matches('-').count() >= 2,
+        8 => day.bytes().all(|b| b.is_ascii_digit()),
+        _ => false,
     };
-    Some((base, day, hour))
+    let hour_spelled = hour.is_none_or(|h| h.len() == 2 && h.bytes().all(|b| b.is_ascii_digit()));
+    if !(day_spelled && hour_spelled) {
+        return None;
+    }
+    let date: ExecutionDate = period.parse().ok()?;
+    Some((base, date.day, date.hour))
 }
 
 fn parse_hour(v: &Value) -> Option<u32> {
@@ -267,9 +249,11 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
         .or_else(|| record.data.get("date").cloned());
     let date = match date_value {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            Some(parse_date(&s).ok_or_else(|| InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD")))?)
-        }
+        // The hour has its own field: a date here is a day.
+        Some(Value::String(s)) => match s.parse::<ExecutionDate>() {
+            Ok(ExecutionDate { day, hour: None }) => Some(day),
+            _ => return Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
+        },
         Some(other) => return Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
     };
     let hour = match record.hour.clone().or_else(|| record.data.get("hour").cloned()) {
@@ -285,8 +269,7 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
             // is a contradiction, not something to guess between.
             if date.is_some_and(|d| d != day) || (key_hour.is_some() && hour.is_some_and(|h| Some(h) != key_hour)) {
                 let said = match (date, hour) {
-                    (Some(d), Some(h)) => format!("{d}T{h:02}"),
-                    (Some(d), None) => d.to_string(),
+                    (Some(day), hour) => ExecutionDate { day, hour }.to_string(),
                     (None, Some(h)) => format!("hour {h:02}"),
                     (None, None) => String::new(),
                 };
@@ -321,11 +304,18 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
     })
 }
 
+/// An execution date as a record spells it, in its canonical form (see [`ExecutionDate`]).
+fn normalise_date(text: &str) -> Result<String, InputError> {
+    let date: ExecutionDate = text
+        .parse()
+        .map_err(|e: ParseError| InputError::invalid("date", e.to_string()))?;
+    Ok(date.to_string())
+}
+
 pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord, InputError> {
     let mut record: JobRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
-    record.date = parse_execution_date(&record.date)
-        .ok_or_else(|| InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date)))?;
+    record.date = normalise_date(&record.date)?;
     if record.run_id.trim().is_empty() {
         return Err(InputError::invalid("runId", "must not be empty"));
     }
@@ -337,9 +327,7 @@ pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Comman
     check_key(key, &record.pipeline_id)?;
     match record.command {
         CommandKind::Rerun | CommandKind::Cancel => {
-            record.date = parse_execution_date(&record.date).ok_or_else(|| {
-                InputError::invalid("date", format!("{:?} is not YYYY-MM-DD or YYYY-MM-DDTHH", record.date))
-            })?;
+            record.date = normalise_date(&record.date)?;
         }
         CommandKind::Subscribe | CommandKind::Unsubscribe => {
             if record.subscriber.as_deref().is_none_or(str::is_empty) {

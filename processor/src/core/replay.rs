@@ -15,12 +15,84 @@ use super::events::Event;
 use super::lifecycle::{decide, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::timers::{timer_origin, TimerIndex, TimerOp};
 
+/// The decider with every pipeline's state and pending timers: the one place a decision is
+/// applied (state put or deleted, timers set or cancelled) and due timers are fired.
+///
+/// [`Replay`] drives it in event time; the lifecycle tests' simulator drives it by hand. What
+/// a decision asks of the world (events, effects, records, a dead letter) is the caller's.
+pub struct Engine {
+    pub settings: Settings,
+    /// The time decisions are taken at. [`Engine::advance`] only moves it forward; a caller
+    /// that sets it takes on the decider's contract (time never goes backwards).
+    pub now: DateTime<Utc>,
+    pub states: BTreeMap<String, PipelineState>,
+    /// Pending timers, named by (partition, pipeline, kind).
+    pub timers: TimerIndex,
+}
+
+impl Engine {
+    pub fn new(settings: Settings, now: DateTime<Utc>) -> Self {
+        Engine {
+            settings,
+            now,
+            states: BTreeMap::new(),
+            timers: TimerIndex::default(),
+        }
+    }
+
+    /// Decides `input` for `pipeline` (on `partition`) at `now`, named `origin`, and applies
+    /// the decision to the states and timers. Returns the decision.
+    pub fn handle(&mut self, partition: i32, pipeline: &str, input: &Input, origin: &str) -> Decision {
+        let state = self.states.get(pipeline).cloned().unwrap_or_default();
+        let ctx = Context {
+            now: self.now,
+            origin,
+            settings: self.settings,
+        };
+        let decision = decide(&state, pipeline, input, ctx);
+        self.apply(partition, pipeline, &decision);
+        decision
+    }
+
+    fn apply(&mut self, partition: i32, pipeline: &str, decision: &Decision) {
+        match &decision.state {
+            StateChange::Unchanged => {}
+            StateChange::Put(state) => {
+                self.states.insert(pipeline.to_string(), (**state).clone());
+            }
+            StateChange::Delete => {
+                self.states.remove(pipeline);
+            }
+        }
+        for op in &decision.timers {
+            match op {
+                TimerOp::Set { kind, at } => {
+                    self.timers.set(partition, pipeline, kind, *at);
+                }
+                TimerOp::Cancel { kind } => {
+                    self.timers.cancel(partition, pipeline, kind);
+                }
+            }
+        }
+    }
+
+    /// Moves `now` forward to `to`, firing every timer due by then, earliest first, each at
+    /// its own due time and under its [`timer_origin`] (a timer armed by another fires too if
+    /// it is due by `to`). `each` receives every fired timer's decision, in order.
+    pub fn advance(&mut self, to: DateTime<Utc>, mut each: impl FnMut(Decision)) {
+        while let Some(timer) = self.timers.pop_due(to, 1).pop() {
+            self.now = self.now.max(timer.at);
+            let origin = timer_origin(&timer.pipeline, &timer.kind, timer.at);
+            let input = Input::TimerFired(timer.kind);
+            each(self.handle(timer.partition, &timer.pipeline, &input, &origin));
+        }
+        self.now = self.now.max(to);
+    }
+}
+
 /// The decider, its state and its timers, driven in event time.
 pub struct Replay {
-    settings: Settings,
-    now: DateTime<Utc>,
-    states: BTreeMap<String, PipelineState>,
-    timers: TimerIndex,
+    engine: Engine,
     /// Every trigger the replay requested, and whether a recorded report answered it.
     triggers: BTreeMap<String, bool>,
     counts: Counts,
@@ -41,10 +113,7 @@ impl Replay {
     /// A replay whose event time starts at `start`.
     pub fn new(settings: Settings, start: DateTime<Utc>) -> Self {
         Replay {
-            settings,
-            now: start,
-            states: BTreeMap::new(),
-            timers: TimerIndex::default(),
+            engine: Engine::new(settings, start),
             triggers: BTreeMap::new(),
             counts: Counts::default(),
         }
@@ -52,7 +121,7 @@ impl Replay {
 
     /// Event time: the latest record timestamp or timer due time seen (it never goes back).
     pub fn now(&self) -> DateTime<Utc> {
-        self.now
+        self.engine.now
     }
 
     pub fn counts(&self) -> Counts {
@@ -62,14 +131,11 @@ impl Replay {
     /// Moves event time forward to `to`, firing every timer due by then, earliest first,
     /// each at its own due time (a timer armed by another fires too if it is due by `to`).
     pub fn advance(&mut self, to: DateTime<Utc>, out: &mut Vec<Event>) {
-        while let Some(timer) = self.timers.pop_due(to, 1).pop() {
-            self.now = self.now.max(timer.at);
-            self.counts.timers_fired += 1;
-            let origin = timer_origin(&timer.pipeline, &timer.kind, timer.at);
-            let input = Input::TimerFired(timer.kind);
-            self.decide(timer.partition, &timer.pipeline, &input, &origin, out);
-        }
-        self.now = self.now.max(to);
+        let (counts, triggers) = (&mut self.counts, &mut self.triggers);
+        self.engine.advance(to, |decision| {
+            counts.timers_fired += 1;
+            keep_events(decision, counts, triggers, out);
+        });
     }
 
     /// Hands one recorded input to the decider at event time `at` (its record's timestamp),
@@ -91,17 +157,18 @@ impl Replay {
                 *answered = true;
             }
         }
-        self.decide(partition, pipeline, input, origin, out);
+        let decision = self.engine.handle(partition, pipeline, input, origin);
+        keep_events(decision, &mut self.counts, &mut self.triggers, out);
     }
 
     /// A pipeline's state as the replay left it.
     pub fn state(&self, pipeline: &str) -> Option<&PipelineState> {
-        self.states.get(pipeline)
+        self.engine.states.get(pipeline)
     }
 
     /// Every pipeline's state, by id.
     pub fn states(&self) -> &BTreeMap<String, PipelineState> {
-        &self.states
+        &self.engine.states
     }
 
     /// Triggers the replay requested that no recorded job report answered: runs the live
@@ -113,47 +180,18 @@ impl Replay {
             .map(|(run, _)| run.as_str())
             .collect()
     }
+}
 
-    fn decide(&mut self, partition: i32, pipeline: &str, input: &Input, origin: &str, out: &mut Vec<Event>) {
-        let state = self.states.get(pipeline).cloned().unwrap_or_default();
-        let ctx = Context {
-            now: self.now,
-            origin,
-            settings: self.settings,
-        };
-        let decision = decide(&state, pipeline, input, ctx);
-        self.apply(partition, pipeline, decision, out);
+/// Keeps a decision's events; counts (and for triggers, notes) what a replay leaves out.
+fn keep_events(decision: Decision, counts: &mut Counts, triggers: &mut BTreeMap<String, bool>, out: &mut Vec<Event>) {
+    out.extend(decision.events);
+    for effect in &decision.effects {
+        counts.effects_skipped += 1;
+        if let Effect::TriggerJob(request) = effect {
+            triggers.entry(request.run_id.clone()).or_insert(false);
+        }
     }
-
-    fn apply(&mut self, partition: i32, pipeline: &str, decision: Decision, out: &mut Vec<Event>) {
-        out.extend(decision.events);
-        match decision.state {
-            StateChange::Unchanged => {}
-            StateChange::Put(state) => {
-                self.states.insert(pipeline.to_string(), *state);
-            }
-            StateChange::Delete => {
-                self.states.remove(pipeline);
-            }
-        }
-        for op in decision.timers {
-            match op {
-                TimerOp::Set { kind, at } => {
-                    self.timers.set(partition, pipeline, &kind, at);
-                }
-                TimerOp::Cancel { kind } => {
-                    self.timers.cancel(partition, pipeline, &kind);
-                }
-            }
-        }
-        for effect in &decision.effects {
-            self.counts.effects_skipped += 1;
-            if let Effect::TriggerJob(request) = effect {
-                self.triggers.entry(request.run_id.clone()).or_insert(false);
-            }
-        }
-        self.counts.records_skipped += decision.records.len() as u64;
-    }
+    counts.records_skipped += decision.records.len() as u64;
 }
 
 #[cfg(test)]

@@ -16,8 +16,6 @@
 //!   hour; this module drops the second). So an hourly schedule has one execution per local hour:
 //!   24 on a fall-back day, 23 on a spring-forward day.
 
-use std::fmt;
-
 use chrono::offset::LocalResult;
 use chrono::{DateTime, Days, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeDelta, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
@@ -25,60 +23,7 @@ use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
 
 use crate::core::config::{ClockTime, Deadline};
-
-/// An execution's date: a day, or a day and hour for hourly executions. Text form `YYYY-MM-DD`
-/// or `YYYY-MM-DDTHH`.
-///
-/// Dates order by day, and within a day the daily date comes before the hourly ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ExecutionDate {
-    pub day: NaiveDate,
-    /// The local hour, 0..=23, of an hourly execution.
-    pub hour: Option<u32>,
-}
-
-impl ExecutionDate {
-    /// Reads the text form, and only its canonical spelling: `2026-03-08` or `2026-03-08T05`
-    /// (not `2026-3-8`, `2026-03-08T5`, `2026-03-08T24` or `2026-03-08T05:00`).
-    pub fn parse(text: &str) -> Option<Self> {
-        let (day_text, hour) = match text.split_once('T') {
-            None => (text, None),
-            Some((day_text, hour_text)) => {
-                if hour_text.len() != 2 || !hour_text.bytes().all(|b| b.is_ascii_digit()) {
-                    return None;
-                }
-                let hour: u32 = hour_text.parse().ok()?;
-                if hour > 23 {
-                    return None;
-                }
-                (day_text, Some(hour))
-            }
-        };
-        let day = NaiveDate::parse_from_str(day_text, "%Y-%m-%d").ok()?;
-        // chrono accepts unpadded fields; only the form Display writes is an execution date.
-        (day.format("%Y-%m-%d").to_string() == day_text).then_some(ExecutionDate { day, hour })
-    }
-
-    pub fn daily(day: NaiveDate) -> Self {
-        ExecutionDate { day, hour: None }
-    }
-
-    /// `hour` is the local hour, 0..=23.
-    pub fn hourly(day: NaiveDate, hour: u32) -> Self {
-        debug_assert!(hour < 24, "hour {hour} of an hourly execution date");
-        ExecutionDate { day, hour: Some(hour) }
-    }
-}
-
-impl fmt::Display for ExecutionDate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.day.format("%Y-%m-%d"))?;
-        if let Some(hour) = self.hour {
-            write!(f, "T{hour:02}")?;
-        }
-        Ok(())
-    }
-}
+use crate::core::execution::ExecutionDate;
 
 /// The fields of a cron expression, in order, with the values each allows.
 const FIELDS: [(&str, &str); 5] = [

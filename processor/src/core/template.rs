@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use thiserror::Error;
 
+use super::execution::ExecutionDate;
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TemplateError {
     #[error("unclosed ${{ in {0:?}")]
@@ -43,20 +45,6 @@ pub fn canonical(name: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(name)
     }
-}
-
-/// An execution date's day (`YYYY-MM-DD`) and, for an hourly run (`YYYY-MM-DDTHH`), its
-/// hour (`HH`).
-pub fn date_parts(date: &str) -> (&str, Option<&str>) {
-    match date.split_once('T') {
-        Some((day, hour)) => (day, Some(hour)),
-        None => (date, None),
-    }
-}
-
-/// A day `YYYY-MM-DD` as `YYYYMMDD` (Interlock's `par_day`, internal/lambda/orchestrator/trigger.go).
-pub fn compact_day(day: &str) -> String {
-    day.replace('-', "")
 }
 
 /// The names of every `${...}` in `text`, in order.
@@ -144,11 +132,12 @@ pub struct RunVariables<'a> {
 
 /// Expands run variables; secrets (`${env:...}`, `${INTERLOCK_...}`) are left for the runtime.
 pub fn render_run(value: &Value, run: &RunVariables<'_>) -> Result<Value, TemplateError> {
-    let (day, hour) = date_parts(run.date);
+    let date = ExecutionDate::canonical(run.date);
     render_value(value, &mut |name| match name {
-        "DATE" => Some(day.to_string()),
-        "DATE_COMPACT" => Some(compact_day(day)),
-        "HOUR" => Some(hour.unwrap_or("").to_string()),
+        "DATE" => date.map(|d| d.whole_day().to_string()),
+        // Interlock's `par_day` (internal/lambda/orchestrator/trigger.go).
+        "DATE_COMPACT" => date.map(ExecutionDate::compact_day),
+        "HOUR" => date.map(|d| d.hour.map(|h| format!("{h:02}")).unwrap_or_default()),
         "PIPELINE" => Some(run.pipeline.to_string()),
         "SCHEDULE" => Some(run.schedule.to_string()),
         "RUN_ID" => Some(run.run_id.to_string()),
@@ -215,9 +204,17 @@ mod tests {
             assert_eq!(render_run(&config, &run).unwrap(), expect, "{date}");
         }
         assert!(is_builtin("DATE_COMPACT"));
-        assert_eq!(date_parts("2026-03-03T10"), ("2026-03-03", Some("10")));
-        assert_eq!(date_parts("2026-03-03"), ("2026-03-03", None));
-        assert_eq!(compact_day("2026-03-03"), "20260303");
+        let hourly = ExecutionDate::canonical("2026-03-03T10").unwrap();
+        assert_eq!(
+            (hourly.whole_day().to_string(), hourly.hour),
+            ("2026-03-03".to_string(), Some(10))
+        );
+        let daily = ExecutionDate::canonical("2026-03-03").unwrap();
+        assert_eq!(
+            (daily.whole_day().to_string(), daily.hour),
+            ("2026-03-03".to_string(), None)
+        );
+        assert_eq!(daily.compact_day(), "20260303");
     }
 
     #[test]

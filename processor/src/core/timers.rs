@@ -6,6 +6,7 @@
 //! changing its config can cancel exactly what it armed.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -158,6 +159,11 @@ impl TimerIndex {
         self.by_due.first().map(|t| t.at)
     }
 
+    /// Every pending timer, earliest first.
+    pub fn iter(&self) -> impl Iterator<Item = &DueTimer> {
+        self.by_due.iter()
+    }
+
     /// Removes and returns every timer due at or before `now`, earliest first.
     pub fn pop_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<DueTimer> {
         let mut due = Vec::new();
@@ -186,6 +192,13 @@ impl TimerIndex {
 
     pub fn is_empty(&self) -> bool {
         self.by_due.is_empty()
+    }
+}
+
+/// The pending timers, earliest first.
+impl fmt::Debug for TimerIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.by_due).finish()
     }
 }
 

@@ -27,8 +27,9 @@ use super::access::{Access, Grant};
 use super::codec::{Codec, Family};
 use super::instances::{Directory, Member};
 use super::kafka;
+use crate::core::execution::ExecutionDate;
 use crate::core::partitioning::partition_for;
-use crate::core::records::{parse_execution_date, CommandKind, CommandRecord};
+use crate::core::records::{CommandKind, CommandRecord};
 use crate::core::status::PipelineSummary;
 
 /// Marks a forwarded request, so it is answered where it lands and never forwarded again.
@@ -403,7 +404,7 @@ async fn command(
             )
         }
     };
-    let Some(date) = parse_execution_date(&request.date) else {
+    let Ok(date) = request.date.parse::<ExecutionDate>() else {
         return error(
             StatusCode::BAD_REQUEST,
             &format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", request.date),
@@ -413,7 +414,7 @@ async fn command(
         pipeline_id: id.clone(),
         command: kind,
         schedule_id: request.schedule,
-        date,
+        date: date.to_string(),
         reason: request.reason,
         requested_by: Some(request.requested_by.unwrap_or_else(|| format!("api@{}", api.instance))),
         subscriber: None,

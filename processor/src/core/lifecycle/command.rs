@@ -7,8 +7,8 @@ use serde_json::json;
 use super::schedule::day_excluded;
 use super::{detail, execution_key, Decider, Phase};
 use crate::core::events::EventType;
+use crate::core::execution::ExecutionDate;
 use crate::core::records::{CommandKind, CommandRecord};
-use crate::core::schedule::ExecutionDate;
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -112,10 +112,11 @@ impl Decider<'_> {
             return Some(format!("{date} is dormant: {reason}"));
         }
         let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
-        if ExecutionDate::parse(date).is_some_and(|d| d.day > today) {
+        let parsed = ExecutionDate::canonical(date);
+        if parsed.is_some_and(|d| d.day > today) {
             return Some(format!("{date} is in the future"));
         }
-        if self.beyond_retention(date) {
+        if parsed.is_some_and(|d| self.beyond_retention(d)) {
             return Some(format!("{date} is older than the execution retention"));
         }
         None

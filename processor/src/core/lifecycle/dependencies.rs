@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::{run_id, Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
+use crate::core::execution::ExecutionDate;
 use crate::core::records::{CommandKind, CommandRecord};
-use crate::core::schedule::ExecutionDate;
 
 impl Decider<'_> {
     /// Sends `subscribe` for every upstream of the new config (the upstream ignores a repeat,
@@ -104,13 +104,13 @@ impl Decider<'_> {
     }
 
     fn publish_completion(&mut self, subscriber: &str, sensor_key: &str, date: &str, run_id: &str) {
-        let Some(parsed) = ExecutionDate::parse(date) else {
+        let Some(parsed) = ExecutionDate::canonical(date) else {
             return;
         };
         let mut value = json!({
             "pipelineId": subscriber,
             "key": sensor_key,
-            "date": parsed.day.format("%Y-%m-%d").to_string(),
+            "date": parsed.whole_day().to_string(),
             "timestamp": self.now(),
             "data": {
                 "status": "succeeded",

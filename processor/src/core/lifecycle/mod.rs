@@ -34,6 +34,8 @@ use serde_json::{Map, Value};
 
 use super::config::{JobKind, PipelineConfig, RetryPolicy};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
+pub use super::execution::execution_key;
+use super::execution::{ExecutionDate, ExecutionId};
 use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
 use super::rules::{Moment, Verdict};
@@ -50,7 +52,7 @@ pub struct PipelineState {
     /// The latest reading of each sensor key (kept even before a config arrives).
     #[serde(default)]
     pub sensors: BTreeMap<String, StoredSensor>,
-    /// Executions by [`execution_key`].
+    /// Executions by [`ExecutionId`], in its text form.
     #[serde(default)]
     pub executions: BTreeMap<String, Execution>,
     /// Every timer this pipeline has pending, so a config change or a delete can cancel
@@ -93,12 +95,11 @@ pub struct StoredSensor {
 }
 
 impl StoredSensor {
-    /// The execution date this reading is scoped to (`YYYY-MM-DD[THH]`), if the producer named one.
-    pub fn scope(&self) -> Option<String> {
-        let day = self.date?.format("%Y-%m-%d");
-        Some(match self.hour {
-            Some(h) => format!("{day}T{h:02}"),
-            None => day.to_string(),
+    /// The execution date this reading is scoped to, if the producer named one.
+    pub fn scope(&self) -> Option<ExecutionDate> {
+        Some(ExecutionDate {
+            day: self.date?,
+            hour: self.hour,
         })
     }
 
@@ -318,15 +319,10 @@ impl Execution {
     }
 }
 
-/// The timer `make` names for the execution `key` (see [`execution_key`]).
+/// The timer `make` names for the execution `key` (an [`ExecutionId`]).
 fn execution_timer(key: &str, make: impl FnOnce(String, String) -> TimerKind) -> Option<TimerKind> {
-    key.split_once('/')
-        .map(|(schedule_id, date)| make(schedule_id.into(), date.into()))
-}
-
-/// The key of an execution inside [`PipelineState::executions`].
-pub fn execution_key(schedule_id: &str, date: &str) -> String {
-    format!("{schedule_id}/{date}")
+    let id: ExecutionId = key.parse().ok()?;
+    Some(make(id.schedule, id.date.to_string()))
 }
 
 /// The run id of one attempt: unique per attempt, stable across re-deliveries, and usable
@@ -578,9 +574,9 @@ impl<'a> Decider<'a> {
     /// (an [`execution_key`], which need not exist yet: an SLA can breach with no run).
     fn emit(&mut self, kind: EventType, exec: Option<&str>, message: impl Into<String>, detail: Map<String, Value>) {
         let execution = exec.and_then(|key| self.state.executions.get(key));
-        let named = exec.and_then(|key| key.split_once('/'));
-        let schedule_id = named.map(|(s, _)| s.to_string());
-        let date = named.map(|(_, d)| d.to_string());
+        let named = exec.and_then(|key| key.parse::<ExecutionId>().ok());
+        let schedule_id = named.as_ref().map(|id| id.schedule.clone());
+        let date = named.as_ref().map(|id| id.date.to_string());
         // Events of this type about this execution the same input produced before this one.
         let seq = self
             .events
@@ -588,7 +584,7 @@ impl<'a> Decider<'a> {
             .filter(|e| e.kind == kind && e.schedule_id == schedule_id && e.date == date)
             .count();
         let event = Event {
-            event_id: event_id(self.ctx.origin, kind, named, seq),
+            event_id: event_id(self.ctx.origin, kind, schedule_id.as_deref().zip(date.as_deref()), seq),
             kind,
             category: kind.category(),
             pipeline_id: self.pipeline_id.to_string(),
@@ -665,16 +661,17 @@ impl<'a> Decider<'a> {
     /// The sensor readings an execution's rules see: for each key, the reading scoped to the
     /// execution's date and hour, else to its day, else the undated latest reading.
     fn readings(&self, date: &str) -> BTreeMap<String, &Map<String, Value>> {
-        let day = date.split('T').next().unwrap_or(date);
+        let date = ExecutionDate::canonical(date);
+        let day = date.map(ExecutionDate::whole_day);
         let mut best: BTreeMap<&str, (u8, &Map<String, Value>)> = BTreeMap::new();
         for (slot, sensor) in &self.state.sensors {
-            let (key, scope) = sensor.split_slot(slot);
-            let rank = match scope {
+            let rank = match sensor.scope() {
                 None => 1,
-                Some(s) if s == date => 3,
-                Some(s) if s == day => 2,
+                scope if scope == date => 3,
+                scope if scope == day => 2,
                 Some(_) => continue,
             };
+            let key = sensor.key_in(slot);
             if best.get(key).is_none_or(|(r, _)| *r < rank) {
                 best.insert(key, (rank, &sensor.data));
             }

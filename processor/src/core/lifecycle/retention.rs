@@ -7,7 +7,7 @@
 use chrono::TimeDelta;
 
 use super::Decider;
-use crate::core::schedule::ExecutionDate;
+use crate::core::execution::ExecutionDate;
 use crate::core::timers::TimerKind;
 
 /// How long an ended execution is kept unless `--retention` says otherwise.
@@ -56,27 +56,28 @@ impl Decider<'_> {
             self.arm_expiry(key);
             return;
         }
-        let date = e.date.clone();
+        let date = ExecutionDate::canonical(&e.date);
         let phase = e.phase.name();
         self.cancel_execution_timers(key, |_| true);
         self.state.executions.remove(key);
-        let day = date.split('T').next().unwrap_or(&date).to_string();
-        let day_in_use = self.state.executions.values().any(|e| e.date.starts_with(&day));
-        self.state.sensors.retain(|_, s| match s.scope() {
-            Some(scope) => scope != date && (scope != day || day_in_use),
-            None => true,
+        let day = date.map(ExecutionDate::whole_day);
+        let day_in_use = self
+            .state
+            .executions
+            .values()
+            .any(|e| ExecutionDate::canonical(&e.date).map(ExecutionDate::whole_day) == day);
+        self.state.sensors.retain(|_, s| {
+            let scope = s.scope();
+            scope.is_none() || (scope != date && (scope != day || day_in_use))
         });
         self.notes
             .push(format!("execution {key} ({phase}) expired after the retention"));
     }
 
     /// Whether `date` is too old to start an execution (see the module comment).
-    pub(super) fn beyond_retention(&self, date: &str) -> bool {
-        let Some(parsed) = ExecutionDate::parse(date) else {
-            return false;
-        };
+    pub(super) fn beyond_retention(&self, date: ExecutionDate) -> bool {
         let tz = self.config().map(|c| c.schedule.timezone).unwrap_or(chrono_tz::UTC);
         let today = self.now().with_timezone(&tz).date_naive();
-        parsed.day + self.retention() < today
+        date.day + self.retention() < today
     }
 }

@@ -12,8 +12,9 @@ use serde_json::json;
 use super::{detail, execution_key, execution_timer, Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::events::EventType;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules;
-use crate::core::schedule::{local_instant, next_daily, sla_deadline, ExecutionDate};
+use crate::core::schedule::{local_instant, next_daily, sla_deadline};
 use crate::core::timers::TimerKind;
 
 /// How long past its window (or poll window) an execution may sit before the watchdog
@@ -92,8 +93,8 @@ impl Decider<'_> {
         if let Some(next) = cron.next_after(now.max(due), tz) {
             self.set_timer(TimerKind::CronTick, next);
         }
-        let date = cron.execution_date(due, tz).to_string();
-        let key = execution_key(config.schedule_id(), &date);
+        let id = ExecutionId::new(config.schedule_id(), cron.execution_date(due, tz));
+        let (date, key) = (id.date.to_string(), id.to_string());
         if config.schedule.trigger.is_some() {
             self.trigger_missed_cron(&config, &key, &date, due);
             return;
@@ -214,12 +215,9 @@ impl Decider<'_> {
         let key = execution_key(config.schedule_id(), date);
         // For a daily date, an hourly execution of the day counts as the day having started;
         // an hourly date is its own hour only.
-        let hourly = format!("{key}T");
-        let started = self
-            .state
-            .executions
-            .keys()
-            .any(|k| *k == key || k.starts_with(&hourly));
+        let daily = ExecutionDate::canonical(date).filter(|d| d.hour.is_none());
+        let started = self.state.executions.contains_key(&key)
+            || daily.is_some_and(|d| self.has_execution(config.schedule_id(), |other| other.day == d.day));
         if started || day_excluded(&config, date).is_some() {
             return;
         }
@@ -240,9 +238,17 @@ impl Decider<'_> {
 
     /// Whether the day of `date` has an execution, daily or of any of its hours.
     fn day_started(&self, config: &PipelineConfig, date: &str) -> bool {
-        let day = date.split('T').next().unwrap_or(date);
-        let prefix = execution_key(config.schedule_id(), day);
-        self.state.executions.keys().any(|k| k.starts_with(&prefix))
+        ExecutionDate::canonical(date)
+            .is_some_and(|date| self.has_execution(config.schedule_id(), |other| other.day == date.day))
+    }
+
+    /// Whether `schedule` has an execution whose date `which` selects.
+    fn has_execution(&self, schedule: &str, which: impl Fn(ExecutionDate) -> bool) -> bool {
+        self.state
+            .executions
+            .keys()
+            .filter_map(|key| key.parse::<ExecutionId>().ok())
+            .any(|id| id.schedule == schedule && which(id.date))
     }
 
     /// Starts the execution a sensor `sensor_key` scoped to `date` triggers, unless it exists
@@ -280,17 +286,17 @@ impl Decider<'_> {
             return;
         }
         let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
-        let mut dates: Vec<String> = self
+        let mut dates: Vec<ExecutionDate> = self
             .state
             .sensors
             .iter()
             .filter(|(slot, s)| starts_on(&config, s.key_in(slot)))
             .map(|(_, s)| super::sensor::execution_date(s, config.schedule.timezone, s.received_at))
-            .filter(|date| ExecutionDate::parse(date).is_some_and(|d| d.day >= today))
+            .filter(|date| date.day >= today)
             .collect();
         dates.sort();
         dates.dedup();
-        for date in dates {
+        for date in dates.iter().map(ExecutionDate::to_string) {
             let key = execution_key(config.schedule_id(), &date);
             if !self.state.executions.contains_key(&key) && day_excluded(&config, &date).is_none() {
                 self.recover(&config, &date);
@@ -324,19 +330,21 @@ impl Decider<'_> {
     /// timestamped or received on it.
     fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
         let tz = config.schedule.timezone;
+        let date = ExecutionDate::canonical(date);
         self.state.sensors.iter().any(|(slot, s)| {
-            s.key_in(slot) == sensor_key && super::sensor::execution_date(s, tz, s.received_at) == date
+            s.key_in(slot) == sensor_key && Some(super::sensor::execution_date(s, tz, s.received_at)) == date
         })
     }
 
     /// When the reading of `sensor_key` that `date`'s rules see arrived.
     fn readings_received_at(&self, sensor_key: &str, date: &str) -> Option<DateTime<Utc>> {
-        let day = date.split('T').next().unwrap_or(date);
+        let date = ExecutionDate::canonical(date);
+        let day = date.map(ExecutionDate::whole_day);
         self.state
             .sensors
             .iter()
             .filter(|(slot, s)| {
-                s.key_in(slot) == sensor_key && s.scope().is_none_or(|scope| scope == date || scope == day)
+                s.key_in(slot) == sensor_key && (s.scope().is_none() || s.scope() == date || s.scope() == day)
             })
             .map(|(_, s)| s.received_at)
             .max()
@@ -377,11 +385,11 @@ impl Decider<'_> {
         let Some(config) = self.state.config.as_ref() else {
             return;
         };
-        let Some((schedule_id, date)) = key.split_once('/') else {
+        let Ok(id) = key.parse::<ExecutionId>() else {
             return;
         };
         let now = self.now();
-        let mut execution = Execution::new(schedule_id.into(), date.into(), now, config.schedule.evaluation.window);
+        let mut execution = Execution::new(id.schedule, id.date.to_string(), now, config.schedule.evaluation.window);
         execution.first_sensor_at = first_sensor;
         self.state.executions.insert(key.to_string(), execution);
         self.arm_sla(key);
@@ -427,7 +435,11 @@ fn starts_on(config: &PipelineConfig, sensor_key: &str) -> bool {
 
 /// Why `date` is dormant: an exclusion, or not one of the inclusion dates.
 pub(super) fn day_excluded(config: &PipelineConfig, date: &str) -> Option<String> {
-    let day = ExecutionDate::parse(date)?.day;
+    dormant(config, ExecutionDate::canonical(date)?.day)
+}
+
+/// Why `day` is dormant (see [`day_excluded`]).
+pub(super) fn dormant(config: &PipelineConfig, day: NaiveDate) -> Option<String> {
     let include = &config.schedule.include_dates;
     if !include.is_empty() && !include.contains(&day) {
         return Some(format!("{day} is not one of the inclusion dates"));

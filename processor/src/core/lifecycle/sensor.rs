@@ -8,6 +8,7 @@ use serde_json::json;
 use super::{detail, execution_key, Decider, StoredSensor};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
+use crate::core::execution::ExecutionDate;
 use crate::core::records::SensorReading;
 
 impl Decider<'_> {
@@ -33,7 +34,7 @@ impl Decider<'_> {
             hour: reading.hour,
             timestamp: reading.timestamp,
         };
-        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(d)) {
+        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d)) {
             let reason = format!(
                 "sensor {:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one",
                 reading.key
@@ -60,7 +61,7 @@ impl Decider<'_> {
             ));
             return;
         };
-        let date = execution_date(&stored, config.schedule.timezone, now);
+        let date = execution_date(&stored, config.schedule.timezone, now).to_string();
         let schedule_id = config.schedule_id().to_string();
         let key = execution_key(&schedule_id, &date);
 
@@ -137,9 +138,9 @@ impl Decider<'_> {
 
 /// The execution date a sensor scopes: its own date (and hour), else the day of its
 /// timestamp, else today, in the schedule's timezone.
-pub(super) fn execution_date(sensor: &StoredSensor, tz: chrono_tz::Tz, now: DateTime<Utc>) -> String {
+pub(super) fn execution_date(sensor: &StoredSensor, tz: chrono_tz::Tz, now: DateTime<Utc>) -> ExecutionDate {
     sensor.scope().unwrap_or_else(|| {
         let day = sensor.timestamp.unwrap_or(now).with_timezone(&tz).date_naive();
-        day.format("%Y-%m-%d").to_string()
+        ExecutionDate::daily(day)
     })
 }

@@ -11,28 +11,29 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use chrono_tz::Tz;
 use serde_json::{json, Value};
 
-use super::schedule::day_excluded;
-use super::{detail, execution_key, Decider};
+use super::schedule::dormant;
+use super::{detail, Decider, Execution};
 use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
-use crate::core::schedule::{sla_deadline, ExecutionDate};
+use crate::core::execution::{ExecutionDate, ExecutionId};
+use crate::core::schedule::sla_deadline;
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
     /// Arms the SLA timers of one execution date (absolute, and relative once its first
     /// sensor is known), forward-only.
     pub(super) fn arm_sla(&mut self, key: &str) {
-        let Some((schedule_id, date)) = key.split_once('/') else {
+        let Ok(id) = key.parse::<ExecutionId>() else {
             return;
         };
         let now = self.now();
         let Some(config) = self.config().filter(|c| !c.dry_run) else {
             return;
         };
-        if let Some(deadline) = deadline_of(config, date) {
+        if let Some(deadline) = deadline_of(config, id.date) {
             let expected = config.sla.as_ref().and_then(|s| s.expected_duration);
-            let (schedule_id, date) = (schedule_id.to_string(), date.to_string());
+            let (schedule_id, date) = (id.schedule, id.date.to_string());
             if deadline > now {
                 let breach = TimerKind::SlaBreach {
                     schedule_id: schedule_id.clone(),
@@ -88,19 +89,18 @@ impl Decider<'_> {
         let now = self.now();
         let hourly = matches!(deadline, Deadline::Hourly { .. });
         let next = next_date_due(now, config.schedule.timezone, hourly, |date| {
-            let text = date.to_string();
-            let key = execution_key(config.schedule_id(), &text);
+            let key = ExecutionId::new(config.schedule_id(), date).to_string();
             let done = self.state.executions.get(&key).is_some_and(|e| e.phase.is_completed());
-            deadline_of(config, &text).filter(|_| day_excluded(config, &text).is_none() && !done)
+            deadline_of(config, date).filter(|_| dormant(config, date.day).is_none() && !done)
         });
         if let Some((date, _)) = next {
-            let key = execution_key(config.schedule_id(), &date.to_string());
+            let key = ExecutionId::new(config.schedule_id(), date).to_string();
             self.arm_sla(&key);
         }
     }
 
     pub(super) fn on_sla_warning(&mut self, key: &str) {
-        let Some(deadline) = self.alertable_deadline(key) else {
+        let Some((date, deadline)) = self.alertable_deadline(key) else {
             return;
         };
         if self.state.executions.get(key).is_some_and(|e| e.sla.warned) || self.now() >= deadline {
@@ -108,8 +108,7 @@ impl Decider<'_> {
         }
         let left = deadline - self.now();
         let message = format!(
-            "{} is not complete and its SLA deadline {} is {} away",
-            date_of(key),
+            "{date} is not complete and its SLA deadline {} is {} away",
             deadline.to_rfc3339(),
             format_duration(left)
         );
@@ -121,8 +120,8 @@ impl Decider<'_> {
     }
 
     pub(super) fn on_sla_breach(&mut self, key: &str) {
-        if let Some(deadline) = self.alertable_deadline(key) {
-            let message = format!("{} missed its SLA deadline {}", date_of(key), deadline.to_rfc3339());
+        if let Some((date, deadline)) = self.alertable_deadline(key) {
+            let message = format!("{date} missed its SLA deadline {}", deadline.to_rfc3339());
             let info = self.alert_detail(key, deadline);
             self.emit(EventType::SLA_BREACH, Some(key), message, info);
             if let Some(e) = self.state.executions.get_mut(key) {
@@ -133,12 +132,12 @@ impl Decider<'_> {
         self.arm_sla_chain();
     }
 
-    /// The deadline of `key` if an alert about it is due: the day is not dormant, nothing
-    /// completed, no breach reported yet.
-    fn alertable_deadline(&self, key: &str) -> Option<DateTime<Utc>> {
+    /// The date and deadline of `key` if an alert about it is due: the day is not dormant,
+    /// nothing completed, no breach reported yet.
+    fn alertable_deadline(&self, key: &str) -> Option<(ExecutionDate, DateTime<Utc>)> {
         let config = self.config().filter(|c| !c.dry_run)?;
-        let date = date_of(key);
-        if day_excluded(config, date).is_some() {
+        let date = key.parse::<ExecutionId>().ok()?.date;
+        if dormant(config, date.day).is_some() {
             return None;
         }
         if let Some(e) = self.state.executions.get(key) {
@@ -148,13 +147,15 @@ impl Decider<'_> {
         }
         // A daily deadline over a day run as hourly executions: each hour carries its own
         // alerts (naming the hour that is late), so the day itself says nothing.
-        if !self.state.executions.contains_key(key) && !date.contains('T') {
-            let prefix = format!("{date}T");
-            if self.state.executions.values().any(|e| e.date.starts_with(&prefix)) {
+        if !self.state.executions.contains_key(key) && date.hour.is_none() {
+            let hour_of_day = |e: &Execution| {
+                ExecutionDate::canonical(&e.date).is_some_and(|d| d.day == date.day && d.hour.is_some())
+            };
+            if self.state.executions.values().any(hour_of_day) {
                 return None;
             }
         }
-        deadline_of(config, date)
+        Some((date, deadline_of(config, date)?))
     }
 
     fn alert_detail(&self, key: &str, deadline: DateTime<Utc>) -> serde_json::Map<String, Value> {
@@ -194,6 +195,7 @@ impl Decider<'_> {
         let Some(first) = execution.first_sensor_at else {
             return;
         };
+        let date = execution.date.clone();
         let (kind, verb) = match breach {
             true => {
                 execution.sla.relative_breached = true;
@@ -205,8 +207,7 @@ impl Decider<'_> {
             }
         };
         let message = format!(
-            "{} has run {} since its first sensor and {verb} its maxDuration of {}",
-            date_of(key),
+            "{date} has run {} since its first sensor and {verb} its maxDuration of {}",
             format_duration(now - first),
             format_duration(max)
         );
@@ -224,7 +225,7 @@ impl Decider<'_> {
         let Some(config) = self.config().filter(|c| !c.dry_run) else {
             return;
         };
-        let Some(deadline) = deadline_of(config, date_of(key)) else {
+        let Some(deadline) = deadline_of_key(config, key) else {
             return;
         };
         let Some(execution) = self.state.executions.get_mut(key) else {
@@ -277,7 +278,7 @@ impl Decider<'_> {
 
     /// `{deadline, met, marginSeconds}` for a completion at `at`; null without a deadline.
     pub(super) fn sla_verdict(&self, key: &str, at: DateTime<Utc>) -> Value {
-        let Some(deadline) = self.config().and_then(|c| deadline_of(c, date_of(key))) else {
+        let Some(deadline) = self.config().and_then(|c| deadline_of_key(c, key)) else {
             return Value::Null;
         };
         json!({
@@ -289,15 +290,15 @@ impl Decider<'_> {
     }
 }
 
-fn date_of(key: &str) -> &str {
-    key.split_once('/').map(|(_, d)| d).unwrap_or(key)
+/// The SLA deadline of the execution `key` names, under `config`.
+fn deadline_of_key(config: &PipelineConfig, key: &str) -> Option<DateTime<Utc>> {
+    deadline_of(config, key.parse::<ExecutionId>().ok()?.date)
 }
 
 /// The SLA deadline of an execution date under `config`.
-pub(super) fn deadline_of(config: &PipelineConfig, date: &str) -> Option<DateTime<Utc>> {
+pub(super) fn deadline_of(config: &PipelineConfig, date: ExecutionDate) -> Option<DateTime<Utc>> {
     let sla = config.sla.as_ref()?;
     let deadline = sla.deadline?;
-    let date = ExecutionDate::parse(date)?;
     let tz = sla.timezone.unwrap_or(config.schedule.timezone);
     match (deadline, sla.deadline_day) {
         // Hourly deadlines (`:MM`) are measured from the hour itself, whatever the day rule.

@@ -311,52 +311,6 @@ fn one_execution_per_local_hour_across_dst() {
 }
 
 #[test]
-fn execution_date_text() {
-    let valid = [
-        ("2026-03-08", day("2026-03-08"), None),
-        ("2026-03-08T05", day("2026-03-08"), Some(5)),
-        ("2026-03-08T00", day("2026-03-08"), Some(0)),
-        ("2026-12-31T23", day("2026-12-31"), Some(23)),
-        ("2028-02-29", day("2028-02-29"), None),
-    ];
-    for (text, day, hour) in valid {
-        let date = ExecutionDate::parse(text);
-        assert_eq!(date, Some(ExecutionDate { day, hour }), "{text}");
-        assert_eq!(date.unwrap().to_string(), text);
-    }
-    let invalid = [
-        "",
-        "2026-3-8",
-        "2026-03-8",
-        "20260308",
-        "2026-03-08T5",
-        "2026-03-08T+5",
-        "2026-03-08T24",
-        "2026-03-08T05:00",
-        "2026-03-08 05",
-        "2026-03-08T",
-        "2026-02-30",
-        "2027-02-29",
-        " 2026-03-08",
-        "+2026-03-08",
-    ];
-    for text in invalid {
-        assert_eq!(ExecutionDate::parse(text), None, "{text:?}");
-    }
-    assert_eq!(ExecutionDate::daily(day("2026-03-08")).to_string(), "2026-03-08");
-    assert_eq!(ExecutionDate::hourly(day("2026-03-08"), 7).to_string(), "2026-03-08T07");
-    let mut dates = [
-        ExecutionDate::daily(day("2026-03-09")),
-        ExecutionDate::hourly(day("2026-03-08"), 10),
-        ExecutionDate::hourly(day("2026-03-08"), 9),
-        ExecutionDate::daily(day("2026-03-08")),
-    ];
-    dates.sort();
-    let texts: Vec<String> = dates.iter().map(ToString::to_string).collect();
-    assert_eq!(texts, ["2026-03-08", "2026-03-08T09", "2026-03-08T10", "2026-03-09"]);
-}
-
-#[test]
 fn local_instant_gap_and_fold() {
     let cases = [
         (UTC, "2026-03-08", "08:00", "2026-03-08T08:00:00Z"),

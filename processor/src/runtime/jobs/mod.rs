@@ -31,9 +31,9 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::core::config::JobKind;
+use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::TriggerRequest;
 use crate::core::records::{FailureCategory, JobStatus};
-use crate::core::template;
 
 pub use guard::{Client, Guard};
 
@@ -200,10 +200,12 @@ impl Call<'_> {
 /// internal/lambda/date.go:27-55): `par_day`, the execution day as `YYYYMMDD`, and for an
 /// hourly run (`YYYY-MM-DDTHH`) `par_hour`, the hour `HH`.
 pub fn date_arguments(date: &str) -> Vec<(&'static str, String)> {
-    let (day, hour) = template::date_parts(date);
-    let mut arguments = vec![("par_day", template::compact_day(day))];
-    if let Some(hour) = hour.filter(|h| !h.is_empty()) {
-        arguments.push(("par_hour", hour.to_string()));
+    let Some(date) = ExecutionDate::canonical(date) else {
+        return Vec::new();
+    };
+    let mut arguments = vec![("par_day", date.compact_day())];
+    if let Some(hour) = date.hour {
+        arguments.push(("par_hour", format!("{hour:02}")));
     }
     arguments
 }

@@ -162,10 +162,10 @@ fn route(sim: &mut Sim, decision: Decision) -> Vec<Outbound> {
 }
 
 fn has_run_timers(sim: &Sim, pipeline: &str) -> bool {
-    sim.timers.iter().any(|(_, p, k)| {
-        p == pipeline
+    sim.timers.iter().any(|t| {
+        t.pipeline == pipeline
             && matches!(
-                k,
+                t.kind,
                 TimerKind::Evaluate { .. } | TimerKind::JobPollWindow { .. } | TimerKind::Watchdog { .. }
             )
     })
@@ -299,7 +299,7 @@ fn stale_run_when_a_lost_evaluation_timer_leaves_an_execution_hanging() {
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
     assert_eq!(gold_run(&sim).phase, Phase::AwaitingRules);
     // The interval timer is lost (a bug, a restore that missed it): only the watchdog is left.
-    sim.timers.retain(|(_, _, k)| !matches!(k, TimerKind::Evaluate { .. }));
+    sim.lose_timers(|k| matches!(k, TimerKind::Evaluate { .. }));
     let mark = sim.events.len();
     sim.advance(TimeDelta::minutes(69));
     assert_eq!(since(&sim, mark), [], "no evaluation closes the window");

@@ -3,7 +3,8 @@
 // The harness records every decision itself; tests look at the ones they care about.
 #![allow(unused_must_use)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
@@ -11,6 +12,8 @@ use serde_json::{json, Value};
 use super::*;
 use crate::core::events::EventType::{self, *};
 use crate::core::records::{FailureCategory, JobStatus};
+use crate::core::replay::Engine;
+use crate::core::timers::DueTimer;
 
 mod jobs_and_post_run;
 mod schedule_and_sla;
@@ -31,18 +34,35 @@ pub(crate) fn merge(base: &mut Value, patch: Value) {
     }
 }
 
-/// State, a fake clock and the pending timers of several pipelines.
+/// State, a fake clock and the pending timers of several pipelines: the replay [`Engine`]
+/// driven by hand, keeping everything the decisions asked for so tests can look at it.
+///
+/// A `Sim` derefs to its engine: tests read (and may set) `now`, `states`, `timers` and
+/// `settings`. Setting `now` moves the clock without firing the timers due on the way.
 pub(super) struct Sim {
-    pub(super) now: DateTime<Utc>,
-    pub(super) states: BTreeMap<String, PipelineState>,
-    pub(super) timers: BTreeSet<(DateTime<Utc>, String, TimerKind)>,
+    engine: Engine,
     pub(super) events: Vec<Event>,
     pub(super) effects: Vec<Effect>,
     pub(super) dead_letters: Vec<String>,
     pub(super) inputs: usize,
-    /// The decider's settings (`run` flags), default unless a test changes them.
-    pub(super) settings: Settings,
 }
+
+impl Deref for Sim {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl DerefMut for Sim {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+}
+
+/// The partition every simulated pipeline lives on.
+const PARTITION: i32 = 0;
 
 pub(super) fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
@@ -52,15 +72,17 @@ pub(super) fn t0() -> DateTime<Utc> {
 
 impl Sim {
     pub(super) fn new() -> Self {
+        Sim::starting_at(t0())
+    }
+
+    /// A sim whose clock starts at `now`.
+    pub(super) fn starting_at(now: DateTime<Utc>) -> Self {
         Sim {
-            now: t0(),
-            states: BTreeMap::new(),
-            timers: BTreeSet::new(),
+            engine: Engine::new(Settings::default(), now),
             events: Vec::new(),
             effects: Vec::new(),
             dead_letters: Vec::new(),
             inputs: 0,
-            settings: Settings::default(),
         }
     }
 
@@ -70,52 +92,26 @@ impl Sim {
         self.apply(pipeline, &input, &origin)
     }
 
+    /// Hands `input` to the decider now, under `origin`, with no timer fired first.
     pub(super) fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
-        let state = self.states.get(pipeline).cloned().unwrap_or_default();
-        let settings = self.settings;
-        let decision = decide(
-            &state,
-            pipeline,
-            input,
-            Context {
-                now: self.now,
-                origin,
-                settings,
-            },
-        );
-        match &decision.state {
-            StateChange::Unchanged => {}
-            StateChange::Put(s) => {
-                self.states.insert(pipeline.to_string(), (**s).clone());
-            }
-            StateChange::Delete => {
-                self.states.remove(pipeline);
-            }
-        }
-        for op in &decision.timers {
-            match op {
-                TimerOp::Set { kind, at } => {
-                    self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind));
-                    self.timers.insert((*at, pipeline.to_string(), kind.clone()));
-                }
-                TimerOp::Cancel { kind } => self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind)),
-            }
-        }
+        let decision = self.engine.handle(PARTITION, pipeline, input, origin);
+        self.keep(&decision);
+        decision
+    }
+
+    fn keep(&mut self, decision: &Decision) {
         self.events.extend(decision.events.iter().cloned());
         self.effects.extend(decision.effects.iter().cloned());
         self.dead_letters.extend(decision.dead_letter.iter().cloned());
-        decision
     }
 
     /// Moves the clock to `at`, firing every timer due on the way, in order.
     pub(super) fn advance_to(&mut self, at: DateTime<Utc>) {
-        while let Some((due, pipeline, kind)) = self.timers.first().cloned().filter(|(due, _, _)| *due <= at) {
-            self.timers.pop_first();
-            self.now = self.now.max(due);
-            let origin = format!("timer/{pipeline}/{}@{}", kind.encode(), due.timestamp_millis());
-            self.apply(&pipeline, &Input::TimerFired(kind), &origin);
+        let mut fired = Vec::new();
+        self.engine.advance(at, |decision| fired.push(decision));
+        for decision in &fired {
+            self.keep(decision);
         }
-        self.now = self.now.max(at);
     }
 
     pub(super) fn advance(&mut self, by: TimeDelta) {
@@ -168,9 +164,7 @@ impl Sim {
 
     /// True when the only timers left are the expiries of ended executions.
     pub(super) fn only_expiry_left(&self) -> bool {
-        self.timers
-            .iter()
-            .all(|(_, _, k)| matches!(k, TimerKind::Expire { .. }))
+        self.timers.iter().all(|t| matches!(t.kind, TimerKind::Expire { .. }))
     }
 
     pub(super) fn types(&self) -> Vec<EventType> {
@@ -238,7 +232,7 @@ fn failing_rules_wait_for_a_fixing_sensor_and_explain_themselves() {
     let exec = &sim.states["gold"].executions["stream/2026-11-22"];
     let verdict = exec.last_verdict.as_ref().unwrap();
     assert_eq!(verdict.failures(), "row-count: count is 10 but must be >= 1000");
-    assert_eq!(sim.timers.first().unwrap().0, t0() + TimeDelta::minutes(5));
+    assert_eq!(sim.timers.next_due(), Some(t0() + TimeDelta::minutes(5)));
     sim.advance(TimeDelta::minutes(12));
     assert_eq!(
         sim.types(),
@@ -249,9 +243,7 @@ fn failing_rules_wait_for_a_fixing_sensor_and_explain_themselves() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
     assert_eq!(sim.triggers().len(), 1);
     assert!(
-        !sim.timers
-            .iter()
-            .any(|(_, _, k)| matches!(k, TimerKind::Evaluate { .. })),
+        !sim.timers.iter().any(|t| matches!(t.kind, TimerKind::Evaluate { .. })),
         "the interval timer is cancelled once rules pass"
     );
 }
@@ -569,11 +561,6 @@ pub(super) fn at(text: &str) -> DateTime<Utc> {
 }
 
 impl Sim {
-    /// A sim whose clock starts at `now`.
-    pub(super) fn starting_at(now: DateTime<Utc>) -> Self {
-        Sim { now, ..Sim::new() }
-    }
-
     /// A sensor reading scoped to a date (and hour), with an optional producer timestamp.
     pub(super) fn sensor_scoped(
         &mut self,
@@ -633,9 +620,18 @@ impl Sim {
 
     /// Fires a pending timer now, however long after its due time (a processor that was down).
     pub(super) fn fire_late(&mut self, pipeline: &str, kind: &TimerKind) -> Decision {
-        self.timers.retain(|(_, p, k)| !(p == pipeline && k == kind));
+        self.engine.timers.cancel(PARTITION, pipeline, kind);
         let origin = format!("timer/{pipeline}/{}@late", kind.encode());
         self.apply(pipeline, &Input::TimerFired(kind.clone()), &origin)
+    }
+
+    /// Drops the pending timers `which` selects, as a bug or a restore that missed them
+    /// would: the pipelines' states still list them.
+    pub(super) fn lose_timers(&mut self, which: impl Fn(&TimerKind) -> bool) {
+        let lost: Vec<DueTimer> = self.timers.iter().filter(|t| which(&t.kind)).cloned().collect();
+        for t in lost {
+            self.engine.timers.cancel(t.partition, &t.pipeline, &t.kind);
+        }
     }
 
     /// Deletes a pipeline's config.
@@ -655,8 +651,8 @@ impl Sim {
     pub(super) fn due(&self, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
         self.timers
             .iter()
-            .find(|(_, p, k)| p == pipeline && k == kind)
-            .map(|(at, _, _)| *at)
+            .find(|t| t.pipeline == pipeline && t.kind == *kind)
+            .map(|t| t.at)
     }
 
     /// Asserts the scheduler's timers and the ones the pipeline's state lists are the same.
@@ -664,8 +660,8 @@ impl Sim {
         let scheduled: BTreeSet<(DateTime<Utc>, TimerKind)> = self
             .timers
             .iter()
-            .filter(|(_, p, _)| p == pipeline)
-            .map(|(at, _, k)| (*at, k.clone()))
+            .filter(|t| t.pipeline == pipeline)
+            .map(|t| (t.at, t.kind.clone()))
             .collect();
         let listed: BTreeSet<(DateTime<Utc>, TimerKind)> = self
             .states

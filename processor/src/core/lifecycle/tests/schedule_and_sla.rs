@@ -93,17 +93,17 @@ fn warning(schedule_id: &str, date: &str) -> TimerKind {
 fn sla_timers(sim: &Sim, pipeline: &str) -> Vec<(TimerKind, DateTime<Utc>)> {
     sim.timers
         .iter()
-        .filter(|(_, p, k)| {
-            p == pipeline
+        .filter(|t| {
+            t.pipeline == pipeline
                 && matches!(
-                    k,
+                    t.kind,
                     TimerKind::SlaWarning { .. }
                         | TimerKind::SlaBreach { .. }
                         | TimerKind::RelativeSlaWarning { .. }
                         | TimerKind::RelativeSlaBreach { .. }
                 )
         })
-        .map(|(due, _, k)| (k.clone(), *due))
+        .map(|t| (t.kind.clone(), t.at))
         .collect()
 }
 
@@ -466,7 +466,7 @@ fn irregular_schedule_missed_for_an_inclusion_date_with_no_execution() {
     assert!(
         !sim.timers
             .iter()
-            .any(|(_, _, k)| matches!(k, TimerKind::StartCheck { .. })),
+            .any(|t| matches!(t.kind, TimerKind::StartCheck { .. })),
         "no inclusion date left to check"
     );
 
@@ -1018,7 +1018,7 @@ fn config_accepted_for_a_delete_cancels_every_timer() {
     ready(&mut sim); // an execution waiting for its rules
     sim.assert_timers_agree("gold");
     sim.assert_timers_agree("daily");
-    let pending = |sim: &Sim, p: &str| sim.timers.iter().filter(|(_, q, _)| q == p).count();
+    let pending = |sim: &Sim, p: &str| sim.timers.iter().filter(|t| t.pipeline == p).count();
     assert!(pending(&sim, "gold") >= 6, "{:?}", sim.timers);
     assert!(pending(&sim, "daily") >= 4, "{:?}", sim.timers);
 

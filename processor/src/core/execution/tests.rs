@@ -1,0 +1,159 @@
+//! Execution dates and ids: the parser records go through, the canonical text stored, and
+//! the `schedule/date` key.
+
+use chrono::NaiveDate;
+
+use super::*;
+
+fn day(text: &str) -> NaiveDate {
+    NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap()
+}
+
+#[test]
+fn canonical_execution_date_text() {
+    let valid = [
+        ("2026-03-08", day("2026-03-08"), None),
+        ("2026-03-08T05", day("2026-03-08"), Some(5)),
+        ("2026-03-08T00", day("2026-03-08"), Some(0)),
+        ("2026-12-31T23", day("2026-12-31"), Some(23)),
+        ("2028-02-29", day("2028-02-29"), None),
+    ];
+    for (text, day, hour) in valid {
+        let date = ExecutionDate::canonical(text);
+        assert_eq!(date, Some(ExecutionDate { day, hour }), "{text}");
+        assert_eq!(date.unwrap().to_string(), text);
+    }
+    let invalid = [
+        "",
+        "2026-3-8",
+        "2026-03-8",
+        "20260308",
+        "2026-03-08T5",
+        "2026-03-08T+5",
+        "2026-03-08T24",
+        "2026-03-08T05:00",
+        "2026-03-08 05",
+        "2026-03-08T",
+        "2026-02-30",
+        "2027-02-29",
+        " 2026-03-08",
+        "+2026-03-08",
+    ];
+    for text in invalid {
+        assert_eq!(ExecutionDate::canonical(text), None, "{text:?}");
+    }
+    assert_eq!(ExecutionDate::daily(day("2026-03-08")).to_string(), "2026-03-08");
+    assert_eq!(ExecutionDate::hourly(day("2026-03-08"), 7).to_string(), "2026-03-08T07");
+    let mut dates = [
+        ExecutionDate::daily(day("2026-03-09")),
+        ExecutionDate::hourly(day("2026-03-08"), 10),
+        ExecutionDate::hourly(day("2026-03-08"), 9),
+        ExecutionDate::daily(day("2026-03-08")),
+    ];
+    dates.sort();
+    let texts: Vec<String> = dates.iter().map(ToString::to_string).collect();
+    assert_eq!(texts, ["2026-03-08", "2026-03-08T09", "2026-03-08T10", "2026-03-09"]);
+}
+
+#[test]
+fn records_may_spell_a_date_any_way_the_edge_accepts_and_it_reads_back_canonical() {
+    let spellings = [
+        ("2026-03-03", "2026-03-03"),
+        ("20260303", "2026-03-03"),
+        ("2026-3-3", "2026-03-03"),
+        ("2026-03-03T05", "2026-03-03T05"),
+        ("20260303T05", "2026-03-03T05"),
+        ("2026-03-03T5", "2026-03-03T05"),
+        ("2026-03-03T+5", "2026-03-03T05"),
+        ("2026-03-03T005", "2026-03-03T05"),
+        ("2026-03-03T00", "2026-03-03T00"),
+        ("2026-03-03T23", "2026-03-03T23"),
+    ];
+    for (text, canonical) in spellings {
+        let date: ExecutionDate = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(date.to_string(), canonical, "{text}");
+        assert_eq!(canonical.parse::<ExecutionDate>(), Ok(date), "{canonical}");
+        assert_eq!(ExecutionDate::canonical(canonical), Some(date), "{canonical}");
+    }
+}
+
+#[test]
+fn what_is_not_a_date_is_refused_with_the_text() {
+    for text in [
+        "",
+        "T05",
+        "2026-03-03T",
+        "2026-03-03T24",
+        "2026-03-03T-1",
+        "2026-03-03T05:00",
+        "2026-03-03 05",
+        "2026-02-30",
+        "03/03/2026",
+        "2026/03/03",
+        "yesterday",
+    ] {
+        assert_eq!(
+            text.parse::<ExecutionDate>(),
+            Err(ParseError::Date(text.to_string())),
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        "2026-03-03T24".parse::<ExecutionDate>().unwrap_err().to_string(),
+        "\"2026-03-03T24\" is not YYYY-MM-DD or YYYY-MM-DDTHH"
+    );
+}
+
+#[test]
+fn the_day_of_a_date() {
+    let hourly = ExecutionDate::hourly(day("2026-11-23"), 5);
+    assert_eq!(hourly.whole_day(), ExecutionDate::daily(day("2026-11-23")));
+    assert_eq!(hourly.whole_day().whole_day(), hourly.whole_day());
+    assert_eq!(hourly.compact_day(), "20261123");
+    assert_eq!(ExecutionDate::daily(day("2026-03-03")).compact_day(), "20260303");
+}
+
+#[test]
+fn execution_ids_round_trip_through_their_text() {
+    for (text, schedule, date) in [
+        ("daily/2026-11-23", "daily", ExecutionDate::daily(day("2026-11-23"))),
+        (
+            "hourly/2026-11-23T05",
+            "hourly",
+            ExecutionDate::hourly(day("2026-11-23"), 5),
+        ),
+        ("stream/2026-11-22", "stream", ExecutionDate::daily(day("2026-11-22"))),
+        // A date never holds the separator: the last one splits, whatever the schedule id.
+        (
+            "team/etl/2026-11-23",
+            "team/etl",
+            ExecutionDate::daily(day("2026-11-23")),
+        ),
+    ] {
+        let id: ExecutionId = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(id, ExecutionId::new(schedule, date), "{text}");
+        assert_eq!(id.to_string(), text);
+        assert_eq!(execution_key(schedule, &date.to_string()), text);
+    }
+}
+
+#[test]
+fn an_execution_id_needs_a_schedule_separator_and_a_canonical_date() {
+    for text in [
+        "",
+        "daily",
+        "2026-11-23",
+        "daily/",
+        "daily/2026-11-23/",
+        "daily/20261123",
+        "daily/2026-11-23T5",
+        "daily/2026-11-23T24",
+        "daily-2026-11-23",
+    ] {
+        assert_eq!(
+            text.parse::<ExecutionId>(),
+            Err(ParseError::Id(text.to_string())),
+            "{text:?}"
+        );
+    }
+}
