@@ -21,8 +21,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
-use serde_json::{json, Map, Value};
-use sluice::core::config::JobKind;
+use serde_json::{json, Value};
+use sluice::core::config::{JobConfig, JobKind};
 use sluice::core::lifecycle::TriggerRequest;
 use sluice::core::records::{FailureCategory, JobStatus};
 use sluice::runtime::jobs::{aws, Call, CallError, Client, Guard, Outcome};
@@ -178,7 +178,6 @@ async fn setup_rest(service: &str, region: &str, method: Method, path: &str, inp
 /// (pointed at moto), through a client that may reach loopback.
 struct Job {
     request: TriggerRequest,
-    config: Map<String, Value>,
     client: Client,
 }
 
@@ -195,9 +194,9 @@ impl Job {
             config["region"] = json!(REGION);
         }
         config["timeout"] = json!(20);
+        let config = JobConfig::from_json(kind, &config).unwrap();
         Job {
-            request: TriggerRequest::new(&unique("p"), "daily", date, 1, kind, config.clone()),
-            config: config.as_object().unwrap().clone(),
+            request: TriggerRequest::new(&unique("p"), "daily", date, 1, config),
             client: client(),
         }
     }
@@ -205,7 +204,7 @@ impl Job {
     fn call(&self) -> Call<'_> {
         Call {
             request: &self.request,
-            config: &self.config,
+            config: &self.request.config,
             client: &self.client,
             producer: None,
         }
@@ -372,8 +371,9 @@ async fn glue_unknown_job_or_run_is_permanent() {
     let job = Job::new(JobKind::Glue, json!({"jobName": name}));
     let handle = json!({"jobName": name, "jobRunId": "jr_nope"});
     permanent(job.status(&handle).await, "Glue GetJobRun answered 400");
-    let job = Job::new(JobKind::Glue, json!({}));
-    permanent(job.trigger().await, "job.config.jobName is missing");
+    // A job name is a setting a Glue job cannot do without: no settings without it.
+    let missing = JobConfig::from_json(JobKind::Glue, &json!({})).unwrap_err();
+    assert_eq!(missing.to_string(), "job.config.jobName is missing");
 }
 
 // ---- emr -----------------------------------------------------------------------------
@@ -790,7 +790,7 @@ async fn a_loopback_endpoint_needs_the_guard_to_allow_it() {
     let guarded = Client::new(Guard::default()).unwrap();
     let call = Call {
         request: &job.request,
-        config: &job.config,
+        config: &job.request.config,
         client: &guarded,
         producer: None,
     };
@@ -801,7 +801,7 @@ async fn a_loopback_endpoint_needs_the_guard_to_allow_it() {
 fn targets_name_the_aws_resource() {
     let config = json!({"region": "eu-west-1", "jobName": "nightly"});
     assert_eq!(
-        sluice::runtime::jobs::target(JobKind::Glue, config.as_object().unwrap()),
+        sluice::runtime::jobs::target(&JobConfig::from_json(JobKind::Glue, &config).unwrap()),
         "glue:eu-west-1:nightly"
     );
 }

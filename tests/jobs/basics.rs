@@ -351,17 +351,18 @@ fn http_string_bodies_are_sent_raw_and_bodyless_jobs_send_par_day() {
 /// encoded them.
 #[tokio::test]
 async fn an_hourly_bodyless_http_job_sends_par_day_and_par_hour() {
-    use sluice::core::config::JobKind;
+    use sluice::core::config::{JobConfig, JobKind};
     use sluice::core::lifecycle::TriggerRequest;
     use sluice::core::records::JobStatus;
     use sluice::runtime::jobs::{http, Call, Client, Guard};
     let server = scripted_server();
     let client = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap();
     let config = json!({"url": format!("{}/hourly", server.base), "method": "put"});
-    let request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Http, config.clone());
+    let config = JobConfig::from_json(JobKind::Http, &config).unwrap();
+    let request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, config);
     let call = Call {
         request: &request,
-        config: config.as_object().unwrap(),
+        config: &request.config,
         client: &client,
         producer: None,
     };

@@ -63,6 +63,7 @@ struct Airflow {
     faults: Faults,
 }
 
+// One closure answers every route, as the API does: long, so the fake's protocol reads in one place.
 fn airflow(version: u8, dags: &[(&str, &str)]) -> Airflow {
     let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
     let faults: Faults = Arc::default();
@@ -259,17 +260,18 @@ fn airflow_3_exchanges_credentials_for_a_token_and_reports_a_failed_run() {
 
 #[tokio::test]
 async fn airflow_trigger_requested_again_adopts_the_dag_run() {
-    use sluice::core::config::JobKind;
+    use sluice::core::config::{JobConfig, JobKind};
     use sluice::core::lifecycle::TriggerRequest;
     use sluice::core::records::JobStatus;
     use sluice::runtime::jobs::{airflow as client, Call, Client, Guard};
     let server = airflow(2, &[("etl", "success")]);
     let config = json!({"url": server.base, "dagId": "etl", "username": DAG_USER, "password": DAG_PASSWORD});
-    let request = TriggerRequest::new("p", "stream", "2026-11-22", 1, JobKind::Airflow, config.clone());
+    let config = JobConfig::from_json(JobKind::Airflow, &config).unwrap();
+    let request = TriggerRequest::new("p", "stream", "2026-11-22", 1, config);
     let client_ = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap();
     let call = Call {
         request: &request,
-        config: config.as_object().unwrap(),
+        config: &request.config,
         client: &client_,
         producer: None,
     };
@@ -299,6 +301,7 @@ struct Databricks {
     hold: Arc<Mutex<Duration>>,
 }
 
+// One closure answers every route, as the API does: long, so the fake's protocol reads in one place.
 fn databricks(jobs: &[(u64, &str)]) -> Databricks {
     let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
     let faults: Faults = Arc::default();
@@ -502,16 +505,16 @@ fn a_crash_between_trigger_and_report_starts_one_databricks_run() {
 /// client that may reach loopback.
 struct Direct {
     request: sluice::core::lifecycle::TriggerRequest,
-    config: serde_json::Map<String, Value>,
     client: sluice::runtime::jobs::Client,
 }
 
 impl Direct {
     fn new(kind: sluice::core::config::JobKind, config: Value) -> Self {
+        use sluice::core::config::JobConfig;
         use sluice::runtime::jobs::{Client, Guard};
+        let config = JobConfig::from_json(kind, &config).unwrap();
         Direct {
-            request: sluice::core::lifecycle::TriggerRequest::new("p", "stream", "2026-11-22", 1, kind, config.clone()),
-            config: config.as_object().unwrap().clone(),
+            request: sluice::core::lifecycle::TriggerRequest::new("p", "stream", "2026-11-22", 1, config),
             client: Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap(),
         }
     }
@@ -519,7 +522,7 @@ impl Direct {
     fn call(&self) -> sluice::runtime::jobs::Call<'_> {
         sluice::runtime::jobs::Call {
             request: &self.request,
-            config: &self.config,
+            config: &self.request.config,
             client: &self.client,
             producer: None,
         }

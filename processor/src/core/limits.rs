@@ -3,8 +3,6 @@
 //! dead-letter topic) or a CONFIG_REJECTED that names the limit and the flag that raises it;
 //! nothing is truncated or dropped silently.
 
-use serde_json::Value;
-
 use super::config::{PipelineConfig, Problem};
 use super::lifecycle::run_id;
 use super::template::{render_run, RunVariables};
@@ -100,8 +98,7 @@ impl Limits {
             date,
             run_id: &run_id(&config.id, schedule, date, u32::MAX),
         };
-        let job = Value::Object(config.job.config.clone());
-        if let Ok(expanded) = render_run(&job, &longest) {
+        if let Ok(expanded) = render_run(config.job.config.json(), &longest) {
             let bytes = expanded.to_string().len();
             if bytes > self.expansion_bytes {
                 problems.push(Problem {
@@ -119,7 +116,7 @@ impl Limits {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 

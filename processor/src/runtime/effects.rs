@@ -31,7 +31,7 @@ use anyhow::Result;
 use chrono::Utc;
 use ipnet::IpNet;
 use rdkafka::producer::FutureProducer;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -41,7 +41,7 @@ use super::codec::{Codec, Family};
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
 use super::telemetry::Telemetry;
-use crate::core::config::{JobKind, RetryPolicy};
+use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::lifecycle::{Effect, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord};
 use crate::core::template::render_value;
@@ -102,21 +102,8 @@ impl Executor {
     /// Carries out `effect` for a pipeline of input partition `partition`. A trigger whose
     /// run already has a call in flight here is not started again.
     pub fn spawn(&mut self, effect: Effect, partition: i32) {
-        let (request, handle) = match effect {
-            Effect::TriggerJob(request) => {
-                if !self.in_flight.start(&request.run_id, partition) {
-                    info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
-                    return;
-                }
-                (request, None)
-            }
-            Effect::CheckJob(check) => {
-                if !self.checking.lock().unwrap().insert(check.request.run_id.clone()) {
-                    info!(run_id = %check.request.run_id, "status check skipped: the previous one is still in flight");
-                    return;
-                }
-                (check.request, Some(check.handle))
-            }
+        let Some((request, handle)) = self.admit(effect, partition) else {
+            return;
         };
         let work = Work {
             producer: self.producer.clone(),
@@ -164,6 +151,27 @@ impl Executor {
         );
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
+    }
+
+    /// The request to carry out and, for a status check, the run's handle; `None` when the
+    /// run has a call of the same kind in flight already.
+    fn admit(&self, effect: Effect, partition: i32) -> Option<(TriggerRequest, Option<Value>)> {
+        match effect {
+            Effect::TriggerJob(request) => {
+                if !self.in_flight.start(&request.run_id, partition) {
+                    info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
+                    return None;
+                }
+                Some((request, None))
+            }
+            Effect::CheckJob(check) => {
+                if !self.checking.lock().unwrap().insert(check.request.run_id.clone()) {
+                    info!(run_id = %check.request.run_id, "status check skipped: the previous one is still in flight");
+                    return None;
+                }
+                Some((check.request, Some(check.handle)))
+            }
+        }
     }
 
     /// Waits for in-flight effects, at most `grace`.
@@ -248,29 +256,18 @@ impl Work {
     /// running itself, then its end).
     async fn trigger(&self) -> Option<Outcome> {
         let r = &self.request;
-        info!(job = r.kind.name(), "triggering job");
+        info!(job = r.kind().name(), "triggering job");
         let config = match resolve_secrets(&r.config) {
             Ok(config) => config,
             Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
         };
         let call = self.call(&config);
-        if r.kind == JobKind::Command {
+        if r.kind() == JobKind::Command {
             return Some(self.run_command(&call).await);
         }
         Some(
-            self.with_retries("trigger", r.retry, &call, || async {
-                match r.kind {
-                    JobKind::Http => jobs::http::trigger(&call).await,
-                    JobKind::Airflow => jobs::airflow::trigger(&call).await,
-                    JobKind::Databricks => jobs::databricks::trigger(&call).await,
-                    JobKind::Kafka => jobs::kafka::trigger(&call).await,
-                    JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
-                        jobs::aws::trigger(&call).await
-                    }
-                    JobKind::Command => unreachable!("commands are run above"),
-                }
-            })
-            .await,
+            self.with_retries("trigger", r.retry, &call, || jobs::trigger(&call))
+                .await,
         )
     }
 
@@ -283,25 +280,12 @@ impl Work {
         };
         let call = self.call(&config);
         Some(
-            self.with_retries("status check", r.status_retry, &call, || async {
-                match r.kind {
-                    JobKind::Http => jobs::http::status(&call, handle).await,
-                    JobKind::Airflow => jobs::airflow::status(&call, handle).await,
-                    JobKind::Databricks => jobs::databricks::status(&call, handle).await,
-                    JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
-                        jobs::aws::status(&call, handle).await
-                    }
-                    JobKind::Command | JobKind::Kafka => Err(CallError::Permanent(format!(
-                        "{} jobs report by themselves and have no status check",
-                        r.kind.name()
-                    ))),
-                }
-            })
-            .await,
+            self.with_retries("status check", r.status_retry, &call, || jobs::status(&call, handle))
+                .await,
         )
     }
 
-    fn call<'a>(&'a self, config: &'a Map<String, Value>) -> Call<'a> {
+    fn call<'a>(&'a self, config: &'a JobConfig) -> Call<'a> {
         Call {
             request: &self.request,
             config,
@@ -318,7 +302,7 @@ impl Work {
         Fut: std::future::Future<Output = Result<Outcome, CallError>>,
     {
         let r = &self.request;
-        let target = jobs::target(r.kind, call.config);
+        let target = jobs::target(call.config);
         let mut retries = 0;
         loop {
             let answer = self.limits.call(&target, &attempt).await;
@@ -529,27 +513,27 @@ impl Limits {
 }
 
 /// Expands `${env:NAME}` from the environment. Errors name the variable, never a value.
-fn resolve_secrets(config: &Value) -> Result<Map<String, Value>, String> {
+fn resolve_secrets(config: &JobConfig) -> Result<JobConfig, String> {
     let mut missing = Vec::new();
-    let resolved = render_value(config, &mut |name| {
-        let var = name.strip_prefix("env:")?;
-        let value = std::env::var(var).ok();
-        if value.is_none() {
-            missing.push(var.to_string());
-        }
-        value
-    })
-    .map_err(|e| e.to_string())?;
+    let resolved = config
+        .rendered(|json| {
+            render_value(json, &mut |name| {
+                let var = name.strip_prefix("env:")?;
+                let value = std::env::var(var).ok();
+                if value.is_none() {
+                    missing.push(var.to_string());
+                }
+                value
+            })
+        })
+        .map_err(|e| e.to_string())?;
     if !missing.is_empty() {
         return Err(format!(
             "secret environment variable(s) not set: {}",
             missing.join(", ")
         ));
     }
-    match resolved {
-        Value::Object(map) => Ok(map),
-        _ => Err("job config is not a mapping".into()),
-    }
+    Ok(resolved)
 }
 
 #[cfg(test)]
@@ -643,10 +627,11 @@ mod tests {
     #[test]
     fn secrets_resolve_from_the_environment_and_missing_ones_are_named_not_shown() {
         // PATH is set in every test environment; the other name is not.
-        let config = json!({"a": "${env:PATH}", "b": "x-${env:SLUICE_SURELY_UNSET_VAR}"});
+        let command = |config: Value| JobConfig::from_json(JobKind::Command, &config).unwrap();
+        let config = command(json!({"command": "${env:PATH}", "b": "x-${env:SLUICE_SURELY_UNSET_VAR}"}));
         let error = resolve_secrets(&config).unwrap_err();
         assert_eq!(error, "secret environment variable(s) not set: SLUICE_SURELY_UNSET_VAR");
-        let resolved = resolve_secrets(&json!({"a": "${env:PATH}"})).unwrap();
-        assert_eq!(resolved["a"], json!(std::env::var("PATH").unwrap()));
+        let resolved = resolve_secrets(&command(json!({"command": "${env:PATH}"}))).unwrap();
+        assert_eq!(resolved.json()["command"], json!(std::env::var("PATH").unwrap()));
     }
 }

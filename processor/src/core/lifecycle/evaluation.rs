@@ -5,11 +5,11 @@
 
 use serde_json::{json, Value};
 
-use super::{detail, run_id, Decider, Effect, Phase, TriggerRequest};
-use crate::core::config::{Check, Mode, Rule};
+use super::job::job_request;
+use super::{detail, run_id, Decider, Effect, Phase};
+use crate::core::config::{Check, JobKind, Mode, Rule};
 use crate::core::events::EventType;
 use crate::core::rules::{self, Verdict};
-use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
 /// How long a requested trigger may go without any report before the run is stale.
@@ -102,60 +102,29 @@ impl Decider<'_> {
         let Some(config) = self.state.config.clone() else {
             return;
         };
+        if !self.state.executions.contains_key(key) {
+            return;
+        }
+        if config.dry_run {
+            self.would_have_triggered(key, config.job.kind);
+            return;
+        }
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
-        let kind = config.job.kind;
-        let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();
-        if config.dry_run {
-            self.enter(key, Phase::WouldHaveTriggered { at: now });
-            self.cancel_run_timers(key);
-            let date = self.state.executions[key].date.clone();
-            let digest = self.inputs_digest(&date);
-            if let Some(e) = self.state.executions.get_mut(key) {
-                e.completed_inputs = Some(digest);
-            }
-            let detail = detail([("jobType", json!(kind.name()))]);
-            self.emit(
-                EventType::DRY_RUN_WOULD_TRIGGER,
-                Some(key),
-                "dry run: the job would be triggered now",
-                detail,
-            );
-            self.project_sla(key);
-            return;
-        }
         execution.attempt += 1;
         execution.job_handle = None;
         let run_id = run_id(pipeline_id, &execution.schedule_id, &execution.date, execution.attempt);
-        let vars = RunVariables {
-            pipeline: pipeline_id,
-            schedule: &execution.schedule_id,
-            date: &execution.date,
-            run_id: &run_id,
-        };
-        let rendered = render_run(&Value::Object(config.job.config.clone()), &vars)
+        let request = job_request(pipeline_id, &config, execution, &run_id)
             .map_err(|e| format!("job config does not render: {e}"));
-        let request = TriggerRequest {
-            retry: config.job.trigger_retry,
-            status_retry: config.job.status_retry,
-            ..TriggerRequest::new(
-                pipeline_id,
-                &execution.schedule_id,
-                &execution.date,
-                execution.attempt,
-                kind,
-                Value::Null,
-            )
-        };
         // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.
         self.enter(key, Phase::AwaitingTrigger { run_id });
-        match rendered {
-            Ok(config) => {
-                self.effects
-                    .push(Effect::TriggerJob(TriggerRequest { config, ..request }));
+        match request {
+            Ok(request) => {
+                self.effects.push(Effect::TriggerJob(request));
                 // The trigger's outcome arrives as a record; if none ever does, the run is stale.
                 // The executor may spend the trigger retry policy first.
+                let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();
                 self.set_watchdog(key, now + TRIGGER_REPORT_TIMEOUT + retries);
             }
             Err(reason) => {
@@ -169,6 +138,26 @@ impl Decider<'_> {
                 self.end_failed(key, reason);
             }
         }
+    }
+
+    /// A dry run's trigger: reported, not requested.
+    fn would_have_triggered(&mut self, key: &str, kind: JobKind) {
+        let now = self.now();
+        self.enter(key, Phase::WouldHaveTriggered { at: now });
+        self.cancel_run_timers(key);
+        let date = self.state.executions[key].date.clone();
+        let digest = self.inputs_digest(&date);
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.completed_inputs = Some(digest);
+        }
+        let detail = detail([("jobType", json!(kind.name()))]);
+        self.emit(
+            EventType::DRY_RUN_WOULD_TRIGGER,
+            Some(key),
+            "dry run: the job would be triggered now",
+            detail,
+        );
+        self.project_sla(key);
     }
 
     /// Cancels the timers that move an execution along (evaluation, poll window, watchdog),

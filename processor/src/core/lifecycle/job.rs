@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{detail, execution_key, Decider, Effect, Phase, StatusCheck, TriggerRequest};
-use crate::core::config::PipelineConfig;
+use super::{detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest};
+use crate::core::config::{PipelineConfig, RenderError};
 use crate::core::events::EventType;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus};
 use crate::core::template::{render_run, RunVariables};
@@ -181,29 +181,10 @@ impl Decider<'_> {
                 .push(format!("status check of {run_id} is for an earlier run"));
             return;
         }
-        let vars = RunVariables {
-            pipeline: self.pipeline_id,
-            schedule: &execution.schedule_id,
-            date: &execution.date,
-            run_id,
-        };
-        let Ok(rendered) = render_run(&Value::Object(config.job.config.clone()), &vars) else {
+        let Ok(request) = job_request(self.pipeline_id, &config, execution, run_id) else {
             // The trigger rendered this config; a config changed since is checked on apply.
             self.notes.push(format!("job config of {run_id} no longer renders"));
             return;
-        };
-        let request = TriggerRequest {
-            run_id: run_id.to_string(),
-            retry: config.job.trigger_retry,
-            status_retry: config.job.status_retry,
-            ..TriggerRequest::new(
-                self.pipeline_id,
-                &execution.schedule_id,
-                &execution.date,
-                execution.attempt,
-                config.job.kind,
-                rendered,
-            )
         };
         let handle = handle.clone();
         let next = TimerKind::JobStatusCheck {
@@ -389,4 +370,33 @@ fn spend_retry(
         *used += 1;
     }
     (budget, limit, retry, *used)
+}
+
+/// The request for run `run_id` of `execution`, the job config rendered with the run's
+/// variables. Triggers and status checks send the same request.
+pub(super) fn job_request(
+    pipeline_id: &str,
+    config: &PipelineConfig,
+    execution: &Execution,
+    run_id: &str,
+) -> Result<TriggerRequest, RenderError> {
+    let vars = RunVariables {
+        pipeline: pipeline_id,
+        schedule: &execution.schedule_id,
+        date: &execution.date,
+        run_id,
+    };
+    let rendered = config.job.config.rendered(|json| render_run(json, &vars))?;
+    Ok(TriggerRequest {
+        run_id: run_id.to_string(),
+        retry: config.job.trigger_retry,
+        status_retry: config.job.status_retry,
+        ..TriggerRequest::new(
+            pipeline_id,
+            &execution.schedule_id,
+            &execution.date,
+            execution.attempt,
+            rendered,
+        )
+    })
 }

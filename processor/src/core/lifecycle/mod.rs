@@ -32,7 +32,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::config::{JobKind, PipelineConfig, RetryPolicy};
+use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 pub use super::execution::execution_key;
 use super::execution::{ExecutionDate, ExecutionId};
@@ -395,39 +395,89 @@ pub struct StatusCheck {
 /// Start one attempt of a job. `config` has run variables expanded; `${env:...}` secrets
 /// are left for the runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(try_from = "TriggerRequestJson", into = "TriggerRequestJson")]
 pub struct TriggerRequest {
     pub pipeline_id: String,
     pub schedule_id: String,
     pub date: String,
     pub run_id: String,
     pub attempt: u32,
-    pub kind: JobKind,
-    pub config: Value,
+    pub config: JobConfig,
     /// How the executor retries a trigger the target could not take (5xx, throttling,
     /// connection errors); spent, the run ends with INFRA_FAILURE.
-    #[serde(default = "RetryPolicy::trigger")]
     pub retry: RetryPolicy,
     /// How the executor retries a status check that failed the same way; it never spends
     /// the job's own retries.
-    #[serde(default = "RetryPolicy::status_check")]
     pub status_retry: RetryPolicy,
 }
 
 impl TriggerRequest {
     /// A request for attempt `attempt` of execution (schedule_id, date), with the default
     /// retry policies.
-    pub fn new(pipeline_id: &str, schedule_id: &str, date: &str, attempt: u32, kind: JobKind, config: Value) -> Self {
+    pub fn new(pipeline_id: &str, schedule_id: &str, date: &str, attempt: u32, config: JobConfig) -> Self {
         TriggerRequest {
             pipeline_id: pipeline_id.to_string(),
             schedule_id: schedule_id.to_string(),
             date: date.to_string(),
             run_id: run_id(pipeline_id, schedule_id, date, attempt),
             attempt,
-            kind,
             config,
             retry: RetryPolicy::trigger(),
             status_retry: RetryPolicy::status_check(),
+        }
+    }
+
+    pub fn kind(&self) -> JobKind {
+        self.config.kind()
+    }
+}
+
+/// A trigger request as it is journaled: the job config as JSON beside its kind, the form
+/// it had before job configs were typed, so a journal reads back whichever version wrote it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TriggerRequestJson {
+    pipeline_id: String,
+    schedule_id: String,
+    date: String,
+    run_id: String,
+    attempt: u32,
+    kind: JobKind,
+    config: Value,
+    #[serde(default = "RetryPolicy::trigger")]
+    retry: RetryPolicy,
+    #[serde(default = "RetryPolicy::status_check")]
+    status_retry: RetryPolicy,
+}
+
+impl TryFrom<TriggerRequestJson> for TriggerRequest {
+    type Error = Unusable;
+    fn try_from(json: TriggerRequestJson) -> Result<Self, Unusable> {
+        Ok(TriggerRequest {
+            config: JobConfig::from_json(json.kind, &json.config)?,
+            pipeline_id: json.pipeline_id,
+            schedule_id: json.schedule_id,
+            date: json.date,
+            run_id: json.run_id,
+            attempt: json.attempt,
+            retry: json.retry,
+            status_retry: json.status_retry,
+        })
+    }
+}
+
+impl From<TriggerRequest> for TriggerRequestJson {
+    fn from(request: TriggerRequest) -> Self {
+        TriggerRequestJson {
+            kind: request.kind(),
+            config: request.config.json().clone(),
+            pipeline_id: request.pipeline_id,
+            schedule_id: request.schedule_id,
+            date: request.date,
+            run_id: request.run_id,
+            attempt: request.attempt,
+            retry: request.retry,
+            status_retry: request.status_retry,
         }
     }
 }

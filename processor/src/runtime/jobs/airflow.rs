@@ -19,18 +19,19 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::{http_error, join_url, send, send_json, tail, Call, CallError, Outcome};
+use crate::core::config::{AirflowJob, AirflowVersion, JobKind, JobSettings};
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let api = Api::new(call)?;
     let mut body = Map::new();
     body.insert("dag_run_id".into(), json!(call.run_id()));
-    body.insert("conf".into(), call.config.get("conf").cloned().unwrap_or(json!({})));
-    match (call.optional("logicalDate"), api.version) {
+    body.insert("conf".into(), api.job.conf.clone().unwrap_or(json!({})));
+    match (&api.job.logical_date, api.job.version) {
         (Some(date), _) => {
             body.insert("logical_date".into(), json!(date));
         }
         // Airflow 3 requires the field; null lets it run without one.
-        (None, 3) => {
+        (None, AirflowVersion::V3) => {
             body.insert("logical_date".into(), Value::Null);
         }
         (None, _) => {}
@@ -79,34 +80,26 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
 
 struct Api<'c> {
     call: &'c Call<'c>,
-    base: String,
-    dag: String,
-    version: u8,
+    job: &'c AirflowJob,
 }
 
 impl<'c> Api<'c> {
     fn new(call: &'c Call<'c>) -> Result<Self, CallError> {
-        let version = match call
-            .config
-            .get("version")
-            .map(|v| v.to_string().trim_matches('"').to_string())
-        {
-            None => 2,
-            Some(v) if v == "2" => 2,
-            Some(v) if v == "3" => 3,
-            Some(v) => return Err(CallError::Permanent(format!("job.config.version {v} is not 2 or 3"))),
-        };
-        Ok(Api {
-            call,
-            base: call.required("url")?.to_string(),
-            dag: call.required("dagId")?.to_string(),
-            version,
-        })
+        match call.config.settings() {
+            JobSettings::Airflow(job) => Ok(Api { call, job }),
+            _ => Err(call.not_for(JobKind::Airflow)),
+        }
     }
 
     fn runs_url(&self) -> String {
-        let api = if self.version == 3 { "api/v2" } else { "api/v1" };
-        join_url(&self.base, &format!("{api}/dags/{}/dagRuns", segment(&self.dag)))
+        let api = match self.job.version {
+            AirflowVersion::V2 => "api/v1",
+            AirflowVersion::V3 => "api/v2",
+        };
+        join_url(
+            &self.job.url,
+            &format!("{api}/dags/{}/dagRuns", segment(&self.job.dag_id)),
+        )
     }
 
     /// Adds the configured credentials; Airflow 3 exchanges a username and password for a
@@ -115,18 +108,18 @@ impl<'c> Api<'c> {
         if self.call.has_header("authorization") {
             return Ok(request);
         }
-        if let Some(token) = self.call.optional("token") {
+        if let Some(token) = &self.job.token {
             return Ok(request.bearer_auth(token));
         }
-        let (Some(user), Some(password)) = (self.call.optional("username"), self.call.optional("password")) else {
+        let (Some(user), Some(password)) = (&self.job.username, &self.job.password) else {
             return Ok(request);
         };
-        if self.version == 2 {
+        if self.job.version == AirflowVersion::V2 {
             return Ok(request.basic_auth(user, Some(password)));
         }
         let login = self
             .call
-            .request(Method::POST, &join_url(&self.base, "auth/token"))?
+            .request(Method::POST, &join_url(&self.job.url, "auth/token"))?
             .header("content-type", "application/json")
             .body(json!({"username": user, "password": password}).to_string())
             .headers(self.call.headers()?);

@@ -9,14 +9,18 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::process::Child;
 
-use super::{tail, timeout_of, Call, CallError, Outcome};
+use super::{tail, Call, CallError, Outcome};
+use crate::core::config::{JobKind, JobSettings};
 use crate::core::records::{FailureCategory, JobStatus};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Starts the command; the caller reports it running, then [`wait`]s.
 pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
-    let command = call.required("command")?;
+    let JobSettings::Command(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Command));
+    };
+    let command = &job.command;
     let r = call.request;
     tokio::process::Command::new("sh")
         .arg("-c")
@@ -36,7 +40,7 @@ pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
 
 /// Waits for the command (killing it at the timeout) and says how it ended.
 pub async fn wait(call: &Call<'_>, child: Child) -> Outcome {
-    let timeout = timeout_of(call.config, DEFAULT_TIMEOUT);
+    let timeout = call.timeout_or(DEFAULT_TIMEOUT);
     // Dropping the child at the timeout kills it (`kill_on_drop`).
     let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Err(_) => return Outcome::timed_out(format!("command timed out after {}s and was killed", timeout.as_secs())),

@@ -22,26 +22,30 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{http_error, join_url, send, tail, Call, CallError, Outcome};
+use crate::core::config::{DatabricksJob, JobId, JobKind, JobSettings};
 use crate::core::records::FailureCategory;
 
 /// The longest idempotency token the Jobs API takes.
 const TOKEN_LIMIT: usize = 64;
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let job_id = job_id(call)?;
+    let JobSettings::Databricks(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Databricks));
+    };
+    let job_id = job_id(job)?;
     let mut body = json!({ "job_id": job_id, "idempotency_token": idempotency_token(call.run_id()) });
-    if let Some(p) = call.config.get("jobParameters") {
+    if let Some(p) = &job.job_parameters {
         body["job_parameters"] = p.clone();
     }
-    if let Some(p) = call.config.get("notebookParams") {
+    if let Some(p) = &job.notebook_params {
         body["notebook_params"] = p.clone();
     }
-    let url = join_url(call.required("host")?, "api/2.1/jobs/run-now");
+    let url = join_url(&job.host, "api/2.1/jobs/run-now");
     let request = call
         .request(Method::POST, &url)?
         .header("content-type", "application/json")
         .body(body.to_string());
-    let answer = answer(send(authorised(call, request)?).await?)?;
+    let answer = answer(send(authorised(call, job, request)?).await?)?;
     let run_id = answer.get("run_id").and_then(Value::as_u64).ok_or_else(|| {
         CallError::Infra(format!(
             "Databricks answered run-now without a run_id: {}",
@@ -55,15 +59,15 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
 }
 
 pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+    let JobSettings::Databricks(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Databricks));
+    };
     let run_id = handle
         .get("runId")
         .and_then(Value::as_u64)
         .ok_or_else(|| CallError::Permanent(format!("the run's handle has no Databricks runId: {handle}")))?;
-    let url = join_url(
-        call.required("host")?,
-        &format!("api/2.1/jobs/runs/get?run_id={run_id}"),
-    );
-    let request = authorised(call, call.request(Method::GET, &url)?)?;
+    let url = join_url(&job.host, &format!("api/2.1/jobs/runs/get?run_id={run_id}"));
+    let request = authorised(call, job, call.request(Method::GET, &url)?)?;
     let run = answer(send(request).await?)?;
     let state = &run["state"];
     let life = state["life_cycle_state"].as_str().unwrap_or("UNKNOWN");
@@ -76,17 +80,7 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
         said.push_str(": ");
         said.push_str(m);
     }
-    let outcome = match (life, result) {
-        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("SUCCESS")) => Outcome::succeeded(said),
-        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("TIMEDOUT")) => Outcome::timed_out(said),
-        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("CANCELED" | "CANCELLED")) => {
-            Outcome::failed(Some(FailureCategory::Permanent), said)
-        }
-        ("INTERNAL_ERROR", _) => Outcome::failed(Some(FailureCategory::Transient), said),
-        ("TERMINATED" | "SKIPPED", _) => Outcome::failed(None, said),
-        _ => Outcome::running(handle.clone()),
-    };
-    let mut outcome = outcome.with("lifeCycleState", json!(life));
+    let mut outcome = outcome(life, result, said, handle).with("lifeCycleState", json!(life));
     if let Some(r) = result {
         outcome = outcome.with("resultState", json!(r));
     }
@@ -96,13 +90,27 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
     Ok(outcome)
 }
 
+/// What a run's `life_cycle_state` and `result_state` mean for Sluice.
+fn outcome(life: &str, result: Option<&str>, said: String, handle: &Value) -> Outcome {
+    match (life, result) {
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("SUCCESS")) => Outcome::succeeded(said),
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("TIMEDOUT")) => Outcome::timed_out(said),
+        ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("CANCELED" | "CANCELLED")) => {
+            Outcome::failed(Some(FailureCategory::Permanent), said)
+        }
+        ("INTERNAL_ERROR", _) => Outcome::failed(Some(FailureCategory::Transient), said),
+        ("TERMINATED" | "SKIPPED", _) => Outcome::failed(None, said),
+        _ => Outcome::running(handle.clone()),
+    }
+}
+
 /// The bearer `token`, unless `headers` carries an `Authorization`; then the configured
 /// headers, last, so that they override the client's own.
-fn authorised(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
+fn authorised(call: &Call<'_>, job: &DatabricksJob, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
     let request = if call.has_header("authorization") {
         request
     } else {
-        let token = call.optional("token").ok_or_else(|| {
+        let token = job.token.as_ref().ok_or_else(|| {
             CallError::Permanent(
                 "job.config.token is missing (or set an Authorization header in job.config.headers)".into(),
             )
@@ -112,11 +120,11 @@ fn authorised(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder
     Ok(request.headers(call.headers()?))
 }
 
-fn job_id(call: &Call<'_>) -> Result<u64, CallError> {
-    match call.config.get("jobId") {
-        Some(Value::Number(n)) => n.as_u64(),
-        Some(Value::String(s)) => s.trim().parse().ok(),
-        _ => None,
+/// `jobId`: a number, or a text that holds one once its templates are rendered.
+fn job_id(job: &DatabricksJob) -> Result<u64, CallError> {
+    match &job.job_id {
+        JobId::Number(n) => Some(*n),
+        JobId::Text(s) => s.trim().parse().ok(),
     }
     .ok_or_else(|| CallError::Permanent("job.config.jobId must be a Databricks job id (a number)".into()))
 }
@@ -156,14 +164,16 @@ fn answer((status, body): (StatusCode, String)) -> Result<Value, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::JobKind;
     use crate::runtime::jobs::aws::testing::Parts;
 
     /// The authorization header values and `x-org` of a request `authorised` made.
     fn sent(config: Value) -> Result<(Vec<String>, Option<String>), CallError> {
         let parts = Parts::new(JobKind::Databricks, config);
         let call = parts.call();
-        let request = authorised(&call, call.request(Method::GET, "https://dbc.example/api")?)?
+        let JobSettings::Databricks(job) = parts.settings() else {
+            unreachable!()
+        };
+        let request = authorised(&call, job, call.request(Method::GET, "https://dbc.example/api")?)?
             .build()
             .unwrap();
         let values = |name: &str| -> Vec<String> {

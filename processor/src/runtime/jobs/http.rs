@@ -27,16 +27,23 @@ use reqwest::header::CONTENT_TYPE;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{json, Map, Value};
 
-use super::{http_error, send, send_json, tail, Call, CallError, Outcome};
+use super::{http_error, send, send_json, tail, usable, Call, CallError, Outcome};
+use crate::core::config::{HttpJob, HttpMethod, JobKind, JobSettings};
 use crate::core::records::FailureCategory;
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let url = call.required("url")?;
-    let method = call.optional("method").unwrap_or("POST").to_ascii_uppercase();
-    let method = Method::from_bytes(method.as_bytes())
-        .map_err(|_| CallError::Permanent(format!("{method:?} is not an HTTP method")))?;
-    let mut request = call.request(method.clone(), url)?;
-    if let Some(body) = body(call, &method) {
+    let JobSettings::Http(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Http));
+    };
+    let method = match usable(&job.method)? {
+        HttpMethod::Get => Method::GET,
+        HttpMethod::Post => Method::POST,
+        HttpMethod::Put => Method::PUT,
+        HttpMethod::Patch => Method::PATCH,
+        HttpMethod::Delete => Method::DELETE,
+    };
+    let mut request = call.request(method.clone(), &job.url)?;
+    if let Some(body) = body(call, job, &method) {
         // Before the configured headers, which may set another type.
         request = request.header(CONTENT_TYPE, "application/json").body(body);
     }
@@ -45,10 +52,10 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         return Err(http_error("the job endpoint", status, &body));
     }
     let accepted = Outcome::running(json!({ "runId": call.run_id() })).with("httpStatus", json!(status.as_u16()));
-    if call.optional("statusUrl").is_some() {
+    if job.status_url.is_some() {
         return Ok(accepted);
     }
-    if call.config.get("awaitReport").and_then(Value::as_bool) == Some(true) {
+    if job.await_report {
         // No handle: the runner reports by itself, nothing to poll.
         let mut outcome = accepted;
         outcome.metadata = Some(json!({ "httpStatus": status.as_u16() }));
@@ -66,13 +73,18 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
 }
 
 pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
-    let url = call.required("statusUrl")?;
+    let JobSettings::Http(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Http));
+    };
+    let Some(url) = &job.status_url else {
+        return Err(CallError::Permanent("job.config.statusUrl is missing".into()));
+    };
     let answer = send_json(
         "the status endpoint",
         with_headers(call, call.request(Method::GET, url)?)?,
     )
     .await?;
-    let field = call.optional("statusField").unwrap_or("status");
+    let field = job.status_field.as_deref().unwrap_or("status");
     let found = field.split('.').try_fold(&answer, |v, part| v.get(part));
     let Some(state) = found.and_then(Value::as_str) else {
         return Err(CallError::Permanent(format!(
@@ -93,11 +105,11 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
 
 /// The trigger's body: a string as it is, another value as JSON, none: the run's date
 /// arguments (but a GET sends no body).
-fn body(call: &Call<'_>, method: &Method) -> Option<String> {
-    match call.config.get("body") {
+fn body(call: &Call<'_>, job: &HttpJob, method: &Method) -> Option<String> {
+    match &job.body {
         Some(Value::String(raw)) => Some(raw.clone()),
-        Some(Value::Null) | None if *method == Method::GET || *method == Method::HEAD => None,
-        Some(Value::Null) | None => {
+        None if *method == Method::GET || *method == Method::HEAD => None,
+        None => {
             let arguments: Map<String, Value> = call
                 .date_arguments()
                 .into_iter()
@@ -118,13 +130,18 @@ fn with_headers(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuild
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::JobKind;
     use crate::core::lifecycle::TriggerRequest;
     use crate::runtime::jobs::aws::testing::Parts;
 
     #[test]
     fn bodies_are_raw_strings_json_or_the_date_arguments() {
-        let body_of = |config: Value, method: Method| body(&Parts::new(JobKind::Http, config).call(), &method);
+        let body_of = |config: Value, method: Method| {
+            let parts = Parts::new(JobKind::Http, config);
+            let JobSettings::Http(job) = parts.settings() else {
+                unreachable!()
+            };
+            body(&parts.call(), job, &method)
+        };
         let raw = r#"{"body": {"pipeline": "x"}}"#;
         assert_eq!(body_of(json!({ "body": raw }), Method::POST).as_deref(), Some(raw));
         assert_eq!(body_of(json!({"body": "a b"}), Method::PUT).as_deref(), Some("a b"));
@@ -143,9 +160,12 @@ mod tests {
         );
         assert_eq!(body_of(json!({}), Method::GET), None);
         let mut hourly = Parts::new(JobKind::Http, json!({}));
-        hourly.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Http, json!({}));
+        hourly.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, hourly.request.config.clone());
+        let JobSettings::Http(job) = hourly.settings() else {
+            unreachable!()
+        };
         assert_eq!(
-            body(&hourly.call(), &Method::POST).as_deref(),
+            body(&hourly.call(), job, &Method::POST).as_deref(),
             Some(r#"{"par_day":"20260303","par_hour":"10"}"#)
         );
     }

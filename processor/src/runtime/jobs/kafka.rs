@@ -9,10 +9,14 @@
 use serde_json::{json, Value};
 
 use super::{Call, CallError, Outcome};
+use crate::core::config::{JobKind, JobSettings};
 use crate::runtime::kafka;
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let topic = call.required("topic")?;
+    let JobSettings::Kafka(job) = call.config.settings() else {
+        return Err(call.not_for(JobKind::Kafka));
+    };
+    let topic = job.topic.as_str();
     let Some(producer) = call.producer else {
         return Err(CallError::Permanent("kafka jobs need a producer".into()));
     };
@@ -23,14 +27,13 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         "date": r.date,
         "runId": r.run_id,
         "attempt": r.attempt,
-        "payload": call.config.get("payload").cloned().unwrap_or(Value::Null),
+        "payload": job.payload.clone().unwrap_or(Value::Null),
     });
     let mut headers = vec![("sluice-run-id".to_string(), r.run_id.clone().into_bytes())];
-    if let Some(extra) = call.config.get("headers").and_then(Value::as_object) {
+    // The config reader refuses headers that are not strings: there are none to skip.
+    if let Ok(extra) = &job.headers {
         for (name, v) in extra {
-            if let Some(v) = v.as_str() {
-                headers.push((name.clone(), v.as_bytes().to_vec()));
-            }
+            headers.push((name.clone(), v.as_bytes().to_vec()));
         }
     }
     let bytes = serde_json::to_vec(&value).expect("job requests serialise");

@@ -9,6 +9,9 @@
 //!   an ARN), kept in the execution's state until the run ends.
 //! - `status(&Call, handle) -> Result<Outcome, CallError>`: one status check.
 //!
+//! A client reads its job's settings as the config reader typed them ([`JobSettings`]),
+//! never out of a JSON value; [`trigger`] and [`status`] pick the client by job type.
+//!
 //! [`CallError::Infra`] means "the target could not be asked" (connection refused, timeout,
 //! 5xx, throttling, a concurrency limit): the executor retries it with backoff and, once the
 //! policy is spent, reports the run as an infrastructure failure (INFRA_FAILURE).
@@ -30,7 +33,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::core::config::JobKind;
+use crate::core::config::{JobConfig, JobKind, JobSettings, Setting};
 use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::TriggerRequest;
 use crate::core::records::{FailureCategory, JobStatus};
@@ -113,11 +116,12 @@ pub enum CallError {
     Permanent(String),
 }
 
-/// One call about one run: the request the decider made (run identity, kind, rendered
-/// config) with `${env:...}` (and `${INTERLOCK_...}`) secrets resolved into `config`.
+/// One call about one run: the request the decider made (run identity, rendered config)
+/// and its job config with `${env:...}` (and `${INTERLOCK_...}`) secrets resolved.
 pub struct Call<'a> {
     pub request: &'a TriggerRequest,
-    pub config: &'a Map<String, Value>,
+    /// The request's job config, its secrets resolved.
+    pub config: &'a JobConfig,
     pub client: &'a Client,
     /// For `kafka` jobs, which publish their request on the broker.
     pub producer: Option<&'a FutureProducer>,
@@ -128,21 +132,14 @@ impl Call<'_> {
         &self.request.run_id
     }
 
-    /// A string setting, or a PERMANENT error naming the missing field.
-    pub fn required(&self, field: &str) -> Result<&str, CallError> {
-        self.config
-            .get(field)
-            .and_then(Value::as_str)
-            .ok_or_else(|| CallError::Permanent(format!("job.config.{field} is missing")))
-    }
-
-    pub fn optional(&self, field: &str) -> Option<&str> {
-        self.config.get(field).and_then(Value::as_str)
-    }
-
     /// `job.config.timeout` (seconds) or [`DEFAULT_REQUEST_TIMEOUT`].
     pub fn timeout(&self) -> Duration {
-        timeout_of(self.config, DEFAULT_REQUEST_TIMEOUT)
+        self.timeout_or(DEFAULT_REQUEST_TIMEOUT)
+    }
+
+    /// `job.config.timeout` (seconds) or `default`.
+    pub fn timeout_or(&self, default: Duration) -> Duration {
+        self.config.timeout().map(Duration::from_secs).unwrap_or(default)
     }
 
     /// A request through the guarded client, with the job's per-request timeout.
@@ -150,26 +147,18 @@ impl Call<'_> {
         self.client.request(method, url, self.timeout())
     }
 
-    /// `job.config.headers` (an object of string values) as headers, for every request of
-    /// the job: the trigger and each status check. Add them last (`RequestBuilder::headers`
-    /// replaces what was set before under the same name), so that a configured header
-    /// overrides the client's own (`Content-Type`, `Authorization`). Values are marked
-    /// sensitive (they often carry a secret) and never quoted in errors.
+    /// `job.config.headers` as headers, for every request of the job: the trigger and each
+    /// status check. Add them last (`RequestBuilder::headers` replaces what was set before
+    /// under the same name), so that a configured header overrides the client's own
+    /// (`Content-Type`, `Authorization`). Values are marked sensitive (they often carry a
+    /// secret) and never quoted in errors.
     pub fn headers(&self) -> Result<HeaderMap, CallError> {
         let mut map = HeaderMap::new();
-        let headers = match self.config.get("headers") {
-            None | Some(Value::Null) => return Ok(map),
-            Some(Value::Object(headers)) => headers,
-            Some(_) => {
-                return Err(CallError::Permanent(
-                    "job.config.headers must map header names to string values".into(),
-                ))
-            }
+        let headers = match self.config.settings().headers() {
+            None => return Ok(map),
+            Some(headers) => usable(headers)?,
         };
         for (name, value) in headers {
-            let value = value
-                .as_str()
-                .ok_or_else(|| CallError::Permanent(format!("job.config.headers.{name} must be a string")))?;
             let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 CallError::Permanent(format!("job.config.headers: {name:?} is not an HTTP header name"))
             })?;
@@ -184,15 +173,60 @@ impl Call<'_> {
 
     /// Whether `job.config.headers` sets `name` (in any case).
     pub fn has_header(&self, name: &str) -> bool {
-        self.config
-            .get("headers")
-            .and_then(Value::as_object)
-            .is_some_and(|headers| headers.keys().any(|k| k.eq_ignore_ascii_case(name)))
+        let headers = self.config.settings().headers();
+        headers.is_some_and(|h| h.as_ref().is_ok_and(|h| h.keys().any(|k| k.eq_ignore_ascii_case(name))))
     }
 
     /// Interlock's date arguments of this run ([`date_arguments`]).
     pub fn date_arguments(&self) -> Vec<(&'static str, String)> {
         date_arguments(&self.request.date)
+    }
+
+    /// The refusal of a client handed another job type's settings: a caller's mistake.
+    pub fn not_for(&self, kind: JobKind) -> CallError {
+        CallError::Permanent(format!(
+            "a {} job's settings were handed to the {} client",
+            self.config.kind().name(),
+            kind.name()
+        ))
+    }
+}
+
+/// A setting the config reader accepted although no call can use it: refused, PERMANENT,
+/// with the message it was always refused with.
+pub fn usable<T>(setting: &Setting<T>) -> Result<&T, CallError> {
+    setting
+        .as_ref()
+        .map_err(|unusable| CallError::Permanent(unusable.message.clone()))
+}
+
+/// Starts the run of a job of any type but `command` (which [`command`] runs and waits for).
+pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
+    match call.config.kind() {
+        JobKind::Http => http::trigger(call).await,
+        JobKind::Airflow => airflow::trigger(call).await,
+        JobKind::Databricks => databricks::trigger(call).await,
+        JobKind::Kafka => kafka::trigger(call).await,
+        JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
+            aws::trigger(call).await
+        }
+        JobKind::Command => Err(call.not_for(JobKind::Command)),
+    }
+}
+
+/// One status check of a running job; `handle` is what its trigger answered.
+pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+    match call.config.kind() {
+        JobKind::Http => http::status(call, handle).await,
+        JobKind::Airflow => airflow::status(call, handle).await,
+        JobKind::Databricks => databricks::status(call, handle).await,
+        JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
+            aws::status(call, handle).await
+        }
+        kind @ (JobKind::Command | JobKind::Kafka) => Err(CallError::Permanent(format!(
+            "{} jobs report by themselves and have no status check",
+            kind.name()
+        ))),
     }
 }
 
@@ -212,12 +246,10 @@ pub fn date_arguments(date: &str) -> Vec<(&'static str, String)> {
 
 /// The target a job's calls go to, for concurrency bounds and circuit breaking: the host
 /// of a URL, the AWS resource, the topic.
-pub fn target(kind: JobKind, config: &Map<String, Value>) -> String {
-    let host = |field: &str| {
-        config
-            .get(field)
-            .and_then(Value::as_str)
-            .and_then(|u| url::Url::parse(u).ok())
+pub fn target(config: &JobConfig) -> String {
+    let host = |url: &str| {
+        url::Url::parse(url)
+            .ok()
             .map(|u| {
                 format!(
                     "{}:{}",
@@ -227,23 +259,14 @@ pub fn target(kind: JobKind, config: &Map<String, Value>) -> String {
             })
             .unwrap_or_default()
     };
-    match kind {
-        JobKind::Http | JobKind::Airflow => format!("{}:{}", kind.name(), host("url")),
-        JobKind::Databricks => format!("databricks:{}", host("host")),
-        JobKind::Kafka => format!("kafka:{}", config.get("topic").and_then(Value::as_str).unwrap_or("")),
-        JobKind::Command => "command".into(),
-        JobKind::Glue | JobKind::Emr | JobKind::EmrServerless | JobKind::StepFunction | JobKind::Lambda => {
-            aws::target(kind, config)
-        }
+    match config.settings() {
+        JobSettings::Http(job) => format!("http:{}", host(&job.url)),
+        JobSettings::Airflow(job) => format!("airflow:{}", host(&job.url)),
+        JobSettings::Databricks(job) => format!("databricks:{}", host(&job.host)),
+        JobSettings::Kafka(job) => format!("kafka:{}", job.topic),
+        JobSettings::Command(_) => "command".into(),
+        _ => aws::target(config),
     }
-}
-
-pub fn timeout_of(config: &Map<String, Value>, default: Duration) -> Duration {
-    config
-        .get("timeout")
-        .and_then(Value::as_u64)
-        .map(Duration::from_secs)
-        .unwrap_or(default)
 }
 
 /// Sends a request; a transport failure (refused, reset, timed out) is [`CallError::Infra`].

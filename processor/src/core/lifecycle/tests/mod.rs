@@ -210,7 +210,10 @@ fn happy_path_triggers_once_and_completes() {
     let triggers = sim.triggers();
     assert_eq!(triggers.len(), 1);
     assert_eq!(triggers[0].run_id, RUN1);
-    assert_eq!(triggers[0].config, json!({"command": format!("run 2026-11-22 {RUN1}")}));
+    assert_eq!(
+        triggers[0].config.json(),
+        &json!({"command": format!("run 2026-11-22 {RUN1}")})
+    );
     sim.job("gold", RUN1, JobStatus::Running, None);
     sim.job("gold", RUN1, JobStatus::Succeeded, None);
     assert_eq!(
@@ -220,6 +223,37 @@ fn happy_path_triggers_once_and_completes() {
     let completed = sim.events.last().unwrap();
     assert_eq!((completed.run_id.as_deref(), completed.attempt), (Some(RUN1), Some(1)));
     assert!(sim.only_expiry_left(), "nothing left to wake up for");
+}
+
+/// A journaled trigger keeps the form it had before job configs were typed: the job type
+/// beside the rendered config's JSON. Journals written by either version read back alike.
+#[test]
+fn a_journaled_trigger_keeps_its_json_form() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    sim.sensor("gold", "row-count", json!({"count": "1500"}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    let effect = sim.effects.last().unwrap();
+    let journaled = concat!(
+        r#"{"effect":"triggerJob","pipelineId":"gold","scheduleId":"stream","date":"2026-11-22","#,
+        r#""runId":"gold.stream.2026-11-22.1","attempt":1,"kind":"command","#,
+        r#""config":{"command":"run 2026-11-22 gold.stream.2026-11-22.1"},"#,
+        r#""retry":{"intervalMs":30000,"backoffRate":2.0,"maxAttempts":3},"#,
+        r#""statusRetry":{"intervalMs":2000,"backoffRate":2.0,"maxAttempts":3}}"#
+    );
+    assert_eq!(serde_json::to_string(effect).unwrap(), journaled);
+    assert_eq!(&serde_json::from_str::<Effect>(journaled).unwrap(), effect);
+    // Journaled before retry policies were: the defaults.
+    let older = json!({"effect": "triggerJob", "pipelineId": "gold", "scheduleId": "stream", "date": "2026-11-22",
+                       "runId": RUN1, "attempt": 1, "kind": "command", "config": {"command": "true"}});
+    let Effect::TriggerJob(request) = serde_json::from_value::<Effect>(older).unwrap() else {
+        panic!("a trigger")
+    };
+    assert_eq!(
+        (request.retry, request.status_retry),
+        (RetryPolicy::trigger(), RetryPolicy::status_check())
+    );
+    assert_eq!(request.kind(), crate::core::config::JobKind::Command);
 }
 
 #[test]
@@ -445,8 +479,8 @@ fn every_job_type_is_triggered_with_its_retry_policies() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
     let triggers = sim.triggers();
     assert_eq!(triggers.len(), 1);
-    assert_eq!(triggers[0].kind, crate::core::config::JobKind::Glue);
-    assert_eq!(triggers[0].config["jobName"], "etl-2026-11-22");
+    assert_eq!(triggers[0].kind(), crate::core::config::JobKind::Glue);
+    assert_eq!(triggers[0].config.json()["jobName"], "etl-2026-11-22");
     assert_eq!(triggers[0].retry.interval_ms, 5_000);
     assert_eq!(triggers[0].retry.max_attempts, 1);
     assert_eq!(

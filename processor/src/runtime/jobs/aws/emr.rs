@@ -17,11 +17,12 @@
 //! (cancelled on purpose, or by an earlier step's `actionOnFailure`); INTERRUPTED failed
 //! TRANSIENT (the cluster went away under the step: a retry on a healthy cluster may pass).
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{handle_field, Api, Service};
+use crate::core::config::{EmrJob, EmrStep};
 use crate::core::records::FailureCategory;
-use crate::runtime::jobs::{Call, CallError, Outcome};
+use crate::runtime::jobs::{usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
     name: "EMR",
@@ -34,10 +35,10 @@ const JSON: &str = "1.1";
 const NAME_LIMIT: usize = 256;
 const ACTIONS: [&str; 4] = ["CONTINUE", "CANCEL_AND_WAIT", "TERMINATE_CLUSTER", "TERMINATE_JOB_FLOW"];
 
-pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let cluster = call.required("clusterId")?;
-    let (step, named_after_run) = step(call.config, call.run_id())?;
-    let api = Api::new(call, &SERVICE)?;
+pub(super) async fn trigger(call: &Call<'_>, job: &EmrJob) -> Result<Outcome, CallError> {
+    let cluster = job.cluster_id.as_str();
+    let (step, named_after_run) = step(usable(&job.step)?, call.run_id())?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let name = step["Name"].as_str().unwrap_or_default();
     if named_after_run {
         if let Some(step_id) = existing_step(&api, cluster, name).await? {
@@ -55,10 +56,10 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     Ok(Outcome::running(json!({ "clusterId": cluster, "stepId": step_id })).with("stepId", json!(step_id)))
 }
 
-pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+pub(super) async fn status(call: &Call<'_>, job: &EmrJob, handle: &Value) -> Result<Outcome, CallError> {
     let cluster = handle_field(handle, "clusterId")?;
     let step_id = handle_field(handle, "stepId")?;
-    let api = Api::new(call, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let input = json!({ "ClusterId": cluster, "StepId": step_id });
     let answer = api.json(JSON, "ElasticMapReduce.DescribeStep", &input).await?;
     let Some(status) = answer.get("Step").and_then(|s| s.get("Status")) else {
@@ -90,48 +91,26 @@ async fn existing_step(api: &Api<'_, '_>, cluster: &str, name: &str) -> Result<O
 }
 
 /// The step to add, from `job.config.step`, and whether it is named after the run.
-fn step(config: &Map<String, Value>, run_id: &str) -> Result<(Value, bool), CallError> {
+fn step(step: &EmrStep, run_id: &str) -> Result<(Value, bool), CallError> {
     let bad = |what: &str| CallError::Permanent(format!("job.config.step.{what}"));
-    let step = match config.get("step") {
-        Some(Value::Object(step)) => step,
-        Some(_) => return Err(CallError::Permanent("job.config.step must be an object".into())),
-        None => return Err(CallError::Permanent(
-            "job.config.step is missing (an object with args, and optionally name, jar, mainClass, actionOnFailure)"
-                .into(),
-        )),
-    };
-    let text = |field: &str| match step.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(bad(&format!("{field} must be a string"))),
-    };
-    let (name, named_after_run) = match text("name")? {
-        Some(name) => (name.to_string(), false),
+    let (name, named_after_run) = match &step.name {
+        Some(name) => (name.clone(), false),
         None => (cut(run_id, NAME_LIMIT), true),
     };
-    let jar = text("jar")?.unwrap_or("command-runner.jar");
-    let args: Vec<String> = match step.get("args") {
-        None | Some(Value::Null) => vec![],
-        Some(Value::Array(args)) => args
-            .iter()
-            .map(|a| match a {
-                Value::String(s) => Ok(s.clone()),
-                Value::Number(n) => Ok(n.to_string()),
-                Value::Bool(b) => Ok(b.to_string()),
-                _ => Err(bad("args must hold strings")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("args must be an array of strings")),
-    };
-    if args.is_empty() && jar == "command-runner.jar" {
+    let jar = step.jar.as_deref().unwrap_or("command-runner.jar");
+    if step.args.is_empty() && jar == "command-runner.jar" {
         return Err(bad("args is required with command-runner.jar (the command to run)"));
     }
-    let action = text("actionOnFailure")?.unwrap_or("CONTINUE").to_ascii_uppercase();
+    let action = step
+        .action_on_failure
+        .as_deref()
+        .unwrap_or("CONTINUE")
+        .to_ascii_uppercase();
     if !ACTIONS.contains(&action.as_str()) {
         return Err(bad(&format!("actionOnFailure must be one of {}", ACTIONS.join(", "))));
     }
-    let mut hadoop = json!({ "Jar": jar, "Args": args });
-    if let Some(main_class) = text("mainClass")? {
+    let mut hadoop = json!({ "Jar": jar, "Args": step.args });
+    if let Some(main_class) = &step.main_class {
         hadoop["MainClass"] = json!(main_class);
     }
     let step = json!({ "Name": name, "ActionOnFailure": action, "HadoopJarStep": hadoop });
@@ -180,16 +159,25 @@ fn outcome(state: &str, status: &Value, step_id: &str, handle: &Value) -> Outcom
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::{JobConfig, JobKind, JobSettings};
     use crate::core::records::JobStatus;
 
-    fn config(value: Value) -> Map<String, Value> {
-        value.as_object().unwrap().clone()
+    /// The step of an `emr` job with `config` for run `run_id`: refused as a trigger refuses
+    /// it, whether by the job's settings or by the step's contents.
+    fn step_of(config: Value, run_id: &str) -> Result<(Value, bool), CallError> {
+        let mut config = config;
+        config["clusterId"] = json!("j-1");
+        let settings = JobConfig::from_json(JobKind::Emr, &config).map_err(|e| CallError::Permanent(e.message))?;
+        let JobSettings::Emr(job) = settings.settings() else {
+            unreachable!()
+        };
+        step(usable(&job.step)?, run_id)
     }
 
     #[test]
     fn steps_default_to_command_runner_named_after_the_run() {
-        let (step, named) = step(
-            &config(json!({"step": {"args": ["spark-submit", "s3://b/x.py", 3]}})),
+        let (step, named) = step_of(
+            json!({"step": {"args": ["spark-submit", "s3://b/x.py", 3]}}),
             "p.d.2026-11-22.1",
         )
         .unwrap();
@@ -204,7 +192,7 @@ mod tests {
         );
         let custom = json!({"step": {"name": "load", "jar": "s3://b/app.jar", "mainClass": "x.Main",
             "actionOnFailure": "cancel_and_wait"}});
-        let (step, named) = super::step(&config(custom), "r").unwrap();
+        let (step, named) = step_of(custom, "r").unwrap();
         assert!(!named);
         assert_eq!(step["Name"], "load");
         assert_eq!(step["ActionOnFailure"], "CANCEL_AND_WAIT");
@@ -213,7 +201,7 @@ mod tests {
             json!({"Jar": "s3://b/app.jar", "Args": [], "MainClass": "x.Main"})
         );
         let long = "x".repeat(300);
-        let (step, _) = super::step(&config(json!({"step": {"args": ["true"]}})), &long).unwrap();
+        let (step, _) = step_of(json!({"step": {"args": ["true"]}}), &long).unwrap();
         assert_eq!(step["Name"].as_str().unwrap().len(), NAME_LIMIT);
     }
 
@@ -228,7 +216,7 @@ mod tests {
             json!({"step": {"args": ["x"], "actionOnFailure": "EXPLODE"}}),
             json!({"step": {"args": ["x"], "name": 7}}),
         ] {
-            let e = step(&config(bad.clone()), "r").unwrap_err();
+            let e = step_of(bad.clone(), "r").unwrap_err();
             assert!(matches!(e, CallError::Permanent(_)), "{bad}");
         }
     }

@@ -18,9 +18,10 @@
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
-use super::{config_object, config_str, config_u64, fit, handle_field, label, Api, Service};
+use super::{fit, handle_field, label, Api, Service};
+use crate::core::config::EmrServerlessJob;
 use crate::core::records::FailureCategory;
-use crate::runtime::jobs::{Call, CallError, Outcome};
+use crate::runtime::jobs::{usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
     name: "EMR Serverless",
@@ -32,10 +33,10 @@ pub(super) static SERVICE: Service = Service {
 const TOKEN_LIMIT: usize = 64;
 const NAME_LIMIT: usize = 256;
 
-pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let application = call.required("applicationId")?;
-    let input = start_input(call)?;
-    let api = Api::new(call, &SERVICE)?;
+pub(super) async fn trigger(call: &Call<'_>, job: &EmrServerlessJob) -> Result<Outcome, CallError> {
+    let application = job.application_id.as_str();
+    let input = start_input(call, job)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let path = format!("/applications/{}/jobruns", label(application));
     let answer = api.rest("StartJobRun", Method::POST, &path, Some(&input)).await?;
     let run_id = answer
@@ -50,10 +51,10 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     Ok(outcome)
 }
 
-pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+pub(super) async fn status(call: &Call<'_>, job: &EmrServerlessJob, handle: &Value) -> Result<Outcome, CallError> {
     let application = handle_field(handle, "applicationId")?;
     let run_id = handle_field(handle, "jobRunId")?;
-    let api = Api::new(call, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let path = format!("/applications/{}/jobruns/{}", label(application), label(run_id));
     let answer = api.rest("GetJobRun", Method::GET, &path, None).await?;
     let run = &answer["jobRun"];
@@ -68,27 +69,21 @@ pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, C
 }
 
 /// StartJobRun's body from the job's config.
-fn start_input(call: &Call<'_>) -> Result<Value, CallError> {
-    let role = call.required("executionRoleArn")?;
-    let Some(driver) = config_object(call, "jobDriver")? else {
-        return Err(CallError::Permanent(
-            "job.config.jobDriver is missing (e.g. {\"sparkSubmit\": {\"entryPoint\": \"s3://...\"}})".into(),
-        ));
-    };
+fn start_input(call: &Call<'_>, job: &EmrServerlessJob) -> Result<Value, CallError> {
     let run_id = call.run_id();
-    let name = match config_str(call, "name")? {
+    let name = match usable(&job.name)? {
         Some(name) => name.to_string(),
         None => fit(run_id, run_id.to_string(), NAME_LIMIT),
     };
     let mut input = Map::new();
     input.insert("clientToken".into(), json!(client_token(run_id)));
-    input.insert("executionRoleArn".into(), json!(role));
-    input.insert("jobDriver".into(), Value::Object(driver.clone()));
+    input.insert("executionRoleArn".into(), json!(job.execution_role_arn));
+    input.insert("jobDriver".into(), Value::Object(job.job_driver.clone()));
     input.insert("name".into(), json!(name));
-    if let Some(overrides) = config_object(call, "configurationOverrides")? {
+    if let Some(overrides) = usable(&job.configuration_overrides)? {
         input.insert("configurationOverrides".into(), Value::Object(overrides.clone()));
     }
-    if let Some(minutes) = config_u64(call, "jobTimeoutMinutes")? {
+    if let Some(minutes) = usable(&job.job_timeout_minutes)? {
         input.insert("executionTimeoutMinutes".into(), json!(minutes));
     }
     Ok(Value::Object(input))
@@ -119,6 +114,7 @@ fn outcome(state: &str, details: Option<&str>, run_id: &str, handle: &Value) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::{JobConfig, JobKind, JobSettings};
     use crate::core::records::JobStatus;
     use crate::runtime::jobs::aws::testing::Parts;
 
@@ -164,7 +160,7 @@ mod tests {
     #[test]
     fn start_input_carries_the_token_role_and_driver() {
         let parts = Parts::new(
-            crate::core::config::JobKind::EmrServerless,
+            JobKind::EmrServerless,
             json!({
                 "applicationId": "00f",
                 "executionRoleArn": "arn:aws:iam::123456789012:role/emr",
@@ -173,7 +169,10 @@ mod tests {
                 "jobTimeoutMinutes": 30
             }),
         );
-        let input = start_input(&parts.call()).unwrap();
+        let JobSettings::EmrServerless(job) = parts.settings() else {
+            unreachable!()
+        };
+        let input = start_input(&parts.call(), job).unwrap();
         let run_id = parts.request.run_id.clone();
         assert_eq!(
             input,
@@ -186,10 +185,11 @@ mod tests {
                 "executionTimeoutMinutes": 30
             })
         );
-        let parts = Parts::new(
-            crate::core::config::JobKind::EmrServerless,
-            json!({"applicationId": "00f", "executionRoleArn": "arn:aws:iam::1:role/r"}),
+        // The job driver is a setting the job cannot do without: no settings without it.
+        let missing = JobConfig::from_json(
+            JobKind::EmrServerless,
+            &json!({"applicationId": "00f", "executionRoleArn": "arn:aws:iam::1:role/r"}),
         );
-        assert!(matches!(start_input(&parts.call()), Err(CallError::Permanent(m)) if m.contains("jobDriver")));
+        assert!(matches!(missing, Err(e) if e.message.contains("jobDriver")));
     }
 }

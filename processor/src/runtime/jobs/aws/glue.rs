@@ -22,9 +22,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{config_object, config_str, config_u64, handle_field, Api, Service};
+use super::{handle_field, Api, Service};
+use crate::core::config::GlueJob;
 use crate::core::records::FailureCategory;
-use crate::runtime::jobs::{Call, CallError, Outcome};
+use crate::runtime::jobs::{usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
     name: "Glue",
@@ -34,10 +35,10 @@ pub(super) static SERVICE: Service = Service {
 };
 const JSON: &str = "1.1";
 
-pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let job_name = call.required("jobName")?;
-    let input = start_input(call, job_name)?;
-    let api = Api::new(call, &SERVICE)?;
+pub(super) async fn trigger(call: &Call<'_>, job: &GlueJob) -> Result<Outcome, CallError> {
+    let job_name = &job.job_name;
+    let input = start_input(call, job)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let answer = api.json(JSON, "AWSGlue.StartJobRun", &input).await?;
     let run_id = answer
         .get("JobRunId")
@@ -46,10 +47,10 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     Ok(Outcome::running(json!({ "jobName": job_name, "jobRunId": run_id })).with("jobRunId", json!(run_id)))
 }
 
-pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+pub(super) async fn status(call: &Call<'_>, job: &GlueJob, handle: &Value) -> Result<Outcome, CallError> {
     let job_name = handle_field(handle, "jobName")?;
     let run_id = handle_field(handle, "jobRunId")?;
-    let api = Api::new(call, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let input = json!({ "JobName": job_name, "RunId": run_id, "PredecessorsIncluded": false });
     let answer = api.json(JSON, "AWSGlue.GetJobRun", &input).await?;
     let run = &answer["JobRun"];
@@ -64,11 +65,11 @@ pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, C
 }
 
 /// StartJobRun's input from the job's config.
-fn start_input(call: &Call<'_>, job_name: &str) -> Result<Value, CallError> {
+fn start_input(call: &Call<'_>, job: &GlueJob) -> Result<Value, CallError> {
     let mut input = Map::new();
-    input.insert("JobName".into(), json!(job_name));
-    let mut arguments: Map<String, Value> = config_object(call, "arguments")?
-        .into_iter()
+    input.insert("JobName".into(), json!(job.job_name));
+    let mut arguments: Map<String, Value> = usable(&job.arguments)?
+        .iter()
         .flatten()
         .map(|(name, value)| {
             let value = match value {
@@ -82,13 +83,13 @@ fn start_input(call: &Call<'_>, job_name: &str) -> Result<Value, CallError> {
         arguments.entry(format!("--{name}")).or_insert(Value::String(value));
     }
     input.insert("Arguments".into(), Value::Object(arguments));
-    if let Some(worker_type) = config_str(call, "workerType")? {
+    if let Some(worker_type) = usable(&job.worker_type)? {
         input.insert("WorkerType".into(), json!(worker_type));
     }
-    if let Some(workers) = config_u64(call, "numberOfWorkers")? {
+    if let Some(workers) = usable(&job.number_of_workers)? {
         input.insert("NumberOfWorkers".into(), json!(workers));
     }
-    if let Some(minutes) = config_u64(call, "jobTimeoutMinutes")? {
+    if let Some(minutes) = usable(&job.job_timeout_minutes)? {
         input.insert("Timeout".into(), json!(minutes));
     }
     Ok(Value::Object(input))
@@ -113,10 +114,18 @@ fn outcome(state: &str, error: Option<&str>, run_id: &str, handle: &Value) -> Ou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::JobKind;
+    use crate::core::config::{JobKind, JobSettings};
     use crate::core::lifecycle::TriggerRequest;
     use crate::core::records::JobStatus;
     use crate::runtime::jobs::aws::testing::Parts;
+
+    /// StartJobRun's input for the run `parts` describe.
+    fn input_of(parts: &Parts) -> Result<Value, CallError> {
+        let JobSettings::Glue(job) = parts.settings() else {
+            unreachable!()
+        };
+        start_input(&parts.call(), job)
+    }
 
     #[test]
     fn start_input_follows_the_config() {
@@ -132,7 +141,7 @@ mod tests {
             }),
         );
         assert_eq!(
-            start_input(&parts.call(), "nightly").unwrap(),
+            input_of(&parts).unwrap(),
             json!({
                 "JobName": "nightly",
                 "Arguments": {"--day": "2026-11-22", "--rows": "3", "--full": "true", "--par_day": "20261122"},
@@ -143,15 +152,15 @@ mod tests {
         );
         let parts = Parts::new(JobKind::Glue, json!({"jobName": "nightly"}));
         assert_eq!(
-            start_input(&parts.call(), "nightly").unwrap(),
+            input_of(&parts).unwrap(),
             json!({"JobName": "nightly", "Arguments": {"--par_day": "20261122"}})
         );
         // Hourly: --par_hour too; a --par_day the config sets is left as it is.
         let config = json!({"jobName": "nightly", "arguments": {"--par_day": "custom"}});
-        let mut parts = Parts::new(JobKind::Glue, config.clone());
-        parts.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, JobKind::Glue, config);
+        let mut parts = Parts::new(JobKind::Glue, config);
+        parts.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, parts.request.config.clone());
         assert_eq!(
-            start_input(&parts.call(), "nightly").unwrap()["Arguments"],
+            input_of(&parts).unwrap()["Arguments"],
             json!({"--par_day": "custom", "--par_hour": "10"})
         );
         for bad in [
@@ -160,10 +169,7 @@ mod tests {
             json!({"jobName": "j", "workerType": 1}),
         ] {
             let parts = Parts::new(JobKind::Glue, bad.clone());
-            assert!(
-                matches!(start_input(&parts.call(), "j"), Err(CallError::Permanent(_))),
-                "{bad}"
-            );
+            assert!(matches!(input_of(&parts), Err(CallError::Permanent(_))), "{bad}");
         }
     }
 

@@ -24,8 +24,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::{config_str, label, Api, Service};
-use crate::runtime::jobs::{tail, Call, CallError, Outcome};
+use super::{label, Api, Service};
+use crate::core::config::{InvocationType, LambdaJob};
+use crate::runtime::jobs::{tail, usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
     name: "Lambda",
@@ -36,29 +37,18 @@ pub(super) static SERVICE: Service = Service {
 /// The per-request timeout of a RequestResponse invocation when the config sets none.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(15 * 60 + 30);
 
-pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let function = call.required("functionName")?;
-    let sync = match config_str(call, "invocationType")? {
-        None => true,
-        Some(kind) if kind.eq_ignore_ascii_case("RequestResponse") => true,
-        Some(kind) if kind.eq_ignore_ascii_case("Event") => false,
-        Some(other) => {
-            return Err(CallError::Permanent(format!(
-                "job.config.invocationType must be RequestResponse or Event, not {other:?}"
-            )))
-        }
-    };
-    let body = payload(call);
-    let api = Api::new(call, &SERVICE)?;
+pub(super) async fn trigger(call: &Call<'_>, job: &LambdaJob) -> Result<Outcome, CallError> {
+    let function = job.function_name.as_str();
+    let invocation = *usable(&job.invocation_type)?;
+    let sync = invocation == InvocationType::RequestResponse;
+    let body = payload(call, job);
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let path = format!("/2015-03-31/functions/{}/invocations", label(function));
     let headers = [
         ("content-type", "application/json".to_string()),
-        (
-            "x-amz-invocation-type",
-            if sync { "RequestResponse" } else { "Event" }.to_string(),
-        ),
+        ("x-amz-invocation-type", invocation.as_str().to_string()),
     ];
-    let timeout = (sync && !call.config.contains_key("timeout")).then_some(SYNC_TIMEOUT);
+    let timeout = (sync && call.config.timeout().is_none()).then_some(SYNC_TIMEOUT);
     let answer = api.send(Method::POST, &path, &headers, body, timeout).await?;
     if let Some(error) = answer.error() {
         return Err(error.into_call_error(&api.what("Invoke")));
@@ -91,8 +81,8 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
 
 /// The bytes the function gets: a string payload as it is, any other as JSON, none: the
 /// run's identity.
-fn payload(call: &Call<'_>) -> Vec<u8> {
-    match call.config.get("payload") {
+fn payload(call: &Call<'_>, job: &LambdaJob) -> Vec<u8> {
+    match &job.payload {
         Some(Value::String(raw)) => raw.clone().into_bytes(),
         Some(payload) => payload.to_string().into_bytes(),
         None => identity(call).to_string().into_bytes(),
@@ -139,6 +129,7 @@ fn function_error(kind: &str, body: &str) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::config::JobSettings;
     use crate::core::records::JobStatus;
 
     #[test]
@@ -161,7 +152,10 @@ mod tests {
     fn a_string_payload_is_sent_as_it_is_and_others_as_json() {
         let bytes = |config: Value| {
             let parts = super::super::testing::Parts::new(crate::core::config::JobKind::Lambda, config);
-            String::from_utf8(payload(&parts.call())).unwrap()
+            let JobSettings::Lambda(job) = parts.settings() else {
+                unreachable!()
+            };
+            String::from_utf8(payload(&parts.call(), job)).unwrap()
         };
         let raw = r#"{"body": {"pipeline": "x"}}"#;
         assert_eq!(bytes(json!({ "payload": raw })), raw);

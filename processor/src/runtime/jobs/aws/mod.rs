@@ -38,47 +38,50 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::{Map, Value};
 
-use super::{guard, join_url, tail, Call, CallError, Outcome, MESSAGE_LIMIT};
-use crate::core::config::JobKind;
+use super::{guard, join_url, tail, usable, Call, CallError, Outcome, MESSAGE_LIMIT};
+use crate::core::config::{AwsEndpoint, JobConfig, JobKind, JobSettings};
 
 /// Starts the run of an AWS job, whichever service it names.
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    match call.request.kind {
-        JobKind::Glue => glue::trigger(call).await,
-        JobKind::Emr => emr::trigger(call).await,
-        JobKind::EmrServerless => emr_serverless::trigger(call).await,
-        JobKind::StepFunction => step_function::trigger(call).await,
-        JobKind::Lambda => lambda::trigger(call).await,
-        other => Err(not_aws(other)),
+    match call.config.settings() {
+        JobSettings::Glue(job) => glue::trigger(call, job).await,
+        JobSettings::Emr(job) => emr::trigger(call, job).await,
+        JobSettings::EmrServerless(job) => emr_serverless::trigger(call, job).await,
+        JobSettings::StepFunction(job) => step_function::trigger(call, job).await,
+        JobSettings::Lambda(job) => lambda::trigger(call, job).await,
+        other => Err(not_aws(other.kind())),
     }
 }
 
 /// One status check of a running AWS job; `handle` is what [`trigger`] answered.
 pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
-    match call.request.kind {
-        JobKind::Glue => glue::status(call, handle).await,
-        JobKind::Emr => emr::status(call, handle).await,
-        JobKind::EmrServerless => emr_serverless::status(call, handle).await,
-        JobKind::StepFunction => step_function::status(call, handle).await,
-        JobKind::Lambda => Err(CallError::Permanent("lambda runs have no status check".into())),
-        other => Err(not_aws(other)),
+    match call.config.settings() {
+        JobSettings::Glue(job) => glue::status(call, job, handle).await,
+        JobSettings::Emr(job) => emr::status(call, job, handle).await,
+        JobSettings::EmrServerless(job) => emr_serverless::status(call, job, handle).await,
+        JobSettings::StepFunction(job) => step_function::status(call, job, handle).await,
+        JobSettings::Lambda(_) => Err(CallError::Permanent("lambda runs have no status check".into())),
+        other => Err(not_aws(other.kind())),
     }
 }
 
 /// The AWS resource a job's calls go to, as `kind:region:resource` (e.g.
 /// `glue:us-east-1:nightly-load`), for per-target concurrency bounds and circuit breaking.
-pub fn target(kind: JobKind, config: &Map<String, Value>) -> String {
-    let field = |name: &str| config.get(name).and_then(Value::as_str).unwrap_or("");
-    let resource = match kind {
-        JobKind::Glue => field("jobName"),
-        JobKind::Emr => field("clusterId"),
-        JobKind::EmrServerless => field("applicationId"),
-        JobKind::StepFunction => field("stateMachineArn"),
-        JobKind::Lambda => field("functionName"),
+pub fn target(config: &JobConfig) -> String {
+    let resource = match config.settings() {
+        JobSettings::Glue(job) => job.job_name.as_str(),
+        JobSettings::Emr(job) => job.cluster_id.as_str(),
+        JobSettings::EmrServerless(job) => job.application_id.as_str(),
+        JobSettings::StepFunction(job) => job.state_machine_arn.as_str(),
+        JobSettings::Lambda(job) => job.function_name.as_str(),
         _ => "",
     };
-    let region = region(config, &process_env).unwrap_or_default();
-    format!("{}:{region}:{resource}", kind.name())
+    let region = config
+        .settings()
+        .aws()
+        .and_then(|aws| region(aws, &process_env).ok())
+        .unwrap_or_default();
+    format!("{}:{region}:{resource}", config.kind().name())
 }
 
 fn not_aws(kind: JobKind) -> CallError {
@@ -293,10 +296,9 @@ fn process_env(name: &str) -> Option<String> {
 type Env<'e> = &'e dyn Fn(&str) -> Option<String>;
 
 /// `job.config.region`, else `AWS_REGION`, else `AWS_DEFAULT_REGION`.
-fn region(config: &Map<String, Value>, env: Env<'_>) -> Result<String, CallError> {
-    let region = match config.get("region") {
-        Some(Value::String(region)) => region.trim().to_string(),
-        Some(_) => return Err(CallError::Permanent("job.config.region must be a string".into())),
+fn region(aws: &AwsEndpoint, env: Env<'_>) -> Result<String, CallError> {
+    let region = match usable(&aws.region)? {
+        Some(region) => region.trim().to_string(),
         None => env("AWS_REGION")
             .or_else(|| env("AWS_DEFAULT_REGION"))
             .map(|r| r.trim().to_string())
@@ -319,11 +321,9 @@ fn region(config: &Map<String, Value>, env: Env<'_>) -> Result<String, CallError
 
 /// Where a service's requests go: `job.config.endpointUrl`, `AWS_ENDPOINT_URL_<SERVICE>`,
 /// `AWS_ENDPOINT_URL`, else the public endpoint.
-fn endpoint(service: &Service, region: &str, config: &Map<String, Value>, env: Env<'_>) -> Result<String, CallError> {
-    match config.get("endpointUrl") {
-        Some(Value::String(url)) if !url.trim().is_empty() => return Ok(url.trim().to_string()),
-        Some(Value::Null) | None => {}
-        Some(_) => return Err(CallError::Permanent("job.config.endpointUrl must be a URL".into())),
+fn endpoint(service: &Service, region: &str, aws: &AwsEndpoint, env: Env<'_>) -> Result<String, CallError> {
+    if let Some(url) = usable(&aws.endpoint_url)? {
+        return Ok(url.trim().to_string());
     }
     if let Some(url) = env(&format!("AWS_ENDPOINT_URL_{}", service.env_id)).or_else(|| env("AWS_ENDPOINT_URL")) {
         return Ok(url.trim().to_string());
@@ -434,9 +434,9 @@ pub(crate) struct Api<'c, 'a> {
 }
 
 impl<'c, 'a> Api<'c, 'a> {
-    pub fn new(call: &'c Call<'a>, service: &'static Service) -> Result<Self, CallError> {
-        let region = region(call.config, &process_env)?;
-        let endpoint = endpoint(service, &region, call.config, &process_env)?;
+    pub fn new(call: &'c Call<'a>, aws: &AwsEndpoint, service: &'static Service) -> Result<Self, CallError> {
+        let region = region(aws, &process_env)?;
+        let endpoint = endpoint(service, &region, aws, &process_env)?;
         let keys = credentials(&process_env)?;
         Ok(Api {
             call,
@@ -579,35 +579,6 @@ fn handle_field<'h>(handle: &'h Value, field: &str) -> Result<&'h str, CallError
     })
 }
 
-/// An optional whole number from `job.config`.
-fn config_u64(call: &Call<'_>, field: &str) -> Result<Option<u64>, CallError> {
-    match call.config.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| CallError::Permanent(format!("job.config.{field} must be a whole number"))),
-    }
-}
-
-/// An optional string from `job.config`; any other type is a PERMANENT error.
-fn config_str<'c>(call: &'c Call<'_>, field: &str) -> Result<Option<&'c str>, CallError> {
-    match call.config.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(CallError::Permanent(format!("job.config.{field} must be a string"))),
-    }
-}
-
-/// An optional object from `job.config`.
-fn config_object<'c>(call: &'c Call<'_>, field: &str) -> Result<Option<&'c Map<String, Value>>, CallError> {
-    match call.config.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(map)) => Ok(Some(map)),
-        Some(_) => Err(CallError::Permanent(format!("job.config.{field} must be an object"))),
-    }
-}
-
 /// `text` cut to `limit` bytes, or, when it had to change, cut shorter and followed by a
 /// hash of the original, so distinct inputs stay distinct.
 fn fit(text: &str, cleaned: String, limit: usize) -> String {
@@ -628,35 +599,64 @@ fn fit(text: &str, cleaned: String, limit: usize) -> String {
 /// A [`Call`] for unit tests, and what it borrows.
 #[cfg(test)]
 pub(crate) mod testing {
-    use serde_json::{Map, Value};
+    use serde_json::{json, Value};
 
-    use crate::core::config::JobKind;
+    use crate::core::config::{JobConfig, JobKind, JobSettings};
     use crate::core::lifecycle::TriggerRequest;
     use crate::runtime::jobs::{Call, Client, Guard};
 
     pub struct Parts {
         pub request: TriggerRequest,
-        pub config: Map<String, Value>,
         pub client: Client,
     }
 
     impl Parts {
-        /// Run `pipe-1.daily.2026-11-22.1` of a `kind` job with `config`.
-        pub fn new(kind: JobKind, config: Value) -> Self {
+        /// Run `pipe-1.daily.2026-11-22.1` of a `kind` job with `config`. The strings a job
+        /// cannot do without are filled in where a test leaves them out to test others.
+        pub fn new(kind: JobKind, mut config: Value) -> Self {
+            for (key, value) in essentials(kind) {
+                if config.get(key).is_none() {
+                    config[key] = value;
+                }
+            }
+            let config = JobConfig::from_json(kind, &config).unwrap();
             Parts {
-                request: TriggerRequest::new("pipe-1", "daily", "2026-11-22", 1, kind, config.clone()),
-                config: config.as_object().cloned().unwrap_or_default(),
+                request: TriggerRequest::new("pipe-1", "daily", "2026-11-22", 1, config),
                 client: Client::new(Guard::default()).unwrap(),
             }
+        }
+
+        pub fn settings(&self) -> &JobSettings {
+            self.request.config.settings()
         }
 
         pub fn call(&self) -> Call<'_> {
             Call {
                 request: &self.request,
-                config: &self.config,
+                config: &self.request.config,
                 client: &self.client,
                 producer: None,
             }
+        }
+    }
+
+    /// A placeholder for each setting a `kind` job cannot do without.
+    fn essentials(kind: JobKind) -> Vec<(&'static str, Value)> {
+        match kind {
+            JobKind::Http => vec![("url", json!("https://job.example/run"))],
+            JobKind::Command => vec![("command", json!("true"))],
+            JobKind::Airflow => vec![("url", json!("https://airflow.example")), ("dagId", json!("dag"))],
+            JobKind::Databricks => vec![("host", json!("https://dbc.example")), ("jobId", json!(1))],
+            JobKind::Glue => vec![("jobName", json!("job"))],
+            JobKind::Emr => vec![("clusterId", json!("j-1")), ("step", json!({"args": ["true"]}))],
+            JobKind::EmrServerless => vec![
+                ("applicationId", json!("00f")),
+                ("executionRoleArn", json!("arn:aws:iam::1:role/r")),
+                ("jobDriver", json!({"sparkSubmit": {"entryPoint": "s3://b/x.py"}})),
+            ],
+            JobKind::StepFunction => vec![("stateMachineArn", json!("arn:aws:states:us-east-1:1:stateMachine:m"))],
+            JobKind::Lambda => vec![("functionName", json!("f"))],
+            JobKind::Kafka => vec![("topic", json!("jobs"))],
         }
     }
 }
@@ -680,8 +680,17 @@ mod tests {
         move |name| map.get(name).cloned()
     }
 
-    fn config(value: Value) -> Map<String, Value> {
-        value.as_object().unwrap().clone()
+    /// The region and endpoint settings of a job with `config`.
+    fn aws(config: Value) -> AwsEndpoint {
+        testing::Parts::new(JobKind::Glue, config)
+            .settings()
+            .aws()
+            .unwrap()
+            .clone()
+    }
+
+    fn job(kind: JobKind, config: Value) -> JobConfig {
+        testing::Parts::new(kind, config).request.config
     }
 
     #[test]
@@ -802,29 +811,26 @@ mod tests {
     #[test]
     fn region_comes_from_config_then_the_environment() {
         let env = env_of(&[("AWS_REGION", "eu-west-1"), ("AWS_DEFAULT_REGION", "us-east-2")]);
-        assert_eq!(
-            region(&config(json!({"region": "us-west-2"})), &env).unwrap(),
-            "us-west-2"
-        );
-        assert_eq!(region(&config(json!({})), &env).unwrap(), "eu-west-1");
+        assert_eq!(region(&aws(json!({"region": "us-west-2"})), &env).unwrap(), "us-west-2");
+        assert_eq!(region(&aws(json!({})), &env).unwrap(), "eu-west-1");
         let env = env_of(&[("AWS_DEFAULT_REGION", "us-east-2")]);
-        assert_eq!(region(&config(json!({})), &env).unwrap(), "us-east-2");
+        assert_eq!(region(&aws(json!({})), &env).unwrap(), "us-east-2");
         let none = env_of(&[]);
-        let e = region(&config(json!({})), &none).unwrap_err();
+        let e = region(&aws(json!({})), &none).unwrap_err();
         assert!(
             matches!(&e, CallError::Permanent(m) if m.contains("AWS_REGION")),
             "{e:?}"
         );
         // A region is part of a host name: nothing else may hide in it.
         for bad in ["evil.com/x", "US-EAST-1", "", "us east"] {
-            assert!(region(&config(json!({ "region": bad })), &none).is_err(), "{bad}");
+            assert!(region(&aws(json!({ "region": bad })), &none).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn endpoints_come_from_config_then_the_environment_then_aws() {
         let none = env_of(&[]);
-        let empty = config(json!({}));
+        let empty = aws(json!({}));
         assert_eq!(
             endpoint(&GLUE, "us-east-1", &empty, &none).unwrap(),
             "https://glue.us-east-1.amazonaws.com"
@@ -846,12 +852,12 @@ mod tests {
             endpoint(&GLUE, "us-east-1", &empty, &env).unwrap(),
             "http://127.0.0.1:6000"
         );
-        let configured = config(json!({"endpointUrl": "http://localhost:4566"}));
+        let configured = aws(json!({"endpointUrl": "http://localhost:4566"}));
         assert_eq!(
             endpoint(&GLUE, "us-east-1", &configured, &env).unwrap(),
             "http://localhost:4566"
         );
-        assert!(endpoint(&GLUE, "us-east-1", &config(json!({"endpointUrl": 5})), &env).is_err());
+        assert!(endpoint(&GLUE, "us-east-1", &aws(json!({"endpointUrl": 5})), &env).is_err());
     }
 
     #[test]
@@ -953,20 +959,23 @@ mod tests {
 
     #[test]
     fn targets_name_kind_region_and_resource() {
-        let c = config(json!({"region": "us-east-1", "jobName": "nightly"}));
-        assert_eq!(target(JobKind::Glue, &c), "glue:us-east-1:nightly");
-        let c = config(json!({"region": "eu-west-1", "clusterId": "j-123"}));
-        assert_eq!(target(JobKind::Emr, &c), "emr:eu-west-1:j-123");
-        let c = config(json!({"region": "eu-west-1", "applicationId": "00f"}));
-        assert_eq!(target(JobKind::EmrServerless, &c), "emr-serverless:eu-west-1:00f");
-        let arn = "arn:aws:states:eu-west-1:123456789012:stateMachine:load";
-        let c = config(json!({"region": "eu-west-1", "stateMachineArn": arn}));
-        assert_eq!(
-            target(JobKind::StepFunction, &c),
-            format!("step-function:eu-west-1:{arn}")
+        let c = job(JobKind::Glue, json!({"region": "us-east-1", "jobName": "nightly"}));
+        assert_eq!(target(&c), "glue:us-east-1:nightly");
+        let c = job(JobKind::Emr, json!({"region": "eu-west-1", "clusterId": "j-123"}));
+        assert_eq!(target(&c), "emr:eu-west-1:j-123");
+        let c = job(
+            JobKind::EmrServerless,
+            json!({"region": "eu-west-1", "applicationId": "00f"}),
         );
-        let c = config(json!({"region": "eu-west-1", "functionName": "f"}));
-        assert_eq!(target(JobKind::Lambda, &c), "lambda:eu-west-1:f");
+        assert_eq!(target(&c), "emr-serverless:eu-west-1:00f");
+        let arn = "arn:aws:states:eu-west-1:123456789012:stateMachine:load";
+        let c = job(
+            JobKind::StepFunction,
+            json!({"region": "eu-west-1", "stateMachineArn": arn}),
+        );
+        assert_eq!(target(&c), format!("step-function:eu-west-1:{arn}"));
+        let c = job(JobKind::Lambda, json!({"region": "eu-west-1", "functionName": "f"}));
+        assert_eq!(target(&c), "lambda:eu-west-1:f");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 use serde_json::{json, Value};
 
 use super::{fit, handle_field, Api, Service};
+use crate::core::config::StepFunctionJob;
 use crate::core::records::FailureCategory;
 use crate::runtime::jobs::{tail, Call, CallError, Outcome};
 
@@ -36,15 +37,15 @@ const JSON: &str = "1.0";
 /// Step Functions' limit on an execution name.
 const NAME_LIMIT: usize = 80;
 
-pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
-    let machine = call.required("stateMachineArn")?;
-    let input = match call.config.get("input") {
-        None | Some(Value::Null) => "{}".to_string(),
+pub(super) async fn trigger(call: &Call<'_>, job: &StepFunctionJob) -> Result<Outcome, CallError> {
+    let machine = job.state_machine_arn.as_str();
+    let input = match &job.input {
+        None => "{}".to_string(),
         Some(Value::String(text)) => text.clone(),
         Some(other) => other.to_string(),
     };
     let name = execution_name(call.run_id());
-    let api = Api::new(call, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let start = json!({ "stateMachineArn": machine, "name": name, "input": input });
     let answer = api.json_call(JSON, "AWSStepFunctions.StartExecution", &start).await?;
     let (arn, adopted) = match answer.error() {
@@ -82,9 +83,9 @@ pub(super) async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     Ok(outcome)
 }
 
-pub(super) async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallError> {
+pub(super) async fn status(call: &Call<'_>, job: &StepFunctionJob, handle: &Value) -> Result<Outcome, CallError> {
     let arn = handle_field(handle, "executionArn")?;
-    let api = Api::new(call, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE)?;
     let answer = api
         .json(
             JSON,

@@ -1,0 +1,24 @@
+//! Pipeline configuration: the YAML of the earlier design, parsed once into types.
+//!
+//! [`model`] holds what a pipeline config says, as types; [`job`] the job it triggers, with
+//! `job.config` typed per job type; [`reader`] turns the JSON (or YAML) into them. They are
+//! apart because the rest of Sluice only reads the model, while the reader is where every
+//! spelling of the earlier design and every problem message lives.
+
+mod job;
+mod model;
+mod reader;
+
+pub use job::{
+    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, GlueJob,
+    Headers, HttpJob, HttpMethod, InvocationType, Job, JobConfig, JobId, JobKind, JobSettings, KafkaJob, LambdaJob,
+    RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable,
+};
+pub use model::{
+    AgeBound, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation, Exclusions, Mode,
+    PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
+};
+pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
+
+#[cfg(test)]
+mod tests;

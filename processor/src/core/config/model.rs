@@ -1,0 +1,283 @@
+//! What a pipeline config says, as types: schedule, SLA, rules, post-run checks,
+//! exclusions and dependencies. Durations, timezones, cron expressions and checks are parsed
+//! here once, so nothing past this module reads them as strings. A [`PipelineConfig`] keeps
+//! the JSON it was read from, which is what travels and what is stored.
+
+use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::job::Job;
+use super::reader::{parse, ConfigError, Parsed, Variables};
+use crate::core::schedule::Cron;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Mode {
+    All,
+    Any,
+}
+
+/// What a rule checks. The expected value is parsed here, once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    Exists,
+    Equals(Value),
+    Compare(Comparison, f64),
+    Age(AgeBound, TimeDelta),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+impl Comparison {
+    pub fn holds(self, actual: f64, threshold: f64) -> bool {
+        match self {
+            Comparison::Gt => actual > threshold,
+            Comparison::Gte => actual >= threshold,
+            Comparison::Lt => actual < threshold,
+            Comparison::Lte => actual <= threshold,
+        }
+    }
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Comparison::Gt => ">",
+            Comparison::Gte => ">=",
+            Comparison::Lt => "<",
+            Comparison::Lte => "<=",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgeBound {
+    /// `age_lt`: the timestamp is younger than the bound.
+    YoungerThan,
+    /// `age_gt`: the timestamp is older than the bound.
+    OlderThan,
+}
+
+/// One declarative check against the latest reading of a sensor key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub key: String,
+    /// Field inside the sensor's data; `None` only for `exists`.
+    pub field: Option<String>,
+    pub check: Check,
+    /// The check's name as written (`gte`, `age_lt`...), for messages.
+    pub check_name: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evaluation {
+    pub window: TimeDelta,
+    pub interval: TimeDelta,
+}
+
+impl Default for Evaluation {
+    fn default() -> Self {
+        Evaluation {
+            window: TimeDelta::hours(1),
+            interval: TimeDelta::minutes(5),
+        }
+    }
+}
+
+/// A wall-clock time of day in the schedule's timezone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockTime {
+    pub hour: u32,
+    pub minute: u32,
+}
+
+/// An SLA deadline: once a day at `HH:MM`, or each hour at `:MM`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    Daily(ClockTime),
+    Hourly { minute: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// Parsed once, when the config is read.
+    pub cron: Option<Cron>,
+    pub timezone: Tz,
+    /// The sensor condition that starts an execution (sensor-triggered pipelines).
+    pub trigger: Option<Rule>,
+    /// Auto-trigger window closes after this time of day (earlier design's `trigger.deadline`).
+    pub trigger_deadline: Option<Deadline>,
+    pub evaluation: Evaluation,
+    pub include_dates: Vec<NaiveDate>,
+    pub expected_start: Option<ClockTime>,
+}
+
+/// Which day a daily (`HH:MM`) SLA deadline falls on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineDay {
+    /// The data date itself, or the next day when the deadline is at or before the day's
+    /// start (cron time, else `schedule.time`). The default with `schedule.cron`.
+    DataDate,
+    /// The day after the data date: data for the 22nd is due by the deadline on the 23rd.
+    /// The default without `schedule.cron`, as in the earlier design, whose watchdog shifted
+    /// sensor-driven daily SLAs by a day (interlock `internal/lambda/watchdog/sla.go`).
+    NextDay,
+}
+
+impl Schedule {
+    /// Whether sensors start executions: there is a trigger, or no cron (dependencies,
+    /// inclusion dates). With `cron` and `trigger` both, the trigger starts the day's
+    /// execution and the cron time only checks that something started.
+    pub fn sensor_started(&self) -> bool {
+        self.trigger.is_some() || self.cron.is_none()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sla {
+    pub deadline: Option<Deadline>,
+    pub deadline_day: DeadlineDay,
+    pub expected_duration: Option<TimeDelta>,
+    pub max_duration: Option<TimeDelta>,
+    pub timezone: Option<Tz>,
+    pub critical: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub mode: Mode,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostRun {
+    pub rules: Vec<Rule>,
+    pub evaluation: Option<Evaluation>,
+    pub drift_threshold: f64,
+    pub drift_field: String,
+    pub sensor_timeout: TimeDelta,
+}
+
+/// Days on which a pipeline is dormant.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Exclusions {
+    pub calendar: Option<Calendar>,
+    pub days: Vec<Weekday>,
+    pub dates: Vec<NaiveDate>,
+}
+
+/// A named calendar. `config apply` replaces the name with the calendar's contents
+/// (`{name, days, dates}`), so the processor never reads files; an unresolved one has
+/// no days or dates and is only accepted by `config validate`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Calendar {
+    pub name: String,
+    pub resolved: bool,
+    pub days: Vec<Weekday>,
+    pub dates: Vec<NaiveDate>,
+}
+
+impl Exclusions {
+    /// Why `day` is excluded, or `None` when the pipeline runs that day.
+    pub fn excludes(&self, day: NaiveDate) -> Option<String> {
+        let weekday = day.weekday();
+        if self.days.contains(&weekday) {
+            return Some(format!("{weekday} is an excluded weekday"));
+        }
+        if self.dates.contains(&day) {
+            return Some(format!("{day} is an excluded date"));
+        }
+        let calendar = self.calendar.as_ref()?;
+        (calendar.days.contains(&weekday) || calendar.dates.contains(&day))
+            .then(|| format!("{day} is excluded by calendar {:?}", calendar.name))
+    }
+}
+
+/// A valid pipeline config. It keeps the JSON it was parsed from: that is what travels on
+/// `sluice.config` and what is stored, so the typed view is always derived from one source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Value", into = "Value")]
+pub struct PipelineConfig {
+    pub id: String,
+    pub owner: Option<String>,
+    pub description: Option<String>,
+    pub schedule: Schedule,
+    pub sla: Option<Sla>,
+    pub validation: Validation,
+    pub job: Job,
+    pub post_run: Option<PostRun>,
+    pub exclusions: Exclusions,
+    pub dry_run: bool,
+    /// Upstream pipelines whose completion for a date is this pipeline's input for that date.
+    pub depends_on: Vec<Dependency>,
+    pub(super) raw: Value,
+}
+
+/// `dependsOn` entry: when `pipeline` completes an execution, Sluice publishes a sensor
+/// `key` (`{status: succeeded, ...}`) to this pipeline for the same date and hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    pub pipeline: String,
+    pub key: String,
+}
+
+impl Dependency {
+    /// The sensor key an upstream's completion arrives under unless one is named.
+    pub fn default_key(upstream: &str) -> String {
+        format!("upstream:{upstream}")
+    }
+}
+
+impl PipelineConfig {
+    /// Parses a config in the form it has on the topic (all variables resolved).
+    pub fn from_json(raw: &Value) -> Result<Parsed, ConfigError> {
+        parse(raw, Variables::MustBeResolved)
+    }
+
+    pub fn raw(&self) -> &Value {
+        &self.raw
+    }
+
+    /// The schedule id that, with the date, names an execution (`cron` or `stream`, as in
+    /// the earlier design).
+    pub fn schedule_id(&self) -> &'static str {
+        if self.schedule.cron.is_some() {
+            "cron"
+        } else {
+            "stream"
+        }
+    }
+
+    /// The sensor keys a run reads before it starts: trigger, rules and dependencies.
+    pub fn input_keys(&self) -> impl Iterator<Item = &str> {
+        let trigger = self.schedule.trigger.iter().map(|t| t.key.as_str());
+        let rules = self.validation.rules.iter().map(|r| r.key.as_str());
+        let deps = self.depends_on.iter().map(|d| d.key.as_str());
+        trigger.chain(rules).chain(deps)
+    }
+
+    /// The sensor keys read after a run succeeded (`postRun.rules`).
+    pub fn post_run_keys(&self) -> impl Iterator<Item = &str> {
+        self.post_run
+            .iter()
+            .flat_map(|p| p.rules.iter().map(|r| r.key.as_str()))
+    }
+}
+
+impl TryFrom<Value> for PipelineConfig {
+    type Error = ConfigError;
+    fn try_from(raw: Value) -> Result<Self, ConfigError> {
+        parse(&raw, Variables::MustBeResolved).map(|parsed| parsed.config)
+    }
+}
+
+impl From<PipelineConfig> for Value {
+    fn from(config: PipelineConfig) -> Value {
+        config.raw
+    }
+}

@@ -1,0 +1,679 @@
+//! The sections of a pipeline config: identity, schedule, SLA, validation rules, post-run
+//! checks, exclusions and dependencies. The `job` section is [`super::job`]'s.
+
+use chrono::{NaiveDate, TimeDelta, Weekday};
+use chrono_tz::Tz;
+use serde_json::{Map, Value};
+
+use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
+use crate::core::config::model::{
+    AgeBound, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation, Exclusions, Mode,
+    PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
+};
+use crate::core::duration::parse_duration;
+use crate::core::rules;
+use crate::core::schedule::Cron;
+
+/// The top-level fields of a pipeline config.
+const ROOT_FIELDS: [&str; 9] = [
+    "pipeline",
+    "schedule",
+    "sla",
+    "validation",
+    "job",
+    "postRun",
+    "exclusions",
+    "dryRun",
+    "dependsOn",
+];
+
+/// `pipeline: {id, owner, description}`.
+struct Identity {
+    id: Option<String>,
+    owner: Option<String>,
+    description: Option<String>,
+}
+
+impl Reader {
+    pub(super) fn pipeline(&mut self, raw: &Value, variables: Variables) -> Option<PipelineConfig> {
+        let root = self.object(raw, "")?;
+        self.known_fields(root, "", &ROOT_FIELDS);
+        let Identity { id, owner, description } = self.identity(root);
+        let schedule = self.schedule(root);
+        let sla = self.sla(root, &schedule);
+        let validation = self.validation(root);
+        let job = self.job(root, variables);
+        let post_run = self.post_run(root);
+        let exclusions = self.exclusions(root, variables);
+        let dry_run = self.boolean(root, "dryRun", "");
+        let depends_on = self.depends_on(root, id.as_deref());
+        if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
+            self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
+        }
+
+        Some(PipelineConfig {
+            id: id?,
+            owner,
+            description,
+            schedule: schedule?,
+            sla,
+            validation: validation?,
+            job: job?,
+            post_run,
+            exclusions,
+            dry_run,
+            depends_on,
+            raw: Value::Null,
+        })
+    }
+
+    fn identity(&mut self, root: &Map<String, Value>) -> Identity {
+        let identity = self.section(root, "pipeline", "");
+        if identity.is_none() && !root.contains_key("pipeline") {
+            self.problem("pipeline", "is required (pipeline: {id: ...})");
+        }
+        let empty = Map::new();
+        let identity = identity.unwrap_or(&empty);
+        self.known_fields(identity, "pipeline", &["id", "owner", "description"]);
+        let id = self.required_string(identity, "id", "pipeline");
+        if let Some(id) = &id {
+            if id.len() > MAX_PIPELINE_ID_LEN
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                self.problem(
+                    "pipeline.id",
+                    format!("{id:?} must be 1-{MAX_PIPELINE_ID_LEN} characters of letters, digits, '-', '_' or '.'"),
+                );
+            }
+        }
+        let owner = self.string(identity, "owner", "pipeline");
+        if owner.is_none() {
+            self.warn("pipeline.owner", "no owner: alerts will have nobody to go to");
+        }
+        let description = self.string(identity, "description", "pipeline");
+        Identity { id, owner, description }
+    }
+
+    fn schedule(&mut self, root: &Map<String, Value>) -> Option<Schedule> {
+        let path = "schedule";
+        let empty = Map::new();
+        let map = match root.get(path) {
+            None | Some(Value::Null) => &empty,
+            Some(v) => self.object(v, path)?,
+        };
+        self.known_fields(
+            map,
+            path,
+            &[
+                "cron",
+                "timezone",
+                "trigger",
+                "evaluation",
+                "include",
+                "time",
+                "exclude",
+                "calendar",
+            ],
+        );
+        let mut cron = self
+            .string(map, "cron", path)
+            .and_then(|text| match Cron::parse(&text) {
+                Ok(cron) => Some(cron),
+                Err(e) => {
+                    self.problem("schedule.cron", e);
+                    None
+                }
+            });
+        let timezone = self.timezone(map, "timezone", path).unwrap_or(Tz::UTC);
+        let (trigger, trigger_deadline) = self.schedule_trigger(map, &mut cron);
+        let evaluation = match self.section(map, "evaluation", path) {
+            Some(e) => self.evaluation(e, "schedule.evaluation"),
+            None => Evaluation::default(),
+        };
+        let include_dates = self.include_dates(map);
+        let expected_start = self.string(map, "time", path).and_then(|t| match parse_clock(&t) {
+            Some(c) => Some(c),
+            None => {
+                self.problem("schedule.time", format!("{t:?} is not a time of day (expected HH:MM)"));
+                None
+            }
+        });
+        let schedule = Schedule {
+            cron,
+            timezone,
+            trigger,
+            trigger_deadline,
+            evaluation,
+            include_dates,
+            expected_start,
+        };
+        self.something_starts(root, map, &schedule);
+        Some(schedule)
+    }
+
+    /// `schedule.trigger`: a sensor condition (with the auto-trigger `deadline`), or the
+    /// earlier design's cron trigger, which sets `cron`.
+    fn schedule_trigger(
+        &mut self,
+        map: &Map<String, Value>,
+        cron: &mut Option<Cron>,
+    ) -> (Option<Rule>, Option<Deadline>) {
+        match self.section(map, "trigger", "schedule") {
+            Some(t) if t.get("type").and_then(Value::as_str) == Some("cron") => {
+                self.cron_trigger(t, map, cron);
+                (None, None)
+            }
+            Some(t) => {
+                let rule = self.rule(t, "schedule.trigger", &["deadline"]);
+                let deadline = self.deadline(t, "deadline", "schedule.trigger");
+                (rule, deadline)
+            }
+            None => (None, None),
+        }
+    }
+
+    /// `trigger: {type: cron, expression: ...}` was written for the earlier design, which
+    /// had no such trigger: its decoder dropped both fields and the pipeline never triggered
+    /// (interlock pkg/types/pipeline.go, TriggerCondition). What its author meant is a cron
+    /// schedule, so that is how it is read.
+    fn cron_trigger(&mut self, trigger: &Map<String, Value>, schedule: &Map<String, Value>, cron: &mut Option<Cron>) {
+        self.known_fields(trigger, "schedule.trigger", &["type", "expression"]);
+        let expression = self.required_string(trigger, "expression", "schedule.trigger");
+        if cron.is_some() || schedule.contains_key("cron") {
+            self.problem(
+                "schedule.trigger",
+                "a cron trigger and schedule.cron together: keep one (schedule.cron)",
+            );
+            return;
+        }
+        let Some(text) = expression else {
+            return;
+        };
+        match Cron::parse(&text) {
+            Ok(parsed) => {
+                self.warn(
+                    "schedule.trigger",
+                    format!("{{type: cron}} is read as schedule.cron {text:?}: executions start at the cron time, and a relative SLA is measured from it (write schedule.cron instead)"),
+                );
+                *cron = Some(parsed);
+            }
+            Err(e) => self.problem("schedule.trigger.expression", e),
+        }
+    }
+
+    /// `schedule.include.dates`: the only days a pipeline without cron or trigger runs.
+    fn include_dates(&mut self, map: &Map<String, Value>) -> Vec<NaiveDate> {
+        let Some(include) = self.section(map, "include", "schedule") else {
+            return Vec::new();
+        };
+        self.known_fields(include, "schedule.include", &["dates"]);
+        let dates = self.dates(include, "dates", "schedule.include");
+        if dates.is_empty()
+            && !self
+                .problems
+                .iter()
+                .any(|p| p.path.starts_with("schedule.include.dates"))
+        {
+            self.problem("schedule.include.dates", "must list at least one date");
+        }
+        if map.contains_key("cron") {
+            self.problem(
+                "schedule.include",
+                "schedule.cron and schedule.include are mutually exclusive",
+            );
+        }
+        dates
+    }
+
+    /// A pipeline needs something to start its executions: a trigger, a cron, inclusion
+    /// dates or upstreams.
+    fn something_starts(&mut self, root: &Map<String, Value>, map: &Map<String, Value>, schedule: &Schedule) {
+        let has_dependencies = root
+            .get("dependsOn")
+            .and_then(Value::as_array)
+            .is_some_and(|d| !d.is_empty());
+        if schedule.trigger.is_none()
+            && schedule.cron.is_none()
+            && !map.contains_key("cron")
+            && schedule.include_dates.is_empty()
+            && !map.contains_key("trigger")
+            && !has_dependencies
+        {
+            self.problem(
+                "schedule",
+                "nothing starts this pipeline: give schedule.trigger (a sensor condition), schedule.cron or schedule.include.dates",
+            );
+        }
+    }
+
+    fn evaluation(&mut self, map: &Map<String, Value>, path: &str) -> Evaluation {
+        self.known_fields(map, path, &["window", "interval"]);
+        let defaults = Evaluation::default();
+        let window = self.duration(map, "window", path).unwrap_or(defaults.window);
+        let interval = self
+            .duration(map, "interval", path)
+            .unwrap_or(defaults.interval.min(window));
+        if interval > window {
+            self.problem(&join(path, "interval"), "must not be longer than the window");
+        }
+        Evaluation { window, interval }
+    }
+
+    fn deadline(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<Deadline> {
+        let text = self.string(map, key, path)?;
+        let parsed = match text.strip_prefix(':') {
+            Some(minute) => minute
+                .parse::<u32>()
+                .ok()
+                .filter(|m| *m < 60 && minute.len() == 2)
+                .map(|minute| Deadline::Hourly { minute }),
+            None => parse_clock(&text).map(Deadline::Daily),
+        };
+        if parsed.is_none() {
+            self.problem(
+                &join(path, key),
+                format!("{text:?} is not a deadline (expected HH:MM daily or :MM hourly)"),
+            );
+        }
+        parsed
+    }
+
+    fn sla(&mut self, root: &Map<String, Value>, schedule: &Option<Schedule>) -> Option<Sla> {
+        let path = "sla";
+        let map = self.section(root, path, "")?;
+        self.known_fields(
+            map,
+            path,
+            &[
+                "deadline",
+                "deadlineDay",
+                "expectedDuration",
+                "maxDuration",
+                "timezone",
+                "critical",
+            ],
+        );
+        let deadline = self.deadline(map, "deadline", path);
+        let deadline_day = self.deadline_day(map, deadline, schedule);
+        let expected_duration = self.duration(map, "expectedDuration", path);
+        let max_duration = self.max_duration(map, schedule);
+        let daily_cron = schedule
+            .as_ref()
+            .and_then(|s| s.cron.as_ref())
+            .is_some_and(|c| !c.is_sub_daily());
+        if daily_cron && matches!(deadline, Some(Deadline::Hourly { .. })) {
+            self.problem(
+                "sla.deadline",
+                "an hourly deadline (:MM) needs hourly executions, but schedule.cron runs once a day: use HH:MM",
+            );
+        }
+        if expected_duration.is_some() && deadline.is_none() {
+            self.warn("sla.expectedDuration", "has no effect without sla.deadline");
+        }
+        let timezone = self.timezone(map, "timezone", path);
+        let critical = self.boolean(map, "critical", path);
+        if critical {
+            self.warn(
+                "sla.critical",
+                "is read but changes nothing: every SLA alert is sent the same way (route by pipeline in the alert consumer)",
+            );
+        }
+        Some(Sla {
+            deadline,
+            deadline_day,
+            expected_duration,
+            max_duration,
+            timezone,
+            critical,
+        })
+    }
+
+    /// `sla.deadlineDay`; its default depends on whether a cron starts the executions.
+    fn deadline_day(
+        &mut self,
+        map: &Map<String, Value>,
+        deadline: Option<Deadline>,
+        schedule: &Option<Schedule>,
+    ) -> DeadlineDay {
+        let has_cron = schedule.as_ref().is_some_and(|s| s.cron.is_some());
+        let day = match self.string(map, "deadlineDay", "sla").as_deref() {
+            None if has_cron => DeadlineDay::DataDate,
+            None => DeadlineDay::NextDay,
+            Some("dataDate") => DeadlineDay::DataDate,
+            Some("nextDay") => DeadlineDay::NextDay,
+            Some(other) => {
+                self.problem("sla.deadlineDay", format!("{other:?} must be dataDate or nextDay"));
+                DeadlineDay::DataDate
+            }
+        };
+        if map.contains_key("deadlineDay") && !matches!(deadline, Some(Deadline::Daily(_))) {
+            self.warn("sla.deadlineDay", "has no effect without a daily sla.deadline (HH:MM)");
+        }
+        day
+    }
+
+    /// `sla.maxDuration`, the relative SLA: at most a day, measured from a start it needs.
+    fn max_duration(&mut self, map: &Map<String, Value>, schedule: &Option<Schedule>) -> Option<TimeDelta> {
+        let max = self.duration(map, "maxDuration", "sla")?;
+        if max > TimeDelta::hours(24) {
+            self.problem("sla.maxDuration", "must not exceed 24h");
+        }
+        if schedule
+            .as_ref()
+            .is_some_and(|s| s.trigger.is_none() && s.cron.is_none())
+        {
+            self.problem(
+                "sla.maxDuration",
+                "needs schedule.trigger or schedule.cron: the relative SLA is measured from the first sensor, or from the cron start",
+            );
+        }
+        Some(max)
+    }
+
+    fn validation(&mut self, root: &Map<String, Value>) -> Option<Validation> {
+        let path = "validation";
+        let empty = Map::new();
+        let map = match root.get(path) {
+            None | Some(Value::Null) => &empty,
+            Some(v) => self.object(v, path)?,
+        };
+        self.known_fields(map, path, &["trigger", "rules"]);
+        let mode = match self.string(map, "trigger", path).map(|m| m.to_ascii_uppercase()) {
+            None => Mode::All,
+            Some(m) if m == "ALL" => Mode::All,
+            Some(m) if m == "ANY" => Mode::Any,
+            Some(m) => {
+                self.problem("validation.trigger", format!("{m:?} must be ALL or ANY"));
+                Mode::All
+            }
+        };
+        let rules = self.rules(map, path);
+        let has_dependencies = root
+            .get("dependsOn")
+            .and_then(Value::as_array)
+            .is_some_and(|d| !d.is_empty());
+        if rules.is_empty()
+            && !has_dependencies
+            && !self.problems.iter().any(|p| p.path.starts_with("validation.rules"))
+        {
+            self.warn(
+                "validation.rules",
+                "no rules: the job triggers as soon as the pipeline starts",
+            );
+        }
+        Some(Validation { mode, rules })
+    }
+
+    fn rules(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Rule> {
+        self.each(map, "rules", path, |r, item, at| {
+            r.object(item, at).and_then(|m| r.rule(m, at, &[]))
+        })
+    }
+
+    /// A rule (`key`, `check`, `field`, `value`); `extra` names fields the caller reads.
+    fn rule(&mut self, map: &Map<String, Value>, path: &str, extra: &[&str]) -> Option<Rule> {
+        let mut known = vec!["key", "check", "field", "value"];
+        known.extend_from_slice(extra);
+        self.known_fields(map, path, &known);
+        let key = self.required_string(map, "key", path);
+        let check_name = self.required_string(map, "check", path)?;
+        let field = self.string(map, "field", path);
+        let value = map.get("value").filter(|v| !v.is_null());
+        let (check, name) = self.check(&check_name, value, path);
+        let check = check?;
+        if field.is_none() && check != Check::Exists {
+            self.problem(&join(path, "field"), format!("is required for {name}"));
+            return None;
+        }
+        let field = if check == Check::Exists { None } else { field };
+        Some(Rule {
+            key: key?,
+            field,
+            check,
+            check_name: name,
+        })
+    }
+
+    /// A rule's check and its `value`, with the check's name as written (`?` when unknown).
+    fn check(&mut self, name: &str, value: Option<&Value>, path: &str) -> (Option<Check>, &'static str) {
+        let value_path = join(path, "value");
+        match name {
+            "exists" => (Some(Check::Exists), "exists"),
+            "equals" => (self.equals(value, &value_path), "equals"),
+            "gt" => (self.comparison(Comparison::Gt, "gt", value, &value_path), "gt"),
+            "gte" => (self.comparison(Comparison::Gte, "gte", value, &value_path), "gte"),
+            "lt" => (self.comparison(Comparison::Lt, "lt", value, &value_path), "lt"),
+            "lte" => (self.comparison(Comparison::Lte, "lte", value, &value_path), "lte"),
+            "age_lt" => (self.age(AgeBound::YoungerThan, "age_lt", value, &value_path), "age_lt"),
+            "age_gt" => (self.age(AgeBound::OlderThan, "age_gt", value, &value_path), "age_gt"),
+            other => {
+                self.problem(
+                    &join(path, "check"),
+                    format!("{other:?} is not a check (exists, equals, gt, gte, lt, lte, age_lt, age_gt)"),
+                );
+                (None, "?")
+            }
+        }
+    }
+
+    fn equals(&mut self, value: Option<&Value>, value_path: &str) -> Option<Check> {
+        match value {
+            Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => Some(Check::Equals(v.clone())),
+            Some(other) => {
+                self.problem(
+                    value_path,
+                    format!(
+                        "equals compares with a string, number or boolean, found {}",
+                        describe(other)
+                    ),
+                );
+                None
+            }
+            None => {
+                self.problem(value_path, "is required for equals");
+                None
+            }
+        }
+    }
+
+    fn comparison(&mut self, cmp: Comparison, name: &str, value: Option<&Value>, value_path: &str) -> Option<Check> {
+        let threshold = value.and_then(rules::as_number);
+        if threshold.is_none() {
+            self.problem(
+                value_path,
+                format!(
+                    "{name} needs a number, found {}",
+                    value.map(describe).unwrap_or("nothing")
+                ),
+            );
+        }
+        Some(Check::Compare(cmp, threshold?))
+    }
+
+    fn age(&mut self, bound: AgeBound, name: &str, value: Option<&Value>, value_path: &str) -> Option<Check> {
+        match value.and_then(Value::as_str).map(parse_duration) {
+            Some(Ok(d)) => Some(Check::Age(bound, d)),
+            Some(Err(e)) => {
+                self.problem(value_path, e.to_string());
+                None
+            }
+            None => {
+                self.problem(value_path, format!("{name} needs a duration such as 2h"));
+                None
+            }
+        }
+    }
+
+    fn post_run(&mut self, root: &Map<String, Value>) -> Option<PostRun> {
+        let path = "postRun";
+        let map = self.section(root, path, "")?;
+        self.known_fields(
+            map,
+            path,
+            &["rules", "evaluation", "driftThreshold", "driftField", "sensorTimeout"],
+        );
+        if !map.contains_key("rules") {
+            self.problem("postRun.rules", "is required");
+        }
+        let rules = self.rules(map, path);
+        if rules.is_empty() && map.get("rules").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            self.warn(
+                "postRun.rules",
+                "no rules: nothing is watched after the run (no baseline, drift or missing-sensor alert)",
+            );
+        }
+        let evaluation = self
+            .section(map, "evaluation", path)
+            .map(|e| self.evaluation(e, "postRun.evaluation"));
+        if evaluation.is_some() {
+            self.warn(
+                "postRun.evaluation",
+                "is read but changes nothing: post-run rules are judged on every reading, and sensorTimeout bounds the wait",
+            );
+        }
+        let drift_threshold = match map.get("driftThreshold") {
+            None | Some(Value::Null) => 0.0,
+            Some(v) => match rules::as_number(v) {
+                Some(n) if n >= 0.0 => n,
+                _ => {
+                    self.problem("postRun.driftThreshold", format!("must be a number >= 0, found {v}"));
+                    0.0
+                }
+            },
+        };
+        let drift_field = self
+            .string(map, "driftField", path)
+            .unwrap_or_else(|| "sensor_count".to_string());
+        let sensor_timeout = self.duration(map, "sensorTimeout", path).unwrap_or(TimeDelta::hours(2));
+        Some(PostRun {
+            rules,
+            evaluation,
+            drift_threshold,
+            drift_field,
+            sensor_timeout,
+        })
+    }
+
+    /// Top-level `exclusions` (this design) merged with `schedule.exclude`/`schedule.calendar`
+    /// (the earlier one), so either form loads.
+    fn exclusions(&mut self, root: &Map<String, Value>, variables: Variables) -> Exclusions {
+        let mut out = Exclusions::default();
+        if let Some(map) = self.section(root, "exclusions", "") {
+            self.known_fields(map, "exclusions", &["calendar", "days", "dates"]);
+            out.calendar = self.calendar(map, "calendar", "exclusions", variables);
+            out.days = self.weekdays(map, "exclusions");
+            out.dates = self.dates(map, "dates", "exclusions");
+        }
+        let Some(schedule) = root.get("schedule").and_then(Value::as_object) else {
+            return out;
+        };
+        if let Some(calendar) = self.calendar(schedule, "calendar", "schedule", variables) {
+            out.calendar.get_or_insert(calendar);
+        }
+        if let Some(map) = self.section(schedule, "exclude", "schedule") {
+            self.known_fields(map, "schedule.exclude", &["weekends", "holidays", "dates"]);
+            if self.boolean(map, "weekends", "schedule.exclude") {
+                out.days.extend([Weekday::Sat, Weekday::Sun]);
+            }
+            if let Some(calendar) = self.calendar(map, "holidays", "schedule.exclude", variables) {
+                out.calendar.get_or_insert(calendar);
+            }
+            out.dates.extend(self.dates(map, "dates", "schedule.exclude"));
+        }
+        out.days.sort_by_key(|d| d.num_days_from_monday());
+        out.days.dedup();
+        out.dates.sort();
+        out.dates.dedup();
+        out
+    }
+
+    /// A calendar reference: a name as written, or `{name, days, dates}` once resolved.
+    fn calendar(&mut self, map: &Map<String, Value>, key: &str, path: &str, variables: Variables) -> Option<Calendar> {
+        let at = join(path, key);
+        match map.get(key)? {
+            Value::Null => None,
+            Value::String(name) => {
+                if variables == Variables::MustBeResolved {
+                    self.problem(
+                        &at,
+                        format!(
+                            "calendar {name:?} is not resolved: publish configs with `sluice config apply`, which reads calendars from --calendars DIR"
+                        ),
+                    );
+                }
+                Some(Calendar {
+                    name: name.clone(),
+                    ..Calendar::default()
+                })
+            }
+            Value::Object(calendar) => {
+                self.known_fields(calendar, &at, &["name", "days", "dates"]);
+                let name = self.required_string(calendar, "name", &at)?;
+                Some(Calendar {
+                    name,
+                    resolved: true,
+                    days: self.weekdays(calendar, &at),
+                    dates: self.dates(calendar, "dates", &at),
+                })
+            }
+            other => {
+                self.problem(
+                    &at,
+                    format!(
+                        "must be a calendar name or a resolved calendar, found {}",
+                        describe(other)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// `dependsOn: [upstream-id, {pipeline: upstream-id, key: sensor-key}]`.
+    fn depends_on(&mut self, root: &Map<String, Value>, own_id: Option<&str>) -> Vec<Dependency> {
+        let deps = self.each(root, "dependsOn", "", |r, item, at| match item {
+            Value::String(id) => Some(Dependency {
+                pipeline: id.clone(),
+                key: Dependency::default_key(id),
+            }),
+            Value::Object(map) => {
+                r.known_fields(map, at, &["pipeline", "key"]);
+                let pipeline = r.required_string(map, "pipeline", at)?;
+                let key = r
+                    .string(map, "key", at)
+                    .unwrap_or_else(|| Dependency::default_key(&pipeline));
+                Some(Dependency { pipeline, key })
+            }
+            other => {
+                r.problem(
+                    at,
+                    format!("must be a pipeline id or {{pipeline, key}}, found {}", describe(other)),
+                );
+                None
+            }
+        });
+        for (i, dep) in deps.iter().enumerate() {
+            if Some(dep.pipeline.as_str()) == own_id {
+                self.problem(&format!("dependsOn[{i}]"), "a pipeline cannot depend on itself");
+            }
+            if deps[..i].iter().any(|d| d.pipeline == dep.pipeline) {
+                self.problem(
+                    &format!("dependsOn[{i}]"),
+                    format!("{:?} is listed twice", dep.pipeline),
+                );
+            }
+        }
+        deps
+    }
+}
+
+fn parse_clock(text: &str) -> Option<ClockTime> {
+    let (h, m) = text.split_once(':')?;
+    if h.len() != 2 || m.len() != 2 {
+        return None;
+    }
+    let (hour, minute) = (h.parse().ok()?, m.parse().ok()?);
+    (hour < 24 && minute < 60).then_some(ClockTime { hour, minute })
+}
