@@ -7,7 +7,7 @@
 //! from a timer armed in event time rather than on the wall clock (the live processor arms
 //! timers from the moment it handled a record, a replay from the record's timestamp).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -117,23 +117,7 @@ fn identity(e: &Event) -> (&str, Option<&str>, Option<&str>, Option<&str>) {
 fn pipeline_diff(recorded: Vec<&Event>, replayed: Vec<&Event>, window: Window, tolerance: TimeDelta) -> PipelineDiff {
     let mut d = PipelineDiff::default();
     let close = |a: &Event, b: &Event| (a.timestamp - b.timestamp).abs() <= tolerance;
-    // Same id: the same decision from the same input.
-    let ids: BTreeMap<&str, &Event> = replayed.iter().map(|e| (e.event_id.as_str(), *e)).collect();
-    let mut paired: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-    let mut rest_recorded = Vec::new();
-    for r in recorded {
-        match ids.get(r.event_id.as_str()) {
-            Some(p) if paired.insert(&r.event_id) => match close(r, p) {
-                true => d.same += 1,
-                false => d.retimed.push((r.clone(), (*p).clone())),
-            },
-            _ => rest_recorded.push(r),
-        }
-    }
-    let rest_replayed: Vec<&Event> = replayed
-        .into_iter()
-        .filter(|e| !paired.contains(e.event_id.as_str()))
-        .collect();
+    let (rest_recorded, rest_replayed) = d.pair_by_id(recorded, replayed, close);
     // The rest by what they say: the nearest within the tolerance, then in order.
     let mut groups: BTreeMap<_, (Vec<&Event>, Vec<&Event>)> = BTreeMap::new();
     for r in rest_recorded {
@@ -142,14 +126,63 @@ fn pipeline_diff(recorded: Vec<&Event>, replayed: Vec<&Event>, window: Window, t
     for p in rest_replayed {
         groups.entry(identity(p)).or_default().1.push(p);
     }
-    for (_, (mut rec, mut rep)) in groups {
+    for (_, (rec, rep)) in groups {
+        d.pair_by_time(rec, rep, window, close);
+    }
+    for list in [&mut d.missing, &mut d.extra] {
+        list.sort_by(|a, b| (a.timestamp, &a.event_id).cmp(&(b.timestamp, &b.event_id)));
+    }
+    for list in [&mut d.retimed, &mut d.reidentified] {
+        list.sort_by(|a, b| (a.0.timestamp, &a.0.event_id).cmp(&(b.0.timestamp, &b.0.event_id)));
+    }
+    d
+}
+
+impl PipelineDiff {
+    /// Pairs events with the same id: the same decision from the same input. Returns the
+    /// events left unpaired (recorded, replayed).
+    fn pair_by_id<'e>(
+        &mut self,
+        recorded: Vec<&'e Event>,
+        replayed: Vec<&'e Event>,
+        close: impl Fn(&Event, &Event) -> bool,
+    ) -> (Vec<&'e Event>, Vec<&'e Event>) {
+        let ids: BTreeMap<&str, &Event> = replayed.iter().map(|e| (e.event_id.as_str(), *e)).collect();
+        let mut paired: BTreeSet<&str> = BTreeSet::new();
+        let mut rest_recorded = Vec::new();
+        for r in recorded {
+            match ids.get(r.event_id.as_str()) {
+                Some(p) if paired.insert(&r.event_id) => match close(r, p) {
+                    true => self.same += 1,
+                    false => self.retimed.push((r.clone(), (*p).clone())),
+                },
+                _ => rest_recorded.push(r),
+            }
+        }
+        let rest_replayed = replayed
+            .into_iter()
+            .filter(|e| !paired.contains(e.event_id.as_str()))
+            .collect();
+        (rest_recorded, rest_replayed)
+    }
+
+    /// Pairs events that say the same thing in time order: within the tolerance they are
+    /// reidentified; of the rest inside `window`, pairs are retimed and the others missing
+    /// (recorded) or extra (replayed).
+    fn pair_by_time(
+        &mut self,
+        mut rec: Vec<&Event>,
+        mut rep: Vec<&Event>,
+        window: Window,
+        close: impl Fn(&Event, &Event) -> bool,
+    ) {
         rec.sort_by_key(|e| e.timestamp);
         rep.sort_by_key(|e| e.timestamp);
         let (mut i, mut j) = (0, 0);
         let (mut left_rec, mut left_rep) = (Vec::new(), Vec::new());
         while i < rec.len() && j < rep.len() {
             if close(rec[i], rep[j]) {
-                d.reidentified.push((rec[i].clone(), rep[j].clone()));
+                self.reidentified.push((rec[i].clone(), rep[j].clone()));
                 (i, j) = (i + 1, j + 1);
             } else if rec[i].timestamp < rep[j].timestamp {
                 left_rec.push(rec[i]);
@@ -165,18 +198,11 @@ fn pipeline_diff(recorded: Vec<&Event>, replayed: Vec<&Event>, window: Window, t
         left_rep.retain(|e| window.contains(e.timestamp));
         let pairs = left_rec.len().min(left_rep.len());
         for (r, p) in left_rec.iter().zip(&left_rep) {
-            d.retimed.push(((*r).clone(), (*p).clone()));
+            self.retimed.push(((*r).clone(), (*p).clone()));
         }
-        d.missing.extend(left_rec[pairs..].iter().map(|e| (*e).clone()));
-        d.extra.extend(left_rep[pairs..].iter().map(|e| (*e).clone()));
+        self.missing.extend(left_rec[pairs..].iter().map(|e| (*e).clone()));
+        self.extra.extend(left_rep[pairs..].iter().map(|e| (*e).clone()));
     }
-    for list in [&mut d.missing, &mut d.extra] {
-        list.sort_by(|a, b| (a.timestamp, &a.event_id).cmp(&(b.timestamp, &b.event_id)));
-    }
-    for list in [&mut d.retimed, &mut d.reidentified] {
-        list.sort_by(|a, b| (a.0.timestamp, &a.0.event_id).cmp(&(b.0.timestamp, &b.0.event_id)));
-    }
-    d
 }
 
 fn stamp(t: DateTime<Utc>) -> String {

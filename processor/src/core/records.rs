@@ -241,49 +241,9 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
     if record.key.trim().is_empty() {
         return Err(InputError::invalid("key", "must not be empty"));
     }
-    // The earlier design carried date and hour inside the sensor data; accept both places.
-    let date_value = record
-        .date
-        .clone()
-        .map(Value::String)
-        .or_else(|| record.data.get("date").cloned());
-    let date = match date_value {
-        None | Some(Value::Null) => None,
-        // The hour has its own field: a date here is a day.
-        Some(Value::String(s)) => match s.parse::<ExecutionDate>() {
-            Ok(ExecutionDate { day, hour: None }) => Some(day),
-            _ => return Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
-        },
-        Some(other) => return Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
-    };
-    let hour = match record.hour.clone().or_else(|| record.data.get("hour").cloned()) {
-        None | Some(Value::Null) => None,
-        Some(v) => {
-            Some(parse_hour(&v).ok_or_else(|| InputError::invalid("hour", format!("{v} is not an hour 00-23")))?)
-        }
-    };
-    let (key, date, hour) = match period_of_key(&record.key) {
-        None => (record.key, date, hour),
-        Some((base, day, key_hour)) => {
-            // The key's period is the reading's scope: a date or hour field saying otherwise
-            // is a contradiction, not something to guess between.
-            if date.is_some_and(|d| d != day) || (key_hour.is_some() && hour.is_some_and(|h| Some(h) != key_hour)) {
-                let said = match (date, hour) {
-                    (Some(day), hour) => ExecutionDate { day, hour }.to_string(),
-                    (None, Some(h)) => format!("hour {h:02}"),
-                    (None, None) => String::new(),
-                };
-                return Err(InputError::invalid(
-                    "key",
-                    format!(
-                        "{:?} names its period in the key, but the record says {said}",
-                        record.key
-                    ),
-                ));
-            }
-            (base.to_string(), Some(day), key_hour.or(hour))
-        }
-    };
+    let date = sensor_date(&record)?;
+    let hour = sensor_hour(&record)?;
+    let (key, date, hour) = scope_in_key(record.key, date, hour)?;
     if hour.is_some() && date.is_none() {
         return Err(InputError::invalid("hour", "an hourly sensor must also carry its date"));
     }
@@ -302,6 +262,61 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
         hour,
         timestamp,
     })
+}
+
+/// The day a sensor record names. The earlier design carried date and hour inside the
+/// sensor data; both places are accepted.
+fn sensor_date(record: &SensorRecord) -> Result<Option<NaiveDate>, InputError> {
+    let given = record
+        .date
+        .clone()
+        .map(Value::String)
+        .or_else(|| record.data.get("date").cloned());
+    match given {
+        None | Some(Value::Null) => Ok(None),
+        // The hour has its own field: a date here is a day.
+        Some(Value::String(s)) => match s.parse::<ExecutionDate>() {
+            Ok(ExecutionDate { day, hour: None }) => Ok(Some(day)),
+            _ => Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
+        },
+        Some(other) => Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
+    }
+}
+
+/// The hour a sensor record names, in its own field or in its data (see [`sensor_date`]).
+fn sensor_hour(record: &SensorRecord) -> Result<Option<u32>, InputError> {
+    match record.hour.as_ref().or_else(|| record.data.get("hour")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => Ok(Some(parse_hour(v).ok_or_else(|| {
+            InputError::invalid("hour", format!("{v} is not an hour 00-23"))
+        })?)),
+    }
+}
+
+/// The sensor key, day and hour of a reading whose key may name its period (see
+/// [`period_of_key`]): the key's period is the reading's scope.
+fn scope_in_key(
+    key: String,
+    date: Option<NaiveDate>,
+    hour: Option<u32>,
+) -> Result<(String, Option<NaiveDate>, Option<u32>), InputError> {
+    let Some((base, day, key_hour)) = period_of_key(&key) else {
+        return Ok((key, date, hour));
+    };
+    // A date or hour field saying otherwise is a contradiction, not something to guess
+    // between.
+    if date.is_some_and(|d| d != day) || (key_hour.is_some() && hour.is_some_and(|h| Some(h) != key_hour)) {
+        let said = match (date, hour) {
+            (Some(day), hour) => ExecutionDate { day, hour }.to_string(),
+            (None, Some(h)) => format!("hour {h:02}"),
+            (None, None) => String::new(),
+        };
+        return Err(InputError::invalid(
+            "key",
+            format!("{key:?} names its period in the key, but the record says {said}"),
+        ));
+    }
+    Ok((base.to_string(), Some(day), key_hour.or(hour)))
 }
 
 /// An execution date as a record spells it, in its canonical form (see [`ExecutionDate`]).

@@ -90,6 +90,16 @@ pub struct Commands {
     pub codec: Codec,
 }
 
+impl Commands {
+    /// Publishes `record`, keyed by its pipeline; returns where it landed.
+    async fn publish(&self, record: &CommandRecord) -> anyhow::Result<(i32, i64)> {
+        let json = serde_json::to_value(record)?;
+        let value = self.codec.encode(Family::Commands, &self.topic, &json)?;
+        let key = record.pipeline_id.as_bytes();
+        kafka::send(&self.producer, &self.topic, Some(key), Some(&value), &[]).await
+    }
+}
+
 impl Api {
     pub fn new(
         queries: mpsc::Sender<Query>,
@@ -393,48 +403,12 @@ async fn command(
     if grant != Grant::Write {
         return error(StatusCode::FORBIDDEN, "this token may read but not rerun or cancel");
     }
-    let request: ExecutionRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                "the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?}}: {e}"
-            ),
-            )
-        }
-    };
-    let Ok(date) = request.date.parse::<ExecutionDate>() else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", request.date),
-        );
-    };
-    let record = CommandRecord {
-        pipeline_id: id.clone(),
-        command: kind,
-        schedule_id: request.schedule,
-        date: date.to_string(),
-        reason: request.reason,
-        requested_by: Some(request.requested_by.unwrap_or_else(|| format!("api@{}", api.instance))),
-        subscriber: None,
-        key: None,
+    let record = match command_record(&api, &id, kind, &body) {
+        Ok(record) => record,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     let commands = &api.commands;
-    let sent = async {
-        let json = serde_json::to_value(&record)?;
-        let value = commands.codec.encode(Family::Commands, &commands.topic, &json)?;
-        kafka::send(
-            &commands.producer,
-            &commands.topic,
-            Some(id.as_bytes()),
-            Some(&value),
-            &[],
-        )
-        .await
-    }
-    .await;
-    match sent {
+    match commands.publish(&record).await {
         Ok((partition, offset)) => (
             StatusCode::ACCEPTED,
             json_type(),
@@ -451,6 +425,30 @@ async fn command(
             .into_response(),
         Err(e) => error(StatusCode::BAD_GATEWAY, &format!("publishing the {} command: {e:#}", kind.name())),
     }
+}
+
+/// The command an [`ExecutionRequest`] body asks for; what is wrong with a body that is not
+/// one (a bad request).
+fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result<CommandRecord, String> {
+    let request: ExecutionRequest = serde_json::from_slice(body).map_err(|e| {
+        format!("the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?}}: {e}")
+    })?;
+    let Ok(date) = request.date.parse::<ExecutionDate>() else {
+        return Err(format!(
+            "{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)",
+            request.date
+        ));
+    };
+    Ok(CommandRecord {
+        pipeline_id: id.to_string(),
+        command: kind,
+        schedule_id: request.schedule,
+        date: date.to_string(),
+        reason: request.reason,
+        requested_by: Some(request.requested_by.unwrap_or_else(|| format!("api@{}", api.instance))),
+        subscriber: None,
+        key: None,
+    })
 }
 
 fn json_type() -> [(header::HeaderName, &'static str); 1] {

@@ -29,14 +29,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
-use crate::core::changelog::{Entry, Epoch, Lineage, Restore};
+use crate::core::changelog::{Diverged, Entry, Epoch, Lineage, Restore};
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -265,85 +265,23 @@ pub fn restore(
     contiguous: bool,
     store: &mut PartitionStore,
     cancelled: &AtomicBool,
-    mut progress: impl FnMut(u64, f64),
+    progress: impl FnMut(u64, f64),
 ) -> Result<Restored> {
     let started = Instant::now();
-    let consumer = reader(kafka)?;
-    let (low, _) = consumer
-        .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
-        .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
-    let checkpoint = store.checkpoint()?;
-    let away = store.checkpointed_at()?.map(|at| chrono::Utc::now() - at);
-    let mut plan = plan(checkpoint, low, away);
-    if checkpoint.is_some() && matches!(plan, Plan::Full(_)) {
-        info!(partition, ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
+    let source = Source {
+        consumer: reader(kafka)?,
+        topic,
+        partition,
+        fence,
+    };
+    Restoring {
+        source,
+        store,
+        cancelled,
+        progress,
+        started,
     }
-    loop {
-        let (start, full, rules) = match plan {
-            Plan::From(offset) => (offset, false, Restore::reusing(store.lineage()?.unwrap_or_default())),
-            Plan::Full(offset) => {
-                store.clear()?;
-                (offset, true, Restore::full())
-            }
-        };
-        debug!(partition, from = start, fence, ?checkpoint, full, "reading {topic}");
-        match read(
-            &consumer,
-            topic,
-            partition,
-            start,
-            fence,
-            contiguous && !full,
-            store,
-            cancelled,
-            rules,
-            &mut progress,
-            started,
-        )? {
-            Read::Done { records, rules } => {
-                let seconds = started.elapsed().as_secs_f64();
-                progress(records, seconds);
-                if records > 0 || full {
-                    info!(partition, records, seconds, full, "restored state from {topic}");
-                }
-                return Ok(Restored {
-                    records,
-                    seconds,
-                    full,
-                    stale: rules.stale_keys(),
-                    lineage: rules.lineage(),
-                });
-            }
-            Read::Diverged(why) if !full => {
-                warn!(
-                    partition,
-                    ?checkpoint,
-                    "the local state cannot be brought up to date from {topic} ({why}): restoring it in full"
-                );
-                plan = Plan::Full(low);
-            }
-            Read::Diverged(why) => bail!("{topic} partition {partition}: {why}"),
-            Read::BeyondEnd => {
-                return Err(StateAhead {
-                    path: store.path().display().to_string(),
-                    topic: topic.to_string(),
-                    partition,
-                    checkpoint: start - 1,
-                    end: fence,
-                }
-                .into())
-            }
-            Read::OutOfRange if !full => {
-                warn!(
-                    partition,
-                    ?checkpoint,
-                    "what the local state misses is no longer in {topic}: restoring it in full"
-                );
-                plan = Plan::Full(low);
-            }
-            Read::OutOfRange => bail!("{topic} partition {partition}: offset {start} is out of range"),
-        }
-    }
+    .run(contiguous)
 }
 
 /// How reading a changelog range ended.
@@ -360,109 +298,245 @@ enum Read {
     Diverged(String),
 }
 
-/// Reads from `start` through `fence` into `store`, applying the writes that count. With
-/// `holes_diverge`, a hole in the offsets read means the store cannot be brought up to date
-/// (see [`restore`]'s `contiguous`).
-#[allow(clippy::too_many_arguments)]
-fn read(
-    consumer: &BaseConsumer,
-    topic: &str,
-    partition: i32,
-    start: i64,
-    fence: i64,
-    holes_diverge: bool,
-    store: &mut PartitionStore,
-    cancelled: &AtomicBool,
-    mut rules: Restore,
-    progress: &mut impl FnMut(u64, f64),
+/// One restore in progress: the changelog partition it reads, the store it fills, and
+/// whom it tells how far it got.
+struct Restoring<'a, P> {
+    source: Source<'a>,
+    store: &'a mut PartitionStore,
+    cancelled: &'a AtomicBool,
+    /// Told the records and seconds so far.
+    progress: P,
     started: Instant,
-) -> Result<Read> {
-    if start > fence {
-        // The checkpoint lies beyond the new fence, the partition's end.
-        return Ok(Read::BeyondEnd);
-    }
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, partition, Offset::Offset(start))?;
-    consumer.assign(&list).context("assigning the changelog partition")?;
-    let mut records = 0u64;
-    let mut batch = StoreBatch::default();
-    let mut last_progress = Instant::now();
-    let mut last_record = Instant::now();
-    let mut next = start;
-    while next <= fence {
-        if cancelled.load(Ordering::Relaxed) {
-            bail!(super::opening::Cancelled(partition));
+}
+
+impl<P: FnMut(u64, f64)> Restoring<'_, P> {
+    /// Reads what the store misses, or everything into a cleared store when its checkpoint
+    /// is too old or reading on from it fails; see [`restore`].
+    fn run(&mut self, contiguous: bool) -> Result<Restored> {
+        let Source { topic, partition, .. } = self.source;
+        let (low, _) = self
+            .source
+            .consumer
+            .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
+            .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
+        let checkpoint = self.store.checkpoint()?;
+        let away = self.store.checkpointed_at()?.map(|at| chrono::Utc::now() - at);
+        let mut plan = plan(checkpoint, low, away);
+        if checkpoint.is_some() && matches!(plan, Plan::Full(_)) {
+            info!(partition, ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
         }
-        match consumer.poll(Duration::from_millis(200)) {
+        loop {
+            let (start, full, rules) = match plan {
+                Plan::From(offset) => (
+                    offset,
+                    false,
+                    Restore::reusing(self.store.lineage()?.unwrap_or_default()),
+                ),
+                Plan::Full(offset) => {
+                    self.store.clear()?;
+                    (offset, true, Restore::full())
+                }
+            };
+            debug!(
+                partition,
+                from = start,
+                fence = self.source.fence,
+                ?checkpoint,
+                full,
+                "reading {topic}"
+            );
+            // Reading on from the checkpoint may fail in ways a full restore mends.
+            let why = match self.read(start, contiguous && !full, rules)? {
+                Read::Done { records, rules } => return Ok(self.restored(records, full, rules)),
+                Read::Diverged(why) if !full => {
+                    format!("the local state cannot be brought up to date from {topic} ({why})")
+                }
+                Read::Diverged(why) => bail!("{topic} partition {partition}: {why}"),
+                Read::BeyondEnd => return Err(self.state_ahead(start - 1).into()),
+                Read::OutOfRange if !full => format!("what the local state misses is no longer in {topic}"),
+                Read::OutOfRange => bail!("{topic} partition {partition}: offset {start} is out of range"),
+            };
+            warn!(partition, ?checkpoint, "{why}: restoring it in full");
+            plan = Plan::Full(low);
+        }
+    }
+
+    /// Reads from `start` through the fence into the store, applying the writes that count.
+    /// With `holes_diverge`, a hole in the offsets read means the store cannot be brought up
+    /// to date (see [`restore`]'s `contiguous`).
+    fn read(&mut self, start: i64, holes_diverge: bool, rules: Restore) -> Result<Read> {
+        let Source { partition, fence, .. } = self.source;
+        if start > fence {
+            // The checkpoint lies beyond the new fence, the partition's end.
+            return Ok(Read::BeyondEnd);
+        }
+        self.source.assign(start)?;
+        let mut applied = Applied {
+            rules,
+            batch: StoreBatch::default(),
+            records: 0,
+        };
+        let mut last_progress = Instant::now();
+        let mut last_record = Instant::now();
+        let mut next = start;
+        while next <= fence {
+            if self.cancelled.load(Ordering::Relaxed) {
+                bail!(super::opening::Cancelled(partition));
+            }
+            let message = match self.source.poll(&mut next, last_record)? {
+                Polled::Record(message) => message,
+                Polled::Nothing => continue,
+                Polled::OutOfRange => return Ok(Read::OutOfRange),
+            };
+            last_record = Instant::now();
+            let offset = message.offset();
+            if holes_diverge && offset > next {
+                return Ok(Read::Diverged(format!(
+                    "offsets {next}..{offset} after its checkpoint were compacted away, and a deletion among them may be gone"
+                )));
+            }
+            next = offset + 1;
+            let Some(key) = message.key() else { continue };
+            let Some(entry) = self::entry(offset, key, message.payload(), batch_of(&message)) else {
+                warn!(partition, offset, "a changelog record of no known kind: skipped");
+                continue;
+            };
+            if let Err(why) = applied.push(entry) {
+                return Ok(Read::Diverged(why.to_string()));
+            }
+            if applied.batch.len() >= RESTORE_CHUNK {
+                self.store.write(std::mem::take(&mut applied.batch))?;
+            }
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                last_progress = Instant::now();
+                info!(partition, records = applied.records, offset = next, "restoring…");
+                (self.progress)(applied.records, self.started.elapsed().as_secs_f64());
+            }
+        }
+        applied.finish(partition, fence, self.store)
+    }
+
+    /// The outcome of a read that reached the fence, with its last progress report.
+    fn restored(&mut self, records: u64, full: bool, rules: Restore) -> Restored {
+        let Source { topic, partition, .. } = self.source;
+        let seconds = self.started.elapsed().as_secs_f64();
+        (self.progress)(records, seconds);
+        if records > 0 || full {
+            info!(partition, records, seconds, full, "restored state from {topic}");
+        }
+        Restored {
+            records,
+            seconds,
+            full,
+            stale: rules.stale_keys(),
+            lineage: rules.lineage(),
+        }
+    }
+
+    /// The store is current with `checkpoint`, beyond the fence that ends the partition.
+    fn state_ahead(&self, checkpoint: i64) -> StateAhead {
+        StateAhead {
+            path: self.store.path().display().to_string(),
+            topic: self.source.topic.to_string(),
+            partition: self.source.partition,
+            checkpoint,
+            end: self.source.fence,
+        }
+    }
+}
+
+/// A changelog partition as a restore reads it, up to the new owner's fence.
+struct Source<'a> {
+    consumer: BaseConsumer,
+    topic: &'a str,
+    partition: i32,
+    fence: i64,
+}
+
+/// What one poll of a [`Source`] brought.
+enum Polled<'c> {
+    Record(BorrowedMessage<'c>),
+    /// No record this time.
+    Nothing,
+    /// The start is out of the partition's range.
+    OutOfRange,
+}
+
+impl Source<'_> {
+    fn assign(&self, start: i64) -> Result<()> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(self.topic, self.partition, Offset::Offset(start))?;
+        self.consumer.assign(&list).context("assigning the changelog partition")
+    }
+
+    /// Polls once, moving `next` past offsets without a record; fails when nothing has
+    /// come for [`STALLED_AFTER`] since `last_record`.
+    fn poll(&self, next: &mut i64, last_record: Instant) -> Result<Polled<'_>> {
+        let (topic, partition, fence) = (self.topic, self.partition, self.fence);
+        match self.consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => Ok(Polled::Record(message)),
             None => {
                 // Offsets without a record (transaction markers, compacted records) count as
                 // read: the position says where reading stands.
-                let position = consumer
+                let position = self
+                    .consumer
                     .position()?
                     .find_partition(topic, partition)
                     .and_then(|e| e.offset().to_raw())
-                    .unwrap_or(next);
-                next = next.max(position);
+                    .unwrap_or(*next);
+                *next = (*next).max(position);
                 if last_record.elapsed() > STALLED_AFTER {
                     bail!("restoring {topic} partition {partition}: nothing received for {STALLED_AFTER:?} at offset {next} (fence at {fence})");
                 }
+                Ok(Polled::Nothing)
             }
-            Some(Err(e)) => {
-                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) {
-                    return Ok(Read::OutOfRange);
-                }
-                if last_record.elapsed() > STALLED_AFTER {
-                    bail!("restoring {topic} partition {partition}: {e}");
-                }
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::AutoOffsetReset) => Ok(Polled::OutOfRange),
+            Some(Err(e)) if last_record.elapsed() > STALLED_AFTER => {
+                bail!("restoring {topic} partition {partition}: {e}")
             }
-            Some(Ok(message)) => {
-                last_record = Instant::now();
-                let offset = message.offset();
-                if holes_diverge && offset > next {
-                    return Ok(Read::Diverged(format!(
-                        "offsets {next}..{offset} after its checkpoint were compacted away, and a deletion among them may be gone"
-                    )));
-                }
-                next = offset + 1;
-                let Some(key) = message.key() else { continue };
-                let Some(entry) = self::entry(offset, key, message.payload(), batch_of(&message)) else {
-                    warn!(partition, offset, "a changelog record of no known kind: skipped");
-                    continue;
-                };
-                let closed = match rules.push(entry) {
-                    Ok(closed) => closed,
-                    Err(why) => return Ok(Read::Diverged(why.to_string())),
-                };
-                if !closed.is_empty() {
-                    for (key, value) in closed {
-                        batch.mirror(&key, value.as_deref());
-                        records += 1;
-                    }
-                    if batch.len() >= RESTORE_CHUNK {
-                        store.write(std::mem::take(&mut batch))?;
-                    }
-                }
-                if last_progress.elapsed() >= PROGRESS_EVERY {
-                    last_progress = Instant::now();
-                    info!(partition, records, offset = next, "restoring…");
-                    progress(records, started.elapsed().as_secs_f64());
-                }
-            }
+            Some(Err(_)) => Ok(Polled::Nothing),
         }
     }
-    let stale = rules.stale_keys();
-    if !stale.is_empty() {
-        info!(
-            partition,
-            keys = stale.len(),
-            "changelog writes that do not count (a batch never marked complete, or a writer that had lost the partition): not applied, and written over with the next batch"
-        );
+}
+
+/// What a read has applied so far: the restore rules, and the writes they let count that
+/// are not in the store yet.
+struct Applied {
+    rules: Restore,
+    batch: StoreBatch,
+    records: u64,
+}
+
+impl Applied {
+    /// Hands one record to the rules and stages the writes of the batches it closes.
+    fn push(&mut self, entry: Entry) -> Result<(), Diverged> {
+        for (key, value) in self.rules.push(entry)? {
+            self.batch.mirror(&key, value.as_deref());
+            self.records += 1;
+        }
+        Ok(())
     }
-    // Current through the fence; the lineage is the new owner's from here on (see
-    // `Processor::open_partition`).
-    batch.set_checkpoint(fence);
-    store.write(batch)?;
-    Ok(Read::Done { records, rules })
+
+    /// Writes what is staged, with the store now current through `fence`.
+    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore) -> Result<Read> {
+        let stale = self.rules.stale_keys();
+        if !stale.is_empty() {
+            info!(
+                partition,
+                keys = stale.len(),
+                "changelog writes that do not count (a batch never marked complete, or a writer that had lost the partition): not applied, and written over with the next batch"
+            );
+        }
+        // Current through the fence; the lineage is the new owner's from here on (see
+        // `Processor::open_partition`).
+        let mut batch = self.batch;
+        batch.set_checkpoint(fence);
+        store.write(batch)?;
+        Ok(Read::Done {
+            records: self.records,
+            rules: self.rules,
+        })
+    }
 }
 
 #[cfg(test)]

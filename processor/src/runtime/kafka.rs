@@ -1,6 +1,6 @@
 //! Kafka clients: configuration, topic checks and creation, producing with acks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -333,7 +333,6 @@ pub fn check_copartitioned(counts: &[(String, usize)]) -> Result<usize> {
     Ok(first)
 }
 
-/// Creates the topics that are missing and checks the partition count of the others.
 /// What `topics apply` found for one topic.
 #[derive(Debug)]
 pub struct TopicReport {
@@ -350,46 +349,8 @@ pub struct TopicReport {
 pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
     let admin: AdminClient<DefaultClientContext> = kafka.config().create().context("creating admin client")?;
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
-    let configs: Vec<Vec<(&str, String)>> = defs.iter().map(TopicDefinition::configs).collect::<Result<_>>()?;
-    let new_topics: Vec<NewTopic> = defs
-        .iter()
-        .zip(&names)
-        .zip(&configs)
-        .map(|((def, name), configs)| {
-            configs.iter().fold(
-                NewTopic::new(name, def.partitions, TopicReplication::Fixed(1)),
-                |topic, (k, v)| topic.set(k, v),
-            )
-        })
-        .collect();
-    let results = admin
-        .create_topics(
-            &new_topics,
-            &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
-        )
-        .await
-        .context("creating topics")?;
-    let mut created = std::collections::HashSet::new();
-    for result in results {
-        match result {
-            Ok(name) => {
-                info!(topic = %name, "created topic");
-                created.insert(name);
-            }
-            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => info!(topic = %name, "topic exists"),
-            Err((name, code)) => bail!("creating topic {name}: {code}"),
-        }
-    }
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let counts = partition_counts(admin.inner(), &refs)?;
-    for ((name, count), def) in counts.iter().zip(defs) {
-        if *count != def.partitions as usize {
-            bail!(
-                "topic {name} has {count} partitions but topics/ declares {}: the inputs must have the same count, and partitions cannot be removed; recreate the topic or change topics/ to match",
-                def.partitions
-            );
-        }
-    }
+    let created = create_topics(&admin, defs, &names).await?;
+    check_partitions(&admin, defs, &names)?;
     let specifiers: Vec<ResourceSpecifier> = names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
     let described = admin
         .describe_configs(
@@ -421,6 +382,64 @@ pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefi
         });
     }
     Ok(reports)
+}
+
+/// Creates the topics of `defs` (named `names`) that do not exist; returns those it created.
+async fn create_topics(
+    admin: &AdminClient<DefaultClientContext>,
+    defs: &[TopicDefinition],
+    names: &[String],
+) -> Result<HashSet<String>> {
+    let configs: Vec<Vec<(&str, String)>> = defs.iter().map(TopicDefinition::configs).collect::<Result<_>>()?;
+    let new_topics: Vec<NewTopic> = defs
+        .iter()
+        .zip(names)
+        .zip(&configs)
+        .map(|((def, name), configs)| {
+            configs.iter().fold(
+                NewTopic::new(name, def.partitions, TopicReplication::Fixed(1)),
+                |topic, (k, v)| topic.set(k, v),
+            )
+        })
+        .collect();
+    let results = admin
+        .create_topics(
+            &new_topics,
+            &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)),
+        )
+        .await
+        .context("creating topics")?;
+    let mut created = HashSet::new();
+    for result in results {
+        match result {
+            Ok(name) => {
+                info!(topic = %name, "created topic");
+                created.insert(name);
+            }
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => info!(topic = %name, "topic exists"),
+            Err((name, code)) => bail!("creating topic {name}: {code}"),
+        }
+    }
+    Ok(created)
+}
+
+/// Fails when a topic's partition count differs from its definition's.
+fn check_partitions(
+    admin: &AdminClient<DefaultClientContext>,
+    defs: &[TopicDefinition],
+    names: &[String],
+) -> Result<()> {
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let counts = partition_counts(admin.inner(), &refs)?;
+    for ((name, count), def) in counts.iter().zip(defs) {
+        if *count != def.partitions as usize {
+            bail!(
+                "topic {name} has {count} partitions but topics/ declares {}: the inputs must have the same count, and partitions cannot be removed; recreate the topic or change topics/ to match",
+                def.partitions
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Whether producing failed because the record exceeds the size the client or broker

@@ -243,55 +243,15 @@ struct Opening {
 }
 
 impl Opening {
+    /// Opens the store, fences the changelog, restores from it, checks the inputs against
+    /// the state and accepts the previous owner's batches.
     async fn run(self) -> Result<Opened> {
-        let p = self.partition;
-        let store = self
-            .retrying("opening the local state", || {
-                let dir = self.settings.state_dir.clone();
-                async move {
-                    tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
-                        .await
-                        .context("opening the store")?
-                }
-            })
-            .await?;
+        let store = self.open_store().await?;
         // The fence first: everything before it is restored, and this owner's writes are
         // told from any earlier owner's by its epoch (see core::changelog).
         let (key, value) = changelog::fence(&self.settings.instance);
         let fence = self.write_control(&key, &value).await?;
-        let mut store = store;
-        let mut backoff = Backoff::default();
-        let restored = loop {
-            self.check_cancelled()?;
-            let settings = self.settings.clone();
-            let (telemetry, cancelled) = (self.telemetry.clone(), self.cancelled.clone());
-            let (back, result) = tokio::task::spawn_blocking(move || {
-                // Under exactly-once, transaction markers leave holes in the changelog's
-                // offsets that are not compaction.
-                let contiguous = settings.guarantee == Guarantee::EffectivelyOnce;
-                let result = changelog::restore(
-                    &settings.kafka,
-                    &settings.topics.changelog,
-                    p,
-                    fence,
-                    contiguous,
-                    &mut store,
-                    &cancelled,
-                    |records, seconds| telemetry.restore_progress(p, records, seconds),
-                );
-                (store, result)
-            })
-            .await
-            .context("restoring")?;
-            store = back;
-            match result {
-                Ok(restored) => break restored,
-                Err(e) => {
-                    self.failed(e, "restoring the state from the changelog", &mut backoff)
-                        .await?
-                }
-            }
-        };
+        let (mut store, restored) = self.restore(store, fence).await?;
         let applied: Vec<(String, i64)> = (self.settings.topics.inputs().iter())
             .filter_map(|t| Some((t.to_string(), store.applied_offset(t)?)))
             .collect();
@@ -317,6 +277,58 @@ impl Opening {
             journaled,
             jobs_end,
         })
+    }
+
+    /// Opens the partition's store, retrying while a process letting go of it still holds it.
+    async fn open_store(&self) -> Result<PartitionStore> {
+        let p = self.partition;
+        self.retrying("opening the local state", || {
+            let dir = self.settings.state_dir.clone();
+            async move {
+                tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
+                    .await
+                    .context("opening the store")?
+            }
+        })
+        .await
+    }
+
+    /// Restores `store` from the changelog up to `fence`, retrying until it succeeds. The
+    /// store moves into each blocking attempt and back out of it.
+    async fn restore(&self, mut store: PartitionStore, fence: i64) -> Result<(PartitionStore, Restored)> {
+        let p = self.partition;
+        let mut backoff = Backoff::default();
+        loop {
+            self.check_cancelled()?;
+            let settings = self.settings.clone();
+            let (telemetry, cancelled) = (self.telemetry.clone(), self.cancelled.clone());
+            let (back, result) = tokio::task::spawn_blocking(move || {
+                // Under exactly-once, transaction markers leave holes in the changelog's
+                // offsets that are not compaction.
+                let contiguous = settings.guarantee == Guarantee::EffectivelyOnce;
+                let result = changelog::restore(
+                    &settings.kafka,
+                    &settings.topics.changelog,
+                    p,
+                    fence,
+                    contiguous,
+                    &mut store,
+                    &cancelled,
+                    |records, seconds| telemetry.restore_progress(p, records, seconds),
+                );
+                (store, result)
+            })
+            .await
+            .context("restoring")?;
+            store = back;
+            match result {
+                Ok(restored) => return Ok((store, restored)),
+                Err(e) => {
+                    self.failed(e, "restoring the state from the changelog", &mut backoff)
+                        .await?
+                }
+            }
+        }
     }
 
     /// Checks that no input partition ends before what the store applied of it (see

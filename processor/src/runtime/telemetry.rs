@@ -67,7 +67,8 @@ impl Default for Registrar {
 }
 
 impl Registrar {
-    fn add(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: impl Metric) {
+    /// Registers `metric` and hands it back, to be kept as the handle that records it.
+    fn add<M: Metric + Clone>(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: M) -> M {
         let exposed = match &unit {
             Some(unit) => format!("sluice_{name}_{}", unit.as_str()),
             None => format!("sluice_{name}"),
@@ -78,9 +79,10 @@ impl Registrar {
             help: help.to_string(),
         });
         match unit {
-            Some(unit) => self.registry.register_with_unit(name, help, unit, metric),
-            None => self.registry.register(name, help, metric),
+            Some(unit) => self.registry.register_with_unit(name, help, unit, metric.clone()),
+            None => self.registry.register(name, help, metric.clone()),
         }
+        metric
     }
 }
 
@@ -112,73 +114,67 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// A fresh registry with every Sluice metric registered (so each appears in `/metrics`
-    /// from the first scrape, at zero), healthy and not yet ready.
+    /// from the first scrape, at zero), healthy and not yet ready. Long as a list is long: one
+    /// registration per metric, clearest all in one place.
     pub fn new() -> Arc<Telemetry> {
         let mut r = Registrar::default();
-        let records_in = Family::<TopicLabel, Counter>::default();
-        r.add("records_in", "Records consumed, by topic", None, records_in.clone());
-        let records_out = Family::<TopicLabel, Counter>::default();
-        r.add("records_out", "Records produced, by topic", None, records_out.clone());
-        let dead_letters = Counter::default();
-        r.add(
+        let records_in = r.add("records_in", "Records consumed, by topic", None, Family::default());
+        let records_out = r.add("records_out", "Records produced, by topic", None, Family::default());
+        let dead_letters = r.add(
             "dead_letters",
             "Records that could not be processed and went to the dead-letter topic",
             None,
-            dead_letters.clone(),
+            Counter::default(),
         );
         // 1 ms .. ~16 s: a batch is normally milliseconds; the tail shows broker stalls.
-        let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        r.add(
+        let batch_seconds = r.add(
             "batch",
             "Time to process one batch of records or due timers",
             Some(Unit::Seconds),
-            batch_seconds.clone(),
+            Histogram::new(exponential_buckets(0.001, 2.0, 15)),
         );
-        let commit_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        r.add("commit", "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)", Some(Unit::Seconds), commit_seconds.clone());
-        let consumer_lag = Family::<TopicPartitionLabel, Gauge>::default();
-        r.add(
+        let commit_seconds = r.add(
+            "commit",
+            "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)",
+            Some(Unit::Seconds),
+            Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+        );
+        let consumer_lag = r.add(
             "consumer_lag",
             "Input records not yet consumed, by topic and owned partition (from the client's statistics)",
             None,
-            consumer_lag.clone(),
+            Family::default(),
         );
-        let timers_pending = Gauge::default();
-        r.add(
+        let timers_pending = r.add(
             "timers_pending",
             "Durable timers scheduled in the owned partitions",
             None,
-            timers_pending.clone(),
+            Gauge::default(),
         );
-        let effects_in_flight = Gauge::default();
-        r.add(
+        let effects_in_flight = r.add(
             "effects_in_flight",
             "Side effects (job triggers, HTTP calls) currently running",
             None,
-            effects_in_flight.clone(),
+            Gauge::default(),
         );
-        let effects = Family::<OutcomeLabel, Counter>::default();
-        r.add("effects", "Side effects completed, by outcome", None, effects.clone());
-        let restore_records = Family::<PartitionLabel, Gauge>::default();
-        r.add(
+        let effects = r.add("effects", "Side effects completed, by outcome", None, Family::default());
+        let restore_records = r.add(
             "restore_records",
             "Changelog records replayed by the latest state restore, by partition",
             None,
-            restore_records.clone(),
+            Family::default(),
         );
-        let restore_seconds = Family::<PartitionLabel, Gauge<f64, AtomicU64>>::default();
-        r.add(
+        let restore_seconds = r.add(
             "restore",
             "Time spent by the latest state restore, by partition",
             Some(Unit::Seconds),
-            restore_seconds.clone(),
+            Family::default(),
         );
-        let partitions_owned = Gauge::default();
-        r.add(
+        let partitions_owned = r.add(
             "partitions_owned",
             "Input partitions assigned to this instance",
             None,
-            partitions_owned.clone(),
+            Gauge::default(),
         );
         Arc::new(Telemetry {
             registry: r.registry,

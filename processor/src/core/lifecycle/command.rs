@@ -34,40 +34,17 @@ impl Decider<'_> {
         };
         let Some(config) = self.config() else { return };
         let limit = config.job.max_manual_reruns;
-        let refusal = match self.state.executions.get(&key) {
-            // Reruns are how the earlier design's runbooks start a date that never ran (a
-            // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
-            // the date could have run.
-            None => self
-                .unrunnable_date(&record.date)
-                .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {key}"))),
-            Some(e) if e.phase.is_open() => Some(format!("execution {key} is still in progress ({})", e.phase.name())),
-            // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
-            // be rerun; a dormant one may not.
-            Some(e) if matches!(e.phase, Phase::Skipped { .. }) && day_excluded(config, &e.date).is_some() => {
-                Some(format!("execution {key} did not run: {}", skipped_reason(&e.phase)))
-            }
-            Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {key}")),
-            // A completed run is rerun only when its inputs changed: the same data would give
-            // the same result.
-            Some(e)
-                if e.phase.is_completed() && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
-            {
-                Some(format!("no sensor data changed since {key} completed"))
-            }
-            Some(_) => None,
-        };
+        let dry = config.dry_run;
         let mut info = detail([
             ("requestedBy", json!(record.requested_by)),
             ("reason", json!(record.reason)),
         ]);
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = self.rerun_refusal(&key, &record.date, limit) {
             info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
             self.emit(kind, Some(&key), format!("rerun rejected: {refusal}"), info);
             return;
         }
-        let dry = self.config().is_some_and(|c| c.dry_run);
         let existing = self
             .state
             .executions
@@ -101,6 +78,34 @@ impl Decider<'_> {
         }
         if let Some(e) = self.state.executions.get_mut(&key) {
             e.manual_reruns_used = used;
+        }
+    }
+
+    /// Why execution `key` (of `date`) may not be rerun, within `limit` manual reruns.
+    fn rerun_refusal(&self, key: &str, date: &str, limit: u32) -> Option<String> {
+        let config = self.config()?;
+        match self.state.executions.get(key) {
+            // Reruns are how the earlier design's runbooks start a date that never ran (a
+            // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
+            // the date could have run.
+            None => self
+                .unrunnable_date(date)
+                .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {key}"))),
+            Some(e) if e.phase.is_open() => Some(format!("execution {key} is still in progress ({})", e.phase.name())),
+            // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
+            // be rerun; a dormant one may not.
+            Some(e) if matches!(e.phase, Phase::Skipped { .. }) && day_excluded(config, &e.date).is_some() => {
+                Some(format!("execution {key} did not run: {}", skipped_reason(&e.phase)))
+            }
+            Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {key}")),
+            // A completed run is rerun only when its inputs changed: the same data would give
+            // the same result.
+            Some(e)
+                if e.phase.is_completed() && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
+            {
+                Some(format!("no sensor data changed since {key} completed"))
+            }
+            Some(_) => None,
         }
     }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::schedule::day_excluded;
 use super::{detail, Decider, Phase};
-use crate::core::config::{self, Problem, Variables};
+use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::events::{clip, EventType, REASON_LIMIT};
 use crate::core::records::ConfigRecord;
 use crate::core::timers::TimerKind;
@@ -28,26 +28,12 @@ impl Decider<'_> {
     }
 
     fn on_config_put(&mut self, raw: &Value) {
-        let mut problems = Vec::new();
-        let parsed = match config::parse(raw, Variables::MustBeResolved) {
-            Ok(parsed) => Some(parsed),
-            Err(e) => {
-                problems = e.problems;
-                None
+        let parsed = match self.parse_config(raw) {
+            Ok(parsed) => parsed,
+            Err(problems) => {
+                self.reject_config(problems);
+                return;
             }
-        };
-        if let Some(p) = &parsed {
-            if p.config.id != self.pipeline_id {
-                problems.push(Problem {
-                    path: "pipeline.id".into(),
-                    reason: format!("{:?} differs from the record key {:?}", p.config.id, self.pipeline_id),
-                });
-            }
-            problems.extend(self.ctx.settings.limits.check_config(&p.config));
-        }
-        let Some(parsed) = parsed.filter(|_| problems.is_empty()) else {
-            self.reject_config(problems);
-            return;
         };
         let first = self.state.config.is_none();
         let warnings: Vec<String> = parsed.warnings.iter().map(Problem::to_string).collect();
@@ -61,6 +47,36 @@ impl Decider<'_> {
         let before = self.state.config.replace(std::sync::Arc::new(parsed.config));
         let after = self.state.config.clone();
         self.sync_subscriptions(before.as_deref(), after.as_deref());
+        self.rearm_timers();
+        // Sensors that arrived before the pipeline was known (or that the new trigger now
+        // accepts) start their executions now.
+        self.recover_stored_triggers();
+    }
+
+    /// The config `raw` holds, or every problem that keeps it from being used here: what
+    /// it is, whether it is this pipeline's, and whether it fits the limits.
+    fn parse_config(&self, raw: &Value) -> Result<Parsed, Vec<Problem>> {
+        let parsed = config::parse(raw, Variables::MustBeResolved).map_err(|e| e.problems)?;
+        let mut problems = Vec::new();
+        if parsed.config.id != self.pipeline_id {
+            problems.push(Problem {
+                path: "pipeline.id".into(),
+                reason: format!(
+                    "{:?} differs from the record key {:?}",
+                    parsed.config.id, self.pipeline_id
+                ),
+            });
+        }
+        problems.extend(self.ctx.settings.limits.check_config(&parsed.config));
+        match problems.is_empty() {
+            true => Ok(parsed),
+            false => Err(problems),
+        }
+    }
+
+    /// Re-arms the pipeline's timers from the config now in force: the schedule's, and the
+    /// SLA timers of every execution that still owes its deadline.
+    fn rearm_timers(&mut self) {
         self.cancel_timers(|t| {
             matches!(
                 t,
@@ -85,9 +101,6 @@ impl Decider<'_> {
         for key in owed {
             self.arm_sla(&key);
         }
-        // Sensors that arrived before the pipeline was known (or that the new trigger now
-        // accepts) start their executions now.
-        self.recover_stored_triggers();
     }
 
     /// CONFIG_REJECTED with every problem; the record goes to the dead-letter topic and the

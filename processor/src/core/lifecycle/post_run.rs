@@ -5,9 +5,9 @@
 use serde_json::{json, Map, Value};
 
 use super::{detail, execution_key, Decider, Phase};
-use crate::core::config::Mode;
+use crate::core::config::{Mode, PostRun};
 use crate::core::events::EventType;
-use crate::core::rules;
+use crate::core::rules::{self, Verdict};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -76,41 +76,35 @@ impl Decider<'_> {
             return false;
         };
         let verdict = rules::evaluate_all(Mode::All, &post_run.rules, &readings, self.moment());
-        let before = execution
-            .baseline
-            .as_ref()
-            .and_then(|b| b.get(sensor_key))
-            .and_then(|d| rules::field(d.as_object()?, &post_run.drift_field))
-            .and_then(rules::as_number);
-        let now_value = rules::field(&current, &post_run.drift_field).and_then(rules::as_number);
-        let drift = match (before, now_value) {
-            (Some(b), Some(n)) if (n - b).abs() > post_run.drift_threshold => Some((b, n)),
-            _ => None,
-        };
+        let drift = drift(execution.baseline.as_ref(), sensor_key, &current, &post_run);
         if execution.phase.is_running() {
-            let Some((b, n)) = drift else {
-                return true;
-            };
-            let message = format!(
-                "{sensor_key}.{} moved from {b} to {n} while a run is in progress",
-                post_run.drift_field
-            );
-            let info = drift_detail(sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
-            self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(&key), message, info);
+            if let Some((b, n)) = drift {
+                self.drifted_in_flight(&key, sensor_key, &post_run, b, n);
+            }
             return true;
         }
         if !execution.phase.is_completed() {
             return false;
         }
-        if let Some(e) = self.state.executions.get_mut(&key) {
+        self.post_run_checked(&key, sensor_key, current, verdict);
+        if let Some((b, n)) = drift {
+            self.drifted(&key, sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
+        }
+        true
+    }
+
+    /// POST_RUN_PASSED / POST_RUN_FAILED: the post-run checks of a completed run, on a reading
+    /// of `sensor_key` (`current`), which is its own baseline if the run had none for it.
+    fn post_run_checked(&mut self, key: &str, sensor_key: &str, current: Map<String, Value>, verdict: Verdict) {
+        if let Some(e) = self.state.executions.get_mut(key) {
             e.post_run_seen = true;
             // A sensor first seen after the run is its own baseline.
             let baseline = e.baseline.get_or_insert_with(Map::new);
             if !baseline.contains_key(sensor_key) {
-                baseline.insert(sensor_key.into(), Value::Object(current.clone()));
+                baseline.insert(sensor_key.into(), Value::Object(current));
             }
         }
-        self.cancel_execution_timers(&key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
+        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
         let (kind, message) = match verdict.passed {
             true => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
             false => (
@@ -118,11 +112,18 @@ impl Decider<'_> {
                 format!("post-run checks failed: {}", verdict.failures()),
             ),
         };
-        self.emit(kind, Some(&key), message, detail([("results", json!(verdict.results))]));
-        if let Some((b, n)) = drift {
-            self.drifted(&key, sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
-        }
-        true
+        self.emit(kind, Some(key), message, detail([("results", json!(verdict.results))]));
+    }
+
+    /// POST_RUN_DRIFT_INFLIGHT: the data a successful run used moved while a run of the date
+    /// is in progress.
+    fn drifted_in_flight(&mut self, key: &str, sensor_key: &str, post_run: &PostRun, before: f64, now: f64) {
+        let message = format!(
+            "{sensor_key}.{} moved from {before} to {now} while a run is in progress",
+            post_run.drift_field
+        );
+        let info = drift_detail(sensor_key, &post_run.drift_field, before, now, post_run.drift_threshold);
+        self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(key), message, info);
     }
 
     /// POST_RUN_DRIFT (or DRY_RUN_DRIFT): the data a successful run used has changed by more
@@ -185,6 +186,22 @@ impl Decider<'_> {
             detail([("sensors", json!(keys))]),
         );
     }
+}
+
+/// How `sensor_key`'s drift field moved from `baseline` to `current` (before, now), when it
+/// moved by more than the threshold.
+fn drift(
+    baseline: Option<&Map<String, Value>>,
+    sensor_key: &str,
+    current: &Map<String, Value>,
+    post_run: &PostRun,
+) -> Option<(f64, f64)> {
+    let before = baseline
+        .and_then(|b| b.get(sensor_key))
+        .and_then(|d| rules::field(d.as_object()?, &post_run.drift_field))
+        .and_then(rules::as_number)?;
+    let now = rules::field(current, &post_run.drift_field).and_then(rules::as_number)?;
+    ((now - before).abs() > post_run.drift_threshold).then_some((before, now))
 }
 
 fn drift_detail(sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) -> Map<String, Value> {

@@ -1,6 +1,7 @@
-//! INPUT_REJECTED (a timestamp from the future), LATE_DATA_ARRIVAL / DRY_RUN_LATE_DATA, and
-//! the routing of every sensor: it may start an execution (see [`schedule`](super::schedule)),
-//! re-evaluate waiting ones, or be a post-run reading (see [`post_run`](super::post_run)).
+//! INPUT_REJECTED (a timestamp from the future, a date beyond the retention, one sensor too
+//! many), LATE_DATA_ARRIVAL / DRY_RUN_LATE_DATA, and the routing of every sensor: it may
+//! start an execution (see [`schedule`](super::schedule)), re-evaluate waiting ones, or be a
+//! post-run reading (see [`post_run`](super::post_run)).
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -14,19 +15,6 @@ use crate::core::records::SensorReading;
 impl Decider<'_> {
     pub(super) fn on_sensor(&mut self, reading: &SensorReading) {
         let now = self.now();
-        let skew = self.ctx.settings.max_clock_skew;
-        if let Some(at) = reading.timestamp.filter(|at| *at > now + skew) {
-            // A clock running ahead would make stale data look fresh to every age_* rule.
-            let reason = format!(
-                "sensor {:?} has timestamp {} which is {} in the future (more than the allowed clock skew of {})",
-                reading.key,
-                at.to_rfc3339(),
-                format_duration(at - now),
-                format_duration(skew)
-            );
-            self.reject(&format!("sensor {}", reading.key), &reason);
-            return;
-        }
         let stored = StoredSensor {
             data: reading.data.clone(),
             received_at: now,
@@ -34,22 +22,11 @@ impl Decider<'_> {
             hour: reading.hour,
             timestamp: reading.timestamp,
         };
-        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d)) {
-            let reason = format!(
-                "sensor {:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one",
-                reading.key
-            );
+        if let Some(reason) = self.sensor_refusal(&reading.key, &stored) {
             self.reject(&format!("sensor {}", reading.key), &reason);
             return;
         }
-        let slot = stored.slot(&reading.key);
-        if !self.state.sensors.contains_key(&slot) {
-            if let Err(reason) = self.ctx.settings.limits.check_sensors(self.state.sensors.len()) {
-                self.reject(&format!("sensor {}", reading.key), &reason);
-                return;
-            }
-        }
-        let previous = self.state.sensors.insert(slot, stored.clone());
+        let previous = self.state.sensors.insert(stored.slot(&reading.key), stored.clone());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
         if unchanged {
             self.notes.push(format!("sensor {:?} re-sent unchanged", reading.key));
@@ -62,17 +39,15 @@ impl Decider<'_> {
             return;
         };
         let date = execution_date(&stored, config.schedule.timezone, now).to_string();
-        let schedule_id = config.schedule_id().to_string();
-        let key = execution_key(&schedule_id, &date);
-
+        let key = execution_key(config.schedule_id(), &date);
         if self.is_post_run_key(&reading.key) {
             // An undated post-run reading belongs to the latest run that succeeded, which
             // may be yesterday's when it arrives after midnight.
             let target = match stored.scope() {
-                Some(_) => Some(date.clone()),
-                None => self.latest_completed_date().or(Some(date.clone())),
+                Some(_) => date.clone(),
+                None => self.latest_completed_date().unwrap_or_else(|| date.clone()),
             };
-            if target.is_some_and(|d| self.on_post_run_sensor(&reading.key, &d)) {
+            if self.on_post_run_sensor(&reading.key, &target) {
                 return;
             }
         }
@@ -81,13 +56,47 @@ impl Decider<'_> {
         if started.is_none() && !unchanged {
             self.late_data(&key, &reading.key);
         }
-        // Executions already waiting may pass now; a new one was evaluated when it started.
+        // Executions already waiting may pass now: any, for an undated reading; the one of
+        // its date for a dated reading.
+        let only = stored.scope().is_some().then_some(key.as_str());
+        self.reevaluate_waiting(only, started.as_deref());
+    }
+
+    /// Why the reading `stored` of sensor `key` cannot be kept: a timestamp from the future,
+    /// a date beyond the retention, or no room for another sensor.
+    fn sensor_refusal(&self, key: &str, stored: &StoredSensor) -> Option<String> {
+        let now = self.now();
+        let skew = self.ctx.settings.max_clock_skew;
+        if let Some(at) = stored.timestamp.filter(|at| *at > now + skew) {
+            // A clock running ahead would make stale data look fresh to every age_* rule.
+            return Some(format!(
+                "sensor {key:?} has timestamp {} which is {} in the future (more than the allowed clock skew of {})",
+                at.to_rfc3339(),
+                format_duration(at - now),
+                format_duration(skew)
+            ));
+        }
+        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d)) {
+            return Some(format!(
+                "sensor {key:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one"
+            ));
+        }
+        if self.state.sensors.contains_key(&stored.slot(key)) {
+            return None;
+        }
+        self.ctx.settings.limits.check_sensors(self.state.sensors.len()).err()
+    }
+
+    /// Evaluates again the executions awaiting rules (`only` that one, when named), except
+    /// one just `started`: it was evaluated when it started.
+    fn reevaluate_waiting(&mut self, only: Option<&str>, started: Option<&str>) {
+        let now = self.now();
         let waiting: Vec<String> = self
             .state
             .executions
             .iter()
-            .filter(|(k, e)| e.phase == super::Phase::AwaitingRules && Some(*k) != started.as_ref())
-            .filter(|(k, _)| stored.scope().is_none() || **k == key)
+            .filter(|(k, e)| e.phase == super::Phase::AwaitingRules && Some(k.as_str()) != started)
+            .filter(|(k, _)| only.is_none_or(|o| o == k.as_str()))
             .map(|(k, _)| k.clone())
             .collect();
         for k in waiting {

@@ -9,7 +9,7 @@
 //! holds JSON text in Avro and the JSON value itself in JSON; absent optional fields are
 //! left out of the JSON form; enums are their symbol.
 
-use apache_avro::schema::{RecordField, Schema, UnionSchema};
+use apache_avro::schema::{RecordField, RecordSchema, Schema, UnionSchema};
 use apache_avro::types::Value as Avro;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Number, Value as Json};
@@ -31,26 +31,10 @@ pub fn to_avro(schema: &Schema, json: &Json) -> Result<Avro, String> {
 fn convert_in(schema: &Schema, json: &Json, path: &str) -> Result<Avro, String> {
     let bad = |want: &str| Err(format!("{}: {json} is not {want}", display(path)));
     match schema {
-        Schema::Record(record) => {
-            let Json::Object(object) = json else {
-                return bad("an object");
-            };
-            let mut fields = Vec::with_capacity(record.fields.len());
-            for field in &record.fields {
-                let path = join(path, &field.name);
-                let given = object.get(&field.name).filter(|v| !v.is_null());
-                let value = match (given, &field.default) {
-                    // JSON-text fields carry the JSON value itself in the JSON form.
-                    (Some(v), _) if is_json_text(field) => Json::String(v.to_string()),
-                    (Some(v), _) => v.clone(),
-                    // Absent: the default (already in Avro's JSON form), else null.
-                    (None, Some(default)) if !accepts_null(&field.schema) => default.clone(),
-                    (None, _) => Json::Null,
-                };
-                fields.push((field.name.clone(), convert_in(&field.schema, &value, &path)?));
-            }
-            Ok(Avro::Record(fields))
-        }
+        Schema::Record(record) => match json {
+            Json::Object(object) => record_in(record, object, path),
+            _ => bad("an object"),
+        },
         Schema::Union(union) => union_in(union, json, path),
         Schema::Null => match json {
             Json::Null => Ok(Avro::Null),
@@ -79,21 +63,43 @@ fn convert_in(schema: &Schema, json: &Json, path: &str) -> Result<Avro, String> 
             Some(t) => Ok(Avro::TimestampMicros(t.timestamp_micros())),
             None => bad("an RFC 3339 timestamp"),
         },
-        Schema::Map(map) => {
-            let Json::Object(object) = json else {
-                return bad("an object");
-            };
-            let mut out = std::collections::HashMap::with_capacity(object.len());
-            for (k, v) in object {
-                out.insert(k.clone(), convert_in(&map.types, v, &join(path, k))?);
-            }
-            Ok(Avro::Map(out))
-        }
+        Schema::Map(map) => match json {
+            Json::Object(object) => map_in(&map.types, object, path),
+            _ => bad("an object"),
+        },
         other => Err(format!(
             "{}: the schema type {other:?} is not used by Sluice",
             display(path)
         )),
     }
+}
+
+/// `object` as a value of `record`, field by field.
+fn record_in(record: &RecordSchema, object: &Map<String, Json>, path: &str) -> Result<Avro, String> {
+    let mut fields = Vec::with_capacity(record.fields.len());
+    for field in &record.fields {
+        let path = join(path, &field.name);
+        let given = object.get(&field.name).filter(|v| !v.is_null());
+        let value = match (given, &field.default) {
+            // JSON-text fields carry the JSON value itself in the JSON form.
+            (Some(v), _) if is_json_text(field) => Json::String(v.to_string()),
+            (Some(v), _) => v.clone(),
+            // Absent: the default (already in Avro's JSON form), else null.
+            (None, Some(default)) if !accepts_null(&field.schema) => default.clone(),
+            (None, _) => Json::Null,
+        };
+        fields.push((field.name.clone(), convert_in(&field.schema, &value, &path)?));
+    }
+    Ok(Avro::Record(fields))
+}
+
+/// Every value of `object` as a value of `values`.
+fn map_in(values: &Schema, object: &Map<String, Json>, path: &str) -> Result<Avro, String> {
+    let mut out = std::collections::HashMap::with_capacity(object.len());
+    for (k, v) in object {
+        out.insert(k.clone(), convert_in(values, v, &join(path, k))?);
+    }
+    Ok(Avro::Map(out))
 }
 
 fn accepts_null(schema: &Schema) -> bool {
