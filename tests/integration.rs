@@ -14,7 +14,7 @@ mod telemetry;
 mod ui;
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
@@ -424,37 +424,29 @@ fn http_job(url: &str) -> Value {
     json!({"type": "http", "config": {"url": url, "method": "POST", "body": "${PIPELINE} ${DATE}/${HOUR} ${RUN_ID}"}})
 }
 
-/// The `Instant` at which the wall clock reads `at` (now if that has passed).
-fn instant_at(at: DateTime<Utc>) -> Instant {
-    Instant::now() + (at - Utc::now()).to_std().unwrap_or(Duration::ZERO)
-}
+/// How long before its SLA deadline a test's processor starts (its clock shifted so): time
+/// for the config, the sensors and, in `timers_survive_a_restart`, a restart, all before the
+/// warning [`EXPECTED_DURATION`] ahead of the deadline (a config accepted after the warning
+/// time gets no warning).
+const DEADLINE_LEAD: Duration = Duration::from_secs(50);
+
+/// The SLA pipelines' `expectedDuration`: the warning comes this long before the deadline.
+const EXPECTED_DURATION: TimeDelta = TimeDelta::seconds(25);
 
 /// The first whole minute strictly after `t`.
 fn next_minute(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp((t.timestamp().div_euclid(60) + 1) * 60, 0).unwrap()
 }
 
-/// A daily SLA deadline (a whole UTC minute) one to two minutes ahead: the minute after the
-/// next minute boundary, or the one after that when the boundary is less than 30 s away,
-/// so that a warning `expectedDuration: 1m` before it is still at least 30 s ahead.
-fn deadline_ahead() -> DateTime<Utc> {
-    let now = Utc::now();
-    let boundary = next_minute(now);
-    match boundary - now < TimeDelta::seconds(30) {
-        true => boundary + TimeDelta::minutes(2),
-        false => boundary + TimeDelta::minutes(1),
-    }
-}
-
 /// A sensor-driven pipeline whose row-count rule the test never satisfies, with a daily SLA
-/// `deadline` (UTC) and `expectedDuration: 1m`.
+/// `deadline` (UTC) and an `expectedDuration` of [`EXPECTED_DURATION`].
 fn sla_pipeline(id: &str, deadline: DateTime<Utc>) -> Value {
     let mut config = pipeline(id, command_job("true", 0));
     config["schedule"]["timezone"] = json!("UTC");
     // On the data date itself: the next-day default of sensor-driven pipelines would put the
     // deadline a day away.
     config["sla"] = json!({"deadline": deadline.format("%H:%M").to_string(), "deadlineDay": "dataDate",
-                           "expectedDuration": "1m"});
+                           "expectedDuration": format!("{}s", EXPECTED_DURATION.num_seconds())});
     config
 }
 
@@ -462,7 +454,7 @@ fn of_kind(events: &[Event], kind: sluice::core::events::EventType) -> Vec<&Even
     events.iter().filter(|e| e.kind == kind).collect()
 }
 
-/// Checks the SLA alerts of `date`: one warning no earlier than a minute before the
+/// Checks the SLA alerts of `date`: one warning no earlier than [`EXPECTED_DURATION`] before the
 /// deadline, then one breach published within a few seconds after the deadline.
 fn assert_sla_alerts(events: &[Event], date: &str, deadline: DateTime<Utc>) {
     let warning = of_kind(events, SLA_WARNING);
@@ -476,7 +468,7 @@ fn assert_sla_alerts(events: &[Event], date: &str, deadline: DateTime<Utc>) {
         assert_eq!(e.detail["deadline"], json!(deadline), "{e:?}");
     }
     assert!(
-        warning.timestamp >= deadline - TimeDelta::minutes(1) && warning.timestamp < deadline,
+        warning.timestamp >= deadline - EXPECTED_DURATION && warning.timestamp < deadline,
         "warning at {} for a deadline at {deadline}",
         warning.timestamp
     );
@@ -491,7 +483,7 @@ fn assert_sla_alerts(events: &[Event], date: &str, deadline: DateTime<Utc>) {
 #[test]
 fn sla_breach_is_published_at_the_deadline() {
     let mut w = World::new("sla");
-    let deadline = deadline_ahead();
+    let deadline = w.next_minute_in(DEADLINE_LEAD);
     let date = deadline.format("%Y-%m-%d").to_string();
     w.start_with(&sla_pipeline("sla", deadline));
     w.sensor_on("sla", "row-count", json!({"count": 1}), Some(&date));
@@ -500,7 +492,7 @@ fn sla_breach_is_published_at_the_deadline() {
     w.wait_for_until(
         "sla",
         "SLA_BREACH",
-        instant_at(deadline) + Duration::from_secs(30),
+        w.instant_at(deadline) + Duration::from_secs(30),
         |es| es.iter().any(|e| e.kind == SLA_BREACH),
     );
     // Anything the deadline's timers caused is out before this later record is answered.
@@ -515,14 +507,14 @@ fn sla_breach_is_published_at_the_deadline() {
 #[test]
 fn timers_survive_a_restart() {
     let mut w = World::new("timers");
-    let deadline = deadline_ahead();
+    let deadline = w.next_minute_in(DEADLINE_LEAD);
     let date = deadline.format("%Y-%m-%d").to_string();
     w.start_with(&sla_pipeline("timers", deadline));
     w.sensor_on("timers", "upstream", json!({"status": "ready"}), Some(&date));
     barrier(&mut w, "timers", 1);
     assert_eq!(w.stop().code(), Some(0), "SIGTERM closes cleanly:\n{}", w.log_tail());
     assert!(
-        Utc::now() < deadline - TimeDelta::seconds(20),
+        w.now() < deadline - TimeDelta::seconds(15),
         "restarted well before the deadline"
     );
 
@@ -531,7 +523,7 @@ fn timers_survive_a_restart() {
     w.wait_for_until(
         "timers",
         "SLA_BREACH",
-        instant_at(deadline) + Duration::from_secs(30),
+        w.instant_at(deadline) + Duration::from_secs(30),
         |es| es.iter().any(|e| e.kind == SLA_BREACH),
     );
     barrier(&mut w, "timers", 2);
@@ -558,6 +550,8 @@ fn cron_pipeline_starts_at_its_cron_time() {
         "validation": {"rules": [{"key": "row-count", "check": "gte", "field": "count", "value": 1000}]},
         "job": http_job(&target.url)
     });
+    // The processor's clock reaches a whole minute 20 s after the start.
+    w.next_minute_in(Duration::from_secs(20));
     w.start_with(&config);
     let accepted = w.wait_for_sequence("cron", &[CONFIG_ACCEPTED])[0].timestamp;
     // The first occurrence after the config was accepted.
@@ -566,7 +560,7 @@ fn cron_pipeline_starts_at_its_cron_time() {
     w.sensor_on("cron", "row-count", json!({"count": 1500}), None);
     barrier(&mut w, "cron", 1);
     assert!(
-        target.requests.lock().unwrap().is_empty() || Utc::now() >= boundary,
+        target.requests.lock().unwrap().is_empty() || w.now() >= boundary,
         "nothing ran before the cron time"
     );
 
@@ -579,7 +573,7 @@ fn cron_pipeline_starts_at_its_cron_time() {
     let events = w.wait_for_until(
         "cron",
         "JOB_COMPLETED",
-        instant_at(boundary) + Duration::from_secs(45),
+        w.instant_at(boundary) + Duration::from_secs(45),
         |es| of_date(es).iter().any(|e| e.kind == JOB_COMPLETED),
     );
     let before: Vec<_> = events

@@ -1,7 +1,7 @@
 //! Moving over from the earlier (serverless) design: its pipelines, producers and runbooks
 //! behave as they did, on the real broker. Each test names the behaviour it keeps.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{NaiveDate, TimeDelta, Timelike, Utc};
 use serde_json::{json, Value};
@@ -162,8 +162,9 @@ fn schedule_missed_at_the_cron_time_then_the_trigger_starts_the_day() {
     let mut w = World::new("crontrig");
     let mut config = pipeline("crontrig", command_job("true", 0));
     config["schedule"]["cron"] = json!("* * * * *");
+    let minute = w.next_minute_in(Duration::from_secs(15));
     w.start_with(&config);
-    let within = Instant::now() + Duration::from_secs(90);
+    let within = w.instant_at(minute) + Duration::from_secs(60);
     let events = w.wait_for_until("crontrig", "SCHEDULE_MISSED", within, |es| {
         es.iter().any(|e| e.kind == SCHEDULE_MISSED)
     });

@@ -11,7 +11,7 @@ use chrono::{TimeDelta, Utc};
 use serde_json::json;
 use sluice::core::events::{Event, EventType::*};
 
-use super::{barrier, deadline_ahead, instant_at, row_count_then_trigger, sla_pipeline};
+use super::{barrier, next_minute, row_count_then_trigger, sla_pipeline, DEADLINE_LEAD};
 use crate::support::{command_job, pipeline, sluice_on, World};
 
 fn replay(w: &World, args: &[&str]) -> Output {
@@ -45,7 +45,10 @@ fn by_pipeline<'a>(events: impl IntoIterator<Item = &'a Event>) -> BTreeMap<Stri
 #[test]
 fn replay_reproduces_a_recorded_run_and_shows_a_config_change() {
     let mut w = World::new("replay");
-    let deadline = deadline_ahead();
+    // Replay runs in the records' event time, so this processor keeps the system clock (no
+    // `--clock-offset`) and the test waits for a real deadline.
+    let lead = chrono::TimeDelta::from_std(DEADLINE_LEAD).unwrap();
+    let deadline = next_minute(chrono::Utc::now() + lead);
     let date = deadline.format("%Y-%m-%d").to_string();
     w.start_with(&sla_pipeline("sla", deadline));
     let retry = pipeline("retry", command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || exit 3", 1));
@@ -60,7 +63,7 @@ fn replay_reproduces_a_recorded_run_and_shows_a_config_change() {
     w.wait_for_until(
         "sla",
         "SLA_BREACH",
-        instant_at(deadline) + Duration::from_secs(30),
+        w.instant_at(deadline) + Duration::from_secs(30),
         |es| es.iter().any(|e| e.kind == SLA_BREACH),
     );
     barrier(&mut w, "sla", 1);

@@ -111,6 +111,8 @@ pub struct World {
     pub allow_targets: String,
     /// Reads events with this codec (Avro, a registry) instead of as plain JSON.
     codec: Option<(Codec, tokio::runtime::Runtime)>,
+    /// How far the processors' clock runs ahead of the wall clock (`--clock-offset`).
+    ahead: chrono::TimeDelta,
 }
 
 fn unique(name: &str) -> String {
@@ -170,7 +172,35 @@ impl World {
             env: Vec::new(),
             allow_targets: "127.0.0.0/8".into(),
             codec: None,
+            ahead: chrono::TimeDelta::zero(),
         }
+    }
+
+    /// Runs this world's processors with their clock shifted (`--clock-offset`) so that the
+    /// processors' next whole minute comes `lead` from now; returns that minute. A test of a
+    /// deadline or a cron time waits seconds for it, not up to two minutes.
+    pub fn next_minute_in(&mut self, lead: Duration) -> chrono::DateTime<chrono::Utc> {
+        assert!(self.processor.is_none(), "shift the clock before the processor starts");
+        let now = chrono::Utc::now();
+        // At least a minute ahead, so that the shift is never backwards.
+        let minute = chrono::DateTime::from_timestamp((now.timestamp().div_euclid(60) + 2) * 60, 0).unwrap();
+        let lead = chrono::TimeDelta::from_std(lead).unwrap();
+        self.ahead = chrono::TimeDelta::milliseconds((minute - lead - now).num_milliseconds());
+        self.env.push((
+            "SLUICE_CLOCK_OFFSET".into(),
+            format!("{}ms", self.ahead.num_milliseconds()),
+        ));
+        minute
+    }
+
+    /// The processors' clock.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + self.ahead
+    }
+
+    /// The `Instant` at which the processors' clock reads `at` (now if it has).
+    pub fn instant_at(&self, at: chrono::DateTime<chrono::Utc>) -> Instant {
+        Instant::now() + (at - self.now()).to_std().unwrap_or(Duration::ZERO)
     }
 
     /// Reads the events topic with `codec` from now on (events written as Avro, say).

@@ -9,9 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::args::{parse_std_duration, DeciderArgs};
+use super::args::{parse_delta, parse_std_duration, DeciderArgs};
 use crate::runtime::access::{self, Access};
 use crate::runtime::api::{self, Api, Commands};
+use crate::runtime::clock::Clock;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::http as http_server;
@@ -56,6 +57,11 @@ pub struct RunArgs {
     shutdown_grace: Duration,
     #[command(flatten)]
     decider: DeciderArgs,
+    /// Runs the processor's clock this far ahead of the system clock (e.g. `90s`), so that
+    /// SLA deadlines and cron times come sooner: for tests and rehearsals of a schedule, not
+    /// for a live group. Every instance of a group must use the same offset.
+    #[arg(long, env = "SLUICE_CLOCK_OFFSET", value_name = "DURATION", value_parser = parse_delta)]
+    clock_offset: Option<chrono::TimeDelta>,
     /// effectively-once works with any broker (a crash may re-send the last batch's events,
     /// with the same eventId); exactly-once needs a broker with full transaction support.
     #[arg(long, env = "SLUICE_GUARANTEE", value_enum, default_value = "effectively-once")]
@@ -225,6 +231,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         shutdown_grace: args.shutdown_grace,
         decider: args.decider.settings(),
         codec,
+        clock: args.clock_offset.map_or_else(Clock::system, Clock::shifted),
     };
     let http = match args.http {
         Some(addr) => Some(HttpOptions {

@@ -8,6 +8,7 @@
 //! sees half a batch. A pipeline of a partition this instance does not own is forwarded to the
 //! owner named by the [`Directory`]; the list is gathered from every live instance.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,10 +28,70 @@ use super::access::{Access, Grant};
 use super::codec::{Codec, Family};
 use super::instances::{Directory, Member};
 use super::kafka;
+use super::opening::Openings;
+use super::recent::RecentEvents;
+use super::store::PartitionStore;
+use super::summaries::Summaries;
 use crate::core::execution::ExecutionDate;
 use crate::core::partitioning::partition_for;
 use crate::core::records::{CommandKind, CommandRecord};
-use crate::core::status::PipelineSummary;
+use crate::core::status::{self, PipelineSummary};
+
+/// What the processor's answers are read from: its stores and read models, lent for one
+/// answer between batches.
+pub(super) struct Served<'a> {
+    pub stores: &'a BTreeMap<i32, PartitionStore>,
+    pub openings: &'a Openings,
+    pub summaries: &'a mut Summaries,
+    pub recent: &'a RecentEvents,
+    /// Partition count of the input topics.
+    pub partitions: i32,
+    pub instance: &'a str,
+}
+
+/// Answers `query` from `served` (the processor calls it between batches).
+pub(super) fn answer(query: Query, served: Served<'_>) -> anyhow::Result<()> {
+    match query {
+        Query::List { reply } => {
+            let _ = reply.send(Listed {
+                pipelines: served.summaries.all(served.stores)?,
+                opening: !served.openings.is_empty(),
+            });
+        }
+        Query::Pipeline { id, reply } => {
+            let _ = reply.send(pipeline_view(&id, &served)?);
+        }
+    }
+    Ok(())
+}
+
+/// One pipeline's full view, or where it is if not here.
+fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
+    let partition = partition_of(id, served.partitions);
+    let Some(store) = served.stores.get(&partition) else {
+        return Ok(match served.openings.contains(partition) {
+            true => Answer::Opening { partition },
+            false => Answer::NotOwned { partition },
+        });
+    };
+    let Some(state) = store.pipeline(id)? else {
+        return Ok(Answer::Missing);
+    };
+    let config = state.config.as_deref();
+    Ok(Answer::Found(json!({
+        "pipelineId": id,
+        "partition": partition,
+        "servedBy": served.instance,
+        "summary": status::summarize(id, &state),
+        "config": config.map(|c| c.raw()),
+        "about": config.map(status::config_sentences),
+        "rules": config.map(status::rules),
+        "sensors": status::sensors(&state),
+        "executions": state.executions.values().collect::<Vec<_>>(),
+        "timers": status::timers(&state),
+        "recentEvents": served.recent.of(id),
+    })))
+}
 
 /// Marks a forwarded request, so it is answered where it lands and never forwarded again.
 const FORWARDED: &str = "x-sluice-forwarded-by";

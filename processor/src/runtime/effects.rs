@@ -28,7 +28,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use chrono::Utc;
 use ipnet::IpNet;
 use rdkafka::producer::FutureProducer;
 use serde_json::{json, Value};
@@ -37,6 +36,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
+use super::clock::Clock;
 use super::codec::{Codec, Family};
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
@@ -75,6 +75,8 @@ pub struct Executor {
     in_flight: Arc<InFlight>,
     tasks: JoinSet<()>,
     telemetry: Arc<Telemetry>,
+    /// Stamps the job reports.
+    clock: Clock,
 }
 
 impl Executor {
@@ -85,6 +87,7 @@ impl Executor {
         codec: Codec,
         telemetry: Arc<Telemetry>,
         in_flight: Arc<InFlight>,
+        clock: Clock,
     ) -> Result<Self> {
         Ok(Executor {
             producer,
@@ -96,6 +99,7 @@ impl Executor {
             in_flight,
             tasks: JoinSet::new(),
             telemetry,
+            clock,
         })
     }
 
@@ -111,6 +115,7 @@ impl Executor {
             codec: self.codec.clone(),
             client: self.client.clone(),
             limits: self.limits.clone(),
+            clock: self.clock,
             request,
         };
         let checking = self.checking.clone();
@@ -248,6 +253,7 @@ struct Work {
     codec: Codec,
     client: Client,
     limits: Arc<Limits>,
+    clock: Clock,
     request: TriggerRequest,
 }
 
@@ -364,7 +370,7 @@ impl Work {
             failure_category: outcome.category,
             message: outcome.message,
             metadata: outcome.metadata,
-            timestamp: Utc::now(),
+            timestamp: self.clock.now(),
         };
         let json = serde_json::to_value(&record).expect("job records serialise");
         let bytes = match self.codec.encode(Family::Jobs, &self.topic, &json) {

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod api;
 pub mod changelog;
+pub mod clock;
 pub mod codec;
 pub mod effects;
 pub mod http;

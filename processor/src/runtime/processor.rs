@@ -32,8 +32,9 @@ use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSen
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use super::api::{self, Answer, Query};
+use super::api::{self, Query};
 use super::changelog;
+use super::clock::{Clock, Monotonic};
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::input::{origin_of, read_input};
@@ -45,10 +46,11 @@ use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::Topics;
 use crate::core::changelog::{Foreign, Lineage};
+use crate::core::config::PipelineConfig;
+use crate::core::events::Event;
 use crate::core::lifecycle::{
-    decide, Context, Decision, Effect, Input, OutboundTopic, Settings as DeciderSettings, StateChange,
+    decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
-use crate::core::status;
 use crate::core::timers::{timer_origin, TimerIndex, TimerOp};
 use crate::core::PipelineState;
 
@@ -81,6 +83,8 @@ pub struct Settings {
     pub decider: DeciderSettings,
     /// How events and outbound records are written, and input records read.
     pub codec: Codec,
+    /// The decider's time and the timers' (see [`Clock`]).
+    pub clock: Clock,
 }
 
 /// Partition ownership changes, reported by librdkafka during polls.
@@ -175,18 +179,20 @@ struct Pending {
     commits: BTreeMap<(String, i32), i64>,
     /// Effects with the input partition of their pipeline.
     effects: Vec<(i32, Effect)>,
+    /// What the read models learn once the batch is durable (never before: a batch that
+    /// fails or loses its partitions must not show in the API).
+    learned: Learned,
 }
 
-/// Time for the decider: the wall clock, never allowed to go backwards.
-struct Clock {
-    last: DateTime<Utc>,
-}
-
-impl Clock {
-    fn now(&mut self) -> DateTime<Utc> {
-        self.last = self.last.max(Utc::now());
-        self.last
-    }
+/// Read-model updates of one batch: the API's recent events, its summaries and the stores'
+/// config caches.
+#[derive(Default)]
+struct Learned {
+    events: Vec<Event>,
+    /// Pipelines whose state changed (their summaries are stale).
+    changed: Vec<(i32, String)>,
+    /// Configs the batch writes, by partition and pipeline.
+    configs: HashMap<(i32, String), Arc<PipelineConfig>>,
 }
 
 pub struct Processor {
@@ -198,7 +204,8 @@ pub struct Processor {
     timers: TimerIndex,
     executor: Executor,
     telemetry: Arc<Telemetry>,
-    clock: Clock,
+    /// The decider's time.
+    time: Monotonic,
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
@@ -328,10 +335,12 @@ impl Processor {
             settings.codec.clone(),
             telemetry.clone(),
             in_flight,
+            settings.clock,
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
         let openings = Openings::new(settings.clone(), control, telemetry.clone());
+        let time = Monotonic::new(settings.clock);
         Ok(Processor {
             settings,
             consumer,
@@ -341,9 +350,7 @@ impl Processor {
             timers: TimerIndex::default(),
             executor,
             telemetry,
-            clock: Clock {
-                last: DateTime::<Utc>::MIN_UTC,
-            },
+            time,
             last_commit: None,
             partitions: partitions as i32,
             stale_effects: BTreeMap::new(),
@@ -394,10 +401,7 @@ impl Processor {
         let mut probe = tokio::time::interval(Duration::from_secs(2));
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let wait = self
-                .timers
-                .next_due()
-                .map(|at| (at - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+            let wait = self.timers.next_due().map(|at| self.settings.clock.until(at));
             let timer_armed = wait.is_some();
             // Journaled triggers wait on facts (the jobs topic read up to its end), which an
             // idle partition reaches without a batch: look again every second.
@@ -623,39 +627,17 @@ impl Processor {
 
     /// Answers an API question from the stores (between batches, so never half a batch).
     fn answer(&mut self, query: Query) -> Result<()> {
-        match query {
-            Query::List { reply } => {
-                let _ = reply.send(api::Listed {
-                    pipelines: self.summaries.all(&self.stores)?,
-                    opening: !self.openings.is_empty(),
-                });
-            }
-            Query::Pipeline { id, reply } => {
-                let partition = api::partition_of(&id, self.partitions);
-                let answer = match self.stores.get(&partition) {
-                    None if self.openings.contains(partition) => Answer::Opening { partition },
-                    None => Answer::NotOwned { partition },
-                    Some(store) => match store.pipeline(&id)? {
-                        None => Answer::Missing,
-                        Some(state) => Answer::Found(serde_json::json!({
-                            "pipelineId": id,
-                            "partition": partition,
-                            "servedBy": self.settings.instance,
-                            "summary": status::summarize(&id, &state),
-                            "config": state.config.as_deref().map(|c| c.raw()),
-                            "about": state.config.as_deref().map(status::config_sentences),
-                            "rules": state.config.as_deref().map(status::rules),
-                            "sensors": status::sensors(&state),
-                            "executions": state.executions.values().collect::<Vec<_>>(),
-                            "timers": status::timers(&state),
-                            "recentEvents": self.recent.of(&id),
-                        })),
-                    },
-                };
-                let _ = reply.send(answer);
-            }
-        }
-        Ok(())
+        api::answer(
+            query,
+            api::Served {
+                stores: &self.stores,
+                openings: &self.openings,
+                summaries: &mut self.summaries,
+                recent: &self.recent,
+                partitions: self.partitions,
+                instance: &self.settings.instance,
+            },
+        )
     }
 
     /// Installs a partition opened in the background (see [`opening`]): its store, timers
@@ -801,7 +783,7 @@ impl Processor {
 
     async fn process_records(&mut self, batch: Vec<OwnedMessage>) -> Result<()> {
         let started = Instant::now();
-        let now = self.clock.now();
+        let now = self.time.now();
         let mut pending = Pending::default();
         // A rebalance reported while this batch was gathered comes first: records of a
         // partition revoked since they were fetched belong to its new owner now.
@@ -847,15 +829,8 @@ impl Processor {
                 &self.settings.decider.limits,
             )
             .await;
-            if let Input::JobReported(report) = &input {
-                // The trigger's outcome is known: it leaves the journal, and is not requested
-                // again.
-                pending.stores.entry(p).or_default().delete_effect(&report.run_id);
-                self.resumes
-                    .retain(|r| !(r.partition == p && r.effect.request().run_id == report.run_id));
-            }
             let origin = origin_of(kind, p, offset, &input);
-            self.decide_and_stage(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
+            self.decide_and_apply(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
         }
         self.flush(pending).await?;
         self.resume_triggers()?;
@@ -871,7 +846,7 @@ impl Processor {
         while let Ok(change) = self.ownership.try_recv() {
             self.on_ownership(change).await?;
         }
-        let now = self.clock.now();
+        let now = self.time.now();
         self.stage_due_timers(&mut pending, now)?;
         self.flush(pending).await?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
@@ -888,7 +863,7 @@ impl Processor {
                 .or_default()
                 .delete_timer(timer.at, &pipeline, &timer.kind);
             let origin = timer_origin(&pipeline, &timer.kind, timer.at);
-            self.decide_and_stage(
+            self.decide_and_apply(
                 pending,
                 p,
                 &pipeline,
@@ -902,11 +877,11 @@ impl Processor {
     }
 
     /// Decides what `input` means for `pipeline` and adds the decision to the batch. A
-    /// decision whose state would not fit one changelog record is not staged: the input is
+    /// decision whose state would not fit one changelog record is not applied: the input is
     /// rejected instead (INPUT_REJECTED, and the record to the dead-letter topic), naming the
     /// limit, so that no changelog write is ever left out of a batch marked complete.
     #[allow(clippy::too_many_arguments)]
-    fn decide_and_stage(
+    fn decide_and_apply(
         &mut self,
         pending: &mut Pending,
         p: i32,
@@ -916,13 +891,16 @@ impl Processor {
         now: DateTime<Utc>,
         source: Option<&OwnedMessage>,
     ) -> Result<()> {
+        if let Input::JobReported(report) = input {
+            self.forget_trigger(pending, p, &report.run_id);
+        }
         let state = self.state(pending, p, pipeline)?;
         let ctx = Context {
             now,
             origin,
             settings: self.settings.decider,
         };
-        let Err(reason) = self.stage(pending, p, pipeline, decide(&state, pipeline, input, ctx), source)? else {
+        let Err(reason) = self.apply(pending, p, pipeline, decide(&state, pipeline, input, ctx), source)? else {
             return Ok(());
         };
         let what = source.map_or_else(
@@ -930,15 +908,24 @@ impl Processor {
             |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
         );
         let rejected = Input::Rejected { source: what, reason };
-        match self.stage(pending, p, pipeline, decide(&state, pipeline, &rejected, ctx), source)? {
+        match self.apply(pending, p, pipeline, decide(&state, pipeline, &rejected, ctx), source)? {
             Ok(()) => Ok(()),
             Err(reason) => bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}"),
         }
     }
 
-    /// Adds one decision to the batch: outputs, state, timers and effects; or, when its state
-    /// is over `--max-state-bytes`, nothing (`Err` with the reason).
-    fn stage(
+    /// A report on `run_id` came: the trigger's outcome is known, so it leaves the journal
+    /// and is not requested again.
+    fn forget_trigger(&mut self, pending: &mut Pending, p: i32, run_id: &str) {
+        pending.stores.entry(p).or_default().delete_effect(run_id);
+        self.resumes
+            .retain(|r| !(r.partition == p && r.effect.request().run_id == run_id));
+    }
+
+    /// Adds one decision to the batch, in the order its parts are written: events and dead
+    /// letter, state, timers, outbound records, effects. When its state is over
+    /// `--max-state-bytes`, nothing is added (`Err` with the reason).
+    fn apply(
         &mut self,
         pending: &mut Pending,
         p: i32,
@@ -947,22 +934,50 @@ impl Processor {
         source: Option<&OwnedMessage>,
     ) -> Result<Result<(), String>> {
         let encoded = match &mut decision.state {
-            StateChange::Put(state) => Some(store::encode_state(state)?),
+            StateChange::Put(state) => {
+                let bytes = store::encode_state(state)?;
+                if let Err(reason) = self.settings.decider.limits.check_state(bytes.len()) {
+                    warn!(pipeline, "{reason}");
+                    return Ok(Err(reason));
+                }
+                Some(bytes)
+            }
             _ => None,
         };
-        if let Some(bytes) = &encoded {
-            if let Err(reason) = self.settings.decider.limits.check_state(bytes.len()) {
-                warn!(pipeline, "{reason}");
-                return Ok(Err(reason));
-            }
-        }
-        // Every line logged while staging carries the pipeline (and, on events, the execution
+        // Every line logged while applying carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
         let _span = tracing::info_span!("pipeline", pipeline).entered();
         for note in &decision.notes {
             debug!("{note}");
         }
-        for event in &decision.events {
+        self.apply_events(pending, pipeline, decision.events)?;
+        if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
+            self.telemetry.dead_letter();
+            pending
+                .outputs
+                .push(dead_letter(&self.settings.topics.dlq, message, reason));
+        }
+        self.apply_state(pending, p, pipeline, decision.state, encoded)?;
+        self.apply_timers(pending, p, pipeline, decision.timers);
+        self.apply_records(pending, &decision.records)?;
+        for effect in decision.effects {
+            // Triggers are journaled; status checks are not (their timer asks again).
+            if let Effect::TriggerJob(request) = &effect {
+                pending
+                    .stores
+                    .entry(p)
+                    .or_default()
+                    .put_effect(&request.run_id, &effect)?;
+            }
+            pending.effects.push((p, effect));
+        }
+        Ok(Ok(()))
+    }
+
+    /// Logs the events and adds them to the batch's outputs.
+    fn apply_events(&self, pending: &mut Pending, pipeline: &str, events: Vec<Event>) -> Result<()> {
+        let topic = &self.settings.topics.events;
+        for event in events {
             info!(
                 event = event.kind.name(),
                 schedule = event.schedule_id.as_deref(),
@@ -971,12 +986,10 @@ impl Processor {
                 "{}",
                 event.message
             );
-            self.recent.push(event.clone());
-            let topic = &self.settings.topics.events;
             let value = self
                 .settings
                 .codec
-                .encode(Family::Events, topic, &serde_json::to_value(event)?)?;
+                .encode(Family::Events, topic, &serde_json::to_value(&event)?)?;
             pending.outputs.push(Output {
                 topic: topic.clone(),
                 partition: None,
@@ -984,39 +997,64 @@ impl Processor {
                 value: Some(value),
                 headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
             });
+            pending.learned.events.push(event);
         }
-        if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
-            self.telemetry.dead_letter();
-            pending
-                .outputs
-                .push(dead_letter(&self.settings.topics.dlq, message, reason));
-        }
-        if !matches!(decision.state, StateChange::Unchanged) {
-            self.summaries.changed(p, pipeline);
-        }
-        let batch = pending.stores.entry(p).or_default();
-        match decision.state {
-            StateChange::Unchanged => {}
+        Ok(())
+    }
+
+    /// Adds a state change to the partition's store batch (`encoded`: the put state's bytes).
+    fn apply_state(
+        &self,
+        pending: &mut Pending,
+        p: i32,
+        pipeline: &str,
+        change: StateChange,
+        encoded: Option<Vec<u8>>,
+    ) -> Result<()> {
+        let key = (p, pipeline.to_string());
+        let state = match change {
+            StateChange::Unchanged => return Ok(()),
             StateChange::Put(state) => {
-                // The config is written only when it is not the one stored already.
-                let store = &self.stores[&p];
+                // The config is written only when it is not the one stored (or being stored)
+                // already.
                 let new_config = match &state.config {
-                    Some(config) if !store.holds_config(pipeline, config) => {
-                        store.config_written(pipeline, config)?;
+                    Some(config) if !self.holds_config(pending, p, pipeline, config) => {
+                        pending.learned.configs.insert(key.clone(), config.clone());
                         Some(config.as_ref())
                     }
                     _ => None,
                 };
-                let bytes = encoded.expect("a put state is encoded above");
-                batch.put_encoded(pipeline, bytes, new_config)?;
-                pending.states.insert((p, pipeline.to_string()), Some(*state));
+                let bytes = encoded.expect("a put state is encoded before it is applied");
+                pending
+                    .stores
+                    .entry(p)
+                    .or_default()
+                    .put_encoded(pipeline, bytes, new_config)?;
+                Some(*state)
             }
             StateChange::Delete => {
-                batch.delete_pipeline(pipeline);
-                pending.states.insert((p, pipeline.to_string()), None);
+                pending.stores.entry(p).or_default().delete_pipeline(pipeline);
+                pending.learned.configs.remove(&key);
+                None
             }
+        };
+        pending.learned.changed.push(key.clone());
+        pending.states.insert(key, state);
+        Ok(())
+    }
+
+    /// Whether `config` is the one `pipeline` has stored, or is storing in this batch.
+    fn holds_config(&self, pending: &Pending, p: i32, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+        match pending.learned.configs.get(&(p, pipeline.to_string())) {
+            Some(staged) => Arc::ptr_eq(staged, config),
+            None => self.stores[&p].holds_config(pipeline, config),
         }
-        for op in decision.timers {
+    }
+
+    /// Sets and cancels timers in the index and the partition's store batch.
+    fn apply_timers(&mut self, pending: &mut Pending, p: i32, pipeline: &str, ops: Vec<TimerOp>) {
+        let batch = pending.stores.entry(p).or_default();
+        for op in ops {
             match op {
                 TimerOp::Set { kind, at } => {
                     if let Some(old) = self.timers.set(p, pipeline, &kind, at) {
@@ -1031,7 +1069,12 @@ impl Processor {
                 }
             }
         }
-        for record in &decision.records {
+    }
+
+    /// Adds the records the decider publishes to Sluice's own inputs (dependency sensors,
+    /// subscriptions) to the batch's outputs.
+    fn apply_records(&self, pending: &mut Pending, records: &[Outbound]) -> Result<()> {
+        for record in records {
             let (family, topic) = match record.topic {
                 OutboundTopic::Sensors => (Family::Sensors, &self.settings.topics.sensors),
                 OutboundTopic::Commands => (Family::Commands, &self.settings.topics.commands),
@@ -1044,18 +1087,73 @@ impl Processor {
                 headers: Vec::new(),
             });
         }
-        for effect in decision.effects {
-            // Triggers are journaled; status checks are not (their timer asks again).
-            if let Effect::TriggerJob(request) = &effect {
-                batch.put_effect(&request.run_id, &effect)?;
-            }
-            pending.effects.push((p, effect));
-        }
-        Ok(Ok(()))
+        Ok(())
     }
 
-    /// Outputs and changelog acknowledged → state written → offsets committed → effects.
+    /// Tells the read models what a durable batch changed.
+    fn learn(&mut self, learned: Learned) -> Result<()> {
+        for event in learned.events {
+            self.recent.push(event);
+        }
+        for (p, pipeline) in learned.changed {
+            self.summaries.changed(p, &pipeline);
+        }
+        for ((p, pipeline), config) in learned.configs {
+            if let Some(store) = self.stores.get(&p) {
+                store.config_written(&pipeline, &config)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Outputs and changelog acknowledged → state written → offsets committed → read models
+    /// → effects.
     async fn flush(&mut self, mut pending: Pending) -> Result<()> {
+        self.add_repairs(&mut pending);
+        let first_changelog = pending.outputs.len();
+        let mut sequenced = self.mirror_to_changelog(&mut pending);
+        let mut offsets = self.input_offsets(&pending.commits)?;
+        let committing = Instant::now();
+        let Some((markers, fenced)) = self
+            .produce_batch(&mut pending.outputs, first_changelog, &mut sequenced, offsets.as_ref())
+            .await?
+        else {
+            return Ok(());
+        };
+        self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
+        if self.lost_partitions("its state") {
+            return Ok(());
+        }
+        if !fenced.is_empty() {
+            for p in &fenced {
+                self.abandon(*p)?;
+            }
+            pending.stores.retain(|p, _| !fenced.contains(p));
+            pending.effects.retain(|(p, _)| !fenced.contains(p));
+            pending.commits.retain(|(_, p), _| !fenced.contains(p));
+            offsets = self.input_offsets(&pending.commits)?;
+        }
+        self.write_stores(pending.stores, &markers, &sequenced)?;
+        self.learn(pending.learned)?;
+        if let (Some(list), Guarantee::EffectivelyOnce) = (offsets, self.settings.guarantee) {
+            if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+                warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");
+            }
+            self.last_commit = Some(list);
+        }
+        if self.lost_partitions("its effects") {
+            return Ok(());
+        }
+        for (p, effect) in pending.effects {
+            self.executor.spawn(effect, p);
+        }
+        self.telemetry.timers_pending(self.timers.len() as i64);
+        Ok(())
+    }
+
+    /// Adds what opening partitions left for the next batch: a crashed owner's changelog
+    /// keys to supersede, and stale journal entries to delete.
+    fn add_repairs(&mut self, pending: &mut Pending) {
         for (p, repair) in std::mem::take(&mut self.repairs) {
             pending.stores.entry(p).or_default().underlay(repair);
         }
@@ -1065,11 +1163,13 @@ impl Processor {
                 batch.delete_effect(&run_id);
             }
         }
-        // Mirror every store write, in order, to the changelog partition of the same number,
-        // as the next batch of this owner's epoch there. A partition revoked meanwhile is
-        // left to its new owner, which redoes the work.
-        let first_changelog = pending.outputs.len();
-        let mut sequenced: BTreeMap<i32, Lineage> = BTreeMap::new();
+    }
+
+    /// Mirrors every store write, in order, to the changelog partition of the same number, as
+    /// the next batch of this owner's epoch there; returns each partition's new lineage. A
+    /// partition revoked meanwhile is left to its new owner, which redoes the work.
+    fn mirror_to_changelog(&self, pending: &mut Pending) -> BTreeMap<i32, Lineage> {
+        let mut sequenced = BTreeMap::new();
         for (p, batch) in &pending.stores {
             let Some(writer) = self.writers.get(p).filter(|_| !batch.changes().is_empty()) else {
                 continue;
@@ -1090,49 +1190,54 @@ impl Processor {
                 });
             }
         }
-        let offsets = self.input_offsets(&pending.commits)?;
-        // The changelog marks each batch's end only once all of the batch's outputs are
-        // acknowledged: a restore never applies the writes of a batch whose events or dead
-        // letters a crash may have kept from the broker.
-        let committing = Instant::now();
-        // Partitions a newer owner has fenced (effectively-once; under exactly-once the
-        // broker fences).
-        let mut fenced = BTreeSet::new();
-        let markers = match self.settings.guarantee {
+        sequenced
+    }
+
+    /// Produces the batch's outputs, then the changelog markers of each batch's end (or all
+    /// in one transaction under exactly-once); returns the markers' positions and the
+    /// partitions a newer owner has fenced, or `None` when this instance lost its
+    /// partitions meanwhile. The changelog marks a batch's end only once all of its outputs
+    /// are acknowledged: a restore never applies the writes of a batch whose events or dead
+    /// letters a crash may have kept from the broker.
+    async fn produce_batch(
+        &mut self,
+        outputs: &mut [Output],
+        first_changelog: usize,
+        sequenced: &mut BTreeMap<i32, Lineage>,
+        offsets: Option<&TopicPartitionList>,
+    ) -> Result<Option<(Vec<(i32, i64)>, BTreeSet<i32>)>> {
+        match self.settings.guarantee {
             Guarantee::EffectivelyOnce => {
-                let delivered = self.produce_all(&mut pending.outputs).await?;
+                let delivered = self.produce_all(outputs).await?;
                 if self.lost_partitions("its end marker") {
-                    return Ok(());
+                    return Ok(None);
                 }
-                fenced = self.check_changelog(&pending.outputs[first_changelog..], &delivered[first_changelog..])?;
+                let mut fenced = self.check_changelog(&outputs[first_changelog..], &delivered[first_changelog..])?;
                 sequenced.retain(|p, _| !fenced.contains(p));
-                let mut markers = self.batch_markers(&delivered[first_changelog..], &sequenced);
+                let mut markers = self.batch_markers(&delivered[first_changelog..], sequenced);
                 let landed = self.produce_all(&mut markers).await?;
                 fenced.extend(self.check_changelog(&markers, &landed)?);
-                landed
+                Ok(Some((landed, fenced)))
             }
+            // Under exactly-once the broker fences.
             Guarantee::ExactlyOnce => {
-                self.produce_in_transaction(&pending.outputs, first_changelog, &sequenced, offsets.as_ref())
-                    .await?
+                let markers = self
+                    .produce_in_transaction(outputs, first_changelog, sequenced, offsets)
+                    .await?;
+                Ok(Some((markers, BTreeSet::new())))
             }
-        };
-        self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
-        if self.lost_partitions("its state") {
-            return Ok(());
         }
-        for p in &fenced {
-            self.abandon(*p)?;
-        }
-        pending.stores.retain(|p, _| !fenced.contains(p));
-        pending.effects.retain(|(p, _)| !fenced.contains(p));
-        let offsets = if fenced.is_empty() {
-            offsets
-        } else {
-            pending.commits.retain(|(_, p), _| !fenced.contains(p));
-            self.input_offsets(&pending.commits)?
-        };
-        let checkpoints: BTreeMap<i32, i64> = markers.into_iter().collect();
-        for (p, mut batch) in pending.stores {
+    }
+
+    /// Writes each partition's batch with its changelog checkpoint and lineage.
+    fn write_stores(
+        &mut self,
+        stores: BTreeMap<i32, StoreBatch>,
+        markers: &[(i32, i64)],
+        sequenced: &BTreeMap<i32, Lineage>,
+    ) -> Result<()> {
+        let checkpoints: BTreeMap<i32, i64> = markers.iter().copied().collect();
+        for (p, mut batch) in stores {
             if let (Some(c), Some(this)) = (checkpoints.get(&p), sequenced.get(&p)) {
                 batch.set_checkpoint(*c);
                 batch.set_lineage(*this);
@@ -1149,19 +1254,6 @@ impl Processor {
                 None => warn!(partition = p, "partition revoked before its batch was written"),
             }
         }
-        if let (Some(list), Guarantee::EffectivelyOnce) = (offsets, self.settings.guarantee) {
-            if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
-                warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");
-            }
-            self.last_commit = Some(list);
-        }
-        if self.lost_partitions("its effects") {
-            return Ok(());
-        }
-        for (p, effect) in pending.effects {
-            self.executor.spawn(effect, p);
-        }
-        self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
     }
 
