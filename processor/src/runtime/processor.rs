@@ -4,9 +4,14 @@
 //! produce events, dead letters and the batch's changelog records and wait for their acks
 //! (in one transaction with the input offsets under `--guarantee exactly-once`), write the
 //! RocksDB batch (state, timers, journaled effects, the applied offset of every input
-//! partition and the changelog checkpoint) atomically, commit consumer offsets, and only then
+//! partition and the changelog checkpoint) atomically, commit consumer offsets, tell the read
+//! models (the API's recent events and summaries, the stores' config caches), and only then
 //! start the effects. After a crash, records at or below the applied offset are skipped, so
 //! no input is applied twice; re-sent events carry the same id.
+//!
+//! A decision is applied to the batch by [`Processor::apply`], one step per part of it
+//! (events, state, timers, outbound records, effects); time comes from the runtime's
+//! [`Clock`].
 //!
 //! Errors are of two kinds. Transient ones (broker unreachable, produce failing) are retried
 //! with backoff for as long as they last, with `/healthz` reporting them. Fatal ones (corrupt
@@ -250,6 +255,38 @@ pub struct PartitionsAdded {
     pub assigned: i32,
 }
 
+/// Checks that the input topics and the changelog have one partition count; returns it, and
+/// whether the events topic has it too.
+fn check_topics(consumer: &StreamConsumer<RebalanceContext>, topics: &Topics) -> Result<(i32, bool)> {
+    let counts = kafka::partition_counts(consumer.client(), &topics.inputs())?;
+    let partitions = kafka::check_copartitioned(&counts)?;
+    let outputs = kafka::partition_counts(consumer.client(), &[&topics.events, &topics.dlq])?;
+    let changelog = kafka::partition_counts(consumer.client(), &[&topics.changelog])?;
+    if changelog[0].1 != partitions {
+        bail!(
+            "the changelog topic {} has {} partitions but the inputs have {partitions}: each input partition's state is mirrored to the changelog partition of the same number; recreate it with `sluice topics apply`",
+            topics.changelog,
+            changelog[0].1
+        );
+    }
+    Ok((partitions as i32, outputs[0].1 == partitions))
+}
+
+/// The producer of the batches' outputs: idempotent, or transactional under exactly-once
+/// (its transactions initialised, which fails on a broker without them).
+fn batch_producer(settings: &Settings) -> Result<FutureProducer> {
+    match settings.guarantee {
+        Guarantee::EffectivelyOnce => kafka::producer(&settings.kafka),
+        Guarantee::ExactlyOnce => {
+            let id = format!("{}-{}", settings.group, settings.instance);
+            let producer = kafka::transactional_producer(&settings.kafka, &id)?;
+            tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
+                .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
+            Ok(producer)
+        }
+    }
+}
+
 /// A journaled trigger found when its partition was opened: its call may have been made
 /// before a crash or a hand-over, with a report already on `sluice.jobs` or none.
 struct Resume {
@@ -274,7 +311,8 @@ const REFUSALS_BEFORE_NEW_PRODUCER: u32 = 3;
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Processor {
-    /// Connects, checks the topics and subscribes.
+    /// Connects, checks the topics and subscribes (long only for the literal of the
+    /// processor's fields).
     pub fn start(settings: Settings, telemetry: Arc<Telemetry>) -> Result<Self> {
         let (tx, ownership) = unbounded_channel();
         let in_flight = Arc::new(InFlight::default());
@@ -292,39 +330,20 @@ impl Processor {
                 grace: settings.shutdown_grace,
             })
             .context("creating Kafka consumer")?;
-        let inputs = settings.topics.inputs();
-        let counts = kafka::partition_counts(consumer.client(), &inputs)?;
-        let partitions = kafka::check_copartitioned(&counts)?;
-        let outputs = kafka::partition_counts(consumer.client(), &[&settings.topics.events, &settings.topics.dlq])?;
+        let (partitions, events_copartitioned) = check_topics(&consumer, &settings.topics)?;
         // Recent events can be read back per partition only when the events topic is
         // partitioned like the inputs.
-        let tail = (outputs[0].1 == partitions).then(|| {
+        let tail = events_copartitioned.then(|| {
             TailReader::start(
                 settings.kafka.clone(),
                 settings.topics.events.clone(),
                 settings.codec.clone(),
             )
         });
-        let changelog = kafka::partition_counts(consumer.client(), &[&settings.topics.changelog])?;
-        if changelog[0].1 != partitions {
-            bail!(
-                "the changelog topic {} has {} partitions but the inputs have {partitions}: each input partition's state is mirrored to the changelog partition of the same number; recreate it with `sluice topics apply`",
-                settings.topics.changelog,
-                changelog[0].1
-            );
-        }
+        let inputs = settings.topics.inputs();
         consumer.subscribe(&inputs).context("subscribing to input topics")?;
         info!(partitions, group = %settings.group, brokers = %settings.kafka, guarantee = ?settings.guarantee, "subscribed to {}", inputs.join(", "));
-        let producer = match settings.guarantee {
-            Guarantee::EffectivelyOnce => kafka::producer(&settings.kafka)?,
-            Guarantee::ExactlyOnce => {
-                let id = format!("{}-{}", settings.group, settings.instance);
-                let producer = kafka::transactional_producer(&settings.kafka, &id)?;
-                tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
-                    .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
-                producer
-            }
-        };
+        let producer = batch_producer(&settings)?;
         // Job reports, fences and acceptances are written outside the batches, so never
         // through the transactional producer: one producer (one client) for all of them.
         let control = kafka::report_producer(&settings.kafka)?;
@@ -352,7 +371,7 @@ impl Processor {
             telemetry,
             time,
             last_commit: None,
-            partitions: partitions as i32,
+            partitions,
             stale_effects: BTreeMap::new(),
             repairs: BTreeMap::new(),
             resumes: Vec::new(),
@@ -394,6 +413,9 @@ impl Processor {
         result
     }
 
+    /// The loop: one `select!` over every source of work (shutdown, rebalances, opened
+    /// partitions, API questions, input, due timers, journaled triggers, the broker probe),
+    /// long because its priorities read best in one place.
     async fn process(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
         // While the broker is flagged unreachable and nothing flows to say otherwise (an idle
@@ -1333,15 +1355,7 @@ impl Processor {
                             && outputs[i].topic == self.settings.topics.dlq
                             && outputs[i].value.is_some() =>
                     {
-                        let size = outputs[i].value.take().map_or(0, |v| v.len());
-                        warn!(size, "dead letter too large for the broker: sent without its value");
-                        outputs[i].headers.push((
-                            "value.omitted".into(),
-                            format!(
-                                "{size} bytes: too large for the dead-letter topic; read it at its source coordinates"
-                            )
-                            .into_bytes(),
-                        ));
+                        omit_value(&mut outputs[i]);
                         failed.push(i);
                     }
                     // A changelog write left out would leave the state and its changelog apart:
@@ -1377,9 +1391,9 @@ impl Processor {
         for o in outputs.iter() {
             *per_topic.entry(o.topic.as_str()).or_default() += 1;
         }
-        for (topic, n) in per_topic {
-            self.telemetry.record_out(topic, n);
-        }
+        per_topic
+            .into_iter()
+            .for_each(|(topic, n)| self.telemetry.record_out(topic, n));
         Ok(delivered)
     }
 
@@ -1479,6 +1493,17 @@ impl Processor {
             }
         }
     }
+}
+
+/// Drops a dead letter's value, too large for the broker; its headers say so, and where the
+/// record is at its source.
+fn omit_value(output: &mut Output) {
+    let size = output.value.take().map_or(0, |v| v.len());
+    warn!(size, "dead letter too large for the broker: sent without its value");
+    output.headers.push((
+        "value.omitted".into(),
+        format!("{size} bytes: too large for the dead-letter topic; read it at its source coordinates").into_bytes(),
+    ));
 }
 
 fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {
