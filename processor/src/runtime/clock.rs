@@ -28,10 +28,6 @@ impl Clock {
         Clock { offset }
     }
 
-    pub fn offset(&self) -> TimeDelta {
-        self.offset
-    }
-
     pub fn now(&self) -> DateTime<Utc> {
         Utc::now() + self.offset
     }

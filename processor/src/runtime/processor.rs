@@ -18,7 +18,7 @@
 //! state, a fenced producer, a broker without the transactions asked for) end `run` with an
 //! error after the clients are closed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -195,7 +195,7 @@ struct Pending {
 struct Learned {
     events: Vec<Event>,
     /// Pipelines whose state changed (their summaries are stale).
-    changed: Vec<(i32, String)>,
+    changed: HashSet<(i32, String)>,
     /// Configs the batch writes, by partition and pipeline.
     configs: HashMap<(i32, String), Arc<PipelineConfig>>,
 }
@@ -1060,7 +1060,7 @@ impl Processor {
                 None
             }
         };
-        pending.learned.changed.push(key.clone());
+        pending.learned.changed.insert(key.clone());
         pending.states.insert(key, state);
         Ok(())
     }
