@@ -157,7 +157,7 @@ impl Commands {
         let json = serde_json::to_value(record)?;
         let value = self.codec.encode(Family::Commands, &self.topic, &json)?;
         let key = record.pipeline_id.as_bytes();
-        kafka::send(&self.producer, &self.topic, Some(key), Some(&value), &[]).await
+        Ok(kafka::send(&self.producer, &self.topic, Some(key), Some(&value), &[]).await?)
     }
 }
 

@@ -27,13 +27,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use super::error::{Error, Fatal};
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
 use crate::core::changelog::{Diverged, Entry, Epoch, Lineage, Restore};
@@ -266,7 +267,7 @@ pub fn restore(
     store: &mut PartitionStore,
     cancelled: &AtomicBool,
     progress: impl FnMut(u64, f64),
-) -> Result<Restored> {
+) -> Result<Restored, Error> {
     let started = Instant::now();
     let source = Source {
         consumer: reader(kafka)?,
@@ -312,7 +313,7 @@ struct Restoring<'a, P> {
 impl<P: FnMut(u64, f64)> Restoring<'_, P> {
     /// Reads what the store misses, or everything into a cleared store when its checkpoint
     /// is too old or reading on from it fails; see [`restore`].
-    fn run(&mut self, contiguous: bool) -> Result<Restored> {
+    fn run(&mut self, contiguous: bool) -> Result<Restored, Error> {
         let Source { topic, partition, .. } = self.source;
         let (low, _) = self
             .source
@@ -351,10 +352,12 @@ impl<P: FnMut(u64, f64)> Restoring<'_, P> {
                 Read::Diverged(why) if !full => {
                     format!("the local state cannot be brought up to date from {topic} ({why})")
                 }
-                Read::Diverged(why) => bail!("{topic} partition {partition}: {why}"),
-                Read::BeyondEnd => return Err(self.state_ahead(start - 1).into()),
+                Read::Diverged(why) => return Err(anyhow!("{topic} partition {partition}: {why}").into()),
+                Read::BeyondEnd => return Err(Fatal::from(self.state_ahead(start - 1)).into()),
                 Read::OutOfRange if !full => format!("what the local state misses is no longer in {topic}"),
-                Read::OutOfRange => bail!("{topic} partition {partition}: offset {start} is out of range"),
+                Read::OutOfRange => {
+                    return Err(anyhow!("{topic} partition {partition}: offset {start} is out of range").into())
+                }
             };
             warn!(partition, ?checkpoint, "{why}: restoring it in full");
             plan = Plan::Full(low);
@@ -364,7 +367,7 @@ impl<P: FnMut(u64, f64)> Restoring<'_, P> {
     /// Reads from `start` through the fence into the store, applying the writes that count.
     /// With `holes_diverge`, a hole in the offsets read means the store cannot be brought up
     /// to date (see [`restore`]'s `contiguous`).
-    fn read(&mut self, start: i64, holes_diverge: bool, rules: Restore) -> Result<Read> {
+    fn read(&mut self, start: i64, holes_diverge: bool, rules: Restore) -> Result<Read, Error> {
         let Source { partition, fence, .. } = self.source;
         if start > fence {
             // The checkpoint lies beyond the new fence, the partition's end.
@@ -381,7 +384,7 @@ impl<P: FnMut(u64, f64)> Restoring<'_, P> {
         let mut next = start;
         while next <= fence {
             if self.cancelled.load(Ordering::Relaxed) {
-                bail!(super::opening::Cancelled(partition));
+                return Err(Fatal::from(super::opening::Cancelled(partition)).into());
             }
             let message = match self.source.poll(&mut next, last_record)? {
                 Polled::Record(message) => message,
@@ -518,7 +521,7 @@ impl Applied {
     }
 
     /// Writes what is staged, with the store now current through `fence`.
-    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore) -> Result<Read> {
+    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore) -> Result<Read, Error> {
         let stale = self.rules.stale_keys();
         if !stale.is_empty() {
             info!(

@@ -8,6 +8,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::{Client, ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -114,7 +115,7 @@ struct LastError(std::sync::Mutex<Option<(RDKafkaErrorCode, String)>>);
 impl rdkafka::consumer::ConsumerContext for LastError {}
 
 impl ClientContext for LastError {
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+    fn error(&self, error: KafkaError, reason: &str) {
         tracing::error!("librdkafka: {error}: {reason}");
         if let Some(code) = error.rdkafka_error_code() {
             *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, reason.to_string()));
@@ -158,25 +159,37 @@ pub fn check_connection(kafka: &Connection) -> Result<()> {
     }
 }
 
-/// Whether a produce error is the broker refusing the producer itself (its id, epoch or
-/// sequence), which retries with the same producer do not mend: a broker that lost its
-/// producer state (tansu after a restart answers with an unknown error).
-pub fn refuses_producer(e: &anyhow::Error) -> bool {
-    use rdkafka::error::KafkaError;
-    let code = e.chain().find_map(|c| match c.downcast_ref::<KafkaError>() {
-        Some(KafkaError::MessageProduction(code)) => Some(*code),
-        _ => None,
-    });
-    matches!(
-        code,
-        Some(
-            RDKafkaErrorCode::Unknown
-                | RDKafkaErrorCode::UnknownProducerId
-                | RDKafkaErrorCode::OutOfOrderSequenceNumber
-                | RDKafkaErrorCode::InvalidProducerEpoch
-                | RDKafkaErrorCode::DuplicateSequenceNumber
+/// A record the broker did not acknowledge, with the client's typed error.
+#[derive(Debug, thiserror::Error)]
+#[error("producing to {topic}: {source}")]
+pub struct ProduceError {
+    pub topic: String,
+    #[source]
+    pub source: KafkaError,
+}
+
+impl ProduceError {
+    /// Whether the record exceeds the size the client or broker accept: retrying the same
+    /// record cannot succeed.
+    pub fn too_large(&self) -> bool {
+        self.source.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
+    }
+
+    /// Whether the broker refused the producer itself (its id, epoch or sequence), which
+    /// retries with the same producer do not mend: a broker that lost its producer state
+    /// (tansu after a restart answers with an unknown error).
+    pub fn refuses_producer(&self) -> bool {
+        matches!(
+            self.source,
+            KafkaError::MessageProduction(
+                RDKafkaErrorCode::Unknown
+                    | RDKafkaErrorCode::UnknownProducerId
+                    | RDKafkaErrorCode::OutOfOrderSequenceNumber
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::DuplicateSequenceNumber
+            )
         )
-    )
+    }
 }
 
 /// Whether a librdkafka property holds a secret (its value is never shown).
@@ -442,15 +455,6 @@ fn check_partitions(
     Ok(())
 }
 
-/// Whether producing failed because the record exceeds the size the client or broker
-/// accept: retrying the same record cannot succeed.
-pub fn too_large(error: &anyhow::Error) -> bool {
-    error
-        .downcast_ref::<rdkafka::error::KafkaError>()
-        .and_then(rdkafka::error::KafkaError::rdkafka_error_code)
-        == Some(RDKafkaErrorCode::MessageSizeTooLarge)
-}
-
 /// Produces one record and waits for the broker's acknowledgement.
 pub async fn send(
     producer: &FutureProducer,
@@ -458,7 +462,7 @@ pub async fn send(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &[u8])],
-) -> Result<(i32, i64)> {
+) -> Result<(i32, i64), ProduceError> {
     send_to(producer, topic, None, key, value, headers).await
 }
 
@@ -470,7 +474,7 @@ pub async fn send_to(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &[u8])],
-) -> Result<(i32, i64)> {
+) -> Result<(i32, i64), ProduceError> {
     let mut owned = OwnedHeaders::new();
     for (k, v) in headers {
         owned = owned.insert(Header {
@@ -491,7 +495,10 @@ pub async fn send_to(
     let delivery = producer
         .send(record, Duration::from_secs(30))
         .await
-        .map_err(|(e, _)| anyhow::Error::new(e).context(format!("producing to {topic}")))?;
+        .map_err(|(source, _)| ProduceError {
+            topic: topic.to_string(),
+            source,
+        })?;
     Ok((delivery.partition, delivery.offset))
 }
 
@@ -617,13 +624,16 @@ mod tests {
 
     #[test]
     fn a_broker_refusing_the_producer_is_told_from_a_passing_outage() {
-        use rdkafka::error::KafkaError;
-        let produce = |code| anyhow::Error::new(KafkaError::MessageProduction(code)).context("producing to t");
-        assert!(refuses_producer(&produce(RDKafkaErrorCode::Unknown)));
-        assert!(refuses_producer(&produce(RDKafkaErrorCode::OutOfOrderSequenceNumber)));
-        assert!(!refuses_producer(&produce(RDKafkaErrorCode::MessageTimedOut)));
-        assert!(!refuses_producer(&produce(RDKafkaErrorCode::BrokerTransportFailure)));
-        assert!(!refuses_producer(&anyhow::anyhow!("something else")));
+        let produce = |code| ProduceError {
+            topic: "t".into(),
+            source: KafkaError::MessageProduction(code),
+        };
+        assert!(produce(RDKafkaErrorCode::Unknown).refuses_producer());
+        assert!(produce(RDKafkaErrorCode::OutOfOrderSequenceNumber).refuses_producer());
+        assert!(!produce(RDKafkaErrorCode::MessageTimedOut).refuses_producer());
+        assert!(!produce(RDKafkaErrorCode::BrokerTransportFailure).refuses_producer());
+        assert!(produce(RDKafkaErrorCode::MessageSizeTooLarge).too_large());
+        assert!(!produce(RDKafkaErrorCode::MessageSizeTooLarge).refuses_producer());
     }
 
     #[test]

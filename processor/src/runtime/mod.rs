@@ -8,6 +8,7 @@ pub mod changelog;
 pub mod clock;
 pub mod codec;
 pub mod effects;
+pub mod error;
 pub mod http;
 pub mod input;
 pub mod instances;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Context as _};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -23,6 +23,7 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use super::changelog::{self, Restored};
+use super::error::{Error, Fatal, Result};
 use super::kafka;
 use super::processor::{Guarantee, Settings};
 use super::store::{PartitionStore, StoreBatch};
@@ -201,7 +202,7 @@ impl Openings {
 const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 
 /// A reader that reports reaching a partition's end, for [`holds`].
-fn tail_reader(kafka: &kafka::Connection) -> Result<BaseConsumer> {
+fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<BaseConsumer> {
     kafka
         .config()
         .set("group.id", "sluice-restore")
@@ -217,7 +218,7 @@ fn tail_reader(kafka: &kafka::Connection) -> Result<BaseConsumer> {
 /// record (`end` - 1, or `low`) on: `false` once the reader reaches the partition's end
 /// without one; an error (retried) when the broker does not answer. Reading, not the
 /// watermark alone, decides: tansu 0.6 reports the end of a multi-record batch short.
-fn holds(reader: &BaseConsumer, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> Result<bool> {
+fn holds(reader: &BaseConsumer, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> anyhow::Result<bool> {
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, p, Offset::Offset((end - 1).max(low)))?;
     reader.assign(&list).context("assigning the input partition")?;
@@ -285,9 +286,10 @@ impl Opening {
         self.retrying("opening the local state", || {
             let dir = self.settings.state_dir.clone();
             async move {
-                tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
+                let opened = tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
                     .await
-                    .context("opening the store")?
+                    .context("opening the store")?;
+                Ok(opened?)
             }
         })
         .await
@@ -349,13 +351,13 @@ impl Opening {
                     continue;
                 };
                 if applied >= end && !holds(&reader, topic, p, (low, end), applied)? {
-                    return Err(InputAhead {
+                    let ahead = InputAhead {
                         topic: topic.to_string(),
                         partition: p,
                         applied,
                         end,
-                    }
-                    .into());
+                    };
+                    return Err(Fatal::from(ahead).into());
                 }
             }
             Ok(jobs_end)
@@ -393,16 +395,16 @@ impl Opening {
 
     fn check_cancelled(&self) -> Result<()> {
         if self.cancelled.load(Ordering::Relaxed) {
-            return Err(Cancelled(self.partition).into());
+            return Err(Fatal::from(Cancelled(self.partition)).into());
         }
         Ok(())
     }
 
     /// After a failed attempt: the error back when no retry mends it, else a wait.
-    async fn failed(&self, e: anyhow::Error, what: &str, backoff: &mut Backoff) -> Result<()> {
-        if is_fatal(&e) {
+    async fn failed(&self, e: Error, what: &str, backoff: &mut Backoff) -> Result<()> {
+        let Error::Transient(e) = e else {
             return Err(e);
-        }
+        };
         warn!(partition = self.partition, error = %format!("{e:#}"), "{what} failed; retrying (the other partitions go on meanwhile)");
         tokio::time::sleep(backoff.next()).await;
         Ok(())
@@ -424,18 +426,4 @@ impl Backoff {
         self.0 = (self.0 * 2).min(Duration::from_secs(10));
         wait
     }
-}
-
-/// Errors no retry mends: state that belongs to a topic that is gone, corrupt state, a
-/// revocation. Everything else (a broker that does not answer, a store locked by a process
-/// still letting go of it) is retried.
-fn is_fatal(e: &anyhow::Error) -> bool {
-    if e.is::<changelog::StateAhead>() || e.is::<InputAhead>() || e.is::<Cancelled>() {
-        return true;
-    }
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<rocksdb::Error>()
-            .is_some_and(|db| db.kind() != rocksdb::ErrorKind::IOError)
-    })
 }

@@ -13,10 +13,10 @@
 //! (events, state, timers, outbound records, effects); time comes from the runtime's
 //! [`Clock`].
 //!
-//! Errors are of two kinds. Transient ones (broker unreachable, produce failing) are retried
-//! with backoff for as long as they last, with `/healthz` reporting them. Fatal ones (corrupt
-//! state, a fenced producer, a broker without the transactions asked for) end `run` with an
-//! error after the clients are closed.
+//! Errors are of two kinds ([`super::error`]). Transient ones (broker unreachable, produce
+//! failing) are retried with backoff for as long as they last, with `/healthz` reporting
+//! them. Fatal ones (corrupt state, a fenced producer, a broker without the transactions
+//! asked for) end `run` with an error after the clients are closed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -28,10 +28,9 @@ use chrono::{DateTime, Utc};
 use clap::ValueEnum;
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::KafkaResult;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, Producer};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
@@ -42,6 +41,7 @@ use super::changelog;
 use super::clock::{Clock, Monotonic};
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
+use super::error as runtime_error;
 use super::input::{origin_of, read_input};
 use super::kafka::{self, Connection};
 use super::opening::{Opened, Openings};
@@ -664,7 +664,7 @@ impl Processor {
 
     /// Installs a partition opened in the background (see [`opening`]): its store, timers
     /// and journaled triggers; then reads again what of its input was delivered meanwhile.
-    fn opened(&mut self, p: i32, result: Result<Opened>) -> Result<()> {
+    fn opened(&mut self, p: i32, result: Result<Opened, runtime_error::Error>) -> Result<()> {
         let Opened {
             store,
             restored,
@@ -672,7 +672,7 @@ impl Processor {
             next_changelog,
             journaled,
             jobs_end,
-        } = result.with_context(|| format!("opening partition {p}"))?;
+        } = result.map_err(|e| anyhow::Error::new(e).context(format!("opening partition {p}")))?;
         self.next_changelog.insert(p, next_changelog);
         self.writers.insert(p, writer);
         if !restored.stale.is_empty() {
@@ -1351,7 +1351,7 @@ impl Processor {
                 match result {
                     Ok(at) => delivered[i] = at,
                     Err(e)
-                        if kafka::too_large(&e)
+                        if e.too_large()
                             && outputs[i].topic == self.settings.topics.dlq
                             && outputs[i].value.is_some() =>
                     {
@@ -1360,15 +1360,15 @@ impl Processor {
                     }
                     // A changelog write left out would leave the state and its changelog apart:
                     // stop before the batch is marked or written (it is redone on restart).
-                    Err(e) if kafka::too_large(&e) && outputs[i].topic == self.settings.topics.changelog => {
+                    Err(e) if e.too_large() && outputs[i].topic == self.settings.topics.changelog => {
                         bail!("a changelog record of {} bytes is too large for the broker ({e:#}): lower --max-state-bytes under the changelog topic's max.message.bytes, or raise that; the batch was not applied and is redone on restart", outputs[i].value.as_ref().map_or(0, Vec::len));
                     }
-                    Err(e) if kafka::too_large(&e) => {
+                    Err(e) if e.too_large() => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "record too large for the broker: left out");
                     }
                     Err(e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
-                        stuck |= kafka::refuses_producer(&e);
+                        stuck |= e.refuses_producer();
                         transient = true;
                         failed.push(i);
                     }
@@ -1415,7 +1415,7 @@ impl Processor {
         }
     }
 
-    async fn send(&self, o: &Output) -> Result<(i32, i64)> {
+    async fn send(&self, o: &Output) -> Result<(i32, i64), kafka::ProduceError> {
         let headers: Vec<(&str, &[u8])> = o.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
         kafka::send_to(
             &self.producer,
@@ -1440,26 +1440,26 @@ impl Processor {
     ) -> Result<Vec<(i32, i64)>> {
         let mut backoff = Duration::from_millis(200);
         loop {
+            let transactional = |r: KafkaResult<()>| r.map_err(runtime_error::Error::of_transaction);
             let attempt = async {
-                tokio::task::block_in_place(|| self.producer.begin_transaction())?;
+                transactional(tokio::task::block_in_place(|| self.producer.begin_transaction()))?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
-                let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
+                let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
                 let markers = self.batch_markers(&delivered[first_changelog..], sequenced);
                 let sends = futures::future::join_all(markers.iter().map(|o| self.send(o))).await;
-                let delivered = sends.into_iter().collect::<Result<Vec<_>>>()?;
-                tokio::task::block_in_place(|| -> Result<()> {
+                let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
+                tokio::task::block_in_place(|| -> Result<(), runtime_error::Error> {
                     if let Some(list) = offsets {
-                        let group = self
-                            .consumer
-                            .group_metadata()
-                            .ok_or_else(|| anyhow!("no consumer group metadata"))?;
-                        self.producer
-                            .send_offsets_to_transaction(list, &group, TRANSACTION_TIMEOUT)?;
+                        let group =
+                            (self.consumer.group_metadata()).ok_or_else(|| anyhow!("no consumer group metadata"))?;
+                        transactional(
+                            self.producer
+                                .send_offsets_to_transaction(list, &group, TRANSACTION_TIMEOUT),
+                        )?;
                     }
-                    self.producer.commit_transaction(TRANSACTION_TIMEOUT)?;
-                    Ok(())
+                    transactional(self.producer.commit_transaction(TRANSACTION_TIMEOUT))
                 })?;
-                Ok::<_, anyhow::Error>(delivered)
+                Ok::<_, runtime_error::Error>(delivered)
             }
             .await;
             match attempt {
@@ -1467,23 +1467,8 @@ impl Processor {
                     self.telemetry.set_broker_ok(true);
                     return Ok(delivered);
                 }
-                Err(e) => {
-                    let fatal = match e.downcast_ref::<KafkaError>() {
-                        Some(KafkaError::Transaction(r)) => {
-                            r.is_fatal()
-                                || (!r.is_retriable() && !r.txn_requires_abort())
-                                // A broker without the API will not grow one on retry.
-                                || matches!(
-                                    r.code(),
-                                    RDKafkaErrorCode::UnsupportedFeature | RDKafkaErrorCode::UnsupportedVersion
-                                )
-                                || r.string().contains("not supported by broker")
-                        }
-                        _ => false,
-                    };
-                    if fatal {
-                        bail!("transaction failed and cannot be retried: {e:#} (a fenced producer means another instance took over with the same --instance; a broker without transaction support needs --guarantee effectively-once)");
-                    }
+                Err(runtime_error::Error::Fatal(fatal)) => return Err(fatal.into()),
+                Err(runtime_error::Error::Transient(e)) => {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
                     self.telemetry.set_broker_ok(false);
                     let _ = tokio::task::block_in_place(|| self.producer.abort_transaction(TRANSACTION_TIMEOUT));

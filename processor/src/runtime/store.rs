@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Context, Result};
 use chrono::{DateTime, Utc};
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
@@ -24,6 +23,75 @@ use crate::core::config::PipelineConfig;
 use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
+
+/// What can go wrong with a partition's store, told apart by whether waiting mends it.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// RocksDB refused an operation: see [`StoreError::is_transient`].
+    #[error("{doing} in {path}: {source}")]
+    Db {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: rocksdb::Error,
+    },
+    /// The directory of the store cannot be made.
+    #[error("creating {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something stored does not decode.
+    #[error("corrupt state: {what} in {path} does not decode ({detail}); stop the processor and delete that directory to restore it from the changelog")]
+    Corrupt {
+        what: String,
+        path: PathBuf,
+        detail: String,
+    },
+    /// A value of this process's own does not encode (a bug: nothing stored is lost).
+    #[error("encoding {what}: {source}")]
+    Encode {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl StoreError {
+    /// Whether another attempt may succeed: an I/O error does (a lock still held by a
+    /// process letting go of the store, a full disk being freed); a store that is corrupt,
+    /// of a format this RocksDB does not read, or a value that does not encode does not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Db { source, .. } => source.kind() == rocksdb::ErrorKind::IOError,
+            StoreError::Create { .. } => true,
+            StoreError::Corrupt { .. } | StoreError::Encode { .. } => false,
+        }
+    }
+
+    fn db<'p>(doing: &'static str, path: &'p Path) -> impl FnOnce(rocksdb::Error) -> StoreError + 'p {
+        move |source| StoreError::Db {
+            doing,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn corrupt(what: impl Into<String>, path: &Path, detail: impl std::fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            what: what.into(),
+            path: path.to_path_buf(),
+            detail: detail.to_string(),
+        }
+    }
+
+    fn encode(what: &'static str) -> impl FnOnce(serde_json::Error) -> StoreError {
+        move |source| StoreError::Encode { what, source }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 const CHECKPOINT_KEY: &[u8] = b"c/";
 const LINEAGE_KEY: &[u8] = b"c/lineage";
@@ -125,7 +193,7 @@ impl StoreBatch {
     pub fn put_encoded(&mut self, pipeline: &str, state: Vec<u8>, config: Option<&PipelineConfig>) -> Result<()> {
         self.set(pipeline_key(pipeline), Some(state));
         if let Some(config) = config {
-            let json = serde_json::to_vec(config.raw()).context("encoding pipeline config")?;
+            let json = serde_json::to_vec(config.raw()).map_err(StoreError::encode("pipeline config"))?;
             self.set(config_key(pipeline), Some(json));
         }
         Ok(())
@@ -147,7 +215,7 @@ impl StoreBatch {
 
     /// Journals a trigger until a report on its run arrives.
     pub fn put_effect(&mut self, run_id: &str, effect: &Effect) -> Result<()> {
-        let bytes = serde_json::to_vec(effect).context("encoding effect")?;
+        let bytes = serde_json::to_vec(effect).map_err(StoreError::encode("effect"))?;
         self.set(effect_key(run_id), Some(bytes));
         Ok(())
     }
@@ -212,7 +280,7 @@ pub fn encode_state(state: &mut PipelineState) -> Result<Vec<u8>> {
     let config = state.config.take();
     let bytes = serde_json::to_vec(&*state);
     state.config = config;
-    bytes.context("encoding pipeline state")
+    bytes.map_err(StoreError::encode("pipeline state"))
 }
 
 fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
@@ -225,13 +293,16 @@ fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec
 impl PartitionStore {
     pub fn open(state_dir: &Path, partition: i32) -> Result<Self> {
         let path = state_dir.join(format!("partition-{partition}"));
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        std::fs::create_dir_all(&path).map_err(|source| StoreError::Create {
+            path: path.clone(),
+            source,
+        })?;
         let mut options = Options::default();
         options.create_if_missing(true);
-        let db = DB::open(&options, &path).with_context(|| format!("opening RocksDB at {}", path.display()))?;
+        let db = DB::open(&options, &path).map_err(StoreError::db("opening RocksDB", &path))?;
         let mut applied = HashMap::new();
         for item in db.iterator(IteratorMode::From(b"o/", Direction::Forward)) {
-            let (key, value) = item?;
+            let (key, value) = item.map_err(StoreError::db("reading applied offsets", &path))?;
             if !key.starts_with(b"o/") {
                 break;
             }
@@ -250,26 +321,21 @@ impl PartitionStore {
     }
 
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
-        let Some(bytes) = self.db.get(pipeline_key(pipeline))? else {
+        let Some(bytes) = self.get("reading a pipeline state", &pipeline_key(pipeline))? else {
             return Ok(None);
         };
-        let corrupt = || {
-            format!(
-                "corrupt state: decoding the stored state of pipeline {pipeline} in {} failed; stop the processor and delete that directory to restore it from the changelog",
-                self.path.display()
-            )
-        };
-        let mut state: PipelineState = serde_json::from_slice(&bytes).with_context(corrupt)?;
+        let corrupt = |e| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
+        let mut state: PipelineState = serde_json::from_slice(&bytes).map_err(corrupt)?;
         if state.config.is_none() {
-            if let Some(json) = self.db.get(config_key(pipeline))? {
-                state.config = Some(self.parsed_config(pipeline, &json).with_context(corrupt)?);
+            if let Some(json) = self.get("reading a pipeline config", &config_key(pipeline))? {
+                state.config = Some(self.parsed_config(pipeline, &json).map_err(corrupt)?);
             }
         }
         Ok(Some(state))
     }
 
     /// The config stored for `pipeline`, parsed once per distinct JSON.
-    fn parsed_config(&self, pipeline: &str, json: &[u8]) -> Result<Arc<PipelineConfig>> {
+    fn parsed_config(&self, pipeline: &str, json: &[u8]) -> Result<Arc<PipelineConfig>, serde_json::Error> {
         let mut cache = self.configs.lock().expect("config cache");
         if let Some((cached, config)) = cache.get(pipeline) {
             if cached.as_slice() == json {
@@ -290,7 +356,7 @@ impl PartitionStore {
 
     /// Notes that `config` is being stored for `pipeline`.
     pub fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> Result<()> {
-        let json = serde_json::to_vec(config.raw()).context("encoding pipeline config")?;
+        let json = serde_json::to_vec(config.raw()).map_err(StoreError::encode("pipeline config"))?;
         remember(
             &mut self.configs.lock().expect("config cache"),
             pipeline,
@@ -308,11 +374,12 @@ impl PartitionStore {
     pub fn timers(&self) -> Result<Vec<StoredTimer>> {
         let mut timers = Vec::new();
         for item in self.db.iterator(IteratorMode::From(b"t/", Direction::Forward)) {
-            let (key, _) = item?;
+            let (key, _) = item.map_err(StoreError::db("reading timers", &self.path))?;
             if !key.starts_with(b"t/") {
                 break;
             }
-            let timer = parse_timer_key(&key).ok_or_else(|| anyhow!("corrupt timer key in {}", self.path.display()))?;
+            let timer = parse_timer_key(&key)
+                .ok_or_else(|| StoreError::corrupt("a timer key", &self.path, String::from_utf8_lossy(&key)))?;
             timers.push(timer);
         }
         Ok(timers)
@@ -321,37 +388,23 @@ impl PartitionStore {
     /// The changelog offset this store is current with; `None` for a store never written
     /// with a changelog (new, or from before there was one).
     pub fn checkpoint(&self) -> Result<Option<i64>> {
-        match self.db.get(CHECKPOINT_KEY)? {
-            None => Ok(None),
-            Some(raw) => {
-                let raw: [u8; 8] = raw
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| anyhow!("corrupt changelog checkpoint in {}", self.path.display()))?;
-                Ok(Some(i64::from_be_bytes(raw)))
-            }
-        }
+        self.get_i64("the changelog checkpoint", CHECKPOINT_KEY)
     }
 
     /// When the checkpoint was last written; `None` for a store from before this was kept.
     pub fn checkpointed_at(&self) -> Result<Option<DateTime<Utc>>> {
-        let Some(raw) = self.db.get(CHECKPOINTED_AT_KEY)? else {
-            return Ok(None);
-        };
-        let millis = <[u8; 8]>::try_from(raw.as_slice())
-            .map(i64::from_be_bytes)
-            .map_err(|_| anyhow!("corrupt checkpoint time in {}", self.path.display()))?;
-        Ok(DateTime::from_timestamp_millis(millis))
+        let millis = self.get_i64("the checkpoint time", CHECKPOINTED_AT_KEY)?;
+        Ok(millis.and_then(DateTime::from_timestamp_millis))
     }
 
     /// The epoch and batch this store last wrote or restored; `None` for a store from
     /// before epochs (or never written).
     pub fn lineage(&self) -> Result<Option<Lineage>> {
-        match self.db.get(LINEAGE_KEY)? {
+        match self.get("reading the lineage", LINEAGE_KEY)? {
             None => Ok(None),
             Some(raw) => serde_json::from_slice(&raw)
                 .map(Some)
-                .with_context(|| format!("corrupt changelog lineage in {}", self.path.display())),
+                .map_err(|e| StoreError::corrupt("the changelog lineage", &self.path, e)),
         }
     }
 
@@ -363,18 +416,17 @@ impl PartitionStore {
         write.delete(CHECKPOINT_KEY);
         write.delete(CHECKPOINTED_AT_KEY);
         write.delete(LINEAGE_KEY);
-        self.db.write(write).context("forgetting the changelog checkpoint")?;
-        Ok(())
+        (self.db.write(write)).map_err(StoreError::db("forgetting the changelog checkpoint", &self.path))
     }
 
     /// Every journaled trigger: run id and effect.
     pub fn effects(&self) -> Result<Vec<(String, Effect)>> {
         let mut effects = Vec::new();
         for item in self.db.iterator(IteratorMode::From(b"e/", Direction::Forward)) {
-            let (key, value) = item?;
+            let (key, value) = item.map_err(StoreError::db("reading journaled triggers", &self.path))?;
             let Some(run_id) = key.strip_prefix(b"e/") else { break };
             let effect = serde_json::from_slice(&value)
-                .with_context(|| format!("decoding journaled effect in {}", self.path.display()))?;
+                .map_err(|e| StoreError::corrupt("a journaled trigger", &self.path, e))?;
             effects.push((String::from_utf8_lossy(run_id).into_owned(), effect));
         }
         Ok(effects)
@@ -382,17 +434,32 @@ impl PartitionStore {
 
     /// The value stored under `key`, as the changelog carries it.
     pub fn raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get(key)?)
+        self.get("reading a key", key)
+    }
+
+    fn get(&self, doing: &'static str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db.get(key).map_err(StoreError::db(doing, &self.path))
+    }
+
+    /// A big-endian `i64` stored under `key`.
+    fn get_i64(&self, what: &str, key: &[u8]) -> Result<Option<i64>> {
+        let Some(raw) = self.get("reading a checkpoint", key)? else {
+            return Ok(None);
+        };
+        let raw = <[u8; 8]>::try_from(raw.as_slice())
+            .map_err(|_| StoreError::corrupt(what, &self.path, format!("{} bytes, not 8", raw.len())))?;
+        Ok(Some(i64::from_be_bytes(raw)))
     }
 
     /// Deletes everything, before a full restore from the changelog.
     pub fn clear(&mut self) -> Result<()> {
         let mut batch = WriteBatch::default();
+        let clearing = || StoreError::db("clearing state before a restore", &self.path);
         for item in self.db.iterator(IteratorMode::Start) {
-            let (key, _) = item?;
+            let (key, _) = item.map_err(clearing())?;
             batch.delete(key);
         }
-        self.db.write(batch).context("clearing state before a restore")?;
+        self.db.write(batch).map_err(clearing())?;
         self.applied.clear();
         Ok(())
     }
@@ -401,7 +468,7 @@ impl PartitionStore {
     pub fn pipelines(&self) -> Result<Vec<String>> {
         let mut ids = Vec::new();
         for item in self.db.iterator(IteratorMode::From(b"p/", Direction::Forward)) {
-            let (key, _) = item?;
+            let (key, _) = item.map_err(StoreError::db("listing pipelines", &self.path))?;
             let Some(id) = key.strip_prefix(b"p/") else { break };
             ids.push(String::from_utf8_lossy(id).into_owned());
         }
@@ -427,12 +494,10 @@ impl PartitionStore {
         if let Some(lineage) = batch.lineage {
             write.put(
                 LINEAGE_KEY,
-                serde_json::to_vec(&lineage).context("encoding the lineage")?,
+                serde_json::to_vec(&lineage).map_err(StoreError::encode("the lineage"))?,
             );
         }
-        self.db
-            .write_opt(write, &options)
-            .context("writing state batch to RocksDB")?;
+        (self.db.write_opt(write, &options)).map_err(StoreError::db("writing a state batch", &self.path))?;
         // The watermark follows every write of its keys, a restored or reset one (which may
         // lower or delete it) as much as an applied input's.
         for (key, value) in &batch.ops {
@@ -453,9 +518,13 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
             applied.remove(&topic);
         }
         Some(raw) => {
-            let raw: [u8; 8] = raw
-                .try_into()
-                .map_err(|_| anyhow!("corrupt applied offset of {topic} in {}", path.display()))?;
+            let raw: [u8; 8] = raw.try_into().map_err(|_| {
+                StoreError::corrupt(
+                    format!("the applied offset of {topic}"),
+                    path,
+                    format!("{} bytes, not 8", raw.len()),
+                )
+            })?;
             applied.insert(topic, i64::from_be_bytes(raw));
         }
     }

@@ -40,7 +40,7 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let borrowed: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
     let (partition, offset) = kafka::send(producer, topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &borrowed)
         .await
-        .map_err(|e| match kafka::too_large(&e) {
+        .map_err(|e| match e.too_large() {
             true => CallError::Permanent(format!("the job request is too large for topic {topic}: {e}")),
             false => CallError::Infra(format!("publishing the job request to {topic} failed: {e}")),
         })?;
