@@ -895,9 +895,9 @@ fn records_over_the_limits_are_rejected_naming_the_limit() {
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
 
-/// A pipeline's state is one changelog record, which must fit the broker's largest message:
-/// an input that would grow it past `--max-state-bytes` is rejected to the dead-letter topic
-/// naming the limit, the state stays as it was, and the pipeline goes on.
+/// Each record of a pipeline's state is one changelog record, which must fit the broker's
+/// largest message: an input that would grow one past `--max-state-bytes` is rejected to the
+/// dead-letter topic naming the limit, the state stays as it was, and the pipeline goes on.
 #[test]
 fn an_input_that_would_grow_the_state_past_its_limit_is_rejected() {
     let mut w = World::new("state-limit");
@@ -907,9 +907,9 @@ fn an_input_that_would_grow_the_state_past_its_limit_is_rejected() {
     w.wait_for("fat", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
     });
-    // Each reading keeps 2,000 bytes of data: the third would take the state past 6,000.
-    for key in ["a", "b", "c"] {
-        w.sensor("fat", key, json!({"pad": "x".repeat(2000)}));
+    // Readings are records of their own: two of 2,000 bytes fit; one of 7,000 does not.
+    for (key, pad) in [("a", 2000), ("b", 2000), ("c", 7000)] {
+        w.sensor("fat", key, json!({"pad": "x".repeat(pad)}));
     }
     w.wait_for("fat", "the rejection", |es| es.iter().any(is_rejection));
     let dead = w.dead_letters(1);

@@ -58,6 +58,10 @@ struct Args {
     /// Write the results (Markdown) here as well as to stdout.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// How long the latency scenario sends readings, in seconds (default 30, or 2 with
+    /// --quick); runs over a minute report p99 per minute, e.g. 600 for the steady-rate run.
+    #[arg(long)]
+    latency_seconds: Option<u64>,
     /// Scenarios to run (default: all).
     #[arg(value_parser = SCENARIOS)]
     scenarios: Vec<String>,
@@ -140,6 +144,8 @@ struct Run {
     dir: PathBuf,
     http: String,
     child: Option<Child>,
+    /// Environment of every `sluice run` the run starts, beyond the defaults.
+    env: Vec<(String, String)>,
 }
 
 /// Another `sluice run` in the same group as the run's own (see `Run::spawn`).
@@ -208,6 +214,7 @@ impl Run {
             dir,
             http: free_http()?,
             child: None,
+            env: Vec::new(),
         })
     }
 
@@ -250,6 +257,7 @@ impl Run {
             .arg(self.dir.join(state))
             .args(["--http", http, "--log", "warn"])
             .env("SLUICE_ALLOW_TARGETS", "127.0.0.0/8")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -516,6 +524,12 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         );
     }
     kafka_io::flush(&producer);
+    // Each trigger opens a new hourly execution: a long run spans more days than the default
+    // retention keeps, so the run keeps them all (the state grows for the whole run).
+    let total = sizes.latency_rate * sizes.latency_seconds;
+    let slots = (total / 2).div_ceil(sizes.latency_pipelines as u64);
+    let days = slots.div_ceil(24).max(7);
+    run.env.push(("SLUICE_RETENTION".into(), format!("{}d", days + 1)));
     run.start("state")?;
     wait("the processor ready", Duration::from_secs(120), || run.ready())?;
     let events = run.topic("events");
@@ -527,11 +541,10 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     while reader.poll(Duration::from_millis(200)).is_some() {}
 
     // Readings at the rate: per execution a row count then its trigger; executions are
-    // hourly and spread over the last week's dates, so each trigger opens a new one.
-    let dates: Vec<String> = (0..7)
+    // hourly and spread over the last days' dates, so each trigger opens a new one.
+    let dates: Vec<String> = (0..days)
         .map(|d| (chrono::Utc::now().date_naive() - chrono::Days::new(d)).to_string())
         .collect();
-    let total = sizes.latency_rate * sizes.latency_seconds;
     let interval = Duration::from_secs_f64(1.0 / sizes.latency_rate as f64);
     let mut sent: HashMap<String, Instant> = HashMap::new();
     let start = Instant::now();
@@ -580,20 +593,30 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         })
         .collect();
     let measured = latencies.len();
-    // Where in the run the slow ones were: p99 per second of sending.
-    let mut by_second: Vec<Vec<f64>> = vec![Vec::new(); sizes.latency_seconds as usize + 1];
+    // Where in the run the slow ones were: p99 per second (per minute in runs over a minute)
+    // of sending, and the last window's against the first.
+    let (window, unit) = if sizes.latency_seconds > 60 {
+        (60, "minute")
+    } else {
+        (1, "second")
+    };
+    let mut by_window: Vec<Vec<f64>> = vec![Vec::new(); (sizes.latency_seconds / window) as usize + 1];
     for (key, at) in &received {
         if let Some(s) = sent.get(key) {
-            let second = (s.duration_since(start).as_secs() as usize).min(by_second.len() - 1);
-            by_second[second].push(at.saturating_duration_since(*s).as_secs_f64() * 1000.0);
+            let w = ((s.duration_since(start).as_secs() / window) as usize).min(by_window.len() - 1);
+            by_window[w].push(at.saturating_duration_since(*s).as_secs_f64() * 1000.0);
         }
     }
-    let per_second = by_second
+    let p99s: Vec<f64> = by_window
         .iter_mut()
         .filter(|l| !l.is_empty())
-        .map(|l| format!("{:.0}", percentiles(l).1))
-        .collect::<Vec<_>>()
-        .join(", ");
+        .map(|l| percentiles(l).1)
+        .collect();
+    let per_window = p99s.iter().map(|p| format!("{p:.0}")).collect::<Vec<_>>().join(", ");
+    let drift = match (p99s.first(), p99s.last()) {
+        (Some(first), Some(last)) if *first > 0.0 => format!("{:.2}", last / first),
+        _ => "-".into(),
+    };
     let (p50, p99, max) = percentiles(&mut latencies);
     run.stop();
     let mut floor = passthrough_latency(args, sluice, sizes)?;
@@ -606,7 +629,7 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
          | pass-through at the same rate, record sent → copy received ({copies} of {total} records; the floor) | {f50:.1} | {f99:.1} | {fmax:.1} |\n\
          | sluice, trigger sent → VALIDATION_PASSED received ({measured} of {expected} executions) | {p50:.1} | {p99:.1} | {max:.1} |\n\n\
          Both include two client hops: the bench producer's linger of 5 ms and the reader's fetch.\n\n\
-         sluice's p99 ms per second of sending: {per_second}.",
+         sluice's p99 ms per {unit} of sending: {per_window} (last ÷ first: {drift}).",
         sizes.latency_rate, sizes.latency_seconds, sizes.latency_pipelines
     );
     Ok(())
@@ -724,7 +747,10 @@ fn main() -> Result<()> {
             sluice.display()
         );
     }
-    let sizes = Sizes::new(args.quick);
+    let mut sizes = Sizes::new(args.quick);
+    if let Some(seconds) = args.latency_seconds {
+        sizes.latency_seconds = seconds.max(1);
+    }
     let chosen: Vec<&str> = if args.scenarios.is_empty() {
         SCENARIOS.to_vec()
     } else {

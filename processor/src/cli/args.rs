@@ -35,9 +35,10 @@ pub struct DeciderArgs {
     /// Largest job config once its templates are expanded, in bytes.
     #[arg(long, env = "SLUICE_MAX_TEMPLATE_BYTES", default_value_t = Limits::default().expansion_bytes)]
     max_template_bytes: usize,
-    /// Largest state one pipeline may store, in bytes (one changelog record: keep it under
-    /// the changelog topic's max.message.bytes); an input that would grow it further is
-    /// rejected to the dead-letter topic.
+    /// Largest record of a pipeline's stored state, in bytes: its head, or one execution,
+    /// sensor reading or timer (each one changelog record: keep it under the changelog
+    /// topic's max.message.bytes); an input that would grow one further is rejected to the
+    /// dead-letter topic.
     #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = Limits::default().state_bytes)]
     max_state_bytes: usize,
 }

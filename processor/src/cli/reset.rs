@@ -33,7 +33,7 @@ use crate::core::replay::Replay;
 use crate::runtime::changelog;
 use crate::runtime::codec::Codec;
 use crate::runtime::kafka::{self, Connection, Start};
-use crate::runtime::store::StoreBatch;
+use crate::runtime::store::{self, StoreBatch};
 use crate::runtime::topics::{InputTopic, Topics};
 
 #[derive(Args)]
@@ -255,8 +255,8 @@ fn overwrite(records: &[ChangelogRecord], image: &BTreeMap<Vec<u8>, Vec<u8>>) ->
 }
 
 fn counts(image: &BTreeMap<Vec<u8>, Vec<u8>>) -> (usize, usize) {
-    let count = |prefix: &[u8]| image.keys().filter(|k| k.starts_with(prefix)).count();
-    (count(b"p/"), count(b"t/"))
+    let pipelines = image.keys().filter(|k| store::parts::is_head(k)).count();
+    (pipelines, image.keys().filter(|k| k.starts_with(b"t/")).count())
 }
 
 /// The applied offset an `o/<topic>` changelog record holds.

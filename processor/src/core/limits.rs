@@ -20,8 +20,9 @@ pub struct Limits {
     pub sensors: usize,
     /// Bytes of a job's config once its templates are expanded (`--max-template-bytes`).
     pub expansion_bytes: usize,
-    /// Bytes of one pipeline's stored state without its config (`--max-state-bytes`): it is
-    /// one changelog record, which must fit the broker's largest message.
+    /// Bytes of one record of a pipeline's stored state (`--max-state-bytes`): its head, or
+    /// one execution, sensor reading or timer; each is one changelog record, which must fit
+    /// the broker's largest message.
     pub state_bytes: usize,
 }
 
@@ -55,11 +56,12 @@ impl Limits {
         }
     }
 
-    /// Why an input is refused whose decision would store `len` bytes of pipeline state.
+    /// Why an input is refused whose decision would store a record of `len` bytes of pipeline
+    /// state.
     pub fn check_state(&self, len: usize) -> Result<(), String> {
         match len > self.state_bytes {
             true => Err(format!(
-                "the pipeline's state would grow to {len} bytes, over the limit of {} bytes (--max-state-bytes): its changelog record must fit the broker's largest message; the state is left as it was",
+                "a record of the pipeline's state would grow to {len} bytes, over the limit of {} bytes (--max-state-bytes): each changelog record must fit the broker's largest message; the state is left as it was",
                 self.state_bytes
             )),
             false => Ok(()),

@@ -185,6 +185,10 @@ fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
     if pipeline_id.trim().is_empty() {
         return Err(InputError::invalid("pipelineId", "must not be empty"));
     }
+    // The store keys a pipeline's parts after a `\0` (see runtime::store::parts).
+    if pipeline_id.chars().any(char::is_control) {
+        return Err(InputError::invalid("pipelineId", "must not contain control characters"));
+    }
     match key {
         // A keyless record lands on an arbitrary partition, away from its pipeline's state.
         None => Err(InputError::invalid("key", "records must be keyed by their pipeline id")),
@@ -407,6 +411,13 @@ mod tests {
 
     fn sensor(json: &str) -> Result<SensorReading, InputError> {
         decode_sensor(Some(b"p1"), Some(json.as_bytes()))
+    }
+
+    #[test]
+    fn a_pipeline_id_with_a_control_character_is_refused() {
+        // It would name another pipeline's stored parts (`p/<pipeline>\0…`).
+        let e = decode_sensor(Some(b"p1\0xa"), Some(br#"{"pipelineId":"p1\u0000xa","key":"k"}"#)).unwrap_err();
+        assert!(e.to_string().contains("control characters"), "{e}");
     }
 
     #[test]

@@ -287,6 +287,14 @@ fn batch_producer(settings: &Settings) -> Result<FutureProducer> {
     }
 }
 
+/// A pipeline's state before a decision, and whether the store holds it in parts (see
+/// [`store::parts`]): a write then puts only the parts the decision changed.
+#[derive(Clone, Copy)]
+struct Before<'s> {
+    state: &'s PipelineState,
+    in_parts: bool,
+}
+
 /// A journaled trigger found when its partition was opened: its call may have been made
 /// before a crash or a hand-over, with a report already on `sluice.jobs` or none.
 struct Resume {
@@ -795,12 +803,16 @@ impl Processor {
         Ok(())
     }
 
-    /// Loads a pipeline's state: from this batch if it touched it, else from the store.
-    fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<PipelineState> {
+    /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
+    /// whether the store (with the batch) holds it in parts, which a write then only updates.
+    fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<(PipelineState, bool)> {
         if let Some(state) = pending.states.get(&(p, pipeline.to_string())) {
-            return Ok(state.clone().unwrap_or_default());
+            return Ok((state.clone().unwrap_or_default(), true));
         }
-        Ok(self.stores[&p].pipeline(pipeline)?.unwrap_or_default())
+        Ok(match self.stores[&p].stored(pipeline)? {
+            Some(stored) => (stored.state, stored.in_parts),
+            None => (PipelineState::default(), true),
+        })
     }
 
     async fn process_records(&mut self, batch: Vec<OwnedMessage>) -> Result<()> {
@@ -916,13 +928,25 @@ impl Processor {
         if let Input::JobReported(report) = input {
             self.forget_trigger(pending, p, &report.run_id);
         }
-        let state = self.state(pending, p, pipeline)?;
+        let (state, in_parts) = self.state(pending, p, pipeline)?;
         let ctx = Context {
             now,
             origin,
             settings: self.settings.decider,
         };
-        let Err(reason) = self.apply(pending, p, pipeline, decide(&state, pipeline, input, ctx), source)? else {
+        let before = Before {
+            state: &state,
+            in_parts,
+        };
+        let Err(reason) = self.apply(
+            pending,
+            p,
+            pipeline,
+            before,
+            decide(&state, pipeline, input, ctx),
+            source,
+        )?
+        else {
             return Ok(());
         };
         let what = source.map_or_else(
@@ -930,7 +954,14 @@ impl Processor {
             |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
         );
         let rejected = Input::Rejected { source: what, reason };
-        match self.apply(pending, p, pipeline, decide(&state, pipeline, &rejected, ctx), source)? {
+        match self.apply(
+            pending,
+            p,
+            pipeline,
+            before,
+            decide(&state, pipeline, &rejected, ctx),
+            source,
+        )? {
             Ok(()) => Ok(()),
             Err(reason) => bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}"),
         }
@@ -945,26 +976,29 @@ impl Processor {
     }
 
     /// Adds one decision to the batch, in the order its parts are written: events and dead
-    /// letter, state, timers, outbound records, effects. When its state is over
+    /// letter, state, timers, outbound records, effects. When a record of its state is over
     /// `--max-state-bytes`, nothing is added (`Err` with the reason).
     fn apply(
         &mut self,
         pending: &mut Pending,
         p: i32,
         pipeline: &str,
+        before: Before<'_>,
         mut decision: Decision,
         source: Option<&OwnedMessage>,
     ) -> Result<Result<(), String>> {
-        let encoded = match &mut decision.state {
+        let writes = match &mut decision.state {
             StateChange::Put(state) => {
-                let bytes = store::encode_state(state)?;
-                if let Err(reason) = self.settings.decider.limits.check_state(bytes.len()) {
+                let stored = before.in_parts.then_some(before.state);
+                let writes = store::parts::writes(pipeline, stored, state)?;
+                let largest = writes.iter().filter_map(|(_, v)| v.as_ref().map(Vec::len)).max();
+                if let Err(reason) = self.settings.decider.limits.check_state(largest.unwrap_or(0)) {
                     warn!(pipeline, "{reason}");
                     return Ok(Err(reason));
                 }
-                Some(bytes)
+                writes
             }
-            _ => None,
+            _ => Vec::new(),
         };
         // Every line logged while applying carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
@@ -979,7 +1013,7 @@ impl Processor {
                 .outputs
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
         }
-        self.apply_state(pending, p, pipeline, decision.state, encoded)?;
+        self.apply_state(pending, p, pipeline, decision.state, writes, before.state)?;
         self.apply_timers(pending, p, pipeline, decision.timers);
         self.apply_records(pending, &decision.records)?;
         for effect in decision.effects {
@@ -1031,7 +1065,8 @@ impl Processor {
         p: i32,
         pipeline: &str,
         change: StateChange,
-        encoded: Option<Vec<u8>>,
+        writes: Vec<store::Write>,
+        before: &PipelineState,
     ) -> Result<()> {
         let key = (p, pipeline.to_string());
         let state = match change {
@@ -1042,20 +1077,15 @@ impl Processor {
                 let new_config = match &state.config {
                     Some(config) if !self.holds_config(pending, p, pipeline, config) => {
                         pending.learned.configs.insert(key.clone(), config.clone());
-                        Some(config.as_ref())
+                        Some((pipeline, config.as_ref()))
                     }
                     _ => None,
                 };
-                let bytes = encoded.expect("a put state is encoded before it is applied");
-                pending
-                    .stores
-                    .entry(p)
-                    .or_default()
-                    .put_encoded(pipeline, bytes, new_config)?;
+                pending.stores.entry(p).or_default().put_state(writes, new_config)?;
                 Some(*state)
             }
             StateChange::Delete => {
-                pending.stores.entry(p).or_default().delete_pipeline(pipeline);
+                pending.stores.entry(p).or_default().delete_pipeline(pipeline, before);
                 pending.learned.configs.remove(&key);
                 None
             }

@@ -75,7 +75,10 @@ mod tests {
         let mut batch = StoreBatch::default();
         match state {
             Some(mut state) => batch.put_pipeline(id, &mut state, true).unwrap(),
-            None => batch.delete_pipeline(id),
+            None => {
+                let stored = store.pipeline(id).unwrap().unwrap_or_default();
+                batch.delete_pipeline(id, &stored)
+            }
         }
         store.write(batch).unwrap();
     }

@@ -1,9 +1,10 @@
 //! Per-partition state in RocksDB: pipeline states, durable timers, pending effects and the
 //! applied-offset watermark of each input topic, written together in one atomic batch.
 //!
-//! Keys: `p/<pipeline>` → state without its config (JSON); `f/<pipeline>` → the config in
-//! force (JSON), written only when it changes, so the state written for every input stays
-//! small (states of older stores hold their config inline and still read); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
+//! Keys: `p/<pipeline>` and `p/<pipeline>\0…` → the state without its config, in parts (see
+//! [`parts`]); `f/<pipeline>` → the config in force (JSON), written only when it changes, so
+//! the state written for every input stays small (states of older stores hold their config
+//! inline and still read); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
 //! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
 //! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
@@ -23,6 +24,8 @@ use crate::core::config::PipelineConfig;
 use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
+
+pub mod parts;
 
 /// What can go wrong with a partition's store, told apart by whether waiting mends it.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +114,17 @@ pub struct PartitionStore {
     applied: HashMap<String, i64>,
 }
 
+/// One write: a key and its value, `None` to delete it.
+pub type Write = (Vec<u8>, Option<Vec<u8>>);
+
+/// A pipeline's state as read from the store.
+pub struct Stored {
+    pub state: PipelineState,
+    /// Whether the store holds it in parts: if not (a head from before parts), its next write
+    /// writes every part.
+    pub in_parts: bool,
+}
+
 /// A timer as stored: due time, pipeline, kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredTimer {
@@ -127,10 +141,6 @@ const CONFIG_CACHE: usize = 20_000;
 
 fn config_key(pipeline: &str) -> Vec<u8> {
     [b"f/".as_slice(), pipeline.as_bytes()].concat()
-}
-
-fn pipeline_key(pipeline: &str) -> Vec<u8> {
-    [b"p/".as_slice(), pipeline.as_bytes()].concat()
 }
 
 fn effect_key(run_id: &str) -> Vec<u8> {
@@ -182,26 +192,36 @@ pub struct StoreBatch {
 }
 
 impl StoreBatch {
-    /// Writes `state`, and its config too when `with_config` (the store does not hold this
-    /// config yet: see [`PartitionStore::holds_config`]).
+    /// Writes all of `state`, and its config too when `with_config` (the store does not hold
+    /// this config yet: see [`PartitionStore::holds_config`]).
     pub fn put_pipeline(&mut self, pipeline: &str, state: &mut PipelineState, with_config: bool) -> Result<()> {
-        let bytes = encode_state(state)?;
-        self.put_encoded(pipeline, bytes, state.config.as_deref().filter(|_| with_config))
+        let writes = parts::writes(pipeline, None, state).map_err(StoreError::encode("pipeline state"))?;
+        self.put_state(
+            writes,
+            state.config.as_deref().filter(|_| with_config).map(|c| (pipeline, c)),
+        )
     }
 
-    /// Writes a state [`encode_state`] encoded, and `config` when given.
-    pub fn put_encoded(&mut self, pipeline: &str, state: Vec<u8>, config: Option<&PipelineConfig>) -> Result<()> {
-        self.set(pipeline_key(pipeline), Some(state));
-        if let Some(config) = config {
+    /// Writes what [`parts::writes`] made of a state, and `config` (pipeline, config) when given.
+    pub fn put_state(&mut self, writes: Vec<Write>, config: Option<(&str, &PipelineConfig)>) -> Result<()> {
+        for (key, value) in writes {
+            self.set(key, value);
+        }
+        if let Some((pipeline, config)) = config {
             let json = serde_json::to_vec(config.raw()).map_err(StoreError::encode("pipeline config"))?;
             self.set(config_key(pipeline), Some(json));
         }
         Ok(())
     }
 
-    pub fn delete_pipeline(&mut self, pipeline: &str) {
-        self.set(pipeline_key(pipeline), None);
+    /// Deletes a pipeline: its head, its config, and the parts of `stored` (its state as
+    /// stored).
+    pub fn delete_pipeline(&mut self, pipeline: &str, stored: &PipelineState) {
+        self.set(parts::head_key(pipeline), None);
         self.set(config_key(pipeline), None);
+        for key in parts::deletes(pipeline, stored) {
+            self.set(key, None);
+        }
     }
 
     pub fn put_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
@@ -275,14 +295,6 @@ impl StoreBatch {
     }
 }
 
-/// A pipeline's state as stored: without its config, which is stored apart.
-pub fn encode_state(state: &mut PipelineState) -> Result<Vec<u8>> {
-    let config = state.config.take();
-    let bytes = serde_json::to_vec(&*state);
-    state.config = config;
-    bytes.map_err(StoreError::encode("pipeline state"))
-}
-
 fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
     if cache.len() >= CONFIG_CACHE && !cache.contains_key(pipeline) {
         cache.clear();
@@ -321,17 +333,35 @@ impl PartitionStore {
     }
 
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
-        let Some(bytes) = self.get("reading a pipeline state", &pipeline_key(pipeline))? else {
+        Ok(self.stored(pipeline)?.map(|s| s.state))
+    }
+
+    /// A pipeline's state, and whether it is stored in parts (see [`parts`]).
+    pub fn stored(&self, pipeline: &str) -> Result<Option<Stored>> {
+        let Some(bytes) = self.get("reading a pipeline state", &parts::head_key(pipeline))? else {
             return Ok(None);
         };
-        let corrupt = |e| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
-        let mut state: PipelineState = serde_json::from_slice(&bytes).map_err(corrupt)?;
+        let corrupt =
+            |e: String| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
+        let mut state: PipelineState = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        let in_parts = parts::in_parts(&state);
+        let prefix = parts::parts_prefix(pipeline);
+        for item in self.db.iterator(IteratorMode::From(&prefix, Direction::Forward)) {
+            let (key, value) = item.map_err(StoreError::db("reading a pipeline state", &self.path))?;
+            let Some(suffix) = key.strip_prefix(prefix.as_slice()) else {
+                break;
+            };
+            parts::add_part(&mut state, suffix, &value).map_err(corrupt)?;
+        }
         if state.config.is_none() {
             if let Some(json) = self.get("reading a pipeline config", &config_key(pipeline))? {
-                state.config = Some(self.parsed_config(pipeline, &json).map_err(corrupt)?);
+                let config = self
+                    .parsed_config(pipeline, &json)
+                    .map_err(|e| corrupt(e.to_string()))?;
+                state.config = Some(config);
             }
         }
-        Ok(Some(state))
+        Ok(Some(Stored { state, in_parts }))
     }
 
     /// The config stored for `pipeline`, parsed once per distinct JSON.
@@ -470,7 +500,9 @@ impl PartitionStore {
         for item in self.db.iterator(IteratorMode::From(b"p/", Direction::Forward)) {
             let (key, _) = item.map_err(StoreError::db("listing pipelines", &self.path))?;
             let Some(id) = key.strip_prefix(b"p/") else { break };
-            ids.push(String::from_utf8_lossy(id).into_owned());
+            if parts::is_head(&key) {
+                ids.push(String::from_utf8_lossy(id).into_owned());
+            }
         }
         Ok(ids)
     }
@@ -611,7 +643,7 @@ mod tests {
         );
         assert_eq!(store.pipeline("old").unwrap().unwrap(), state);
         let mut batch = StoreBatch::default();
-        batch.delete_pipeline("p1");
+        batch.delete_pipeline("p1", &state);
         store.write(batch).unwrap();
         assert!(store.db.get(b"f/p1").unwrap().is_none());
     }

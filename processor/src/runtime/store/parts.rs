@@ -1,0 +1,318 @@
+//! How a pipeline's state is laid out in the store, so that a decision writes (and mirrors to
+//! the changelog) what it changed rather than the pipeline's whole retained history: an
+//! hourly pipeline keeps a week of executions and their readings, and rewriting all of them
+//! for every reading made the cost of a record grow with the history.
+//!
+//! Keys: the head `p/<pipeline>` holds the state without its executions, sensor readings
+//! and timers; each of those is a part of its own, `p/<pipeline>\0x<execution id>`,
+//! `p/<pipeline>\0s<sensor slot>` and `p/<pipeline>\0t<timer kind>`. A pipeline id never
+//! contains `\0` (records naming one are refused), so one pipeline's parts never mix with
+//! another's. A head written before parts holds them inline and still reads; the first write
+//! after moves them to parts.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use super::Write;
+use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, StoredSensor};
+use crate::core::timers::TimerKind;
+
+const SEPARATOR: u8 = 0;
+const EXECUTION: u8 = b'x';
+const SENSOR: u8 = b's';
+const TIMER: u8 = b't';
+
+pub fn head_key(pipeline: &str) -> Vec<u8> {
+    [b"p/".as_slice(), pipeline.as_bytes()].concat()
+}
+
+/// The prefix of every part of `pipeline`.
+pub fn parts_prefix(pipeline: &str) -> Vec<u8> {
+    let mut key = head_key(pipeline);
+    key.push(SEPARATOR);
+    key
+}
+
+fn part_key(pipeline: &str, tag: u8, id: &str) -> Vec<u8> {
+    let mut key = parts_prefix(pipeline);
+    key.push(tag);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// Whether `key` (under `p/`) is a pipeline's head, not one of its parts.
+pub fn is_head(key: &[u8]) -> bool {
+    key.starts_with(b"p/") && !key.contains(&SEPARATOR)
+}
+
+/// The writes that take a pipeline's stored state from `before` to `after`: the head, the
+/// parts that differ, and deletes of the parts gone. `before` is `None` when the store does
+/// not hold the state in parts (nothing stored, or a head from before parts): every part is
+/// written.
+pub fn writes(
+    pipeline: &str,
+    before: Option<&PipelineState>,
+    after: &mut PipelineState,
+) -> Result<Vec<Write>, serde_json::Error> {
+    let mut out = vec![(head_key(pipeline), Some(encode_head(after)?))];
+    let empty = PipelineState::default();
+    let before = before.unwrap_or(&empty);
+    diff(&mut out, pipeline, EXECUTION, &before.executions, &after.executions)?;
+    diff(&mut out, pipeline, SENSOR, &before.sensors, &after.sensors)?;
+    let was: HashMap<&TimerKind, &DateTime<Utc>> = before.timers.iter().map(|t| (&t.timer, &t.at)).collect();
+    let now: HashMap<&TimerKind, &DateTime<Utc>> = after.timers.iter().map(|t| (&t.timer, &t.at)).collect();
+    for t in after.timers.iter().filter(|t| was.get(&t.timer) != Some(&&t.at)) {
+        out.push((
+            part_key(pipeline, TIMER, &t.timer.encode()),
+            Some(serde_json::to_vec(t)?),
+        ));
+    }
+    for t in before.timers.iter().filter(|t| !now.contains_key(&t.timer)) {
+        out.push((part_key(pipeline, TIMER, &t.timer.encode()), None));
+    }
+    Ok(out)
+}
+
+/// Puts the entries of `after` that `before` lacks or holds otherwise; deletes the ones gone.
+fn diff<V: PartialEq + serde::Serialize>(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    tag: u8,
+    before: &std::collections::BTreeMap<String, V>,
+    after: &std::collections::BTreeMap<String, V>,
+) -> Result<(), serde_json::Error> {
+    for (id, value) in after {
+        if before.get(id) != Some(value) {
+            out.push((part_key(pipeline, tag, id), Some(serde_json::to_vec(value)?)));
+        }
+    }
+    for id in before.keys().filter(|id| !after.contains_key(*id)) {
+        out.push((part_key(pipeline, tag, id), None));
+    }
+    Ok(())
+}
+
+/// Deletes of every part `stored` has.
+pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
+    let executions = stored.executions.keys().map(|id| part_key(pipeline, EXECUTION, id));
+    let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
+    let timers = (stored.timers.iter()).map(|t| part_key(pipeline, TIMER, &t.timer.encode()));
+    executions.chain(sensors).chain(timers).collect()
+}
+
+/// The head: the state without its config (stored apart) and without its parts.
+fn encode_head(state: &mut PipelineState) -> Result<Vec<u8>, serde_json::Error> {
+    let config = state.config.take();
+    let executions = std::mem::take(&mut state.executions);
+    let sensors = std::mem::take(&mut state.sensors);
+    let timers = std::mem::take(&mut state.timers);
+    let bytes = serde_json::to_vec(&*state);
+    state.config = config;
+    state.executions = executions;
+    state.sensors = sensors;
+    state.timers = timers;
+    bytes
+}
+
+/// Whether a decoded head holds no parts inline: its state is stored in parts (or has none).
+pub fn in_parts(head: &PipelineState) -> bool {
+    head.executions.is_empty() && head.sensors.is_empty() && head.timers.is_empty()
+}
+
+/// Adds the part stored under `suffix` (the key after [`parts_prefix`]) to `state`; `Err`
+/// says why it does not decode.
+pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), String> {
+    let (&tag, id) = suffix.split_first().ok_or("an empty part key")?;
+    let id = std::str::from_utf8(id).map_err(|e| e.to_string())?;
+    let bad = |e: serde_json::Error| format!("part {id}: {e}");
+    match tag {
+        EXECUTION => {
+            let execution: Execution = serde_json::from_slice(value).map_err(bad)?;
+            state.executions.insert(id.to_string(), execution);
+        }
+        SENSOR => {
+            let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
+            state.sensors.insert(id.to_string(), sensor);
+        }
+        TIMER => state
+            .timers
+            .push(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
+        other => return Err(format!("a part of unknown kind {:?}", other as char)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::lifecycle::{Input, Settings};
+    use crate::core::records::{ConfigRecord, SensorReading};
+    use crate::core::replay::Engine;
+    use crate::runtime::store::{PartitionStore, StoreBatch};
+    use serde_json::{json, Value};
+
+    /// An hourly pipeline with `executions` executions opened, as the decider leaves it:
+    /// each with its readings and timers.
+    fn hourly(executions: u32) -> PipelineState {
+        let now = DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z").unwrap().to_utc();
+        let mut engine = Engine::new(Settings::default(), now);
+        let config = json!({
+            "pipeline": {"id": "p", "owner": "team"},
+            "schedule": {"timezone": "UTC",
+                "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+                "evaluation": {"window": "1h", "interval": "5m"}},
+            "sla": {"deadline": "23:59", "deadlineDay": "dataDate", "expectedDuration": "30m"},
+            "validation": {"trigger": "ALL", "rules": [
+                {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+                {"key": "rows", "check": "gte", "field": "count", "value": 1000}]},
+            "job": {"type": "command", "config": {"command": "true"}}
+        });
+        let put = ConfigRecord::Put {
+            pipeline_id: "p".into(),
+            config,
+        };
+        let _ = engine.handle(0, "p", &Input::ConfigPublished(put), "c");
+        for slot in 0..executions {
+            let date = now.date_naive() - chrono::Days::new((slot / 24) as u64);
+            let reading = |key: &str, data: Value| {
+                let reading = SensorReading {
+                    pipeline_id: "p".into(),
+                    key: key.into(),
+                    data: data.as_object().unwrap().clone(),
+                    date: Some(date),
+                    hour: Some(slot % 24),
+                    timestamp: None,
+                };
+                Input::SensorReceived(reading)
+            };
+            let _ = engine.handle(0, "p", &reading("rows", json!({"count": 5000})), "s");
+            let _ = engine.handle(0, "p", &reading("upstream", json!({"status": "ready"})), "s");
+        }
+        engine.states.remove("p").unwrap()
+    }
+
+    fn bytes(writes: &[Write]) -> usize {
+        writes
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum()
+    }
+
+    /// The same state, its timers in the order the store lists them.
+    fn sorted(mut state: PipelineState) -> PipelineState {
+        state.timers.sort_by_key(|t| t.timer.encode());
+        state
+    }
+
+    #[test]
+    fn a_state_in_parts_reads_back_as_written_and_lists_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut state = hourly(30);
+        assert!(state.executions.len() == 30 && state.sensors.len() == 60 && state.timers.len() > 30);
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p", &mut state, true).unwrap();
+        batch.put_pipeline("p.x", &mut hourly(1), true).unwrap();
+        store.write(batch).unwrap();
+        let stored = store.stored("p").unwrap().unwrap();
+        assert!(stored.in_parts);
+        assert_eq!(sorted(stored.state), sorted(state));
+        assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
+        let head = store.raw(&head_key("p")).unwrap().unwrap();
+        assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
+    }
+
+    /// The root cause of latency growing under constant load: every reading rewrote the
+    /// pipeline's whole retained history. A reading now writes what it changed.
+    #[test]
+    fn what_a_reading_writes_does_not_grow_with_the_history() {
+        let written = |executions: u32| {
+            let before = hourly(executions);
+            let mut after = before.clone();
+            let slot = after.sensors.keys().next().unwrap().clone();
+            after
+                .sensors
+                .get_mut(&slot)
+                .unwrap()
+                .data
+                .insert("count".into(), json!(7000));
+            let writes = writes("p", Some(&before), &mut after).unwrap();
+            assert_eq!(writes.len(), 2, "the head and the one reading changed");
+            bytes(&writes)
+        };
+        let (few, many) = (written(2), written(168));
+        assert!(
+            many <= few + 64,
+            "a reading writes {few} bytes with 2 executions, {many} with 168"
+        );
+        let whole = |executions| bytes(&writes("p", None, &mut hourly(executions)).unwrap());
+        assert!(
+            whole(168) > 50 * few,
+            "the whole state is what used to be written: {}",
+            whole(168)
+        );
+    }
+
+    #[test]
+    fn parts_gone_are_deleted_and_a_timer_moved_is_written_again() {
+        let before = hourly(3);
+        let mut after = before.clone();
+        let (gone, _) = after.executions.pop_first().unwrap();
+        let slot = after.sensors.keys().next().unwrap().clone();
+        after.sensors.remove(&slot);
+        after.timers[0].at += chrono::TimeDelta::minutes(5);
+        let moved = after.timers[0].timer.encode();
+        let dropped = after.timers.pop().unwrap().timer.encode();
+        let writes = writes("p", Some(&before), &mut after).unwrap();
+        let find = |tag: u8, id: &str| {
+            writes
+                .iter()
+                .find(|(k, _)| *k == part_key("p", tag, id))
+                .map(|(_, v)| v.is_some())
+        };
+        assert_eq!(find(EXECUTION, &gone), Some(false));
+        assert_eq!(find(SENSOR, &slot), Some(false));
+        assert_eq!(find(TIMER, &moved), Some(true));
+        assert_eq!(find(TIMER, &dropped), Some(false));
+        assert_eq!(writes.len(), 5, "the head and the four changes");
+    }
+
+    /// A state written whole by an earlier version reads, and its next write moves every part
+    /// out of the head (a write of only the changes would lose the rest).
+    #[test]
+    fn a_state_written_whole_reads_and_moves_to_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut whole = hourly(5);
+        whole.config = None;
+        let mut batch = StoreBatch::default();
+        batch.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()));
+        store.write(batch).unwrap();
+        let stored = store.stored("p").unwrap().unwrap();
+        assert!(!stored.in_parts);
+        assert_eq!(stored.state, whole);
+        let mut next = stored.state.clone();
+        let mut batch = StoreBatch::default();
+        batch.put_state(writes("p", None, &mut next).unwrap(), None).unwrap();
+        store.write(batch).unwrap();
+        let stored = store.stored("p").unwrap().unwrap();
+        assert!(stored.in_parts);
+        assert_eq!(sorted(stored.state), sorted(whole));
+        let mut batch = StoreBatch::default();
+        batch.delete_pipeline("p", &next);
+        store.write(batch).unwrap();
+        assert!(store.stored("p").unwrap().is_none());
+        assert!(store.pipelines().unwrap().is_empty());
+        let left = store.db.iterator(rocksdb::IteratorMode::Start).count();
+        assert_eq!(left, 0, "no part outlives its pipeline");
+    }
+
+    #[test]
+    fn a_part_that_does_not_decode_says_which() {
+        let mut state = PipelineState::default();
+        let e = add_part(&mut state, b"x2026-11-24", b"{").unwrap_err();
+        assert!(e.contains("2026-11-24"), "{e}");
+        assert!(add_part(&mut state, b"q", b"{}").unwrap_err().contains("unknown kind"));
+    }
+}
