@@ -389,11 +389,10 @@ async fn from_scratch(
             if partition_for(id.as_bytes(), partitions) != p {
                 continue;
             }
-            let mut state = state.clone();
             for t in &state.timers {
                 batch.put_timer(t.at, id, &t.timer);
             }
-            batch.put_pipeline(id, &mut state, true)?;
+            batch.put_pipeline(id, state, true)?;
         }
         let mut positions = Vec::new();
         for kind in InputTopic::ALL {

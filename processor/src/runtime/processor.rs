@@ -804,14 +804,18 @@ impl Processor {
     }
 
     /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
-    /// whether the store (with the batch) holds it in parts, which a write then only updates.
+    /// whether the store (with the batch) holds it in parts, which a write then only updates
+    /// (a state not stored at all is written whole: its head too).
     fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<(PipelineState, bool)> {
         if let Some(state) = pending.states.get(&(p, pipeline.to_string())) {
-            return Ok((state.clone().unwrap_or_default(), true));
+            return Ok(match state {
+                Some(state) => (state.clone(), true),
+                None => (PipelineState::default(), false),
+            });
         }
         Ok(match self.stores[&p].stored(pipeline)? {
             Some(stored) => (stored.state, stored.in_parts),
-            None => (PipelineState::default(), true),
+            None => (PipelineState::default(), false),
         })
     }
 
@@ -984,10 +988,10 @@ impl Processor {
         p: i32,
         pipeline: &str,
         before: Before<'_>,
-        mut decision: Decision,
+        decision: Decision,
         source: Option<&OwnedMessage>,
     ) -> Result<Result<(), String>> {
-        let writes = match &mut decision.state {
+        let writes = match &decision.state {
             StateChange::Put(state) => {
                 let stored = before.in_parts.then_some(before.state);
                 let writes = store::parts::writes(pipeline, stored, state)?;

@@ -74,7 +74,7 @@ mod tests {
     fn write(store: &mut PartitionStore, id: &str, state: Option<PipelineState>) {
         let mut batch = StoreBatch::default();
         match state {
-            Some(mut state) => batch.put_pipeline(id, &mut state, true).unwrap(),
+            Some(state) => batch.put_pipeline(id, &state, true).unwrap(),
             None => {
                 let stored = store.pipeline(id).unwrap().unwrap_or_default();
                 batch.delete_pipeline(id, &stored)

@@ -194,7 +194,7 @@ pub struct StoreBatch {
 impl StoreBatch {
     /// Writes all of `state`, and its config too when `with_config` (the store does not hold
     /// this config yet: see [`PartitionStore::holds_config`]).
-    pub fn put_pipeline(&mut self, pipeline: &str, state: &mut PipelineState, with_config: bool) -> Result<()> {
+    pub fn put_pipeline(&mut self, pipeline: &str, state: &PipelineState, with_config: bool) -> Result<()> {
         let writes = parts::writes(pipeline, None, state).map_err(StoreError::encode("pipeline state"))?;
         self.put_state(
             writes,
@@ -494,16 +494,22 @@ impl PartitionStore {
         Ok(())
     }
 
-    /// Every pipeline id with stored state.
+    /// Every pipeline id with stored state: each head, skipping over its parts.
     pub fn pipelines(&self) -> Result<Vec<String>> {
         let mut ids = Vec::new();
-        for item in self.db.iterator(IteratorMode::From(b"p/", Direction::Forward)) {
-            let (key, _) = item.map_err(StoreError::db("listing pipelines", &self.path))?;
+        let mut it = self.db.raw_iterator();
+        it.seek(b"p/");
+        while let Some(key) = it.key() {
             let Some(id) = key.strip_prefix(b"p/") else { break };
-            if parts::is_head(&key) {
+            if parts::is_head(key) {
                 ids.push(String::from_utf8_lossy(id).into_owned());
+                let past_parts = [parts::parts_prefix(&ids[ids.len() - 1]).as_slice(), &[u8::MAX]].concat();
+                it.seek(&past_parts);
+            } else {
+                it.next();
             }
         }
+        it.status().map_err(StoreError::db("listing pipelines", &self.path))?;
         Ok(ids)
     }
 
@@ -576,7 +582,7 @@ mod tests {
             batch.set_applied_offset("sluice.sensors", offset);
         }
         batch.put_timer(at, "p1", &kind);
-        batch.put_pipeline("p1", &mut PipelineState::default(), true).unwrap();
+        batch.put_pipeline("p1", &PipelineState::default(), true).unwrap();
         batch.delete_timer(at, "p1", &kind);
         batch.set_applied_offset("sluice.jobs", 7);
         let changes: Vec<(&[u8], Option<&[u8]>)> = batch
@@ -611,14 +617,14 @@ mod tests {
             "job": {"type": "command", "config": {"command": "true"}}
         });
         let config = Arc::new(crate::core::config::PipelineConfig::from_json(&raw).unwrap().config);
-        let mut state = PipelineState {
+        let state = PipelineState {
             config: Some(config.clone()),
             ..PipelineState::default()
         };
         let mut store = PartitionStore::open(dir.path(), 0).unwrap();
         assert!(!store.holds_config("p1", &config));
         let mut batch = StoreBatch::default();
-        batch.put_pipeline("p1", &mut state, true).unwrap();
+        batch.put_pipeline("p1", &state, true).unwrap();
         store.config_written("p1", &config).unwrap();
         assert!(state.config.is_some(), "the caller's state keeps its config");
         // An older store's state, config inline, still reads.
@@ -632,7 +638,7 @@ mod tests {
         );
         // The next write of the state alone leaves the config as it was.
         let mut batch = StoreBatch::default();
-        batch.put_pipeline("p1", &mut state, false).unwrap();
+        batch.put_pipeline("p1", &state, false).unwrap();
         assert_eq!(batch.changes().len(), 1);
         store.write(batch).unwrap();
         let first = store.pipeline("p1").unwrap().unwrap();
@@ -691,7 +697,7 @@ mod tests {
         {
             let mut store = PartitionStore::open(dir.path(), 2).unwrap();
             let mut batch = StoreBatch::default();
-            batch.put_pipeline("p1", &mut PipelineState::default(), true).unwrap();
+            batch.put_pipeline("p1", &PipelineState::default(), true).unwrap();
             batch.put_timer(t1, "p1", &kind("2026-01-02"));
             batch.put_timer(t0, "p2", &kind("2026-01-01"));
             batch.put_timer(t0, "p3", &kind("2026-01-03"));

@@ -46,16 +46,20 @@ pub fn is_head(key: &[u8]) -> bool {
     key.starts_with(b"p/") && !key.contains(&SEPARATOR)
 }
 
-/// The writes that take a pipeline's stored state from `before` to `after`: the head, the
-/// parts that differ, and deletes of the parts gone. `before` is `None` when the store does
-/// not hold the state in parts (nothing stored, or a head from before parts): every part is
-/// written.
+/// The writes that take a pipeline's stored state from `before` to `after`: the head if it
+/// changed, the parts that differ, and deletes of the parts gone. `before` is `None` when the
+/// store does not hold the state in parts (nothing stored, or a head from before parts): the
+/// head and every part are written.
 pub fn writes(
     pipeline: &str,
     before: Option<&PipelineState>,
-    after: &mut PipelineState,
+    after: &PipelineState,
 ) -> Result<Vec<Write>, serde_json::Error> {
-    let mut out = vec![(head_key(pipeline), Some(encode_head(after)?))];
+    let mut out = Vec::new();
+    let head = head(after);
+    if before.is_none_or(|before| self::head(before) != head) {
+        out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
+    }
     let empty = PipelineState::default();
     let before = before.unwrap_or(&empty);
     diff(&mut out, pipeline, EXECUTION, &before.executions, &after.executions)?;
@@ -101,18 +105,20 @@ pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
     executions.chain(sensors).chain(timers).collect()
 }
 
-/// The head: the state without its config (stored apart) and without its parts.
-fn encode_head(state: &mut PipelineState) -> Result<Vec<u8>, serde_json::Error> {
-    let config = state.config.take();
-    let executions = std::mem::take(&mut state.executions);
-    let sensors = std::mem::take(&mut state.sensors);
-    let timers = std::mem::take(&mut state.timers);
-    let bytes = serde_json::to_vec(&*state);
-    state.config = config;
-    state.executions = executions;
-    state.sensors = sensors;
-    state.timers = timers;
-    bytes
+/// The head: the state without its config (stored apart) and without its parts. Every field
+/// is named, so a field added to the state must be given a place: the head or parts.
+fn head(state: &PipelineState) -> PipelineState {
+    let PipelineState {
+        config: _,
+        sensors: _,
+        executions: _,
+        timers: _,
+        dependents,
+    } = state;
+    PipelineState {
+        dependents: dependents.clone(),
+        ..PipelineState::default()
+    }
 }
 
 /// Whether a decoded head holds no parts inline: its state is stored in parts (or has none).
@@ -209,11 +215,11 @@ mod tests {
     fn a_state_in_parts_reads_back_as_written_and_lists_once() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = PartitionStore::open(dir.path(), 0).unwrap();
-        let mut state = hourly(30);
+        let state = hourly(30);
         assert!(state.executions.len() == 30 && state.sensors.len() == 60 && state.timers.len() > 30);
         let mut batch = StoreBatch::default();
-        batch.put_pipeline("p", &mut state, true).unwrap();
-        batch.put_pipeline("p.x", &mut hourly(1), true).unwrap();
+        batch.put_pipeline("p", &state, true).unwrap();
+        batch.put_pipeline("p.x", &hourly(1), true).unwrap();
         store.write(batch).unwrap();
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
@@ -237,8 +243,8 @@ mod tests {
                 .unwrap()
                 .data
                 .insert("count".into(), json!(7000));
-            let writes = writes("p", Some(&before), &mut after).unwrap();
-            assert_eq!(writes.len(), 2, "the head and the one reading changed");
+            let writes = writes("p", Some(&before), &after).unwrap();
+            assert_eq!(writes.len(), 1, "the one reading changed");
             bytes(&writes)
         };
         let (few, many) = (written(2), written(168));
@@ -246,7 +252,7 @@ mod tests {
             many <= few + 64,
             "a reading writes {few} bytes with 2 executions, {many} with 168"
         );
-        let whole = |executions| bytes(&writes("p", None, &mut hourly(executions)).unwrap());
+        let whole = |executions| bytes(&writes("p", None, &hourly(executions)).unwrap());
         assert!(
             whole(168) > 50 * few,
             "the whole state is what used to be written: {}",
@@ -264,7 +270,7 @@ mod tests {
         after.timers[0].at += chrono::TimeDelta::minutes(5);
         let moved = after.timers[0].timer.encode();
         let dropped = after.timers.pop().unwrap().timer.encode();
-        let writes = writes("p", Some(&before), &mut after).unwrap();
+        let writes = writes("p", Some(&before), &after).unwrap();
         let find = |tag: u8, id: &str| {
             writes
                 .iter()
@@ -275,7 +281,10 @@ mod tests {
         assert_eq!(find(SENSOR, &slot), Some(false));
         assert_eq!(find(TIMER, &moved), Some(true));
         assert_eq!(find(TIMER, &dropped), Some(false));
-        assert_eq!(writes.len(), 5, "the head and the four changes");
+        assert_eq!(writes.len(), 4, "the four changes, the head as it was");
+        after.dependents.insert("downstream".into(), "upstream-ready".into());
+        let writes = self::writes("p", Some(&before), &after).unwrap();
+        assert_eq!(writes[0].0, head_key("p"), "a changed head is written");
     }
 
     /// A state written whole by an earlier version reads, and its next write moves every part
@@ -292,9 +301,9 @@ mod tests {
         let stored = store.stored("p").unwrap().unwrap();
         assert!(!stored.in_parts);
         assert_eq!(stored.state, whole);
-        let mut next = stored.state.clone();
+        let next = stored.state.clone();
         let mut batch = StoreBatch::default();
-        batch.put_state(writes("p", None, &mut next).unwrap(), None).unwrap();
+        batch.put_state(writes("p", None, &next).unwrap(), None).unwrap();
         store.write(batch).unwrap();
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
