@@ -4,17 +4,19 @@
 //! for every reading made the cost of a record grow with the history.
 //!
 //! Keys: the head `p/<pipeline>` holds the state without its executions, sensor readings
-//! and timers; each of those is a part of its own, `p/<pipeline>\0x<execution id>`,
-//! `p/<pipeline>\0s<sensor slot>` and `p/<pipeline>\0t<timer kind>`. A pipeline id never
+//! and timers; each execution is a part with the timers armed for it (they change together),
+//! `p/<pipeline>\0x<execution id>`; each sensor reading `p/<pipeline>\0s<sensor slot>`; and
+//! each other timer (a schedule's, or one whose execution is gone) `p/<pipeline>\0t<timer kind>`. A pipeline id never
 //! contains `\0` (records naming one are refused), so one pipeline's parts never mix with
 //! another's. A head written before parts holds them inline and still reads; the first write
 //! after moves them to parts.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use super::Write;
+use crate::core::execution::execution_key;
 use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, StoredSensor};
 use crate::core::timers::TimerKind;
 
@@ -61,47 +63,116 @@ pub fn writes(
         out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
     }
     let empty = PipelineState::default();
-    let before = before.unwrap_or(&empty);
-    diff(&mut out, pipeline, EXECUTION, &before.executions, &after.executions)?;
-    diff(&mut out, pipeline, SENSOR, &before.sensors, &after.sensors)?;
-    let was: HashMap<&TimerKind, &DateTime<Utc>> = before.timers.iter().map(|t| (&t.timer, &t.at)).collect();
-    let now: HashMap<&TimerKind, &DateTime<Utc>> = after.timers.iter().map(|t| (&t.timer, &t.at)).collect();
-    for t in after.timers.iter().filter(|t| was.get(&t.timer) != Some(&&t.at)) {
-        out.push((
-            part_key(pipeline, TIMER, &t.timer.encode()),
-            Some(serde_json::to_vec(t)?),
-        ));
-    }
-    for t in before.timers.iter().filter(|t| !now.contains_key(&t.timer)) {
-        out.push((part_key(pipeline, TIMER, &t.timer.encode()), None));
-    }
+    let (before, after) = (layout(before.unwrap_or(&empty)), layout(after));
+    diff(
+        &mut out,
+        pipeline,
+        EXECUTION,
+        &before.executions,
+        &after.executions,
+        |id| id.to_string(),
+    )?;
+    diff(
+        &mut out,
+        pipeline,
+        SENSOR,
+        &before.state.sensors,
+        &after.state.sensors,
+        String::clone,
+    )?;
+    diff(&mut out, pipeline, TIMER, &before.timers, &after.timers, |kind| {
+        kind.encode()
+    })?;
     Ok(out)
 }
 
+/// An execution's part: the execution and the timers armed for it, in kind order.
+#[derive(PartialEq, Serialize)]
+struct ExecutionPart<'s> {
+    execution: &'s Execution,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    timers: Vec<&'s PendingTimer>,
+}
+
+/// An execution's part as read.
+#[derive(Deserialize)]
+struct StoredExecution {
+    execution: Execution,
+    #[serde(default)]
+    timers: Vec<PendingTimer>,
+}
+
+/// The parts a state is stored in, borrowed from it (its sensor readings are parts as they
+/// are): its executions with their timers, and the timers that go alone.
+struct Layout<'s> {
+    state: &'s PipelineState,
+    executions: BTreeMap<&'s str, ExecutionPart<'s>>,
+    timers: BTreeMap<&'s TimerKind, &'s PendingTimer>,
+}
+
+fn layout(state: &PipelineState) -> Layout<'_> {
+    let mut executions: BTreeMap<&str, ExecutionPart> = (state.executions.iter())
+        .map(|(id, execution)| {
+            (
+                id.as_str(),
+                ExecutionPart {
+                    execution,
+                    timers: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    let mut timers = BTreeMap::new();
+    for t in &state.timers {
+        let part = (t.timer.execution())
+            .and_then(|(schedule, date)| executions.get_mut(execution_key(schedule, date).as_str()));
+        match part {
+            Some(part) => part.timers.push(t),
+            None => {
+                timers.insert(&t.timer, t);
+            }
+        }
+    }
+    for part in executions.values_mut() {
+        part.timers.sort_by(|a, b| a.timer.cmp(&b.timer));
+    }
+    Layout {
+        state,
+        executions,
+        timers,
+    }
+}
+
 /// Puts the entries of `after` that `before` lacks or holds otherwise; deletes the ones gone.
-fn diff<V: PartialEq + serde::Serialize>(
+/// `id` names an entry's part.
+fn diff<K: Ord, V: PartialEq + Serialize>(
     out: &mut Vec<Write>,
     pipeline: &str,
     tag: u8,
-    before: &std::collections::BTreeMap<String, V>,
-    after: &std::collections::BTreeMap<String, V>,
+    before: &BTreeMap<K, V>,
+    after: &BTreeMap<K, V>,
+    id: impl Fn(&K) -> String,
 ) -> Result<(), serde_json::Error> {
-    for (id, value) in after {
-        if before.get(id) != Some(value) {
-            out.push((part_key(pipeline, tag, id), Some(serde_json::to_vec(value)?)));
+    for (key, value) in after {
+        if before.get(key) != Some(value) {
+            out.push((part_key(pipeline, tag, &id(key)), Some(serde_json::to_vec(value)?)));
         }
     }
-    for id in before.keys().filter(|id| !after.contains_key(*id)) {
-        out.push((part_key(pipeline, tag, id), None));
+    for key in before.keys().filter(|key| !after.contains_key(*key)) {
+        out.push((part_key(pipeline, tag, &id(key)), None));
     }
     Ok(())
 }
 
 /// Deletes of every part `stored` has.
 pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
-    let executions = stored.executions.keys().map(|id| part_key(pipeline, EXECUTION, id));
+    let layout = layout(stored);
+    let executions = layout.executions.keys().map(|id| part_key(pipeline, EXECUTION, id));
     let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
-    let timers = (stored.timers.iter()).map(|t| part_key(pipeline, TIMER, &t.timer.encode()));
+    let timers = layout
+        .timers
+        .keys()
+        .map(|kind| part_key(pipeline, TIMER, &kind.encode()));
     executions.chain(sensors).chain(timers).collect()
 }
 
@@ -134,8 +205,9 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
     let bad = |e: serde_json::Error| format!("part {id}: {e}");
     match tag {
         EXECUTION => {
-            let execution: Execution = serde_json::from_slice(value).map_err(bad)?;
-            state.executions.insert(id.to_string(), execution);
+            let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
+            state.executions.insert(id.to_string(), part.execution);
+            state.timers.extend(part.timers);
         }
         SENSOR => {
             let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
@@ -161,7 +233,9 @@ mod tests {
     /// An hourly pipeline with `executions` executions opened, as the decider leaves it:
     /// each with its readings and timers.
     fn hourly(executions: u32) -> PipelineState {
-        let now = DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z").unwrap().to_utc();
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z")
+            .unwrap()
+            .to_utc();
         let mut engine = Engine::new(Settings::default(), now);
         let config = json!({
             "pipeline": {"id": "p", "owner": "team"},
@@ -260,31 +334,67 @@ mod tests {
         );
     }
 
+    fn execution_of(t: &PendingTimer) -> Option<String> {
+        t.timer
+            .execution()
+            .map(|(schedule, date)| execution_key(schedule, date))
+    }
+
     #[test]
-    fn parts_gone_are_deleted_and_a_timer_moved_is_written_again() {
+    fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
         let before = hourly(3);
         let mut after = before.clone();
+        // An execution is pruned with its timers, a reading with it.
         let (gone, _) = after.executions.pop_first().unwrap();
+        after.timers.retain(|t| execution_of(t).as_ref() != Some(&gone));
         let slot = after.sensors.keys().next().unwrap().clone();
         after.sensors.remove(&slot);
+        // Another execution's timer moves: that execution's part is written again.
         after.timers[0].at += chrono::TimeDelta::minutes(5);
-        let moved = after.timers[0].timer.encode();
-        let dropped = after.timers.pop().unwrap().timer.encode();
+        let moved = execution_of(&after.timers[0]).unwrap();
         let writes = writes("p", Some(&before), &after).unwrap();
-        let find = |tag: u8, id: &str| {
-            writes
-                .iter()
+        let find = |writes: &[Write], tag: u8, id: &str| {
+            (writes.iter())
                 .find(|(k, _)| *k == part_key("p", tag, id))
                 .map(|(_, v)| v.is_some())
         };
-        assert_eq!(find(EXECUTION, &gone), Some(false));
-        assert_eq!(find(SENSOR, &slot), Some(false));
-        assert_eq!(find(TIMER, &moved), Some(true));
-        assert_eq!(find(TIMER, &dropped), Some(false));
-        assert_eq!(writes.len(), 4, "the four changes, the head as it was");
-        after.dependents.insert("downstream".into(), "upstream-ready".into());
-        let writes = self::writes("p", Some(&before), &after).unwrap();
-        assert_eq!(writes[0].0, head_key("p"), "a changed head is written");
+        assert_eq!(find(&writes, EXECUTION, &gone), Some(false));
+        assert_eq!(find(&writes, SENSOR, &slot), Some(false));
+        assert_eq!(find(&writes, EXECUTION, &moved), Some(true));
+        assert_eq!(writes.len(), 3, "the three changes, the head as it was: {writes:?}");
+        // A timer whose execution is gone is a part of its own until it goes too.
+        let mut orphaned = after.clone();
+        orphaned.executions.remove(&moved);
+        let writes = self::writes("p", Some(&after), &orphaned).unwrap();
+        let alone: Vec<&PendingTimer> = (orphaned.timers.iter())
+            .filter(|t| execution_of(t) == Some(moved.clone()))
+            .collect();
+        assert!(!alone.is_empty());
+        for t in &alone {
+            assert_eq!(find(&writes, TIMER, &t.timer.encode()), Some(true));
+        }
+        assert_eq!(writes.len(), 1 + alone.len());
+        let mut batch_state = PipelineState::default();
+        for (key, value) in writes.iter().filter(|(k, _)| k[0..4] == *b"p/p\0") {
+            if let Some(value) = value {
+                add_part(&mut batch_state, &key[4..], value).unwrap();
+            }
+        }
+        assert_eq!(batch_state.timers.len(), alone.len(), "a lone timer reads back");
+        let lone = (orphaned.timers.iter())
+            .filter(|t| execution_of(t).is_none_or(|e| !orphaned.executions.contains_key(&e)))
+            .count();
+        assert!(lone >= alone.len());
+        let parts = orphaned.executions.len() + orphaned.sensors.len() + lone;
+        assert_eq!(deletes("p", &orphaned).len(), parts, "every part, no more");
+        // A changed head is written.
+        let mut linked = after.clone();
+        linked.dependents.insert("downstream".into(), "upstream-ready".into());
+        let writes = self::writes("p", Some(&after), &linked).unwrap();
+        assert_eq!(
+            writes,
+            [(head_key("p"), Some(serde_json::to_vec(&head(&linked)).unwrap()))]
+        );
     }
 
     /// A state written whole by an earlier version reads, and its next write moves every part
