@@ -1146,8 +1146,15 @@ impl Processor {
         Ok(())
     }
 
-    /// Tells the read models what a durable batch changed.
-    fn learn(&mut self, learned: Learned) -> Result<()> {
+    /// Tells the read models (and the stores' caches of decoded states) what a durable batch
+    /// changed.
+    fn learn(&mut self, learned: Learned, states: HashMap<(i32, String), Option<PipelineState>>) -> Result<()> {
+        // The stores hold these states now: their next reads need not decode them.
+        for ((p, pipeline), state) in states {
+            if let (Some(store), Some(state)) = (self.stores.get(&p), state) {
+                store.remember(&pipeline, state);
+            }
+        }
         for event in learned.events {
             self.recent.push(event);
         }
@@ -1190,7 +1197,7 @@ impl Processor {
             offsets = self.input_offsets(&pending.commits)?;
         }
         self.write_stores(pending.stores, &markers, &sequenced)?;
-        self.learn(pending.learned)?;
+        self.learn(pending.learned, pending.states)?;
         if let (Some(list), Guarantee::EffectivelyOnce) = (offsets, self.settings.guarantee) {
             if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
                 warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");

@@ -109,6 +109,10 @@ pub struct PartitionStore {
     /// config JSON is unchanged reuses the parsed config instead of validating it again (the
     /// most expensive part of reading a state). Bounded by [`CONFIG_CACHE`].
     configs: Mutex<HashMap<String, ParsedConfig>>,
+    /// Decoded states by pipeline, as stored: decoding a state from its parts costs in
+    /// proportion to its history, and the loop reads a pipeline's state for every batch
+    /// that touches it. Kept in step with every write (see [`StateCache`]).
+    states: Mutex<StateCache>,
     /// The applied-offset watermark per input topic, read once at open and kept in step with
     /// every write: it is consulted for every record, so it must not cost a RocksDB read.
     applied: HashMap<String, i64>,
@@ -118,6 +122,7 @@ pub struct PartitionStore {
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
 /// A pipeline's state as read from the store.
+#[derive(Clone)]
 pub struct Stored {
     pub state: PipelineState,
     /// Whether the store holds it in parts: if not (a head from before parts), its next write
@@ -131,6 +136,49 @@ pub struct StoredTimer {
     pub at: DateTime<Utc>,
     pub pipeline: String,
     pub kind: TimerKind,
+}
+
+/// Decoded states by pipeline, bounded by an estimate of their size in memory: past
+/// [`STATE_CACHE_BYTES`] it starts over.
+#[derive(Default)]
+struct StateCache {
+    states: HashMap<String, (Stored, usize)>,
+    bytes: usize,
+}
+
+/// Estimated bytes of decoded state kept per partition.
+const STATE_CACHE_BYTES: usize = 64 << 20;
+
+impl StateCache {
+    fn get(&self, pipeline: &str) -> Option<&Stored> {
+        self.states.get(pipeline).map(|(stored, _)| stored)
+    }
+
+    fn insert(&mut self, pipeline: &str, stored: Stored) {
+        let size = estimated_size(&stored.state);
+        if self.bytes + size > STATE_CACHE_BYTES {
+            self.states.clear();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        if let Some((_, old)) = self.states.insert(pipeline.to_string(), (stored, size)) {
+            self.bytes -= old;
+        }
+    }
+
+    fn forget(&mut self, pipeline: &[u8]) {
+        let Ok(pipeline) = std::str::from_utf8(pipeline) else {
+            return;
+        };
+        if let Some((_, size)) = self.states.remove(pipeline) {
+            self.bytes -= size;
+        }
+    }
+}
+
+/// A rough size of a decoded state in memory: enough to bound the cache, not to account it.
+fn estimated_size(state: &PipelineState) -> usize {
+    512 + 1536 * state.executions.len() + 768 * state.sensors.len() + 256 * state.timers.len()
 }
 
 /// A config's JSON and what it parsed to.
@@ -324,6 +372,7 @@ impl PartitionStore {
             db,
             path,
             configs: Mutex::default(),
+            states: Mutex::default(),
             applied,
         })
     }
@@ -338,6 +387,27 @@ impl PartitionStore {
 
     /// A pipeline's state, and whether it is stored in parts (see [`parts`]).
     pub fn stored(&self, pipeline: &str) -> Result<Option<Stored>> {
+        if let Some(cached) = self.states.lock().expect("state cache").get(pipeline) {
+            return Ok(Some(cached.clone()));
+        }
+        let stored = self.decode(pipeline)?;
+        if let Some(stored) = &stored {
+            self.states
+                .lock()
+                .expect("state cache")
+                .insert(pipeline, stored.clone());
+        }
+        Ok(stored)
+    }
+
+    /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
+    /// written by the caller): the next read need not decode it.
+    pub fn remember(&self, pipeline: &str, state: PipelineState) {
+        let stored = Stored { state, in_parts: true };
+        self.states.lock().expect("state cache").insert(pipeline, stored);
+    }
+
+    fn decode(&self, pipeline: &str) -> Result<Option<Stored>> {
         let Some(bytes) = self.get("reading a pipeline state", &parts::head_key(pipeline))? else {
             return Ok(None);
         };
@@ -491,6 +561,7 @@ impl PartitionStore {
         }
         self.db.write(batch).map_err(clearing())?;
         self.applied.clear();
+        *self.states.lock().expect("state cache") = StateCache::default();
         Ok(())
     }
 
@@ -537,9 +608,14 @@ impl PartitionStore {
         }
         (self.db.write_opt(write, &options)).map_err(StoreError::db("writing a state batch", &self.path))?;
         // The watermark follows every write of its keys, a restored or reset one (which may
-        // lower or delete it) as much as an applied input's.
+        // lower or delete it) as much as an applied input's; a cached state, every write of
+        // its pipeline's keys.
+        let mut states = self.states.lock().expect("state cache");
         for (key, value) in &batch.ops {
             track_applied(&mut self.applied, key, value.as_deref(), &self.path)?;
+            if let Some(pipeline) = parts::pipeline_of(key).or_else(|| key.strip_prefix(b"f/")) {
+                states.forget(pipeline);
+            }
         }
         Ok(())
     }

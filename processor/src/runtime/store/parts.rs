@@ -43,6 +43,12 @@ fn part_key(pipeline: &str, tag: u8, id: &str) -> Vec<u8> {
     key
 }
 
+/// The pipeline whose head or part `key` is.
+pub fn pipeline_of(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(b"p/")?;
+    Some(rest.split(|b| *b == SEPARATOR).next().unwrap_or(rest))
+}
+
 /// Whether `key` (under `p/`) is a pipeline's head, not one of its parts.
 pub fn is_head(key: &[u8]) -> bool {
     key.starts_with(b"p/") && !key.contains(&SEPARATOR)
@@ -433,5 +439,43 @@ mod tests {
         let e = add_part(&mut state, b"x2026-11-24", b"{").unwrap_err();
         assert!(e.contains("2026-11-24"), "{e}");
         assert!(add_part(&mut state, b"q", b"{}").unwrap_err().contains("unknown kind"));
+    }
+
+    /// The store's cache of decoded states answers reads until a write touches the pipeline
+    /// (a batch's, a restore's or a reset's), or the store is cleared for a full restore.
+    #[test]
+    fn the_cache_of_decoded_states_follows_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut state = hourly(2);
+        state.config = None;
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p", &state, false).unwrap();
+        batch.put_pipeline("q", &state, false).unwrap();
+        store.write(batch).unwrap();
+        assert_eq!(sorted(store.stored("p").unwrap().unwrap().state), sorted(state.clone()));
+        // What the caller says it wrote is what reads return, without decoding.
+        let mut told = state.clone();
+        told.dependents.insert("d".into(), "k".into());
+        store.remember("p", told.clone());
+        assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+        // A write of one of its parts (a restore's) is read from disk again.
+        let mut batch = StoreBatch::default();
+        let (slot, reading) = state.sensors.iter().next().unwrap();
+        batch.mirror(
+            &part_key("p", SENSOR, slot),
+            Some(&serde_json::to_vec(reading).unwrap()),
+        );
+        store.write(batch).unwrap();
+        assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
+        // Another pipeline's writes leave it cached; a clear forgets everything.
+        store.remember("p", told.clone());
+        let mut batch = StoreBatch::default();
+        batch.delete_pipeline("q", &state);
+        store.write(batch).unwrap();
+        assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+        assert!(store.pipeline("q").unwrap().is_none());
+        store.clear().unwrap();
+        assert!(store.pipeline("p").unwrap().is_none());
     }
 }
