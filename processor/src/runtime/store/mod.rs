@@ -146,8 +146,9 @@ struct StateCache {
     bytes: usize,
 }
 
-/// Estimated bytes of decoded state kept per partition.
-const STATE_CACHE_BYTES: usize = 64 << 20;
+/// Estimated bytes of decoded state kept per partition (an instance holds one cache per
+/// partition it owns: 96 MiB at most with the default three).
+const STATE_CACHE_BYTES: usize = 32 << 20;
 
 impl StateCache {
     fn get(&self, pipeline: &str) -> Option<&Stored> {
