@@ -87,14 +87,6 @@ impl Error {
         }
         Error::from(e)
     }
-
-    /// Adds context to a transient error; a fatal one speaks for itself.
-    pub fn context(self, what: impl std::fmt::Display + Send + Sync + 'static) -> Self {
-        match self {
-            Error::Transient(e) => Error::Transient(e.context(what)),
-            fatal => fatal,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -157,10 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn context_is_added_to_transient_errors_only() {
-        let e = Error::Transient(anyhow::anyhow!("broker away")).context("writing to the changelog");
-        assert_eq!(format!("{e:#}"), "writing to the changelog: broker away");
-        let e = Error::from(corrupt()).context("ignored");
-        assert!(e.to_string().starts_with("corrupt state: a timer key"), "{e}");
+    fn a_corrupt_store_says_so_and_where() {
+        let e = Error::from(corrupt());
+        assert!(
+            e.to_string()
+                .starts_with("corrupt state: a timer key in /state/partition-0"),
+            "{e}"
+        );
     }
 }

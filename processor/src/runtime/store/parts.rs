@@ -45,8 +45,7 @@ fn part_key(pipeline: &str, tag: u8, id: &str) -> Vec<u8> {
 
 /// The pipeline whose head or part `key` is.
 pub fn pipeline_of(key: &[u8]) -> Option<&[u8]> {
-    let rest = key.strip_prefix(b"p/")?;
-    Some(rest.split(|b| *b == SEPARATOR).next().unwrap_or(rest))
+    key.strip_prefix(b"p/")?.split(|b| *b == SEPARATOR).next()
 }
 
 /// Whether `key` (under `p/`) is a pipeline's head, not one of its parts.
@@ -278,6 +277,28 @@ mod tests {
         engine.states.remove("p").unwrap()
     }
 
+    /// A store in a fresh directory (kept while the store is used).
+    fn store() -> (tempfile::TempDir, PartitionStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        (dir, store)
+    }
+
+    /// Writes what `fill` puts in one batch.
+    fn write(store: &mut PartitionStore, fill: impl FnOnce(&mut StoreBatch)) {
+        let mut batch = StoreBatch::default();
+        fill(&mut batch);
+        store.write(batch).unwrap();
+    }
+
+    /// [`hourly`] without its config, which is stored apart.
+    fn bare(executions: u32) -> PipelineState {
+        PipelineState {
+            config: None,
+            ..hourly(executions)
+        }
+    }
+
     fn bytes(writes: &[Write]) -> usize {
         writes
             .iter()
@@ -293,14 +314,13 @@ mod tests {
 
     #[test]
     fn a_state_in_parts_reads_back_as_written_and_lists_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let (_dir, mut store) = store();
         let state = hourly(30);
         assert!(state.executions.len() == 30 && state.sensors.len() == 60 && state.timers.len() > 30);
-        let mut batch = StoreBatch::default();
-        batch.put_pipeline("p", &state, true).unwrap();
-        batch.put_pipeline("p.x", &hourly(1), true).unwrap();
-        store.write(batch).unwrap();
+        write(&mut store, |b| {
+            b.put_pipeline("p", &state, true).unwrap();
+            b.put_pipeline("p.x", &hourly(1), true).unwrap();
+        });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
         assert_eq!(sorted(stored.state), sorted(state));
@@ -407,26 +427,22 @@ mod tests {
     /// out of the head (a write of only the changes would lose the rest).
     #[test]
     fn a_state_written_whole_reads_and_moves_to_parts() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
-        let mut whole = hourly(5);
-        whole.config = None;
-        let mut batch = StoreBatch::default();
-        batch.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()));
-        store.write(batch).unwrap();
+        let (_dir, mut store) = store();
+        let whole = bare(5);
+        write(&mut store, |b| {
+            b.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()))
+        });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(!stored.in_parts);
         assert_eq!(stored.state, whole);
         let next = stored.state.clone();
-        let mut batch = StoreBatch::default();
-        batch.put_state(writes("p", None, &next).unwrap(), None).unwrap();
-        store.write(batch).unwrap();
+        write(&mut store, |b| {
+            b.put_state(writes("p", None, &next).unwrap(), None).unwrap()
+        });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
         assert_eq!(sorted(stored.state), sorted(whole));
-        let mut batch = StoreBatch::default();
-        batch.delete_pipeline("p", &next);
-        store.write(batch).unwrap();
+        write(&mut store, |b| b.delete_pipeline("p", &next));
         assert!(store.stored("p").unwrap().is_none());
         assert!(store.pipelines().unwrap().is_empty());
         let left = store.db.iterator(rocksdb::IteratorMode::Start).count();
@@ -445,14 +461,12 @@ mod tests {
     /// (a batch's, a restore's or a reset's), or the store is cleared for a full restore.
     #[test]
     fn the_cache_of_decoded_states_follows_every_write() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
-        let mut state = hourly(2);
-        state.config = None;
-        let mut batch = StoreBatch::default();
-        batch.put_pipeline("p", &state, false).unwrap();
-        batch.put_pipeline("q", &state, false).unwrap();
-        store.write(batch).unwrap();
+        let (_dir, mut store) = store();
+        let state = bare(2);
+        write(&mut store, |b| {
+            b.put_pipeline("p", &state, false).unwrap();
+            b.put_pipeline("q", &state, false).unwrap();
+        });
         assert_eq!(sorted(store.stored("p").unwrap().unwrap().state), sorted(state.clone()));
         // What the caller says it wrote is what reads return, without decoding.
         let mut told = state.clone();
@@ -460,19 +474,13 @@ mod tests {
         store.remember("p", told.clone());
         assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
         // A write of one of its parts (a restore's) is read from disk again.
-        let mut batch = StoreBatch::default();
         let (slot, reading) = state.sensors.iter().next().unwrap();
-        batch.mirror(
-            &part_key("p", SENSOR, slot),
-            Some(&serde_json::to_vec(reading).unwrap()),
-        );
-        store.write(batch).unwrap();
+        let value = serde_json::to_vec(reading).unwrap();
+        write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
         assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
         // Another pipeline's writes leave it cached; a clear forgets everything.
         store.remember("p", told.clone());
-        let mut batch = StoreBatch::default();
-        batch.delete_pipeline("q", &state);
-        store.write(batch).unwrap();
+        write(&mut store, |b| b.delete_pipeline("q", &state));
         assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
         assert!(store.pipeline("q").unwrap().is_none());
         store.clear().unwrap();
