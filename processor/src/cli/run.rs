@@ -52,7 +52,7 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     allow_targets: Vec<ipnet::IpNet>,
-    /// How long shutdown waits for in-flight triggers (e.g. 30s).
+    /// How long shutdown waits for the batch under way, and then for in-flight triggers (e.g. 30s).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
     #[command(flatten)]

@@ -216,9 +216,11 @@ pub struct Processor {
     partitions: i32,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
-    /// Per partition, the keys a crashed owner's unfinished batch wrote to the changelog,
-    /// with this store's values: written with the next batch, so that they supersede it.
-    repairs: BTreeMap<i32, StoreBatch>,
+    /// Per partition, the keys another writer (a crashed owner's unfinished batch, a
+    /// zombie) wrote to the changelog: the next batch writes them again with the store's
+    /// values as they are then (not as they were when found: a batch in between may have
+    /// written them), so that they supersede those writes.
+    repairs: BTreeMap<i32, BTreeSet<Vec<u8>>>,
     /// Journaled triggers of newly opened partitions, requested again once the jobs topic
     /// has been read up to where it ended at the opening, if no report on their run came.
     resumes: Vec<Resume>,
@@ -460,12 +462,9 @@ impl Processor {
                                 None => break,
                             }
                         }
-                        // A batch stuck on an unreachable broker must not hold up a shutdown;
-                        // leaving it unfinished is a crash the watermark already covers.
-                        tokio::select! {
-                            biased;
-                            done = self.process_records(batch) => done?,
-                            _ = &mut shutdown => { warn!("stopping with a batch unfinished; it is redone on restart"); return Ok(()) }
+                        let grace = self.settings.shutdown_grace;
+                        if finish(self.process_records(batch), shutdown.as_mut(), grace, "a batch").await? == Finished::Stopping {
+                            return Ok(());
                         }
                     }
                     Err(e) => {
@@ -477,11 +476,12 @@ impl Processor {
                 // Input comes first, but every input batch also fires the timers due by then
                 // (see process_records): steady input cannot hold a timer back, and it costs
                 // no flush of its own. This branch serves idle partitions.
-                _ = sleep, if timer_armed => tokio::select! {
-                    biased;
-                    done = self.fire_due_timers() => done?,
-                    _ = &mut shutdown => { warn!("stopping with due timers unfinished; they fire again on restart"); return Ok(()) }
-                },
+                _ = sleep, if timer_armed => {
+                    let grace = self.settings.shutdown_grace;
+                    if finish(self.fire_due_timers(), shutdown.as_mut(), grace, "due timers").await? == Finished::Stopping {
+                        return Ok(());
+                    }
+                }
                 _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers()?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let reachable = tokio::task::block_in_place(|| {
@@ -637,19 +637,11 @@ impl Processor {
                     fenced.insert(p);
                     continue;
                 }
-                Foreign::Stale(keys) => {
-                    let mut repair = StoreBatch::default();
-                    if let Some(store) = self.stores.get(&p) {
-                        for key in keys {
-                            repair.mirror(&key, store.raw(&key)?.as_deref());
-                        }
-                    }
-                    repair
-                }
+                Foreign::Stale(keys) => keys,
             };
             if !repair.is_empty() {
                 warn!(partition = p, keys = repair.len(), ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
-                self.repairs.entry(p).or_default().underlay(repair);
+                self.repairs.entry(p).or_default().extend(repair);
             }
         }
         Ok(fenced)
@@ -684,11 +676,7 @@ impl Processor {
         self.next_changelog.insert(p, next_changelog);
         self.writers.insert(p, writer);
         if !restored.stale.is_empty() {
-            let mut repair = StoreBatch::default();
-            for key in &restored.stale {
-                repair.mirror(key, store.raw(key)?.as_deref());
-            }
-            self.repairs.insert(p, repair);
+            self.repairs.insert(p, restored.stale.into_iter().collect());
         }
         let timers = store.timers()?;
         for t in &timers {
@@ -1172,7 +1160,7 @@ impl Processor {
     /// Outputs and changelog acknowledged → state written → offsets committed → read models
     /// → effects.
     async fn flush(&mut self, mut pending: Pending) -> Result<()> {
-        self.add_repairs(&mut pending);
+        self.add_repairs(&mut pending)?;
         let first_changelog = pending.outputs.len();
         let mut sequenced = self.mirror_to_changelog(&mut pending);
         let mut offsets = self.input_offsets(&pending.commits)?;
@@ -1214,10 +1202,16 @@ impl Processor {
         Ok(())
     }
 
-    /// Adds what opening partitions left for the next batch: a crashed owner's changelog
-    /// keys to supersede, and stale journal entries to delete.
-    fn add_repairs(&mut self, pending: &mut Pending) {
-        for (p, repair) in std::mem::take(&mut self.repairs) {
+    /// Adds what opening partitions and other writers left for the next batch: changelog
+    /// keys to supersede (with the values the store holds now, under what the batch itself
+    /// writes), and stale journal entries to delete.
+    fn add_repairs(&mut self, pending: &mut Pending) -> Result<()> {
+        for (p, keys) in std::mem::take(&mut self.repairs) {
+            let Some(store) = self.stores.get(&p) else { continue };
+            let mut repair = StoreBatch::default();
+            for key in keys {
+                repair.mirror(&key, store.raw(&key)?.as_deref());
+            }
             pending.stores.entry(p).or_default().underlay(repair);
         }
         for (p, run_ids) in std::mem::take(&mut self.stale_effects) {
@@ -1226,6 +1220,7 @@ impl Processor {
                 batch.delete_effect(&run_id);
             }
         }
+        Ok(())
     }
 
     /// Mirrors every store write, in order, to the changelog partition of the same number, as
@@ -1560,6 +1555,39 @@ fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {
     }
 }
 
+/// Whether the loop goes on after a batch, or stops (a shutdown came while it ran).
+#[derive(Debug, PartialEq, Eq)]
+enum Finished {
+    Running,
+    Stopping,
+}
+
+/// Runs one batch, `work`. A shutdown meanwhile lets it finish within `grace`: its events
+/// may already be out (outputs are acknowledged before the store is written), and a clean
+/// stop leaves the store current with them rather than for a restore to mend. Past the
+/// grace (a broker gone) the batch is left unfinished: a crash, which the applied-offset
+/// watermark and the changelog already cover.
+async fn finish(
+    work: impl std::future::Future<Output = Result<()>>,
+    shutdown: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    grace: Duration,
+    what: &str,
+) -> Result<Finished> {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        done = &mut work => return done.map(|()| Finished::Running),
+        () = shutdown => {}
+    }
+    match tokio::time::timeout(grace, work).await {
+        Ok(done) => done.map(|()| Finished::Stopping),
+        Err(_) => {
+            warn!("stopping with {what} unfinished after the {grace:?} grace; it is redone on restart");
+            Ok(Finished::Stopping)
+        }
+    }
+}
+
 /// Waits for SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -1567,5 +1595,58 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
         _ = term.recv() => info!("SIGTERM received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// A batch that takes `takes` and says when it is done.
+    async fn batch(takes: Duration, done: &AtomicBool) -> Result<()> {
+        tokio::time::sleep(takes).await;
+        done.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn run(takes: Duration, shutdown_after: Option<Duration>) -> (Finished, bool) {
+        let done = AtomicBool::new(false);
+        let shutdown = async {
+            match shutdown_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(shutdown);
+        let grace = Duration::from_secs(30);
+        let finished = finish(batch(takes, &done), shutdown.as_mut(), grace, "a batch")
+            .await
+            .unwrap();
+        (finished, done.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_without_a_shutdown_runs_on() {
+        assert_eq!(run(Duration::from_secs(2), None).await, (Finished::Running, true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_lets_the_batch_under_way_finish_within_the_grace() {
+        // Stopping mid-batch used to drop it after its events were out and before its state
+        // was written: the store of a cleanly stopped instance missed what it had published.
+        let started = tokio::time::Instant::now();
+        let got = run(Duration::from_secs(5), Some(Duration::from_secs(1))).await;
+        assert_eq!(got, (Finished::Stopping, true));
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_stuck_past_the_grace_is_left_unfinished() {
+        let started = tokio::time::Instant::now();
+        let got = run(Duration::from_secs(3600), Some(Duration::from_secs(1))).await;
+        assert_eq!(got, (Finished::Stopping, false));
+        assert_eq!(started.elapsed(), Duration::from_secs(31));
     }
 }
