@@ -27,5 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 brokers="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
+# The local broker is tansu: sluice and the pass-through work around its known bugs.
+export SLUICE_BROKER_QUIRKS=tansu
 mkdir -p bench/results
 "$CARGO_TARGET_DIR/release/sluice-bench" --brokers "$brokers" --out bench/results/latest.md "$@"

@@ -53,7 +53,7 @@ impl Secure {
         std::fs::write(
             &path,
             format!(
-                "brokers = \"{}\"\ntopic-prefix = \"{}\"\nstate-dir = \"{}\"\nlog = \"debug\"\n\n[kafka]\n\
+                "brokers = \"{}\"\nbroker-quirks = \"tansu\"\ntopic-prefix = \"{}\"\nstate-dir = \"{}\"\nlog = \"debug\"\n\n[kafka]\n\
                  \"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
                  \"sasl.username\" = \"{}\"\n\"sasl.password\" = \"${{file:{}}}\"\n{ca}",
                 self.brokers,

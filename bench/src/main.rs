@@ -34,8 +34,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use rdkafka::message::Message;
+use sluice::runtime::kafka::{Connection, Quirks};
 
 use measure::{http_get, metric, percentiles};
 
@@ -45,6 +46,10 @@ struct Args {
     /// Kafka bootstrap servers (deploy/bench.sh starts a local broker and sets this).
     #[arg(long, env = "SLUICE_BENCH_BROKERS")]
     brokers: String,
+    /// Workarounds for the broker's known bugs, as `sluice --broker-quirks` (deploy/bench.sh
+    /// runs tansu, and says so); sluice and the pass-through baseline both get them.
+    #[arg(long, env = "SLUICE_BROKER_QUIRKS", value_enum, default_value_t = Quirks::None)]
+    broker_quirks: Quirks,
     /// The `sluice` binary; default: the one beside this binary.
     #[arg(long)]
     sluice: Option<PathBuf>,
@@ -139,6 +144,8 @@ impl Sizes {
 /// One scenario's world: its topic prefix, state directory and the processor.
 struct Run {
     brokers: String,
+    /// The broker as sluice's own clients reach it (with its quirks).
+    kafka: Connection,
     sluice: PathBuf,
     prefix: String,
     dir: PathBuf,
@@ -146,6 +153,12 @@ struct Run {
     child: Option<Child>,
     /// Environment of every `sluice run` the run starts, beyond the defaults.
     env: Vec<(String, String)>,
+}
+
+/// What `--broker-quirks` calls `quirks`.
+fn quirks_name(quirks: Quirks) -> String {
+    let value = quirks.to_possible_value().expect("every quirk has a name");
+    value.get_name().to_string()
 }
 
 /// Another `sluice run` in the same group as the run's own (see `Run::spawn`).
@@ -209,6 +222,7 @@ impl Run {
         }
         Ok(Run {
             brokers: args.brokers.clone(),
+            kafka: Connection::plaintext(&args.brokers).with_quirks(args.broker_quirks),
             sluice: sluice.to_path_buf(),
             prefix,
             dir,
@@ -257,6 +271,7 @@ impl Run {
             .arg(self.dir.join(state))
             .args(["--http", http, "--log", "warn"])
             .env("SLUICE_ALLOW_TARGETS", "127.0.0.0/8")
+            .env("SLUICE_BROKER_QUIRKS", quirks_name(self.kafka.quirks()))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
@@ -387,7 +402,7 @@ fn passthrough_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str) ->
     let n = produce_backlog(&base, sizes.throughput_pipelines, sizes.throughput_records, target);
     let total = n + sizes.throughput_pipelines;
     let inputs = [base.topic("config"), base.topic("sensors")];
-    let (elapsed, batches) = passthrough::run(&base.brokers, &inputs, &base.topic("events"), |n| n >= total)?;
+    let (elapsed, batches) = passthrough::run(&base.kafka, &inputs, &base.topic("events"), |n| n >= total)?;
     Ok((total as f64 / elapsed.as_secs_f64(), batches))
 }
 
@@ -642,14 +657,10 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes) -> Result<Vec<
     let (input, output) = (base.topic("sensors"), base.topic("events"));
     let stop_after = Arc::new(AtomicUsize::new(usize::MAX));
     let copier = {
-        let (brokers, inputs, output, stop_after) = (
-            base.brokers.clone(),
-            [input.clone()],
-            output.clone(),
-            stop_after.clone(),
-        );
+        let (kafka, inputs, output, stop_after) =
+            (base.kafka.clone(), [input.clone()], output.clone(), stop_after.clone());
         std::thread::spawn(move || {
-            passthrough::run(&brokers, &inputs, &output, |n| n >= stop_after.load(Ordering::Relaxed))
+            passthrough::run(&kafka, &inputs, &output, |n| n >= stop_after.load(Ordering::Relaxed))
         })
     };
     let producer = kafka_io::producer(&base.brokers);

@@ -17,17 +17,21 @@ const BATCH: usize = 500;
 
 /// Copies `inputs` to `output` until `done` says enough records went through; the time
 /// from the first record to the last batch's commit, and how many batches it took.
-pub fn run(brokers: &str, inputs: &[String], output: &str, done: impl Fn(usize) -> bool) -> Result<(Duration, usize)> {
+pub fn run(
+    kafka: &Connection,
+    inputs: &[String],
+    output: &str,
+    done: impl Fn(usize) -> bool,
+) -> Result<(Duration, usize)> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let group = format!("{output}.passthrough");
-        let kafka = Connection::plaintext(brokers);
-        let consumer: StreamConsumer = sluice::runtime::kafka::input_consumer_config(&kafka, &group)
+        let consumer: StreamConsumer = sluice::runtime::kafka::input_consumer_config(kafka, &group)
             .create()
             .context("creating the pass-through consumer")?;
         let topics: Vec<&str> = inputs.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
-        let producer = sluice::runtime::kafka::producer(&kafka)?;
+        let producer = sluice::runtime::kafka::producer(kafka)?;
         let mut copied = 0;
         let mut batches = 0;
         let mut first = None;

@@ -67,6 +67,10 @@ pub fn sluice_on(brokers: &str) -> Command {
     cmd.current_dir(repo())
         .env("SLUICE_BROKERS", brokers)
         .env_remove("SLUICE_TOPIC_PREFIX");
+    // The test broker is tansu (deploy/test.sh says so too; this covers a bare cargo test).
+    if std::env::var_os("SLUICE_BROKER_QUIRKS").is_none() {
+        cmd.env("SLUICE_BROKER_QUIRKS", "tansu");
+    }
     cmd
 }
 

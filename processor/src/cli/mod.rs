@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::core::records::CommandKind;
 use crate::runtime::codec::{Codec, Family, Formats};
-use crate::runtime::kafka::{self, Connection};
+use crate::runtime::kafka::{self, Connection, Quirks};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::topics::Topics;
 
@@ -51,6 +51,10 @@ pub(crate) struct Cli {
     /// value `${env:NAME}` or `${file:PATH}` is read from there (for secrets).
     #[arg(long = "kafka-property", global = true, value_name = "NAME=VALUE", value_parser = args::parse_var)]
     kafka_properties: Vec<(String, String)>,
+    /// Workarounds for a broker with known bugs: `none` for Kafka (and brokers that behave
+    /// like it), `tansu` for the local test broker (see the README's Kafka section).
+    #[arg(long, global = true, env = "SLUICE_BROKER_QUIRKS", value_enum, default_value_t = Quirks::None)]
+    broker_quirks: Quirks,
     /// Prefix of every Sluice topic.
     #[arg(long, global = true, env = "SLUICE_TOPIC_PREFIX", default_value = "sluice.")]
     topic_prefix: String,
@@ -191,7 +195,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
     // The command line's properties after the file's: the last value of a name is the one used.
     let mut properties = file_properties;
     properties.extend(cli.kafka_properties.iter().cloned());
-    let kafka = &Connection::new(&cli.brokers, &properties)?;
+    let kafka = &Connection::new(&cli.brokers, &properties)?.with_quirks(cli.broker_quirks);
     let offline = matches!(
         cli.command,
         Command::Status(_)

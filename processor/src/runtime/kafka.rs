@@ -30,6 +30,23 @@ pub const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Connection {
     pub brokers: String,
     properties: Vec<(String, String)>,
+    quirks: Quirks,
+}
+
+/// Workarounds for a broker that speaks Kafka's protocol with known bugs, chosen with
+/// `--broker-quirks`. Kafka needs none, so a production deployment never pays for a test
+/// broker's bugs; each variant says what it costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Quirks {
+    /// Kafka, or a broker that behaves like it.
+    #[default]
+    None,
+    /// tansu 0.6: it holds a fetch for its whole wait even when records arrive meanwhile
+    /// (the input consumer waits 10 ms at most, so a job report is not held up by it, at
+    /// the cost of a fetch every 10 ms when idle), and it answers a fetch that starts
+    /// inside a multi-record batch with nothing (job reports go one per produce request,
+    /// so a consumer whose committed offset falls among them is never stuck).
+    Tansu,
 }
 
 /// Properties Sluice sets itself, per client, for its guarantees (ordering, co-partitioning,
@@ -83,7 +100,17 @@ impl Connection {
         Ok(Connection {
             brokers: brokers.to_string(),
             properties: resolved,
+            quirks: Quirks::None,
         })
+    }
+
+    /// The same connection, working around `quirks` of its broker.
+    pub fn with_quirks(self, quirks: Quirks) -> Connection {
+        Connection { quirks, ..self }
+    }
+
+    pub fn quirks(&self) -> Quirks {
+        self.quirks
     }
 
     /// Plaintext, no properties (local brokers, tests).
@@ -91,6 +118,7 @@ impl Connection {
         Connection {
             brokers: brokers.to_string(),
             properties: Vec::new(),
+            quirks: Quirks::None,
         }
     }
 
@@ -263,11 +291,13 @@ pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
         // not promise that, so eager range rebalancing it is.
         .set("partition.assignment.strategy", "range")
         .set("session.timeout.ms", "10000")
-        .set("isolation.level", "read_committed")
-        // The broker may hold a fetch this long when there is nothing new; it bounds how long
-        // a record (a job report, say) waits before the processor sees it (tansu holds it the
-        // whole time even when records arrive meanwhile).
-        .set("fetch.wait.max.ms", "10");
+        .set("isolation.level", "read_committed");
+    if kafka.quirks == Quirks::Tansu {
+        // The broker may hold a fetch this long when there is nothing new: it bounds how
+        // long a record (a job report, say) waits before the processor sees it. Kafka
+        // answers as soon as a record arrives; tansu holds the fetch the whole time.
+        config.set("fetch.wait.max.ms", "10");
+    }
     config
 }
 
@@ -276,15 +306,23 @@ pub fn producer(kafka: &Connection) -> Result<FutureProducer> {
     producer_config(kafka).create().context("creating Kafka producer")
 }
 
-/// The producer of job reports: one record per produce request. Reports are few (one per
-/// call to a job), and a broker that cannot serve a fetch starting inside a multi-record
-/// batch (tansu 0.6 answers it with nothing, so a consumer whose committed offset falls
-/// there never moves again) then never holds the processor's jobs partitions up.
+/// The producer of job reports. On tansu, one record per produce request: a broker that
+/// cannot serve a fetch starting inside a multi-record batch (tansu 0.6 answers it with
+/// nothing, so a consumer whose committed offset falls there never moves again) then never
+/// holds the processor's jobs partitions up. On Kafka, reports finished together share a
+/// request.
 pub fn report_producer(kafka: &Connection) -> Result<FutureProducer> {
-    producer_config(kafka)
-        .set("batch.num.messages", "1")
+    report_producer_config(kafka)
         .create()
         .context("creating Kafka producer")
+}
+
+fn report_producer_config(kafka: &Connection) -> ClientConfig {
+    let mut config = producer_config(kafka);
+    if kafka.quirks == Quirks::Tansu {
+        config.set("batch.num.messages", "1");
+    }
+    config
 }
 
 /// A transactional producer: a new one with the same `id` fences the old one out.
@@ -592,6 +630,24 @@ mod tests {
 
     fn props(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn tansu_workarounds_cost_kafka_nothing() {
+        let kafka = Connection::plaintext("b:9092");
+        let tansu = Connection::plaintext("b:9092").with_quirks(Quirks::Tansu);
+        let fetch_wait = |c: &Connection| {
+            input_consumer_config(c, "g")
+                .get("fetch.wait.max.ms")
+                .map(str::to_string)
+        };
+        let per_request = |c: &Connection| report_producer_config(c).get("batch.num.messages").map(str::to_string);
+        // Kafka keeps librdkafka's defaults: fetches answered when records arrive, reports
+        // batched.
+        assert_eq!(fetch_wait(&kafka), None);
+        assert_eq!(fetch_wait(&tansu).as_deref(), Some("10"));
+        assert_eq!(per_request(&kafka), None);
+        assert_eq!(per_request(&tansu).as_deref(), Some("1"));
     }
 
     #[test]
