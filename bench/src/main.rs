@@ -2,6 +2,9 @@
 //! same workloads against baselines in the same run, and reports figures and ratios.
 //!
 //! Scenarios (each on fresh topics under its own prefix):
+//! - `history`: in process, no broker: what one reading costs each stage of the loop on a
+//!   pipeline with more and more executions (a cost that grows with the history makes
+//!   latency grow under constant load).
 //! - `throughput`: a backlog of configs and sensor readings, processed to committed output;
 //!   the baseline is a pass-through consumer→producer with the processor's client settings
 //!   and batch size, committing per batch.
@@ -15,6 +18,7 @@
 //!   calls from a plain HTTP client with the same bound on calls in flight.
 //! - `page`: the operator page's requests with many pipelines, against `/healthz`.
 
+mod history;
 mod kafka_io;
 mod measure;
 mod page;
@@ -72,7 +76,8 @@ struct Args {
     scenarios: Vec<String>,
 }
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
+    "history",
     "throughput",
     "latency",
     "timers",
@@ -99,6 +104,9 @@ struct Sizes {
     failover_wait_s: u64,
     trigger_pipelines: usize,
     page_pipelines: usize,
+    /// Executions in the pipeline the history scenario times a reading on.
+    history: Vec<usize>,
+    history_rounds: usize,
 }
 
 impl Sizes {
@@ -119,6 +127,8 @@ impl Sizes {
                 failover_wait_s: 20,
                 trigger_pipelines: 100,
                 page_pipelines: 500,
+                history: vec![1, 24],
+                history_rounds: 3,
             }
         } else {
             Sizes {
@@ -136,6 +146,8 @@ impl Sizes {
                 failover_wait_s: 60,
                 trigger_pipelines: 5_000,
                 page_pipelines: 5_000,
+                history: vec![1, 24, 168, 720],
+                history_rounds: 51,
             }
         }
     }
@@ -783,6 +795,7 @@ fn main() -> Result<()> {
     );
     for scenario in chosen {
         let result = match scenario {
+            "history" => history::report(&sizes.history, sizes.history_rounds, &mut report).map(|_| ()),
             "throughput" => throughput(&args, &sluice, &sizes, &mut report),
             "latency" => latency(&args, &sluice, &sizes, &mut report),
             "timers" => timers::run(&args, &sluice, &sizes, &mut report),
