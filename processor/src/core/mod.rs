@@ -17,6 +17,7 @@ pub mod records;
 pub mod replay;
 pub mod rules;
 pub mod schedule;
+pub mod shared;
 pub mod status;
 pub mod template;
 pub mod timers;

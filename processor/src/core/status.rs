@@ -151,7 +151,7 @@ fn execution_summary(execution: &Execution) -> ExecutionSummary {
 
 /// The summary of `state`, pipeline `pipeline_id`.
 pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
-    let mut executions: Vec<ExecutionSummary> = state.executions.values().map(execution_summary).collect();
+    let mut executions: Vec<ExecutionSummary> = state.executions.values().map(|e| execution_summary(e)).collect();
     executions.sort_by(|a, b| b.date.cmp(&a.date).then_with(|| a.schedule_id.cmp(&b.schedule_id)));
     let next_timer = state.timers.iter().min_by_key(|t| t.at).map(timer_summary);
     let config = state.config.as_deref();
@@ -362,11 +362,12 @@ mod tests {
                     at: at(3),
                     reason: "exit 3".into(),
                 },
-            ),
+            )
+            .into(),
         );
         state.executions.insert(
             "b".into(),
-            execution("2026-11-20", Phase::AwaitingJob { run_id: "run-7".into() }),
+            execution("2026-11-20", Phase::AwaitingJob { run_id: "run-7".into() }).into(),
         );
         state.timers = vec![
             PendingTimer {

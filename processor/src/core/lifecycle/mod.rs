@@ -39,6 +39,7 @@ use super::execution::{ExecutionDate, ExecutionId};
 use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
 use super::rules::{Moment, Verdict};
+pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
 
 /// Everything Sluice holds about one pipeline.
@@ -51,10 +52,10 @@ pub struct PipelineState {
     pub config: Option<Arc<PipelineConfig>>,
     /// The latest reading of each sensor key (kept even before a config arrives).
     #[serde(default)]
-    pub sensors: BTreeMap<String, StoredSensor>,
+    pub sensors: BTreeMap<String, Shared<StoredSensor>>,
     /// Executions by [`ExecutionId`], in its text form.
     #[serde(default)]
-    pub executions: BTreeMap<String, Execution>,
+    pub executions: BTreeMap<String, Shared<Execution>>,
     /// Every timer this pipeline has pending, so a config change or a delete can cancel
     /// exactly what was armed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -223,7 +223,7 @@ impl Decider<'_> {
         }
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
         let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
-        self.state.executions.insert(key.clone(), execution);
+        self.state.executions.insert(key.clone(), execution.into());
         self.arm_expiry(&key);
         // The earlier design's runbook: a rerun restarts a closed window
         // (interlock internal/lambda/watchdog/sla.go, closeSensorTriggerWindow).
@@ -367,7 +367,7 @@ impl Decider<'_> {
             return false;
         };
         let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
-        self.state.executions.insert(key.to_string(), execution);
+        self.state.executions.insert(key.to_string(), execution.into());
         self.arm_expiry(key);
         let message = format!("{date} is dormant ({reason}): nothing runs");
         self.emit(
@@ -391,7 +391,7 @@ impl Decider<'_> {
         let now = self.now();
         let mut execution = Execution::new(id.schedule, id.date.to_string(), now, config.schedule.evaluation.window);
         execution.first_sensor_at = first_sensor;
-        self.state.executions.insert(key.to_string(), execution);
+        self.state.executions.insert(key.to_string(), execution.into());
         self.arm_sla(key);
         self.begin_window(key);
     }

@@ -26,7 +26,10 @@ impl Decider<'_> {
             self.reject(&format!("sensor {}", reading.key), &reason);
             return;
         }
-        let previous = self.state.sensors.insert(stored.slot(&reading.key), stored.clone());
+        let previous = self
+            .state
+            .sensors
+            .insert(stored.slot(&reading.key), stored.clone().into());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
         if unchanged {
             self.notes.push(format!("sensor {:?} re-sent unchanged", reading.key));
@@ -105,7 +108,9 @@ impl Decider<'_> {
                 .state
                 .executions
                 .get_mut(&k)
-                .is_some_and(|e| e.first_sensor_at.replace(e.first_sensor_at.unwrap_or(now)).is_none());
+                .filter(|e| e.first_sensor_at.is_none())
+                .map(|e| e.first_sensor_at = Some(now))
+                .is_some();
             if first {
                 self.arm_relative_sla(&k);
             }

@@ -151,7 +151,7 @@ impl Decider<'_> {
             let hour_of_day = |e: &Execution| {
                 ExecutionDate::canonical(&e.date).is_some_and(|d| d.day == date.day && d.hour.is_some())
             };
-            if self.state.executions.values().any(hour_of_day) {
+            if self.state.executions.values().any(|e| hour_of_day(e)) {
                 return None;
             }
         }

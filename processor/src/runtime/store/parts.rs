@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Write;
 use crate::core::execution::execution_key;
-use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, StoredSensor};
+use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, Shared, StoredSensor};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -94,7 +94,7 @@ pub fn writes(
 /// An execution's part: the execution and the timers armed for it, in kind order.
 #[derive(PartialEq, Serialize)]
 struct ExecutionPart<'s> {
-    execution: &'s Execution,
+    execution: &'s Shared<Execution>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     timers: Vec<&'s PendingTimer>,
 }
@@ -211,12 +211,12 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
-            state.executions.insert(id.to_string(), part.execution);
+            state.executions.insert(id.to_string(), part.execution.into());
             state.timers.extend(part.timers);
         }
         SENSOR => {
             let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
-            state.sensors.insert(id.to_string(), sensor);
+            state.sensors.insert(id.to_string(), sensor.into());
         }
         TIMER => state
             .timers
