@@ -120,6 +120,13 @@ pub fn execution_key(schedule: &str, date: &str) -> String {
     format!("{schedule}{SEPARATOR}{date}")
 }
 
+/// Whether `key` is [`execution_key`]`(schedule, date)`, without building it.
+pub fn is_execution_key(key: &str, schedule: &str, date: &str) -> bool {
+    key.strip_prefix(schedule)
+        .and_then(|rest| rest.strip_prefix(SEPARATOR))
+        .is_some_and(|rest| rest == date)
+}
+
 /// Reads the text form, with the date in its canonical form only (see
 /// [`ExecutionDate::canonical`]): an id reads back as it was written.
 impl FromStr for ExecutionId {

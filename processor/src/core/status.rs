@@ -101,7 +101,7 @@ pub fn sensors(state: &PipelineState) -> Vec<SensorView> {
 
 /// Every pending timer of `state`, soonest first.
 pub fn timers(state: &PipelineState) -> Vec<TimerSummary> {
-    let mut timers: Vec<TimerSummary> = state.timers.iter().map(timer_summary).collect();
+    let mut timers: Vec<TimerSummary> = state.timers.iter().map(|t| timer_summary(t)).collect();
     timers.sort_by_key(|t| t.at);
     timers
 }
@@ -153,7 +153,7 @@ fn execution_summary(execution: &Execution) -> ExecutionSummary {
 pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     let mut executions: Vec<ExecutionSummary> = state.executions.values().map(|e| execution_summary(e)).collect();
     executions.sort_by(|a, b| b.date.cmp(&a.date).then_with(|| a.schedule_id.cmp(&b.schedule_id)));
-    let next_timer = state.timers.iter().min_by_key(|t| t.at).map(timer_summary);
+    let next_timer = state.timers.iter().min_by_key(|t| t.at).map(|t| timer_summary(t));
     let config = state.config.as_deref();
     PipelineSummary {
         pipeline_id: pipeline_id.to_string(),
@@ -376,11 +376,13 @@ mod tests {
                     date: "2026-11-20".into(),
                 },
                 at: at(10),
-            },
+            }
+            .into(),
             PendingTimer {
                 timer: TimerKind::CronTick,
                 at: at(8),
-            },
+            }
+            .into(),
         ];
         let summary = summarize("gold", &state);
         assert!(!summary.configured);

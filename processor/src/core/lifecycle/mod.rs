@@ -59,7 +59,7 @@ pub struct PipelineState {
     /// Every timer this pipeline has pending, so a config change or a delete can cancel
     /// exactly what was armed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub timers: Vec<PendingTimer>,
+    pub timers: Vec<Shared<PendingTimer>>,
     /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependents: BTreeMap<String, String>,
@@ -672,10 +672,13 @@ impl<'a> Decider<'a> {
 
     fn set_timer(&mut self, kind: TimerKind, at: DateTime<Utc>) {
         self.state.timers.retain(|t| t.timer != kind);
-        self.state.timers.push(PendingTimer {
-            timer: kind.clone(),
-            at,
-        });
+        self.state.timers.push(
+            PendingTimer {
+                timer: kind.clone(),
+                at,
+            }
+            .into(),
+        );
         self.state
             .timers
             .sort_by(|a, b| (a.at, &a.timer).cmp(&(b.at, &b.timer)));

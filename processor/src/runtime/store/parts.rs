@@ -11,12 +11,13 @@
 //! another's. A head written before parts holds them inline and still reads; the first write
 //! after moves them to parts.
 
-use std::collections::BTreeMap;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::Write;
-use crate::core::execution::execution_key;
+use crate::core::execution::{execution_key, is_execution_key};
 use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, Shared, StoredSensor};
 use crate::core::timers::TimerKind;
 
@@ -57,6 +58,10 @@ pub fn is_head(key: &[u8]) -> bool {
 /// changed, the parts that differ, and deletes of the parts gone. `before` is `None` when the
 /// store does not hold the state in parts (nothing stored, or a head from before parts): the
 /// head and every part are written.
+///
+/// A decision touches a few executions, readings and timers of a history that can be a
+/// week long, and its copy of the state shares the rest ([`Shared`]): only what it touched
+/// is laid out and compared, so the cost follows the decision, not the history.
 pub fn writes(
     pipeline: &str,
     before: Option<&PipelineState>,
@@ -67,28 +72,142 @@ pub fn writes(
     if before.is_none_or(|before| self::head(before) != head) {
         out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
     }
-    let empty = PipelineState::default();
-    let (before, after) = (layout(before.unwrap_or(&empty)), layout(after));
+    match before {
+        Some(before) => touched_writes(&mut out, pipeline, before, after)?,
+        None => whole_writes(&mut out, pipeline, &PipelineState::default(), after)?,
+    }
+    Ok(out)
+}
+
+/// The parts that differ, laying out both states whole.
+fn whole_writes(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    before: &PipelineState,
+    after: &PipelineState,
+) -> Result<(), serde_json::Error> {
+    let (before, after) = (layout(before), layout(after));
+    diff(out, pipeline, EXECUTION, &before.executions, &after.executions, |id| {
+        id.to_string()
+    })?;
     diff(
-        &mut out,
-        pipeline,
-        EXECUTION,
-        &before.executions,
-        &after.executions,
-        |id| id.to_string(),
-    )?;
-    diff(
-        &mut out,
+        out,
         pipeline,
         SENSOR,
         &before.state.sensors,
         &after.state.sensors,
         String::clone,
     )?;
-    diff(&mut out, pipeline, TIMER, &before.timers, &after.timers, |kind| {
+    diff(out, pipeline, TIMER, &before.timers, &after.timers, |kind| {
         kind.encode()
-    })?;
-    Ok(out)
+    })
+}
+
+/// The parts that differ, laying out only what the decision touched (see [`Touched`]).
+fn touched_writes(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    before: &PipelineState,
+    after: &PipelineState,
+) -> Result<(), serde_json::Error> {
+    let touched = Touched::between(before, after);
+    let executions = |state| -> BTreeMap<&str, ExecutionPart> {
+        (touched.executions.iter())
+            .filter_map(|key| Some((key.as_str(), execution_part(state, key)?)))
+            .collect()
+    };
+    diff(
+        out,
+        pipeline,
+        EXECUTION,
+        &executions(before),
+        &executions(after),
+        |id| id.to_string(),
+    )?;
+    diff(out, pipeline, SENSOR, &before.sensors, &after.sensors, String::clone)?;
+    let loose = |state| -> BTreeMap<&TimerKind, &PendingTimer> {
+        (touched.loose.iter())
+            .filter_map(|kind| Some((*kind, loose_timer(state, kind)?)))
+            .collect()
+    };
+    diff(out, pipeline, TIMER, &loose(before), &loose(after), |kind| {
+        kind.encode()
+    })
+}
+
+/// What a decision may have changed between two states of a pipeline: the executions whose
+/// part may differ, and the timer kinds whose part of their own may. A superset is harmless
+/// (an unchanged part compares equal and is not written); a part missing from it would be a
+/// write lost, which `touched_writes_are_those_of_the_whole_layout` checks against laying
+/// out both states whole.
+struct Touched<'s> {
+    executions: BTreeSet<String>,
+    loose: BTreeSet<&'s TimerKind>,
+}
+
+impl<'s> Touched<'s> {
+    fn between(before: &'s PipelineState, after: &'s PipelineState) -> Self {
+        let mut executions = BTreeSet::new();
+        let mut loose = BTreeSet::new();
+        // Executions changed (an unchanged one is the same allocation), added or removed.
+        let mut came_or_went = Vec::new();
+        for (key, was, is) in changed(&before.executions, &after.executions) {
+            if was.is_none() || is.is_none() {
+                came_or_went.push(key);
+            }
+            executions.insert(key.clone());
+        }
+        // An execution that came or went takes its timers into its part or out of it.
+        for key in came_or_went {
+            for t in before.timers.iter().chain(&after.timers) {
+                if armed_for(&t.timer, key) {
+                    loose.insert(&t.timer);
+                }
+            }
+        }
+        // Timers set, moved or cancelled (a kept one is the same allocation).
+        let held = |timers: &[Shared<PendingTimer>]| -> HashSet<*const PendingTimer> {
+            timers.iter().map(|t| std::ptr::from_ref::<PendingTimer>(t)).collect()
+        };
+        let (was, is) = (held(&before.timers), held(&after.timers));
+        let set = (after.timers.iter()).filter(|t| !was.contains(&std::ptr::from_ref::<PendingTimer>(t)));
+        let gone = (before.timers.iter()).filter(|t| !is.contains(&std::ptr::from_ref::<PendingTimer>(t)));
+        for t in set.chain(gone) {
+            loose.insert(&t.timer);
+            if let Some((schedule, date)) = t.timer.execution() {
+                let key = execution_key(schedule, date);
+                if before.executions.contains_key(&key) || after.executions.contains_key(&key) {
+                    executions.insert(key);
+                }
+            }
+        }
+        Touched { executions, loose }
+    }
+}
+
+/// Whether `timer` is armed for the execution `key`: [`layout`] puts it in that part.
+fn armed_for(timer: &TimerKind, key: &str) -> bool {
+    (timer.execution()).is_some_and(|(schedule, date)| is_execution_key(key, schedule, date))
+}
+
+/// The part of execution `key` in `state`, if it has that execution: as [`layout`] makes it.
+fn execution_part<'s>(state: &'s PipelineState, key: &str) -> Option<ExecutionPart<'s>> {
+    let execution = state.executions.get(key)?;
+    let mut timers: Vec<&PendingTimer> = (state.timers.iter())
+        .filter(|t| armed_for(&t.timer, key))
+        .map(|t| &**t)
+        .collect();
+    timers.sort_by(|a, b| a.timer.cmp(&b.timer));
+    Some(ExecutionPart { execution, timers })
+}
+
+/// The timer of `kind` in `state`, if it is a part of its own (no execution of `state` holds
+/// it): as [`layout`] makes it (the last of a kind wins).
+fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s PendingTimer> {
+    let timer = state.timers.iter().rev().find(|t| t.timer == *kind)?;
+    let held = (kind.execution())
+        .is_some_and(|(schedule, date)| state.executions.contains_key(&execution_key(schedule, date)));
+    (!held).then_some(&**timer)
 }
 
 /// An execution's part: the execution and the timers armed for it, in kind order.
@@ -132,9 +251,9 @@ fn layout(state: &PipelineState) -> Layout<'_> {
         let part = (t.timer.execution())
             .and_then(|(schedule, date)| executions.get_mut(execution_key(schedule, date).as_str()));
         match part {
-            Some(part) => part.timers.push(t),
+            Some(part) => part.timers.push(&**t),
             None => {
-                timers.insert(&t.timer, t);
+                timers.insert(&t.timer, &**t);
             }
         }
     }
@@ -158,15 +277,45 @@ fn diff<K: Ord, V: PartialEq + Serialize>(
     after: &BTreeMap<K, V>,
     id: impl Fn(&K) -> String,
 ) -> Result<(), serde_json::Error> {
-    for (key, value) in after {
-        if before.get(key) != Some(value) {
-            out.push((part_key(pipeline, tag, &id(key)), Some(serde_json::to_vec(value)?)));
-        }
-    }
-    for key in before.keys().filter(|key| !after.contains_key(*key)) {
-        out.push((part_key(pipeline, tag, &id(key)), None));
+    for (key, _, value) in changed(before, after) {
+        let value = value.map(serde_json::to_vec).transpose()?;
+        out.push((part_key(pipeline, tag, &id(key)), value));
     }
     Ok(())
+}
+
+/// The entries of two maps that differ, in key order: key, value before, value after. One
+/// pass over both in step, no lookups: the maps are a history, the changes a few entries.
+fn changed<'m, K: Ord, V: PartialEq>(
+    before: &'m BTreeMap<K, V>,
+    after: &'m BTreeMap<K, V>,
+) -> Vec<(&'m K, Option<&'m V>, Option<&'m V>)> {
+    let (mut old, mut new) = (before.iter().peekable(), after.iter().peekable());
+    let mut out = Vec::new();
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => return out,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((a, _)), Some((b, _))) => a.cmp(b),
+        };
+        match order {
+            Ordering::Less => {
+                let (key, was) = old.next().expect("peeked");
+                out.push((key, Some(was), None));
+            }
+            Ordering::Greater => {
+                let (key, is) = new.next().expect("peeked");
+                out.push((key, None, Some(is)));
+            }
+            Ordering::Equal => {
+                let ((_, was), (key, is)) = (old.next().expect("peeked"), new.next().expect("peeked"));
+                if was != is {
+                    out.push((key, Some(was), Some(is)));
+                }
+            }
+        }
+    }
 }
 
 /// Deletes of every part `stored` has.
@@ -212,7 +361,7 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
             state.executions.insert(id.to_string(), part.execution.into());
-            state.timers.extend(part.timers);
+            state.timers.extend(part.timers.into_iter().map(Shared::new));
         }
         SENSOR => {
             let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
@@ -220,7 +369,7 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
         }
         TIMER => state
             .timers
-            .push(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
+            .push(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?.into()),
         other => return Err(format!("a part of unknown kind {:?}", other as char)),
     }
     Ok(())
@@ -394,6 +543,7 @@ mod tests {
         let writes = self::writes("p", Some(&after), &orphaned).unwrap();
         let alone: Vec<&PendingTimer> = (orphaned.timers.iter())
             .filter(|t| execution_of(t) == Some(moved.clone()))
+            .map(|t| &**t)
             .collect();
         assert!(!alone.is_empty());
         for t in &alone {
@@ -485,5 +635,116 @@ mod tests {
         assert!(store.pipeline("q").unwrap().is_none());
         store.clear().unwrap();
         assert!(store.pipeline("p").unwrap().is_none());
+    }
+
+    /// Random states as the decider leaves them: executions of a few (schedule, date)s,
+    /// timers armed for them, for dates without an execution, or for none, and readings.
+    mod random {
+        use super::*;
+        use proptest::prelude::*;
+
+        const DATES: [&str; 4] = ["2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23T05"];
+
+        fn kind(pick: u8, date: usize) -> TimerKind {
+            let (schedule_id, date) = ("stream".to_string(), DATES[date].to_string());
+            match pick % 4 {
+                0 => TimerKind::SlaBreach { schedule_id, date },
+                1 => TimerKind::Expire { schedule_id, date },
+                2 => TimerKind::Evaluate { schedule_id, date },
+                _ => TimerKind::CronTick,
+            }
+        }
+
+        fn at(minute: u8) -> chrono::DateTime<chrono::Utc> {
+            chrono::DateTime::UNIX_EPOCH + chrono::TimeDelta::minutes(minute.into())
+        }
+
+        /// One change a decision makes: (what, which date, a value).
+        type Change = (u8, usize, u8);
+
+        fn apply(state: &mut PipelineState, (what, date, value): Change) {
+            let key = execution_key("stream", DATES[date]);
+            match what % 7 {
+                0 => {
+                    let e = Execution::new(
+                        "stream".into(),
+                        DATES[date].into(),
+                        at(value),
+                        chrono::TimeDelta::hours(1),
+                    );
+                    state.executions.insert(key, e.into());
+                }
+                1 => {
+                    state.executions.remove(&key);
+                }
+                2 => {
+                    if let Some(e) = state.executions.get_mut(&key) {
+                        e.attempt = value.into();
+                    }
+                }
+                3 => {
+                    let kind = kind(value, date);
+                    state.timers.retain(|t| t.timer != kind);
+                    state.timers.push(
+                        PendingTimer {
+                            timer: kind,
+                            at: at(value),
+                        }
+                        .into(),
+                    );
+                }
+                4 => {
+                    let kind = kind(value, date);
+                    state.timers.retain(|t| t.timer != kind);
+                }
+                5 => {
+                    let sensor = StoredSensor {
+                        data: json!({"count": value}).as_object().unwrap().clone(),
+                        received_at: at(value),
+                        date: None,
+                        hour: None,
+                        timestamp: None,
+                    };
+                    state.sensors.insert(format!("rows@{}", DATES[date]), sensor.into());
+                }
+                _ => {
+                    state.sensors.remove(&format!("rows@{}", DATES[date]));
+                }
+            }
+        }
+
+        fn changes() -> impl Strategy<Value = Vec<Change>> {
+            prop::collection::vec((any::<u8>(), 0..DATES.len(), any::<u8>()), 0..24)
+        }
+
+        fn sorted(mut writes: Vec<Write>) -> Vec<Write> {
+            writes.sort();
+            writes
+        }
+
+        proptest! {
+            /// What a decision writes, from what it touched, is what laying out both states
+            /// whole says differs: no write is lost to the shortcut, none added.
+            #[test]
+            fn touched_writes_are_those_of_the_whole_layout(history in changes(), decision in changes(), unshared in any::<bool>()) {
+                let mut before = PipelineState::default();
+                for change in history {
+                    apply(&mut before, change);
+                }
+                // A decision's copy shares what it does not touch; a state decoded from the
+                // store shares nothing.
+                let mut after = match unshared {
+                    true => serde_json::from_value(serde_json::to_value(&before).unwrap()).unwrap(),
+                    false => before.clone(),
+                };
+                for change in decision {
+                    apply(&mut after, change);
+                }
+                let (mut touched, mut whole) = (Vec::new(), Vec::new());
+                touched_writes(&mut touched, "p", &before, &after).unwrap();
+                whole_writes(&mut whole, "p", &before, &after).unwrap();
+                prop_assert_eq!(sorted(touched), sorted(whole));
+            }
+        }
     }
 }
