@@ -14,10 +14,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
-use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    BlockBasedOptions, Cache, Direction, IteratorMode, Options, WriteBatch, WriteBufferManager, WriteOptions, DB,
+};
 
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
@@ -344,6 +346,39 @@ impl StoreBatch {
     }
 }
 
+/// RocksDB's memory, shared by every partition store of the process: memtables flush past
+/// [`MEMTABLES`] together and blocks read are cached in [`BLOCK_CACHE`] together, rather
+/// than each store taking RocksDB's defaults (64 MiB memtables, twice, and a cache of its
+/// own): an instance owns many partitions, and the changelog, not the memtable, is what a
+/// crash recovers from.
+struct Memory {
+    memtables: WriteBufferManager,
+    blocks: Cache,
+}
+
+/// All partition stores' memtables together.
+const MEMTABLES: usize = 64 << 20;
+/// All partition stores' block cache together.
+const BLOCK_CACHE: usize = 32 << 20;
+/// One store's memtable: its writes are small and its reads go through the state cache.
+const MEMTABLE: usize = 8 << 20;
+
+fn options() -> Options {
+    static MEMORY: OnceLock<Memory> = OnceLock::new();
+    let memory = MEMORY.get_or_init(|| Memory {
+        memtables: WriteBufferManager::new_write_buffer_manager(MEMTABLES, false),
+        blocks: Cache::new_lru_cache(BLOCK_CACHE),
+    });
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.set_write_buffer_size(MEMTABLE);
+    options.set_write_buffer_manager(&memory.memtables);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&memory.blocks);
+    options.set_block_based_table_factory(&table);
+    options
+}
+
 fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
     if cache.len() >= CONFIG_CACHE && !cache.contains_key(pipeline) {
         cache.clear();
@@ -358,9 +393,7 @@ impl PartitionStore {
             path: path.clone(),
             source,
         })?;
-        let mut options = Options::default();
-        options.create_if_missing(true);
-        let db = DB::open(&options, &path).map_err(StoreError::db("opening RocksDB", &path))?;
+        let db = DB::open(&options(), &path).map_err(StoreError::db("opening RocksDB", &path))?;
         let mut applied = HashMap::new();
         for item in db.iterator(IteratorMode::From(b"o/", Direction::Forward)) {
             let (key, value) = item.map_err(StoreError::db("reading applied offsets", &path))?;
