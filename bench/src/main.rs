@@ -71,6 +71,10 @@ struct Args {
     /// --quick); runs over a minute report p99 per minute, e.g. 600 for the steady-rate run.
     #[arg(long)]
     latency_seconds: Option<u64>,
+    /// Pipeline counts of the scale scenario (default 10000,100000, or 500 with --quick),
+    /// e.g. 1000000 to measure a million.
+    #[arg(long, value_delimiter = ',')]
+    scale: Vec<usize>,
     /// Scenarios to run (default: all).
     #[arg(value_parser = SCENARIOS)]
     scenarios: Vec<String>,
@@ -348,12 +352,26 @@ fn today() -> String {
 /// The backlog: every pipeline's config, then `records` readings spread over the pipelines,
 /// ending with each pipeline's trigger (so each runs its job once).
 fn produce_backlog(run: &Run, pipelines: usize, records: usize, target: &str) -> usize {
+    produce_configs(run, pipelines, target);
+    produce_readings(run, pipelines, records)
+}
+
+/// A config for each of `pipelines`, whose jobs call `target`.
+fn produce_configs(run: &Run, pipelines: usize, target: &str) {
     let producer = kafka_io::producer(&run.brokers);
-    let (config, sensors) = (run.topic("config"), run.topic("sensors"));
+    let config = run.topic("config");
     for i in 0..pipelines {
         let id = workload::pipeline_id(i);
         kafka_io::send(&producer, &config, &id, &workload::config(&id, target));
     }
+    kafka_io::flush(&producer);
+}
+
+/// `records` sensor readings over `pipelines`: row counts, then a trigger for each (which
+/// runs its job). Returns how many it sent.
+fn produce_readings(run: &Run, pipelines: usize, records: usize) -> usize {
+    let producer = kafka_io::producer(&run.brokers);
+    let sensors = run.topic("sensors");
     let date = today();
     let readings = records.saturating_sub(pipelines);
     for n in 0..readings {
@@ -723,20 +741,29 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes) -> Result<Vec<
     Ok(latencies)
 }
 
-/// Memory and state for many pipelines, and a restore from the changelog.
+/// Memory and state for many pipelines: their configs loaded, then a run of each, then a
+/// restore from the changelog.
 fn scale(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
-    let _ = writeln!(report, "\n## Scale\n\n| pipelines | load s | RSS MiB (peak) | state MiB | restore s |\n| ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(report, "\n## Scale\n\n| pipelines | config load s | runs s | RSS MiB (peak) | state MiB | restore s |\n| ---: | ---: | ---: | ---: | ---: | ---: |");
     for &pipelines in &sizes.scale {
         let target = target::start();
         let mut run = Run::new(args, sluice, &format!("scale{pipelines}"))?;
-        let records = produce_backlog(&run, pipelines, pipelines * 2, &target.url);
+        let (brokers, group) = (run.brokers.clone(), run.group());
+        produce_configs(&run, pipelines, &target.url);
         let started = Instant::now();
         run.start("state")?;
-        let (brokers, group, topic) = (run.brokers.clone(), run.group(), run.topic("sensors"));
-        wait("the pipelines loaded", Duration::from_secs(3600), || {
-            kafka_io::committed(&brokers, &group, &topic) >= records as i64
+        let configs = run.topic("config");
+        wait("the configs loaded", Duration::from_secs(3600), || {
+            kafka_io::committed(&brokers, &group, &configs) >= pipelines as i64
         })?;
         let loaded = started.elapsed().as_secs_f64();
+        let records = produce_readings(&run, pipelines, pipelines * 2);
+        let started = Instant::now();
+        let sensors = run.topic("sensors");
+        wait("the runs", Duration::from_secs(3600), || {
+            kafka_io::committed(&brokers, &group, &sensors) >= records as i64
+        })?;
+        let runs = started.elapsed().as_secs_f64();
         let (rss, peak) = measure::rss_mib(run.pid());
         let state = measure::dir_size(&run.dir.join("state")) as f64 / 1_048_576.0;
         run.stop();
@@ -748,12 +775,15 @@ fn scale(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Resu
         run.stop();
         let _ = writeln!(
             report,
-            "| {pipelines} | {loaded:.1} | {rss:.0} ({peak:.0}) | {state:.1} | {restore:.1} |"
+            "| {pipelines} | {loaded:.1} | {runs:.1} | {rss:.0} ({peak:.0}) | {state:.1} | {restore:.1} |"
         );
     }
     let _ = writeln!(
         report,
-        "\nrestore s: from start of a new process with an empty state directory to /readyz 200 (group join included)."
+        "\nconfig load s: from the start of `sluice run` (group join included) to every config committed. \
+         runs s: then a row count and a trigger for each pipeline, each run calling its job on a loopback \
+         target, until the last reading is committed. RSS after the runs. restore s: from the start of a new \
+         process with an empty state directory to /readyz 200 (group join included)."
     );
     Ok(())
 }
@@ -773,6 +803,9 @@ fn main() -> Result<()> {
     let mut sizes = Sizes::new(args.quick);
     if let Some(seconds) = args.latency_seconds {
         sizes.latency_seconds = seconds.max(1);
+    }
+    if !args.scale.is_empty() {
+        sizes.scale = args.scale.clone();
     }
     let chosen: Vec<&str> = if args.scenarios.is_empty() {
         SCENARIOS.to_vec()

@@ -741,6 +741,9 @@ mod tests {
         assert_eq!(config.exclusions.excludes(day("2026-11-24")), None);
         assert!(config.exclusions.excludes(day("2026-11-28")).is_some(), "a Saturday");
         // The resolved JSON is what travels on the topic, and reads back the same.
-        assert_eq!(config::PipelineConfig::from_json(config.raw()).unwrap().config, config);
+        assert_eq!(
+            config::PipelineConfig::from_json(&config.to_value()).unwrap().config,
+            config
+        );
     }
 }

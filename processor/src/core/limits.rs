@@ -100,7 +100,7 @@ impl Limits {
             date,
             run_id: &run_id(&config.id, schedule, date, u32::MAX),
         };
-        if let Ok(expanded) = render_run(config.job.config.json(), &longest) {
+        if let Ok(expanded) = render_run(&config.job.config.json(), &longest) {
             let bytes = expanded.to_string().len();
             if bytes > self.expansion_bytes {
                 problems.push(Problem {

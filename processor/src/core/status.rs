@@ -229,7 +229,8 @@ pub fn config_sentences(config: &PipelineConfig) -> Vec<String> {
     if let Some(trigger) = &schedule.trigger {
         out.push(format!("A run starts when {}.", rule_sentence(trigger)));
     }
-    if let Some(cron) = config.raw().pointer("/schedule/cron").and_then(|c| c.as_str()) {
+    if let Some(cron) = &schedule.cron {
+        let cron = cron.as_str();
         out.push(format!(
             "A run starts at each time of cron `{cron}` ({}).",
             schedule.timezone

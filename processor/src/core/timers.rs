@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -117,10 +118,40 @@ pub struct DueTimer {
 /// The pending timers across partitions: what the runtime's partition stores hold, or what a
 /// replay has armed. Ordered by (due, partition, pipeline, kind), so timers due at the same
 /// moment always fire in the same order.
+///
+/// Both indexes share one allocation per timer, its [`Name`]: an instance may hold millions
+/// of timers, and each index keeping its own copy of the strings doubled what they cost.
 #[derive(Default)]
 pub struct TimerIndex {
-    by_due: BTreeSet<DueTimer>,
-    by_name: HashMap<(i32, String, TimerKind), DateTime<Utc>>,
+    by_due: BTreeSet<(DateTime<Utc>, Arc<Name>)>,
+    by_name: HashMap<Arc<Name>, DateTime<Utc>>,
+}
+
+/// What names a pending timer: setting the same name again moves it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Name {
+    partition: i32,
+    pipeline: Box<str>,
+    kind: TimerKind,
+}
+
+impl Name {
+    fn new(partition: i32, pipeline: &str, kind: &TimerKind) -> Name {
+        Name {
+            partition,
+            pipeline: pipeline.into(),
+            kind: kind.clone(),
+        }
+    }
+
+    fn due(self, at: DateTime<Utc>) -> DueTimer {
+        DueTimer {
+            at,
+            partition: self.partition,
+            pipeline: self.pipeline.into(),
+            kind: self.kind,
+        }
+    }
 }
 
 impl TimerIndex {
@@ -132,36 +163,29 @@ impl TimerIndex {
         kind: &TimerKind,
         at: DateTime<Utc>,
     ) -> Option<DateTime<Utc>> {
-        let previous = self.cancel(partition, pipeline, kind);
-        self.by_name.insert((partition, pipeline.to_string(), kind.clone()), at);
-        self.by_due.insert(DueTimer {
-            at,
-            partition,
-            pipeline: pipeline.to_string(),
-            kind: kind.clone(),
-        });
+        let name = Arc::new(Name::new(partition, pipeline, kind));
+        let previous = self.by_name.insert(name.clone(), at);
+        if let Some(previous) = previous {
+            self.by_due.remove(&(previous, name.clone()));
+        }
+        self.by_due.insert((at, name));
         previous
     }
 
     /// Removes a timer; returns its due time if it was set.
     pub fn cancel(&mut self, partition: i32, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
-        let at = self.by_name.remove(&(partition, pipeline.to_string(), kind.clone()))?;
-        self.by_due.remove(&DueTimer {
-            at,
-            partition,
-            pipeline: pipeline.to_string(),
-            kind: kind.clone(),
-        });
+        let (name, at) = self.by_name.remove_entry(&Name::new(partition, pipeline, kind))?;
+        self.by_due.remove(&(at, name));
         Some(at)
     }
 
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
-        self.by_due.first().map(|t| t.at)
+        self.by_due.first().map(|(at, _)| *at)
     }
 
     /// Every pending timer, earliest first.
-    pub fn iter(&self) -> impl Iterator<Item = &DueTimer> {
-        self.by_due.iter()
+    pub fn iter(&self) -> impl Iterator<Item = DueTimer> + '_ {
+        (self.by_due.iter()).map(|(at, name)| Name::clone(name).due(*at))
     }
 
     /// Removes and returns every timer due at or before `now`, earliest first.
@@ -169,10 +193,10 @@ impl TimerIndex {
         let mut due = Vec::new();
         while due.len() < limit {
             match self.by_due.first() {
-                Some(t) if t.at <= now => {
-                    let t = self.by_due.pop_first().expect("first exists");
-                    self.by_name.remove(&(t.partition, t.pipeline.clone(), t.kind.clone()));
-                    due.push(t);
+                Some((at, _)) if *at <= now => {
+                    let (at, name) = self.by_due.pop_first().expect("first exists");
+                    self.by_name.remove(&name);
+                    due.push(Arc::unwrap_or_clone(name).due(at));
                 }
                 _ => break,
             }
@@ -182,8 +206,8 @@ impl TimerIndex {
 
     /// Forgets the timers of a partition this instance no longer owns.
     pub fn drop_partition(&mut self, partition: i32) {
-        self.by_due.retain(|t| t.partition != partition);
-        self.by_name.retain(|(p, _, _), _| *p != partition);
+        self.by_due.retain(|(_, name)| name.partition != partition);
+        self.by_name.retain(|name, _| name.partition != partition);
     }
 
     pub fn len(&self) -> usize {
@@ -198,7 +222,7 @@ impl TimerIndex {
 /// The pending timers, earliest first.
 impl fmt::Debug for TimerIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(&self.by_due).finish()
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 

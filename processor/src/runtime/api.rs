@@ -83,7 +83,7 @@ fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
         "partition": partition,
         "servedBy": served.instance,
         "summary": status::summarize(id, &state),
-        "config": config.map(|c| c.raw()),
+        "config": config.map(|c| c.to_value()),
         "about": config.map(status::config_sentences),
         "rules": config.map(status::rules),
         "sensors": status::sensors(&state),

@@ -292,6 +292,12 @@ pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
         .set("partition.assignment.strategy", "range")
         .set("session.timeout.ms", "10000")
         .set("isolation.level", "read_committed");
+    // Records fetched ahead of the loop: librdkafka's default, 64 MiB, is a fifth of what
+    // an instance with 100,000 pipelines holds in all; 16 MiB is still several batches
+    // ahead at any record size the limits allow. Yours (--kafka-property) wins.
+    if config.get("queued.max.messages.kbytes").is_none() {
+        config.set("queued.max.messages.kbytes", "16384");
+    }
     if kafka.quirks == Quirks::Tansu {
         // The broker may hold a fetch this long when there is nothing new: it bounds how
         // long a record (a job report, say) waits before the processor sees it. Kafka
@@ -648,6 +654,18 @@ mod tests {
         assert_eq!(fetch_wait(&tansu).as_deref(), Some("10"));
         assert_eq!(per_request(&kafka), None);
         assert_eq!(per_request(&tansu).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn the_input_fetches_ahead_a_bounded_amount_unless_told_otherwise() {
+        let queued = |c: &Connection| {
+            input_consumer_config(c, "g")
+                .get("queued.max.messages.kbytes")
+                .map(str::to_string)
+        };
+        assert_eq!(queued(&Connection::plaintext("b:9092")).as_deref(), Some("16384"));
+        let yours = Connection::new("b:9092", &props(&[("queued.max.messages.kbytes", "65536")])).unwrap();
+        assert_eq!(queued(&yours).as_deref(), Some("65536"));
     }
 
     #[test]

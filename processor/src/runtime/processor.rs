@@ -1151,7 +1151,7 @@ impl Processor {
         }
         for ((p, pipeline), config) in learned.configs {
             if let Some(store) = self.stores.get(&p) {
-                store.config_written(&pipeline, &config)?;
+                store.config_written(&pipeline, &config);
             }
         }
         Ok(())

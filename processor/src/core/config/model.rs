@@ -1,11 +1,11 @@
 //! What a pipeline config says, as types: schedule, SLA, rules, post-run checks,
 //! exclusions and dependencies. Durations, timezones, cron expressions and checks are parsed
 //! here once, so nothing past this module reads them as strings. A [`PipelineConfig`] keeps
-//! the JSON it was read from, which is what travels and what is stored.
+//! the JSON it was read from, as text: that is what travels and what is stored.
 
 use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
 use super::job::Job;
@@ -105,8 +105,9 @@ pub enum Deadline {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
-    /// Parsed once, when the config is read.
-    pub cron: Option<Cron>,
+    /// Parsed once, when the config is read; boxed, as most configs have none and a cron
+    /// is large.
+    pub cron: Option<Box<Cron>>,
     pub timezone: Tz,
     /// The sensor condition that starts an execution (sensor-triggered pipelines).
     pub trigger: Option<Rule>,
@@ -200,8 +201,8 @@ impl Exclusions {
 
 /// A valid pipeline config. It keeps the JSON it was parsed from: that is what travels on
 /// `sluice.config` and what is stored, so the typed view is always derived from one source.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "Value", into = "Value")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "Value")]
 pub struct PipelineConfig {
     pub id: String,
     pub owner: Option<String>,
@@ -215,7 +216,9 @@ pub struct PipelineConfig {
     pub dry_run: bool,
     /// Upstream pipelines whose completion for a date is this pipeline's input for that date.
     pub depends_on: Vec<Dependency>,
-    pub(super) raw: Value,
+    /// The JSON, compact, as text: an instance holds a config for each of its pipelines, and
+    /// a parsed `Value` costs several times its text in map nodes (see README, Memory).
+    pub(super) json: Box<str>,
 }
 
 /// `dependsOn` entry: when `pipeline` completes an execution, Sluice publishes a sensor
@@ -239,8 +242,14 @@ impl PipelineConfig {
         parse(raw, Variables::MustBeResolved)
     }
 
-    pub fn raw(&self) -> &Value {
-        &self.raw
+    /// The JSON the config was read from, compact (keys sorted): what is stored.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// That JSON as a value, parsed again (for the API, not the loop).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.json).expect("a config's JSON was written from a Value")
     }
 
     /// The schedule id that, with the date, names an execution (`cron` or `stream`, as in
@@ -276,8 +285,8 @@ impl TryFrom<Value> for PipelineConfig {
     }
 }
 
-impl From<PipelineConfig> for Value {
-    fn from(config: PipelineConfig) -> Value {
-        config.raw
+impl Serialize for PipelineConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
     }
 }

@@ -471,7 +471,7 @@ impl From<TriggerRequest> for TriggerRequestJson {
     fn from(request: TriggerRequest) -> Self {
         TriggerRequestJson {
             kind: request.kind(),
-            config: request.config.json().clone(),
+            config: request.config.json(),
             pipeline_id: request.pipeline_id,
             schedule_id: request.schedule_id,
             date: request.date,

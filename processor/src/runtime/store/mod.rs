@@ -107,10 +107,10 @@ const CHECKPOINTED_AT_KEY: &[u8] = b"c/at";
 pub struct PartitionStore {
     db: DB,
     path: PathBuf,
-    /// Parsed configs by pipeline, with the JSON they were parsed from: a state read whose
-    /// config JSON is unchanged reuses the parsed config instead of validating it again (the
-    /// most expensive part of reading a state). Bounded by [`CONFIG_CACHE`].
-    configs: Mutex<HashMap<String, ParsedConfig>>,
+    /// Parsed configs by pipeline: a state read whose config JSON is the one a cached config
+    /// was parsed from reuses it instead of validating it again (the most expensive part of
+    /// reading a state). Bounded by [`CONFIG_CACHE`].
+    configs: Mutex<HashMap<String, Arc<PipelineConfig>>>,
     /// Decoded states by pipeline, as stored: decoding a state from its parts costs in
     /// proportion to its history, and the loop reads a pipeline's state for every batch
     /// that touches it. Kept in step with every write (see [`StateCache`]).
@@ -180,15 +180,17 @@ impl StateCache {
 }
 
 /// A rough size of a decoded state in memory: enough to bound the cache, not to account it.
+/// The config counts too (its text and the typed view, about twice the text): the cache
+/// keeps it alive, and at a few executions it is most of a state.
 fn estimated_size(state: &PipelineState) -> usize {
-    512 + 1536 * state.executions.len() + 768 * state.sensors.len() + 256 * state.timers.len()
+    let config = state.config.as_ref().map_or(0, |c| 3 * c.json().len());
+    512 + config + 1536 * state.executions.len() + 768 * state.sensors.len() + 256 * state.timers.len()
 }
 
-/// A config's JSON and what it parsed to.
-type ParsedConfig = (Vec<u8>, Arc<PipelineConfig>);
-
-/// Most parsed configs kept per partition; past it the cache starts over.
-const CONFIG_CACHE: usize = 20_000;
+/// Most parsed configs kept per partition; past it the cache starts over. The state cache
+/// holds the configs of the states it keeps; this one saves parsing a config again when a
+/// state is decoded after it left that cache.
+const CONFIG_CACHE: usize = 10_000;
 
 fn config_key(pipeline: &str) -> Vec<u8> {
     [b"f/".as_slice(), pipeline.as_bytes()].concat()
@@ -259,8 +261,7 @@ impl StoreBatch {
             self.set(key, value);
         }
         if let Some((pipeline, config)) = config {
-            let json = serde_json::to_vec(config.raw()).map_err(StoreError::encode("pipeline config"))?;
-            self.set(config_key(pipeline), Some(json));
+            self.set(config_key(pipeline), Some(config.json().as_bytes().to_vec()));
         }
         Ok(())
     }
@@ -379,11 +380,11 @@ fn options() -> Options {
     options
 }
 
-fn remember(cache: &mut HashMap<String, ParsedConfig>, pipeline: &str, json: Vec<u8>, config: Arc<PipelineConfig>) {
+fn remember(cache: &mut HashMap<String, Arc<PipelineConfig>>, pipeline: &str, config: Arc<PipelineConfig>) {
     if cache.len() >= CONFIG_CACHE && !cache.contains_key(pipeline) {
         cache.clear();
     }
-    cache.insert(pipeline.to_string(), (json, config));
+    cache.insert(pipeline.to_string(), config);
 }
 
 impl PartitionStore {
@@ -471,13 +472,13 @@ impl PartitionStore {
     /// The config stored for `pipeline`, parsed once per distinct JSON.
     fn parsed_config(&self, pipeline: &str, json: &[u8]) -> Result<Arc<PipelineConfig>, serde_json::Error> {
         let mut cache = self.configs.lock().expect("config cache");
-        if let Some((cached, config)) = cache.get(pipeline) {
-            if cached.as_slice() == json {
+        if let Some(config) = cache.get(pipeline) {
+            if config.json().as_bytes() == json {
                 return Ok(config.clone());
             }
         }
         let config = Arc::new(serde_json::from_slice::<PipelineConfig>(json)?);
-        remember(&mut cache, pipeline, json.to_vec(), config.clone());
+        remember(&mut cache, pipeline, config.clone());
         Ok(config)
     }
 
@@ -485,19 +486,16 @@ impl PartitionStore {
     /// process): if so a state write need not write it again.
     pub fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
         let cache = self.configs.lock().expect("config cache");
-        cache.get(pipeline).is_some_and(|(_, held)| Arc::ptr_eq(held, config))
+        cache.get(pipeline).is_some_and(|held| Arc::ptr_eq(held, config))
     }
 
     /// Notes that `config` is being stored for `pipeline`.
-    pub fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> Result<()> {
-        let json = serde_json::to_vec(config.raw()).map_err(StoreError::encode("pipeline config"))?;
+    pub fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) {
         remember(
             &mut self.configs.lock().expect("config cache"),
             pipeline,
-            json,
             config.clone(),
         );
-        Ok(())
     }
 
     pub fn applied_offset(&self, topic: &str) -> Option<i64> {
@@ -735,7 +733,7 @@ mod tests {
         assert!(!store.holds_config("p1", &config));
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
-        store.config_written("p1", &config).unwrap();
+        store.config_written("p1", &config);
         assert!(state.config.is_some(), "the caller's state keeps its config");
         // An older store's state, config inline, still reads.
         batch.mirror(b"p/old", Some(&serde_json::to_vec(&state).unwrap()));

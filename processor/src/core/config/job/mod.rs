@@ -161,7 +161,9 @@ pub struct JobConfig {
     settings: JobSettings,
     /// `timeout`: seconds per request, which every job type takes.
     timeout: Option<u64>,
-    json: Value,
+    /// The JSON the settings were read from, compact, as text: every pipeline holds one,
+    /// and a parsed `Value` costs several times its text (see README, Memory).
+    json: Box<str>,
 }
 
 /// Why a job config could not be rendered.
@@ -189,7 +191,7 @@ impl JobConfig {
         Ok(JobConfig {
             settings: read::settings(kind, map)?,
             timeout: map.get("timeout").and_then(Value::as_u64),
-            json: json.clone(),
+            json: json.to_string().into_boxed_str(),
         })
     }
 
@@ -206,15 +208,15 @@ impl JobConfig {
         self.timeout
     }
 
-    /// The JSON the settings were read from: what a journaled trigger stores.
-    pub fn json(&self) -> &Value {
-        &self.json
+    /// The JSON the settings were read from (parsed again): what a journaled trigger stores.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.json).expect("a job config's JSON was written from a Value")
     }
 
     /// The settings with their templates rendered by `render` (run variables in the core,
     /// secrets in the runtime), read again from the rendered JSON.
     pub fn rendered(&self, render: impl FnOnce(&Value) -> Result<Value, TemplateError>) -> Result<Self, RenderError> {
-        let json = render(&self.json)?;
+        let json = render(&self.json())?;
         Ok(JobConfig::from_json(self.kind(), &json)?)
     }
 }

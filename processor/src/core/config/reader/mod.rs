@@ -79,7 +79,7 @@ pub fn parse(raw: &Value, variables: Variables) -> Result<Parsed, ConfigError> {
     let config = r.pipeline(raw, variables);
     match config {
         Some(mut config) if r.problems.is_empty() => {
-            config.raw = raw.clone();
+            config.json = raw.to_string().into_boxed_str();
             Ok(Parsed {
                 config,
                 warnings: r.warnings,

@@ -63,7 +63,7 @@ impl Reader {
             exclusions,
             dry_run,
             depends_on,
-            raw: Value::Null,
+            json: Box::default(),
         })
     }
 
@@ -141,7 +141,7 @@ impl Reader {
             }
         });
         let schedule = Schedule {
-            cron,
+            cron: cron.map(Box::new),
             timezone,
             trigger,
             trigger_deadline,

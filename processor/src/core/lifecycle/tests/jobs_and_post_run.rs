@@ -1048,7 +1048,7 @@ fn job_failed_in_an_hourly_run_retries_and_breaches_its_sla_within_its_hour() {
     assert_eq!(run_ids(&sim), [run8, run9]);
     assert_eq!(
         sim.triggers()[0].config.json(),
-        &json!({"command": format!("run 2026-11-22 08 {run8}")})
+        json!({"command": format!("run 2026-11-22 08 {run8}")})
     );
     assert_eq!(sim.triggers()[0].date, h8);
 
@@ -1212,7 +1212,7 @@ fn job_completed_upstream_for_an_hourly_run_sends_the_downstream_the_same_hour()
     assert_eq!(sensor["data"]["date"], json!("2026-11-22T07"));
     let trigger = sim.triggers().into_iter().find(|t| t.pipeline_id == "silver").unwrap();
     assert_eq!(trigger.date, "2026-11-22T07");
-    assert_eq!(trigger.config.json(), &json!({"command": "build 2026-11-22 07"}));
+    assert_eq!(trigger.config.json(), json!({"command": "build 2026-11-22 07"}));
 }
 
 #[test]

@@ -212,7 +212,7 @@ fn happy_path_triggers_once_and_completes() {
     assert_eq!(triggers[0].run_id, RUN1);
     assert_eq!(
         triggers[0].config.json(),
-        &json!({"command": format!("run 2026-11-22 {RUN1}")})
+        json!({"command": format!("run 2026-11-22 {RUN1}")})
     );
     sim.job("gold", RUN1, JobStatus::Running, None);
     sim.job("gold", RUN1, JobStatus::Succeeded, None);
@@ -662,7 +662,7 @@ impl Sim {
     /// Drops the pending timers `which` selects, as a bug or a restore that missed them
     /// would: the pipelines' states still list them.
     pub(super) fn lose_timers(&mut self, which: impl Fn(&TimerKind) -> bool) {
-        let lost: Vec<DueTimer> = self.timers.iter().filter(|t| which(&t.kind)).cloned().collect();
+        let lost: Vec<DueTimer> = self.timers.iter().filter(|t| which(&t.kind)).collect();
         for t in lost {
             self.engine.timers.cancel(t.partition, &t.pipeline, &t.kind);
         }
