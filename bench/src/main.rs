@@ -60,7 +60,7 @@ struct Args {
     /// Small figures, to check the harness itself works (seconds, not minutes).
     #[arg(long)]
     quick: bool,
-    /// A Python with `quixstreams` installed, for the Quix Streams baseline (deploy/bench.sh
+    /// A Python with `quixstreams` installed, for the Python peers (deploy/bench.sh
     /// makes one); without it that baseline is skipped and the report says so.
     #[arg(long, env = "SLUICE_BENCH_PYTHON")]
     python: Option<PathBuf>,
@@ -445,7 +445,8 @@ fn median(values: &mut [f64]) -> f64 {
 /// 2 cores shared with the broker is noisy); medians are reported.
 fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Result<()> {
     let target = target::start();
-    let (mut ours, mut ceilings, mut quixes, mut rounds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ours, mut ceilings, mut rounds) = (Vec::new(), Vec::new(), Vec::new());
+    let mut peers: Vec<Vec<f64>> = vec![Vec::new(); PEERS.len()];
     let mut batches = 0;
     for _ in 0..sizes.rounds {
         let round = sluice_round(args, sluice, sizes, &target.url)?;
@@ -455,7 +456,9 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
         ceilings.push(ceiling);
         batches = b;
         if let Some(python) = &args.python {
-            quixes.push(quix(args, sluice, sizes, python, &target.url)?);
+            for ((_, script), rates) in PEERS.iter().zip(&mut peers) {
+                rates.push(peer(args, sluice, sizes, python, script, &target.url)?);
+            }
         }
     }
     let all = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
@@ -485,17 +488,25 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
         sluice_rate / ceiling,
         all(&ours)
     );
-    if quixes.is_empty() {
-        let _ = writeln!(report, "\nQuix Streams baseline skipped: no --python with quixstreams.");
+    if args.python.is_none() {
+        let _ = writeln!(report, "\nPython peers skipped: no --python with quixstreams.");
     } else {
-        let rate = median(&mut quixes.clone());
-        let _ = writeln!(
-            report,
-            "| Quix Streams (Python, RocksDB state) | {rate:.0} | {:.2} | {} |",
-            rate / ceiling,
-            all(&quixes)
-        );
-        let _ = writeln!(report, "\nsluice ÷ Quix Streams: {:.1}×", sluice_rate / rate);
+        let mut versus = Vec::new();
+        for ((name, _), rates) in PEERS.iter().zip(&peers) {
+            let rate = median(&mut rates.clone());
+            let _ = writeln!(
+                report,
+                "| {name} | {rate:.0} | {:.2} | {} |",
+                rate / ceiling,
+                all(rates)
+            );
+            versus.push(format!(
+                "{} {:.1}×",
+                name.split(" (").next().unwrap_or(name),
+                sluice_rate / rate
+            ));
+        }
+        let _ = writeln!(report, "\nsluice ÷ each peer: {}", versus.join(", "));
     }
     let _ = writeln!(
         report,
@@ -510,10 +521,21 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     Ok(())
 }
 
-/// The same backlog through `bench/quix/readiness.py`: sensor records/s from its first
-/// record to its group's commit of the last.
-fn quix(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, target: &str) -> Result<f64> {
-    let run = Run::new(args, sluice, "quix")?;
+/// The Python peers of the throughput scenario: the same readiness workload written as a
+/// team would with Quix Streams, and as the fastest hand-written loop (confluent-kafka with
+/// rocksdict, batch by batch). Both live in `bench/peers/` and take the same arguments.
+const PEERS: [(&str, &str); 2] = [
+    ("Quix Streams (Python, RocksDB state)", "readiness.py"),
+    (
+        "confluent-kafka consumer loop (Python, RocksDB state)",
+        "consumer_loop.py",
+    ),
+];
+
+/// The same backlog through a peer's script: sensor records/s from its first record to its
+/// group's commit of the last.
+fn peer(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, script: &str, target: &str) -> Result<f64> {
+    let run = Run::new(args, sluice, "peer")?;
     let sensors = produce_backlog(&run, sizes.throughput_pipelines, sizes.throughput_records, target);
     let configs: Vec<serde_json::Value> = (0..sizes.throughput_pipelines)
         .map(|i| workload::config(&workload::pipeline_id(i), target))
@@ -522,14 +544,14 @@ fn quix(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, target: &str) 
     std::fs::write(&configs_path, serde_json::to_vec(&configs)?)?;
     let group = run.group();
     let mut child = Command::new(python)
-        .arg(repo().join("bench/quix/readiness.py"))
+        .arg(repo().join("bench/peers").join(script))
         .args([&run.brokers, &run.topic("sensors"), &run.topic("events"), &group])
         .arg(&configs_path)
-        .arg(run.dir.join("quix-state"))
+        .arg(run.dir.join("peer-state"))
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(run.dir.join("quix.log"))?)
+        .stderr(std::fs::File::create(run.dir.join("peer.log"))?)
         .spawn()
-        .context("starting the Quix Streams app")?;
+        .with_context(|| format!("starting {script}"))?;
     let stdout = child.stdout.take().expect("piped");
     let first = std::thread::spawn(move || {
         use std::io::BufRead;
@@ -539,9 +561,11 @@ fn quix(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, target: &str) 
             .find_map(|l| l.strip_prefix("first ").and_then(|t| t.parse::<f64>().ok()))
     });
     let (brokers, topic) = (run.brokers.clone(), run.topic("sensors"));
-    let finished = wait("the Quix app to commit the backlog", Duration::from_secs(3600), || {
-        kafka_io::committed(&brokers, &group, &topic) >= sensors as i64
-    });
+    let finished = wait(
+        &format!("{script} to commit the backlog"),
+        Duration::from_secs(3600),
+        || kafka_io::committed(&brokers, &group, &topic) >= sensors as i64,
+    );
     let end = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
@@ -550,7 +574,20 @@ fn quix(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, target: &str) 
         .join()
         .ok()
         .flatten()
-        .context("the Quix app never said it started")?;
+        .with_context(|| format!("{script} never said it started"))?;
+    // It did the work, not only the reading: every pipeline's execution passed.
+    let reader = kafka_io::reader(&run.brokers, &[&run.topic("events")]);
+    let mut passed = std::collections::HashSet::new();
+    wait(
+        &format!("{script}'s VALIDATION_PASSED for every pipeline"),
+        Duration::from_secs(60),
+        || {
+            kafka_io::drain_events(&reader, "VALIDATION_PASSED", |e| {
+                passed.insert(e["pipelineId"].to_string());
+            });
+            passed.len() >= sizes.throughput_pipelines
+        },
+    )?;
     Ok(sensors as f64 / (end - first))
 }
 

@@ -1,0 +1,140 @@
+"""The readiness workload as the fastest hand-written Python would do it: a confluent-kafka
+consumer loop with RocksDB state (rocksdict), the second peer sluice-bench measures Sluice
+against (beside readiness.py, the same workload in Quix Streams).
+
+Same rules and state as readiness.py: the latest reading per sensor key and execution date,
+the pipeline's rules evaluated when its trigger sensor arrives, VALIDATION_PASSED published
+once per execution. What Quix does per record, this does per batch of up to 1,000 records:
+the events produced and acknowledged, then one RocksDB write batch, then the offsets
+committed (Sluice's order; at least once: a crash before the commit repeats the batch and
+may publish its events again, never lose them).
+
+    python consumer_loop.py BROKERS SENSORS_TOPIC EVENTS_TOPIC GROUP CONFIGS_JSON STATE_DIR
+"""
+
+import json
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+
+from confluent_kafka import Consumer, Producer
+from rocksdict import Options, Rdict, WriteBatch
+
+BATCH = 1000
+
+
+def parse_duration(text):
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return float(text[:-1]) * units[text[-1]]
+
+
+def passes(rule, data, now):
+    seen = data.get(rule["field"])
+    check = rule["check"]
+    if seen is None:
+        return False
+    if check == "equals":
+        return seen == rule["value"]
+    if check == "gte":
+        return isinstance(seen, (int, float)) and seen >= rule["value"]
+    if check == "age_lt":
+        at = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
+        return (now - at).total_seconds() < parse_duration(rule["value"])
+    return False
+
+
+class Batch:
+    """One batch's reads and writes: reads see the batch's own writes first."""
+
+    def __init__(self, db):
+        self.db = db
+        self.written = {}
+
+    def get(self, key):
+        if key in self.written:
+            return self.written[key]
+        raw = self.db.get(key.encode())
+        return None if raw is None else json.loads(raw)
+
+    def set(self, key, value):
+        self.written[key] = value
+
+    def commit(self):
+        if self.written:
+            wb = WriteBatch(raw_mode=True)
+            for key, value in self.written.items():
+                wb.put(key.encode(), json.dumps(value).encode())
+            self.db.write(wb)
+
+
+def decide(configs, batch, key, value):
+    """VALIDATION_PASSED for this reading, or None (the same decision as readiness.py)."""
+    config = configs.get(key)
+    if config is None:
+        return None
+    date = value.get("date", "")
+    if value.get("hour") is not None:
+        date = f"{date}T{int(value['hour']):02d}"
+    readings_key = f"{key}/r/{date}"
+    readings = batch.get(readings_key) or {}
+    readings[value["key"]] = value.get("data", {})
+    batch.set(readings_key, readings)
+    now = datetime.now(timezone.utc)
+    trigger = config["schedule"]["trigger"]
+    if value["key"] != trigger["key"] or not passes(trigger, value.get("data", {}), now):
+        return None
+    passed_key = f"{key}/passed/{date}"
+    if batch.get(passed_key):
+        return None
+    if not all(passes(r, readings.get(r["key"], {}), now) for r in config["validation"]["rules"]):
+        return None
+    batch.set(passed_key, True)
+    return {"type": "VALIDATION_PASSED", "pipelineId": key, "date": date, "timestamp": now.isoformat()}
+
+
+def main():
+    brokers, sensors_topic, events_topic, group, configs_path, state_dir = sys.argv[1:7]
+    with open(configs_path) as f:
+        configs = {c["pipeline"]["id"]: c for c in json.load(f)}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
+    db = Rdict(state_dir, options=Options(raw_mode=True))
+    running = [True]
+    signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
+    consumer.subscribe([sensors_topic])
+    first = None
+    while running[0]:
+        records = consumer.consume(num_messages=BATCH, timeout=0.5)
+        if not records:
+            continue
+        if first is None:
+            first = time.time()
+            print(f"first {first}", flush=True)
+        batch = Batch(db)
+        events = []
+        for record in records:
+            if record.error():
+                continue
+            key = record.key().decode()
+            event = decide(configs, batch, key, json.loads(record.value()))
+            if event is not None:
+                events.append((key, event))
+        for key, event in events:
+            producer.produce(events_topic, key=key, value=json.dumps(event))
+        producer.flush()
+        batch.commit()
+        consumer.commit(asynchronous=True)
+    consumer.close()
+    db.close()
+
+
+if __name__ == "__main__":
+    main()
