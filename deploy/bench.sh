@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs the benchmark harness: builds sluice and sluice-bench in release mode, starts a local
-# broker of its own, runs every scenario (or the ones named) and writes the results to
-# bench/results/latest.md as well as stdout. Works on a fresh machine (installs what it needs).
+# Runs the benchmark harness: builds sluice and sluice-bench in release mode, runs every
+# scenario (or the ones named), each against a fresh local broker of its own, and writes the
+# results to bench/results/latest.md as well as stdout. Works on a fresh machine (installs what it needs).
 #
 #   deploy/bench.sh                    # everything (tens of minutes on 2 cores)
 #   deploy/bench.sh --quick            # a harness check in about a minute
 #   deploy/bench.sh throughput latency # some scenarios
+#   SLUICE_BENCH_OUT=bench/results/million.md deploy/bench.sh --scale 1000000 scale
+#                                      # elsewhere than latest.md: a million pipelines
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,14 +22,47 @@ venv="$HOME/.cache/sluice/quix-venv"
 ensure_venv "$venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
 export SLUICE_BENCH_PYTHON="$venv/bin/python"
 
-broker_dir="$(mktemp -d)"
+# Each scenario runs against a fresh broker of its own: tansu keeps every record in memory
+# and slows as they accumulate, so a scenario's figures would otherwise depend on which ran
+# before it (the scale scenario's RSS doubled, the latency floor moved). Within a scenario,
+# sluice and its baselines share one broker.
+scenarios=()
+flags=()
+for arg in "$@"; do
+  case "$arg" in
+    history | throughput | latency | timers | triggers | takeover | page | scale) scenarios+=("$arg") ;;
+    *) flags+=("$arg") ;;
+  esac
+done
+if [ "${#scenarios[@]}" -eq 0 ]; then
+  scenarios=(history throughput latency timers triggers takeover page scale)
+fi
+work="$(mktemp -d)"
+broker_dir="$work/broker"
 cleanup() {
-  SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop
-  rm -rf "$broker_dir"
+  SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop >/dev/null 2>&1 || true
+  rm -rf "$work"
 }
 trap cleanup EXIT
-brokers="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
 # The local broker is tansu: sluice and the pass-through work around its known bugs.
 export SLUICE_BROKER_QUIRKS=tansu
-mkdir -p bench/results
-"$CARGO_TARGET_DIR/release/sluice-bench" --brokers "$brokers" --out bench/results/latest.md "$@"
+out="${SLUICE_BENCH_OUT:-bench/results/latest.md}"
+mkdir -p "$(dirname "$out")"
+for scenario in "${scenarios[@]}"; do
+  echo "== $scenario (a fresh broker)" >&2
+  rm -rf "$broker_dir"
+  brokers="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
+  "$CARGO_TARGET_DIR/release/sluice-bench" --brokers "$brokers" --out "$work/$scenario.md" \
+    ${flags[@]+"${flags[@]}"} "$scenario" >/dev/null
+  SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop >/dev/null
+done
+# One report: the first scenario's title line, a note, then every scenario's sections.
+{
+  head -n 3 "$work/${scenarios[0]}.md" | sed 's/ · broker [^ ]*//'
+  echo
+  echo "Each scenario ran against a fresh local broker (tansu) of its own."
+  for scenario in "${scenarios[@]}"; do
+    tail -n +4 "$work/$scenario.md"
+  done
+} >"$out"
+cat "$out"

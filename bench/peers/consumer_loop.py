@@ -5,11 +5,13 @@ against (beside readiness.py, the same workload in Quix Streams).
 Same rules and state as readiness.py: the latest reading per sensor key and execution date,
 the pipeline's rules evaluated when its trigger sensor arrives, VALIDATION_PASSED published
 once per execution. What Quix does per record, this does per batch of up to 1,000 records:
-the events produced and acknowledged, then one RocksDB write batch, then the offsets
+the events and the batch's state changes (to CHANGELOG_TOPIC, as Quix and Sluice keep their
+state recoverable) produced and acknowledged, then one RocksDB write batch, then the offsets
 committed (Sluice's order; at least once: a crash before the commit repeats the batch and
 may publish its events again, never lose them).
 
-    python consumer_loop.py BROKERS SENSORS_TOPIC EVENTS_TOPIC GROUP CONFIGS_JSON STATE_DIR
+    python consumer_loop.py BROKERS SENSORS_TOPIC EVENTS_TOPIC GROUP CONFIGS_JSON STATE_DIR \
+        CHANGELOG_TOPIC
 """
 
 import json
@@ -60,11 +62,14 @@ class Batch:
     def set(self, key, value):
         self.written[key] = value
 
-    def commit(self):
-        if self.written:
+    def encoded(self):
+        return [(key.encode(), json.dumps(value).encode()) for key, value in self.written.items()]
+
+    def commit(self, encoded):
+        if encoded:
             wb = WriteBatch(raw_mode=True)
-            for key, value in self.written.items():
-                wb.put(key.encode(), json.dumps(value).encode())
+            for key, value in encoded:
+                wb.put(key, value)
             self.db.write(wb)
 
 
@@ -94,7 +99,7 @@ def decide(configs, batch, key, value):
 
 
 def main():
-    brokers, sensors_topic, events_topic, group, configs_path, state_dir = sys.argv[1:7]
+    brokers, sensors_topic, events_topic, group, configs_path, state_dir, changelog_topic = sys.argv[1:8]
     with open(configs_path) as f:
         configs = {c["pipeline"]["id"]: c for c in json.load(f)}
     consumer = Consumer(
@@ -127,10 +132,13 @@ def main():
             event = decide(configs, batch, key, json.loads(record.value()))
             if event is not None:
                 events.append((key, event))
+        changes = batch.encoded()
+        for key, value in changes:
+            producer.produce(changelog_topic, key=key, value=value)
         for key, event in events:
             producer.produce(events_topic, key=key, value=json.dumps(event))
         producer.flush()
-        batch.commit()
+        batch.commit(changes)
         consumer.commit(asynchronous=True)
     consumer.close()
     db.close()

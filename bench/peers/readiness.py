@@ -40,6 +40,7 @@ def passes(rule, data, now):
 
 def main():
     brokers, sensors_topic, events_topic, group, configs_path, state_dir = sys.argv[1:7]
+    # sys.argv[7], the changelog topic, is the consumer loop's: Quix keeps its own.
     with open(configs_path) as f:
         configs = {c["pipeline"]["id"]: c for c in json.load(f)}
 

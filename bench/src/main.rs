@@ -523,7 +523,8 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
 
 /// The Python peers of the throughput scenario: the same readiness workload written as a
 /// team would with Quix Streams, and as the fastest hand-written loop (confluent-kafka with
-/// rocksdict, batch by batch). Both live in `bench/peers/` and take the same arguments.
+/// rocksdict, batch by batch, its state changes to a changelog as Quix's and Sluice's are).
+/// Both live in `bench/peers/` and take the same arguments.
 const PEERS: [(&str, &str); 2] = [
     ("Quix Streams (Python, RocksDB state)", "readiness.py"),
     (
@@ -548,6 +549,7 @@ fn peer(args: &Args, sluice: &Path, sizes: &Sizes, python: &Path, script: &str, 
         .args([&run.brokers, &run.topic("sensors"), &run.topic("events"), &group])
         .arg(&configs_path)
         .arg(run.dir.join("peer-state"))
+        .arg(run.topic("changelog"))
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(run.dir.join("peer.log"))?)
         .spawn()
