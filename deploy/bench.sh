@@ -6,7 +6,7 @@
 #   deploy/bench.sh                    # everything (tens of minutes on 2 cores)
 #   deploy/bench.sh --quick            # a harness check in about a minute
 #   deploy/bench.sh throughput latency # some scenarios
-#   SLUICE_BENCH_OUT=bench/results/million.md deploy/bench.sh --scale 1000000 scale
+#   SLUICE_BENCH_OUT=bench/results/million.md deploy/bench.sh --scale 1000000 --configs-only scale
 #                                      # elsewhere than latest.md: a million pipelines
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
