@@ -436,7 +436,7 @@ fn passthrough_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str) ->
     let n = produce_backlog(&base, sizes.throughput_pipelines, sizes.throughput_records, target);
     let total = n + sizes.throughput_pipelines;
     let inputs = [base.topic("config"), base.topic("sensors")];
-    let (elapsed, batches) = passthrough::run(&base.kafka, &inputs, &base.topic("events"), |n| n >= total)?;
+    let (elapsed, batches) = passthrough::run(&base.kafka, &inputs, &base.topic("events"), None, |n| n >= total)?;
     Ok((total as f64 / elapsed.as_secs_f64(), batches))
 }
 
@@ -673,67 +673,150 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         drain(&mut received);
         received.len() >= expected
     });
-    let mut latencies: Vec<f64> = received
+    // (seconds into the sending, latency in ms) of each execution measured.
+    let samples: Vec<(f64, f64)> = received
         .iter()
         .filter_map(|(key, at)| {
-            sent.get(key)
-                .map(|s| at.saturating_duration_since(*s).as_secs_f64() * 1000.0)
+            let s = sent.get(key)?;
+            Some((
+                s.duration_since(start).as_secs_f64(),
+                at.saturating_duration_since(*s).as_secs_f64() * 1000.0,
+            ))
         })
         .collect();
-    let measured = latencies.len();
-    // Where in the run the slow ones were: p99 per second (per minute in runs over a minute)
-    // of sending, and the last window's against the first.
-    let (window, unit) = if sizes.latency_seconds > 60 {
-        (60, "minute")
-    } else {
-        (1, "second")
-    };
-    let mut by_window: Vec<Vec<f64>> = vec![Vec::new(); (sizes.latency_seconds / window) as usize + 1];
-    for (key, at) in &received {
-        if let Some(s) = sent.get(key) {
-            let w = ((s.duration_since(start).as_secs() / window) as usize).min(by_window.len() - 1);
-            by_window[w].push(at.saturating_duration_since(*s).as_secs_f64() * 1000.0);
-        }
-    }
-    let p99s: Vec<f64> = by_window
-        .iter_mut()
-        .filter(|l| !l.is_empty())
-        .map(|l| percentiles(l).1)
-        .collect();
-    let per_window = p99s.iter().map(|p| format!("{p:.0}")).collect::<Vec<_>>().join(", ");
-    let drift = match (p99s.first(), p99s.last()) {
-        (Some(first), Some(last)) if *first > 0.0 => format!("{:.2}", last / first),
-        _ => "-".into(),
-    };
-    let (p50, p99, max) = percentiles(&mut latencies);
+    let (written, per_reading) = records_written(&run, total);
     run.stop();
-    let mut floor = passthrough_latency(args, sluice, sizes)?;
-    let copies = floor.len();
-    let (f50, f99, fmax) = percentiles(&mut floor);
+    let ours = Latencies::of(&samples, sizes);
+    let floor = Latencies::of(&passthrough_latency(args, sluice, sizes, None)?, sizes);
+    // The control: the pass-through writing as many records per reading as sluice did,
+    // the extra ones to a side topic. Its growth is the broker's, not the processor's.
+    let loaded = Latencies::of(
+        &passthrough_latency(args, sluice, sizes, Some(per_reading - 1.0))?,
+        sizes,
+    );
     let _ = writeln!(
         report,
         "\n## Latency ({} readings/s for {} s, {} pipelines)\n\n\
-         | what | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: |\n\
-         | pass-through at the same rate, record sent → copy received ({copies} of {total} records; the floor) | {f50:.1} | {f99:.1} | {fmax:.1} |\n\
-         | sluice, trigger sent → VALIDATION_PASSED received ({measured} of {expected} executions) | {p50:.1} | {p99:.1} | {max:.1} |\n\n\
-         Both include two client hops: the bench producer's linger of 5 ms and the reader's fetch.\n\n\
-         sluice's p99 ms per {unit} of sending: {per_window} (last ÷ first: {drift}).",
-        sizes.latency_rate, sizes.latency_seconds, sizes.latency_pipelines
+         | what | p50 ms | p99 ms | max ms | p99 last {unit} ÷ first |\n| --- | ---: | ---: | ---: | ---: |\n\
+         | pass-through at the same rate, record sent → copy received ({} of {total} records; the floor) | {} |\n\
+         | the pass-through also writing {:.1} more records per reading to another topic, as sluice does ({} of {total}) | {} |\n\
+         | sluice, trigger sent → VALIDATION_PASSED received ({} of {expected} executions) | {} |\n\n\
+         All include two client hops: the bench producer's linger of 5 ms and the reader's fetch. \
+         Records sluice wrote per reading sent: {written}.\n\n\
+         p99 ms per {unit} of sending:\n\n\
+         * pass-through: {}\n* pass-through writing as much as sluice: {}\n* sluice: {}",
+        sizes.latency_rate,
+        sizes.latency_seconds,
+        sizes.latency_pipelines,
+        floor.count,
+        floor.row(),
+        per_reading - 1.0,
+        loaded.count,
+        loaded.row(),
+        ours.count,
+        ours.row(),
+        floor.per_window,
+        loaded.per_window,
+        ours.per_window,
+        unit = Latencies::window(sizes).1,
     );
     Ok(())
 }
 
+/// Latencies of one run, whole and per window of sending.
+struct Latencies {
+    count: usize,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    /// p99 per window, comma-separated.
+    per_window: String,
+    /// The last window's p99 ÷ the first's.
+    drift: f64,
+}
+
+impl Latencies {
+    /// Per second, or per minute in runs over a minute.
+    fn window(sizes: &Sizes) -> (u64, &'static str) {
+        if sizes.latency_seconds > 60 {
+            (60, "minute")
+        } else {
+            (1, "second")
+        }
+    }
+
+    /// From (seconds into the sending, latency ms) samples.
+    fn of(samples: &[(f64, f64)], sizes: &Sizes) -> Latencies {
+        let (window, _) = Self::window(sizes);
+        let mut by_window: Vec<Vec<f64>> = vec![Vec::new(); (sizes.latency_seconds / window) as usize + 1];
+        for (sent, latency) in samples {
+            let w = ((*sent as u64 / window) as usize).min(by_window.len() - 1);
+            by_window[w].push(*latency);
+        }
+        let p99s: Vec<f64> = by_window
+            .iter_mut()
+            .filter(|l| !l.is_empty())
+            .map(|l| percentiles(l).1)
+            .collect();
+        let mut all: Vec<f64> = samples.iter().map(|(_, l)| *l).collect();
+        let (p50, p99, max) = percentiles(&mut all);
+        Latencies {
+            count: samples.len(),
+            p50,
+            p99,
+            max,
+            per_window: p99s.iter().map(|p| format!("{p:.0}")).collect::<Vec<_>>().join(", "),
+            drift: match (p99s.first(), p99s.last()) {
+                (Some(first), Some(last)) if *first > 0.0 => last / first,
+                _ => f64::NAN,
+            },
+        }
+    }
+
+    /// The table's cells: p50, p99, max, drift.
+    fn row(&self) -> String {
+        format!(
+            "{:.1} | {:.1} | {:.1} | {:.2}",
+            self.p50, self.p99, self.max, self.drift
+        )
+    }
+}
+
+/// What the processor wrote per reading sent, by topic ("1.50 events, ...") and in all.
+fn records_written(run: &Run, readings: u64) -> (String, f64) {
+    let per_topic: Vec<(&str, f64)> = ["events", "changelog", "jobs"]
+        .iter()
+        .map(|name| {
+            let filter = format!("topic=\"{}\"", run.topic(name));
+            let n = metric(&run.http, "sluice_records_out_total", &filter);
+            (*name, n / readings.max(1) as f64)
+        })
+        .collect();
+    let text = per_topic
+        .iter()
+        .map(|(name, n)| format!("{n:.2} {name}"))
+        .collect::<Vec<_>>();
+    (text.join(", "), per_topic.iter().map(|(_, n)| n).sum())
+}
+
 /// The floor under the latency: records at the same rate through the pass-through (same
-/// clients, same batching), sent → copy received, in milliseconds.
-fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes) -> Result<Vec<f64>> {
+/// clients, same batching), writing `extra` more records per input to a side topic when
+/// given: (seconds into the sending, sent → copy received in ms) per record.
+fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes, extra: Option<f64>) -> Result<Vec<(f64, f64)>> {
     let base = Run::new(args, sluice, "latency-passthrough")?;
     let (input, output) = (base.topic("sensors"), base.topic("events"));
+    let extra = extra.map(|per_input| passthrough::Extra {
+        topic: base.topic("changelog"),
+        per_input,
+    });
     let stop_after = Arc::new(AtomicUsize::new(usize::MAX));
     let copier = {
         let (kafka, inputs, output, stop_after) =
             (base.kafka.clone(), [input.clone()], output.clone(), stop_after.clone());
         std::thread::spawn(move || {
-            passthrough::run(&kafka, &inputs, &output, |n| n >= stop_after.load(Ordering::Relaxed))
+            passthrough::run(&kafka, &inputs, &output, extra, |n| {
+                n >= stop_after.load(Ordering::Relaxed)
+            })
         })
     };
     let producer = kafka_io::producer(&base.brokers);
@@ -751,15 +834,18 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes) -> Result<Vec<
     let interval = Duration::from_secs_f64(1.0 / sizes.latency_rate as f64);
     let mut sent_at = Vec::with_capacity(total);
     let mut latencies = Vec::with_capacity(total);
-    let drain = |latencies: &mut Vec<f64>, sent_at: &[Instant]| {
+    let start = Instant::now();
+    let drain = |latencies: &mut Vec<(f64, f64)>, sent_at: &[Instant]| {
         while let Some(Ok(m)) = reader.poll(Duration::ZERO) {
             let n = m.key().and_then(|k| std::str::from_utf8(k).ok()?.parse::<usize>().ok());
             if let Some(at) = n.and_then(|n| sent_at.get(n)) {
-                latencies.push(at.elapsed().as_secs_f64() * 1000.0);
+                latencies.push((
+                    at.duration_since(start).as_secs_f64(),
+                    at.elapsed().as_secs_f64() * 1000.0,
+                ));
             }
         }
     };
-    let start = Instant::now();
     for n in 0..total {
         kafka_io::send(&producer, &input, &n.to_string(), &serde_json::json!({"n": n}));
         sent_at.push(Instant::now());

@@ -1,6 +1,8 @@
 //! The ceiling: a consumer→producer pass-through with the processor's client settings,
 //! batch size and commit pattern (produce the batch, wait for its acknowledgements, commit
-//! the input offsets), doing no work per record.
+//! the input offsets), doing no work per record. It can also write `extra` more records per
+//! input to a side topic, as many as the processor writes beside its decisions (the
+//! changelog, job reports), to tell the broker's share of the latency from the processor's.
 
 use std::time::{Duration, Instant};
 
@@ -15,12 +17,20 @@ use sluice::runtime::kafka::Connection;
 /// The processor's `--batch-size` default.
 const BATCH: usize = 500;
 
+/// Records the pass-through writes besides each copy: `per_input` of them (a fraction is
+/// spread over the inputs) to `topic`.
+pub struct Extra {
+    pub topic: String,
+    pub per_input: f64,
+}
+
 /// Copies `inputs` to `output` until `done` says enough records went through; the time
 /// from the first record to the last batch's commit, and how many batches it took.
 pub fn run(
     kafka: &Connection,
     inputs: &[String],
     output: &str,
+    extra: Option<Extra>,
     done: impl Fn(usize) -> bool,
 ) -> Result<(Duration, usize)> {
     let runtime = tokio::runtime::Runtime::new()?;
@@ -35,6 +45,7 @@ pub fn run(
         let mut copied = 0;
         let mut batches = 0;
         let mut first = None;
+        let mut owed = 0.0;
         while !done(copied) {
             let mut batch = vec![consumer.recv().await?.detach()];
             first.get_or_insert_with(Instant::now);
@@ -44,8 +55,19 @@ pub fn run(
                     None => break,
                 }
             }
-            let sends = batch.iter().map(|m| {
-                let mut record = FutureRecord::to(output).payload(m.payload().unwrap_or_default());
+            let mut extras = Vec::new();
+            if let Some(extra) = &extra {
+                for m in &batch {
+                    owed += extra.per_input;
+                    while owed >= 1.0 {
+                        owed -= 1.0;
+                        extras.push((extra.topic.as_str(), m));
+                    }
+                }
+            }
+            let copies = batch.iter().map(|m| (output, m));
+            let sends = copies.chain(extras).map(|(topic, m)| {
+                let mut record = FutureRecord::to(topic).payload(m.payload().unwrap_or_default());
                 if let Some(key) = m.key() {
                     record = record.key(key);
                 }

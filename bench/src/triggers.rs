@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::measure::metric;
 use crate::{kafka_io, produce_backlog, target, wait, workload, Args, Run, Sizes};
 
 /// `sluice run`'s default `--max-calls-per-target`: every benchmark job has the same host.
@@ -31,6 +32,10 @@ pub fn run(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     wait("the backlog committed", Duration::from_secs(600), || {
         kafka_io::committed(&brokers, &group, &sensors) >= records as i64
     })?;
+    let batches = metric(&run.http, "sluice_batch_seconds_count", "");
+    let in_batches = metric(&run.http, "sluice_batch_seconds_sum", "");
+    let in_commits = metric(&run.http, "sluice_commit_seconds_sum", "");
+    let records_in = metric(&run.http, "sluice_records_in_total", "");
     run.stop();
     let _ = writeln!(
         report,
@@ -39,6 +44,10 @@ pub fn run(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
          | the same POSTs from one HTTP client, {PER_TARGET} in flight (ceiling) | {ceiling:.0} | 1.00 |\n\
          | sluice, decisions to calls ({calls} calls, {PER_TARGET} in flight per target) | {rate:.0} | {:.2} |",
         rate / ceiling
+    );
+    let _ = writeln!(
+        report,
+        "\nsluice: {records_in:.0} records in (readings, configs and its own job reports) in {batches:.0} batches, {in_batches:.2} s inside batches, of which {in_commits:.2} s producing and awaiting acknowledgements."
     );
     Ok(())
 }

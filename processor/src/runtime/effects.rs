@@ -116,6 +116,7 @@ impl Executor {
             client: self.client.clone(),
             limits: self.limits.clone(),
             clock: self.clock,
+            telemetry: self.telemetry.clone(),
             request,
         };
         let checking = self.checking.clone();
@@ -254,6 +255,7 @@ struct Work {
     client: Client,
     limits: Arc<Limits>,
     clock: Clock,
+    telemetry: Arc<Telemetry>,
     request: TriggerRequest,
 }
 
@@ -393,7 +395,7 @@ impl Work {
             )
             .await
             {
-                Ok(_) => return,
+                Ok(_) => return self.telemetry.record_out(&self.topic, 1),
                 Err(e) => {
                     warn!(run_id = %r.run_id, error = %e, "could not write job report; retrying");
                     tokio::time::sleep(backoff).await;

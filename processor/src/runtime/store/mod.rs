@@ -141,40 +141,83 @@ pub struct StoredTimer {
 }
 
 /// Decoded states by pipeline, bounded by an estimate of their size in memory: past
-/// [`STATE_CACHE_BYTES`] it starts over.
-#[derive(Default)]
+/// [`STATE_CACHE_BYTES`] it evicts states at random until the new one fits.
+///
+/// At random, not least recently used: the loop visits pipelines in cycles (every hourly
+/// pipeline once an hour, a steady feed round the pipelines), and a cycle longer than the
+/// cache would make LRU miss every time; random eviction keeps about capacity ÷ cycle of
+/// the hits. It also never empties the cache at once, which made every pipeline decode its
+/// whole history in the same few batches (a latency spike each time it filled).
 struct StateCache {
-    states: HashMap<String, (Stored, usize)>,
+    states: HashMap<String, CachedState>,
+    /// The cached pipelines, for picking one at random; each state knows its index here.
+    keys: Vec<String>,
     bytes: usize,
+    budget: usize,
+    rng: fastrand::Rng,
+}
+
+struct CachedState {
+    stored: Stored,
+    size: usize,
+    /// Where the pipeline is in [`StateCache::keys`].
+    slot: usize,
 }
 
 /// Estimated bytes of decoded state kept per partition (an instance holds one cache per
 /// partition it owns: 96 MiB at most with the default three).
 const STATE_CACHE_BYTES: usize = 32 << 20;
 
+impl Default for StateCache {
+    fn default() -> Self {
+        StateCache::new(STATE_CACHE_BYTES, fastrand::Rng::new())
+    }
+}
+
 impl StateCache {
+    fn new(budget: usize, rng: fastrand::Rng) -> Self {
+        StateCache {
+            states: HashMap::new(),
+            keys: Vec::new(),
+            bytes: 0,
+            budget,
+            rng,
+        }
+    }
+
     fn get(&self, pipeline: &str) -> Option<&Stored> {
-        self.states.get(pipeline).map(|(stored, _)| stored)
+        self.states.get(pipeline).map(|cached| &cached.stored)
     }
 
     fn insert(&mut self, pipeline: &str, stored: Stored) {
+        self.remove(pipeline);
         let size = estimated_size(&stored.state);
-        if self.bytes + size > STATE_CACHE_BYTES {
-            self.states.clear();
-            self.bytes = 0;
+        while self.bytes + size > self.budget && !self.keys.is_empty() {
+            let victim = self.keys[self.rng.usize(..self.keys.len())].clone();
+            self.remove(&victim);
         }
         self.bytes += size;
-        if let Some((_, old)) = self.states.insert(pipeline.to_string(), (stored, size)) {
-            self.bytes -= old;
-        }
+        let slot = self.keys.len();
+        self.keys.push(pipeline.to_string());
+        self.states
+            .insert(pipeline.to_string(), CachedState { stored, size, slot });
     }
 
     fn forget(&mut self, pipeline: &[u8]) {
-        let Ok(pipeline) = std::str::from_utf8(pipeline) else {
+        if let Ok(pipeline) = std::str::from_utf8(pipeline) {
+            self.remove(pipeline);
+        }
+    }
+
+    fn remove(&mut self, pipeline: &str) {
+        let Some(gone) = self.states.remove(pipeline) else {
             return;
         };
-        if let Some((_, size)) = self.states.remove(pipeline) {
-            self.bytes -= size;
+        self.bytes -= gone.size;
+        self.keys.swap_remove(gone.slot);
+        // The last key moved into the freed slot.
+        if let Some(moved) = self.keys.get(gone.slot) {
+            self.states.get_mut(moved).expect("every key is cached").slot = gone.slot;
         }
     }
 }
@@ -680,6 +723,71 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stored() -> Stored {
+        Stored {
+            state: PipelineState::default(),
+            in_parts: true,
+        }
+    }
+
+    /// The cache's own account of itself, checked against what it holds.
+    fn consistent(cache: &StateCache) {
+        assert_eq!(cache.keys.len(), cache.states.len());
+        for (slot, key) in cache.keys.iter().enumerate() {
+            assert_eq!(cache.states[key].slot, slot, "{key} knows its slot");
+        }
+        assert_eq!(cache.bytes, cache.states.values().map(|c| c.size).sum::<usize>());
+        assert!(cache.bytes <= cache.budget);
+    }
+
+    #[test]
+    fn a_full_state_cache_lets_go_of_one_state_at_a_time() {
+        let size = estimated_size(&PipelineState::default());
+        let mut cache = StateCache::new(10 * size, fastrand::Rng::with_seed(7));
+        for i in 0..10 {
+            cache.insert(&format!("p{i}"), stored());
+        }
+        consistent(&cache);
+        assert_eq!(cache.states.len(), 10, "ten fit");
+        // Past the budget, one goes for each that comes: never the whole cache at once.
+        for i in 10..1_000 {
+            cache.insert(&format!("p{i}"), stored());
+            consistent(&cache);
+            assert_eq!(cache.states.len(), 10);
+            assert!(cache.get(&format!("p{i}")).is_some(), "the newest is kept");
+        }
+        // Writing a cached pipeline again replaces it rather than counting it twice.
+        let kept = cache.keys[3].clone();
+        cache.insert(&kept, stored());
+        consistent(&cache);
+        assert_eq!(cache.states.len(), 10);
+        cache.forget(kept.as_bytes());
+        consistent(&cache);
+        assert!(cache.get(&kept).is_none());
+        assert_eq!(cache.states.len(), 9);
+    }
+
+    #[test]
+    fn a_state_cache_cycled_through_keeps_some_hits() {
+        // 100 pipelines visited in turn through a cache with room for 50: random eviction
+        // keeps some of each cycle (least-recently-used, and emptying when full, keep none).
+        let size = estimated_size(&PipelineState::default());
+        let mut cache = StateCache::new(50 * size, fastrand::Rng::with_seed(11));
+        let mut hits = 0;
+        for round in 0..20 {
+            for i in 0..100 {
+                let pipeline = format!("p{i}");
+                if cache.get(&pipeline).is_some() {
+                    hits += usize::from(round > 0);
+                } else {
+                    cache.insert(&pipeline, stored());
+                }
+            }
+        }
+        consistent(&cache);
+        assert!(hits > 19 * 100 / 5, "{hits} hits of 1900 visits after the first round");
+    }
 
     #[test]
     fn a_batch_writes_each_key_once_with_its_last_value() {
