@@ -19,6 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType::*};
+use sluice::runtime::store::{PartitionStore, StoreBatch};
 use support::{command_job, day, http_target, pipeline, run_id, sluice, World};
 
 /// Sends the row count, then the trigger sensor that starts the execution.
@@ -518,6 +519,18 @@ fn timers_survive_a_restart() {
         "restarted well before the deadline"
     );
 
+    // A timer key as versions before timers lived only in the states wrote them: the
+    // opening deletes it, and the index comes from the states' parts alone.
+    let legacy = legacy_timer_key(deadline);
+    let stores = partition_stores(&w);
+    assert!(!stores.is_empty());
+    for p in &stores {
+        let mut store = PartitionStore::open(w.state.path(), *p).unwrap();
+        let mut batch = StoreBatch::default();
+        batch.mirror(&legacy, Some(&[1]));
+        store.write(batch).unwrap();
+    }
+
     let first_run = w.log().len();
     w.start();
     w.wait_for_until(
@@ -538,6 +551,29 @@ fn timers_survive_a_restart() {
         .filter(|l| l.contains("partition assigned: state opened"))
         .any(|l| !l.contains("timers=0"));
     assert!(restored, "the second run restored the SLA timers from RocksDB:\n{log}");
+    assert_eq!(w.stop().code(), Some(0));
+    for p in stores {
+        let store = PartitionStore::open(w.state.path(), p).unwrap();
+        assert!(
+            store.legacy_timer_keys().unwrap().is_empty(),
+            "partition {p}'s old timer key deleted on opening"
+        );
+    }
+}
+
+/// An SLA timer key in the layout of versions before timers lived only in states.
+fn legacy_timer_key(at: DateTime<Utc>) -> Vec<u8> {
+    let mut key = b"t/".to_vec();
+    key.extend_from_slice(&(at.timestamp_millis() as u64).to_be_bytes());
+    key.extend_from_slice(b"timers\0{\"kind\":\"slaBreach\"}");
+    key
+}
+
+/// The partitions with a store in the world's state directory.
+fn partition_stores(w: &World) -> Vec<i32> {
+    (std::fs::read_dir(w.state.path()).unwrap())
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("partition-")?.parse().ok())
+        .collect()
 }
 
 #[test]

@@ -47,7 +47,15 @@ fn a_quick_run_reports_every_scenario() {
         report.contains("(100 of 100 executions)"),
         "every execution measured: {report}"
     );
-    assert!(report.contains("p99 ms per second of sending: "), "{report}");
+    assert!(report.contains("p99 ms per second of sending:"), "{report}");
+    for series in [
+        "* pass-through: ",
+        "* pass-through writing as much as sluice: ",
+        "* sluice: ",
+    ] {
+        assert!(report.contains(series), "{series} in {report}");
+    }
+    assert!(report.contains("Records sluice wrote per reading sent: "), "{report}");
     assert!(
         report.contains("over 20 of 20 breaches"),
         "every SLA breach measured: {report}"

@@ -254,9 +254,13 @@ fn overwrite(records: &[ChangelogRecord], image: &BTreeMap<Vec<u8>, Vec<u8>>) ->
     writes
 }
 
+/// Pipelines and pending timers in a state image (timers are parts of the states).
 fn counts(image: &BTreeMap<Vec<u8>, Vec<u8>>) -> (usize, usize) {
     let pipelines = image.keys().filter(|k| store::parts::is_head(k)).count();
-    (pipelines, image.keys().filter(|k| k.starts_with(b"t/")).count())
+    let timers = (image.iter())
+        .map(|(k, v)| store::parts::timers_of(k, v).map_or(0, |t| t.len()))
+        .sum();
+    (pipelines, timers)
 }
 
 /// The applied offset an `o/<topic>` changelog record holds.
@@ -388,9 +392,6 @@ async fn from_scratch(
         for (id, state) in replay.states() {
             if partition_for(id.as_bytes(), partitions) != p {
                 continue;
-            }
-            for t in &state.timers {
-                batch.put_timer(t.at, id, &t.timer);
             }
             batch.put_pipeline(id, state, true)?;
         }

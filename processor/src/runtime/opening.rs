@@ -26,7 +26,7 @@ use super::changelog::{self, Restored};
 use super::error::{Error, Fatal, Result};
 use super::kafka;
 use super::processor::{Guarantee, Settings};
-use super::store::{PartitionStore, StoreBatch};
+use super::store::{PartitionStore, StoreBatch, StoredTimer};
 use super::telemetry::Telemetry;
 use crate::core::changelog::Lineage;
 use crate::core::lifecycle::Effect;
@@ -46,6 +46,8 @@ pub struct Opened {
     /// restored: their reports, if any, lie below it.
     pub journaled: Vec<(String, Effect)>,
     pub jobs_end: i64,
+    /// The timers its states hold, for the index.
+    pub timers: Vec<StoredTimer>,
 }
 
 /// The state of an input partition is ahead of the partition itself: the input topic was
@@ -268,8 +270,17 @@ impl Opening {
         };
         let mut start = StoreBatch::default();
         start.set_lineage(writer);
+        // Timer keys of an earlier version: deleted here, and on the changelog by this
+        // owner's first batch (a repair writes what the store holds for them: nothing).
+        let legacy = store.legacy_timer_keys()?;
+        for key in &legacy {
+            start.delete_key(key);
+        }
         store.write(start)?;
+        let mut restored = restored;
+        restored.stale.extend(legacy);
         let journaled = store.effects()?;
+        let timers = store.timers()?;
         Ok(Opened {
             store,
             restored,
@@ -277,6 +288,7 @@ impl Opening {
             next_changelog: accepted + 1,
             journaled,
             jobs_end,
+            timers,
         })
     }
 

@@ -672,13 +672,13 @@ impl Processor {
             next_changelog,
             journaled,
             jobs_end,
+            timers,
         } = result.map_err(|e| anyhow::Error::new(e).context(format!("opening partition {p}")))?;
         self.next_changelog.insert(p, next_changelog);
         self.writers.insert(p, writer);
         if !restored.stale.is_empty() {
             self.repairs.insert(p, restored.stale.into_iter().collect());
         }
-        let timers = store.timers()?;
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
@@ -883,11 +883,6 @@ impl Processor {
     fn stage_due_timers(&mut self, pending: &mut Pending, now: DateTime<Utc>) -> Result<()> {
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
             let (p, pipeline) = (timer.partition, timer.pipeline.clone());
-            pending
-                .stores
-                .entry(p)
-                .or_default()
-                .delete_timer(timer.at, &pipeline, &timer.kind);
             let origin = timer_origin(&pipeline, &timer.kind, timer.at);
             self.decide_and_apply(
                 pending,
@@ -1006,7 +1001,7 @@ impl Processor {
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
         }
         self.apply_state(pending, p, pipeline, decision.state, writes, before.state)?;
-        self.apply_timers(pending, p, pipeline, decision.timers);
+        self.apply_timers(p, pipeline, decision.timers);
         self.apply_records(pending, &decision.records)?;
         for effect in decision.effects {
             // Triggers are journaled; status checks are not (their timer asks again).
@@ -1095,21 +1090,16 @@ impl Processor {
         }
     }
 
-    /// Sets and cancels timers in the index and the partition's store batch.
-    fn apply_timers(&mut self, pending: &mut Pending, p: i32, pipeline: &str, ops: Vec<TimerOp>) {
-        let batch = pending.stores.entry(p).or_default();
+    /// Sets and cancels timers in the index. The store needs no write of its own: the
+    /// timers are parts of the state the decision wrote.
+    fn apply_timers(&mut self, p: i32, pipeline: &str, ops: Vec<TimerOp>) {
         for op in ops {
             match op {
                 TimerOp::Set { kind, at } => {
-                    if let Some(old) = self.timers.set(p, pipeline, &kind, at) {
-                        batch.delete_timer(old, pipeline, &kind);
-                    }
-                    batch.put_timer(at, pipeline, &kind);
+                    self.timers.set(p, pipeline, &kind, at);
                 }
                 TimerOp::Cancel { kind } => {
-                    if let Some(old) = self.timers.cancel(p, pipeline, &kind) {
-                        batch.delete_timer(old, pipeline, &kind);
-                    }
+                    self.timers.cancel(p, pipeline, &kind);
                 }
             }
         }

@@ -4,13 +4,17 @@
 //! Keys: `p/<pipeline>` and `p/<pipeline>\0…` → the state without its config, in parts (see
 //! [`parts`]); `f/<pipeline>` → the config in force (JSON), written only when it changes, so
 //! the state written for every input stays small (states of older stores hold their config
-//! inline and still read); `t/<due ms, big-endian u64><pipeline>\0<kind>` →
-//! timer (so timers sort by due time, then pipeline, then kind, on disk as in memory);
-//! `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
+//! inline and still read); `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
 //! changelog topic, followed by a batch end marker (see [`super::changelog`]); `c/` holds the
 //! changelog offset the store is current with (the checkpoint) and `c/lineage` the epoch and
 //! batch it last wrote or restored: the two keys that are not mirrored.
+//!
+//! Timers have no keys of their own: they are parts of their pipeline's state, and the
+//! timer index is rebuilt from those parts when a partition opens ([`PartitionStore::timers`]).
+//! Stores and changelogs of earlier versions also held each timer under
+//! `t/<due ms><pipeline>\0<kind>` (a delete and a put for every reschedule, over half of
+//! all changelog records); an opening partition deletes those ([`PartitionStore::legacy_timer_keys`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -247,29 +251,8 @@ fn offset_key(topic: &str) -> Vec<u8> {
     [b"o/".as_slice(), topic.as_bytes()].concat()
 }
 
-fn timer_key(at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) -> Vec<u8> {
-    let due = at.timestamp_millis().max(0) as u64;
-    let mut key = b"t/".to_vec();
-    key.extend_from_slice(&due.to_be_bytes());
-    key.extend_from_slice(pipeline.as_bytes());
-    key.push(0);
-    key.extend_from_slice(kind.encode().as_bytes());
-    key
-}
-
-fn parse_timer_key(key: &[u8]) -> Option<StoredTimer> {
-    let rest = key.strip_prefix(b"t/")?;
-    let due = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
-    let rest = &rest[8..];
-    let split = rest.iter().position(|b| *b == 0)?;
-    let pipeline = String::from_utf8(rest[..split].to_vec()).ok()?;
-    let kind = TimerKind::decode(std::str::from_utf8(&rest[split + 1..]).ok()?)?;
-    Some(StoredTimer {
-        at: DateTime::from_timestamp_millis(due as i64)?,
-        pipeline,
-        kind,
-    })
-}
+/// Where earlier versions kept timers, apart from the state (see the module's notes).
+const LEGACY_TIMERS: &[u8] = b"t/";
 
 /// Writes that must land together, kept as a list so the same writes can be mirrored to
 /// the changelog.
@@ -319,13 +302,9 @@ impl StoreBatch {
         }
     }
 
-    pub fn put_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
-        // Non-empty: an empty changelog value could read back as a tombstone.
-        self.set(timer_key(at, pipeline, kind), Some(vec![1]));
-    }
-
-    pub fn delete_timer(&mut self, at: DateTime<Utc>, pipeline: &str, kind: &TimerKind) {
-        self.set(timer_key(at, pipeline, kind), None);
+    /// Deletes `key` whatever it holds.
+    pub fn delete_key(&mut self, key: &[u8]) {
+        self.set(key.to_vec(), None);
     }
 
     /// Journals a trigger until a report on its run arrives.
@@ -545,19 +524,46 @@ impl PartitionStore {
         self.applied.get(topic).copied()
     }
 
-    /// Every stored timer, earliest first.
+    /// Every timer the stored states hold, read from their parts (not decoding the
+    /// states whole: an execution part is read for its timers only).
     pub fn timers(&self) -> Result<Vec<StoredTimer>> {
         let mut timers = Vec::new();
-        for item in self.db.iterator(IteratorMode::From(b"t/", Direction::Forward)) {
-            let (key, _) = item.map_err(StoreError::db("reading timers", &self.path))?;
-            if !key.starts_with(b"t/") {
+        for item in self.db.iterator(IteratorMode::From(b"p/", Direction::Forward)) {
+            let (key, value) = item.map_err(StoreError::db("reading timers", &self.path))?;
+            if !key.starts_with(b"p/") {
                 break;
             }
-            let timer = parse_timer_key(&key)
-                .ok_or_else(|| StoreError::corrupt("a timer key", &self.path, String::from_utf8_lossy(&key)))?;
-            timers.push(timer);
+            let pipeline = parts::pipeline_of(&key).and_then(|p| std::str::from_utf8(p).ok());
+            let corrupt = |detail: String| {
+                StoreError::corrupt(
+                    format!("the timers under {}", String::from_utf8_lossy(&key)),
+                    &self.path,
+                    detail,
+                )
+            };
+            let pipeline = pipeline.ok_or_else(|| corrupt("not a pipeline's key".into()))?;
+            for t in parts::timers_of(&key, &value).map_err(corrupt)? {
+                timers.push(StoredTimer {
+                    at: t.at,
+                    pipeline: pipeline.to_string(),
+                    kind: t.timer,
+                });
+            }
         }
         Ok(timers)
+    }
+
+    /// The timer keys an earlier version wrote (see the module's notes), to delete.
+    pub fn legacy_timer_keys(&self) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::new();
+        for item in self.db.iterator(IteratorMode::From(LEGACY_TIMERS, Direction::Forward)) {
+            let (key, _) = item.map_err(StoreError::db("reading timers", &self.path))?;
+            if !key.starts_with(LEGACY_TIMERS) {
+                break;
+            }
+            keys.push(key.to_vec());
+        }
+        Ok(keys)
     }
 
     /// The changelog offset this store is current with; `None` for a store never written
@@ -723,6 +729,7 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::lifecycle::{PendingTimer, Shared};
 
     fn stored() -> Stored {
         Stored {
@@ -791,15 +798,13 @@ mod tests {
 
     #[test]
     fn a_batch_writes_each_key_once_with_its_last_value() {
-        let at = DateTime::from_timestamp(1_000_000_000, 0).unwrap();
-        let kind = TimerKind::CronTick;
         let mut batch = StoreBatch::default();
         for offset in 0..500 {
             batch.set_applied_offset("sluice.sensors", offset);
         }
-        batch.put_timer(at, "p1", &kind);
+        batch.mirror(b"e/run-1", Some(b"{}"));
         batch.put_pipeline("p1", &PipelineState::default(), true).unwrap();
-        batch.delete_timer(at, "p1", &kind);
+        batch.delete_key(b"e/run-1");
         batch.set_applied_offset("sluice.jobs", 7);
         let changes: Vec<(&[u8], Option<&[u8]>)> = batch
             .changes()
@@ -811,7 +816,10 @@ mod tests {
             changes[0],
             (b"o/sluice.sensors".as_slice(), Some(499i64.to_be_bytes().as_slice()))
         );
-        assert_eq!(changes[1].1, None, "the timer's last write, a delete, replaced its put");
+        assert_eq!(
+            changes[1].1, None,
+            "the journal entry's last write, a delete, replaced its put"
+        );
         assert_eq!(
             changes[3],
             (b"o/sluice.jobs".as_slice(), Some(7i64.to_be_bytes().as_slice()))
@@ -908,15 +916,24 @@ mod tests {
             schedule_id: "stream".into(),
             date: date.into(),
         };
+        // Timers of executions the states do not hold: each is a part of its own.
+        let with_timer = |kind: TimerKind, at| PipelineState {
+            timers: vec![Shared::new(PendingTimer { timer: kind, at })],
+            ..PipelineState::default()
+        };
         let t1 = DateTime::from_timestamp(2_000_000_000, 0).unwrap();
         let t0 = DateTime::from_timestamp(1_000_000_000, 0).unwrap();
+        let p3 = with_timer(kind("2026-01-03"), t0);
         {
             let mut store = PartitionStore::open(dir.path(), 2).unwrap();
             let mut batch = StoreBatch::default();
-            batch.put_pipeline("p1", &PipelineState::default(), true).unwrap();
-            batch.put_timer(t1, "p1", &kind("2026-01-02"));
-            batch.put_timer(t0, "p2", &kind("2026-01-01"));
-            batch.put_timer(t0, "p3", &kind("2026-01-03"));
+            batch
+                .put_pipeline("p1", &with_timer(kind("2026-01-02"), t1), true)
+                .unwrap();
+            batch
+                .put_pipeline("p2", &with_timer(kind("2026-01-01"), t0), true)
+                .unwrap();
+            batch.put_pipeline("p3", &p3, true).unwrap();
             batch.set_applied_offset("sluice.sensors", 41);
             store.write(batch).unwrap();
             assert_eq!(
@@ -925,22 +942,49 @@ mod tests {
                 "known without reopening"
             );
             let mut batch = StoreBatch::default();
-            batch.delete_timer(t0, "p3", &kind("2026-01-03"));
+            batch.delete_pipeline("p3", &p3);
             store.write(batch).unwrap();
         }
         let store = PartitionStore::open(dir.path(), 2).unwrap();
-        assert_eq!(store.pipeline("p1").unwrap(), Some(PipelineState::default()));
+        assert_eq!(store.pipeline("p1").unwrap(), Some(with_timer(kind("2026-01-02"), t1)));
         assert_eq!(store.pipeline("nope").unwrap(), None);
         assert_eq!(store.applied_offset("sluice.sensors"), Some(41));
         assert_eq!(store.applied_offset("sluice.jobs"), None);
-        let timers = store.timers().unwrap();
-        assert_eq!(timers.len(), 2);
+        let mut timers: Vec<_> = (store.timers().unwrap().into_iter())
+            .map(|t| (t.at, t.pipeline, t.kind))
+            .collect();
+        timers.sort();
         assert_eq!(
-            (timers[0].at, timers[0].pipeline.as_str()),
-            (t0, "p2"),
-            "earliest first"
+            timers,
+            [
+                (t0, "p2".to_string(), kind("2026-01-01")),
+                (t1, "p1".to_string(), kind("2026-01-02"))
+            ],
+            "the timers of the states kept, read from their parts"
         );
-        assert_eq!(timers[1].kind, kind("2026-01-02"));
-        assert_eq!(store.pipelines().unwrap(), ["p1"]);
+        assert_eq!(store.pipelines().unwrap(), ["p1", "p2"]);
+        assert!(
+            store.legacy_timer_keys().unwrap().is_empty(),
+            "no timer keys of their own"
+        );
+    }
+
+    #[test]
+    fn timer_keys_of_an_earlier_version_are_found_to_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut legacy = b"t/".to_vec();
+        legacy.extend_from_slice(&1_000_000_000_000u64.to_be_bytes());
+        legacy.extend_from_slice(b"p1\0cronTick");
+        let mut batch = StoreBatch::default();
+        batch.mirror(&legacy, Some(&[1]));
+        batch.put_pipeline("p1", &PipelineState::default(), true).unwrap();
+        store.write(batch).unwrap();
+        assert_eq!(store.legacy_timer_keys().unwrap(), [legacy.clone()]);
+        assert!(store.timers().unwrap().is_empty(), "the index comes from states only");
+        let mut batch = StoreBatch::default();
+        batch.delete_key(&legacy);
+        store.write(batch).unwrap();
+        assert!(store.legacy_timer_keys().unwrap().is_empty());
     }
 }

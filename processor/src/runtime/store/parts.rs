@@ -351,6 +351,32 @@ pub fn in_parts(head: &PipelineState) -> bool {
     head.executions.is_empty() && head.sensors.is_empty() && head.timers.is_empty()
 }
 
+/// An execution's part read for its timers only (the execution is skipped, not built).
+#[derive(Deserialize)]
+struct ExecutionTimers {
+    #[serde(default)]
+    timers: Vec<PendingTimer>,
+}
+
+/// The timers held under the stored `key` (under `p/`): an execution part's, a timer part's,
+/// or those of a head written before parts (inline). This is how the timer index is rebuilt
+/// when a partition opens: the state's parts are the timers' only record.
+pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> {
+    let Some(rest) = key.strip_prefix(b"p/") else {
+        return Ok(Vec::new());
+    };
+    let bad = |e: serde_json::Error| e.to_string();
+    let Some(at) = rest.iter().position(|b| *b == SEPARATOR) else {
+        let head: PipelineState = serde_json::from_slice(value).map_err(bad)?;
+        return Ok(head.timers.iter().map(|t| (**t).clone()).collect());
+    };
+    match rest.get(at + 1) {
+        Some(&EXECUTION) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
+        Some(&TIMER) => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// Adds the part stored under `suffix` (the key after [`parts_prefix`]) to `state`; `Err`
 /// says why it does not decode.
 pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), String> {
@@ -472,10 +498,19 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
-        assert_eq!(sorted(stored.state), sorted(state));
+        assert_eq!(sorted(stored.state), sorted(state.clone()));
         assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
         let head = store.raw(&head_key("p")).unwrap().unwrap();
         assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
+        // The timer index is rebuilt from the parts alone: every timer, none twice.
+        let mut timers: Vec<_> = (store.timers().unwrap().into_iter())
+            .filter(|t| t.pipeline == "p")
+            .map(|t| (t.at, t.kind))
+            .collect();
+        timers.sort();
+        let mut expected: Vec<_> = state.timers.iter().map(|t| (t.at, t.timer.clone())).collect();
+        expected.sort();
+        assert_eq!(timers, expected);
     }
 
     /// The root cause of latency growing under constant load: every reading rewrote the
@@ -585,6 +620,9 @@ mod tests {
         let stored = store.stored("p").unwrap().unwrap();
         assert!(!stored.in_parts);
         assert_eq!(stored.state, whole);
+        assert!(!whole.timers.is_empty());
+        let inline = store.timers().unwrap().len();
+        assert_eq!(inline, whole.timers.len(), "the timers a head holds inline count");
         let next = stored.state.clone();
         write(&mut store, |b| {
             b.put_state(writes("p", None, &next).unwrap(), None).unwrap()
@@ -592,6 +630,7 @@ mod tests {
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
         assert_eq!(sorted(stored.state), sorted(whole));
+        assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
         write(&mut store, |b| b.delete_pipeline("p", &next));
         assert!(store.stored("p").unwrap().is_none());
         assert!(store.pipelines().unwrap().is_empty());
