@@ -35,6 +35,17 @@ pub fn send(producer: &BaseProducer, topic: &str, key: &str, value: &Value) {
     }
 }
 
+/// Flushes the producer while calling `each` every millisecond: a latency measurement that
+/// stopped reading for a flush would stamp the last records received late.
+pub fn flush_while(producer: &BaseProducer, mut each: impl FnMut()) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while producer.in_flight_count() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the broker takes the workload");
+        producer.poll(Duration::from_millis(1));
+        each();
+    }
+}
+
 pub fn flush(producer: &BaseProducer) {
     producer
         .flush(Duration::from_secs(120))

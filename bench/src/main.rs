@@ -667,7 +667,7 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
             std::thread::sleep(wait);
         }
     }
-    kafka_io::flush(&producer);
+    kafka_io::flush_while(&producer, || drain(&mut received));
     let expected = sent.len();
     let _ = wait("every VALIDATION_PASSED", Duration::from_secs(120), || {
         drain(&mut received);
@@ -856,7 +856,7 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes, extra: Option<
             std::thread::sleep(wait);
         }
     }
-    kafka_io::flush(&producer);
+    kafka_io::flush_while(&producer, || drain(&mut latencies, &sent_at));
     let _ = wait("every copy", Duration::from_secs(120), || {
         drain(&mut latencies, &sent_at);
         latencies.len() >= total

@@ -169,8 +169,10 @@ struct CachedState {
 }
 
 /// Estimated bytes of decoded state kept per partition (an instance holds one cache per
-/// partition it owns: 96 MiB at most with the default three).
-const STATE_CACHE_BYTES: usize = 32 << 20;
+/// partition it owns: 48 MiB at most with the default three). Kept full, as random
+/// eviction keeps it, this holds about what a 32 MiB cache that emptied when full held on
+/// average.
+const STATE_CACHE_BYTES: usize = 16 << 20;
 
 impl Default for StateCache {
     fn default() -> Self {
