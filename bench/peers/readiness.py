@@ -17,25 +17,7 @@ from datetime import datetime, timezone
 
 from quixstreams import Application
 
-
-def parse_duration(text):
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    return float(text[:-1]) * units[text[-1]]
-
-
-def passes(rule, data, now):
-    seen = data.get(rule["field"])
-    check = rule["check"]
-    if seen is None:
-        return False
-    if check == "equals":
-        return seen == rule["value"]
-    if check == "gte":
-        return isinstance(seen, (int, float)) and seen >= rule["value"]
-    if check == "age_lt":
-        at = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
-        return (now - at).total_seconds() < parse_duration(rule["value"])
-    return False
+from rules import passes
 
 
 def main():
