@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from confluent_kafka import Consumer, Producer
 from rocksdict import Options, Rdict, WriteBatch
 
-from rules import passes
+from rules import execution_date, passes
 
 BATCH = 1000
 
@@ -60,9 +60,7 @@ def decide(configs, batch, key, value):
     config = configs.get(key)
     if config is None:
         return None
-    date = value.get("date", "")
-    if value.get("hour") is not None:
-        date = f"{date}T{int(value['hour']):02d}"
+    date = execution_date(value)
     readings_key = f"{key}/r/{date}"
     readings = batch.get(readings_key) or {}
     readings[value["key"]] = value.get("data", {})

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from quixstreams import Application
 
-from rules import passes
+from rules import execution_date, passes
 
 
 def main():
@@ -44,9 +44,7 @@ def main():
         config = configs.get(key)
         if config is None:
             return None
-        date = value.get("date", "")
-        if value.get("hour") is not None:
-            date = f"{date}T{int(value['hour']):02d}"
+        date = execution_date(value)
         readings = state.get(date, {})
         readings[value["key"]] = value.get("data", {})
         state.set(date, readings)

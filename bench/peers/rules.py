@@ -22,3 +22,11 @@ def passes(rule, data, now):
         at = datetime.fromisoformat(str(seen).replace("Z", "+00:00"))
         return (now - at).total_seconds() < parse_duration(rule["value"])
     return False
+
+
+def execution_date(reading):
+    """The execution a reading belongs to: its date, and its hour for hourly runs."""
+    date = reading.get("date", "")
+    if reading.get("hour") is not None:
+        date = f"{date}T{int(reading['hour']):02d}"
+    return date
