@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::events::Event;
 use super::lifecycle::{decide, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
-use super::timers::{timer_origin, TimerIndex, TimerOp};
+use super::timers::{timer_origin, TimerIndex};
 
 /// The decider with every pipeline's state and pending timers: the one place a decision is
 /// applied (state put or deleted, timers set or cancelled) and due timers are fired.
@@ -64,16 +64,7 @@ impl Engine {
                 self.states.remove(pipeline);
             }
         }
-        for op in &decision.timers {
-            match op {
-                TimerOp::Set { kind, at } => {
-                    self.timers.set(partition, pipeline, kind, *at);
-                }
-                TimerOp::Cancel { kind } => {
-                    self.timers.cancel(partition, pipeline, kind);
-                }
-            }
-        }
+        self.timers.apply(partition, pipeline, &decision.timers);
     }
 
     /// Moves `now` forward to `to`, firing every timer due by then, earliest first, each at

@@ -172,6 +172,21 @@ impl TimerIndex {
         previous
     }
 
+    /// Applies a decision's timer operations for `pipeline`: the index follows the timers
+    /// its state now holds.
+    pub fn apply(&mut self, partition: i32, pipeline: &str, ops: &[TimerOp]) {
+        for op in ops {
+            match op {
+                TimerOp::Set { kind, at } => {
+                    self.set(partition, pipeline, kind, *at);
+                }
+                TimerOp::Cancel { kind } => {
+                    self.cancel(partition, pipeline, kind);
+                }
+            }
+        }
+    }
+
     /// Removes a timer; returns its due time if it was set.
     pub fn cancel(&mut self, partition: i32, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
         let (name, at) = self.by_name.remove_entry(&Name::new(partition, pipeline, kind))?;

@@ -56,7 +56,7 @@ use crate::core::events::Event;
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
-use crate::core::timers::{timer_origin, TimerIndex, TimerOp};
+use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
 /// What a crash may cost, and what the broker must support.
@@ -1001,7 +1001,8 @@ impl Processor {
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
         }
         self.apply_state(pending, p, pipeline, decision.state, writes, before.state)?;
-        self.apply_timers(p, pipeline, decision.timers);
+        // The store needs no write of its own: the timers are parts of the state written.
+        self.timers.apply(p, pipeline, &decision.timers);
         self.apply_records(pending, &decision.records)?;
         for effect in decision.effects {
             // Triggers are journaled; status checks are not (their timer asks again).
@@ -1087,21 +1088,6 @@ impl Processor {
         match pending.learned.configs.get(&(p, pipeline.to_string())) {
             Some(staged) => Arc::ptr_eq(staged, config),
             None => self.stores[&p].holds_config(pipeline, config),
-        }
-    }
-
-    /// Sets and cancels timers in the index. The store needs no write of its own: the
-    /// timers are parts of the state the decision wrote.
-    fn apply_timers(&mut self, p: i32, pipeline: &str, ops: Vec<TimerOp>) {
-        for op in ops {
-            match op {
-                TimerOp::Set { kind, at } => {
-                    self.timers.set(p, pipeline, &kind, at);
-                }
-                TimerOp::Cancel { kind } => {
-                    self.timers.cancel(p, pipeline, &kind);
-                }
-            }
         }
     }
 
