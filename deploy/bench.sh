@@ -46,6 +46,7 @@ cleanup() {
 trap cleanup EXIT
 # The local broker is tansu: sluice and the pass-through work around its known bugs.
 export SLUICE_BROKER_QUIRKS=tansu
+export SLUICE_COMMAND_CONFIG="$broker_dir/client.properties"
 out="${SLUICE_BENCH_OUT:-bench/results/latest.md}"
 mkdir -p "$(dirname "$out")"
 for scenario in "${scenarios[@]}"; do

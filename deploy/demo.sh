@@ -24,6 +24,7 @@ echo "==> starting the local broker (installs tansu with cargo install on first 
 export SLUICE_BROKERS="$(deploy/local-broker.sh start)"
 # The local broker is tansu: work around its known bugs (see the README's Kafka section).
 export SLUICE_BROKER_QUIRKS=tansu
+export SLUICE_COMMAND_CONFIG="$SLUICE_BROKER_DIR/client.properties"
 pids=()
 cleanup() {
   trap - EXIT INT TERM

@@ -13,6 +13,10 @@
 #   SLUICE_BROKER_TLS      1: clients connect over TLS (stunnel in front of tansu, whose own
 #                          TLS flags cannot be combined in 0.6), with a certificate signed by a
 #                          CA made here: $SLUICE_BROKER_DIR/ca.pem
+#
+# It also writes $SLUICE_BROKER_DIR/client.properties: client settings tuned for a local
+# broker, for `sluice --command-config` (env SLUICE_COMMAND_CONFIG). Sluice's own defaults suit
+# a production cluster; the tests, the demo and the benchmarks use this file.
 set -euo pipefail
 
 # shellcheck source=deploy/service.sh
@@ -94,6 +98,10 @@ start() {
     echo $! >"$dir/stunnel.pid"
     pidfile="$dir/stunnel.pid" await_ready stunnel "$dir/stunnel.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" || exit 1
   fi
+  # One broker that never moves: a dead member is noticed in 10 s (Kafka's default, 45 s,
+  # suits pods that pause for a garbage collection or a slow disk).
+  printf '# Client settings for this local broker (sluice --command-config FILE).\nsession.timeout.ms=10000\n' \
+    >"$dir/client.properties"
   echo "127.0.0.1:$port" >"$dir/address"
   echo "127.0.0.1:$port"
 }

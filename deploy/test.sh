@@ -31,6 +31,8 @@ trap cleanup EXIT
 export SLUICE_TEST_BROKERS="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
 # Both test brokers are tansu: every sluice the tests start works around its known bugs.
 export SLUICE_BROKER_QUIRKS=tansu
+# ... and use the client settings tuned for a local broker (a 10 s session timeout).
+export SLUICE_COMMAND_CONFIG="$broker_dir/client.properties"
 echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
 # A second broker that takes only TLS with SASL/SCRAM, with a password made up for this run
 # (tests/secure.rs checks it never shows).

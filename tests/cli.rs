@@ -91,15 +91,18 @@ fn topics_apply_creates_verifies_and_reports_drift() {
     // An events topic made by hand, keeping a day where topics/ says 90 days.
     let configs = [("cleanup.policy", "delete"), ("retention.ms", "86400000")];
     crate::support::create_topics_with(&prefix, &[("events", 3)], &configs);
-    let apply = || {
+    let apply_with = |flags: &[&str]| {
         let out = sluice_on(&crate::support::brokers())
             .args(["topics", "apply", "--dir", "topics", "--topic-prefix", &prefix])
+            .args(flags)
             .output()
             .unwrap();
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
-    let (code, out, err) = apply();
+    let apply = || apply_with(&[]);
+    // Created with the broker's replication factor and the flag's min.insync.replicas.
+    let (code, out, err) = apply_with(&["--min-insync-replicas", "1"]);
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(out.contains(&format!("{prefix}config: created")), "{out}");
     assert!(
@@ -115,4 +118,73 @@ fn topics_apply_creates_verifies_and_reports_drift() {
     assert_eq!(code, Some(1));
     assert!(out.contains(&format!("{prefix}config: exists, matches")), "{out}");
     assert!(out.contains(&format!("{prefix}events: drift")), "{out}");
+    // Declared now, replication is checked against what the broker has.
+    let (code, out, _) = apply_with(&["--replication-factor", "2", "--min-insync-replicas", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains(&format!(
+            "{prefix}config: drift: replication factor is 1, topics/ declares 2"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(&format!("{prefix}config: drift: min.insync")), "{out}");
+    let (_, out, _) = apply_with(&["--min-insync-replicas", "2"]);
+    assert!(
+        out.contains(&format!(
+            r#"{prefix}config: drift: min.insync.replicas is "1", topics/ declares "2""#
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn sensor_put_reads_json_lines_from_stdin_and_names_the_lines_it_refuses() {
+    use std::io::Write;
+    let mut w = World::new("bulk");
+    let (config, runs) = super::recording_pipeline(&w, "bulk");
+    w.start_with(&config);
+    let day = crate::support::day();
+    let lines = [
+        json!({"pipelineId": "bulk", "key": "row-count", "data": {"count": 5000}, "date": day}).to_string(),
+        "{not json".to_string(),
+        String::new(),
+        json!({"pipelineId": "bulk", "key": "upstream", "data": {"status": "ready"}, "date": day}).to_string(),
+        json!({"pipelineId": "bulk", "key": "upstream", "date": "tomorrow"}).to_string(),
+    ];
+    let mut child = sluice_on(&w.brokers)
+        .args(["sensor", "put", "-", "--topic-prefix", &w.prefix])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(lines.join("\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("published 2 readings"), "{stdout}");
+    assert!(
+        stderr.contains("line 2: not a sensor record") && stderr.contains("line 5: date"),
+        "{stderr}"
+    );
+    // The two readings are the pipeline's whole readiness: its job runs, once.
+    use sluice::core::events::EventType::{CONFIG_ACCEPTED, JOB_COMPLETED, JOB_TRIGGERED, VALIDATION_PASSED};
+    w.wait_for_sequence(
+        "bulk",
+        &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+    );
+    crate::support::wait_until(
+        "the job's run",
+        std::time::Duration::from_secs(30),
+        || w.log_tail(),
+        || std::fs::read_to_string(&runs).is_ok_and(|r| r.lines().count() == 1),
+    );
 }

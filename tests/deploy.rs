@@ -92,7 +92,11 @@ fn every_sluice_setting_in_the_deploy_files_exists() {
     for doc in yaml_documents("deploy/compose.yaml") {
         env_names(&doc, &mut used);
     }
-    for file in ["deploy/k8s/statefulset.yaml", "deploy/k8s/topics-job.yaml"] {
+    for file in [
+        "deploy/k8s/base/statefulset.yaml",
+        "deploy/k8s/base/topics-job.yaml",
+        "deploy/k8s/base/alerts.yaml",
+    ] {
         for doc in yaml_documents(file) {
             env_names(&doc, &mut used);
         }
@@ -174,8 +178,10 @@ fn compose_runs_commands_the_binary_has_on_the_ports_it_serves() {
 
 #[test]
 fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
-    let set = &yaml_documents("deploy/k8s/statefulset.yaml")[0];
-    let services = yaml_documents("deploy/k8s/service.yaml");
+    // deploy/check-k8s.sh renders these (base and overlays) and checks them against the
+    // Kubernetes schemas and each other; this test checks them against the binary.
+    let set = &yaml_documents("deploy/k8s/base/statefulset.yaml")[0];
+    let services = yaml_documents("deploy/k8s/base/service.yaml");
     let headless = services
         .iter()
         .find(|s| s["spec"]["clusterIP"].as_str() == Some("None"))
@@ -206,8 +212,25 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
     for s in &services {
         assert_eq!(s["spec"]["ports"][0]["port"].as_u64(), Some(9464));
     }
+    // Prometheus scrapes a path the processor serves.
+    let monitor = &yaml_documents("deploy/k8s/base/servicemonitor.yaml")[0];
+    let metrics = monitor["spec"]["endpoints"][0]["path"].as_str().unwrap();
+    let (_, run_help) = help(&["run"]);
+    assert!(run_help.contains(metrics), "sluice run serves {metrics}");
+    // The alerts Deployment runs a command the binary has.
+    let alerts = yaml_documents("deploy/k8s/base/alerts.yaml")
+        .into_iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .expect("the alerts Deployment");
+    let args: Vec<&str> = alerts["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(help(&args).0, "sluice {args:?}");
     // The Job's commands parse, and the pipelines it publishes are valid.
-    let job = &yaml_documents("deploy/k8s/topics-job.yaml")[0];
+    let job = &yaml_documents("deploy/k8s/base/topics-job.yaml")[0];
     let script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
         .as_str()
         .unwrap();
@@ -216,7 +239,7 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
         assert!(help(&words).0, "sluice {words:?}");
     }
     let pipelines = tempfile::tempdir().unwrap();
-    let map = &yaml_documents("deploy/k8s/configmap-pipelines.yaml")[0];
+    let map = &yaml_documents("deploy/k8s/base/configmap-pipelines.yaml")[0];
     for (name, text) in map["data"].as_mapping().unwrap() {
         std::fs::write(pipelines.path().join(name.as_str().unwrap()), text.as_str().unwrap()).unwrap();
     }
@@ -231,10 +254,48 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let kustomization = &yaml_documents("deploy/k8s/kustomization.yaml")[0];
-    for resource in kustomization["resources"].as_sequence().unwrap() {
-        assert!(repo().join("deploy/k8s").join(resource.as_str().unwrap()).exists());
+    // Every file the kustomizations name exists, and every settings file they mount
+    // (sluice.toml, SLUICE_CONFIG) is one the binary reads: known keys, values its flags
+    // take, [kafka] properties it accepts, with the ${env:...} credentials the pods get from
+    // the Secret. `config validate` reads them all without a broker.
+    let mut settings_files = 0;
+    for dir in ["deploy/k8s", "deploy/k8s/base", "deploy/k8s/overlays/production"] {
+        let kustomization = &yaml_documents(&format!("{dir}/kustomization.yaml"))[0];
+        for resource in kustomization["resources"].as_sequence().unwrap() {
+            let resource = resource.as_str().unwrap();
+            assert!(repo().join(dir).join(resource).exists(), "{dir}: {resource}");
+        }
+        let generators = kustomization["configMapGenerator"].as_sequence().cloned().unwrap_or_default();
+        for file in generators.iter().flat_map(|g| g["files"].as_sequence().cloned().unwrap_or_default()) {
+            let file = repo().join(dir).join(file.as_str().unwrap());
+            assert!(file.exists(), "{}", file.display());
+            if file.extension().is_some_and(|e| e == "toml") {
+                settings_files += 1;
+                let mut validate = Command::new(env!("CARGO_BIN_EXE_sluice"));
+                // Only the file's settings (the test run's own SLUICE_* are for its broker).
+                for (name, _) in std::env::vars_os().filter(|(n, _)| n.to_string_lossy().starts_with("SLUICE_")) {
+                    validate.env_remove(name);
+                }
+                let out = validate
+                    .arg("--config")
+                    .arg(&file)
+                    .args(["config", "validate"])
+                    .arg(pipelines.path())
+                    .env("KAFKA_SASL_USERNAME", "sluice")
+                    .env("KAFKA_SASL_PASSWORD", "not-a-real-password")
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}: {}{}",
+                    file.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
     }
+    assert_eq!(settings_files, 2, "the base's sluice.toml and the production overlay's");
 }
 
 #[test]

@@ -196,19 +196,24 @@ fn reset_to_a_time_then_a_restart_reprocesses_from_the_state_at_that_time() {
     let committed = w.committed("sensors");
     assert_eq!(committed, 4, "four sensor records handled");
 
-    let (code, plan) = reset(&w, &["--to-time", &point, "--dry-run"]);
+    // Without --execute, a plan and nothing else (--dry-run says the same explicitly).
+    let (code, plan) = reset(&w, &["--to-time", &point]);
     assert_eq!(code, Some(0), "{plan}");
     assert!(plan.contains("state after the changelog batch ending at"), "{plan}");
     assert!(
         plan.contains("sensors resumes at offset 3 (1 records to reprocess)"),
         "{plan}"
     );
-    assert!(plan.contains("dry run: nothing written"), "{plan}");
+    assert!(plan.contains("plan only: nothing written (add --execute"), "{plan}");
+    assert_eq!(w.committed("sensors"), committed, "a plan changes nothing");
+    let (code, again) = reset(&w, &["--to-time", &point, "--dry-run"]);
+    assert_eq!(code, Some(0), "{again}");
+    assert!(again.contains("plan only: nothing written"), "{again}");
     assert_eq!(w.committed("sensors"), committed, "a dry run changes nothing");
 
     // From the changelog, then from scratch: each time the restart decides the same again.
     for (round, extra) in [(2, None), (3, Some("--from-scratch"))] {
-        let mut args = vec!["--to-time", point.as_str()];
+        let mut args = vec!["--to-time", point.as_str(), "--execute"];
         args.extend(extra);
         let (code, out) = reset(&w, &args);
         assert_eq!(code, Some(0), "{out}");

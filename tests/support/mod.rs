@@ -685,7 +685,7 @@ pub fn create_topics_with(prefix: &str, partitions: &[(&str, i32)], configs: &[(
         .map(|(n, (_, p))| {
             configs
                 .iter()
-                .fold(NewTopic::new(n, *p, TopicReplication::Fixed(1)), |t, (k, v)| {
+                .fold(NewTopic::new(n, *p, TopicReplication::Fixed(-1)), |t, (k, v)| {
                     t.set(k, v)
                 })
         })

@@ -457,7 +457,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
         .with_context(|| format!("opening the alert state in {}", common.state_dir.display()))?;
     let group = common.group.unwrap_or_else(|| default_group.to_string());
     let consumer: StreamConsumer = kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", &group)
         .set("enable.auto.commit", "false")
         .set(

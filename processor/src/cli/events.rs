@@ -65,7 +65,7 @@ pub enum EventsCommand {
 
 pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
     let consumer: BaseConsumer = kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", "sluice-events-tail")
         .set("enable.auto.commit", "false")
         .create()

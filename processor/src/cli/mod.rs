@@ -6,6 +6,7 @@
 pub mod alerts;
 pub mod args;
 pub mod calendars;
+pub mod client_properties;
 pub mod config;
 pub mod events;
 pub mod job;
@@ -44,8 +45,19 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
     /// Kafka bootstrap servers.
-    #[arg(long, global = true, env = "SLUICE_BROKERS", default_value = "localhost:9092")]
+    #[arg(
+        long,
+        visible_alias = "bootstrap-server",
+        global = true,
+        env = "SLUICE_BROKERS",
+        default_value = "localhost:9092"
+    )]
     brokers: String,
+    /// A Java client properties file, as Kafka's own tools take (`security.protocol`,
+    /// `sasl.mechanism`, `sasl.jaas.config` with PLAIN or SCRAM credentials, timeouts): read
+    /// over the config file's `[kafka]` table, under `--kafka-property`.
+    #[arg(long, global = true, env = "SLUICE_COMMAND_CONFIG", value_name = "FILE")]
+    command_config: Option<PathBuf>,
     /// A librdkafka property for every Kafka client (TLS, SASL, timeouts), e.g.
     /// `security.protocol=SASL_SSL`; repeatable, over the config file's `[kafka]` table. A
     /// value `${env:NAME}` or `${file:PATH}` is read from there (for secrets).
@@ -132,7 +144,7 @@ enum Command {
     /// (or would, with --pipelines) the configs decide? --diff compares with what happened.
     Replay(replay::ReplayArgs),
     /// Put a stopped consumer group back to a point in time, state and input offsets
-    /// together, so that the next start reprocesses from there (--dry-run prints the plan).
+    /// together, so that the next start reprocesses from there (it prints the plan; --execute carries it out).
     Reset(reset::ResetArgs),
 }
 
@@ -192,8 +204,11 @@ async fn start(cli: Cli, file: settings_file::FileSettings) -> ExitCode {
 
 async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<ExitCode> {
     let topics = Topics::new(&cli.topic_prefix);
-    // The command line's properties after the file's: the last value of a name is the one used.
+    // The command line's properties after the files': the last value of a name is the one used.
     let mut properties = file_properties;
+    if let Some(path) = &cli.command_config {
+        properties.extend(client_properties::load(path)?);
+    }
     properties.extend(cli.kafka_properties.iter().cloned());
     let kafka = &Connection::new(&cli.brokers, &properties)?.with_quirks(cli.broker_quirks);
     let offline = matches!(

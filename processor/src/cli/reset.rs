@@ -52,8 +52,12 @@ pub struct ResetArgs {
     /// from the changelog (needed when the changelog no longer holds its history).
     #[arg(long)]
     from_scratch: bool,
-    /// Print the plan and change nothing.
+    /// Carry the plan out. Without it the plan is printed and nothing changes, as with
+    /// Kafka's own `kafka-consumer-groups --reset-offsets`.
     #[arg(long)]
+    execute: bool,
+    /// Print the plan and change nothing (the default; kept for scripts written for it).
+    #[arg(long, conflicts_with = "execute")]
     dry_run: bool,
     #[command(flatten)]
     decider: super::args::DeciderArgs,
@@ -124,8 +128,8 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
             println!("  {topic} resumes at offset {at} ({} records to reprocess)", end - at);
         }
     }
-    if args.dry_run {
-        println!("dry run: nothing written");
+    if !args.execute {
+        println!("plan only: nothing written (add --execute to carry it out)");
         return Ok(ExitCode::SUCCESS);
     }
     let producer = kafka::producer(kafka)?;
@@ -139,7 +143,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
         }
     }
     let committer = kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", &args.group)
         .set("enable.auto.commit", "false")
         .create::<BaseConsumer>()

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use crate::runtime::kafka::{self, Connection};
-use crate::runtime::topics::{load_definitions, Topics};
+use crate::runtime::topics::{check_replication, load_definitions, Replication, Topics};
 
 #[derive(Subcommand)]
 pub enum TopicsCommand {
@@ -15,12 +15,34 @@ pub enum TopicsCommand {
     Apply {
         #[arg(long, default_value = "topics")]
         dir: PathBuf,
+        /// Copies of each partition for the topics whose definition names none (default:
+        /// the broker's `default.replication.factor`). Production: 3.
+        #[arg(long, env = "SLUICE_REPLICATION_FACTOR")]
+        replication_factor: Option<i16>,
+        /// `min.insync.replicas` for the topics whose definition names none (default: the
+        /// broker's). Production: 2, with a factor of 3.
+        #[arg(long, env = "SLUICE_MIN_INSYNC_REPLICAS")]
+        min_insync_replicas: Option<i16>,
     },
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) -> Result<ExitCode> {
-    let TopicsCommand::Apply { dir } = command;
-    let defs = load_definitions(&dir)?;
+    let TopicsCommand::Apply {
+        dir,
+        replication_factor,
+        min_insync_replicas,
+    } = command;
+    let fallback = Replication {
+        factor: replication_factor,
+        min_insync: min_insync_replicas,
+    };
+    let defs = load_definitions(&dir)?
+        .into_iter()
+        .map(|d| d.with_replication(fallback))
+        .collect::<Vec<_>>();
+    for d in &defs {
+        check_replication(&d.name, d.replication_factor, d.min_insync_replicas)?;
+    }
     let reports = kafka::apply_topics(kafka, topics, &defs).await?;
     let mut drifted = 0;
     for r in &reports {

@@ -136,7 +136,7 @@ pub fn batch_of(message: &impl Message) -> Option<&[u8]> {
 /// A reader of changelog partitions it is assigned (no group membership, no commits).
 fn reader(kafka: &Connection) -> Result<BaseConsumer> {
     kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", "sluice-restore")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")

@@ -157,7 +157,7 @@ pub async fn run(
 fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, StreamConsumer)> {
     let producer = kafka::producer(kafka)?;
     let consumer: StreamConsumer = kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", "sluice-instance-directory")
         .set("enable.auto.commit", "false")
         .create()?;

@@ -122,16 +122,73 @@ impl Connection {
         }
     }
 
-    /// The client settings every client starts from.
-    pub fn config(&self) -> ClientConfig {
+    /// The settings a client of `role` starts from: the user's properties, but those of the
+    /// other role (one properties file serves every client, as with Kafka's tools, and
+    /// librdkafka would warn about each at every client it creates).
+    pub fn config(&self, role: Role) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.brokers)
             .set("client.id", "sluice");
         for (name, value) in &self.properties {
-            config.set(name, value);
+            if Role::of(name).is_none_or(|r| r == role) {
+                config.set(name, value);
+            }
         }
         config
+    }
+}
+
+/// Which kind of librdkafka client a property is for (an admin client is a producer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Consumer,
+    Producer,
+}
+
+impl Role {
+    /// The role of a property only one kind of client takes, from librdkafka's
+    /// CONFIGURATION.md (a name ending in `.` covers the family); `None`: every client's.
+    fn of(name: &str) -> Option<Role> {
+        const CONSUMER: &[&str] = &[
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "max.poll.interval.ms",
+            "fetch.",
+            "queued.",
+            "auto.commit.interval.ms",
+            "group.protocol",
+            "group.remote.assignor",
+            "check.crcs",
+            "coordinator.query.interval.ms",
+            "consume.callback.max.messages",
+        ];
+        const PRODUCER: &[&str] = &[
+            "linger.ms",
+            "queue.buffering.",
+            "batch.",
+            "compression.",
+            "message.timeout.ms",
+            "delivery.timeout.ms",
+            "request.timeout.ms",
+            "message.send.max.retries",
+            "retries",
+            "transaction.timeout.ms",
+            "sticky.partitioning.linger.ms",
+            "queuing.strategy",
+            "delivery.report.only.error",
+        ];
+        let matches = |list: &[&str]| {
+            list.iter()
+                .any(|p| name == *p || (p.ends_with('.') && name.starts_with(p)))
+        };
+        if matches(CONSUMER) {
+            Some(Role::Consumer)
+        } else if matches(PRODUCER) {
+            Some(Role::Producer)
+        } else {
+            None
+        }
     }
 }
 
@@ -164,7 +221,7 @@ fn refused(code: RDKafkaErrorCode, reason: &str) -> bool {
 /// timeout later.
 pub fn check_connection(kafka: &Connection) -> Result<()> {
     let consumer: BaseConsumer<LastError> = kafka
-        .config()
+        .config(Role::Consumer)
         .create_with_context(LastError::default())
         .context("creating a Kafka client (check the kafka properties)")?;
     let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
@@ -278,10 +335,18 @@ impl std::fmt::Display for Connection {
     }
 }
 
+/// Sets `name` to `value` unless the user's properties gave it: Sluice's choices are
+/// defaults, theirs win (unlike [`OWNED_PROPERTIES`], which guarantees depend on).
+fn default_to(config: &mut ClientConfig, name: &str, value: &str) {
+    if config.get(name).is_none() {
+        config.set(name, value);
+    }
+}
+
 /// The processor's input consumer settings (also what the benchmark's pass-through
 /// baseline uses, so the two compare like for like).
 pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
-    let mut config = kafka.config();
+    let mut config = kafka.config(Role::Consumer);
     config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
@@ -290,19 +355,16 @@ pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
         // co-partitioning that lets one task own a pipeline. Sticky/cooperative assignors do
         // not promise that, so eager range rebalancing it is.
         .set("partition.assignment.strategy", "range")
-        .set("session.timeout.ms", "10000")
         .set("isolation.level", "read_committed");
     // Records fetched ahead of the loop: librdkafka's default, 64 MiB, is a fifth of what
     // an instance with 100,000 pipelines holds in all; 16 MiB is still several batches
-    // ahead at any record size the limits allow. Yours (--kafka-property) wins.
-    if config.get("queued.max.messages.kbytes").is_none() {
-        config.set("queued.max.messages.kbytes", "16384");
-    }
+    // ahead at any record size the limits allow.
+    default_to(&mut config, "queued.max.messages.kbytes", "16384");
     if kafka.quirks == Quirks::Tansu {
         // The broker may hold a fetch this long when there is nothing new: it bounds how
         // long a record (a job report, say) waits before the processor sees it. Kafka
         // answers as soon as a record arrives; tansu holds the fetch the whole time.
-        config.set("fetch.wait.max.ms", "10");
+        default_to(&mut config, "fetch.wait.max.ms", "10");
     }
     config
 }
@@ -326,7 +388,7 @@ pub fn report_producer(kafka: &Connection) -> Result<FutureProducer> {
 fn report_producer_config(kafka: &Connection) -> ClientConfig {
     let mut config = producer_config(kafka);
     if kafka.quirks == Quirks::Tansu {
-        config.set("batch.num.messages", "1");
+        default_to(&mut config, "batch.num.messages", "1");
     }
     config
 }
@@ -339,38 +401,48 @@ pub fn transactional_producer(kafka: &Connection, id: &str) -> Result<FutureProd
         .context("creating transactional Kafka producer")
 }
 
+/// Codec of every record Sluice produces (events, changelog, dead letters, reports) unless
+/// `compression.type` is given: lz4 costs little CPU and, on the changelog's repetitive
+/// JSON, shrinks what the brokers store and replicate several times over.
+pub const DEFAULT_COMPRESSION: &str = "lz4";
+
 fn producer_config(kafka: &Connection) -> ClientConfig {
-    let mut config = kafka.config();
+    let mut config = kafka.config(Role::Producer);
     config
         .set("enable.idempotence", "true")
         // The Java client's partitioner: records keyed by pipeline id land on the same
         // partition whichever client produced them (librdkafka's default hashes differently).
         .set("partitioner", PARTITIONER)
-        .set("acks", "all")
-        // Sluice enqueues a whole batch's outputs and then waits for their acknowledgements:
-        // lingering would only add to every batch's round trip (two per batch).
-        .set("linger.ms", "0")
-        .set("message.timeout.ms", "30000");
+        .set("acks", "all");
+    // Sluice enqueues a whole batch's outputs and then waits for their acknowledgements:
+    // lingering would only add to every batch's round trip (two per batch).
+    default_to(&mut config, "linger.ms", "0");
+    default_to(&mut config, "compression.type", DEFAULT_COMPRESSION);
     config
 }
 
 /// Partition counts of `topics`, failing with a clear message if one is missing.
 pub fn partition_counts<C: ClientContext>(client: &Client<C>, topics: &[&str]) -> Result<Vec<(String, usize)>> {
-    let mut counts = Vec::new();
-    for topic in topics {
-        let metadata = client
-            .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-            .with_context(|| format!("fetching metadata of {topic} (is the broker reachable?)"))?;
-        let t = metadata
-            .topics()
-            .first()
-            .ok_or_else(|| anyhow!("no metadata for {topic}"))?;
-        if t.error().is_some() || t.partitions().is_empty() {
-            bail!("topic {topic} does not exist: create it with `sluice topics apply`");
-        }
-        counts.push((topic.to_string(), t.partitions().len()));
+    topics
+        .iter()
+        .map(|topic| Ok((topic.to_string(), replicas_per_partition(client, topic)?.len())))
+        .collect()
+}
+
+/// How many replicas each partition of `topic` has, failing with a clear message if the topic
+/// is missing.
+fn replicas_per_partition<C: ClientContext>(client: &Client<C>, topic: &str) -> Result<Vec<usize>> {
+    let metadata = client
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .with_context(|| format!("fetching metadata of {topic} (is the broker reachable?)"))?;
+    let t = metadata
+        .topics()
+        .first()
+        .ok_or_else(|| anyhow!("no metadata for {topic}"))?;
+    if t.error().is_some() || t.partitions().is_empty() {
+        bail!("topic {topic} does not exist: create it with `sluice topics apply`");
     }
-    Ok(counts)
+    Ok(t.partitions().iter().map(|p| p.replicas().len()).collect())
 }
 
 /// Refuses inputs with different partition counts: one task must own all of a pipeline's
@@ -404,10 +476,11 @@ pub struct TopicReport {
 /// Creates the missing topics of `defs`, checks every partition count (a difference is an
 /// error: it would break co-partitioning) and reports config drift of existing topics.
 pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
-    let admin: AdminClient<DefaultClientContext> = kafka.config().create().context("creating admin client")?;
+    let admin: AdminClient<DefaultClientContext> =
+        kafka.config(Role::Producer).create().context("creating admin client")?;
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
     let created = create_topics(&admin, defs, &names).await?;
-    check_partitions(&admin, defs, &names)?;
+    let replicas = check_partitions(&admin, defs, &names)?;
     let specifiers: Vec<ResourceSpecifier> = names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
     let described = admin
         .describe_configs(
@@ -416,7 +489,7 @@ pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefi
         )
         .await;
     let mut reports = Vec::new();
-    for (i, (name, def)) in names.iter().zip(defs).enumerate() {
+    for (i, ((name, def), replicas)) in names.iter().zip(defs).zip(replicas).enumerate() {
         let (drift, unchecked) = match described.as_ref().map(|all| all.get(i)) {
             Ok(Some(Ok(resource))) if !resource.entries.is_empty() => {
                 let actual = resource
@@ -424,7 +497,7 @@ pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefi
                     .iter()
                     .map(|e| (e.name.clone(), e.value.clone()))
                     .collect();
-                (def.drift(&actual)?, None)
+                (def.drift(&actual, Some(replicas).filter(|n| *n > 0))?, None)
             }
             Ok(Some(Ok(_))) => (Vec::new(), Some("the broker described no configs".to_string())),
             Ok(Some(Err(code))) => (Vec::new(), Some(code.to_string())),
@@ -454,7 +527,12 @@ async fn create_topics(
         .zip(&configs)
         .map(|((def, name), configs)| {
             configs.iter().fold(
-                NewTopic::new(name, def.partitions, TopicReplication::Fixed(1)),
+                // -1: the broker's default.replication.factor (Kafka 2.4+, KIP-464).
+                NewTopic::new(
+                    name,
+                    def.partitions,
+                    TopicReplication::Fixed(def.replication_factor.map_or(-1, i32::from)),
+                ),
                 |topic, (k, v)| topic.set(k, v),
             )
         })
@@ -480,26 +558,28 @@ async fn create_topics(
     Ok(created)
 }
 
-/// Fails when a topic's partition count differs from its definition's.
+/// Fails when a topic's partition count differs from its definition's; returns each topic's
+/// replica count (the largest of its partitions').
 fn check_partitions(
     admin: &AdminClient<DefaultClientContext>,
     defs: &[TopicDefinition],
     names: &[String],
-) -> Result<()> {
-    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let counts = partition_counts(admin.inner(), &refs)?;
-    for ((name, count), def) in counts.iter().zip(defs) {
-        if *count != def.partitions as usize {
+) -> Result<Vec<usize>> {
+    let mut counts = Vec::new();
+    for (name, def) in names.iter().zip(defs) {
+        let replicas = replicas_per_partition(admin.inner(), name)?;
+        if replicas.len() != def.partitions as usize {
             bail!(
-                "topic {name} has {count} partitions but topics/ declares {}: the inputs must have the same count, and partitions cannot be removed; recreate the topic or change topics/ to match",
+                "topic {name} has {} partitions but topics/ declares {}: the inputs must have the same count, and partitions cannot be removed; recreate the topic or change topics/ to match",
+                replicas.len(),
                 def.partitions
             );
         }
+        counts.push(replicas.into_iter().max().unwrap_or(0));
     }
-    Ok(())
+    Ok(counts)
 }
 
-/// Produces one record and waits for the broker's acknowledgement.
 pub async fn send(
     producer: &FutureProducer,
     topic: &str,
@@ -621,7 +701,7 @@ pub fn read_span(consumer: &BaseConsumer, starts: &[Start]) -> Result<Vec<OwnedM
 /// A consumer for reading history: assigned partitions, no group offsets committed.
 pub fn reader(kafka: &Connection, name: &str) -> Result<BaseConsumer> {
     kafka
-        .config()
+        .config(Role::Consumer)
         .set("group.id", name)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
@@ -657,6 +737,81 @@ mod tests {
     }
 
     #[test]
+    fn each_client_gets_the_properties_of_its_kind() {
+        let kafka = Connection::new(
+            "b:9092",
+            &props(&[
+                ("session.timeout.ms", "10000"),
+                ("fetch.min.bytes", "1"),
+                ("linger.ms", "5"),
+                ("compression.type", "zstd"),
+                ("security.protocol", "SSL"),
+            ]),
+        )
+        .unwrap();
+        let names = |role| {
+            let config = kafka.config(role);
+            let mut names: Vec<String> = config
+                .config_map()
+                .keys()
+                .map(|k| k.to_string())
+                .filter(|k| k != "bootstrap.servers" && k != "client.id")
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(Role::Consumer),
+            ["fetch.min.bytes", "security.protocol", "session.timeout.ms"]
+        );
+        assert_eq!(
+            names(Role::Producer),
+            ["compression.type", "linger.ms", "security.protocol"]
+        );
+    }
+
+    #[test]
+    fn sluice_defaults_give_way_to_the_users_properties() {
+        let defaults = Connection::plaintext("b:9092").with_quirks(Quirks::Tansu);
+        let yours = Connection::new(
+            "b:9092",
+            &props(&[
+                ("fetch.wait.max.ms", "100"),
+                ("batch.num.messages", "50"),
+                ("linger.ms", "20"),
+                ("compression.type", "zstd"),
+                ("session.timeout.ms", "30000"),
+            ]),
+        )
+        .unwrap()
+        .with_quirks(Quirks::Tansu);
+        let get = |c: &ClientConfig, name: &str| c.get(name).map(str::to_string);
+        for (connection, want) in [
+            (&defaults, [Some("10"), Some("1"), Some("0"), Some("lz4"), None]),
+            (
+                &yours,
+                [Some("100"), Some("50"), Some("20"), Some("zstd"), Some("30000")],
+            ),
+        ] {
+            let consumer = input_consumer_config(connection, "g");
+            let reports = report_producer_config(connection);
+            let have = [
+                get(&consumer, "fetch.wait.max.ms"),
+                get(&reports, "batch.num.messages"),
+                get(&reports, "linger.ms"),
+                get(&reports, "compression.type"),
+                // Kafka's own default (45 s) unless told: no timeout is Sluice's choice.
+                get(&consumer, "session.timeout.ms"),
+            ];
+            assert_eq!(have, want.map(|v| v.map(str::to_string)));
+        }
+        // What guarantees depend on stays Sluice's.
+        let reports = report_producer_config(&yours);
+        assert_eq!(reports.get("acks"), Some("all"));
+        assert_eq!(reports.get("enable.idempotence"), Some("true"));
+    }
+
+    #[test]
     fn the_input_fetches_ahead_a_bounded_amount_unless_told_otherwise() {
         let queued = |c: &Connection| {
             input_consumer_config(c, "g")
@@ -683,7 +838,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        let config = kafka.config();
+        let config = kafka.config(Role::Consumer);
         assert_eq!(config.get("sasl.password"), Some("from-a-file"));
         assert_eq!(config.get("sasl.oauthbearer.client.secret"), Some("from-the-env"));
         assert_eq!(config.get("security.protocol"), Some("SASL_SSL"));
@@ -730,6 +885,6 @@ mod tests {
         assert!(e.contains("neither"), "{e}");
         // A value that merely contains `${` is taken as written.
         let kafka = Connection::new("b", &props(&[("client.rack", "a${b")])).unwrap();
-        assert_eq!(kafka.config().get("client.rack"), Some("a${b"));
+        assert_eq!(kafka.config(Role::Producer).get("client.rack"), Some("a${b"));
     }
 }

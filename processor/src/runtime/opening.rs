@@ -206,7 +206,7 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 /// A reader that reports reaching a partition's end, for [`holds`].
 fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<BaseConsumer> {
     kafka
-        .config()
+        .config(kafka::Role::Consumer)
         .set("group.id", "sluice-restore")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")

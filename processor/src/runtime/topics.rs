@@ -116,8 +116,23 @@ pub struct TopicDefinition {
     pub cleanup_policy: CleanupPolicy,
     /// `forever`, or a duration such as `7d`.
     pub retention: String,
+    /// Copies of each partition; unset, `topics apply --replication-factor` or else the
+    /// broker's `default.replication.factor` decides.
+    #[serde(default)]
+    pub replication_factor: Option<i16>,
+    /// `min.insync.replicas`: how many copies must have a write before an `acks=all`
+    /// producer (every Sluice producer) is told it is stored; unset, as for the factor.
+    #[serde(default)]
+    pub min_insync_replicas: Option<i16>,
     #[serde(default)]
     pub description: Option<String>,
+}
+
+/// Replication for the topics that do not declare their own, from `topics apply`'s flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replication {
+    pub factor: Option<i16>,
+    pub min_insync: Option<i16>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -154,12 +169,22 @@ impl TopicDefinition {
 }
 
 impl TopicDefinition {
+    /// This topic's replication: its own declaration, else `fallback`'s.
+    pub fn with_replication(mut self, fallback: Replication) -> TopicDefinition {
+        self.replication_factor = self.replication_factor.or(fallback.factor);
+        self.min_insync_replicas = self.min_insync_replicas.or(fallback.min_insync);
+        self
+    }
+
     /// The topic configs Sluice sets and checks.
     pub fn configs(&self) -> Result<Vec<(&'static str, String)>> {
         let mut configs = vec![
             ("cleanup.policy", self.cleanup_policy.as_str().to_string()),
             ("retention.ms", self.retention_ms()?.to_string()),
         ];
+        if let Some(n) = self.min_insync_replicas {
+            configs.push(("min.insync.replicas", n.to_string()));
+        }
         if self.cleanup_policy == CleanupPolicy::Compact {
             // A restore trusts a store only this long after its checkpoint.
             let kept = super::changelog::TOMBSTONES_KEPT.num_milliseconds();
@@ -168,10 +193,21 @@ impl TopicDefinition {
         Ok(configs)
     }
 
-    /// How an existing topic's `actual` configs differ from this definition, one sentence
-    /// per config.
-    pub fn drift(&self, actual: &std::collections::HashMap<String, Option<String>>) -> Result<Vec<String>> {
+    /// How an existing topic's `actual` configs and `replicas` per partition differ from this
+    /// definition, one sentence per config.
+    pub fn drift(
+        &self,
+        actual: &std::collections::HashMap<String, Option<String>>,
+        replicas: Option<usize>,
+    ) -> Result<Vec<String>> {
         let mut drift = Vec::new();
+        if let (Some(want), Some(have)) = (self.replication_factor, replicas) {
+            if have != want as usize {
+                drift.push(format!(
+                    "replication factor is {have}, topics/ declares {want} (change it with kafka-reassign-partitions)"
+                ));
+            }
+        }
         for (name, want) in self.configs()? {
             let have = actual.get(name).cloned().flatten();
             if have.as_deref() != Some(want.as_str()) {
@@ -199,6 +235,8 @@ pub fn load_definitions(dir: &Path) -> Result<Vec<TopicDefinition>> {
             if def.partitions < 1 {
                 bail!("{}: topic {}: partitions must be at least 1", file.display(), def.name);
             }
+            check_replication(&def.name, def.replication_factor, def.min_insync_replicas)
+                .with_context(|| file.display().to_string())?;
             def.retention_ms().with_context(|| file.display().to_string())?;
             if defs.iter().any(|d| d.name == def.name) {
                 bail!("{}: topic {} is defined twice", file.display(), def.name);
@@ -212,6 +250,23 @@ pub fn load_definitions(dir: &Path) -> Result<Vec<TopicDefinition>> {
     Ok(defs)
 }
 
+/// Refuses replication settings that can never hold: a factor under 1, or more in-sync
+/// copies required than there are copies (every `acks=all` write would fail).
+pub fn check_replication(topic: &str, factor: Option<i16>, min_insync: Option<i16>) -> Result<()> {
+    if let Some(f) = factor.filter(|f| *f < 1) {
+        bail!("topic {topic}: replicationFactor {f} must be at least 1 (leave it out for the broker's default)");
+    }
+    if let Some(m) = min_insync.filter(|m| *m < 1) {
+        bail!("topic {topic}: minInsyncReplicas {m} must be at least 1");
+    }
+    if let (Some(f), Some(m)) = (factor, min_insync) {
+        if m > f {
+            bail!("topic {topic}: minInsyncReplicas {m} exceeds replicationFactor {f}: no write with acks=all could succeed");
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,21 +278,85 @@ mod tests {
             partitions: 3,
             cleanup_policy: CleanupPolicy::Delete,
             retention: "90d".into(),
+            replication_factor: None,
+            min_insync_replicas: None,
             description: None,
         };
         let mut actual = std::collections::HashMap::new();
         actual.insert("cleanup.policy".to_string(), Some("delete".to_string()));
         actual.insert("retention.ms".to_string(), Some("7776000000".to_string()));
-        assert!(def.drift(&actual).unwrap().is_empty());
+        assert!(def.drift(&actual, Some(1)).unwrap().is_empty());
         actual.insert("cleanup.policy".to_string(), Some("compact".to_string()));
         actual.remove("retention.ms");
         assert_eq!(
-            def.drift(&actual).unwrap(),
+            def.drift(&actual, Some(1)).unwrap(),
             [
                 r#"cleanup.policy is "compact", topics/ declares "delete""#,
                 r#"retention.ms is unset (the broker's default), topics/ declares "7776000000""#
             ]
         );
+    }
+
+    #[test]
+    fn declared_replication_is_created_and_checked_and_the_broker_default_otherwise() {
+        let text = "topics:\n  - {name: events, partitions: 3, cleanupPolicy: delete, retention: 90d}\n  - {name: changelog, partitions: 3, cleanupPolicy: compact, retention: forever, replicationFactor: 3, minInsyncReplicas: 2}\n";
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("t.yaml"), text).unwrap();
+        let defs = load_definitions(dir.path()).unwrap();
+        let flags = Replication {
+            factor: Some(5),
+            min_insync: Some(3),
+        };
+        let [events, changelog] = [0, 1].map(|i| defs[i].clone().with_replication(flags));
+        assert_eq!(
+            (events.replication_factor, events.min_insync_replicas),
+            (Some(5), Some(3))
+        );
+        assert_eq!(
+            (changelog.replication_factor, changelog.min_insync_replicas),
+            (Some(3), Some(2))
+        );
+        let broker_default = defs[0].clone().with_replication(Replication::default());
+        assert!(!broker_default
+            .configs()
+            .unwrap()
+            .iter()
+            .any(|(k, _)| *k == "min.insync.replicas"));
+        // Undeclared, neither is checked against what the broker chose.
+        let as_described = |def: &TopicDefinition| -> std::collections::HashMap<_, _> {
+            def.configs()
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Some(v)))
+                .collect()
+        };
+        let mut actual = as_described(&broker_default);
+        actual.insert("min.insync.replicas".into(), Some("1".into()));
+        assert!(broker_default.drift(&actual, Some(1)).unwrap().is_empty());
+        let mut actual = as_described(&changelog);
+        assert!(changelog.drift(&actual, Some(3)).unwrap().is_empty());
+        actual.insert("min.insync.replicas".into(), Some("1".into()));
+        assert_eq!(
+            changelog.drift(&actual, Some(1)).unwrap(),
+            [
+                "replication factor is 1, topics/ declares 3 (change it with kafka-reassign-partitions)",
+                r#"min.insync.replicas is "1", topics/ declares "2""#
+            ]
+        );
+    }
+
+    #[test]
+    fn replication_that_can_never_hold_is_refused() {
+        for (f, m, why) in [
+            (Some(0), None, "must be at least 1"),
+            (None, Some(0), "must be at least 1"),
+            (Some(2), Some(3), "no write with acks=all could succeed"),
+        ] {
+            let err = check_replication("events", f, m).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+        check_replication("events", Some(3), Some(2)).unwrap();
+        check_replication("events", None, Some(2)).unwrap();
     }
 
     #[test]

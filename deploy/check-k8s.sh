@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Renders every kustomization under deploy/k8s (the base and the overlays) without kubectl
+# and validates what they render: the Kubernetes schemas (strict, with kubernetes-validate),
+# the ServiceMonitor's structure, the references between objects, the restricted Pod
+# Security Standard and Sluice's settings file (deploy/check_k8s.py says what exactly).
+# Exits 1 naming every problem. The first run installs its Python packages into a virtualenv
+# under ${SLUICE_CACHE:-$HOME/.cache/sluice}; later runs reuse it and need no network.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=deploy/service.sh
+source deploy/service.sh
+
+venv="${SLUICE_CACHE:-$HOME/.cache/sluice}/k8s-venv"
+kv_version=1.37.0
+echo "k8s check: Python packages in $venv" >&2
+ensure_venv "$venv" \
+  "import kubernetes_validate.version as v, yaml, jsonschema, referencing; assert v.__version__ == '$kv_version'" \
+  "kubernetes-validate==$kv_version" pyyaml==6.0.3 jsonschema==4.26.0 referencing==0.37.0
+echo "k8s check: rendering and validating deploy/k8s" >&2
+"$venv/bin/python" deploy/check_k8s.py deploy/k8s

@@ -1,0 +1,885 @@
+"""Renders every kustomization under deploy/k8s without kubectl and checks what it renders.
+
+Run by deploy/check-k8s.sh (which makes the virtualenv with PyYAML and kubernetes-validate);
+usage: check_k8s.py [K8S_DIR] checks, and exits 1 naming every problem found, 0 when there
+is none; check_k8s.py --render DIR prints what `kubectl kustomize DIR` would (no checks).
+
+Rendering covers the part of kustomize these manifests use, and refuses the rest rather than
+render something kubectl would not: `resources` (files, and directories holding a
+kustomization), `namespace`, `images`, `replicas`, `configMapGenerator` (files and literals;
+create, replace or merge) and `patches` given by `path` as strategic merge patches (lists
+merged by their Kubernetes merge key where this script knows it). Generated ConfigMaps get a
+content-hash suffix, and the pods' references to them follow, as with kustomize.
+
+Checks, for each rendered kustomization:
+- every Kubernetes object against the Kubernetes OpenAPI schemas of the versions in
+  K8S_VERSIONS, strict (an unknown field is an error), with kubernetes-validate;
+- ServiceMonitor (a CRD the schemas lack) by its structure: its fields, a selector matching
+  exactly one Service, and endpoint ports that Service has;
+- references between objects: Service selectors and target ports, a StatefulSet's headless
+  Service, PodDisruptionBudget selectors, ConfigMaps, Secrets and claims named by pods, volume
+  mounts, probe ports, `$(VAR)` references in env;
+- the restricted Pod Security Standard for every pod, plus a read-only root filesystem,
+  resource requests and a memory limit, no service account token, and pinned images (the
+  base's images tagged with the crate's version);
+- sluice.toml (SLUICE_CONFIG): TOML, and every `${env:NAME}` it names is set in each
+  container that reads it.
+Secrets are not applied from the repository: a Secret a pod names must be defined in a
+`*.example.yaml` beside the manifests, with every key the pods read.
+"""
+
+import copy
+import hashlib
+import json
+import sys
+import tomllib
+from functools import cache
+from pathlib import Path, PurePosixPath
+
+import jsonschema
+import referencing
+import yaml
+from kubernetes_validate import utils as kv
+
+K8S_VERSIONS = ["1.30", "1.37"]
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+KUSTOMIZATION_KEYS = {
+    "apiVersion",
+    "kind",
+    "resources",
+    "namespace",
+    "images",
+    "replicas",
+    "configMapGenerator",
+    "patches",
+}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "PersistentVolume",
+    "StorageClass",
+    "PriorityClass",
+    "IngressClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+}
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
+# Lists a strategic merge patch merges item by item, by this key (Kubernetes' patchMergeKey),
+# and lists it replaces whole. Any other list in a patch is refused: merge it here first.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+}
+REPLACED_LISTS = {"args", "command", "accessModes", "drop", "add"}
+# The volume types the restricted Pod Security Standard allows.
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SERVICEMONITOR_SPEC = {
+    "selector",
+    "endpoints",
+    "namespaceSelector",
+    "jobLabel",
+    "targetLabels",
+    "podTargetLabels",
+    "sampleLimit",
+    "targetLimit",
+    "labelLimit",
+    "labelNameLengthLimit",
+    "labelValueLengthLimit",
+    "keepDroppedTargets",
+    "attachMetadata",
+    "scrapeProtocols",
+    "scrapeClass",
+    "bodySizeLimit",
+}
+SERVICEMONITOR_ENDPOINT = {
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "params",
+    "interval",
+    "scrapeTimeout",
+    "tlsConfig",
+    "bearerTokenFile",
+    "bearerTokenSecret",
+    "authorization",
+    "basicAuth",
+    "oauth2",
+    "honorLabels",
+    "honorTimestamps",
+    "trackTimestampsStaleness",
+    "metricRelabelings",
+    "relabelings",
+    "proxyUrl",
+    "followRedirects",
+    "enableHttp2",
+    "filterRunning",
+}
+
+
+class RenderError(Exception):
+    pass
+
+
+class Generated:
+    """Names of the ConfigMaps a build generated: they get a hash suffix at the end."""
+
+    def __init__(self):
+        self.names = set()
+
+
+def load_yaml_documents(path):
+    try:
+        with open(path) as f:
+            return [d for d in yaml.safe_load_all(f) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        raise RenderError(f"{path}: {e}") from e
+
+
+def kustomization_file(directory):
+    for name in KUSTOMIZATION_NAMES:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def ident(doc):
+    meta = doc.get("metadata") or {}
+    return (doc.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def show(doc):
+    return f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
+
+
+def inside(path, root):
+    """Whether `path` is `root` or below it (kustomize's file load restriction)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def build(directory, visited=(), generated=None):
+    """The objects kustomize would render from `directory` (a list of dicts)."""
+    directory = directory.resolve()
+    top = generated is None
+    generated = generated or Generated()
+    for root in visited:
+        # kustomize: "cycle detected: candidate root X contains visited root Y".
+        if inside(root, directory):
+            raise RenderError(
+                f"{directory}: contains {root}, which uses it as a base: kustomize refuses "
+                "a base that holds its overlay (move the overlay out of the base's directory)"
+            )
+    visited = visited + (directory,)
+    path = kustomization_file(directory)
+    if path is None:
+        raise RenderError(f"{directory}: no kustomization.yaml")
+    docs = load_yaml_documents(path)
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise RenderError(f"{path}: expected one mapping")
+    k = docs[0]
+    unknown = set(k) - KUSTOMIZATION_KEYS
+    if unknown:
+        raise RenderError(
+            f"{path}: {', '.join(sorted(unknown))}: not rendered by deploy/check_k8s.py "
+            "(extend it, or use the fields it knows)"
+        )
+    if k.get("kind", "Kustomization") != "Kustomization":
+        raise RenderError(f"{path}: kind must be Kustomization")
+
+    objects = []
+    for resource in k.get("resources") or []:
+        target = directory / resource
+        if target.is_dir():
+            objects.extend(build(target, visited, generated))
+        elif target.is_file():
+            if not inside(target, directory):
+                raise RenderError(
+                    f"{path}: resource {resource} is not in or below {directory} "
+                    "(kustomize's load restriction)"
+                )
+            for doc in load_yaml_documents(target):
+                if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
+                    raise RenderError(f"{target}: a document without apiVersion and kind")
+                objects.append(doc)
+        else:
+            raise RenderError(f"{path}: resource {resource} does not exist")
+
+    for gen in k.get("configMapGenerator") or []:
+        generate_configmap(path, directory, gen, objects, generated)
+
+    seen = set()
+    for doc in objects:
+        if ident(doc) in seen:
+            raise RenderError(f"{path}: {show(doc)} is defined twice")
+        seen.add(ident(doc))
+
+    for patch in k.get("patches") or []:
+        apply_patch(path, directory, patch, objects)
+
+    namespace = k.get("namespace")
+    if namespace:
+        for doc in objects:
+            if doc["kind"] == "Namespace":
+                if doc["metadata"]["name"] != namespace:
+                    raise RenderError(
+                        f"{path}: namespace {namespace}, but it defines Namespace "
+                        f"{doc['metadata']['name']}"
+                    )
+            elif doc["kind"] not in CLUSTER_SCOPED:
+                doc.setdefault("metadata", {})["namespace"] = namespace
+
+    for image in k.get("images") or []:
+        unknown = set(image) - {"name", "newName", "newTag", "digest"}
+        if unknown or "name" not in image:
+            raise RenderError(f"{path}: images: entry {image} (name, newName, newTag, digest)")
+        if not any(set_image(doc, image) for doc in objects):
+            raise RenderError(f"{path}: images: no container uses image {image['name']}")
+
+    for entry in k.get("replicas") or []:
+        if set(entry) != {"name", "count"}:
+            raise RenderError(f"{path}: replicas: entry {entry} (name and count)")
+        matched = [
+            d
+            for d in objects
+            if d["kind"] in {"Deployment", "StatefulSet", "ReplicaSet"}
+            and d["metadata"]["name"] == entry["name"]
+        ]
+        if not matched:
+            raise RenderError(f"{path}: replicas: no Deployment or StatefulSet {entry['name']}")
+        for d in matched:
+            d["spec"]["replicas"] = entry["count"]
+
+    if top:
+        add_hash_suffixes(objects, generated)
+    return objects
+
+
+def generate_configmap(path, directory, gen, objects, generated):
+    unknown = set(gen) - {"name", "behavior", "files", "literals"}
+    if unknown or "name" not in gen:
+        raise RenderError(
+            f"{path}: configMapGenerator: {', '.join(sorted(unknown)) or 'no name'} "
+            "(this script renders name, behavior, files and literals)"
+        )
+    data = {}
+    for entry in gen.get("files") or []:
+        key, _, file = entry.rpartition("=") if "=" in entry else ("", "", entry)
+        source = directory / file
+        if not inside(source, directory):
+            raise RenderError(f"{path}: {entry}: not in or below {directory}")
+        try:
+            data[key or PurePosixPath(file).name] = source.read_text()
+        except OSError as e:
+            raise RenderError(f"{path}: configMapGenerator {gen['name']}: {e}") from e
+    for entry in gen.get("literals") or []:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise RenderError(f"{path}: literal {entry!r} is not KEY=VALUE")
+        data[key] = value
+    behavior = gen.get("behavior", "create")
+    existing = [
+        d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == gen["name"]
+    ]
+    if behavior == "create":
+        if existing:
+            raise RenderError(f"{path}: ConfigMap {gen['name']} exists: use behavior replace or merge")
+        objects.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data}
+        )
+        generated.names.add(gen["name"])
+    elif behavior in {"replace", "merge"}:
+        if len(existing) != 1:
+            raise RenderError(f"{path}: behavior {behavior}: no ConfigMap {gen['name']} to change")
+        if behavior == "replace":
+            existing[0]["data"] = data
+        else:
+            existing[0].setdefault("data", {}).update(data)
+    else:
+        raise RenderError(f"{path}: behavior {behavior!r} (create, replace or merge)")
+
+
+def add_hash_suffixes(objects, generated):
+    """ConfigMap NAME becomes NAME-HASH (hash of its contents), references follow."""
+    renamed = {}
+    for doc in objects:
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] in generated.names:
+            name = doc["metadata"]["name"]
+            # Kustomize's scheme: sha256 of the JSON of kind, name and data, 10 hex digits
+            # with a few letters swapped for ones that spell no words.
+            text = json.dumps(
+                {"kind": "ConfigMap", "name": name, "data": doc.get("data") or {}},
+                sort_keys=True,
+                separators=(",", ":"),
+                ensure_ascii=False,
+            )
+            for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+                text = text.replace(char, escaped)
+            digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+            digest = digest.translate(str.maketrans("013ae", "ghkmt"))
+            renamed[(doc["metadata"].get("namespace"), name)] = f"{name}-{digest}"
+            doc["metadata"]["name"] = f"{name}-{digest}"
+    for doc in objects:
+        namespace = doc.get("metadata", {}).get("namespace")
+        for spec in pod_specs(doc):
+            for ref in configmap_refs(spec):
+                new = renamed.get((namespace, ref["name"]))
+                if new:
+                    ref["name"] = new
+
+
+def strategic_merge(base, patch, where):
+    if not isinstance(patch, dict) or not isinstance(base, dict):
+        return copy.deepcopy(patch)
+    result = dict(base)
+    for key, value in patch.items():
+        if key.startswith("$"):
+            raise RenderError(f"{where}.{key}: patch directives are not rendered here")
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, list):
+            if key in MERGE_KEYS:
+                result[key] = merge_list(base.get(key) or [], value, MERGE_KEYS[key], f"{where}.{key}")
+            elif key in REPLACED_LISTS:
+                result[key] = copy.deepcopy(value)
+            else:
+                raise RenderError(
+                    f"{where}.{key}: a list whose strategic merge this script does not know "
+                    "(see MERGE_KEYS in deploy/check_k8s.py)"
+                )
+        elif isinstance(value, dict) and isinstance(base.get(key), dict):
+            result[key] = strategic_merge(base[key], value, f"{where}.{key}")
+        else:
+            result[key] = copy.deepcopy(value)
+    return result
+
+
+def merge_list(base, patch, key, where):
+    result = [copy.deepcopy(item) for item in base]
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            raise RenderError(f"{where}: every item needs {key}")
+        for i, old in enumerate(result):
+            if old.get(key) == item[key]:
+                result[i] = strategic_merge(old, item, f"{where}[{item[key]}]")
+                break
+        else:
+            result.append(copy.deepcopy(item))
+    return result
+
+
+def apply_patch(path, directory, patch, objects):
+    if set(patch) != {"path"}:
+        raise RenderError(f"{path}: patches: {patch}: only `path:` patches are rendered here")
+    file = directory / patch["path"]
+    if not inside(file, directory):
+        raise RenderError(f"{path}: patch {patch['path']} is not in or below {directory}")
+    for doc in load_yaml_documents(file):
+        group = doc.get("apiVersion", "").rpartition("/")[0]
+        name = (doc.get("metadata") or {}).get("name")
+        targets = [
+            i
+            for i, o in enumerate(objects)
+            if o["kind"] == doc.get("kind")
+            and o["metadata"].get("name") == name
+            and o["apiVersion"].rpartition("/")[0] == group
+        ]
+        if len(targets) != 1:
+            raise RenderError(f"{file}: patches {doc.get('kind')}/{name}, which the build has not")
+        objects[targets[0]] = strategic_merge(objects[targets[0]], doc, f"{file}: {show(doc)}")
+
+
+def split_image(image):
+    """(name, tag, digest) of an image reference."""
+    name, _, digest = image.partition("@")
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        return name[:colon], name[colon + 1 :], digest
+    return name, "", digest
+
+
+def set_image(doc, entry):
+    changed = False
+    for spec in pod_specs(doc):
+        for c in containers(spec):
+            name, tag, digest = split_image(c.get("image", ""))
+            if name != entry["name"]:
+                continue
+            name = entry.get("newName", name)
+            tag = str(entry.get("newTag", tag))
+            digest = entry.get("digest", digest)
+            c["image"] = name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
+            changed = True
+    return changed
+
+
+def pod_specs(doc):
+    kind, spec = doc.get("kind"), doc.get("spec") or {}
+    if kind == "Pod":
+        return [spec]
+    if kind == "CronJob":
+        return [spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec", {})]
+    if kind in WORKLOADS:
+        return [spec.get("template", {}).get("spec", {})]
+    return []
+
+
+def pod_labels(doc):
+    if doc["kind"] == "Pod":
+        return doc["metadata"].get("labels") or {}
+    if doc["kind"] == "CronJob":
+        template = doc["spec"]["jobTemplate"]["spec"]["template"]
+    else:
+        template = doc["spec"]["template"]
+    return (template.get("metadata") or {}).get("labels") or {}
+
+
+def containers(spec):
+    return (spec.get("initContainers") or []) + (spec.get("containers") or [])
+
+
+def configmap_refs(spec):
+    """The dicts in a pod spec whose `name` names a ConfigMap."""
+    refs = []
+    for volume in spec.get("volumes") or []:
+        if "configMap" in volume:
+            refs.append(volume["configMap"])
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if "configMap" in source:
+                refs.append(source["configMap"])
+    for c in containers(spec):
+        for env in c.get("env") or []:
+            ref = (env.get("valueFrom") or {}).get("configMapKeyRef")
+            if ref:
+                refs.append(ref)
+        for env in c.get("envFrom") or []:
+            if "configMapRef" in env:
+                refs.append(env["configMapRef"])
+    return refs
+
+
+def matches(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+# ---- schema validation ----
+
+
+@cache
+def schema_file(name, version):
+    return kv.schema_contents(f"kubernetes-json-schema/{name}", version)
+
+
+@cache
+def definitions_registry(directory, full):
+    """The shared definitions every schema of a version refers to (by their $id)."""
+    definitions = schema_file(f"{directory}/_definitions.json", full)
+    return referencing.Resource.from_contents(definitions) @ referencing.Registry()
+
+
+@cache
+def full_version(version):
+    found = [v for v in kv.all_versions() if kv.major_minor(v) == version]
+    if not found:
+        raise SystemExit(f"kubernetes-validate {kv.__version__} has no schemas for Kubernetes {version}")
+    return found[-1]
+
+
+def schema_errors(doc, version):
+    """Strict schema errors of `doc` for Kubernetes `version`; None when it has no schema."""
+    full = full_version(version)
+    api = doc["apiVersion"]
+    group = api.rpartition("/")[0].split(".")[0]
+    api_name = f"{group}-{api.rpartition('/')[2]}" if group else api
+    directory = f"v{full}-local-strict"
+    try:
+        schema = schema_file(f"{directory}/{doc['kind'].lower()}-{api_name}.json", full)
+    except FileNotFoundError:
+        return None
+    registry = referencing.Resource.from_contents(schema) @ definitions_registry(directory, full)
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    errors = []
+    for e in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        where = ".".join(str(p) for p in e.absolute_path) or "(top)"
+        errors.append(f"{where}: {e.message}")
+    return errors
+
+
+# ---- checks ----
+
+
+class Checker:
+    def __init__(self, label, objects, examples, crate_version):
+        self.label = label
+        self.objects = objects
+        self.examples = examples
+        self.crate_version = crate_version
+        self.problems = []
+
+    def problem(self, doc, message):
+        self.problems.append(f"{self.label}: {show(doc) if doc else ''}: {message}")
+
+    def of_kind(self, kind):
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def find(self, kind, name, namespace):
+        for o in self.objects:
+            meta = o["metadata"]
+            if o["kind"] == kind and meta.get("name") == name and meta.get("namespace") == namespace:
+                return o
+        return None
+
+    def run(self):
+        for doc in self.objects:
+            if doc["kind"] == "ServiceMonitor":
+                self.check_servicemonitor(doc)
+                continue
+            for version in K8S_VERSIONS:
+                errors = schema_errors(doc, version)
+                if errors is None:
+                    self.problem(doc, f"{doc['apiVersion']}: no Kubernetes {version} schema, and no check here")
+                    break
+                for e in errors:
+                    self.problem(doc, f"Kubernetes {version} schema: {e}")
+        for doc in self.objects:
+            for spec in pod_specs(doc):
+                self.check_pod(doc, spec)
+        self.check_workloads()
+        self.check_services()
+        self.check_pdbs()
+        return self.problems
+
+    def check_servicemonitor(self, doc):
+        if doc.get("apiVersion") != "monitoring.coreos.com/v1":
+            self.problem(doc, f"apiVersion {doc.get('apiVersion')}: monitoring.coreos.com/v1")
+        extra = set(doc) - {"apiVersion", "kind", "metadata", "spec"}
+        if extra:
+            self.problem(doc, f"unknown fields {sorted(extra)}")
+        meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
+        if not meta.get("name"):
+            self.problem(doc, "metadata.name is missing")
+        extra = set(spec) - SERVICEMONITOR_SPEC
+        if extra:
+            self.problem(doc, f"spec: unknown fields {sorted(extra)}")
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        if set(spec.get("selector") or {}) - {"matchLabels"} or not selector:
+            self.problem(doc, "spec.selector: matchLabels, non-empty, is what this check reads")
+        if "namespaceSelector" in spec:
+            self.problem(doc, "spec.namespaceSelector: not checked here (the Service must be in its namespace)")
+        services = [
+            s
+            for s in self.of_kind("Service")
+            if s["metadata"].get("namespace") == meta.get("namespace")
+            and matches(selector, s["metadata"].get("labels") or {})
+        ]
+        if len(services) != 1:
+            names = [show(s) for s in services]
+            self.problem(doc, f"spec.selector {selector} matches {len(services)} Services {names}: one, or pods are scraped twice or not at all")
+        endpoints = spec.get("endpoints")
+        if not isinstance(endpoints, list) or not endpoints:
+            self.problem(doc, "spec.endpoints: a non-empty list")
+            return
+        for i, ep in enumerate(endpoints):
+            where = f"spec.endpoints[{i}]"
+            if not isinstance(ep, dict):
+                self.problem(doc, f"{where}: a mapping")
+                continue
+            extra = set(ep) - SERVICEMONITOR_ENDPOINT
+            if extra:
+                self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+            if not isinstance(ep.get("port"), str):
+                self.problem(doc, f"{where}.port: the name of a port of the Service")
+            elif services and ep["port"] not in {p.get("name") for p in services[0]["spec"].get("ports") or []}:
+                self.problem(doc, f"{where}.port {ep['port']}: {show(services[0])} has no port of that name")
+            if not str(ep.get("path", "/metrics")).startswith("/"):
+                self.problem(doc, f"{where}.path: starts with /")
+            if ep.get("scheme", "http") not in {"http", "https"}:
+                self.problem(doc, f"{where}.scheme: http or https")
+
+    def check_pod(self, doc, spec):
+        namespace = doc["metadata"].get("namespace")
+        pod_sc = spec.get("securityContext") or {}
+        if spec.get("automountServiceAccountToken") is not False:
+            self.problem(doc, "automountServiceAccountToken: false (Sluice does not call the Kubernetes API)")
+        for field in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(field):
+                self.problem(doc, f"{field}: not allowed (restricted Pod Security Standard)")
+        if pod_sc.get("runAsUser") == 0:
+            self.problem(doc, "securityContext.runAsUser 0 (restricted Pod Security Standard)")
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        claims = {t["metadata"]["name"] for t in (doc.get("spec") or {}).get("volumeClaimTemplates") or []}
+        for v in volumes.values():
+            kinds = set(v) - {"name"}
+            if not kinds <= RESTRICTED_VOLUMES:
+                self.problem(doc, f"volume {v['name']}: {sorted(kinds)} (restricted Pod Security Standard)")
+            if "persistentVolumeClaim" in v:
+                claim = v["persistentVolumeClaim"]["claimName"]
+                if not self.find("PersistentVolumeClaim", claim, namespace):
+                    self.problem(doc, f"volume {v['name']}: no PersistentVolumeClaim {claim}")
+            if "secret" in v:
+                self.check_secret(doc, namespace, v["secret"].get("secretName"), None, v["secret"].get("optional"))
+        for ref in configmap_refs(spec):
+            key = ref.get("key")
+            cm = self.find("ConfigMap", ref.get("name"), namespace)
+            if cm is None and not ref.get("optional"):
+                self.problem(doc, f"ConfigMap {ref.get('name')}: not in the build")
+            elif cm is not None and key and key not in (cm.get("data") or {}) and not ref.get("optional"):
+                self.problem(doc, f"ConfigMap {ref.get('name')} has no key {key}")
+        for c in containers(spec):
+            self.check_container(doc, spec, c, volumes, claims, pod_sc, namespace)
+
+    def check_container(self, doc, spec, c, volumes, claims, pod_sc, namespace):
+        name = c.get("name")
+        where = f"container {name}"
+        sc = c.get("securityContext") or {}
+        merged = {**pod_sc, **sc}
+        if merged.get("runAsNonRoot") is not True:
+            self.problem(doc, f"{where}: runAsNonRoot: true (restricted Pod Security Standard)")
+        if sc.get("runAsUser") == 0:
+            self.problem(doc, f"{where}: runAsUser 0 (restricted Pod Security Standard)")
+        if (merged.get("seccompProfile") or {}).get("type") not in {"RuntimeDefault", "Localhost"}:
+            self.problem(doc, f"{where}: seccompProfile RuntimeDefault (restricted Pod Security Standard)")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            self.problem(doc, f"{where}: allowPrivilegeEscalation: false (restricted Pod Security Standard)")
+        if sc.get("privileged"):
+            self.problem(doc, f"{where}: privileged (restricted Pod Security Standard)")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            self.problem(doc, f"{where}: capabilities.drop [ALL] (restricted Pod Security Standard)")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            self.problem(doc, f"{where}: capabilities.add (restricted Pod Security Standard)")
+        if sc.get("readOnlyRootFilesystem") is not True:
+            self.problem(doc, f"{where}: readOnlyRootFilesystem: true")
+        resources = c.get("resources") or {}
+        for part, keys in (("requests", ("cpu", "memory")), ("limits", ("memory",))):
+            for key in keys:
+                if key not in (resources.get(part) or {}):
+                    self.problem(doc, f"{where}: resources.{part}.{key} is not set")
+        image = c.get("image", "")
+        _, tag, digest = split_image(image)
+        if not digest and (not tag or tag == "latest"):
+            self.problem(doc, f"{where}: image {image!r}: pin a version tag or digest")
+        ports = {p.get("name") for p in c.get("ports") or [] if p.get("name")}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            port = ((c.get(probe) or {}).get("httpGet") or {}).get("port")
+            if isinstance(port, str) and port not in ports:
+                self.problem(doc, f"{where}: {probe} port {port}: no container port of that name")
+        for mount in c.get("volumeMounts") or []:
+            if mount["name"] not in volumes and mount["name"] not in claims:
+                self.problem(doc, f"{where}: volumeMount {mount['name']}: no such volume or claim template")
+        defined = set()
+        env = {}
+        for e in c.get("env") or []:
+            value = e.get("value", "")
+            start = 0
+            while (i := value.find("$(", start)) >= 0:
+                end = value.find(")", i)
+                ref = value[i + 2 : end]
+                if ref not in defined:
+                    self.problem(doc, f"{where}: env {e['name']} uses $({ref}), not defined before it")
+                start = end + 1
+            secret = (e.get("valueFrom") or {}).get("secretKeyRef")
+            if secret:
+                self.check_secret(doc, namespace, secret.get("name"), secret.get("key"), secret.get("optional"))
+            defined.add(e["name"])
+            env[e["name"]] = e
+        for e in c.get("envFrom") or []:
+            if "secretRef" in e:
+                self.check_secret(doc, namespace, e["secretRef"].get("name"), None, e["secretRef"].get("optional"))
+        if "SLUICE_CONFIG" in env:
+            self.check_settings(doc, where, c, env, volumes, namespace)
+
+    def check_secret(self, doc, namespace, name, key, optional):
+        secret = self.find("Secret", name, namespace)
+        if secret is None:
+            secret = self.examples.get(name)
+            if secret is None:
+                if not optional:
+                    self.problem(doc, f"Secret {name}: neither in the build nor in a *.example.yaml")
+                return
+        data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
+        if key and key not in data:
+            self.problem(doc, f"Secret {name} has no key {key} (its example lists {sorted(data)})")
+
+    def check_settings(self, doc, where, c, env, volumes, namespace):
+        """SLUICE_CONFIG names a file of a mounted ConfigMap that parses, and whose
+        ${env:NAME} values this container sets."""
+        path = PurePosixPath(env["SLUICE_CONFIG"].get("value", ""))
+        for mount in c.get("volumeMounts") or []:
+            volume = volumes.get(mount["name"]) or {}
+            if "configMap" in volume and path.parent == PurePosixPath(mount["mountPath"]):
+                break
+        else:
+            self.problem(doc, f"{where}: SLUICE_CONFIG {path}: no ConfigMap mounted at {path.parent}")
+            return
+        cm = self.find("ConfigMap", volume["configMap"]["name"], namespace)
+        text = ((cm or {}).get("data") or {}).get(path.name)
+        if text is None:
+            self.problem(doc, f"{where}: SLUICE_CONFIG {path}: the ConfigMap has no key {path.name}")
+            return
+        try:
+            settings = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            self.problem(doc, f"{where}: {path.name}: {e}")
+            return
+
+        def strings(node):
+            if isinstance(node, dict):
+                for v in node.values():
+                    yield from strings(v)
+            elif isinstance(node, list):
+                for v in node:
+                    yield from strings(v)
+            elif isinstance(node, str):
+                yield node
+
+        for value in strings(settings):
+            if value.startswith("${env:") and value.endswith("}"):
+                var = value[len("${env:") : -1]
+                if var not in env:
+                    self.problem(doc, f"{where}: {path.name} reads ${{env:{var}}}, which the container does not set")
+
+    def check_workloads(self):
+        for doc in self.objects:
+            if doc["kind"] in {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}:
+                selector = (doc["spec"].get("selector") or {}).get("matchLabels") or {}
+                if not matches(selector, pod_labels(doc)):
+                    self.problem(doc, f"spec.selector {selector} does not match the pod template's labels")
+            if doc["kind"] == "StatefulSet":
+                namespace = doc["metadata"].get("namespace")
+                service = self.find("Service", doc["spec"].get("serviceName"), namespace)
+                if service is None or service["spec"].get("clusterIP") != "None":
+                    self.problem(doc, f"spec.serviceName {doc['spec'].get('serviceName')}: no headless Service of that name")
+                elif not matches(service["spec"].get("selector") or {}, pod_labels(doc)):
+                    self.problem(doc, f"Service {service['metadata']['name']} does not select its pods")
+            for spec in pod_specs(doc):
+                base_images = {
+                    c.get("image")
+                    for c in containers(spec)
+                    if split_image(c.get("image", ""))[0].rpartition("/")[2] == "sluice"
+                }
+                if self.crate_version and base_images - {f"sluice:{self.crate_version}"}:
+                    self.problem(
+                        doc,
+                        f"images {sorted(base_images)}: the base pins sluice:{self.crate_version}, "
+                        "the version in processor/Cargo.toml",
+                    )
+
+    def selected(self, selector, namespace):
+        return [
+            d
+            for d in self.objects
+            if d["kind"] in WORKLOADS
+            and d["metadata"].get("namespace") == namespace
+            and matches(selector, pod_labels(d))
+        ]
+
+    def check_services(self):
+        for service in self.of_kind("Service"):
+            namespace = service["metadata"].get("namespace")
+            workloads = self.selected(service["spec"].get("selector") or {}, namespace)
+            if not workloads:
+                self.problem(service, f"spec.selector {service['spec'].get('selector')} selects no pods in the build")
+                continue
+            for port in service["spec"].get("ports") or []:
+                target = port.get("targetPort", port.get("port"))
+                for w in workloads:
+                    for spec in pod_specs(w):
+                        ports = [p for c in spec.get("containers") or [] for p in c.get("ports") or []]
+                        if isinstance(target, str):
+                            ok = any(p.get("name") == target for p in ports)
+                        else:
+                            ok = any(p.get("containerPort") == target for p in ports)
+                        if not ok:
+                            self.problem(service, f"targetPort {target}: {show(w)}'s containers have no such port")
+
+    def check_pdbs(self):
+        for pdb in self.of_kind("PodDisruptionBudget"):
+            selector = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+            workloads = self.selected(selector, pdb["metadata"].get("namespace"))
+            if len(workloads) != 1:
+                self.problem(pdb, f"spec.selector {selector} matches {[show(w) for w in workloads]}: one workload")
+
+
+def crate_version(repo):
+    with open(repo / "processor" / "Cargo.toml", "rb") as f:
+        return tomllib.load(f)["package"]["version"]
+
+
+def main():
+    here = Path(__file__).resolve().parent
+    if len(sys.argv) == 3 and sys.argv[1] == "--render":
+        try:
+            print(yaml.safe_dump_all(build(Path(sys.argv[2])), sort_keys=False), end="")
+        except RenderError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    k8s = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else here / "k8s"
+    repo = here.parent
+    version = crate_version(repo)
+    problems = []
+
+    examples = {}
+    for path in sorted(k8s.rglob("*.example.yaml")):
+        for doc in load_yaml_documents(path):
+            for v in K8S_VERSIONS:
+                errors = schema_errors(doc, v)
+                if errors is None:
+                    errors = [f"no schema for {doc.get('apiVersion')} {doc.get('kind')}"]
+                for e in errors:
+                    problems.append(f"{path.relative_to(repo)}: {show(doc)}: Kubernetes {v} schema: {e}")
+            if doc.get("kind") == "Secret":
+                examples[doc["metadata"]["name"]] = doc
+        print(f"example {path.relative_to(repo)}: checked", flush=True)
+
+    roots = sorted({p.parent for name in KUSTOMIZATION_NAMES for p in k8s.rglob(name)})
+    if not roots:
+        problems.append(f"{k8s}: no kustomization")
+    for root in roots:
+        label = str(root.relative_to(repo))
+        try:
+            objects = build(root)
+        except RenderError as e:
+            problems.append(f"{label}: {e}")
+            print(f"render {label}: FAILED", flush=True)
+            continue
+        # The base itself (no image transformation) pins the crate's version.
+        is_overlay = bool(yaml.safe_load(kustomization_file(root).read_text()).get("images"))
+        checker = Checker(label, objects, examples, None if is_overlay else version)
+        found = checker.run()
+        problems.extend(found)
+        kinds = ", ".join(show(o) for o in objects)
+        print(f"render {label}: {len(objects)} objects ({kinds}): {len(found)} problems", flush=True)
+
+    if problems:
+        print(f"\n{len(problems)} problems in the Kubernetes manifests:", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1
+    print(
+        f"Kubernetes manifests: {len(roots)} kustomizations rendered; schemas of Kubernetes "
+        f"{' and '.join(K8S_VERSIONS)} (strict), references, pod security: no problems"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
