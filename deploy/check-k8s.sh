@@ -16,5 +16,9 @@ echo "k8s check: Python packages in $venv" >&2
 ensure_venv "$venv" \
   "import kubernetes_validate.version as v, yaml, jsonschema, referencing; assert v.__version__ == '$kv_version'" \
   "kubernetes-validate==$kv_version" pyyaml==6.0.3 jsonschema==4.26.0 referencing==0.37.0
+if ! "$venv/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+  echo "k8s check: needs Python 3.11 or newer (tomllib); $venv has $("$venv/bin/python" --version 2>&1)" >&2
+  exit 1
+fi
 echo "k8s check: rendering and validating deploy/k8s" >&2
 "$venv/bin/python" deploy/check_k8s.py deploy/k8s

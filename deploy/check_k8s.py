@@ -643,9 +643,9 @@ class Checker:
             elif cm is not None and key and key not in (cm.get("data") or {}) and not ref.get("optional"):
                 self.problem(doc, f"ConfigMap {ref.get('name')} has no key {key}")
         for c in containers(spec):
-            self.check_container(doc, spec, c, volumes, claims, pod_sc, namespace)
+            self.check_container(doc, c, volumes, claims, pod_sc, namespace)
 
-    def check_container(self, doc, spec, c, volumes, claims, pod_sc, namespace):
+    def check_container(self, doc, c, volumes, claims, pod_sc, namespace):
         name = c.get("name")
         where = f"container {name}"
         sc = c.get("securityContext") or {}
@@ -691,6 +691,8 @@ class Checker:
             start = 0
             while (i := value.find("$(", start)) >= 0:
                 end = value.find(")", i)
+                if end < 0:
+                    break
                 ref = value[i + 2 : end]
                 if ref not in defined:
                     self.problem(doc, f"{where}: env {e['name']} uses $({ref}), not defined before it")

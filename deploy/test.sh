@@ -16,6 +16,8 @@ cargo clean -p sluice --quiet
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Licences, banned crates and sources of every dependency (deny.toml).
 deploy/supply-chain.sh
+# The Kubernetes manifests, rendered and validated against the Kubernetes schemas (seconds).
+deploy/check-k8s.sh
 deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"

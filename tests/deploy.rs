@@ -265,8 +265,12 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
             let resource = resource.as_str().unwrap();
             assert!(repo().join(dir).join(resource).exists(), "{dir}: {resource}");
         }
-        let generators = kustomization["configMapGenerator"].as_sequence().cloned().unwrap_or_default();
-        for file in generators.iter().flat_map(|g| g["files"].as_sequence().cloned().unwrap_or_default()) {
+        let generated = kustomization["configMapGenerator"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["files"].as_sequence().into_iter().flatten());
+        for file in generated {
             let file = repo().join(dir).join(file.as_str().unwrap());
             assert!(file.exists(), "{}", file.display());
             if file.extension().is_some_and(|e| e == "toml") {

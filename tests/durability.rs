@@ -639,12 +639,12 @@ impl Drop for OwnBroker {
     }
 }
 
-fn wait_health(addr: &str, want: u16, w: &World) {
+fn wait_probe(addr: &str, path: &str, want: u16, w: &World) {
     wait_until(
-        &format!("/healthz to answer {want}"),
+        &format!("{path} to answer {want}"),
         Duration::from_secs(90),
         || w.log_tail(),
-        || http_get(addr, "/healthz").is_some_and(|(status, _)| status == want),
+        || http_get(addr, path).is_some_and(|(status, _)| status == want),
     );
 }
 
@@ -671,12 +671,16 @@ fn the_broker_stopped_and_started_mid_run() {
             if at.chunk == CHUNKS / 2 {
                 done = true;
                 wait_for_more(w, at, 100);
-                wait_health(&health, 200, w);
+                wait_probe(&health, "/readyz", 200, w);
                 broker.stop();
-                // The processor notices, says so, and keeps running.
-                wait_health(&health, 503, w);
+                // The processor notices, says so (not ready), and keeps running: alive, so
+                // that no orchestrator restarts it for a broker's outage.
+                wait_probe(&health, "/readyz", 503, w);
+                let (status, body) = http_get(&health, "/readyz").unwrap();
+                assert!(status == 503 && body.contains("broker unreachable"), "{body}");
+                assert_eq!(http_get(&health, "/healthz").map(|(s, _)| s), Some(200));
                 broker.start();
-                wait_health(&health, 200, w);
+                wait_probe(&health, "/readyz", 200, w);
             }
         },
     );

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// How long shutdown waits for the batch under way, and then for in-flight triggers (e.g. 30s).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
+    /// `/healthz` fails when the processing loop has not turned for this long while not
+    /// waiting on the broker (a stuck loop: restarting helps). A broker outage fails only
+    /// `/readyz`.
+    #[arg(long, env = "SLUICE_STUCK_AFTER", default_value = "2m", value_parser = parse_std_duration)]
+    stuck_after: Duration,
     #[command(flatten)]
     decider: DeciderArgs,
     /// Runs the processor's clock this far ahead of the system clock (e.g. `90s`), so that
@@ -131,8 +136,9 @@ struct HttpOptions {
 
 /// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
 /// for.
-async fn run(settings: Settings, http: Option<HttpOptions>) -> Result<ExitCode> {
+async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duration) -> Result<ExitCode> {
     let telemetry = Telemetry::new();
+    telemetry.set_stuck_after(stuck_after);
     let _metrics_export = observability::export_metrics(telemetry.clone())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -244,5 +250,5 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         }),
         None => None,
     };
-    run(settings, http).await
+    run(settings, http, args.stuck_after).await
 }

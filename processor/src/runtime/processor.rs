@@ -432,7 +432,11 @@ impl Processor {
         // processor receives no records), ask it for metadata now and then.
         let mut probe = tokio::time::interval(Duration::from_secs(2));
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // An idle loop turns now and then too, so that liveness tells idle from stuck.
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.telemetry.turned();
             let wait = self.timers.next_due().map(|at| self.settings.clock.until(at));
             let timer_armed = wait.is_some();
             // Journaled triggers wait on facts (the jobs topic read up to its end), which an
@@ -492,6 +496,7 @@ impl Processor {
                     });
                     self.telemetry.set_broker_ok(reachable);
                 }
+                _ = heartbeat.tick() => {}
             }
         }
     }
@@ -1240,6 +1245,9 @@ impl Processor {
         sequenced: &mut BTreeMap<i32, Lineage>,
         offsets: Option<&TopicPartitionList>,
     ) -> Result<Option<(Vec<(i32, i64)>, BTreeSet<i32>)>> {
+        // Held up by the broker (acknowledgements, retries, a transaction), not stuck.
+        let telemetry = self.telemetry.clone();
+        let _waiting = telemetry.awaiting_broker();
         match self.settings.guarantee {
             Guarantee::EffectivelyOnce => {
                 let delivered = self.produce_all(outputs).await?;

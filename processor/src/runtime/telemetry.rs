@@ -6,7 +6,7 @@
 //! across an await) handles of `prometheus-client`, so recording on the hot path costs an
 //! atomic add and a scrape can never stall the processor.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -98,6 +98,14 @@ pub struct Telemetry {
     ready: AtomicBool,
     /// Set once; the first reason wins and the process stays unhealthy until restarted.
     fatal: OnceLock<String>,
+    /// When the processing loop last turned, in milliseconds since `started`.
+    last_turn_ms: AtomicU64,
+    /// Waits on the broker under way: a loop held up by the broker is not stuck.
+    broker_waits: AtomicUsize,
+    /// How long the loop may go without turning, outside broker waits, before liveness fails.
+    stuck_after_ms: AtomicU64,
+    started: tokio::time::Instant,
+    broker_reachable: Gauge,
     records_in: Family<TopicLabel, Counter>,
     records_out: Family<TopicLabel, Counter>,
     dead_letters: Counter,
@@ -176,12 +184,24 @@ impl Telemetry {
             None,
             Gauge::default(),
         );
+        let broker_reachable = r.add(
+            "broker_reachable",
+            "1 while the brokers answer and take the processor's records, 0 while they do not (readiness fails meanwhile; liveness does not)",
+            None,
+            Gauge::default(),
+        );
+        broker_reachable.set(1);
         Arc::new(Telemetry {
             registry: r.registry,
             descriptors: r.descriptors,
             broker_ok: AtomicBool::new(true),
             ready: AtomicBool::new(false),
             fatal: OnceLock::new(),
+            last_turn_ms: AtomicU64::new(0),
+            broker_waits: AtomicUsize::new(0),
+            stuck_after_ms: AtomicU64::new(DEFAULT_STUCK_AFTER.as_millis() as u64),
+            started: tokio::time::Instant::now(),
+            broker_reachable,
             records_in,
             records_out,
             dead_letters,
@@ -197,9 +217,34 @@ impl Telemetry {
         })
     }
 
-    /// False while the broker is unreachable or producing fails; liveness and readiness fail.
+    /// False while the broker is unreachable or producing fails: readiness fails (and
+    /// `sluice_broker_reachable` is 0), liveness does not — restarting every pod would not
+    /// bring a broker back, and a crash loop would outlast the incident.
     pub fn set_broker_ok(&self, ok: bool) {
         self.broker_ok.store(ok, Ordering::Relaxed);
+        self.broker_reachable.set(i64::from(ok));
+    }
+
+    /// How long the processing loop may go without turning before liveness fails.
+    pub fn set_stuck_after(&self, after: std::time::Duration) {
+        self.stuck_after_ms
+            .store(after.as_millis().try_into().unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The processing loop turned: it is not stuck.
+    pub fn turned(&self) {
+        self.last_turn_ms.store(self.elapsed_ms(), Ordering::Relaxed);
+    }
+
+    /// Marks a wait on the broker (acknowledgements, a transaction) until the guard drops:
+    /// meanwhile the loop is held up, not stuck.
+    pub fn awaiting_broker(&self) -> BrokerWait<'_> {
+        self.broker_waits.fetch_add(1, Ordering::Relaxed);
+        BrokerWait(self)
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX)
     }
 
     /// True once the assigned partitions' state is restored; false again during a rebalance.
@@ -279,20 +324,32 @@ impl Telemetry {
         self.partitions_owned.set(n);
     }
 
-    /// Liveness: `Err(reason)` when restarting the process could help.
+    /// Liveness: `Err(reason)` only when restarting the process could help: a fatal error,
+    /// or a loop that has not turned for longer than allowed while not waiting on the broker.
     pub(super) fn liveness(&self) -> Result<(), String> {
         if let Some(reason) = self.fatal.get() {
             return Err(reason.clone());
         }
-        if !self.broker_ok.load(Ordering::Relaxed) {
-            return Err("broker unreachable".into());
+        let still = self
+            .elapsed_ms()
+            .saturating_sub(self.last_turn_ms.load(Ordering::Relaxed));
+        let allowed = self.stuck_after_ms.load(Ordering::Relaxed);
+        if still > allowed && self.broker_waits.load(Ordering::Relaxed) == 0 {
+            return Err(format!(
+                "the processing loop has not turned for {} s (allowed: {} s, --stuck-after) and is not waiting on the broker: stuck",
+                still / 1000,
+                allowed / 1000
+            ));
         }
         Ok(())
     }
 
-    /// Readiness: live, and the owned partitions' state is restored.
+    /// Readiness: live, the broker reachable, and the owned partitions' state restored.
     pub(super) fn readiness(&self) -> Result<(), String> {
         self.liveness()?;
+        if !self.broker_ok.load(Ordering::Relaxed) {
+            return Err("broker unreachable".into());
+        }
         if !self.ready.load(Ordering::Relaxed) {
             return Err("restoring state".into());
         }
@@ -317,8 +374,59 @@ impl Telemetry {
     }
 }
 
+/// How long the loop may go without turning by default: far longer than any batch takes,
+/// short enough that a stuck instance's partitions move within minutes.
+pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A wait on the broker under way ([`Telemetry::awaiting_broker`]).
+pub struct BrokerWait<'a>(&'a Telemetry);
+
+impl Drop for BrokerWait<'_> {
+    fn drop(&mut self) {
+        self.0.broker_waits.fetch_sub(1, Ordering::Relaxed);
+        self.0.turned();
+    }
+}
+
 fn topic_label(topic: &str) -> TopicLabel {
     TopicLabel {
         topic: topic.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn liveness_fails_when_the_loop_stops_turning_but_not_while_it_waits_on_the_broker() {
+        let t = Telemetry::new();
+        t.set_stuck_after(Duration::from_secs(120));
+        t.turned();
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert_eq!(t.liveness(), Ok(()));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let reason = t.liveness().unwrap_err();
+        assert!(
+            reason.contains("not turned for 121 s") && reason.contains("stuck"),
+            "{reason}"
+        );
+
+        // Turning again heals it; a long wait on the broker is not being stuck.
+        t.turned();
+        assert_eq!(t.liveness(), Ok(()));
+        {
+            let _wait = t.awaiting_broker();
+            t.set_broker_ok(false);
+            tokio::time::advance(Duration::from_secs(600)).await;
+            assert_eq!(t.liveness(), Ok(()));
+            assert_eq!(t.readiness(), Err("broker unreachable".to_string()));
+            assert!(t.encode_text().contains("sluice_broker_reachable 0"));
+        }
+        // The wait's end counts as a turn.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(t.liveness(), Ok(()));
     }
 }
