@@ -590,6 +590,8 @@ fn bad_input_at_volume_is_dead_lettered_and_good_pipelines_run() {
     let mut rng = Rng(SEED);
     let target = http_target();
     let mut w = World::new("badinput");
+    // Misrouted records are among the rejects here (forwarding has its own test).
+    w.env.push(("SLUICE_MISROUTED".into(), "reject".into()));
     let partitions = w.partitions();
     let (alpha, beta, orphan) = ("alpha", "beta", "orphan");
     let real = vec![alpha.to_string(), beta.to_string()];

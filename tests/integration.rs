@@ -218,6 +218,7 @@ fn a_malformed_sensor_goes_to_the_dlq_and_the_next_good_one_is_processed() {
 #[test]
 fn a_record_on_the_wrong_partition_is_rejected_not_split_off() {
     let mut w = World::new("misrouted");
+    w.env.push(("SLUICE_MISROUTED".into(), "reject".into()));
     w.start_with(&pipeline("misrouted", command_job("true", 0)));
     let owner = sluice::core::partitioning::partition_for(b"misrouted", 3);
     let sensor = json!({"pipelineId": "misrouted", "key": "upstream", "data": {"status": "ready"}});
@@ -234,6 +235,86 @@ fn a_record_on_the_wrong_partition_is_rejected_not_split_off() {
         "{error}"
     );
     assert_eq!(w.dead_letters(1).len(), 1);
+}
+
+/// What a default-configured librdkafka producer does (CRC32 puts most keys elsewhere): the
+/// records are forwarded to their key's partition and the pipeline runs; a copy that comes
+/// again (forwarded anew after a crash) changes nothing.
+#[test]
+fn a_record_on_the_wrong_partition_is_forwarded_and_applied_once() {
+    let mut w = World::new("forwarded");
+    let (config, runs) = recording_pipeline(&w, "forwarded");
+    w.config(&config);
+    let http = format!("127.0.0.1:{}", support::free_port());
+    w.serve(&http, &[]);
+    w.wait_for("forwarded", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    let owner = sluice::core::partitioning::partition_for(b"forwarded", 3);
+    let elsewhere = (owner + 1) % 3;
+    let reading = |key: &str, data: Value| {
+        serde_json::to_vec(&json!({"pipelineId": "forwarded", "key": key, "data": data, "date": day()})).unwrap()
+    };
+    w.produce_to_partition(
+        "sensors",
+        elsewhere,
+        "forwarded",
+        &reading("row-count", json!({"count": 5000})),
+    );
+    w.produce_to_partition(
+        "sensors",
+        elsewhere,
+        "forwarded",
+        &reading("upstream", json!({"status": "ready"})),
+    );
+    w.wait_for_sequence(
+        "forwarded",
+        &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+    );
+    // Copies forwarded again (as after a crash before partition `elsewhere`'s state was
+    // written) are skipped; a new copy is applied. The first duplicate is among the copies
+    // applied, the second below the durable offset a later copy tells of.
+    let marked = |offset: i64, durable: i64, status: &str| {
+        let mark = format!("{elsewhere}:{offset}:{durable}");
+        let value = reading("upstream", json!({ "status": status }));
+        w.produce_with_headers("sensors", owner, "forwarded", &value, &[("sluice.forwarded", &mark)]);
+    };
+    marked(0, -1, "duplicate");
+    marked(7, 1, "late");
+    marked(1, -1, "duplicate");
+    let metric = |name: &str| -> f64 {
+        let body = support::http_get(&http, "/metrics").map(|(_, b)| b).unwrap_or_default();
+        body.lines()
+            .filter(|l| l.starts_with(name) && l.contains("sensors"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    support::wait_until(
+        "both duplicates skipped",
+        Duration::from_secs(30),
+        || w.log_tail(),
+        || metric("sluice_forwarded_duplicates_total") == 2.0,
+    );
+    let upstream = || -> Option<Value> {
+        let (_, body) = support::http_get(&http, "/api/pipelines/forwarded")?;
+        let view: Value = serde_json::from_str(&body).ok()?;
+        let sensors = view["sensors"].as_array()?.clone();
+        sensors.into_iter().find(|s| s["key"] == "upstream")
+    };
+    support::wait_until(
+        "the new copy applied",
+        Duration::from_secs(30),
+        || format!("{:?}", upstream()),
+        || upstream().is_some_and(|s| s["data"]["status"] == "late"),
+    );
+    assert_eq!(metric("sluice_forwarded_records_total"), 2.0);
+    assert_eq!(w.dead_letters(0).len(), 0, "nothing dead-lettered");
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
+    assert!(
+        w.log().contains("logged once per key"),
+        "the producer's misrouting is logged"
+    );
 }
 
 #[test]

@@ -404,6 +404,24 @@ impl World {
         self.producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Produces to an explicit partition with record headers.
+    pub fn produce_with_headers(&self, topic: &str, partition: i32, key: &str, value: &[u8], headers: &[(&str, &str)]) {
+        let topic = self.topic(topic);
+        let headers = headers.iter().fold(rdkafka::message::OwnedHeaders::new(), |h, (k, v)| {
+            h.insert(rdkafka::message::Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            })
+        });
+        let record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic)
+            .partition(partition)
+            .key(key)
+            .payload(value)
+            .headers(headers);
+        self.producer.send(record).map_err(|(e, _)| e).unwrap();
+        self.producer.flush(Duration::from_secs(10)).unwrap();
+    }
+
     /// Produces to an explicit partition, whatever the key hashes to.
     pub fn produce_to_partition(&self, topic: &str, partition: i32, key: &str, value: &[u8]) {
         self.produce_to_partition_at(topic, partition, key, value, None);

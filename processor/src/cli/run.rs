@@ -15,6 +15,7 @@ use crate::runtime::api::{self, Api, Commands};
 use crate::runtime::clock::Clock;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::effects::Settings as EffectSettings;
+use crate::runtime::forwarding::Misrouted;
 use crate::runtime::http as http_server;
 use crate::runtime::instances::{self, Directory, Member};
 use crate::runtime::kafka::{self, Connection};
@@ -60,6 +61,12 @@ pub struct RunArgs {
     /// `/readyz`.
     #[arg(long, env = "SLUICE_STUCK_AFTER", default_value = "2m", value_parser = parse_std_duration)]
     stuck_after: Duration,
+    /// A keyed record on another partition than its key's (its producer hashes keys with
+    /// another function than the Java client's murmur2, e.g. librdkafka's CRC32 default):
+    /// `forward` produces a copy to its key's partition, applied there once; `reject` sends
+    /// it to the dead-letter topic.
+    #[arg(long, env = "SLUICE_MISROUTED", value_enum, default_value_t = Misrouted::Forward)]
+    misrouted: Misrouted,
     #[command(flatten)]
     decider: DeciderArgs,
     /// Runs the processor's clock this far ahead of the system clock (e.g. `90s`), so that
@@ -238,6 +245,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         decider: args.decider.settings(),
         codec,
         clock: args.clock_offset.map_or_else(Clock::system, Clock::shifted),
+        misrouted: args.misrouted,
     };
     let http = match args.http {
         Some(addr) => Some(HttpOptions {

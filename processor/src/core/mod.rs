@@ -10,6 +10,7 @@ pub mod diff;
 pub mod duration;
 pub mod events;
 pub mod execution;
+pub mod forwarding;
 pub mod lifecycle;
 pub mod limits;
 pub mod partitioning;

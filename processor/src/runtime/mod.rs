@@ -9,6 +9,7 @@ pub mod clock;
 pub mod codec;
 pub mod effects;
 pub mod error;
+pub mod forwarding;
 pub mod http;
 pub mod input;
 pub mod instances;

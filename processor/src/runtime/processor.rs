@@ -42,6 +42,7 @@ use super::clock::{Clock, Monotonic};
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
+use super::forwarding::{copy_headers, copy_mark, Misrouted, Warned};
 use super::input::{origin_of, read_input};
 use super::kafka::{self, Connection};
 use super::opening::{Opened, Openings};
@@ -53,9 +54,11 @@ use super::topics::Topics;
 use crate::core::changelog::{Foreign, Lineage};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
+use crate::core::forwarding::{ForwardWindow, Forwarded};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
+use crate::core::partitioning::partition_for;
 use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
@@ -90,6 +93,8 @@ pub struct Settings {
     pub codec: Codec,
     /// The decider's time and the timers' (see [`Clock`]).
     pub clock: Clock,
+    /// What happens to a record on another partition than its key's.
+    pub misrouted: Misrouted,
 }
 
 /// Partition ownership changes, reported by librdkafka during polls.
@@ -187,6 +192,17 @@ struct Pending {
     /// What the read models learn once the batch is durable (never before: a batch that
     /// fails or loses its partitions must not show in the API).
     learned: Learned,
+    /// Forwarded copies applied, by (partition, topic, partition they came from), as the
+    /// batch leaves them.
+    windows: HashMap<(i32, String, i32), ForwardWindow>,
+}
+
+/// Where an input record is decided.
+enum Route {
+    /// Here: it is this partition's (or is rejected here, as bad input).
+    Here,
+    /// It was forwarded to its key's partition, or is a copy already applied.
+    Elsewhere,
 }
 
 /// Read-model updates of one batch: the API's recent events, its summaries and the stores'
@@ -234,6 +250,8 @@ pub struct Processor {
     /// Partitions given up on finding a newer owner's fence: their records are left alone
     /// until the group says who owns them.
     abandoned: BTreeSet<i32>,
+    /// Keys logged as misrouted (once each).
+    warned: Warned,
     /// API questions, answered between batches (see [`api`]).
     queries: mpsc::Receiver<Query>,
     query_sender: mpsc::Sender<Query>,
@@ -389,6 +407,7 @@ impl Processor {
             openings,
             next_changelog: BTreeMap::new(),
             abandoned: BTreeSet::new(),
+            warned: Warned::default(),
             queries,
             query_sender,
             owned: watch::channel(Vec::new()).0,
@@ -852,6 +871,9 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
+            if let Route::Elsewhere = self.route(&mut pending, message)? {
+                continue;
+            }
             let (pipeline, input) = read_input(
                 &self.settings.codec,
                 kind,
@@ -867,6 +889,60 @@ impl Processor {
         self.resume_triggers()?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// Forwards a record on another partition than its key's (under `--misrouted forward`;
+    /// a copy that is still misrouted is rejected, as under `reject`), and passes over a
+    /// forwarded copy applied before (see [`crate::core::forwarding`]).
+    fn route(&mut self, pending: &mut Pending, message: &OwnedMessage) -> Result<Route> {
+        let (topic, p, offset) = (message.topic(), message.partition(), message.offset());
+        let mark = copy_mark(message);
+        if let Some(key) = message.key() {
+            let owner = partition_for(key, self.partitions);
+            if owner != p {
+                if mark.is_some() || self.settings.misrouted == Misrouted::Reject {
+                    return Ok(Route::Here);
+                }
+                let durable = self.stores[&p].applied_offset(topic).unwrap_or(-1);
+                let mark = Forwarded {
+                    partition: p,
+                    offset,
+                    durable,
+                };
+                pending.outputs.push(Output {
+                    topic: topic.to_string(),
+                    partition: Some(owner),
+                    key: Some(key.to_vec()),
+                    value: message.payload().map(<[u8]>::to_vec),
+                    headers: copy_headers(message, &mark),
+                });
+                self.telemetry.forwarded(topic);
+                self.warned.misrouted(topic, key, p, owner);
+                return Ok(Route::Elsewhere);
+            }
+        }
+        let Some(mark) = mark else {
+            return Ok(Route::Here);
+        };
+        let slot = (p, topic.to_string(), mark.partition);
+        let window = match pending.windows.entry(slot) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(self.stores[&p].forward_window(topic, mark.partition)?)
+            }
+        };
+        let new = window.admit(&mark);
+        pending
+            .stores
+            .entry(p)
+            .or_default()
+            .set_forward_window(topic, mark.partition, window);
+        if new {
+            return Ok(Route::Here);
+        }
+        debug!(%topic, p, offset, from = mark.partition, at = mark.offset, "forwarded copy applied before: skipped");
+        self.telemetry.forwarded_duplicate(topic);
+        Ok(Route::Elsewhere)
     }
 
     async fn fire_due_timers(&mut self) -> Result<()> {

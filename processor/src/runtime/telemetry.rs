@@ -106,6 +106,8 @@ pub struct Telemetry {
     stuck_after_ms: AtomicU64,
     started: tokio::time::Instant,
     broker_reachable: Gauge,
+    forwarded: Family<TopicLabel, Counter>,
+    forwarded_duplicates: Family<TopicLabel, Counter>,
     records_in: Family<TopicLabel, Counter>,
     records_out: Family<TopicLabel, Counter>,
     dead_letters: Counter,
@@ -191,6 +193,18 @@ impl Telemetry {
             Gauge::default(),
         );
         broker_reachable.set(1);
+        let forwarded = r.add(
+            "forwarded_records",
+            "Records read on another partition than their key's and forwarded to it, by topic (their producers partition with another hash than murmur2)",
+            None,
+            Family::default(),
+        );
+        let forwarded_duplicates = r.add(
+            "forwarded_duplicates",
+            "Forwarded copies that arrived again (forwarded anew after a crash) and changed nothing, by topic",
+            None,
+            Family::default(),
+        );
         Arc::new(Telemetry {
             registry: r.registry,
             descriptors: r.descriptors,
@@ -202,6 +216,8 @@ impl Telemetry {
             stuck_after_ms: AtomicU64::new(DEFAULT_STUCK_AFTER.as_millis() as u64),
             started: tokio::time::Instant::now(),
             broker_reachable,
+            forwarded,
+            forwarded_duplicates,
             records_in,
             records_out,
             dead_letters,
@@ -268,6 +284,14 @@ impl Telemetry {
 
     pub fn record_out(&self, topic: &str, n: u64) {
         self.records_out.get_or_create(&topic_label(topic)).inc_by(n);
+    }
+
+    pub fn forwarded(&self, topic: &str) {
+        self.forwarded.get_or_create(&topic_label(topic)).inc();
+    }
+
+    pub fn forwarded_duplicate(&self, topic: &str) {
+        self.forwarded_duplicates.get_or_create(&topic_label(topic)).inc();
     }
 
     pub fn dead_letter(&self) {

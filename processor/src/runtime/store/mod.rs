@@ -27,6 +27,7 @@ use rocksdb::{
 
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
+use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
@@ -253,6 +254,11 @@ fn offset_key(topic: &str) -> Vec<u8> {
     [b"o/".as_slice(), topic.as_bytes()].concat()
 }
 
+/// Where the copies forwarded from `origin` of `topic` that were applied are kept.
+fn window_key(topic: &str, origin: i32) -> Vec<u8> {
+    format!("w/{topic}/{origin}").into_bytes()
+}
+
 /// Where earlier versions kept timers, apart from the state (see the module's notes).
 const LEGACY_TIMERS: &[u8] = b"t/";
 
@@ -322,6 +328,11 @@ impl StoreBatch {
 
     pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
         self.set(offset_key(topic), Some(offset.to_be_bytes().to_vec()));
+    }
+
+    /// Keeps what was applied of the copies forwarded from `origin` of `topic`.
+    pub fn set_forward_window(&mut self, topic: &str, origin: i32, window: &ForwardWindow) {
+        self.set(window_key(topic, origin), Some(window.encode()));
     }
 
     /// Records the write of `key`, replacing an earlier write of it in this batch.
@@ -613,6 +624,20 @@ impl PartitionStore {
             effects.push((String::from_utf8_lossy(run_id).into_owned(), effect));
         }
         Ok(effects)
+    }
+
+    /// What was applied of the copies forwarded from `origin` of `topic` (empty: none yet).
+    pub fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow> {
+        match self.get("reading forwarded copies", &window_key(topic, origin))? {
+            None => Ok(ForwardWindow::empty()),
+            Some(raw) => ForwardWindow::decode(&raw).ok_or_else(|| {
+                StoreError::corrupt(
+                    format!("the forwarded copies of {topic} partition {origin}"),
+                    &self.path,
+                    format!("{} bytes", raw.len()),
+                )
+            }),
+        }
     }
 
     /// The value stored under `key`, as the changelog carries it.

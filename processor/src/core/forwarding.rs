@@ -1,0 +1,241 @@
+//! Records that reached the wrong partition, forwarded to their key's partition.
+//!
+//! librdkafka-based producers (confluent-kafka for Python, Go and .NET, kcat) hash keys with
+//! CRC32 by default, not the Java client's murmur2, so most of their keys land on another
+//! partition than the one whose task owns the pipeline. The task that reads such a record
+//! produces a copy to the key's partition of the same topic (as Kafka Streams repartitions),
+//! marked with where it came from ([`Forwarded`]); the owner applies the copy.
+//!
+//! A copy can arrive twice: the reading task produces a batch's outputs, and only then
+//! writes its state (the applied offsets among it); a crash between the two makes the next
+//! owner read the same records again and forward them again. Each copy therefore carries the
+//! reading task's *durable* offset: the applied offset its store held when the batch began,
+//! below which no record is ever read again. The owner keeps, per (topic, reading
+//! partition), the highest durable offset it has seen and the offsets it applied above it
+//! ([`ForwardWindow`]): a copy at or below the durable offset, or already among those
+//! applied, is a duplicate and changes nothing. Copies of one batch may land in any order
+//! (a failed send is retried alone), but every copy of a batch lands before the next batch
+//! is produced, so a record whose batch became durable has always landed before a copy that
+//! says so.
+
+use std::collections::BTreeSet;
+
+/// Where a forwarded copy came from: the partition and offset it was read at, and the
+/// reading task's durable offset then (-1: none yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forwarded {
+    pub partition: i32,
+    pub offset: i64,
+    pub durable: i64,
+}
+
+/// The record header that marks a forwarded copy.
+pub const HEADER: &str = "sluice.forwarded";
+
+impl Forwarded {
+    /// The header's value: `partition:offset:durable`.
+    pub fn header_value(&self) -> String {
+        format!("{}:{}:{}", self.partition, self.offset, self.durable)
+    }
+
+    pub fn parse(value: &[u8]) -> Option<Forwarded> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut parts = text.split(':');
+        let forwarded = Forwarded {
+            partition: parts.next()?.parse().ok()?,
+            offset: parts.next()?.parse().ok()?,
+            durable: parts.next()?.parse().ok()?,
+        };
+        (parts.next().is_none() && forwarded.durable < forwarded.offset).then_some(forwarded)
+    }
+}
+
+/// What an owner has applied of the copies forwarded from one partition of one topic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForwardWindow {
+    /// The highest durable offset of the reading task seen so far (-1: none).
+    durable: i64,
+    /// Offsets above `durable` whose copies were applied.
+    applied: BTreeSet<i64>,
+}
+
+impl ForwardWindow {
+    /// Whether the copy is new (apply it) or a duplicate (skip it). Either way the window
+    /// learns from it.
+    pub fn admit(&mut self, copy: &Forwarded) -> bool {
+        if copy.durable > self.durable {
+            self.durable = copy.durable;
+            self.applied = self.applied.split_off(&(copy.durable + 1));
+        }
+        copy.offset > self.durable && self.applied.insert(copy.offset)
+    }
+
+    /// The stored form: the durable offset, then each applied offset, 8 bytes each.
+    pub fn encode(&self) -> Vec<u8> {
+        std::iter::once(self.durable)
+            .chain(self.applied.iter().copied())
+            .flat_map(i64::to_be_bytes)
+            .collect()
+    }
+
+    /// `None` when `bytes` is not a stored window.
+    pub fn decode(bytes: &[u8]) -> Option<ForwardWindow> {
+        if bytes.is_empty() || !bytes.len().is_multiple_of(8) {
+            return None;
+        }
+        let mut offsets = bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")));
+        Some(ForwardWindow {
+            durable: offsets.next()?,
+            applied: offsets.collect(),
+        })
+    }
+
+    /// A window that has seen nothing yet.
+    pub fn empty() -> ForwardWindow {
+        ForwardWindow {
+            durable: -1,
+            applied: BTreeSet::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn the_header_round_trips_and_nonsense_is_not_a_copy() {
+        let f = Forwarded {
+            partition: 2,
+            offset: 41,
+            durable: 39,
+        };
+        assert_eq!(Forwarded::parse(f.header_value().as_bytes()), Some(f));
+        for bad in ["", "2:41", "2:41:39:1", "x:41:39", "2:41:41"] {
+            assert_eq!(Forwarded::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_window_survives_its_stored_form() {
+        let mut w = ForwardWindow::empty();
+        for (offset, durable) in [(5, -1), (7, -1), (9, 5)] {
+            assert!(w.admit(&Forwarded {
+                partition: 0,
+                offset,
+                durable
+            }));
+        }
+        assert_eq!(ForwardWindow::decode(&w.encode()), Some(w.clone()));
+        assert_eq!(ForwardWindow::decode(&[1, 2, 3]), None);
+        // Only what is above the durable offset is kept.
+        assert_eq!(w.encode().len(), 8 * 3);
+    }
+
+    /// One reading partition's records, `misrouted[i]` telling whether record `i` belongs
+    /// on the owner's partition; batches of the sizes given; a crash after the batch given by
+    /// `crashes` has produced (some of) its copies but before its state is written.
+    #[derive(Debug, Clone)]
+    struct Run {
+        misrouted: Vec<bool>,
+        batch_sizes: Vec<usize>,
+        /// Per batch attempt: crash (and how many of its copies landed first), or not.
+        crashes: Vec<Option<usize>>,
+        /// Per batch attempt: the order its copies land in (a permutation seed).
+        shuffles: Vec<u64>,
+    }
+
+    fn runs() -> impl Strategy<Value = Run> {
+        (
+            prop::collection::vec(any::<bool>(), 1..60),
+            prop::collection::vec(1usize..12, 1..40),
+            prop::collection::vec(prop::option::weighted(0.3, 0usize..12), 1..40),
+            prop::collection::vec(any::<u64>(), 1..40),
+        )
+            .prop_map(|(misrouted, batch_sizes, crashes, shuffles)| Run {
+                misrouted,
+                batch_sizes,
+                crashes,
+                shuffles,
+            })
+    }
+
+    /// The reading task and the owner over a simulated log: the owner applies each
+    /// misrouted record exactly once, however often the reading task crashes and forwards
+    /// again, and in whatever order a batch's copies land.
+    fn simulate(run: &Run) -> (Vec<i64>, Vec<i64>) {
+        let mut durable: i64 = -1;
+        let mut landed: Vec<Forwarded> = Vec::new();
+        let mut attempt = 0;
+        while durable + 1 < run.misrouted.len() as i64 {
+            let size = run.batch_sizes[attempt % run.batch_sizes.len()];
+            let start = durable + 1;
+            let end = (start + size as i64).min(run.misrouted.len() as i64);
+            let mut copies: Vec<Forwarded> = (start..end)
+                .filter(|o| run.misrouted[*o as usize])
+                .map(|offset| Forwarded {
+                    partition: 1,
+                    offset,
+                    durable,
+                })
+                .collect();
+            // Retried sends reorder a batch's copies.
+            let mut seed = run.shuffles[attempt % run.shuffles.len()];
+            for i in (1..copies.len()).rev() {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                copies.swap(i, (seed >> 33) as usize % (i + 1));
+            }
+            match run.crashes[attempt % run.crashes.len()] {
+                // Some copies landed, the state was not written: the batch is read again.
+                Some(landed_first) if attempt < 200 => {
+                    landed.extend(copies.into_iter().take(landed_first));
+                }
+                _ => {
+                    landed.extend(copies);
+                    durable = end - 1;
+                }
+            }
+            attempt += 1;
+        }
+        let mut window = ForwardWindow::empty();
+        let mut applied: Vec<i64> = Vec::new();
+        for copy in &landed {
+            // The owner's window survives its own restarts as stored bytes.
+            window = ForwardWindow::decode(&window.encode()).unwrap();
+            if window.admit(copy) {
+                applied.push(copy.offset);
+            }
+        }
+        let expected = (0..run.misrouted.len() as i64)
+            .filter(|o| run.misrouted[*o as usize])
+            .collect();
+        applied.sort();
+        (applied, expected)
+    }
+
+    proptest! {
+        #[test]
+        fn every_forwarded_record_is_applied_once_through_crashes_and_reordering(run in runs()) {
+            let (applied, expected) = simulate(&run);
+            prop_assert_eq!(applied, expected);
+        }
+    }
+
+    #[test]
+    fn a_copy_sent_again_after_a_crash_changes_nothing() {
+        let run = Run {
+            misrouted: vec![true, false, true, true, false, true],
+            batch_sizes: vec![4, 6],
+            // The first batch crashes after all three copies landed.
+            crashes: vec![Some(3), None],
+            shuffles: vec![1, 2],
+        };
+        let (applied, expected) = simulate(&run);
+        assert_eq!(applied, expected);
+        assert_eq!(applied, [0, 2, 3, 5]);
+    }
+}
