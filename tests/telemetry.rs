@@ -19,6 +19,7 @@ fn json_logs_carry_the_pipeline_and_otlp_receives_spans_and_metrics() {
         ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), otlp.base.clone()),
         ("OTEL_METRIC_EXPORT_INTERVAL".into(), "500".into()),
         ("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()),
+        ("OTEL_SERVICE_NAME".into(), "orders-sluice".into()),
     ];
     let job = json!({"type": "command", "config": {"command": "true", "timeout": 30}});
     w.config(&pipeline("otel-a", job));
@@ -42,7 +43,8 @@ fn json_logs_carry_the_pipeline_and_otlp_receives_spans_and_metrics() {
     assert_eq!(accepted["span"]["pipeline"], "otel-a", "{accepted}");
     assert_eq!(accepted["level"], "INFO");
 
-    // The exporters post protobuf: the span names its pipeline, the metrics keep their names.
+    // The exporters post protobuf: the span names its pipeline, the metrics keep their names,
+    // and both name the service as OTEL_SERVICE_NAME says.
     let posted = |path: &str, needles: &[&str]| {
         otlp.requests_to(&format!("POST {path}"))
             .iter()
@@ -57,8 +59,16 @@ fn json_logs_carry_the_pipeline_and_otlp_receives_spans_and_metrics() {
             format!("requests so far: {paths:?}\n{}", w.log_tail())
         },
         || {
-            posted("/v1/traces", &["pipeline", "otel-a", "sluice"])
-                && posted("/v1/metrics", &["sluice_records_in_total", "sluice_timers_pending"])
+            posted("/v1/traces", &["pipeline", "otel-a", "orders-sluice"])
+                && posted(
+                    "/v1/metrics",
+                    &[
+                        "orders-sluice",
+                        "sluice_records_in",
+                        "sluice_batch_seconds",
+                        "sluice_timers_pending",
+                    ],
+                )
         },
     );
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());

@@ -62,6 +62,32 @@ fn http_with_a_status_url_is_polled_until_it_succeeds() {
     assert!(starts[0]
         .to_ascii_lowercase()
         .contains(&format!("idempotency-key: {run}").to_ascii_lowercase()));
+    // A W3C trace context: version 00, a 32-hex trace id, a 16-hex parent id, flags; the
+    // status checks of the run share its trace.
+    let traceparent = |request: &str| {
+        request
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("traceparent: ").map(str::to_string))
+            .unwrap_or_else(|| panic!("no traceparent in {request}"))
+    };
+    let trace = traceparent(&starts[0]);
+    let parts: Vec<&str> = trace.split('-').collect();
+    assert_eq!(
+        parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+        [2, 32, 16, 2],
+        "{trace}"
+    );
+    assert!(
+        parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit())),
+        "{trace}"
+    );
+    let checks = server.requests_to("GET /status");
+    assert!(!checks.is_empty());
+    assert_eq!(
+        traceparent(&checks[0]).split('-').nth(1),
+        Some(parts[1]),
+        "one trace per run"
+    );
     assert!(
         starts[0].contains("Bearer s3cret-token-value"),
         "the secret reaches the target: {}",

@@ -144,9 +144,10 @@ struct HttpOptions {
 /// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
 /// for.
 async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duration) -> Result<ExitCode> {
+    // The exporting meter provider first: the telemetry's instruments come from it.
+    let _metrics_export = observability::export_metrics()?;
     let telemetry = Telemetry::new();
     telemetry.set_stuck_after(stuck_after);
-    let _metrics_export = observability::export_metrics(telemetry.clone())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;

@@ -28,6 +28,48 @@ pub enum InputError {
     WrongPartition { key: String, partition: i32, owner: i32 },
 }
 
+/// Why a record went to the dead-letter topic, in a few kinds an operator can alert on
+/// (`sluice_dead_letters_total{reason}`); the event and the dead letter carry the words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Over a record limit (or the state it would grow over the state limit).
+    TooLarge,
+    /// Not readable: no value, not JSON, not the schema, an unknown Avro schema.
+    Unreadable,
+    /// Readable, with a field that does not hold (a missing key, a date that is none).
+    Invalid,
+    /// On another partition than its key's (see `run --misrouted`).
+    Misrouted,
+    /// A pipeline config with problems.
+    Config,
+    /// Valid, but nothing it could apply to (a report of no execution, a cancel of nothing).
+    Refused,
+}
+
+impl Rejection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::TooLarge => "too_large",
+            Rejection::Unreadable => "unreadable",
+            Rejection::Invalid => "invalid",
+            Rejection::Misrouted => "misrouted",
+            Rejection::Config => "config",
+            Rejection::Refused => "refused",
+        }
+    }
+}
+
+impl InputError {
+    /// The kind of rejection this error makes.
+    pub fn rejection(&self) -> Rejection {
+        match self {
+            InputError::Empty | InputError::NotJson(_) | InputError::Schema(_) => Rejection::Unreadable,
+            InputError::Invalid { .. } | InputError::KeyMismatch { .. } => Rejection::Invalid,
+            InputError::WrongPartition { .. } => Rejection::Misrouted,
+        }
+    }
+}
+
 /// A keyed record must sit on the partition its key hashes to, where its pipeline's state is.
 pub fn check_partition(key: Option<&[u8]>, partition: i32, partitions: i32) -> Result<(), InputError> {
     let Some(key) = key else { return Ok(()) };

@@ -250,7 +250,7 @@ pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records
-/// so far, seconds so far).
+/// so far, offsets left to the fence, seconds so far).
 ///
 /// `contiguous`: the changelog holds no transaction markers (effectively-once), so a hole
 /// in its offsets after a reused store's checkpoint is compaction, which may have removed a
@@ -266,7 +266,7 @@ pub fn restore(
     contiguous: bool,
     store: &mut PartitionStore,
     cancelled: &AtomicBool,
-    progress: impl FnMut(u64, f64),
+    progress: impl FnMut(u64, u64, f64),
 ) -> Result<Restored, Error> {
     let started = Instant::now();
     let source = Source {
@@ -305,12 +305,13 @@ struct Restoring<'a, P> {
     source: Source<'a>,
     store: &'a mut PartitionStore,
     cancelled: &'a AtomicBool,
-    /// Told the records and seconds so far.
+    /// Told the records so far, the offsets left to the fence (an upper bound of the records
+    /// left: compaction leaves holes) and the seconds so far.
     progress: P,
     started: Instant,
 }
 
-impl<P: FnMut(u64, f64)> Restoring<'_, P> {
+impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
     /// Reads what the store misses, or everything into a cleared store when its checkpoint
     /// is too old or reading on from it fails; see [`restore`].
     fn run(&mut self, contiguous: bool) -> Result<Restored, Error> {
@@ -413,7 +414,8 @@ impl<P: FnMut(u64, f64)> Restoring<'_, P> {
             if last_progress.elapsed() >= PROGRESS_EVERY {
                 last_progress = Instant::now();
                 info!(partition, records = applied.records, offset = next, "restoring…");
-                (self.progress)(applied.records, self.started.elapsed().as_secs_f64());
+                let left = u64::try_from(fence + 1 - next).unwrap_or(0);
+                (self.progress)(applied.records, left, self.started.elapsed().as_secs_f64());
             }
         }
         applied.finish(partition, fence, self.store)
@@ -423,7 +425,7 @@ impl<P: FnMut(u64, f64)> Restoring<'_, P> {
     fn restored(&mut self, records: u64, full: bool, rules: Restore) -> Restored {
         let Source { topic, partition, .. } = self.source;
         let seconds = self.started.elapsed().as_secs_f64();
-        (self.progress)(records, seconds);
+        (self.progress)(records, 0, seconds);
         if records > 0 || full {
             info!(partition, records, seconds, full, "restored state from {topic}");
         }

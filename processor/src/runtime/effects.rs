@@ -94,7 +94,7 @@ impl Executor {
             jobs_topic,
             codec,
             client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
-            limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target)),
+            limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target).reporting_to(telemetry.clone())),
             checking: Arc::new(Mutex::new(HashSet::new())),
             in_flight,
             tasks: JoinSet::new(),
@@ -124,6 +124,8 @@ impl Executor {
         let telemetry = self.telemetry.clone();
         telemetry.effect_started();
         let r = &work.request;
+        let job_type = r.config.kind().name();
+        let started = tokio::time::Instant::now();
         let span = tracing::info_span!(
             "effect",
             pipeline = %r.pipeline_id,
@@ -143,7 +145,8 @@ impl Executor {
                     }
                 };
                 if let Some(outcome) = outcome {
-                    telemetry.effect_outcome(outcome.status.as_str());
+                    let seconds = started.elapsed().as_secs_f64();
+                    telemetry.effect_outcome(job_type, outcome.status.as_str(), seconds);
                     work.report(outcome).await;
                 }
                 // A trigger stays in flight until its report is on the broker: the run's
@@ -411,6 +414,8 @@ struct Limits {
     overall: Arc<Semaphore>,
     per_target: usize,
     targets: Mutex<HashMap<String, Target>>,
+    /// Where circuits opening and closing show (`sluice_circuit_open`).
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 struct Target {
@@ -432,6 +437,20 @@ impl Limits {
             overall: Arc::new(Semaphore::new(overall.max(1))),
             per_target: per_target.max(1),
             targets: Mutex::new(HashMap::new()),
+            telemetry: None,
+        }
+    }
+
+    fn reporting_to(self, telemetry: Arc<Telemetry>) -> Self {
+        Limits {
+            telemetry: Some(telemetry),
+            ..self
+        }
+    }
+
+    fn circuit(&self, target: &str, open: bool) {
+        if let Some(t) = &self.telemetry {
+            t.circuit(target, open);
         }
     }
 
@@ -505,6 +524,7 @@ impl Limits {
                             cooldown_s = BREAKER_COOLDOWN.as_secs(),
                             "circuit opened"
                         );
+                        self.circuit(target, true);
                     }
                     t.open_until = Some(Instant::now() + BREAKER_COOLDOWN);
                 }
@@ -512,6 +532,7 @@ impl Limits {
             _ => {
                 if t.open_until.is_some() {
                     info!(target, "circuit closed: the target answers again");
+                    self.circuit(target, false);
                 }
                 t.failures_in_a_row = 0;
                 t.open_until = None;
@@ -554,7 +575,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_target_failing_in_a_row_opens_its_circuit_for_the_cooldown_only() {
-        let limits = Limits::new(4, 2);
+        let telemetry = Telemetry::new();
+        let limits = Limits::new(4, 2).reporting_to(telemetry.clone());
+        let shown = |state: &str| {
+            let text = telemetry.encode_text();
+            text.contains(&format!("sluice_circuit_open{{target=\"dead\"}} {state}"))
+        };
         let calls = std::sync::atomic::AtomicU32::new(0);
         let failing = || async {
             calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -571,6 +597,7 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), BREAKER_THRESHOLD);
+        assert!(shown("1"), "{}", telemetry.encode_text());
         // Other targets are not affected.
         let fine = || async { Ok(Outcome::succeeded("ok")) };
         assert!(limits.call("alive", &fine).await.is_ok());
@@ -578,6 +605,7 @@ mod tests {
         tokio::time::advance(BREAKER_COOLDOWN + Duration::from_millis(1)).await;
         assert!(limits.call("dead", &fine).await.is_ok());
         assert!(limits.open("dead").is_none());
+        assert!(shown("0"), "{}", telemetry.encode_text());
         // Permanent refusals are the caller's fault, not the target's: they do not count.
         let bad = || async { Err(CallError::Permanent("404".into())) };
         for _ in 0..BREAKER_THRESHOLD + 1 {

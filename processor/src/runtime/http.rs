@@ -196,7 +196,11 @@ mod tests {
         t.record_in("sluice.jobs");
         t.record_out("sluice.events", 5);
         t.record_out("sluice.events", 2);
-        t.dead_letter();
+        t.dead_letter("sluice.sensors", "unreadable");
+        t.event("JOB_TRIGGERED");
+        t.timer_late(0.012);
+        t.rebalanced("assigned");
+        t.state_size(7, 4096);
         t.batch_latency(0.003);
         t.commit_latency(0.02);
         t.consumer_lag("sluice.sensors", 2, 130);
@@ -206,9 +210,9 @@ mod tests {
             t.effect_started();
         }
         t.effect_finished();
-        t.effect_outcome("succeeded");
-        t.effect_outcome("succeeded");
-        t.restore_progress(7, 1500, 2.5);
+        t.effect_outcome("http", "succeeded", 0.2);
+        t.effect_outcome("http", "succeeded", 0.3);
+        t.restore_progress(7, 1500, 20, 2.5);
         t.partitions_owned(4);
 
         let (status, content_type, body) = server.get("/metrics").await;
@@ -218,7 +222,18 @@ mod tests {
             (r#"sluice_records_in_total{topic="sluice.sensors"}"#, "2"),
             (r#"sluice_records_in_total{topic="sluice.jobs"}"#, "1"),
             (r#"sluice_records_out_total{topic="sluice.events"}"#, "7"),
-            ("sluice_dead_letters_total", "1"),
+            (
+                r#"sluice_dead_letters_total{topic="sluice.sensors",reason="unreadable"}"#,
+                "1",
+            ),
+            (r#"sluice_events_total{type="JOB_TRIGGERED"}"#, "1"),
+            (r#"sluice_timer_lateness_seconds_bucket{le="0.016"}"#, "1"),
+            (r#"sluice_rebalances_total{kind="assigned"}"#, "1"),
+            (r#"sluice_state_bytes{partition="7"}"#, "4096"),
+            (r#"sluice_trigger_seconds_count{job_type="http"}"#, "2"),
+            (r#"sluice_restore_records_remaining{partition="7"}"#, "20"),
+            ("sluice_broker_reachable", "1"),
+            (r#"sluice_build_info{version="0.1.0"}"#, "1"),
             ("sluice_batch_seconds_count", "1"),
             (r#"sluice_batch_seconds_bucket{le="0.004"}"#, "1"),
             (r#"sluice_batch_seconds_bucket{le="0.002"}"#, "0"),
@@ -227,7 +242,7 @@ mod tests {
             (r#"sluice_consumer_lag{topic="sluice.sensors",partition="2"}"#, "120"),
             ("sluice_timers_pending", "42"),
             ("sluice_effects_in_flight", "3"),
-            (r#"sluice_effects_total{outcome="succeeded"}"#, "2"),
+            (r#"sluice_effects_total{job_type="http",outcome="succeeded"}"#, "2"),
             (r#"sluice_restore_records{partition="7"}"#, "1500"),
             (r#"sluice_restore_seconds{partition="7"}"#, "2.5"),
             ("sluice_partitions_owned", "4"),
@@ -236,11 +251,15 @@ mod tests {
             assert_eq!(sample(&body, series), Some(value), "{series} in:\n{body}");
         }
         assert!(body.ends_with("# EOF\n"), "{body}");
+        let rss: f64 = sample(&body, "process_resident_memory_bytes").unwrap().parse().unwrap();
+        assert!(rss > 1e6, "the process's resident memory: {rss}");
+        assert!(sample(&body, "process_cpu_seconds_total").is_some(), "{body}");
 
         // A counter moved after a scrape shows its new value on the next one.
-        t.dead_letter();
+        t.dead_letter("sluice.sensors", "unreadable");
         let (_, _, body) = server.get("/metrics").await;
-        assert_eq!(sample(&body, "sluice_dead_letters_total"), Some("2"));
+        let dead = r#"sluice_dead_letters_total{topic="sluice.sensors",reason="unreadable"}"#;
+        assert_eq!(sample(&body, dead), Some("2"));
         server.stop().await;
     }
 

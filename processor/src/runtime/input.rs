@@ -11,7 +11,7 @@ use super::codec::Codec;
 use super::topics::InputTopic;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
-use crate::core::records;
+use crate::core::records::{self, Rejection};
 
 /// The origin an input's events are identified by (their `eventId` derives from it). A job
 /// report is identified by its run and status rather than its offset: a trigger requested
@@ -40,7 +40,12 @@ pub(crate) async fn read_input(
     let size = message.payload().map_or(0, <[u8]>::len);
     if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
         let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
-        return (key.unwrap_or_default(), Input::Rejected { source: origin, reason });
+        let rejected = Input::Rejected {
+            source: origin,
+            reason,
+            kind: Rejection::TooLarge,
+        };
+        return (key.unwrap_or_default(), rejected);
     }
     let payload = match (kind.family(), message.payload()) {
         (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
@@ -56,6 +61,7 @@ pub(crate) async fn read_input(
             Input::Rejected {
                 source: origin,
                 reason: e.to_string(),
+                kind: Rejection::Unreadable,
             },
         ),
     }
@@ -90,6 +96,7 @@ fn decode(
             Input::Rejected {
                 source: origin.to_string(),
                 reason: e.to_string(),
+                kind: e.rejection(),
             },
         )
     })

@@ -13,6 +13,7 @@ pub mod forwarding;
 pub mod http;
 pub mod input;
 pub mod instances;
+pub mod instruments;
 pub mod jobs;
 pub mod kafka;
 pub mod observability;

@@ -1,29 +1,21 @@
 //! Logs, traces and metrics leaving the process: the `tracing` subscriber (readable text or
 //! JSON lines), and — only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set — OpenTelemetry export
-//! over OTLP/HTTP of the spans and of every metric `/metrics` shows.
+//! over OTLP/HTTP of the spans and of every metric (the instruments of
+//! [`super::instruments`], recorded beside `/metrics`).
 //!
 //! Pipeline, execution and run ids travel in spans: the processor enters a `pipeline` span
 //! while it decides and stages one input, the executor runs each effect in an `effect` span,
 //! so every line logged inside carries them (in JSON, under `span` and `spans`).
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
-
-use prometheus_client::metrics::MetricType;
-
-use super::telemetry::{MetricDescriptor, Telemetry};
 
 /// The standard switch: set, Sluice exports over OTLP; unset, nothing is exported.
 pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -54,8 +46,21 @@ impl Drop for Exporters {
     }
 }
 
+/// The service is `sluice` unless `OTEL_SERVICE_NAME` (or `service.name` in
+/// `OTEL_RESOURCE_ATTRIBUTES`) names it: several deployments can then tell theirs apart.
 fn resource() -> Resource {
-    Resource::builder().with_service_name("sluice").build()
+    let named = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.trim().is_empty());
+    let in_attributes = std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name="));
+    match (named, in_attributes) {
+        (None, true) => Resource::builder().build(),
+        (named, _) => resource_with(named.as_deref()),
+    }
+}
+
+fn resource_with(named: Option<&str>) -> Resource {
+    Resource::builder()
+        .with_service_name(named.unwrap_or("sluice").to_string())
+        .build()
 }
 
 fn otlp_enabled() -> bool {
@@ -105,10 +110,11 @@ pub fn init(filter: &str, format: LogFormat) -> Result<Exporters> {
     Ok(exporters)
 }
 
-/// Exports every metric of `telemetry` over OTLP when the endpoint is set (interval:
-/// `OTEL_METRIC_EXPORT_INTERVAL`, default 60 s). Counters and gauges keep their names and
-/// labels; a histogram is exported as its `_count` and `_sum`.
-pub fn export_metrics(telemetry: Arc<Telemetry>) -> Result<Exporters> {
+/// Installs the global meter provider that exports over OTLP when the endpoint is set
+/// (interval: `OTEL_METRIC_EXPORT_INTERVAL`, default 60 s); call it before
+/// [`Telemetry::new`](super::telemetry::Telemetry::new), whose instruments come from it.
+/// Unset, the global provider stays the no-op one and nothing is exported.
+pub fn export_metrics() -> Result<Exporters> {
     if !otlp_enabled() {
         return Ok(Exporters::default());
     }
@@ -120,208 +126,81 @@ pub fn export_metrics(telemetry: Arc<Telemetry>) -> Result<Exporters> {
         .with_periodic_exporter(exporter)
         .with_resource(resource())
         .build();
-    let meter = provider.meter("sluice");
-    let snapshot = Arc::new(Snapshot::new(telemetry));
-    for family in snapshot.families() {
-        let (name, kind) = (family.name.clone(), family.kind);
-        let source = snapshot.clone();
-        let observe = move |sink: &dyn Fn(f64, &[KeyValue])| {
-            for sample in source.samples().iter().filter(|s| s.family == name) {
-                sink(sample.value, &sample.labels);
-            }
-        };
-        match kind {
-            Kind::Counter => {
-                meter
-                    .f64_observable_counter(family.name.clone())
-                    .with_description(family.help.clone())
-                    .with_callback(move |o| observe(&|v, l| o.observe(v, l)))
-                    .build();
-            }
-            Kind::Gauge => {
-                meter
-                    .f64_observable_gauge(family.name.clone())
-                    .with_description(family.help.clone())
-                    .with_callback(move |o| observe(&|v, l| o.observe(v, l)))
-                    .build();
-            }
-        }
-    }
+    opentelemetry::global::set_meter_provider(provider.clone());
     Ok(Exporters {
         traces: None,
         metrics: Some(provider),
     })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Counter,
-    Gauge,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Family {
-    name: String,
-    kind: Kind,
-    help: String,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    family: String,
-    labels: Vec<KeyValue>,
-    value: f64,
-}
-
-/// The registry read once per export, whichever instrument's callback asks first.
-struct Snapshot {
-    telemetry: Arc<Telemetry>,
-    cached: Mutex<Option<(Instant, Arc<Vec<Sample>>)>>,
-}
-
-impl Snapshot {
-    fn new(telemetry: Arc<Telemetry>) -> Snapshot {
-        Snapshot {
-            telemetry,
-            cached: Mutex::new(None),
-        }
-    }
-
-    fn families(&self) -> Vec<Family> {
-        families(self.telemetry.descriptors())
-    }
-
-    fn samples(&self) -> Arc<Vec<Sample>> {
-        let mut cached = self.cached.lock().expect("snapshot lock");
-        match &*cached {
-            Some((at, samples)) if at.elapsed() < Duration::from_secs(1) => samples.clone(),
-            _ => {
-                let samples = Arc::new(samples(&self.telemetry.encode_text(), &self.families()));
-                *cached = Some((Instant::now(), samples.clone()));
-                samples
-            }
-        }
-    }
-}
-
-/// The OTLP instruments for the registered metrics: counters (`_total`) and histograms'
-/// `_count` and `_sum` as counters, gauges as gauges (histogram buckets are left out).
-fn families(descriptors: &[MetricDescriptor]) -> Vec<Family> {
-    let mut families = Vec::new();
-    for d in descriptors {
-        let family = |suffix: &str, kind: Kind, what: &str| Family {
-            name: format!("{}{suffix}", d.name),
-            kind,
-            help: format!("{}{what}", d.help),
-        };
-        match d.kind {
-            MetricType::Counter => families.push(family("_total", Kind::Counter, "")),
-            MetricType::Gauge => families.push(family("", Kind::Gauge, "")),
-            MetricType::Histogram => {
-                families.push(family("_count", Kind::Counter, " (observations)"));
-                families.push(family("_sum", Kind::Counter, " (sum)"));
-            }
-            _ => {}
-        }
-    }
-    families
-}
-
-/// The samples of OpenMetrics `text` that belong to `families`.
-fn samples(text: &str, families: &[Family]) -> Vec<Sample> {
-    let mut samples = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else { continue };
-        let (name, labels) = match series.split_once('{') {
-            Some((name, labels)) => (name, parse_labels(labels.trim_end_matches('}'))),
-            None => (series, Vec::new()),
-        };
-        if families.iter().any(|f| f.name == name) {
-            samples.push(Sample {
-                family: name.to_string(),
-                labels,
-                value,
-            });
-        }
-    }
-    samples
-}
-
-/// `a="x",b="y"` (values with `\"` and `\\` escapes).
-fn parse_labels(text: &str) -> Vec<KeyValue> {
-    let mut labels = Vec::new();
-    let mut rest = text;
-    while let Some((key, after)) = rest.split_once("=\"") {
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let mut end = after.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, escaped)) = chars.next() {
-                        value.push(if escaped == 'n' { '\n' } else { escaped });
-                    }
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        labels.push(KeyValue::new(key.trim_start_matches(',').to_string(), value));
-        rest = &after[end..];
-    }
-    labels
-}
-
 #[cfg(test)]
 mod tests {
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+
+    use super::super::instruments::seconds_buckets;
+    use super::super::telemetry::Telemetry;
     use super::*;
 
+    /// What the OTLP exporter is handed: real instruments, histograms with their buckets.
     #[test]
-    fn the_metrics_text_becomes_counters_and_gauges_with_labels() {
-        let t = Telemetry::new();
-        // Every registered metric gets an instrument, with samples or not.
-        let all = families(t.descriptors());
-        assert!(all.iter().any(|f| f.name == "sluice_effects_total"), "{all:?}");
-        assert!(all.iter().any(|f| f.name == "sluice_restore_seconds"), "{all:?}");
+    fn otlp_gets_counters_with_labels_and_histograms_with_buckets() {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .with_resource(resource_with(None))
+            .build();
+        let t = Telemetry::with_meter(provider.meter("sluice"));
         t.record_in("sluice.sensors");
         t.record_in("sluice.sensors");
+        t.batch_latency(0.003);
+        t.batch_latency(5.0);
         t.timers_pending(7);
-        t.batch_latency(0.5);
-        t.consumer_lag("a \"quoted\" topic", 1, 9);
-        let families = families(t.descriptors());
-        let samples = samples(&t.encode_text(), &families);
-        let family = |n: &str| families.iter().find(|f| f.name == n).map(|f| f.kind);
-        assert_eq!(family("sluice_records_in_total"), Some(Kind::Counter));
-        assert_eq!(family("sluice_timers_pending"), Some(Kind::Gauge));
-        assert_eq!(family("sluice_batch_seconds_count"), Some(Kind::Counter));
-        assert_eq!(family("sluice_batch_seconds_bucket"), None);
-        let value = |n: &str| {
-            samples
+        provider.force_flush().unwrap();
+        let exported = exporter.get_finished_metrics().unwrap();
+        let metrics: Vec<_> = exported
+            .iter()
+            .flat_map(|rm| rm.scope_metrics())
+            .flat_map(|sm| sm.metrics())
+            .collect();
+        let names: Vec<&str> = metrics.iter().map(|m| m.name()).collect();
+        let find = |name: &str| {
+            metrics
                 .iter()
-                .find(|s| s.family == n)
-                .map(|s| (s.value, s.labels.clone()))
+                .find(|m| m.name() == name)
+                .unwrap_or_else(|| panic!("no {name} in {names:?}"))
         };
+        let AggregatedMetrics::U64(MetricData::Sum(records)) = find("sluice_records_in").data() else {
+            panic!("records_in is not a u64 sum");
+        };
+        let point = records.data_points().next().unwrap();
+        assert_eq!(point.value(), 2);
+        let labels: Vec<(String, String)> = point
+            .attributes()
+            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+            .collect();
+        assert_eq!(labels, [("topic".to_string(), "sluice.sensors".to_string())]);
+        let AggregatedMetrics::F64(MetricData::Histogram(batch)) = find("sluice_batch_seconds").data() else {
+            panic!("batch_seconds is not an f64 histogram");
+        };
+        let point = batch.data_points().next().unwrap();
+        assert_eq!(point.bounds().collect::<Vec<_>>(), seconds_buckets());
+        assert_eq!(point.count(), 2);
+        // 3 ms falls in the (2 ms, 4 ms] bucket, 5 s in (4.096 s, 8.192 s].
+        let counts: Vec<u64> = point.bucket_counts().collect();
+        assert_eq!((counts[2], counts[13], counts.iter().sum::<u64>()), (1, 1, 2));
+        assert!(names.contains(&"sluice_timers_pending"), "{names:?}");
+        assert!(names.contains(&"process_resident_memory_bytes"), "{names:?}");
+    }
+
+    #[test]
+    fn the_service_name_is_sluice_unless_the_environment_names_one() {
+        let name = |r: &Resource| r.get(&opentelemetry::Key::new("service.name")).map(|v| v.to_string());
+        assert_eq!(name(&resource_with(None)), Some("sluice".to_string()));
         assert_eq!(
-            value("sluice_records_in_total"),
-            Some((2.0, vec![KeyValue::new("topic", "sluice.sensors")]))
-        );
-        assert_eq!(value("sluice_timers_pending"), Some((7.0, vec![])));
-        assert_eq!(value("sluice_batch_seconds_sum"), Some((0.5, vec![])));
-        assert_eq!(
-            value("sluice_consumer_lag"),
-            Some((
-                9.0,
-                vec![
-                    KeyValue::new("topic", "a \"quoted\" topic"),
-                    KeyValue::new("partition", "1")
-                ]
-            ))
+            name(&resource_with(Some("orders-sluice"))),
+            Some("orders-sluice".to_string())
         );
     }
 }

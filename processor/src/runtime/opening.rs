@@ -328,7 +328,7 @@ impl Opening {
                     contiguous,
                     &mut store,
                     &cancelled,
-                    |records, seconds| telemetry.restore_progress(p, records, seconds),
+                    |records, left, seconds| telemetry.restore_progress(p, records, left, seconds),
                 );
                 (store, result)
             })

@@ -59,6 +59,7 @@ use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
 use crate::core::partitioning::partition_for;
+use crate::core::records::Rejection;
 use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
@@ -515,7 +516,11 @@ impl Processor {
                     });
                     self.telemetry.set_broker_ok(reachable);
                 }
-                _ = heartbeat.tick() => {}
+                _ = heartbeat.tick() => {
+                    for (p, store) in &self.stores {
+                        self.telemetry.state_size(*p, store.estimated_bytes());
+                    }
+                }
             }
         }
     }
@@ -552,6 +557,7 @@ impl Processor {
     async fn on_ownership(&mut self, change: Ownership) -> Result<()> {
         match change {
             Ownership::Assigned(ps) => {
+                self.telemetry.rebalanced("assigned");
                 for p in ps {
                     self.abandoned.remove(&p);
                     self.open(p)?;
@@ -559,6 +565,7 @@ impl Processor {
                 self.telemetry.set_ready(self.openings.is_empty());
             }
             Ownership::Revoked(ps) => {
+                self.telemetry.rebalanced("revoked");
                 for p in ps {
                     self.abandoned.remove(&p);
                     self.openings.cancel(p);
@@ -963,6 +970,7 @@ impl Processor {
     /// Adds the timers due at `now` (at most a batch of them) to the batch.
     fn stage_due_timers(&mut self, pending: &mut Pending, now: DateTime<Utc>) -> Result<()> {
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
+            self.telemetry.timer_late((now - timer.at).as_seconds_f64());
             let (p, pipeline) = (timer.partition, timer.pipeline.clone());
             let origin = timer_origin(&pipeline, &timer.kind, timer.at);
             self.decide_and_apply(
@@ -1021,7 +1029,11 @@ impl Processor {
             || origin.to_string(),
             |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
         );
-        let rejected = Input::Rejected { source: what, reason };
+        let rejected = Input::Rejected {
+            source: what,
+            reason,
+            kind: Rejection::TooLarge,
+        };
         match self.apply(
             pending,
             p,
@@ -1076,7 +1088,8 @@ impl Processor {
         }
         self.apply_events(pending, pipeline, decision.events)?;
         if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
-            self.telemetry.dead_letter();
+            let kind = decision.rejection.map_or("unknown", Rejection::as_str);
+            self.telemetry.dead_letter(message.topic(), kind);
             pending
                 .outputs
                 .push(dead_letter(&self.settings.topics.dlq, message, reason));
@@ -1201,6 +1214,7 @@ impl Processor {
             }
         }
         for event in learned.events {
+            self.telemetry.event(event.kind.name());
             self.recent.push(event);
         }
         for (p, pipeline) in learned.changed {

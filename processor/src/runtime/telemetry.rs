@@ -2,95 +2,26 @@
 //! behind `/metrics` (served by [`super::http`]) and exported over OTLP
 //! ([`super::observability`]).
 //!
-//! Health flags are atomics and metric handles are the lock-free (or briefly locked, never
-//! across an await) handles of `prometheus-client`, so recording on the hot path costs an
-//! atomic add and a scrape can never stall the processor.
+//! Health flags are atomics; each metric records into a `prometheus-client` handle and an
+//! OpenTelemetry instrument ([`super::instruments`]), never across an await, so a scrape or
+//! an export can never stall the processor.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Metric, Registry, Unit};
+use opentelemetry::metrics::Meter;
+use prometheus_client::registry::Registry;
+
+pub use super::instruments::MetricDescriptor;
+use super::instruments::{Counter, Gauge, Labels, PlainGauge, PlainSeconds, Registrar, Seconds, SecondsGauge, UpDown};
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
 /// negotiates and parses natively.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TopicLabel {
-    topic: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PartitionLabel {
-    partition: i32,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TopicPartitionLabel {
-    topic: String,
-    partition: i32,
-}
-
-/// One registered metric: its exposed name (prefix and unit included, without the
-/// `_total` of counters), type and help, whether or not it has samples yet.
-#[derive(Debug, Clone)]
-pub struct MetricDescriptor {
-    pub name: String,
-    pub kind: MetricType,
-    pub help: String,
-}
-
-/// Registers metrics under the `sluice` prefix and remembers what it registered.
-struct Registrar {
-    registry: Registry,
-    descriptors: Vec<MetricDescriptor>,
-}
-
-impl Default for Registrar {
-    fn default() -> Registrar {
-        Registrar {
-            registry: Registry::with_prefix("sluice"),
-            descriptors: Vec::new(),
-        }
-    }
-}
-
-impl Registrar {
-    /// Registers `metric` and hands it back, to be kept as the handle that records it.
-    fn add<M: Metric + Clone>(&mut self, name: &str, help: &str, unit: Option<Unit>, metric: M) -> M {
-        let exposed = match &unit {
-            Some(unit) => format!("sluice_{name}_{}", unit.as_str()),
-            None => format!("sluice_{name}"),
-        };
-        self.descriptors.push(MetricDescriptor {
-            name: exposed,
-            kind: metric.metric_type(),
-            help: help.to_string(),
-        });
-        match unit {
-            Some(unit) => self.registry.register_with_unit(name, help, unit, metric.clone()),
-            None => self.registry.register(name, help, metric.clone()),
-        }
-        metric
-    }
-}
-
 /// What the processor reports about itself: health flags for the probes and the metric
 /// handles behind `/metrics`. Shared as an `Arc` between the processor and the server.
 pub struct Telemetry {
-    registry: Registry,
-    descriptors: Vec<MetricDescriptor>,
     /// Starts true: liveness must not fail before the first broker contact, or an orchestrator
     /// would restart a process that is merely starting up.
     broker_ok: AtomicBool,
@@ -105,21 +36,30 @@ pub struct Telemetry {
     /// How long the loop may go without turning, outside broker waits, before liveness fails.
     stuck_after_ms: AtomicU64,
     started: tokio::time::Instant,
-    broker_reachable: Gauge,
-    forwarded: Family<TopicLabel, Counter>,
-    forwarded_duplicates: Family<TopicLabel, Counter>,
-    records_in: Family<TopicLabel, Counter>,
-    records_out: Family<TopicLabel, Counter>,
+    registry: Registry,
+    descriptors: Vec<MetricDescriptor>,
+    broker_reachable: PlainGauge,
+    forwarded: Counter,
+    forwarded_duplicates: Counter,
+    records_in: Counter,
+    records_out: Counter,
+    events: Counter,
     dead_letters: Counter,
-    batch_seconds: Histogram,
-    commit_seconds: Histogram,
-    consumer_lag: Family<TopicPartitionLabel, Gauge>,
-    timers_pending: Gauge,
-    effects_in_flight: Gauge,
-    effects: Family<OutcomeLabel, Counter>,
-    restore_records: Family<PartitionLabel, Gauge>,
-    restore_seconds: Family<PartitionLabel, Gauge<f64, AtomicU64>>,
-    partitions_owned: Gauge,
+    batch_seconds: PlainSeconds,
+    commit_seconds: PlainSeconds,
+    consumer_lag: Gauge,
+    timers_pending: PlainGauge,
+    timer_lateness: PlainSeconds,
+    effects_in_flight: UpDown,
+    effects: Counter,
+    trigger_seconds: Seconds,
+    circuit_open: Gauge,
+    restore_records: Gauge,
+    restore_remaining: Gauge,
+    restore_seconds: SecondsGauge,
+    state_bytes: Gauge,
+    partitions_owned: PlainGauge,
+    rebalances: Counter,
 }
 
 impl Telemetry {
@@ -127,87 +67,81 @@ impl Telemetry {
     /// from the first scrape, at zero), healthy and not yet ready. Long as a list is long: one
     /// registration per metric, clearest all in one place.
     pub fn new() -> Arc<Telemetry> {
-        let mut r = Registrar::default();
-        let records_in = r.add("records_in", "Records consumed, by topic", None, Family::default());
-        let records_out = r.add("records_out", "Records produced, by topic", None, Family::default());
-        let dead_letters = r.add(
+        Telemetry::with_meter(opentelemetry::global::meter("sluice"))
+    }
+
+    /// [`Telemetry::new`] recording its OpenTelemetry side with `meter`.
+    pub fn with_meter(meter: Meter) -> Arc<Telemetry> {
+        let mut r = Registrar::new(meter);
+        let records_in = r.counter("records_in", "Records consumed, by topic");
+        let records_out = r.counter("records_out", "Records produced, by topic");
+        let events = r.counter("events", "Lifecycle events published, by type");
+        let dead_letters = r.counter(
             "dead_letters",
-            "Records that could not be processed and went to the dead-letter topic",
-            None,
-            Counter::default(),
+            "Records that could not be processed and went to the dead-letter topic, by input topic and reason",
         );
-        // 1 ms .. ~16 s: a batch is normally milliseconds; the tail shows broker stalls.
-        let batch_seconds = r.add(
-            "batch",
-            "Time to process one batch of records or due timers",
-            Some(Unit::Seconds),
-            Histogram::new(exponential_buckets(0.001, 2.0, 15)),
-        );
-        let commit_seconds = r.add(
+        let batch_seconds = r.plain_seconds("batch", "Time to process one batch of records or due timers");
+        let commit_seconds = r.plain_seconds(
             "commit",
             "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)",
-            Some(Unit::Seconds),
-            Histogram::new(exponential_buckets(0.001, 2.0, 15)),
         );
-        let consumer_lag = r.add(
+        let consumer_lag = r.gauge(
             "consumer_lag",
             "Input records not yet consumed, by topic and owned partition (from the client's statistics)",
-            None,
-            Family::default(),
         );
-        let timers_pending = r.add(
-            "timers_pending",
-            "Durable timers scheduled in the owned partitions",
-            None,
-            Gauge::default(),
+        let timers_pending = r.plain_gauge("timers_pending", "Durable timers scheduled in the owned partitions");
+        let timer_lateness = r.plain_seconds(
+            "timer_lateness",
+            "How long after its due time a timer fired (a restore or a busy loop makes it late)",
         );
-        let effects_in_flight = r.add(
+        let effects_in_flight = r.up_down(
             "effects_in_flight",
             "Side effects (job triggers, HTTP calls) currently running",
-            None,
-            Gauge::default(),
         );
-        let effects = r.add("effects", "Side effects completed, by outcome", None, Family::default());
-        let restore_records = r.add(
+        let effects = r.counter("effects", "Side effects completed, by job type and outcome");
+        let trigger_seconds = r.seconds(
+            "trigger",
+            "Time from a side effect's start to its outcome (retries included), by job type",
+        );
+        let circuit_open = r.gauge(
+            "circuit_open",
+            "1 while calls to a target are refused after failures in a row, 0 once it answers again, by target",
+        );
+        let restore_records = r.gauge(
             "restore_records",
             "Changelog records replayed by the latest state restore, by partition",
-            None,
-            Family::default(),
         );
-        let restore_seconds = r.add(
-            "restore",
-            "Time spent by the latest state restore, by partition",
-            Some(Unit::Seconds),
-            Family::default(),
+        let restore_remaining = r.gauge(
+            "restore_records_remaining",
+            "Changelog records the state restore under way has still to replay, by partition (0 when done)",
         );
-        let partitions_owned = r.add(
-            "partitions_owned",
-            "Input partitions assigned to this instance",
-            None,
-            Gauge::default(),
+        let restore_seconds = r.seconds_gauge("restore", "Time spent by the latest state restore, by partition");
+        let state_bytes = r.gauge(
+            "state_bytes",
+            "Estimated live size of an owned partition's state store on disk, by partition",
         );
-        let broker_reachable = r.add(
+        let partitions_owned = r.plain_gauge("partitions_owned", "Input partitions assigned to this instance");
+        let rebalances = r.counter(
+            "rebalances",
+            "Partition assignments and revocations this instance went through, by kind",
+        );
+        let broker_reachable = r.plain_gauge(
             "broker_reachable",
             "1 while the brokers answer and take the processor's records, 0 while they do not (readiness fails meanwhile; liveness does not)",
-            None,
-            Gauge::default(),
         );
         broker_reachable.set(1);
-        let forwarded = r.add(
+        let forwarded = r.counter(
             "forwarded_records",
             "Records read on another partition than their key's and forwarded to it, by topic (their producers partition with another hash than murmur2)",
-            None,
-            Family::default(),
         );
-        let forwarded_duplicates = r.add(
+        let forwarded_duplicates = r.counter(
             "forwarded_duplicates",
             "Forwarded copies that arrived again (forwarded anew after a crash) and changed nothing, by topic",
-            None,
-            Family::default(),
         );
+        let build_info = r.gauge("build_info", "Always 1; the labels say which build runs");
+        build_info.set(vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1);
+        r.process_observers();
         Arc::new(Telemetry {
-            registry: r.registry,
-            descriptors: r.descriptors,
             broker_ok: AtomicBool::new(true),
             ready: AtomicBool::new(false),
             fatal: OnceLock::new(),
@@ -215,21 +149,30 @@ impl Telemetry {
             broker_waits: AtomicUsize::new(0),
             stuck_after_ms: AtomicU64::new(DEFAULT_STUCK_AFTER.as_millis() as u64),
             started: tokio::time::Instant::now(),
+            registry: r.registry,
+            descriptors: r.descriptors,
             broker_reachable,
             forwarded,
             forwarded_duplicates,
             records_in,
             records_out,
+            events,
             dead_letters,
             batch_seconds,
             commit_seconds,
             consumer_lag,
             timers_pending,
+            timer_lateness,
             effects_in_flight,
             effects,
+            trigger_seconds,
+            circuit_open,
             restore_records,
+            restore_remaining,
             restore_seconds,
+            state_bytes,
             partitions_owned,
+            rebalances,
         })
     }
 
@@ -279,23 +222,29 @@ impl Telemetry {
     }
 
     pub fn record_in(&self, topic: &str) {
-        self.records_in.get_or_create(&topic_label(topic)).inc();
+        self.records_in.add(topic_label(topic), 1);
     }
 
     pub fn record_out(&self, topic: &str, n: u64) {
-        self.records_out.get_or_create(&topic_label(topic)).inc_by(n);
+        self.records_out.add(topic_label(topic), n);
+    }
+
+    pub fn event(&self, kind: &str) {
+        self.events.add(vec![("type", kind.to_string())], 1);
     }
 
     pub fn forwarded(&self, topic: &str) {
-        self.forwarded.get_or_create(&topic_label(topic)).inc();
+        self.forwarded.add(topic_label(topic), 1);
     }
 
     pub fn forwarded_duplicate(&self, topic: &str) {
-        self.forwarded_duplicates.get_or_create(&topic_label(topic)).inc();
+        self.forwarded_duplicates.add(topic_label(topic), 1);
     }
 
-    pub fn dead_letter(&self) {
-        self.dead_letters.inc();
+    /// A record sent to the dead-letter topic: where it came from, and the kind of reason.
+    pub fn dead_letter(&self, topic: &str, reason: &str) {
+        let labels = vec![("topic", topic.to_string()), ("reason", reason.to_string())];
+        self.dead_letters.add(labels, 1);
     }
 
     pub fn batch_latency(&self, seconds: f64) {
@@ -308,44 +257,64 @@ impl Telemetry {
 
     /// The consumer's lag on one partition, as its client last measured it.
     pub fn consumer_lag(&self, topic: &str, partition: i32, lag: i64) {
-        let label = TopicPartitionLabel {
-            topic: topic.to_owned(),
-            partition,
-        };
-        self.consumer_lag.get_or_create(&label).set(lag);
+        let labels = vec![("topic", topic.to_string()), ("partition", partition.to_string())];
+        self.consumer_lag.set(labels, lag);
     }
 
     pub fn timers_pending(&self, n: i64) {
         self.timers_pending.set(n);
     }
 
+    /// A timer fired this long after it was due.
+    pub fn timer_late(&self, seconds: f64) {
+        self.timer_lateness.observe(seconds.max(0.0));
+    }
+
     /// A trigger began (counted in `sluice_effects_in_flight` until [`Self::effect_finished`]).
     pub fn effect_started(&self) {
-        self.effects_in_flight.inc();
+        self.effects_in_flight.add(1);
     }
 
     pub fn effect_finished(&self) {
-        self.effects_in_flight.dec();
+        self.effects_in_flight.add(-1);
     }
 
-    pub fn effect_outcome(&self, outcome: &str) {
-        let label = OutcomeLabel {
-            outcome: outcome.to_owned(),
-        };
-        self.effects.get_or_create(&label).inc();
+    /// A side effect of a `job_type` job ended with `outcome` after `seconds`.
+    pub fn effect_outcome(&self, job_type: &str, outcome: &str, seconds: f64) {
+        let job = ("job_type", job_type.to_string());
+        self.effects.add(vec![job.clone(), ("outcome", outcome.to_string())], 1);
+        self.trigger_seconds.observe(vec![job], seconds);
     }
 
-    /// Progress of the partition's state restore so far (records replayed, seconds spent);
-    /// called repeatedly while restoring, the last call leaves the totals.
-    pub fn restore_progress(&self, partition: i32, records: u64, seconds: f64) {
-        let label = PartitionLabel { partition };
-        let records = i64::try_from(records).unwrap_or(i64::MAX);
-        self.restore_records.get_or_create(&label).set(records);
-        self.restore_seconds.get_or_create(&label).set(seconds);
+    /// Whether calls to `target` are refused (its circuit is open).
+    pub fn circuit(&self, target: &str, open: bool) {
+        self.circuit_open
+            .set(vec![("target", target.to_string())], i64::from(open));
+    }
+
+    /// Progress of the partition's state restore so far (records replayed, records still to
+    /// replay, seconds spent); called repeatedly while restoring, the last call leaves the
+    /// totals.
+    pub fn restore_progress(&self, partition: i32, records: u64, remaining: u64, seconds: f64) {
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.restore_records.set(partition_label(partition), as_i64(records));
+        self.restore_remaining
+            .set(partition_label(partition), as_i64(remaining));
+        self.restore_seconds.set(partition_label(partition), seconds);
+    }
+
+    pub fn state_size(&self, partition: i32, bytes: u64) {
+        self.state_bytes
+            .set(partition_label(partition), i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     pub fn partitions_owned(&self, n: i64) {
         self.partitions_owned.set(n);
+    }
+
+    /// Partitions assigned (`kind` "assigned") or revoked ("revoked").
+    pub fn rebalanced(&self, kind: &str) {
+        self.rebalances.add(vec![("kind", kind.to_string())], 1);
     }
 
     /// Liveness: `Err(reason)` only when restarting the process could help: a fatal error,
@@ -412,10 +381,12 @@ impl Drop for BrokerWait<'_> {
     }
 }
 
-fn topic_label(topic: &str) -> TopicLabel {
-    TopicLabel {
-        topic: topic.to_owned(),
-    }
+fn topic_label(topic: &str) -> Labels {
+    vec![("topic", topic.to_string())]
+}
+
+fn partition_label(partition: i32) -> Labels {
+    vec![("partition", partition.to_string())]
 }
 
 #[cfg(test)]

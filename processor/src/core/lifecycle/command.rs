@@ -8,7 +8,7 @@ use super::schedule::day_excluded;
 use super::{detail, execution_key, Decider, Phase};
 use crate::core::events::EventType;
 use crate::core::execution::ExecutionDate;
-use crate::core::records::{CommandKind, CommandRecord};
+use crate::core::records::{CommandKind, CommandRecord, Rejection};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -29,7 +29,11 @@ impl Decider<'_> {
     fn on_rerun(&mut self, record: &CommandRecord) {
         let Some(key) = self.command_key(record) else {
             let reason = format!("pipeline {} has no config", self.pipeline_id);
-            self.reject(&format!("command rerun for {}", record.date), &reason);
+            self.reject(
+                &format!("command rerun for {}", record.date),
+                &reason,
+                Rejection::Refused,
+            );
             return;
         };
         let Some(config) = self.config() else { return };
@@ -138,7 +142,11 @@ impl Decider<'_> {
         let Some(execution) = open else {
             let what = key.unwrap_or_else(|| record.date.clone());
             let reason = format!("nothing to cancel: no execution {what} in progress");
-            self.reject(&format!("command cancel for {}", record.date), &reason);
+            self.reject(
+                &format!("command cancel for {}", record.date),
+                &reason,
+                Rejection::Refused,
+            );
             return;
         };
         let key = key.unwrap_or_default();

@@ -12,7 +12,7 @@ use super::schedule::day_excluded;
 use super::{detail, Decider, Phase};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::events::{clip, EventType, REASON_LIMIT};
-use crate::core::records::ConfigRecord;
+use crate::core::records::{ConfigRecord, Rejection};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
@@ -134,6 +134,7 @@ impl Decider<'_> {
             detail,
         );
         self.dead_letter = Some(format!("invalid config: {}", summary.join("; ")));
+        self.rejection = Some(Rejection::Config);
     }
 
     fn on_config_deleted(&mut self) {

@@ -11,7 +11,7 @@ use super::schedule::STALE_GRACE;
 use super::{detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest};
 use crate::core::config::{PipelineConfig, RenderError};
 use crate::core::events::EventType;
-use crate::core::records::{FailureCategory, JobRecord, JobStatus};
+use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
 use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
@@ -20,7 +20,7 @@ impl Decider<'_> {
         let key = execution_key(&record.schedule_id, &record.date);
         let Some(execution) = self.state.executions.get(&key) else {
             let reason = format!("no execution {key} of pipeline {} to report on", self.pipeline_id);
-            self.reject(&format!("job report {}", record.run_id), &reason);
+            self.reject(&format!("job report {}", record.run_id), &reason, Rejection::Refused);
             return;
         };
         if self.config().is_some_and(|c| c.dry_run) {

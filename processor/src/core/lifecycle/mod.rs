@@ -37,7 +37,7 @@ use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 pub use super::execution::execution_key;
 use super::execution::{ExecutionDate, ExecutionId};
 use super::limits::Limits;
-use super::records::{CommandRecord, ConfigRecord, JobRecord, SensorReading};
+use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
@@ -344,6 +344,7 @@ pub enum Input {
     Rejected {
         source: String,
         reason: String,
+        kind: Rejection,
     },
 }
 
@@ -502,6 +503,8 @@ pub struct Decision {
     pub records: Vec<Outbound>,
     /// Set when the input record belongs on the dead-letter topic, with the reason.
     pub dead_letter: Option<String>,
+    /// The kind of that reason.
+    pub rejection: Option<Rejection>,
     /// Worth a log line, not an event (e.g. a duplicate report that changes nothing).
     pub notes: Vec<String>,
 }
@@ -561,7 +564,7 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
                 None => d.notes.push(format!("timer {} is not pending: ignored", kind.encode())),
             }
         }
-        Input::Rejected { source, reason } => d.reject(source, reason),
+        Input::Rejected { source, reason, kind } => d.reject(source, reason, *kind),
     }
     d.finish()
 }
@@ -577,6 +580,7 @@ struct Decider<'a> {
     timers: Vec<TimerOp>,
     records: Vec<Outbound>,
     dead_letter: Option<String>,
+    rejection: Option<Rejection>,
     notes: Vec<String>,
     delete: bool,
 }
@@ -593,6 +597,7 @@ impl<'a> Decider<'a> {
             timers: Vec::new(),
             records: Vec::new(),
             dead_letter: None,
+            rejection: None,
             notes: Vec::new(),
             delete: false,
         }
@@ -613,6 +618,7 @@ impl<'a> Decider<'a> {
             timers: self.timers,
             records: self.records,
             dead_letter: self.dead_letter,
+            rejection: self.rejection,
             notes: self.notes,
         }
     }
@@ -742,7 +748,7 @@ impl<'a> Decider<'a> {
         self.arm_expiry(key);
     }
 
-    fn reject(&mut self, source: &str, reason: &str) {
+    fn reject(&mut self, source: &str, reason: &str, kind: Rejection) {
         let reason = clip(reason, REASON_LIMIT);
         let reason = reason.as_str();
         let detail = detail([("source", Value::from(source)), ("error", Value::from(reason))]);
@@ -753,6 +759,7 @@ impl<'a> Decider<'a> {
             detail,
         );
         self.dead_letter = Some(reason.to_string());
+        self.rejection = Some(kind);
     }
 }
 

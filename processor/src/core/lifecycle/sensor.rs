@@ -10,7 +10,7 @@ use super::{detail, execution_key, Decider, StoredSensor};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
 use crate::core::execution::ExecutionDate;
-use crate::core::records::SensorReading;
+use crate::core::records::{Rejection, SensorReading};
 
 impl Decider<'_> {
     pub(super) fn on_sensor(&mut self, reading: &SensorReading) {
@@ -22,8 +22,8 @@ impl Decider<'_> {
             hour: reading.hour,
             timestamp: reading.timestamp,
         };
-        if let Some(reason) = self.sensor_refusal(&reading.key, &stored) {
-            self.reject(&format!("sensor {}", reading.key), &reason);
+        if let Some((kind, reason)) = self.sensor_refusal(&reading.key, &stored) {
+            self.reject(&format!("sensor {}", reading.key), &reason, kind);
             return;
         }
         let previous = self
@@ -67,27 +67,30 @@ impl Decider<'_> {
 
     /// Why the reading `stored` of sensor `key` cannot be kept: a timestamp from the future,
     /// a date beyond the retention, or no room for another sensor.
-    fn sensor_refusal(&self, key: &str, stored: &StoredSensor) -> Option<String> {
+    fn sensor_refusal(&self, key: &str, stored: &StoredSensor) -> Option<(Rejection, String)> {
         let now = self.now();
         let skew = self.ctx.settings.max_clock_skew;
         if let Some(at) = stored.timestamp.filter(|at| *at > now + skew) {
             // A clock running ahead would make stale data look fresh to every age_* rule.
-            return Some(format!(
+            let why = format!(
                 "sensor {key:?} has timestamp {} which is {} in the future (more than the allowed clock skew of {})",
                 at.to_rfc3339(),
                 format_duration(at - now),
                 format_duration(skew)
-            ));
+            );
+            return Some((Rejection::Invalid, why));
         }
         if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d)) {
-            return Some(format!(
+            let why = format!(
                 "sensor {key:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one"
-            ));
+            );
+            return Some((Rejection::Refused, why));
         }
         if self.state.sensors.contains_key(&stored.slot(key)) {
             return None;
         }
-        self.ctx.settings.limits.check_sensors(self.state.sensors.len()).err()
+        let limit = self.ctx.settings.limits.check_sensors(self.state.sensors.len()).err()?;
+        Some((Rejection::TooLarge, limit))
     }
 
     /// Evaluates again the executions awaiting rules (`only` that one, when named), except

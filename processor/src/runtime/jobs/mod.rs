@@ -142,9 +142,13 @@ impl Call<'_> {
         self.config.timeout().map(Duration::from_secs).unwrap_or(default)
     }
 
-    /// A request through the guarded client, with the job's per-request timeout.
+    /// A request through the guarded client, with the job's per-request timeout and a W3C
+    /// `traceparent` ([`traceparent`]).
     pub fn request(&self, method: Method, url: &str) -> Result<RequestBuilder, CallError> {
-        self.client.request(method, url, self.timeout())
+        Ok(self
+            .client
+            .request(method, url, self.timeout())?
+            .header("traceparent", traceparent(self.run_id())))
     }
 
     /// `job.config.headers` as headers, for every request of the job: the trigger and each
@@ -242,6 +246,30 @@ pub fn date_arguments(date: &str) -> Vec<(&'static str, String)> {
         arguments.push(("par_hour", format!("{hour:02}")));
     }
     arguments
+}
+
+/// The W3C trace context of a job's call: the current span's when spans are exported over
+/// OTLP (the target's traces then join Sluice's), else a trace named after the run, not
+/// sampled, so that the trigger and every status check of one run share a trace id in the
+/// target's logs.
+pub fn traceparent(run_id: &str) -> String {
+    use opentelemetry::trace::TraceContextExt as _;
+    use sha2::{Digest, Sha256};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let current = span.span_context();
+    if current.is_valid() {
+        return format!(
+            "00-{}-{}-{:02x}",
+            current.trace_id(),
+            current.span_id(),
+            current.trace_flags().to_u8()
+        );
+    }
+    let digest = Sha256::digest(run_id.as_bytes());
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("00-{}-{}-00", hex(&digest[..16]), hex(&digest[16..24]))
 }
 
 /// The target a job's calls go to, for concurrency bounds and circuit breaking: the host

@@ -626,6 +626,15 @@ impl PartitionStore {
         Ok(effects)
     }
 
+    /// RocksDB's estimate of the live data this store holds on disk (0 if it has none).
+    pub fn estimated_bytes(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.estimate-live-data-size")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
     /// What was applied of the copies forwarded from `origin` of `topic` (empty: none yet).
     pub fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow> {
         match self.get("reading forwarded copies", &window_key(topic, origin))? {
