@@ -1,24 +1,64 @@
 //! Avro on the real broker with a schema registry: the processor registers its schemas,
 //! reads Avro and JSON inputs side by side, and writes registry-framed Avro events and job
-//! reports that `events tail` reads back. And input compressed with any codec.
+//! reports that `events tail` reads back; with a registry that requires credentials, goes
+//! down, and holds schemas that are not Avro. And input compressed with any codec.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::json;
 use sluice::core::events::EventType::*;
-use sluice::runtime::codec::{Codec, Formats};
+use sluice::runtime::codec::{Codec, Family, Formats, Registry, RegistrySettings};
 
-use crate::support::{command_job, day, pipeline, serve, sluice_on, World};
+use crate::support::{command_job, day, pipeline, serve, sluice_on, wait_until, World};
 
-/// A loopback server speaking the registry REST endpoints Sluice uses; the (subject,
-/// schema) pairs it holds, in registration order (id = position + 1).
+/// The (subject, schema) pairs a test registry holds, in registration order (id = position
+/// + 1); a schema whose text starts with `syntax` is a Protobuf one.
 type Subjects = Arc<Mutex<Vec<(String, String)>>>;
 
+/// A test registry: what it holds, what it requires and what it saw.
+#[derive(Clone, Default)]
+struct Fake {
+    subjects: Subjects,
+    /// The `Authorization` header every request must carry, if any.
+    authorization: Option<String>,
+    /// While set, fetching a schema by id answers 503.
+    outage: Arc<AtomicBool>,
+    /// Every request as `METHOD /path STATUS`.
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+/// A loopback server speaking the registry REST endpoints Sluice uses.
 fn registry() -> (String, Subjects) {
-    let schemas: Subjects = Arc::default();
-    let held = schemas.clone();
-    let url = serve(move |r| {
-        let mut all = held.lock().unwrap();
+    let fake = Fake::default();
+    (registry_for(&fake), fake.subjects)
+}
+
+fn registry_for(fake: &Fake) -> String {
+    let fake = fake.clone();
+    serve(move |r| {
+        let (status, body) = answer(&fake, r);
+        fake.seen
+            .lock()
+            .unwrap()
+            .push(format!("{} {} {status}", r.method, r.path));
+        (status, body)
+    })
+}
+
+fn answer(fake: &Fake, r: &crate::support::Request) -> (u16, String) {
+    if fake.authorization.is_some() && r.header("authorization") != fake.authorization.as_deref() {
+        return (401, json!({"error_code": 401, "message": "Unauthorized"}).to_string());
+    }
+    if fake.outage.load(Ordering::SeqCst) && r.path.starts_with("/schemas/ids/") {
+        return (
+            503,
+            json!({"error_code": 50003, "message": "store unavailable"}).to_string(),
+        );
+    }
+    {
+        let mut all = fake.subjects.lock().unwrap();
         let subject = r
             .path
             .strip_prefix("/subjects/")
@@ -36,6 +76,9 @@ fn registry() -> (String, Subjects) {
                 (200, json!({ "id": id }).to_string())
             }
             ("GET", _, Some(id)) => match id.parse::<usize>().ok().and_then(|i| all.get(i.wrapping_sub(1))) {
+                Some((_, schema)) if schema.starts_with("syntax") => {
+                    (200, json!({ "schemaType": "PROTOBUF", "schema": schema }).to_string())
+                }
                 Some((_, schema)) => (200, json!({ "schema": schema }).to_string()),
                 None => (
                     404,
@@ -47,8 +90,7 @@ fn registry() -> (String, Subjects) {
                 json!({"error_code": 404, "message": "no such endpoint"}).to_string(),
             ),
         }
-    });
-    (url, schemas)
+    }
 }
 
 #[test]
@@ -121,6 +163,107 @@ fn avro_with_a_registry_end_to_end() {
     let (out, err) = tail(&[]);
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("--schema-registry-url"), "{err}");
+}
+
+/// A registry that requires basic auth, the processor's credential read from a file (as Kafka
+/// properties can be): its schemas are registered and its events framed with it; records
+/// framed with an unknown id or with a Protobuf schema's id are dead-lettered with the
+/// reason; a reading whose writer schema must be fetched while the registry answers 503
+/// waits for it instead of being dead-lettered.
+#[test]
+fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
+    const PASSWORD: &str = "reg-pw-8f3k";
+    let fake = Fake {
+        authorization: Some("Basic c2x1aWNlOnJlZy1wdy04ZjNr".into()),
+        ..Fake::default()
+    };
+    // Other producers' schemas: Sluice's sensor schema under their subject (id 1), and a
+    // Protobuf one (id 2).
+    fake.subjects.lock().unwrap().extend([
+        ("other-value".to_string(), Family::Sensors.schema_text().to_string()),
+        (
+            "proto-value".to_string(),
+            "syntax = \"proto3\"; message M {}".to_string(),
+        ),
+    ]);
+    let url = registry_for(&fake);
+    let mut w = World::new("registry-auth");
+    let secret = w.scratch.path().join("registry-user-info");
+    std::fs::write(&secret, format!("sluice:{PASSWORD}\n")).unwrap();
+    w.env = vec![
+        ("SLUICE_FORMAT".into(), "avro".into()),
+        ("SLUICE_SCHEMA_REGISTRY_URL".into(), url.clone()),
+        (
+            "SLUICE_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO".into(),
+            format!("${{file:{}}}", secret.display()),
+        ),
+    ];
+    let reader = Registry::connect(&RegistrySettings {
+        basic_auth_user_info: Some(format!("sluice:{PASSWORD}")),
+        ..RegistrySettings::new(&url)
+    })
+    .unwrap();
+    w.read_events_with(Codec::with_registry(Formats::default(), Some(reader)));
+    w.start_with(&pipeline("reg-p", command_job("true", 0)));
+
+    w.produce("sensors", Some("reg-p"), Some(&[0, 0, 0, 0, 99, 0]));
+    w.produce("sensors", Some("reg-p"), Some(&[0, 0, 0, 0, 2, 0]));
+    w.sensor("reg-p", "row-count", json!({"count": 1500}));
+    // The trigger reading as another producer writes it (schema id 1), while the registry is down.
+    fake.outage.store(true, Ordering::SeqCst);
+    let reading = json!({"pipelineId": "reg-p", "key": "upstream", "data": {"status": "ready"}, "date": day()});
+    let single_object = Codec::new(Formats::parse(&["avro".into()]).unwrap(), None)
+        .unwrap()
+        .encode(Family::Sensors, "any", &reading)
+        .unwrap();
+    let mut framed = vec![0, 0, 0, 0, 1];
+    framed.extend_from_slice(&single_object[10..]);
+    w.produce("sensors", Some("reg-p"), Some(&framed));
+    let refused = |seen: &[String]| seen.iter().filter(|r| *r == "GET /schemas/ids/1 503").count();
+    wait_until(
+        "the processor to meet the outage twice",
+        Duration::from_secs(60),
+        || format!("{:?}\n{}", fake.seen.lock().unwrap(), w.log_tail()),
+        || refused(&fake.seen.lock().unwrap()) >= 2,
+    );
+    fake.outage.store(false, Ordering::SeqCst);
+
+    w.wait_for_sequence(
+        "reg-p",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    let dead = w.dead_letters(2);
+    let reasons: Vec<&str> = dead
+        .iter()
+        .map(|(_, headers)| headers.iter().find(|(k, _)| k == "error").unwrap().1.as_str())
+        .collect();
+    assert!(reasons[0].contains("no schema with id 99"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("schema with id 2") && reasons[1].contains("PROTOBUF"),
+        "{reasons:?}"
+    );
+
+    // Every request carried the credential; the events went out framed (the reader fetched
+    // their schema by id); the password shows nowhere in the log.
+    let seen = fake.seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|r| !r.ends_with(" 401")), "{seen:?}");
+    let events_id = fake
+        .subjects
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|(s, _)| *s == format!("{}events-value", w.prefix))
+        .expect("events subject registered")
+        + 1;
+    assert!(seen.contains(&format!("GET /schemas/ids/{events_id} 200")), "{seen:?}");
+    assert!(!w.log().contains(PASSWORD), "the password in the log");
 }
 
 /// Producers compress as they please: a librdkafka producer with each codec Kafka knows

@@ -493,13 +493,29 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
         let at = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
         let event = match message.payload() {
             None => None,
-            Some(payload) => match codec.decode(Family::Events, payload).await {
-                Ok(json) => serde_json::from_slice::<Event>(&json).map_err(|e| e.to_string()).ok(),
-                Err(e) => {
-                    warn!(%at, error = %e, "skipping an undecodable event");
-                    None
+            Some(payload) => {
+                let mut backoff = Duration::from_millis(200);
+                loop {
+                    match codec.decode(Family::Events, payload).await {
+                        Ok(json) => break serde_json::from_slice::<Event>(&json).map_err(|e| e.to_string()).ok(),
+                        // Not the event's fault (the schema registry is down or refuses the
+                        // credentials): wait for it rather than lose an alert.
+                        Err(e) if !e.blames_record() => {
+                            warn!(%at, error = %e, "the schema registry cannot answer for an event; retrying");
+                            tokio::select! {
+                                // Uncommitted: the event is read again on restart.
+                                _ = &mut stop => return Ok(ExitCode::SUCCESS),
+                                _ = tokio::time::sleep(backoff) => {}
+                            }
+                            backoff = (backoff * 2).min(Duration::from_secs(10));
+                        }
+                        Err(e) => {
+                            warn!(%at, error = %e, "skipping an undecodable event");
+                            break None;
+                        }
+                    }
                 }
-            },
+            }
         };
         if let Some(event) = event.filter(|e| types.contains(&e.kind)) {
             deliver(&client, &sink, &state, &event, &mut stop).await?;

@@ -139,6 +139,9 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
             Ok(json) => serde_json::from_slice::<Event>(&json)
                 .map(|e| (e, json))
                 .map_err(|e| e.to_string()),
+            // Not the record's fault: the registry cannot answer (down, refusing the
+            // credentials); stop rather than skip records that are fine.
+            Err(e) if !e.blames_record() => return Err(anyhow::Error::new(e).context("reading events")),
             Err(e) => Err(e.to_string()),
         };
         let (event, payload) = match decoded {

@@ -27,7 +27,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::Value;
 
 use crate::core::records::CommandKind;
-use crate::runtime::codec::{Codec, Family, Formats};
+use crate::runtime::codec::{Codec, Family, Formats, Registry, RegistrySettings};
 use crate::runtime::kafka::{self, Connection, Quirks};
 use crate::runtime::observability::{self, LogFormat};
 use crate::runtime::topics::Topics;
@@ -92,9 +92,41 @@ pub(crate) struct Cli {
     formats: Vec<String>,
     /// Schema registry base URL: Avro records are then framed with the registry's schema id
     /// (subject <topic>-value), and schemas registered on startup. Without it, Avro uses
-    /// single-object encoding.
+    /// single-object encoding. User info in it (`https://USER:PASSWORD@host`) is taken as
+    /// basic auth and never shown.
     #[arg(long, global = true, env = "SLUICE_SCHEMA_REGISTRY_URL", value_name = "URL")]
     schema_registry_url: Option<String>,
+    /// Basic auth for the schema registry, as `USER:PASSWORD` (Confluent's
+    /// `basic.auth.user.info`); `${env:NAME}` or `${file:PATH}` reads it from there.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO",
+        value_name = "USER:PASSWORD"
+    )]
+    schema_registry_basic_auth_user_info: Option<String>,
+    /// A bearer token for the schema registry; `${env:NAME}` or `${file:PATH}` reads it from
+    /// there.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SCHEMA_REGISTRY_BEARER_TOKEN",
+        value_name = "TOKEN"
+    )]
+    schema_registry_bearer_token: Option<String>,
+    /// `false` for a governed registry: Sluice registers nothing, and writes with each
+    /// subject's latest version (Confluent's `auto.register.schemas=false` with
+    /// `use.latest.version=true`), stopping at startup if that version cannot hold Sluice's
+    /// records.
+    #[arg(
+        long,
+        global = true,
+        env = "SLUICE_SCHEMA_REGISTRY_AUTO_REGISTER",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    schema_registry_auto_register: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -223,7 +255,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
         tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
     }
     let formats = Formats::parse(&cli.formats).map_err(anyhow::Error::msg)?;
-    let codec = Codec::new(formats, cli.schema_registry_url.as_deref())?;
+    let codec = Codec::with_registry(formats, registry(&cli)?);
     match cli.command {
         Command::Run(args) => run::command(kafka, topics, codec, args).await,
         Command::Topics { command } => topics::run(kafka, &topics, command).await,
@@ -240,6 +272,23 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
             command: events::EventsCommand::Tail(args),
         } => events::run(kafka, &topics, &codec, args).await,
     }
+}
+
+/// The schema registry the flags name, with its credentials read; none without a URL.
+fn registry(cli: &Cli) -> Result<Option<Registry>> {
+    let Some(url) = &cli.schema_registry_url else {
+        if cli.schema_registry_basic_auth_user_info.is_some() || cli.schema_registry_bearer_token.is_some() {
+            anyhow::bail!("schema registry credentials are given without --schema-registry-url");
+        }
+        return Ok(None);
+    };
+    let settings = RegistrySettings {
+        url: url.clone(),
+        basic_auth_user_info: cli.schema_registry_basic_auth_user_info.clone(),
+        bearer_token: cli.schema_registry_bearer_token.clone(),
+        auto_register: cli.schema_registry_auto_register,
+    };
+    Ok(Some(Registry::connect(&settings)?))
 }
 
 /// Publishes one record of `family` in the format `codec` writes it.
@@ -277,5 +326,30 @@ mod tests {
         };
         assert_eq!(calendars, Some(std::path::PathBuf::from("c")));
         assert_eq!(vars, [("a".to_string(), "b".to_string())]);
+    }
+
+    #[test]
+    fn the_schema_registry_flags() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["sluice"], args, &["status"]].concat()).unwrap();
+        let cli = parse(&[]);
+        assert!(cli.schema_registry_auto_register, "auto-registers by default");
+        assert!(registry(&cli).unwrap().is_none());
+        let cli = parse(&[
+            "--schema-registry-url",
+            "http://127.0.0.1:8081",
+            "--schema-registry-auto-register",
+            "false",
+            "--schema-registry-bearer-token",
+            "t0ken",
+        ]);
+        assert!(!cli.schema_registry_auto_register);
+        let shown = format!("{:?}", registry(&cli).unwrap().unwrap());
+        assert!(shown.contains("bearer") && !shown.contains("t0ken"), "{shown}");
+        let cli = parse(&["--schema-registry-basic-auth-user-info", "u:hunter2"]);
+        let e = registry(&cli).unwrap_err().to_string();
+        assert!(
+            e.contains("without --schema-registry-url") && !e.contains("hunter2"),
+            "{e}"
+        );
     }
 }

@@ -409,7 +409,8 @@ pub(crate) async fn decoded_in_order(
             continue;
         };
         let at = timestamp(message).unwrap_or(DateTime::<Utc>::MIN_UTC);
-        let (pipeline, input) = read_input(codec, kind, message, partitions, limits).await;
+        // A registry that cannot answer stops the replay: its records are not bad input.
+        let (pipeline, input) = read_input(codec, kind, message, partitions, limits).await?;
         if !keep(kind, at, &pipeline) {
             continue;
         }

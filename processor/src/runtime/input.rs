@@ -1,13 +1,15 @@
 //! Input records as the decider reads them: decoded from any of the formats the codec reads,
 //! checked against the record limits, and named by the origin their events' ids derive from.
 //! A record that cannot be read becomes a rejection with the reason (for the dead-letter
-//! topic), never an error: bad input must not stop the loop.
+//! topic), never an error: bad input must not stop the loop. The one error is a schema
+//! registry that cannot answer for a record (an outage, refused credentials): the record is
+//! not at fault, so it is not rejected; the caller waits and reads it again.
 
 use std::borrow::Cow;
 
 use rdkafka::message::{Message, OwnedMessage};
 
-use super::codec::Codec;
+use super::codec::{Codec, CodecError};
 use super::topics::InputTopic;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
@@ -27,14 +29,15 @@ pub(crate) fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) ->
 
 /// The pipeline an input record is about and the decider's input it holds. Avro and
 /// Connect-enveloped records become their JSON form first; what cannot be read is rejected
-/// with the reason, like malformed JSON.
+/// with the reason, like malformed JSON. `Err`: the schema registry could not answer for the
+/// record ([`CodecError::blames_record`] is false); try again later.
 pub(crate) async fn read_input(
     codec: &Codec,
     kind: InputTopic,
     message: &OwnedMessage,
     partitions: i32,
     limits: &Limits,
-) -> (String, Input) {
+) -> Result<(String, Input), CodecError> {
     let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
     // Measured before anything is decoded: an oversized record is never parsed.
     let size = message.payload().map_or(0, <[u8]>::len);
@@ -45,15 +48,16 @@ pub(crate) async fn read_input(
             reason,
             kind: Rejection::TooLarge,
         };
-        return (key.unwrap_or_default(), rejected);
+        return Ok((key.unwrap_or_default(), rejected));
     }
     let payload = match (kind.family(), message.payload()) {
         (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
         (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
     };
     match payload {
-        Ok(payload) => decode(kind, message, payload.as_deref(), &origin, partitions),
-        Err(e) => (
+        Ok(payload) => Ok(decode(kind, message, payload.as_deref(), &origin, partitions)),
+        Err(e) if !e.blames_record() => Err(e),
+        Err(e) => Ok((
             message
                 .key()
                 .map(|k| String::from_utf8_lossy(k).into_owned())
@@ -63,7 +67,7 @@ pub(crate) async fn read_input(
                 reason: e.to_string(),
                 kind: Rejection::Unreadable,
             },
-        ),
+        )),
     }
 }
 

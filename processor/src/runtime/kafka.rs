@@ -292,8 +292,9 @@ pub fn is_secret(name: &str) -> bool {
     .any(|s| name.contains(s))
 }
 
-/// A property's value, read from `${env:NAME}` or `${file:PATH}` when it says so.
-fn resolve(name: &str, value: &str) -> Result<String, ConnectionError> {
+/// A property's value, read from `${env:NAME}` or `${file:PATH}` when it says so (also the
+/// schema registry's credentials, see [`super::codec::registry`]).
+pub(crate) fn resolve(name: &str, value: &str) -> Result<String, ConnectionError> {
     let secret = |source_desc: String| ConnectionError::Secret {
         property: name.to_string(),
         source_desc,

@@ -50,7 +50,7 @@ use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::telemetry::Telemetry;
-use super::topics::Topics;
+use super::topics::{InputTopic, Topics};
 use crate::core::changelog::{Foreign, Lineage};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
@@ -881,14 +881,7 @@ impl Processor {
             if let Route::Elsewhere = self.route(&mut pending, message)? {
                 continue;
             }
-            let (pipeline, input) = read_input(
-                &self.settings.codec,
-                kind,
-                message,
-                self.partitions,
-                &self.settings.decider.limits,
-            )
-            .await;
+            let (pipeline, input) = self.read(kind, message).await;
             let origin = origin_of(kind, p, offset, &input);
             self.decide_and_apply(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
         }
@@ -950,6 +943,36 @@ impl Processor {
         debug!(%topic, p, offset, from = mark.partition, at = mark.offset, "forwarded copy applied before: skipped");
         self.telemetry.forwarded_duplicate(topic);
         Ok(Route::Elsewhere)
+    }
+
+    /// Reads an input record, waiting out a schema registry that cannot answer for it (down,
+    /// timing out, answering 5xx, refusing the credentials): the record is not at fault, so
+    /// it is neither rejected nor skipped. The batch waits with it, nothing of it applied,
+    /// retried with backoff for as long as it lasts, the loop held up rather than stuck
+    /// (liveness holds: a restart would not bring the registry back); a stop meanwhile
+    /// leaves the batch to be redone on restart.
+    async fn read(&self, kind: InputTopic, message: &OwnedMessage) -> (String, Input) {
+        let telemetry = self.telemetry.clone();
+        let mut waiting = None;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let codec = &self.settings.codec;
+            match read_input(codec, kind, message, self.partitions, &self.settings.decider.limits).await {
+                Ok(read) => return read,
+                Err(e) => {
+                    waiting.get_or_insert_with(|| telemetry.awaiting_broker());
+                    warn!(
+                        topic = message.topic(),
+                        partition = message.partition(),
+                        offset = message.offset(),
+                        error = %e,
+                        "the record cannot be read until the schema registry answers; the batch waits"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
     }
 
     async fn fire_due_timers(&mut self) -> Result<()> {

@@ -21,7 +21,7 @@ use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use serde_json::Value as Json;
 
-pub use registry::{Registry, RegistryError};
+pub use registry::{Registry, RegistryError, RegistrySettings};
 
 /// The record families with a public schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -139,7 +139,7 @@ impl Formats {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
-    #[error("{0}")]
+    #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("the record does not fit the {family} schema: {reason}")]
     Schema { family: &'static str, reason: String },
@@ -153,6 +153,19 @@ pub enum CodecError {
     UnknownFingerprint { fingerprint: String },
     #[error("the {family} schema is not registered for topic {topic}; register it first (Codec::prepare)")]
     NotPrepared { family: &'static str, topic: String },
+}
+
+impl CodecError {
+    /// Whether, met while decoding a record, the error is the record's fault (bad input, for
+    /// the dead-letter topic): everything but a schema registry that cannot answer for it (an
+    /// outage, refused credentials), which the record must wait out.
+    pub fn blames_record(&self) -> bool {
+        match self {
+            CodecError::Registry(e) => e.blames_record(),
+            CodecError::NotPrepared { .. } => false,
+            _ => true,
+        }
+    }
 }
 
 /// Encodes and decodes records of every family, as `formats` and the registry say.
@@ -173,6 +186,11 @@ impl Codec {
         Ok(Codec { formats, registry })
     }
 
+    /// With `registry`, built by the caller (credentials, `--schema-registry-auto-register`).
+    pub fn with_registry(formats: Formats, registry: Option<Registry>) -> Codec {
+        Codec { formats, registry }
+    }
+
     /// JSON everywhere, no registry.
     pub fn json() -> Codec {
         Codec {
@@ -185,14 +203,16 @@ impl Codec {
         self.formats.of(family)
     }
 
-    /// Registers the schema of every Avro-written family in `topics` with the registry (so
-    /// [`Self::encode`] needs no I/O and a compatibility problem stops startup, not a batch).
+    /// Registers the schema of every Avro-written family in `topics` with the registry, or
+    /// takes each subject's latest version when not auto-registering (so [`Self::encode`]
+    /// needs no I/O and a compatibility problem stops startup, not a batch). A registry that
+    /// cannot answer is retried for a while (see [`registry::STARTUP_PATIENCE`]).
     pub async fn prepare(&self, topics: &[(Family, &str)]) -> Result<(), CodecError> {
         let Some(registry) = &self.registry else { return Ok(()) };
         for (family, topic) in topics {
             if self.format(*family) == Format::Avro {
                 registry
-                    .register(&subject(topic), family.schema_text(), family.schema())
+                    .prepare(&subject(topic), family.schema_text(), family.schema())
                     .await?;
             }
         }
@@ -213,20 +233,21 @@ impl Codec {
             }
             Format::Avro => {
                 let value = avro::to_avro(family.schema(), record).map_err(schema_error)?;
-                let datum = GenericDatumWriter::builder(family.schema())
-                    .build()
-                    .and_then(|w| w.write_value_to_vec(value))
-                    .map_err(|e| CodecError::Avro(e.to_string()))?;
+                let mut datum = write(family.schema(), value)?;
                 let mut bytes = match &self.registry {
                     Some(registry) => {
-                        let id = registry
-                            .registered(&subject(topic))
+                        let writer = registry
+                            .writer(&subject(topic))
                             .ok_or_else(|| CodecError::NotPrepared {
                                 family: family.name(),
                                 topic: topic.to_string(),
                             })?;
+                        // The subject's latest version, not Sluice's schema: written as that.
+                        if let Some(registered) = &writer.schema {
+                            datum = write(registered, read(family.schema(), registered, &datum)?)?;
+                        }
                         let mut header = vec![0];
-                        header.extend_from_slice(&id.to_be_bytes());
+                        header.extend_from_slice(&writer.id.to_be_bytes());
                         header
                     }
                     None => family.single_object_header(),
@@ -272,6 +293,14 @@ impl Codec {
         })?;
         Ok(Cow::Owned(serde_json::to_vec(&json).expect("JSON values serialise")))
     }
+}
+
+/// `value` as a datum of `schema`.
+fn write(schema: &Schema, value: apache_avro::types::Value) -> Result<Vec<u8>, CodecError> {
+    GenericDatumWriter::builder(schema)
+        .build()
+        .and_then(|w| w.write_value_to_vec(value))
+        .map_err(|e| CodecError::Avro(e.to_string()))
 }
 
 /// One datum written with `writer`, resolved to `reader` (Avro's schema evolution).
@@ -563,14 +592,16 @@ mod tests {
             e.contains("\"sluice.sensors-value\"") && e.contains("incompatible"),
             "{e}"
         );
-        let e = Codec::new(Formats::parse(&["avro".into()]).unwrap(), Some("http://127.0.0.1:1"))
+        let away = Registry::new("http://127.0.0.1:1")
             .unwrap()
+            .with_patience(std::time::Duration::from_millis(500));
+        let e = Codec::with_registry(Formats::parse(&["avro".into()]).unwrap(), Some(away))
             .prepare(&[(Family::Events, "e")])
             .await
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("cannot be reached") && e.contains("--schema-registry-url"),
+            e.contains("gave up") && e.contains("cannot be reached") && e.contains("--schema-registry-url"),
             "{e}"
         );
     }
