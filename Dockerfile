@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # Sluice: a multi-stage build. The builder compiles RocksDB and librdkafka from source (they
 # need clang/libclang and cmake); the runtime image holds the binary, the topic definitions
 # and nothing else.
@@ -7,7 +8,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p sluice \
+# BuildKit cache mounts keep the crates downloaded and the dependencies built (RocksDB and
+# librdkafka take most of the build) from one image build to the next: a change to Sluice's
+# own code rebuilds Sluice only.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p sluice \
  && cp target/release/sluice /usr/local/bin/sluice
 
 FROM debian:bookworm-slim

@@ -17,8 +17,10 @@ if command -v tansu >/dev/null 2>&1 && tansu --version 2>/dev/null | grep -q "$T
   exit 0
 fi
 
-echo "installing tansu $TANSU_VERSION into $TANSU_ROOT (about 11 minutes on 2 cores)..." >&2
+echo "installing tansu $TANSU_VERSION into $TANSU_ROOT (once per machine: about 11 to 17 minutes on 2 cores; cargo names each crate as it compiles)..." >&2
+started=$SECONDS
 # dynostore gives the memory:// engine, libsql the sqlite:// one; the default features have none.
 cargo install tansu --version "$TANSU_VERSION" --locked \
   --features dynostore,libsql --root "$TANSU_ROOT" >&2
+echo "installed tansu in $(((SECONDS - started) / 60)) min" >&2
 echo "$TANSU_BIN"

@@ -61,20 +61,23 @@ ensure_venv() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >&2
   fi
-  echo "installing $* into $venv..." >&2
+  echo "installing $* into $venv (once per machine; pip's progress follows)..." >&2
+  local started=$SECONDS
   rm -rf "$venv"
   mkdir -p "$(dirname "$venv")"
   "$py" -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" >&2
+  "$venv/bin/pip" install --progress-bar off --disable-pip-version-check "$@" >&2
+  echo "installed $* in $((SECONDS - started)) s" >&2
 }
 
 # apt_install PACKAGE...: installs the Debian packages given (the caller lists only the
 # missing ones), with sudo unless root; nothing when the list is empty.
 apt_install() {
   (( $# )) || return 0
-  echo "installing $*..." >&2
-  local sudo=""
+  echo "installing $* (Debian packages)..." >&2
+  local sudo="" started=$SECONDS
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
+  echo "installed $* in $((SECONDS - started)) s" >&2
 }

@@ -188,3 +188,46 @@ fn sensor_put_reads_json_lines_from_stdin_and_names_the_lines_it_refuses() {
         || std::fs::read_to_string(&runs).is_ok_and(|r| r.lines().count() == 1),
     );
 }
+
+/// What scripts and CI read: `config validate`, `config apply` and `topics apply` with
+/// `--output json` print one JSON document on stdout, the readable lines on stderr.
+#[test]
+fn validate_apply_and_topics_apply_speak_json_to_scripts() {
+    let w = World::new("json-out");
+    let json_of = |args: &[&str]| -> (Option<i32>, Value) {
+        let out = sluice_on(&w.brokers)
+            .args(args)
+            .args(["--output", "json", "--topic-prefix", &w.prefix])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let doc = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), doc)
+    };
+    let (code, valid) = json_of(&["config", "validate", "examples/pipelines"]);
+    assert_eq!((code, &valid["valid"]), (Some(0), &json!(true)), "{valid}");
+    let files = valid["files"].as_array().unwrap();
+    assert!(files.len() > 3 && files.iter().all(|f| f["pipelineId"].is_string()), "{valid}");
+
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::write(broken.path().join("bad.yaml"), "pipeline:\n  id: bad\nschedule: {}\n").unwrap();
+    let dir = broken.path().to_str().unwrap();
+    let (code, invalid) = json_of(&["config", "validate", dir]);
+    assert_eq!((code, &invalid["valid"]), (Some(1), &json!(false)), "{invalid}");
+    let problems = invalid["files"][0]["problems"].as_array().unwrap();
+    assert!(!problems.is_empty() && problems.iter().all(|p| p["path"].is_string() && p["reason"].is_string()));
+
+    // The world made its topics already: they match.
+    let (code, topics) = json_of(&["topics", "apply", "--dir", "topics"]);
+    assert_eq!((code, &topics["ready"]), (Some(0), &json!(true)), "{topics}");
+    assert!(topics["topics"].as_array().unwrap().iter().all(|t| t["state"] == "matches"), "{topics}");
+
+    let (code, applied) = json_of(&["config", "apply", "examples/pipelines"]);
+    assert_eq!((code, &applied["published"]), (Some(0), &json!(true)), "{applied}");
+    let first = &applied["applied"][0];
+    assert!(first["partition"].is_i64() && first["offset"].is_i64(), "{applied}");
+    assert_eq!(first["topic"], w.topic("config"));
+    let (code, refused) = json_of(&["config", "apply", dir]);
+    assert_eq!((code, &refused["published"]), (Some(1), &json!(false)), "{refused}");
+}

@@ -8,9 +8,10 @@ use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::args::parse_var;
+use super::events::Output;
 use super::calendars::{self, Calendars, ResolveError};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::limits::Limits;
@@ -27,6 +28,10 @@ pub enum ConfigCommand {
         /// calendars/ beside the pipelines folder (DIR/../calendars).
         #[arg(long, value_name = "DIR")]
         calendars: Option<PathBuf>,
+        /// `json`: one JSON document on stdout (every file with its problems and warnings),
+        /// the readable lines on stderr.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
     /// Validate, then publish every config in DIR to the config topic, calendars resolved.
     Apply {
@@ -38,15 +43,22 @@ pub enum ConfigCommand {
         /// calendars/ beside the pipelines folder (DIR/../calendars).
         #[arg(long, value_name = "DIR")]
         calendars: Option<PathBuf>,
+        /// `json`: one JSON document on stdout (what was published, where; or the problems),
+        /// the readable lines on stderr.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, command: ConfigCommand) -> Result<ExitCode> {
     match command {
-        ConfigCommand::Validate { dir, calendars } => Ok(validate(&dir, calendars.as_deref())),
-        ConfigCommand::Apply { dir, vars, calendars } => {
-            apply(&dir, calendars.as_deref(), &vars.into_iter().collect(), kafka, topics).await
-        }
+        ConfigCommand::Validate { dir, calendars, output } => Ok(validate(&dir, calendars.as_deref(), output)),
+        ConfigCommand::Apply {
+            dir,
+            vars,
+            calendars,
+            output,
+        } => apply(&dir, calendars.as_deref(), &vars.into_iter().collect(), kafka, topics, output).await,
     }
 }
 
@@ -289,16 +301,23 @@ fn report(loaded: &[LoadedFile], progress: Progress) -> usize {
     errors
 }
 
-fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
-    let loaded = load_calendars(dir, calendars, Progress::Stdout)
+fn validate(dir: &Path, calendars: Option<&Path>, output: Output) -> ExitCode {
+    let progress = Progress::for_output(output);
+    let loaded = load_calendars(dir, calendars, progress)
         .and_then(|(source, calendar_errors)| Ok((load(dir, None, &source)?, calendar_errors)));
     match loaded {
         Err(e) => {
             eprintln!("error: {e:#}");
+            if output == Output::Json {
+                println!("{}", json!({"valid": false, "error": format!("{e:#}")}));
+            }
             ExitCode::FAILURE
         }
         Ok((loaded, calendar_errors)) => {
-            let errors = report(&loaded, Progress::Stdout) + calendar_errors.problems;
+            let errors = report(&loaded, progress) + calendar_errors.problems;
+            if output == Output::Json {
+                println!("{}", files_json(&loaded, calendar_errors.problems));
+            }
             if errors > 0 {
                 eprintln!(
                     "{errors} problem(s) in {} file(s)",
@@ -306,11 +325,35 @@ fn validate(dir: &Path, calendars: Option<&Path>) -> ExitCode {
                 );
                 ExitCode::FAILURE
             } else {
-                println!("{} pipeline(s) valid", loaded.len());
+                progress.say(format!("{} pipeline(s) valid", loaded.len()));
                 ExitCode::SUCCESS
             }
         }
     }
+}
+
+/// What `config validate --output json` prints: whether all is valid, and every file with
+/// its pipeline id, problems and warnings (each `{path, reason}`).
+fn files_json(loaded: &[LoadedFile], calendar_problems: usize) -> Value {
+    let problems = |list: &[Problem]| -> Vec<Value> {
+        list.iter()
+            .map(|p| json!({"path": p.path, "reason": p.reason}))
+            .collect()
+    };
+    let files: Vec<Value> = loaded
+        .iter()
+        .map(|f| {
+            json!({
+                "file": f.path.display().to_string(),
+                "pipelineId": f.json.as_ref().and_then(|j| j.pointer("/pipeline/id")).cloned(),
+                "valid": f.problems.is_empty(),
+                "problems": problems(&f.problems),
+                "warnings": problems(&f.warnings),
+            })
+        })
+        .collect();
+    let valid = calendar_problems == 0 && loaded.iter().all(|f| f.problems.is_empty());
+    json!({"valid": valid, "calendarProblems": calendar_problems, "files": files})
 }
 
 async fn apply(
@@ -319,15 +362,30 @@ async fn apply(
     vars: &BTreeMap<String, String>,
     kafka: &Connection,
     topics: &Topics,
+    output: Output,
 ) -> Result<ExitCode> {
-    let Some(configs) = publishable_configs(dir, calendars, vars, Progress::Stdout)? else {
+    let Some(configs) = publishable_configs(dir, calendars, vars, Progress::for_output(output))? else {
+        if output == Output::Json {
+            println!("{}", json!({"published": false, "applied": []}));
+        }
         return Ok(ExitCode::FAILURE);
     };
     let producer = kafka::producer(kafka)?;
+    let mut applied = Vec::new();
     for (path, id, json) in &configs {
         let bytes = serde_json::to_vec(json)?;
-        kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;
-        println!("applied {id} from {} to {}", path.display(), topics.config);
+        let (partition, offset) =
+            kafka::send(&producer, &topics.config, Some(id.as_bytes()), Some(&bytes), &[]).await?;
+        match output {
+            Output::Table => println!("applied {id} from {} to {}", path.display(), topics.config),
+            Output::Json => applied.push(json!({
+                "pipelineId": id, "file": path.display().to_string(),
+                "topic": topics.config, "partition": partition, "offset": offset,
+            })),
+        }
+    }
+    if output == Output::Json {
+        println!("{}", json!({"published": true, "applied": applied}));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -371,6 +429,14 @@ pub enum Progress {
 }
 
 impl Progress {
+    /// Readable lines go to stderr when stdout carries JSON.
+    pub fn for_output(output: Output) -> Progress {
+        match output {
+            Output::Table => Progress::Stdout,
+            Output::Json => Progress::Stderr,
+        }
+    }
+
     fn say(self, line: String) {
         match self {
             Progress::Stdout => println!("{line}"),

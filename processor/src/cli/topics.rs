@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Subcommand;
 
-use crate::runtime::kafka::{self, Connection};
+use super::events::Output;
+use crate::runtime::kafka::{self, Connection, TopicReport};
 use crate::runtime::topics::{check_replication, load_definitions, Replication, Topics};
 
 #[derive(Subcommand)]
@@ -23,6 +24,10 @@ pub enum TopicsCommand {
         /// broker's). Production: 2, with a factor of 3.
         #[arg(long, env = "SLUICE_MIN_INSYNC_REPLICAS")]
         min_insync_replicas: Option<i16>,
+        /// `json`: one JSON document on stdout, each topic with its state (created,
+        /// matches, drift with the differences, unchecked with the reason).
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
 }
 
@@ -31,6 +36,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         dir,
         replication_factor,
         min_insync_replicas,
+        output,
     } = command;
     let fallback = Replication {
         factor: replication_factor,
@@ -44,19 +50,10 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         check_replication(&d.name, d.replication_factor, d.min_insync_replicas)?;
     }
     let reports = kafka::apply_topics(kafka, topics, &defs).await?;
-    let mut drifted = 0;
-    for r in &reports {
-        match (r.created, &r.unchecked, r.drift.is_empty()) {
-            (true, _, _) => println!("{}: created", r.name),
-            (false, Some(why), _) => println!("{}: exists; configs not checked ({why})", r.name),
-            (false, None, true) => println!("{}: exists, matches", r.name),
-            (false, None, false) => {
-                drifted += 1;
-                for d in &r.drift {
-                    println!("{}: drift: {d}", r.name);
-                }
-            }
-        }
+    let drifted = reports.iter().filter(|r| !r.created && r.unchecked.is_none() && !r.drift.is_empty()).count();
+    match output {
+        Output::Table => print_reports(&reports),
+        Output::Json => println!("{}", reports_json(&reports, &topics.prefix)),
     }
     if drifted > 0 {
         eprintln!(
@@ -65,6 +62,41 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         );
         return Ok(ExitCode::FAILURE);
     }
-    println!("{} topics ready under prefix {:?}", defs.len(), topics.prefix);
+    if output == Output::Table {
+        println!("{} topics ready under prefix {:?}", defs.len(), topics.prefix);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_reports(reports: &[TopicReport]) {
+    for r in reports {
+        match (r.created, &r.unchecked, r.drift.is_empty()) {
+            (true, _, _) => println!("{}: created", r.name),
+            (false, Some(why), _) => println!("{}: exists; configs not checked ({why})", r.name),
+            (false, None, true) => println!("{}: exists, matches", r.name),
+            (false, None, false) => {
+                for d in &r.drift {
+                    println!("{}: drift: {d}", r.name);
+                }
+            }
+        }
+    }
+}
+
+/// `{"ready": bool, "prefix": .., "topics": [{"topic", "state", "drift", "reason"}]}`.
+fn reports_json(reports: &[TopicReport], prefix: &str) -> serde_json::Value {
+    let topics: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| {
+            let state = match (r.created, &r.unchecked, r.drift.is_empty()) {
+                (true, _, _) => "created",
+                (false, Some(_), _) => "unchecked",
+                (false, None, true) => "matches",
+                (false, None, false) => "drift",
+            };
+            serde_json::json!({"topic": r.name, "state": state, "drift": r.drift, "reason": r.unchecked})
+        })
+        .collect();
+    let ready = topics.iter().all(|t| t["state"] != "drift");
+    serde_json::json!({"ready": ready, "prefix": prefix, "topics": topics})
 }
