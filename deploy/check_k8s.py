@@ -16,6 +16,9 @@ Checks, for each rendered kustomization:
   K8S_VERSIONS, strict (an unknown field is an error), with kubernetes-validate;
 - ServiceMonitor (a CRD the schemas lack) by its structure: its fields, a selector matching
   exactly one Service, and endpoint ports that Service has;
+- PrometheusRule (another) by its structure: groups with unique names, each rule an alert or
+  a recording rule with an expression, durations Prometheus reads, string labels and
+  annotations (tests/deploy.rs checks what the expressions name);
 - references between objects: Service selectors and target ports, a StatefulSet's headless
   Service, PodDisruptionBudget selectors, ConfigMaps, Secrets and claims named by pods, volume
   mounts, probe ports, `$(VAR)` references in env;
@@ -31,6 +34,7 @@ Secrets are not applied from the repository: a Secret a pod names must be define
 import copy
 import hashlib
 import json
+import re
 import sys
 import tomllib
 from functools import cache
@@ -129,6 +133,10 @@ SERVICEMONITOR_ENDPOINT = {
     "enableHttp2",
     "filterRunning",
 }
+PROMETHEUSRULE_GROUP = {"name", "interval", "limit", "partial_response_strategy", "query_offset", "labels", "rules"}
+PROMETHEUSRULE_RULE = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+# Prometheus's duration: units from the largest down, each at most once (1h30m, 5m, 30s).
+DURATION = re.compile(r"^(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
 
 
 class RenderError(Exception):
@@ -551,6 +559,9 @@ class Checker:
             if doc["kind"] == "ServiceMonitor":
                 self.check_servicemonitor(doc)
                 continue
+            if doc["kind"] == "PrometheusRule":
+                self.check_prometheusrule(doc)
+                continue
             for version in K8S_VERSIONS:
                 errors = schema_errors(doc, version)
                 if errors is None:
@@ -612,6 +623,78 @@ class Checker:
                 self.problem(doc, f"{where}.path: starts with /")
             if ep.get("scheme", "http") not in {"http", "https"}:
                 self.problem(doc, f"{where}.scheme: http or https")
+
+    def check_prometheusrule(self, doc):
+        if doc.get("apiVersion") != "monitoring.coreos.com/v1":
+            self.problem(doc, f"apiVersion {doc.get('apiVersion')}: monitoring.coreos.com/v1")
+        extra = set(doc) - {"apiVersion", "kind", "metadata", "spec"}
+        if extra:
+            self.problem(doc, f"unknown fields {sorted(extra)}")
+        if not (doc.get("metadata") or {}).get("name"):
+            self.problem(doc, "metadata.name is missing")
+        spec = doc.get("spec") or {}
+        extra = set(spec) - {"groups"}
+        if extra:
+            self.problem(doc, f"spec: unknown fields {sorted(extra)}")
+        groups = spec.get("groups")
+        if not isinstance(groups, list) or not groups:
+            self.problem(doc, "spec.groups: a non-empty list")
+            return
+        names = set()
+        for i, group in enumerate(groups):
+            where = f"spec.groups[{i}]"
+            if not isinstance(group, dict):
+                self.problem(doc, f"{where}: a mapping")
+                continue
+            extra = set(group) - PROMETHEUSRULE_GROUP
+            if extra:
+                self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+            name = group.get("name")
+            if not isinstance(name, str) or not name:
+                self.problem(doc, f"{where}.name: a non-empty string")
+            elif name in names:
+                self.problem(doc, f"{where}.name {name}: another group has it")
+            names.add(name)
+            if "interval" in group:
+                self.check_duration(doc, f"{where}.interval", group["interval"])
+            rules = group.get("rules")
+            if not isinstance(rules, list) or not rules:
+                self.problem(doc, f"{where}.rules: a non-empty list")
+                continue
+            for j, rule in enumerate(rules):
+                self.check_rule(doc, f"{where}.rules[{j}]", rule)
+
+    def check_rule(self, doc, where, rule):
+        if not isinstance(rule, dict):
+            self.problem(doc, f"{where}: a mapping")
+            return
+        extra = set(rule) - PROMETHEUSRULE_RULE
+        if extra:
+            self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+        if ("alert" in rule) == ("record" in rule):
+            self.problem(doc, f"{where}: one of alert and record")
+        name = rule.get("alert", rule.get("record"))
+        if not isinstance(name, str) or not name:
+            self.problem(doc, f"{where}: the alert's or record's name, a non-empty string")
+        if not isinstance(rule.get("expr"), (str, int)) or not str(rule.get("expr")).strip():
+            self.problem(doc, f"{where} ({name}).expr: a PromQL expression")
+        if "record" in rule:
+            for field in ("for", "keep_firing_for", "annotations"):
+                if field in rule:
+                    self.problem(doc, f"{where} ({name}).{field}: only alerts have it")
+        for field in ("for", "keep_firing_for"):
+            if field in rule:
+                self.check_duration(doc, f"{where} ({name}).{field}", rule[field])
+        for field in ("labels", "annotations"):
+            values = rule.get(field, {})
+            if not isinstance(values, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in values.items()
+            ):
+                self.problem(doc, f"{where} ({name}).{field}: a mapping of strings to strings")
+
+    def check_duration(self, doc, where, value):
+        if not isinstance(value, str) or not value or not DURATION.match(value):
+            self.problem(doc, f"{where}: {value!r} is not a Prometheus duration (5m, 1h30m)")
 
     def check_pod(self, doc, spec):
         namespace = doc["metadata"].get("namespace")
