@@ -201,14 +201,21 @@ fn validate_apply_and_topics_apply_speak_json_to_scripts() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let doc = serde_json::from_str(&stdout)
-            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        let doc = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "not one JSON document ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
         (out.status.code(), doc)
     };
     let (code, valid) = json_of(&["config", "validate", "examples/pipelines"]);
     assert_eq!((code, &valid["valid"]), (Some(0), &json!(true)), "{valid}");
     let files = valid["files"].as_array().unwrap();
-    assert!(files.len() > 3 && files.iter().all(|f| f["pipelineId"].is_string()), "{valid}");
+    assert!(
+        files.len() > 3 && files.iter().all(|f| f["pipelineId"].is_string()),
+        "{valid}"
+    );
 
     let broken = tempfile::tempdir().unwrap();
     std::fs::write(broken.path().join("bad.yaml"), "pipeline:\n  id: bad\nschedule: {}\n").unwrap();
@@ -216,12 +223,24 @@ fn validate_apply_and_topics_apply_speak_json_to_scripts() {
     let (code, invalid) = json_of(&["config", "validate", dir]);
     assert_eq!((code, &invalid["valid"]), (Some(1), &json!(false)), "{invalid}");
     let problems = invalid["files"][0]["problems"].as_array().unwrap();
-    assert!(!problems.is_empty() && problems.iter().all(|p| p["path"].is_string() && p["reason"].is_string()));
+    assert!(
+        !problems.is_empty()
+            && problems
+                .iter()
+                .all(|p| p["path"].is_string() && p["reason"].is_string())
+    );
 
     // The world made its topics already: they match.
     let (code, topics) = json_of(&["topics", "apply", "--dir", "topics"]);
     assert_eq!((code, &topics["ready"]), (Some(0), &json!(true)), "{topics}");
-    assert!(topics["topics"].as_array().unwrap().iter().all(|t| t["state"] == "matches"), "{topics}");
+    assert!(
+        topics["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["state"] == "matches"),
+        "{topics}"
+    );
 
     let (code, applied) = json_of(&["config", "apply", "examples/pipelines"]);
     assert_eq!((code, &applied["published"]), (Some(0), &json!(true)), "{applied}");

@@ -11,8 +11,8 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 
 use super::args::parse_var;
-use super::events::Output;
 use super::calendars::{self, Calendars, ResolveError};
+use super::events::Output;
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::limits::Limits;
 use crate::core::template;
@@ -58,7 +58,17 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: ConfigCommand) ->
             vars,
             calendars,
             output,
-        } => apply(&dir, calendars.as_deref(), &vars.into_iter().collect(), kafka, topics, output).await,
+        } => {
+            apply(
+                &dir,
+                calendars.as_deref(),
+                &vars.into_iter().collect(),
+                kafka,
+                topics,
+                output,
+            )
+            .await
+        }
     }
 }
 

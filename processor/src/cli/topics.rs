@@ -50,7 +50,10 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         check_replication(&d.name, d.replication_factor, d.min_insync_replicas)?;
     }
     let reports = kafka::apply_topics(kafka, topics, &defs).await?;
-    let drifted = reports.iter().filter(|r| !r.created && r.unchecked.is_none() && !r.drift.is_empty()).count();
+    let drifted = reports
+        .iter()
+        .filter(|r| !r.created && r.unchecked.is_none() && !r.drift.is_empty())
+        .count();
     match output {
         Output::Table => print_reports(&reports),
         Output::Json => println!("{}", reports_json(&reports, &topics.prefix)),
