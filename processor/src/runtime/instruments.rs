@@ -82,97 +82,65 @@ impl Registrar {
         exposed
     }
 
-    pub fn counter(&mut self, name: &str, help: &str) -> Counter {
-        let prom = Family::default();
-        let exposed = self.register(name, help, None, &prom);
-        Counter {
+    /// Registers `prom` and makes its OpenTelemetry twin with `otel` (given the meter, the
+    /// exposed name and the help).
+    fn dual<P: Metric + Clone, O>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        prom: P,
+        otel: impl FnOnce(&Meter, String, String) -> O,
+    ) -> Dual<P, O> {
+        let exposed = self.register(name, help, unit, &prom);
+        Dual {
+            otel: otel(&self.meter, exposed, help.to_string()),
             prom,
-            otel: self
-                .meter
-                .u64_counter(exposed)
-                .with_description(help.to_string())
-                .build(),
         }
     }
 
+    pub fn counter(&mut self, name: &str, help: &str) -> Counter {
+        self.dual(name, help, None, Family::default(), |m, n, h| {
+            m.u64_counter(n).with_description(h).build()
+        })
+    }
+
     pub fn gauge(&mut self, name: &str, help: &str) -> Gauge {
-        let prom = Family::default();
-        let exposed = self.register(name, help, None, &prom);
-        Gauge {
-            prom,
-            otel: self.meter.i64_gauge(exposed).with_description(help.to_string()).build(),
-        }
+        self.dual(name, help, None, Family::default(), |m, n, h| {
+            m.i64_gauge(n).with_description(h).build()
+        })
     }
 
     /// A gauge without labels.
     pub fn plain_gauge(&mut self, name: &str, help: &str) -> PlainGauge {
-        let prom = PromGauge::default();
-        let exposed = self.register(name, help, None, &prom);
-        PlainGauge {
-            prom,
-            otel: self.meter.i64_gauge(exposed).with_description(help.to_string()).build(),
-        }
+        self.dual(name, help, None, PromGauge::default(), |m, n, h| {
+            m.i64_gauge(n).with_description(h).build()
+        })
     }
 
     /// A histogram of durations without labels.
     pub fn plain_seconds(&mut self, name: &str, help: &str) -> PlainSeconds {
-        let prom = seconds_histogram();
-        let exposed = self.register(name, help, Some(Unit::Seconds), &prom);
-        PlainSeconds {
-            prom,
-            otel: self
-                .meter
-                .f64_histogram(exposed)
-                .with_unit("s")
-                .with_boundaries(seconds_buckets())
-                .with_description(help.to_string())
-                .build(),
-        }
+        self.dual(name, help, Some(Unit::Seconds), seconds_histogram(), seconds_otel)
     }
 
     /// A gauge in seconds (`sluice_<name>_seconds`).
     pub fn seconds_gauge(&mut self, name: &str, help: &str) -> SecondsGauge {
-        let prom = Family::default();
-        let exposed = self.register(name, help, Some(Unit::Seconds), &prom);
-        SecondsGauge {
-            prom,
-            otel: self
-                .meter
-                .f64_gauge(exposed)
-                .with_unit("s")
-                .with_description(help.to_string())
-                .build(),
-        }
+        self.dual(name, help, Some(Unit::Seconds), Family::default(), |m, n, h| {
+            m.f64_gauge(n).with_unit("s").with_description(h).build()
+        })
     }
 
     /// A histogram of durations (`sluice_<name>_seconds`, [`seconds_buckets`] on both sides).
     pub fn seconds(&mut self, name: &str, help: &str) -> Seconds {
         let prom = Family::new_with_constructor(seconds_histogram as fn() -> PromHistogram);
-        let exposed = self.register(name, help, Some(Unit::Seconds), &prom);
-        Seconds {
-            prom,
-            otel: self
-                .meter
-                .f64_histogram(exposed)
-                .with_unit("s")
-                .with_boundaries(seconds_buckets())
-                .with_description(help.to_string())
-                .build(),
-        }
+        self.dual(name, help, Some(Unit::Seconds), prom, seconds_otel)
     }
 
     /// A count that goes up and down (things under way).
     pub fn up_down(&mut self, name: &str, help: &str) -> UpDown {
-        let prom = PromGauge::default();
-        let exposed = self.register(name, help, None, &prom);
-        UpDown {
-            prom,
-            otel: self
-                .meter
-                .i64_up_down_counter(exposed)
-                .with_description(help.to_string())
-                .build(),
-        }
+        self.dual(name, help, None, PromGauge::default(), |m, n, h| {
+            m.i64_up_down_counter(n).with_description(h).build()
+        })
     }
 
     /// The process's own figures over OTLP (Prometheus reads them from [`ProcessCollector`]).
@@ -200,9 +168,28 @@ impl Registrar {
     }
 }
 
-pub struct Counter {
-    prom: Family<Labels, PromCounter>,
-    otel: opentelemetry::metrics::Counter<u64>,
+/// One metric as both instruments (see the module's notes).
+pub struct Dual<P, O> {
+    prom: P,
+    otel: O,
+}
+
+pub type Counter = Dual<Family<Labels, PromCounter>, opentelemetry::metrics::Counter<u64>>;
+pub type Gauge = Dual<Family<Labels, PromGauge>, opentelemetry::metrics::Gauge<i64>>;
+pub type PlainGauge = Dual<PromGauge, opentelemetry::metrics::Gauge<i64>>;
+pub type SecondsGauge = Dual<Family<Labels, PromGauge<f64, AtomicU64>>, opentelemetry::metrics::Gauge<f64>>;
+pub type Seconds = Dual<Family<Labels, PromHistogram, fn() -> PromHistogram>, opentelemetry::metrics::Histogram<f64>>;
+pub type PlainSeconds = Dual<PromHistogram, opentelemetry::metrics::Histogram<f64>>;
+pub type UpDown = Dual<PromGauge, opentelemetry::metrics::UpDownCounter<i64>>;
+
+/// The OpenTelemetry histogram of a duration, with the same buckets as Prometheus's.
+fn seconds_otel(meter: &Meter, name: String, help: String) -> opentelemetry::metrics::Histogram<f64> {
+    meter
+        .f64_histogram(name)
+        .with_unit("s")
+        .with_boundaries(seconds_buckets())
+        .with_description(help)
+        .build()
 }
 
 impl Counter {
@@ -212,45 +199,11 @@ impl Counter {
     }
 }
 
-pub struct Gauge {
-    prom: Family<Labels, PromGauge>,
-    otel: opentelemetry::metrics::Gauge<i64>,
-}
-
 impl Gauge {
     pub fn set(&self, labels: Labels, value: i64) {
         self.otel.record(value, &attributes(&labels));
         self.prom.get_or_create(&labels).set(value);
     }
-}
-
-pub struct SecondsGauge {
-    prom: Family<Labels, PromGauge<f64, AtomicU64>>,
-    otel: opentelemetry::metrics::Gauge<f64>,
-}
-
-impl SecondsGauge {
-    pub fn set(&self, labels: Labels, seconds: f64) {
-        self.otel.record(seconds, &attributes(&labels));
-        self.prom.get_or_create(&labels).set(seconds);
-    }
-}
-
-pub struct Seconds {
-    prom: Family<Labels, PromHistogram, fn() -> PromHistogram>,
-    otel: opentelemetry::metrics::Histogram<f64>,
-}
-
-impl Seconds {
-    pub fn observe(&self, labels: Labels, seconds: f64) {
-        self.otel.record(seconds, &attributes(&labels));
-        self.prom.get_or_create(&labels).observe(seconds);
-    }
-}
-
-pub struct PlainGauge {
-    prom: PromGauge,
-    otel: opentelemetry::metrics::Gauge<i64>,
 }
 
 impl PlainGauge {
@@ -260,9 +213,18 @@ impl PlainGauge {
     }
 }
 
-pub struct PlainSeconds {
-    prom: PromHistogram,
-    otel: opentelemetry::metrics::Histogram<f64>,
+impl SecondsGauge {
+    pub fn set(&self, labels: Labels, seconds: f64) {
+        self.otel.record(seconds, &attributes(&labels));
+        self.prom.get_or_create(&labels).set(seconds);
+    }
+}
+
+impl Seconds {
+    pub fn observe(&self, labels: Labels, seconds: f64) {
+        self.otel.record(seconds, &attributes(&labels));
+        self.prom.get_or_create(&labels).observe(seconds);
+    }
 }
 
 impl PlainSeconds {
@@ -270,11 +232,6 @@ impl PlainSeconds {
         self.otel.record(seconds, &[]);
         self.prom.observe(seconds);
     }
-}
-
-pub struct UpDown {
-    prom: PromGauge,
-    otel: opentelemetry::metrics::UpDownCounter<i64>,
 }
 
 impl UpDown {
