@@ -164,26 +164,32 @@ mod tests {
     #[tokio::test]
     async fn readyz_needs_restored_state_and_health() {
         let server = start().await;
+        let gauge = |server: &Server| server.telemetry.encode_text().lines().any(|l| l == "sluice_ready 1");
         assert_eq!(
             server.get_json("/readyz").await,
             (503, json!({"status": "not ready", "reason": "restoring state"}))
         );
+        assert!(!gauge(&server));
 
         server.telemetry.set_ready(true);
         assert_eq!(server.get_json("/readyz").await, (200, json!({"status": "ok"})));
+        assert!(gauge(&server), "sluice_ready follows /readyz");
 
         server.telemetry.set_broker_ok(false);
         assert_eq!(
             server.get_json("/readyz").await,
             (503, json!({"status": "not ready", "reason": "broker unreachable"}))
         );
+        assert!(!gauge(&server));
 
         server.telemetry.set_broker_ok(true);
+        assert!(gauge(&server));
         server.telemetry.set_fatal("changelog topic missing");
         assert_eq!(
             server.get_json("/readyz").await,
             (503, json!({"status": "not ready", "reason": "changelog topic missing"}))
         );
+        assert!(!gauge(&server));
         server.stop().await;
     }
 
@@ -201,6 +207,8 @@ mod tests {
         t.timer_late(0.012);
         t.rebalanced("assigned");
         t.state_size(7, 4096);
+        t.state_size(8, 1024);
+        t.partition_revoked(8, &["sluice.sensors"]);
         t.batch_latency(0.003);
         t.commit_latency(0.02);
         t.consumer_lag("sluice.sensors", 2, 130);
@@ -233,6 +241,7 @@ mod tests {
             (r#"sluice_trigger_seconds_count{job_type="http"}"#, "2"),
             (r#"sluice_restore_records_remaining{partition="7"}"#, "20"),
             ("sluice_broker_reachable", "1"),
+            ("sluice_ready", "0"),
             (r#"sluice_build_info{version="0.1.0"}"#, "1"),
             ("sluice_batch_seconds_count", "1"),
             (r#"sluice_batch_seconds_bucket{le="0.004"}"#, "1"),
@@ -251,6 +260,10 @@ mod tests {
             assert_eq!(sample(&body, series), Some(value), "{series} in:\n{body}");
         }
         assert!(body.ends_with("# EOF\n"), "{body}");
+        assert!(
+            !body.contains(r#"partition="8""#),
+            "a revoked partition's series are gone: {body}"
+        );
         let rss: f64 = sample(&body, "process_resident_memory_bytes").unwrap().parse().unwrap();
         assert!(rss > 1e6, "the process's resident memory: {rss}");
         assert!(sample(&body, "process_cpu_seconds_total").is_some(), "{body}");

@@ -204,6 +204,13 @@ impl Gauge {
         self.otel.record(value, &attributes(&labels));
         self.prom.get_or_create(&labels).set(value);
     }
+
+    /// Drops a series that no longer means anything (a partition this instance let go):
+    /// Prometheus stops showing it; OpenTelemetry, which cannot drop one, reads 0.
+    pub fn forget(&self, labels: Labels) {
+        self.otel.record(0, &attributes(&labels));
+        self.prom.remove(&labels);
+    }
 }
 
 impl PlainGauge {

@@ -569,6 +569,7 @@ impl Processor {
                 for p in ps {
                     self.abandoned.remove(&p);
                     self.openings.cancel(p);
+                    self.telemetry.partition_revoked(p, &self.settings.topics.inputs());
                     if self.close_partition(p).is_some() {
                         info!(partition = p, "partition revoked: state closed");
                     }

@@ -39,6 +39,7 @@ pub struct Telemetry {
     registry: Registry,
     descriptors: Vec<MetricDescriptor>,
     broker_reachable: PlainGauge,
+    ready_gauge: PlainGauge,
     forwarded: Counter,
     forwarded_duplicates: Counter,
     records_in: Counter,
@@ -130,6 +131,10 @@ impl Telemetry {
             "1 while the brokers answer and take the processor's records, 0 while they do not (readiness fails meanwhile; liveness does not)",
         );
         broker_reachable.set(1);
+        let ready_gauge = r.plain_gauge(
+            "ready",
+            "1 while the owned partitions are restored, the brokers reachable and no fatal error has happened (what /readyz answers 200 to, but for a stuck loop, which /healthz reports), else 0",
+        );
         let forwarded = r.counter(
             "forwarded_records",
             "Records read on another partition than their key's and forwarded to it, by topic (their producers partition with another hash than murmur2)",
@@ -152,6 +157,7 @@ impl Telemetry {
             registry: r.registry,
             descriptors: r.descriptors,
             broker_reachable,
+            ready_gauge,
             forwarded,
             forwarded_duplicates,
             records_in,
@@ -182,6 +188,12 @@ impl Telemetry {
     pub fn set_broker_ok(&self, ok: bool) {
         self.broker_ok.store(ok, Ordering::Relaxed);
         self.broker_reachable.set(i64::from(ok));
+        self.show_readiness();
+    }
+
+    /// `sluice_ready` after a change of what readiness depends on.
+    fn show_readiness(&self) {
+        self.ready_gauge.set(i64::from(self.readiness().is_ok()));
     }
 
     /// How long the processing loop may go without turning before liveness fails.
@@ -213,12 +225,14 @@ impl Telemetry {
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+        self.show_readiness();
     }
 
     /// Unhealthy for the rest of the process's life: the processor cannot go on, so the
     /// orchestrator should restart it. Only the first reason is kept.
     pub fn set_fatal(&self, reason: &str) {
         let _ = self.fatal.set(reason.to_owned());
+        self.show_readiness();
     }
 
     pub fn record_in(&self, topic: &str) {
@@ -306,6 +320,18 @@ impl Telemetry {
     pub fn state_size(&self, partition: i32, bytes: u64) {
         self.state_bytes
             .set(partition_label(partition), i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A partition let go: its series (lag per input topic, restore, state size) go too,
+    /// so that dashboards and alerts do not read a former owner's last values.
+    pub fn partition_revoked(&self, partition: i32, topics: &[&str]) {
+        for topic in topics {
+            let labels = vec![("topic", topic.to_string()), ("partition", partition.to_string())];
+            self.consumer_lag.forget(labels);
+        }
+        self.restore_records.forget(partition_label(partition));
+        self.restore_remaining.forget(partition_label(partition));
+        self.state_bytes.forget(partition_label(partition));
     }
 
     pub fn partitions_owned(&self, n: i64) {
