@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the dependency graph against deny.toml with cargo-deny: licences, banned crates,
 # sources, and (where the RustSec database can be fetched) known vulnerabilities.
-# Installs cargo-deny outside the clone, once per machine.
+# Installs cargo-deny outside the clone, once per machine (`--install-only`: that and no more).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,6 +12,7 @@ if [[ ! -x "$deny" ]]; then
   echo "installing cargo-deny $version into $root..." >&2
   cargo install cargo-deny --version "$version" --locked --root "$root" >&2
 fi
+[[ "${1:-}" == --install-only ]] && exit 0
 
 checks=(licenses bans sources)
 # The advisory database comes from GitHub: checked only where it can be fetched.

@@ -6,6 +6,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 deploy/install-deps.sh
+# The test broker and cargo-deny are built from source once per machine. On a fresh machine
+# they build beside the project's own build (each in a target directory of its own), on
+# the cores it leaves idle while it links or compiles one crate at a time; their output
+# goes to a log, shown if they fail.
+tools_log="$(mktemp)"
+env -u CARGO_TARGET_DIR setsid bash -c \
+  'deploy/install-tansu.sh >/dev/null && deploy/supply-chain.sh --install-only' >"$tools_log" 2>&1 &
+tools=$!
+# Stopped early (a lint fails), the builds in the background stop too (their own group).
+trap 'kill -- -$tools 2>/dev/null || true' EXIT
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
@@ -14,11 +24,19 @@ cargo fmt --all -- --check
 # look fresh here. Drop this crate's artifacts (its dependencies stay cached).
 cargo clean -p sluice --quiet
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The test binaries now, while the tools may still be building.
+cargo test --workspace --locked --no-run
+echo "waiting for the broker and cargo-deny to be installed (log: $tools_log)..." >&2
+if ! wait "$tools"; then
+  cat "$tools_log" >&2
+  echo "installing tansu or cargo-deny failed (above)" >&2
+  exit 1
+fi
+rm -f "$tools_log"
 # Licences, banned crates and sources of every dependency (deny.toml).
 deploy/supply-chain.sh
 # The Kubernetes manifests, rendered and validated against the Kubernetes schemas (seconds).
 deploy/check-k8s.sh
-deploy/install-tansu.sh >/dev/null
 
 broker_dir="$(mktemp -d)"
 secure_dir="$(mktemp -d)"
