@@ -100,7 +100,11 @@ start() {
   fi
   # One broker that never moves: a dead member is noticed in 10 s (Kafka's default, 45 s,
   # suits pods that pause for a garbage collection or a slow disk).
-  printf '# Client settings for this local broker (sluice --command-config FILE).\nsession.timeout.ms=10000\n' \
+  # The earlier settings for tansu too, until its runs are shown stable without them: an
+  # unanswered produce given up after 30 s and retried (librdkafka's default waits 5
+  # minutes), and uncompressed batches (two CI runs stalled after lz4 became the default).
+  printf '%s\n' '# Client settings for this local broker (sluice --command-config FILE).' \
+    'session.timeout.ms=10000' 'message.timeout.ms=30000' 'compression.type=none' \
     >"$dir/client.properties"
   echo "127.0.0.1:$port" >"$dir/address"
   echo "127.0.0.1:$port"
