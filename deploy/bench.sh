@@ -18,9 +18,7 @@ deploy/install-tansu.sh >/dev/null
 # The Quix Streams baseline's Python.
 # shellcheck source=deploy/service.sh
 source deploy/service.sh
-venv="$HOME/.cache/sluice/quix-venv"
-ensure_venv "$venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
-export SLUICE_BENCH_PYTHON="$venv/bin/python"
+export SLUICE_BENCH_PYTHON="$(quix_python)"
 
 # Each scenario runs against a fresh broker of its own: tansu keeps every record in memory
 # and slows as they accumulate, so a scenario's figures would otherwise depend on which ran

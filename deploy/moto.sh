@@ -4,6 +4,7 @@
 #
 #   deploy/moto.sh start   # prints the endpoint URL, e.g. http://127.0.0.1:45123
 #   deploy/moto.sh stop
+#   deploy/moto.sh install # only installs moto (deploy/install-test-tools.sh)
 #
 # moto is installed into a virtualenv the first time (pinned below); Lambda runs without
 # Docker (the tests configure that through moto's own API).
@@ -65,5 +66,6 @@ start() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  install) install ;;
+  *) echo "usage: $0 start|stop|install" >&2; exit 2 ;;
 esac

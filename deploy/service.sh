@@ -70,6 +70,16 @@ ensure_venv() {
   echo "installed $* in $((SECONDS - started)) s" >&2
 }
 
+# quix_python: the Python of the virtualenv the benchmark's Quix Streams baseline runs in
+# (pinned), installed when missing.
+QUIX_VERSION=3.28.1
+quix_python() {
+  local venv="$HOME/.cache/sluice/quix-venv"
+  ensure_venv "$venv" "import quixstreams; assert quixstreams.__version__ == '$QUIX_VERSION'" \
+    "quixstreams==$QUIX_VERSION"
+  echo "$venv/bin/python"
+}
+
 # apt_install PACKAGE...: installs the Debian packages given (the caller lists only the
 # missing ones), with sudo unless root; nothing when the list is empty.
 apt_install() {

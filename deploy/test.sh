@@ -6,13 +6,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 deploy/install-deps.sh
-# The test broker and cargo-deny are built from source once per machine. On a fresh machine
-# they build beside the project's own build (each in a target directory of its own), on
-# the cores it leaves idle while it links or compiles one crate at a time; their output
-# goes to a log, shown if they fail.
+# What the tests need beside the build (the test broker and cargo-deny, built from source
+# once per machine; virtualenvs; the browser) installs in the background, in a group of its
+# own, on the cores the project's build leaves idle while it links or compiles one crate at
+# a time. Its output goes to a log, shown if it fails.
 tools_log="$(mktemp)"
-env -u CARGO_TARGET_DIR setsid bash -c \
-  'deploy/install-tansu.sh >/dev/null && deploy/supply-chain.sh --install-only' >"$tools_log" 2>&1 &
+env -u CARGO_TARGET_DIR setsid deploy/install-test-tools.sh >"$tools_log" 2>&1 &
 tools=$!
 # Stopped early (a lint fails), the builds in the background stop too (their own group).
 trap 'kill -- -$tools 2>/dev/null || true' EXIT
@@ -26,10 +25,10 @@ cargo clean -p sluice --quiet
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The test binaries now, while the tools may still be building.
 cargo test --workspace --locked --no-run
-echo "waiting for the broker and cargo-deny to be installed (log: $tools_log)..." >&2
+echo "waiting for the test tools (tansu, cargo-deny, virtualenvs, browser) to be installed (log: $tools_log)..." >&2
 if ! wait "$tools"; then
   cat "$tools_log" >&2
-  echo "installing tansu or cargo-deny failed (above)" >&2
+  echo "installing the test tools failed (above)" >&2
   exit 1
 fi
 rm -f "$tools_log"
@@ -38,41 +37,93 @@ deploy/supply-chain.sh
 # The Kubernetes manifests, rendered and validated against the Kubernetes schemas (seconds).
 deploy/check-k8s.sh
 
-broker_dir="$(mktemp -d)"
-secure_dir="$(mktemp -d)"
-moto_dir="$(mktemp -d)"
+# Each suite that starts many processes gets a broker of its own and runs beside the others
+# (the tests mostly wait on the broker and on timers, so two cores carry three suites; one
+# after another they took 10 minutes on a fresh machine, side by side under 5). A test
+# target not named here runs in the last group, so none is ever left out.
+groups=(durability integration rest)
+declare -A group_tests=([durability]="--test durability" [integration]="--test integration")
+own_tests=" $(cargo metadata --no-deps --format-version 1 --locked | python3 -c '
+import json, sys
+print(" ".join(t["name"] for p in json.load(sys.stdin)["packages"]
+               for t in p["targets"] if "test" in t["kind"]))') "
+rest_tests="--lib --bins"
+for t in $own_tests; do
+  [[ "$t" == durability || "$t" == integration ]] || rest_tests+=" --test $t"
+done
+group_tests[rest]="$rest_tests"
+# Arguments (a filter, a target) run what they select in one group instead.
+(( $# )) && groups=(args)
+
 cleanup() {
-  SLUICE_BROKER_DIR="$broker_dir" deploy/local-broker.sh stop
-  SLUICE_BROKER_DIR="$secure_dir" deploy/local-broker.sh stop
+  for d in "$logs"/broker-*; do
+    [[ -d "$d" ]] && SLUICE_BROKER_DIR="$d" deploy/local-broker.sh stop
+  done
   SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh stop
-  rm -rf "$broker_dir" "$secure_dir" "$moto_dir"
+  rm -rf "$moto_dir" "$logs"
 }
+moto_dir="$(mktemp -d)"
+logs="$(mktemp -d)"
 trap cleanup EXIT
-export SLUICE_TEST_BROKERS="$(SLUICE_BROKER_DIR="$broker_dir" SLUICE_BROKER_PORT=auto deploy/local-broker.sh start)"
-# Both test brokers are tansu: every sluice the tests start works around its known bugs.
+# broker NAME [settings...]: starts a tansu broker with its own directory; prints its address.
+broker() {
+  local d="$logs/broker-$1"
+  shift
+  mkdir -p "$d"
+  env SLUICE_BROKER_DIR="$d" SLUICE_BROKER_PORT=auto "$@" deploy/local-broker.sh start
+}
+# Every test broker is tansu: every sluice the tests start works around its known bugs...
 export SLUICE_BROKER_QUIRKS=tansu
-# ... and use the client settings tuned for a local broker (a 10 s session timeout).
-export SLUICE_COMMAND_CONFIG="$broker_dir/client.properties"
-echo "broker for tests: $SLUICE_TEST_BROKERS" >&2
-# A second broker that takes only TLS with SASL/SCRAM, with a password made up for this run
+# A broker that takes only TLS with SASL/SCRAM, with a password made up for this run
 # (tests/secure.rs checks it never shows).
 export SLUICE_TEST_SECURE_USER=sluice
 export SLUICE_TEST_SECURE_PASSWORD="$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
-export SLUICE_TEST_SECURE_BROKERS="$(SLUICE_BROKER_DIR="$secure_dir" SLUICE_BROKER_PORT=auto SLUICE_BROKER_TLS=1 \
-  SLUICE_BROKER_USERS="$SLUICE_TEST_SECURE_USER:$SLUICE_TEST_SECURE_PASSWORD:scram512" deploy/local-broker.sh start)"
-export SLUICE_TEST_SECURE_CA="$secure_dir/ca.pem"
+export SLUICE_TEST_SECURE_BROKERS="$(broker secure SLUICE_BROKER_TLS=1 \
+  SLUICE_BROKER_USERS="$SLUICE_TEST_SECURE_USER:$SLUICE_TEST_SECURE_PASSWORD:scram512")"
+export SLUICE_TEST_SECURE_CA="$logs/broker-secure/ca.pem"
 echo "TLS+SASL broker for tests: $SLUICE_TEST_SECURE_BROKERS" >&2
 # moto's server mode stands in for AWS in the tests of the AWS job types.
 export SLUICE_TEST_MOTO="$(SLUICE_MOTO_DIR="$moto_dir" deploy/moto.sh start)"
 echo "moto for tests: $SLUICE_TEST_MOTO" >&2
-
 # The benchmark harness's Quix Streams baseline (its quick run is a test).
 # shellcheck source=deploy/service.sh
 source deploy/service.sh
-ensure_venv "$HOME/.cache/sluice/quix-venv" "import quixstreams; assert quixstreams.__version__ == '3.28.1'" "quixstreams==3.28.1"
-export SLUICE_BENCH_PYTHON="$HOME/.cache/sluice/quix-venv/bin/python"
-
+export SLUICE_BENCH_PYTHON="$(quix_python)"
 # The operator page's test drives Debian's Chromium with playwright-core.
 export SLUICE_TEST_NODE_MODULES="$(deploy/install-browser.sh)"
 
-cargo test --workspace --locked "$@"
+declare -A pids
+for g in "${groups[@]}"; do
+  address="$(broker "$g")"
+  echo "broker for the $g tests: $address" >&2
+  if [[ "$g" == args ]]; then
+    command=(cargo test --workspace --locked "$@")
+  else
+    # shellcheck disable=SC2206 # the targets are words
+    command=(cargo test --workspace --locked ${group_tests[$g]})
+  fi
+  # ... with the client settings tuned for a local broker (a 10 s session timeout).
+  SLUICE_TEST_BROKERS="$address" SLUICE_COMMAND_CONFIG="$logs/broker-$g/client.properties" \
+    "${command[@]}" >"$logs/$g.log" 2>&1 &
+  pids[$g]=$!
+  echo "started the $g tests: ${command[*]}" >&2
+done
+# The doc tests need no broker.
+cargo test --workspace --locked --doc --quiet
+
+# Each group's output in full as it finishes; the run fails if any group failed.
+failed=()
+for (( left = ${#groups[@]}; left > 0; left-- )); do
+  wait -n -p finished "${pids[@]}" && status=0 || status=$?
+  for g in "${groups[@]}"; do
+    [[ "${pids[$g]}" == "$finished" ]] || continue
+    echo "==> the $g tests (exit $status):" >&2
+    cat "$logs/$g.log"
+    (( status == 0 )) || failed+=("$g")
+  done
+done
+if (( ${#failed[@]} )); then
+  echo "FAILED: the ${failed[*]} tests (output above)" >&2
+  exit 1
+fi
+echo "all tests passed" >&2
