@@ -109,18 +109,31 @@ for g in "${groups[@]}"; do
   echo "started the $g tests: ${command[*]}" >&2
 done
 # The doc tests need no broker.
-cargo test --workspace --locked --doc --quiet
+failed=()
+cargo test --workspace --locked --doc --quiet || failed+=(doc)
 
 # Each group's output in full as it finishes; the run fails if any group failed.
-failed=()
-for (( left = ${#groups[@]}; left > 0; left-- )); do
-  wait -n -p finished "${pids[@]}" && status=0 || status=$?
-  for g in "${groups[@]}"; do
-    [[ "${pids[$g]}" == "$finished" ]] || continue
+running=("${groups[@]}")
+while (( ${#running[@]} )); do
+  waiting=()
+  for g in "${running[@]}"; do waiting+=("${pids[$g]}"); done
+  finished=""
+  wait -n -p finished "${waiting[@]}" && status=0 || status=$?
+  if [[ -z "$finished" ]]; then
+    echo "waiting for the test groups failed (exit $status)" >&2
+    exit 1
+  fi
+  still=()
+  for g in "${running[@]}"; do
+    if [[ "${pids[$g]}" != "$finished" ]]; then
+      still+=("$g")
+      continue
+    fi
     echo "==> the $g tests (exit $status):" >&2
     cat "$logs/$g.log"
     (( status == 0 )) || failed+=("$g")
   done
+  running=(${still[@]+"${still[@]}"})
 done
 if (( ${#failed[@]} )); then
   echo "FAILED: the ${failed[*]} tests (output above)" >&2
