@@ -30,7 +30,8 @@ use crate::runtime::topics::Topics;
 /// What is sent when `--type` is not given: the earlier design's alerted set (interlock
 /// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the
 /// types Sluice has (it has no SFN_TIMEOUT or BASELINE_CAPTURE_FAILED), plus Sluice's own
-/// JOB_TIMEOUT, STALE_RUN and CONFIG_REJECTED.
+/// JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED and the SLA forecast's SLA_AT_RISK and
+/// SLA_RECOVERED.
 pub const DEFAULT_TYPES: &[&str] = &[
     "SLA_WARNING",
     "SLA_BREACH",
@@ -69,6 +70,8 @@ pub const DEFAULT_TYPES: &[&str] = &[
     "JOB_TIMEOUT",
     "STALE_RUN",
     "CONFIG_REJECTED",
+    "SLA_AT_RISK",
+    "SLA_RECOVERED",
 ];
 
 #[derive(Subcommand)]
@@ -209,6 +212,31 @@ pub fn broadcasts(event: &Event) -> bool {
     )
 }
 
+/// What to check about an SLA_AT_RISK: what the date waits for (and which upstream is late)
+/// before its job runs, the job itself once it does.
+fn at_risk_hint(event: &Event, status: &str) -> String {
+    let list = |name: &str| {
+        (event.detail.get(name).and_then(Value::as_array))
+            .map(|items| items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+            .filter(|items| !items.is_empty())
+    };
+    let usual = event.detail.get("usualTriggerAt").and_then(Value::as_str).unwrap_or("its usual time");
+    match event.detail.get("basis").and_then(Value::as_str) {
+        Some("running") => {
+            "the job is slower than 9 in 10 past runs that got this far: check it in its orchestrator".into()
+        }
+        _ => match (list("upstreams"), list("waitingFor")) {
+            (Some(upstreams), _) => format!(
+                "waiting for upstream {upstreams} (it usually starts by {usual}): check why it is late ({status})"
+            ),
+            (None, Some(keys)) => format!(
+                "waiting for {keys} (it usually starts by {usual}): check the producer of that sensor data ({status})"
+            ),
+            (None, None) => format!("not started yet (it usually starts by {usual}): check its trigger ({status})"),
+        },
+    }
+}
+
 /// `word` as one shell word: as it is when it needs no quoting, else single-quoted.
 fn shell_word(word: &str) -> String {
     let plain = !word.is_empty()
@@ -269,6 +297,7 @@ pub fn action_hint(event: &Event) -> Option<String> {
                 _ => format!("see where the run is: {status}"),
             }
         }
+        SLA_AT_RISK => at_risk_hint(event, &status),
         RELATIVE_SLA_WARNING => {
             format!("close to maxDuration since its first sensor: check the run is progressing ({status})")
         }
@@ -367,7 +396,10 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
     let icon = match event.kind {
         EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
         EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING => ":warning:",
-        EventType::JOB_COMPLETED | EventType::SLA_MET | EventType::POST_RUN_PASSED => ":white_check_mark:",
+        EventType::SLA_AT_RISK => ":hourglass_flowing_sand:",
+        EventType::JOB_COMPLETED | EventType::SLA_MET | EventType::SLA_RECOVERED | EventType::POST_RUN_PASSED => {
+            ":white_check_mark:"
+        }
         _ => ":x:",
     };
     let execution = match (&event.schedule_id, &event.date) {
@@ -767,7 +799,7 @@ mod tests {
         ] {
             assert!(defaults.contains(&t), "{t:?}");
         }
-        for t in [JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED] {
+        for t in [JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED, SLA_AT_RISK, SLA_RECOVERED] {
             assert!(defaults.contains(&t), "Sluice's own {t:?}");
         }
         // What needs nobody's attention stays out.
@@ -804,6 +836,27 @@ mod tests {
         assert!(!hint(SLA_WARNING, json!({"phase": "awaitingJob"})).contains("rerun"));
         assert!(hint(RELATIVE_SLA_BREACH, json!({})).contains("maxDuration since its first sensor"));
         assert_eq!(action_hint(&event(SLA_MET)), None);
+    }
+
+    #[test]
+    fn sla_at_risk_hints_name_the_late_upstream_or_sensor_or_the_job() {
+        use EventType::*;
+        let usual = "2026-11-21T07:10:00Z";
+        let upstream = hint(
+            SLA_AT_RISK,
+            json!({"basis": "usualTrigger", "usualTriggerAt": usual,
+                   "waitingFor": ["upstream:silver", "upstream:bronze"], "upstreams": ["silver", "bronze"]}),
+        );
+        assert!(upstream.starts_with("waiting for upstream silver, bronze"), "{upstream}");
+        assert!(upstream.contains(usual) && upstream.contains("`sluice status gold`"), "{upstream}");
+        let sensor = hint(
+            SLA_AT_RISK,
+            json!({"basis": "usualTrigger", "usualTriggerAt": usual, "waitingFor": ["row-count"], "upstreams": []}),
+        );
+        assert!(sensor.starts_with("waiting for row-count") && sensor.contains("producer"), "{sensor}");
+        let running = hint(SLA_AT_RISK, json!({"basis": "running", "waitingFor": [], "upstreams": []}));
+        assert!(running.contains("orchestrator"), "{running}");
+        assert_eq!(action_hint(&event(SLA_RECOVERED)), None);
     }
 
     #[test]

@@ -75,6 +75,10 @@ event_types! {
     INPUT_REJECTED => Input,
     STALE_RUN => Job,
     RUN_CANCELLED => Job,
+    // Added later than the rest: kept last, so the Avro enum's existing symbols keep their
+    // positions.
+    SLA_AT_RISK => Sla,
+    SLA_RECOVERED => Sla,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -169,7 +173,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 43);
+        assert_eq!(EventType::ALL.len(), 45);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub enum TimerKind {
     /// SLA_BREACH at the deadline.
     #[serde(rename_all = "camelCase")]
     SlaBreach { schedule_id: String, date: String },
+    /// SLA_AT_RISK / SLA_RECOVERED: the SLA forecast is made again (its projection moves).
+    #[serde(rename_all = "camelCase")]
+    SlaForecast { schedule_id: String, date: String },
     #[serde(rename_all = "camelCase")]
     RelativeSlaWarning { schedule_id: String, date: String },
     #[serde(rename_all = "camelCase")]
@@ -81,6 +84,7 @@ impl TimerKind {
             TimerKind::Evaluate { schedule_id, date }
             | TimerKind::SlaWarning { schedule_id, date }
             | TimerKind::SlaBreach { schedule_id, date }
+            | TimerKind::SlaForecast { schedule_id, date }
             | TimerKind::RelativeSlaWarning { schedule_id, date }
             | TimerKind::RelativeSlaBreach { schedule_id, date }
             | TimerKind::JobPollWindow { schedule_id, date, .. }

@@ -147,6 +147,9 @@ pub struct Sla {
     pub max_duration: Option<TimeDelta>,
     pub timezone: Option<Tz>,
     pub critical: bool,
+    /// SLA_AT_RISK forecasts: the runs on record they need (`sla.forecast.minRuns`), or
+    /// `None` when switched off (`sla.forecast: false`).
+    pub forecast: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

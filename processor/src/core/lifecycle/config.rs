@@ -82,6 +82,7 @@ impl Decider<'_> {
                 t,
                 TimerKind::SlaWarning { .. }
                     | TimerKind::SlaBreach { .. }
+                    | TimerKind::SlaForecast { .. }
                     | TimerKind::RelativeSlaWarning { .. }
                     | TimerKind::RelativeSlaBreach { .. }
             )

@@ -83,6 +83,9 @@ impl Decider<'_> {
             run_id: run_id.clone(),
         });
         self.enter(key, Phase::AwaitingJob { run_id });
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.first_triggered_at.get_or_insert(now);
+        }
         self.set_timer(poll, now + poll_window);
         // A trigger that answered with a handle is watched by status checks; one without
         // (command, kafka, a runner that reports itself) reports on its own.
@@ -91,6 +94,7 @@ impl Decider<'_> {
         }
         self.set_watchdog(key, now + poll_window + STALE_GRACE);
         self.emit(EventType::JOB_TRIGGERED, Some(key), message, info);
+        self.forecast_sla(key);
     }
 
     /// JOB_COMPLETED, then everything a success sets off: SLA_MET, the post-run baseline and
@@ -109,6 +113,7 @@ impl Decider<'_> {
         self.cancel_run_timers(key);
         let message = record.message.clone().unwrap_or_else(|| "job succeeded".into());
         self.emit_for_run(EventType::JOB_COMPLETED, key, &record.run_id, message, info);
+        self.record_run(key);
         self.sla_on_completion(key);
         self.capture_baseline(key);
         self.notify_dependents(key, &record.run_id);

@@ -9,12 +9,14 @@
 //! The decider is split by concept, and each file starts with the events it produces:
 //! [`config`](self::config), [`sensor`], [`schedule`] (cron, expected starts, exclusions),
 //! [`evaluation`] (rules and the trigger), [`job`] (outcomes, retries, poll window, stale
-//! runs), [`sla`], [`post_run`], [`command`] (rerun, cancel) and [`dependencies`].
+//! runs), [`sla`], [`forecast`] (the SLA forecast from past runs), [`post_run`], [`command`]
+//! (rerun, cancel) and [`dependencies`].
 
 mod command;
 mod config;
 mod dependencies;
 mod evaluation;
+mod forecast;
 mod job;
 mod post_run;
 mod retention;
@@ -36,10 +38,12 @@ use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 pub use super::execution::execution_key;
 use super::execution::{ExecutionDate, ExecutionId};
+use super::history::RunHistory;
 use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
+pub use forecast::ForecastMarks;
 use super::timers::{TimerKind, TimerOp};
 
 /// Everything Sluice holds about one pipeline.
@@ -63,6 +67,12 @@ pub struct PipelineState {
     /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependents: BTreeMap<String, String>,
+    /// The recent successful runs, which SLA forecasts are made from.
+    #[serde(default, skip_serializing_if = "RunHistory::is_empty")]
+    pub history: RunHistory,
+    /// The forecast alerts of recent execution dates, by [`execution_key`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub forecasts: BTreeMap<String, ForecastMarks>,
 }
 
 impl PipelineState {
@@ -152,6 +162,9 @@ pub struct Execution {
     /// When the first sensor of this execution arrived (relative SLA).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_sensor_at: Option<DateTime<Utc>>,
+    /// When its job first started (the SLA forecast and the run history measure from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_triggered_at: Option<DateTime<Utc>>,
     #[serde(default)]
     pub sla: SlaMarks,
     #[serde(default)]
@@ -297,6 +310,7 @@ impl Execution {
             phase_since: now,
             last_verdict: None,
             first_sensor_at: None,
+            first_triggered_at: None,
             sla: SlaMarks::default(),
             manual_reruns_used: 0,
             drift_reruns_used: 0,

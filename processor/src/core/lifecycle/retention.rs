@@ -60,6 +60,7 @@ impl Decider<'_> {
         let phase = e.phase.name();
         self.cancel_execution_timers(key, |_| true);
         self.state.executions.remove(key);
+        self.state.forecasts.remove(key);
         let day = date.map(ExecutionDate::whole_day);
         let day_in_use = self
             .state

@@ -56,6 +56,7 @@ impl Decider<'_> {
             TimerKind::TriggerDeadline { date } => self.on_trigger_deadline(date),
             TimerKind::SlaWarning { schedule_id, date } => self.on_sla_warning(&execution_key(schedule_id, date)),
             TimerKind::SlaBreach { schedule_id, date } => self.on_sla_breach(&execution_key(schedule_id, date)),
+            TimerKind::SlaForecast { schedule_id, date } => self.forecast_sla(&execution_key(schedule_id, date)),
             TimerKind::RelativeSlaWarning { schedule_id, date } => {
                 self.on_relative_sla(&execution_key(schedule_id, date), false)
             }
@@ -419,7 +420,7 @@ impl Decider<'_> {
 }
 
 /// The sensor keys that can start an execution: the trigger, else every dependency.
-fn trigger_keys(config: &PipelineConfig) -> impl Iterator<Item = &str> {
+pub(super) fn trigger_keys(config: &PipelineConfig) -> impl Iterator<Item = &str> {
     let trigger = config.schedule.trigger.iter().map(|t| t.key.as_str());
     let deps = config
         .depends_on

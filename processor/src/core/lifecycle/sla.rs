@@ -44,6 +44,7 @@ impl Decider<'_> {
             if let Some(warn_at) = expected.map(|e| deadline - e).filter(|at| *at > now) {
                 self.set_timer(TimerKind::SlaWarning { schedule_id, date }, warn_at);
             }
+            self.forecast_sla(key);
         }
         self.arm_relative_sla(key);
     }
@@ -236,6 +237,7 @@ impl Decider<'_> {
         }
         execution.sla.met = true;
         let warned = execution.sla.warned;
+        let at_risk = self.state.forecasts.get(key).is_some_and(|m| m.at_risk);
         let message = format!(
             "completed {} before the SLA deadline {}",
             format_duration(deadline - now),
@@ -245,13 +247,17 @@ impl Decider<'_> {
             ("deadline", json!(deadline)),
             ("marginSeconds", json!((deadline - now).num_seconds())),
             ("warned", json!(warned)),
+            ("atRisk", json!(at_risk)),
         ]);
         self.emit(EventType::SLA_MET, Some(key), message, info);
         self.cancel_sla_warning(key);
     }
 
+    /// A settled SLA needs no warning and no forecast.
     fn cancel_sla_warning(&mut self, key: &str) {
-        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::SlaWarning { .. }));
+        self.cancel_execution_timers(key, |t| {
+            matches!(t, TimerKind::SlaWarning { .. } | TimerKind::SlaForecast { .. })
+        });
     }
 
     /// DRY_RUN_SLA_PROJECTION: had the job started now and run for `expectedDuration`,

@@ -339,9 +339,15 @@ fn head(state: &PipelineState) -> PipelineState {
         executions: _,
         timers: _,
         dependents,
+        history,
+        forecasts,
     } = state;
+    // The history and the forecast marks are bounded (30 runs, 48 dates) and change at most
+    // once a run: small enough for the head.
     PipelineState {
         dependents: dependents.clone(),
+        history: history.clone(),
+        forecasts: forecasts.clone(),
         ..PipelineState::default()
     }
 }

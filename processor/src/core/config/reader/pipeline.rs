@@ -11,6 +11,7 @@ use crate::core::config::model::{
     PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
 };
 use crate::core::duration::parse_duration;
+use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
 use crate::core::rules;
 use crate::core::schedule::Cron;
 
@@ -293,6 +294,7 @@ impl Reader {
                 "maxDuration",
                 "timezone",
                 "critical",
+                "forecast",
             ],
         );
         let deadline = self.deadline(map, "deadline", path);
@@ -320,6 +322,7 @@ impl Reader {
                 "is read but changes nothing: every SLA alert is sent the same way (route by pipeline in the alert consumer)",
             );
         }
+        let forecast = self.forecast(map, deadline.is_some());
         Some(Sla {
             deadline,
             deadline_day,
@@ -327,7 +330,41 @@ impl Reader {
             max_duration,
             timezone,
             critical,
+            forecast,
         })
+    }
+
+    /// `sla.forecast`: `true` (the default), `false`, or `{minRuns: N}` (1 to the runs kept).
+    fn forecast(&mut self, map: &Map<String, Value>, has_deadline: bool) -> Option<usize> {
+        let path = "sla.forecast";
+        let min_runs = match map.get("forecast") {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => Some(DEFAULT_MIN_RUNS),
+            Some(Value::Bool(false)) => return None,
+            Some(Value::Object(forecast)) => {
+                self.known_fields(forecast, path, &["minRuns"]);
+                match forecast.get("minRuns") {
+                    None => Some(DEFAULT_MIN_RUNS),
+                    Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
+                        Some(n) if (1..=HISTORY_RUNS).contains(&n) => Some(n),
+                        _ => {
+                            self.problem(
+                                "sla.forecast.minRuns",
+                                format!("{v} must be a whole number from 1 to {HISTORY_RUNS}"),
+                            );
+                            None
+                        }
+                    },
+                }
+            }
+            Some(other) => {
+                self.problem(path, format!("must be true, false or {{minRuns: N}}, not {}", describe(other)));
+                None
+            }
+        };
+        if map.contains_key("forecast") && !has_deadline {
+            self.warn(path, "has no effect without sla.deadline (it forecasts the deadline)");
+        }
+        min_runs
     }
 
     /// `sla.deadlineDay`; its default depends on whether a cron starts the executions.

@@ -16,7 +16,7 @@ use crate::core::timers::TimerKind;
 
 /// Sensor-driven pipeline `gold`: the trigger `upstream` with status ready starts it, and no
 /// rules, so it triggers at once. A 12-hour poll window keeps a running job running.
-fn stream(patch: Value) -> Value {
+pub(super) fn stream(patch: Value) -> Value {
     let mut config = json!({
         "pipeline": {"id": "gold", "owner": "analytics"},
         "schedule": {
@@ -32,7 +32,7 @@ fn stream(patch: Value) -> Value {
 }
 
 /// Cron pipeline `daily`, no rules: its occurrence triggers the job at once.
-fn cron(expr: &str, patch: Value) -> Value {
+pub(super) fn cron(expr: &str, patch: Value) -> Value {
     let mut config = json!({
         "pipeline": {"id": "daily", "owner": "analytics"},
         "schedule": {
@@ -56,14 +56,14 @@ fn ready_on(sim: &mut Sim, date: &str) {
 }
 
 /// `(date, timestamp)` of every event of a kind.
-fn when(sim: &Sim, kind: crate::core::events::EventType) -> Vec<(String, DateTime<Utc>)> {
+pub(super) fn when(sim: &Sim, kind: crate::core::events::EventType) -> Vec<(String, DateTime<Utc>)> {
     sim.of(kind)
         .iter()
         .map(|e| (e.date.clone().unwrap_or_default(), e.timestamp))
         .collect()
 }
 
-fn on(date: &str, time: &str) -> (String, DateTime<Utc>) {
+pub(super) fn on(date: &str, time: &str) -> (String, DateTime<Utc>) {
     (date.to_string(), at(time))
 }
 
