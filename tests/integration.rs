@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
-use sluice::core::events::{Event, EventType::*};
+use sluice::core::events::{Category, Event, EventType::*};
 use sluice::runtime::store::{PartitionStore, StoreBatch};
 use support::{command_job, day, http_target, pipeline, run_id, sluice, World};
 
@@ -584,6 +584,55 @@ fn sla_breach_is_published_at_the_deadline() {
         &[CONFIG_ACCEPTED, INPUT_REJECTED, SLA_WARNING, SLA_BREACH, INPUT_REJECTED],
     );
     assert_sla_alerts(&events, &date, deadline);
+}
+
+/// SLA_AT_RISK and SLA_RECOVERED through the real processor and broker. Three past dates
+/// run first, each triggered now, so their trigger times lie one to three days into their
+/// dates: the usual trigger time today is two days away, and the third run completing puts
+/// today, whose deadline is minutes ahead, at risk. Today's trigger then runs a job of about
+/// a second, which projects well before the deadline: recovered, then met.
+#[test]
+fn sla_at_risk_and_sla_recovered_are_forecast_from_the_run_history() {
+    let mut w = World::new("forecast");
+    // Minutes ahead (the clock is not shifted): the test is long over by then.
+    let deadline = next_minute(w.now() + TimeDelta::minutes(4));
+    let today = deadline.date_naive();
+    let mut config = pipeline("forecast", command_job("true", 0));
+    config["schedule"]["timezone"] = json!("UTC");
+    config["sla"] = json!({"deadline": deadline.format("%H:%M").to_string(), "deadlineDay": "dataDate",
+                           "forecast": {"minRuns": 3}});
+    w.start_with(&config);
+    w.sensor_on("forecast", "row-count", json!({"count": 5000}), None);
+    for (n, days_ago) in [3, 2, 1].into_iter().enumerate() {
+        let date = (today - TimeDelta::days(days_ago)).format("%Y-%m-%d").to_string();
+        w.sensor_on("forecast", "upstream", json!({"status": "ready"}), Some(&date));
+        w.wait_for("forecast", "a past date's run", |es| {
+            es.iter().filter(|e| e.kind == JOB_COMPLETED).count() > n
+        });
+    }
+    let today = today.format("%Y-%m-%d").to_string();
+    let events = w.wait_for("forecast", "SLA_AT_RISK", |es| es.iter().any(|e| e.kind == SLA_AT_RISK));
+    let risk = of_kind(&events, SLA_AT_RISK)[0];
+    assert_eq!(risk.date.as_deref(), Some(today.as_str()), "{risk:?}");
+    assert_eq!(risk.detail["basis"], json!("usualTrigger"), "{risk:?}");
+    assert_eq!(risk.detail["runs"], json!(3), "{risk:?}");
+    assert_eq!(risk.detail["deadline"], json!(deadline), "{risk:?}");
+    assert_eq!(risk.detail["waitingFor"], json!(["upstream"]), "{risk:?}");
+
+    w.sensor_on("forecast", "upstream", json!({"status": "ready"}), Some(&today));
+    let events = w.wait_for("forecast", "SLA_MET", |es| es.iter().any(|e| e.kind == SLA_MET));
+    let recovered = of_kind(&events, SLA_RECOVERED);
+    assert_eq!(recovered.len(), 1, "{events:#?}");
+    assert_eq!(recovered[0].detail["basis"], json!("running"));
+    let projected: DateTime<Utc> = serde_json::from_value(recovered[0].detail["projectedCompletion"].clone()).unwrap();
+    assert!(projected < deadline, "{projected} before {deadline}");
+    assert_eq!(of_kind(&events, SLA_MET)[0].detail["atRisk"], json!(true));
+    let kinds: Vec<_> = events
+        .iter()
+        .map(|e| e.kind)
+        .filter(|k| k.category() == Category::Sla)
+        .collect();
+    assert_eq!(kinds, [SLA_AT_RISK, SLA_RECOVERED, SLA_MET], "no alert twice");
 }
 
 #[test]

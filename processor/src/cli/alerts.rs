@@ -220,7 +220,11 @@ fn at_risk_hint(event: &Event, status: &str) -> String {
             .map(|items| items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
             .filter(|items| !items.is_empty())
     };
-    let usual = event.detail.get("usualTriggerAt").and_then(Value::as_str).unwrap_or("its usual time");
+    let usual = event
+        .detail
+        .get("usualTriggerAt")
+        .and_then(Value::as_str)
+        .unwrap_or("its usual time");
     match event.detail.get("basis").and_then(Value::as_str) {
         Some("running") => {
             "the job is slower than 9 in 10 past runs that got this far: check it in its orchestrator".into()
@@ -847,14 +851,26 @@ mod tests {
             json!({"basis": "usualTrigger", "usualTriggerAt": usual,
                    "waitingFor": ["upstream:silver", "upstream:bronze"], "upstreams": ["silver", "bronze"]}),
         );
-        assert!(upstream.starts_with("waiting for upstream silver, bronze"), "{upstream}");
-        assert!(upstream.contains(usual) && upstream.contains("`sluice status gold`"), "{upstream}");
+        assert!(
+            upstream.starts_with("waiting for upstream silver, bronze"),
+            "{upstream}"
+        );
+        assert!(
+            upstream.contains(usual) && upstream.contains("`sluice status gold`"),
+            "{upstream}"
+        );
         let sensor = hint(
             SLA_AT_RISK,
             json!({"basis": "usualTrigger", "usualTriggerAt": usual, "waitingFor": ["row-count"], "upstreams": []}),
         );
-        assert!(sensor.starts_with("waiting for row-count") && sensor.contains("producer"), "{sensor}");
-        let running = hint(SLA_AT_RISK, json!({"basis": "running", "waitingFor": [], "upstreams": []}));
+        assert!(
+            sensor.starts_with("waiting for row-count") && sensor.contains("producer"),
+            "{sensor}"
+        );
+        let running = hint(
+            SLA_AT_RISK,
+            json!({"basis": "running", "waitingFor": [], "upstreams": []}),
+        );
         assert!(running.contains("orchestrator"), "{running}");
         assert_eq!(action_hint(&event(SLA_RECOVERED)), None);
     }

@@ -73,8 +73,8 @@ impl RunHistory {
 pub enum Basis {
     /// No trigger yet: the usual trigger time (or now, if later) plus the p90 duration.
     UsualTrigger,
-    /// The job runs: the trigger time plus the p90 duration of past runs that took longer
-    /// than this one has so far.
+    /// The job runs: the trigger time plus the p90 duration of past runs that took at least
+    /// as long as this one has so far.
     Running,
     /// The job has run longer than any run on record: only "not before now" is known.
     BeyondHistory,
@@ -87,7 +87,7 @@ pub struct Forecast {
     pub basis: Basis,
     /// How many past runs it used.
     pub runs: usize,
-    /// The p90 of the durations it used (all runs, or those longer than the elapsed time).
+    /// The p90 of the durations it used (all runs, or those at least as long as the run so far).
     pub duration_p90: Option<TimeDelta>,
     /// When the trigger usually comes for this date (the median of past runs).
     pub usual_trigger: DateTime<Utc>,
@@ -139,8 +139,8 @@ pub fn forecast(
         }
         Some(start) => {
             let elapsed = (now - start).num_seconds();
-            // Runs that took longer than this one has so far: the one running is like them.
-            let longer: Vec<i64> = durations.iter().copied().filter(|d| *d > elapsed).collect();
+            // Runs that took at least as long as this one has so far: it is like them.
+            let longer: Vec<i64> = durations.iter().copied().filter(|d| *d >= elapsed).collect();
             match quantile(&longer, DURATION_QUANTILE) {
                 Some(p90) => Forecast {
                     projected: start + TimeDelta::seconds(p90),
@@ -149,7 +149,7 @@ pub fn forecast(
                     duration_p90: Some(TimeDelta::seconds(p90)),
                     usual_trigger,
                     // The shortest of them drops out when the run outlasts it.
-                    next_change: before_deadline(start + TimeDelta::seconds(longer[0])),
+                    next_change: before_deadline(start + TimeDelta::seconds(longer[0] + 1)),
                 },
                 None => Forecast {
                     projected: now,
@@ -252,14 +252,28 @@ mod tests {
         let start = at(2, 0);
         let f = forecast(&h, 5, at(0, 0), Some(start), at(4, 0), start).unwrap();
         assert_eq!((f.projected, f.basis, f.runs), (at(3, 30), Basis::Running, 10));
-        assert_eq!(f.next_change, Some(at(2, 10)), "when the 10-minute run drops out");
+        assert_eq!(
+            f.next_change,
+            Some(at(2, 10) + TimeDelta::seconds(1)),
+            "when the 10-minute run drops out"
+        );
         // 75 minutes in: only the 80, 90 and 100-minute runs are like this one.
         let f = forecast(&h, 5, at(0, 0), Some(start), at(4, 0), at(3, 15)).unwrap();
         assert_eq!((f.projected, f.runs), (at(3, 40), 3));
-        assert_eq!(f.next_change, Some(at(3, 20)));
+        assert_eq!(f.next_change, Some(at(3, 20) + TimeDelta::seconds(1)));
+        // Exactly 80 minutes in, the 80-minute run still counts; a second later it does not.
+        let f = forecast(&h, 5, at(0, 0), Some(start), at(4, 0), at(3, 20)).unwrap();
+        assert_eq!((f.projected, f.runs), (at(3, 40), 3));
+        // Runs on record that took no time at all: one just started is like them.
+        let instant = history(&[0, 0, 0, 0, 0]);
+        let f = forecast(&instant, 5, at(0, 0), Some(start), at(4, 0), start).unwrap();
+        assert_eq!((f.projected, f.basis), (start, Basis::Running));
         // Longer than every run on record: nothing but "not before now".
         let f = forecast(&h, 5, at(0, 0), Some(start), at(4, 0), at(3, 45)).unwrap();
-        assert_eq!((f.projected, f.basis, f.next_change), (at(3, 45), Basis::BeyondHistory, None));
+        assert_eq!(
+            (f.projected, f.basis, f.next_change),
+            (at(3, 45), Basis::BeyondHistory, None)
+        );
     }
 
     #[test]

@@ -447,3 +447,51 @@ fn sla_deadline_day_is_read_from_the_config() {
     c["sla"] = json!({"deadline": "05:49", "deadlineDay": "dataDate", "expectedDuration": "1m"});
     assert_eq!(parsed(c).config.sla.unwrap().deadline_day, DeadlineDay::DataDate);
 }
+
+#[test]
+fn sla_forecast_is_on_with_five_runs_unless_switched_off_or_set() {
+    let forecast = |value: Value| {
+        let mut c = minimal();
+        c["sla"] = json!({"deadline": "05:00"});
+        if !value.is_null() {
+            c["sla"]["forecast"] = value;
+        }
+        parsed(c).config.sla.unwrap().forecast
+    };
+    assert_eq!(forecast(Value::Null), Some(5));
+    assert_eq!(forecast(json!(true)), Some(5));
+    assert_eq!(forecast(json!(false)), None);
+    assert_eq!(forecast(json!({"minRuns": 12})), Some(12));
+    assert_eq!(forecast(json!({})), Some(5));
+    for (bad, says) in [
+        (
+            json!({"minRuns": 0}),
+            "sla.forecast.minRuns: 0 must be a whole number from 1 to 30",
+        ),
+        (
+            json!({"minRuns": 31}),
+            "sla.forecast.minRuns: 31 must be a whole number from 1 to 30",
+        ),
+        (
+            json!({"minRuns": 2.5}),
+            "sla.forecast.minRuns: 2.5 must be a whole number from 1 to 30",
+        ),
+        (
+            json!("often"),
+            "sla.forecast: must be true, false or {minRuns: N}, not a string",
+        ),
+    ] {
+        let mut c = minimal();
+        c["sla"] = json!({"deadline": "05:00", "forecast": bad});
+        assert_eq!(problems(c), [says]);
+    }
+    let mut c = minimal();
+    c["sla"] = json!({"maxDuration": "1h", "forecast": {"minRuns": 3, "typo": 1}});
+    let said = warnings(&parsed(c));
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("sla.forecast: has no effect without sla.deadline")),
+        "{said:?}"
+    );
+    assert!(said.iter().any(|w| w.contains("typo")), "{said:?}");
+}

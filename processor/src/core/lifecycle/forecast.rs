@@ -194,7 +194,7 @@ fn explain(f: &Forecast) -> String {
             f.runs
         ),
         Basis::Running => format!(
-            "running; 9 in 10 of the {} past runs that took this long finished within {p90} of their trigger",
+            "running; 9 in 10 of the {} past runs that took at least this long finished within {p90} of their trigger",
             f.runs
         ),
         Basis::BeyondHistory => "running longer than any run on record".to_string(),

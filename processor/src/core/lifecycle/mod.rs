@@ -43,8 +43,8 @@ use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
-pub use forecast::ForecastMarks;
 use super::timers::{TimerKind, TimerOp};
+pub use forecast::ForecastMarks;
 
 /// Everything Sluice holds about one pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

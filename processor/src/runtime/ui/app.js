@@ -254,7 +254,7 @@ function laneWidth() {
   return Math.max(320, main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight));
 }
 
-const SLA_EVENTS = new Set(["SLA_WARNING", "SLA_BREACH", "SLA_MET", "RELATIVE_SLA_WARNING", "RELATIVE_SLA_BREACH"]);
+const SLA_EVENTS = new Set(["SLA_WARNING", "SLA_BREACH", "SLA_MET", "SLA_AT_RISK", "SLA_RECOVERED", "RELATIVE_SLA_WARNING", "RELATIVE_SLA_BREACH"]);
 
 /** One swimlane per execution date: its events from first to last (or now), SLA marks below. */
 function timeline(view) {

@@ -357,7 +357,10 @@ impl Reader {
                 }
             }
             Some(other) => {
-                self.problem(path, format!("must be true, false or {{minRuns: N}}, not {}", describe(other)));
+                self.problem(
+                    path,
+                    format!("must be true, false or {{minRuns: N}}, not {}", describe(other)),
+                );
                 None
             }
         };

@@ -109,15 +109,15 @@ fn sla_at_risk_while_running_once_the_run_outlasts_the_usual_ones() {
     // 13:30Z. Past 30 minutes only the 150-minute run is like it: 15:30Z, after 15:00Z.
     sim.advance_to(nov(21, "13:00:00"));
     sim.job_for("daily", "cron", &date(21), JobStatus::Running);
-    sim.advance_to(nov(21, "13:29:59"));
+    sim.advance_to(nov(21, "13:30:00"));
     assert!(sim.of(SLA_AT_RISK).is_empty());
     sim.advance_to(nov(21, "13:45:00"));
-    assert_eq!(when(&sim, SLA_AT_RISK), [on(&date(21), "2026-11-21T13:30:00Z")]);
+    assert_eq!(when(&sim, SLA_AT_RISK), [on(&date(21), "2026-11-21T13:30:01Z")]);
     let risk = sim.of(SLA_AT_RISK)[0];
     assert_eq!(risk.detail["basis"], json!("running"));
     assert_eq!(risk.detail["projectedCompletion"], json!(nov(21, "15:30:00")));
     assert_eq!(risk.detail["runs"], json!(1));
-    assert_eq!(risk.detail["elapsedSeconds"], json!(1800));
+    assert_eq!(risk.detail["elapsedSeconds"], json!(1801));
     assert_eq!(risk.detail["waitingFor"], json!([]));
     assert_eq!(risk.run_id.as_deref(), Some("daily.cron.2026-11-21.1"));
     // It finishes in time after all: SLA_MET says it was at risk, and nothing else follows.
@@ -126,7 +126,11 @@ fn sla_at_risk_while_running_once_the_run_outlasts_the_usual_ones() {
     sim.advance_to(nov(21, "20:00:00"));
     assert_eq!(sim.of(SLA_AT_RISK).len(), 1);
     assert!(sim.of(SLA_RECOVERED).is_empty());
-    assert_eq!(when(&sim, SLA_BREACH), [on(&date(15), "2026-11-15T15:00:00Z")], "the slow day's only");
+    assert_eq!(
+        when(&sim, SLA_BREACH),
+        [on(&date(15), "2026-11-15T15:00:00Z")],
+        "the slow day's only"
+    );
     sim.assert_timers_agree("daily");
 }
 
@@ -142,7 +146,10 @@ fn sla_recovered_when_the_trigger_comes_early_enough() {
     // The fifth run completing is what makes the 21st forecastable: at risk at once.
     stream_run(&mut sim, 20, nov(20, "12:00:00"), 30);
     assert_eq!(when(&sim, SLA_AT_RISK), [on(&date(21), "2026-11-20T12:30:00Z")]);
-    assert_eq!(sim.of(SLA_AT_RISK)[0].detail["projectedCompletion"], json!(nov(21, "12:30:00")));
+    assert_eq!(
+        sim.of(SLA_AT_RISK)[0].detail["projectedCompletion"],
+        json!(nov(21, "12:30:00"))
+    );
     // The trigger comes at 06:40 local: done by 07:10 projected, before 07:20.
     sim.advance_to(nov(21, "11:40:00"));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
@@ -177,7 +184,10 @@ fn run_history_keeps_each_dates_first_success_measured_from_its_first_trigger() 
     sim.job_for("gold", "stream", &date(16), JobStatus::Succeeded);
     let runs = &sim.states["gold"].history.runs;
     assert_eq!(runs.len(), 1);
-    assert_eq!((runs[0].date.as_str(), runs[0].triggered_after, runs[0].duration), ("2026-11-16", 7 * 3600, 1800));
+    assert_eq!(
+        (runs[0].date.as_str(), runs[0].triggered_after, runs[0].duration),
+        ("2026-11-16", 7 * 3600, 1800)
+    );
     // A rerun of the same date (its data changed) adds nothing.
     sim.sensor("gold", "upstream", json!({"status": "ready", "version": 2}));
     let rerun = CommandRecord {
