@@ -79,6 +79,9 @@ event_types! {
     // positions.
     SLA_AT_RISK => Sla,
     SLA_RECOVERED => Sla,
+    SENSOR_FLAPPING => Sensor,
+    UNKNOWN_SENSOR => Sensor,
+    STALE_SENSOR_WARNING => Sensor,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -94,6 +97,8 @@ pub enum Category {
     DryRun,
     Config,
     Input,
+    /// Sensors that misbehave: flapping, unknown to every rule, or silent too long.
+    Sensor,
 }
 
 /// The envelope of every record on `sluice.events`.
@@ -173,7 +178,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 45);
+        assert_eq!(EventType::ALL.len(), 48);
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub enum TimerKind {
         date: String,
         run_id: String,
     },
+    /// STALE_SENSOR_WARNING: a rule's sensor overstays its usual interval.
+    #[serde(rename_all = "camelCase")]
+    StaleSensorCheck { schedule_id: String, date: String },
     /// The last resort for an execution that stopped making progress: STALE_RUN.
     #[serde(rename_all = "camelCase")]
     Watchdog { schedule_id: String, date: String },
@@ -90,6 +93,7 @@ impl TimerKind {
             | TimerKind::JobPollWindow { schedule_id, date, .. }
             | TimerKind::JobStatusCheck { schedule_id, date, .. }
             | TimerKind::Watchdog { schedule_id, date }
+            | TimerKind::StaleSensorCheck { schedule_id, date }
             | TimerKind::PostRunTimeout { schedule_id, date }
             | TimerKind::Expire { schedule_id, date } => Some((schedule_id, date)),
             TimerKind::CronTick | TimerKind::StartCheck { .. } | TimerKind::TriggerDeadline { .. } => None,

@@ -219,9 +219,40 @@ pub struct PipelineConfig {
     pub dry_run: bool,
     /// Upstream pipelines whose completion for a date is this pipeline's input for that date.
     pub depends_on: Vec<Dependency>,
+    /// Which sensor anomalies are reported (`anomalies`).
+    pub anomalies: Anomalies,
     /// The JSON, compact, as text: an instance holds a config for each of its pipelines, and
     /// a parsed `Value` costs several times its text in map nodes (see README, Memory).
     pub(super) json: Box<str>,
+}
+
+/// `anomalies`: SENSOR_FLAPPING (off unless configured), UNKNOWN_SENSOR and
+/// STALE_SENSOR_WARNING (on unless switched off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anomalies {
+    pub flapping: Option<Flapping>,
+    pub unknown_sensors: bool,
+    pub stale_sensors: bool,
+}
+
+impl Default for Anomalies {
+    fn default() -> Self {
+        Anomalies {
+            flapping: None,
+            unknown_sensors: true,
+            stale_sensors: true,
+        }
+    }
+}
+
+/// `anomalies.flapping`: a rule's result changing more than `changes` times within `window`
+/// is flapping; with `hold_for`, the trigger waits until the flapping sensor's rules have
+/// kept their result that long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flapping {
+    pub changes: u32,
+    pub window: TimeDelta,
+    pub hold_for: Option<TimeDelta>,
 }
 
 /// `dependsOn` entry: when `pipeline` completes an execution, Sluice publishes a sensor

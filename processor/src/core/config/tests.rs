@@ -464,17 +464,14 @@ fn sla_forecast_is_on_with_five_runs_unless_switched_off_or_set() {
     assert_eq!(forecast(json!({"minRuns": 12})), Some(12));
     assert_eq!(forecast(json!({})), Some(5));
     for (bad, says) in [
-        (
-            json!({"minRuns": 0}),
-            "sla.forecast.minRuns: 0 must be a whole number from 1 to 30",
-        ),
+        (json!({"minRuns": 0}), "sla.forecast.minRuns: 0 is out of range [1,30]"),
         (
             json!({"minRuns": 31}),
-            "sla.forecast.minRuns: 31 must be a whole number from 1 to 30",
+            "sla.forecast.minRuns: 31 is out of range [1,30]",
         ),
         (
             json!({"minRuns": 2.5}),
-            "sla.forecast.minRuns: 2.5 must be a whole number from 1 to 30",
+            "sla.forecast.minRuns: must be a whole number in [1,30], found 2.5",
         ),
         (
             json!("often"),

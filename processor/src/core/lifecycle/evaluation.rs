@@ -62,10 +62,25 @@ impl Decider<'_> {
             schedule_id: execution.schedule_id.clone(),
             date: execution.date.clone(),
         };
-        execution.last_verdict = Some(verdict.clone());
+        let closes = execution.window_closes_at;
+        self.note_flips(key, &verdict);
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.last_verdict = Some(verdict.clone());
+        }
         let results = json!(verdict.results);
+        let held = self.flapping_hold(key).filter(|_| verdict.passed);
 
-        if verdict.passed {
+        if let Some((until, sensor)) = &held {
+            // Passing, but on a flapping sensor: look again once it has kept still long enough.
+            self.notes.push(format!(
+                "{key}: rules pass but sensor {sensor:?} is flapping; held until {until}"
+            ));
+            if now < closes {
+                self.set_timer(timer, (*until).min(closes));
+                return;
+            }
+        }
+        if verdict.passed && held.is_none() {
             self.cancel_timer(timer);
             self.emit(
                 EventType::VALIDATION_PASSED,
@@ -79,9 +94,12 @@ impl Decider<'_> {
         if !on_schedule {
             return;
         }
-        if now >= execution.window_closes_at {
+        if now >= closes {
             self.enter(key, Phase::ValidationExhausted { at: now });
-            let message = format!("evaluation window closed without passing: {}", verdict.failures());
+            let message = match &held {
+                Some((_, sensor)) => format!("evaluation window closed while sensor {sensor:?} was flapping"),
+                None => format!("evaluation window closed without passing: {}", verdict.failures()),
+            };
             self.emit(
                 EventType::VALIDATION_EXHAUSTED,
                 Some(key),
@@ -91,7 +109,7 @@ impl Decider<'_> {
             self.cancel_run_timers(key);
             return;
         }
-        let next = (now + interval).min(execution.window_closes_at);
+        let next = (now + interval).min(closes);
         self.set_timer(timer, next);
     }
 
@@ -170,6 +188,7 @@ impl Decider<'_> {
                     | TimerKind::JobPollWindow { .. }
                     | TimerKind::JobStatusCheck { .. }
                     | TimerKind::Watchdog { .. }
+                    | TimerKind::StaleSensorCheck { .. }
             )
         });
     }

@@ -12,6 +12,7 @@
 //! runs), [`sla`], [`forecast`] (the SLA forecast from past runs), [`post_run`], [`command`]
 //! (rerun, cancel) and [`dependencies`].
 
+mod anomalies;
 mod command;
 mod config;
 mod dependencies;
@@ -27,7 +28,7 @@ mod sla;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
@@ -44,6 +45,7 @@ use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorRe
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
+pub use anomalies::Flip;
 pub use forecast::ForecastMarks;
 
 /// Everything Sluice holds about one pipeline.
@@ -73,6 +75,9 @@ pub struct PipelineState {
     /// The forecast alerts of recent execution dates, by [`execution_key`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub forecasts: BTreeMap<String, ForecastMarks>,
+    /// Sensor keys nothing reads, with the day UNKNOWN_SENSOR last said so.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unknown_sensors: BTreeMap<String, NaiveDate>,
 }
 
 impl PipelineState {
@@ -103,6 +108,10 @@ pub struct StoredSensor {
     pub hour: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<DateTime<Utc>>,
+    /// Seconds between this key's last arrivals, newest last: its cadence, which tells
+    /// when it is stale (STALE_SENSOR_WARNING).
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub intervals: VecDeque<i64>,
 }
 
 impl StoredSensor {
@@ -175,6 +184,15 @@ pub struct Execution {
     /// against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_inputs: Option<String>,
+    /// Rule results that changed while it validated, within `anomalies.flapping.window`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flips: Vec<Flip>,
+    /// Sensor keys reported flapping (SENSOR_FLAPPING), each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flapping: Vec<String>,
+    /// Sensor keys reported stale (STALE_SENSOR_WARNING), each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
     /// Post-run sensor values captured when the job succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<Map<String, Value>>,
@@ -316,6 +334,9 @@ impl Execution {
             drift_reruns_used: 0,
             completed_inputs: None,
             baseline: None,
+            flips: Vec::new(),
+            flapping: Vec::new(),
+            stale: Vec::new(),
             post_run_seen: false,
             job_handle: None,
         }
@@ -735,9 +756,16 @@ impl<'a> Decider<'a> {
     /// The sensor readings an execution's rules see: for each key, the reading scoped to the
     /// execution's date and hour, else to its day, else the undated latest reading.
     fn readings(&self, date: &str) -> BTreeMap<String, &Map<String, Value>> {
+        (self.read_slots(date).into_iter())
+            .map(|(k, sensor)| (k.to_string(), &sensor.data))
+            .collect()
+    }
+
+    /// The stored readings behind [`Self::readings`], by sensor key.
+    fn read_slots(&self, date: &str) -> BTreeMap<&str, &StoredSensor> {
         let date = ExecutionDate::canonical(date);
         let day = date.map(ExecutionDate::whole_day);
-        let mut best: BTreeMap<&str, (u8, &Map<String, Value>)> = BTreeMap::new();
+        let mut best: BTreeMap<&str, (u8, &StoredSensor)> = BTreeMap::new();
         for (slot, sensor) in &self.state.sensors {
             let rank = match sensor.scope() {
                 None => 1,
@@ -747,10 +775,10 @@ impl<'a> Decider<'a> {
             };
             let key = sensor.key_in(slot);
             if best.get(key).is_none_or(|(r, _)| *r < rank) {
-                best.insert(key, (rank, &sensor.data));
+                best.insert(key, (rank, sensor));
             }
         }
-        best.into_iter().map(|(k, (_, data))| (k.to_string(), data)).collect()
+        best.into_iter().map(|(k, (_, sensor))| (k, sensor)).collect()
     }
 
     /// Moves an execution into a phase; an ended one is forgotten after the retention.

@@ -74,6 +74,7 @@ impl Decider<'_> {
                 run_id,
             } => self.on_status_check_due(&execution_key(schedule_id, date), run_id),
             TimerKind::Watchdog { schedule_id, date } => self.on_watchdog(&execution_key(schedule_id, date)),
+            TimerKind::StaleSensorCheck { schedule_id, date } => self.check_stale(&execution_key(schedule_id, date)),
             TimerKind::PostRunTimeout { schedule_id, date } => {
                 self.on_post_run_timeout(&execution_key(schedule_id, date))
             }
@@ -410,6 +411,7 @@ impl Decider<'_> {
         e.window_closes_at = now + window;
         self.set_watchdog(key, now + window + STALE_GRACE);
         self.evaluate(key, true);
+        self.check_stale(key);
     }
 
     pub(super) fn set_watchdog(&mut self, key: &str, at: DateTime<Utc>) {

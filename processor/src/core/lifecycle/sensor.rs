@@ -21,26 +21,37 @@ impl Decider<'_> {
             date: reading.date,
             hour: reading.hour,
             timestamp: reading.timestamp,
+            intervals: Default::default(),
         };
         if let Some((kind, reason)) = self.sensor_refusal(&reading.key, &stored) {
             self.reject(&format!("sensor {}", reading.key), &reason, kind);
             return;
         }
-        let previous = self
-            .state
-            .sensors
-            .insert(stored.slot(&reading.key), stored.clone().into());
+        let mut stored = stored;
+        let slot = stored.slot(&reading.key);
+        // The cadence goes on from this slot's last reading, else the key's latest elsewhere
+        // (a new date's first reading).
+        let before = (self.state.sensors.get(&slot).map(|s| &**s)).or_else(|| {
+            (self.state.sensors.iter())
+                .filter(|(s, sensor)| sensor.key_in(s) == reading.key)
+                .map(|(_, sensor)| &**sensor)
+                .max_by_key(|sensor| sensor.received_at)
+        });
+        stored.continue_cadence(before);
+        let previous = self.state.sensors.insert(slot, stored.clone().into());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
         if unchanged {
             self.notes.push(format!("sensor {:?} re-sent unchanged", reading.key));
         }
-        let Some(config) = self.config() else {
+        // Shared, not copied: the checks below borrow the decider mutably.
+        let Some(config) = self.state.config.clone() else {
             self.notes.push(format!(
                 "sensor {:?} kept until pipeline {} has a config",
                 reading.key, self.pipeline_id
             ));
             return;
         };
+        self.check_unknown(&config, &reading.key);
         let date = execution_date(&stored, config.schedule.timezone, now).to_string();
         let key = execution_key(config.schedule_id(), &date);
         if self.is_post_run_key(&reading.key) {
@@ -118,6 +129,7 @@ impl Decider<'_> {
                 self.arm_relative_sla(&k);
             }
             self.evaluate(&k, false);
+            self.check_stale(&k);
         }
     }
 

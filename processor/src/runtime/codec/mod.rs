@@ -351,6 +351,36 @@ mod tests {
             .collect()
     }
 
+    /// The JSON Schema lists every event type, and each category's types under it.
+    #[test]
+    fn the_event_json_schema_names_every_event_type_in_its_category() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../schemas/event.schema.json")).unwrap();
+        let names = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_string())
+                .collect()
+        };
+        let all: Vec<String> = EventType::ALL.iter().map(|t| t.name().to_string()).collect();
+        assert_eq!(names(&schema["properties"]["type"]["enum"]), all);
+        let mut listed = Vec::new();
+        for rule in schema["allOf"].as_array().unwrap() {
+            let Some(category) = rule["then"]["properties"]["category"]["const"].as_str() else {
+                continue;
+            };
+            let types = names(&rule["if"]["properties"]["type"]["enum"]);
+            let want: Vec<String> = (EventType::ALL.iter())
+                .filter(|t| serde_json::to_value(t.category()).unwrap() == category)
+                .map(|t| t.name().to_string())
+                .collect();
+            assert_eq!(types, want, "category {category}");
+            listed.push(category.to_string());
+        }
+        assert_eq!(names(&schema["properties"]["category"]["enum"]), listed);
+    }
+
     #[test]
     fn the_event_schema_names_every_event_type_and_an_unknown_default() {
         let Schema::Record(record) = Family::Events.schema() else {

@@ -341,13 +341,15 @@ fn head(state: &PipelineState) -> PipelineState {
         dependents,
         history,
         forecasts,
+        unknown_sensors,
     } = state;
-    // The history and the forecast marks are bounded (30 runs, 48 dates) and change at most
-    // once a run: small enough for the head.
+    // The history, the forecast marks and the unknown keys are bounded (30 runs, 48 dates,
+    // 64 keys) and change at most once a run or a day: small enough for the head.
     PipelineState {
         dependents: dependents.clone(),
         history: history.clone(),
         forecasts: forecasts.clone(),
+        unknown_sensors: unknown_sensors.clone(),
         ..PipelineState::default()
     }
 }
@@ -749,6 +751,7 @@ mod tests {
                         date: None,
                         hour: None,
                         timestamp: None,
+                        intervals: Default::default(),
                     };
                     state.sensors.insert(format!("rows@{}", DATES[date]), sensor.into());
                 }

@@ -185,15 +185,20 @@ impl Reader {
     }
 
     fn boolean(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> bool {
+        self.boolean_or(map, key, path, false)
+    }
+
+    /// A boolean; absent means `default`.
+    fn boolean_or(&mut self, map: &Map<String, Value>, key: &str, path: &str, default: bool) -> bool {
         match map.get(key) {
-            None | Some(Value::Null) => false,
+            None | Some(Value::Null) => default,
             Some(Value::Bool(b)) => *b,
             Some(other) => {
                 self.problem(
                     &join(path, key),
                     format!("must be true or false, found {}", describe(other)),
                 );
-                false
+                default
             }
         }
     }

@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 
 use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
-    AgeBound, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation, Exclusions, Mode,
-    PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
+    AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
+    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
 };
 use crate::core::duration::parse_duration;
 use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
@@ -16,7 +16,7 @@ use crate::core::rules;
 use crate::core::schedule::Cron;
 
 /// The top-level fields of a pipeline config.
-const ROOT_FIELDS: [&str; 9] = [
+const ROOT_FIELDS: [&str; 10] = [
     "pipeline",
     "schedule",
     "sla",
@@ -26,6 +26,7 @@ const ROOT_FIELDS: [&str; 9] = [
     "exclusions",
     "dryRun",
     "dependsOn",
+    "anomalies",
 ];
 
 /// `pipeline: {id, owner, description}`.
@@ -48,6 +49,7 @@ impl Reader {
         let exclusions = self.exclusions(root, variables);
         let dry_run = self.boolean(root, "dryRun", "");
         let depends_on = self.depends_on(root, id.as_deref());
+        let anomalies = self.anomalies(root);
         if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
         }
@@ -64,6 +66,7 @@ impl Reader {
             exclusions,
             dry_run,
             depends_on,
+            anomalies,
             json: Box::default(),
         })
     }
@@ -337,24 +340,13 @@ impl Reader {
     /// `sla.forecast`: `true` (the default), `false`, or `{minRuns: N}` (1 to the runs kept).
     fn forecast(&mut self, map: &Map<String, Value>, has_deadline: bool) -> Option<usize> {
         let path = "sla.forecast";
+        let (most, default) = (HISTORY_RUNS as u32, DEFAULT_MIN_RUNS as u32);
         let min_runs = match map.get("forecast") {
             None | Some(Value::Null) | Some(Value::Bool(true)) => Some(DEFAULT_MIN_RUNS),
             Some(Value::Bool(false)) => return None,
             Some(Value::Object(forecast)) => {
                 self.known_fields(forecast, path, &["minRuns"]);
-                match forecast.get("minRuns") {
-                    None => Some(DEFAULT_MIN_RUNS),
-                    Some(v) => match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
-                        Some(n) if (1..=HISTORY_RUNS).contains(&n) => Some(n),
-                        _ => {
-                            self.problem(
-                                "sla.forecast.minRuns",
-                                format!("{v} must be a whole number from 1 to {HISTORY_RUNS}"),
-                            );
-                            None
-                        }
-                    },
-                }
+                Some(self.bounded(forecast, "minRuns", path, 1, most, default) as usize)
             }
             Some(other) => {
                 self.problem(
@@ -410,6 +402,29 @@ impl Reader {
             );
         }
         Some(max)
+    }
+
+    /// `anomalies: {flapping: {changes, window, holdFor}, unknownSensors, staleSensors}`.
+    fn anomalies(&mut self, root: &Map<String, Value>) -> Anomalies {
+        let path = "anomalies";
+        let Some(map) = self.section(root, path, "") else {
+            return Anomalies::default();
+        };
+        self.known_fields(map, path, &["flapping", "unknownSensors", "staleSensors"]);
+        let flapping = self.section(map, "flapping", path).map(|f| {
+            let path = "anomalies.flapping";
+            self.known_fields(f, path, &["changes", "window", "holdFor"]);
+            Flapping {
+                changes: self.bounded(f, "changes", path, 1, 100, 3),
+                window: self.duration(f, "window", path).unwrap_or(TimeDelta::hours(1)),
+                hold_for: self.duration(f, "holdFor", path),
+            }
+        });
+        Anomalies {
+            flapping,
+            unknown_sensors: self.boolean_or(map, "unknownSensors", path, true),
+            stale_sensors: self.boolean_or(map, "staleSensors", path, true),
+        }
     }
 
     fn validation(&mut self, root: &Map<String, Value>) -> Option<Validation> {

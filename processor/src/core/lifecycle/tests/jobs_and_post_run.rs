@@ -586,9 +586,9 @@ fn late_data_arrival_is_not_reported_for_a_sensor_re_sent_unchanged() {
     let mark = sim.events.len();
     sim.sensor("gold", "row-count", json!({"count": 2000}));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
-    // A sensor no rule reads is not late data.
+    // A sensor no rule reads is not late data (it is an unknown sensor).
     sim.sensor("gold", "unrelated", json!({"count": 1}));
-    assert_eq!(since(&sim, mark), []);
+    assert_eq!(since(&sim, mark), [UNKNOWN_SENSOR]);
 }
 
 // ---- POST_RUN_* ----
@@ -987,7 +987,11 @@ fn input_rejected_for_a_sensor_reading_beyond_the_pipelines_limit_of_readings() 
     let decision = sim.sensor("gold", "third", json!({"n": 1}));
     let reason = decision.dead_letter.expect("the record goes to the dead letters");
     assert!(reason.contains("--max-sensors-per-pipeline"), "{reason}");
-    assert_eq!(since(&sim, 1), [INPUT_REJECTED]);
+    assert_eq!(
+        since(&sim, 1),
+        [UNKNOWN_SENSOR, INPUT_REJECTED],
+        "\"other\" is read by no rule"
+    );
     assert_eq!(sim.states["gold"], before);
     // A reading of a key already kept replaces it: not refused.
     let decision = sim.sensor("gold", "row-count", json!({"count": 2000}));
