@@ -635,6 +635,51 @@ fn sla_at_risk_and_sla_recovered_are_forecast_from_the_run_history() {
     assert_eq!(kinds, [SLA_AT_RISK, SLA_RECOVERED, SLA_MET], "no alert twice");
 }
 
+/// The sensor anomalies through the real processor and broker: a misspelled key, a trigger
+/// sensor that flaps, and a row count that arrives at a steady pace and then stops.
+#[test]
+fn sensor_flapping_unknown_sensor_and_stale_sensor_warning_are_reported() {
+    let mut w = World::new("anomalies");
+    let mut config = pipeline("anomalies", command_job("true", 0));
+    config["anomalies"] = json!({"flapping": {"changes": 1, "window": "10m"}});
+    w.start_with(&config);
+    w.sensor("anomalies", "row_count", json!({"count": 5000}));
+    let events = w.wait_for("anomalies", "UNKNOWN_SENSOR", |es| {
+        es.iter().any(|e| e.kind == UNKNOWN_SENSOR)
+    });
+    let unknown = of_kind(&events, UNKNOWN_SENSOR)[0];
+    assert_eq!(unknown.detail["didYouMean"], json!("row-count"), "{unknown:?}");
+
+    // ready → held → ready: the trigger rule's result changed twice, more than once.
+    for status in ["ready", "held", "ready"] {
+        w.sensor("anomalies", "upstream", json!({"status": status}));
+    }
+    let events = w.wait_for("anomalies", "SENSOR_FLAPPING", |es| {
+        es.iter().any(|e| e.kind == SENSOR_FLAPPING)
+    });
+    let flapping = of_kind(&events, SENSOR_FLAPPING)[0];
+    assert_eq!(flapping.detail["key"], json!("upstream"), "{flapping:?}");
+    assert_eq!(flapping.date.as_deref(), Some(day()));
+
+    // Six row counts, each once the previous is processed (too few rows to pass): a cadence
+    // of a fraction of a second. Then silence: stale within a few of those intervals.
+    for n in 1..=6 {
+        w.sensor("anomalies", "row-count", json!({"count": 10}));
+        barrier(&mut w, "anomalies", n);
+    }
+    let events = w.wait_for("anomalies", "STALE_SENSOR_WARNING", |es| {
+        es.iter().any(|e| e.kind == STALE_SENSOR_WARNING)
+    });
+    let stale = of_kind(&events, STALE_SENSOR_WARNING)[0];
+    assert_eq!(stale.detail["key"], json!("row-count"), "{stale:?}");
+    let (usual, silent) = (
+        stale.detail["usualIntervalSeconds"].as_f64(),
+        stale.detail["silentSeconds"].as_f64(),
+    );
+    assert!(silent >= usual.map(|u| 2.0 * u), "{stale:?}");
+    assert!(of_kind(&events, VALIDATION_PASSED).is_empty());
+}
+
 #[test]
 fn timers_survive_a_restart() {
     let mut w = World::new("timers");

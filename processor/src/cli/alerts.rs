@@ -30,8 +30,8 @@ use crate::runtime::topics::Topics;
 /// What is sent when `--type` is not given: the earlier design's alerted set (interlock
 /// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the
 /// types Sluice has (it has no SFN_TIMEOUT or BASELINE_CAPTURE_FAILED), plus Sluice's own
-/// JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED and the SLA forecast's SLA_AT_RISK and
-/// SLA_RECOVERED.
+/// JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED, the SLA forecast's SLA_AT_RISK and
+/// SLA_RECOVERED, and the sensor anomalies.
 pub const DEFAULT_TYPES: &[&str] = &[
     "SLA_WARNING",
     "SLA_BREACH",
@@ -72,6 +72,9 @@ pub const DEFAULT_TYPES: &[&str] = &[
     "CONFIG_REJECTED",
     "SLA_AT_RISK",
     "SLA_RECOVERED",
+    "SENSOR_FLAPPING",
+    "UNKNOWN_SENSOR",
+    "STALE_SENSOR_WARNING",
 ];
 
 #[derive(Subcommand)]
@@ -302,6 +305,35 @@ pub fn action_hint(event: &Event) -> Option<String> {
             }
         }
         SLA_AT_RISK => at_risk_hint(event, &status),
+        SENSOR_FLAPPING => {
+            let sensor = text("key").unwrap_or("the sensor");
+            let held = match event.detail.get("holdForSeconds").and_then(Value::as_i64) {
+                Some(s) => format!("; the trigger waits until it keeps still for {s} s"),
+                None => String::new(),
+            };
+            format!(
+                "{sensor} keeps changing between passing and failing: check its producer for two writers or a value hovering at the rule's threshold{held}"
+            )
+        }
+        UNKNOWN_SENSOR => {
+            let sensor = text("key").unwrap_or("this key");
+            match text("didYouMean") {
+                Some(meant) => format!(
+                    "nothing reads {sensor}: if it is a misspelling of {meant}, fix the producer's key (or the rule's)"
+                ),
+                None => format!(
+                    "nothing reads {sensor}: a producer publishing for the wrong pipeline, or a rule that should read it; `anomalies.unknownSensors: false` silences this"
+                ),
+            }
+        }
+        STALE_SENSOR_WARNING => {
+            let sensor = text("key").unwrap_or("a sensor");
+            let usual = event.detail.get("usualIntervalSeconds").and_then(Value::as_f64).unwrap_or(0.0);
+            let closes = text("windowClosesAt").unwrap_or("its end");
+            format!(
+                "{sensor} usually arrives every {usual} s and has gone quiet: check its producer before the evaluation window closes at {closes} ({status})"
+            )
+        }
         RELATIVE_SLA_WARNING => {
             format!("close to maxDuration since its first sensor: check the run is progressing ({status})")
         }
@@ -400,7 +432,8 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
     let icon = match event.kind {
         EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
         EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING => ":warning:",
-        EventType::SLA_AT_RISK => ":hourglass_flowing_sand:",
+        EventType::SLA_AT_RISK | EventType::STALE_SENSOR_WARNING => ":hourglass_flowing_sand:",
+        EventType::SENSOR_FLAPPING | EventType::UNKNOWN_SENSOR => ":warning:",
         EventType::JOB_COMPLETED | EventType::SLA_MET | EventType::SLA_RECOVERED | EventType::POST_RUN_PASSED => {
             ":white_check_mark:"
         }
@@ -803,7 +836,16 @@ mod tests {
         ] {
             assert!(defaults.contains(&t), "{t:?}");
         }
-        for t in [JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED, SLA_AT_RISK, SLA_RECOVERED] {
+        for t in [
+            JOB_TIMEOUT,
+            STALE_RUN,
+            CONFIG_REJECTED,
+            SLA_AT_RISK,
+            SLA_RECOVERED,
+            SENSOR_FLAPPING,
+            UNKNOWN_SENSOR,
+            STALE_SENSOR_WARNING,
+        ] {
             assert!(defaults.contains(&t), "Sluice's own {t:?}");
         }
         // What needs nobody's attention stays out.
@@ -873,6 +915,29 @@ mod tests {
         );
         assert!(running.contains("orchestrator"), "{running}");
         assert_eq!(action_hint(&event(SLA_RECOVERED)), None);
+    }
+
+    #[test]
+    fn sensor_anomaly_hints_say_what_to_check() {
+        use EventType::*;
+        let typo = hint(UNKNOWN_SENSOR, json!({"key": "row_count", "didYouMean": "row-count"}));
+        assert!(typo.contains("misspelling of row-count"), "{typo}");
+        let phantom = hint(UNKNOWN_SENSOR, json!({"key": "heartbeat", "didYouMean": null}));
+        assert!(phantom.contains("anomalies.unknownSensors: false"), "{phantom}");
+        let flapping = hint(SENSOR_FLAPPING, json!({"key": "upstream", "holdForSeconds": 600}));
+        assert!(
+            flapping.starts_with("upstream keeps changing") && flapping.ends_with("600 s"),
+            "{flapping}"
+        );
+        assert!(!hint(SENSOR_FLAPPING, json!({"key": "upstream", "holdForSeconds": null})).contains("waits"));
+        let stale = hint(
+            STALE_SENSOR_WARNING,
+            json!({"key": "row-count", "usualIntervalSeconds": 300.0, "windowClosesAt": "2026-11-22T09:00:00Z"}),
+        );
+        assert!(
+            stale.contains("every 300 s") && stale.contains("2026-11-22T09:00:00Z"),
+            "{stale}"
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub use job::{
     RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable,
 };
 pub use model::{
-    AgeBound, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation, Exclusions, Mode,
-    PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
+    AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
+    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
 

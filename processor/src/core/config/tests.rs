@@ -492,3 +492,48 @@ fn sla_forecast_is_on_with_five_runs_unless_switched_off_or_set() {
     );
     assert!(said.iter().any(|w| w.contains("typo")), "{said:?}");
 }
+
+#[test]
+fn anomalies_default_to_unknown_and_stale_checks_without_flapping() {
+    let anomalies = |value: Value| {
+        let mut c = minimal();
+        if !value.is_null() {
+            c["anomalies"] = value;
+        }
+        parsed(c).config.anomalies
+    };
+    assert_eq!(anomalies(Value::Null), Anomalies::default());
+    let defaults = Anomalies::default();
+    assert!(defaults.flapping.is_none() && defaults.unknown_sensors && defaults.stale_sensors);
+    let set = anomalies(json!({"flapping": {"changes": 4, "window": "20m", "holdFor": "5m"},
+                               "unknownSensors": false, "staleSensors": false}));
+    assert_eq!(
+        set.flapping,
+        Some(Flapping {
+            changes: 4,
+            window: TimeDelta::minutes(20),
+            hold_for: Some(TimeDelta::minutes(5))
+        })
+    );
+    assert!(!set.unknown_sensors && !set.stale_sensors);
+    let bare = anomalies(json!({"flapping": {}})).flapping.unwrap();
+    assert_eq!(
+        (bare.changes, bare.window, bare.hold_for),
+        (3, TimeDelta::hours(1), None)
+    );
+    let mut c = minimal();
+    c["anomalies"] = json!({"flapping": {"changes": 0, "window": "soon"}, "staleSensors": "yes", "other": 1});
+    let said = problems(c.clone());
+    assert!(
+        said.contains(&"anomalies.flapping.changes: 0 is out of range [1,100]".to_string()),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|p| p.starts_with("anomalies.flapping.window:")),
+        "{said:?}"
+    );
+    assert!(
+        said.contains(&"anomalies.staleSensors: must be true or false, found a string".to_string()),
+        "{said:?}"
+    );
+}

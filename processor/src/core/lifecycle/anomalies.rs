@@ -52,7 +52,7 @@ impl StoredSensor {
     pub(super) fn continue_cadence(&mut self, previous: Option<&StoredSensor>) {
         let Some(previous) = previous else { return };
         self.intervals = previous.intervals.clone();
-        let interval = (self.received_at - previous.received_at).num_seconds();
+        let interval = (self.received_at - previous.received_at).num_milliseconds();
         if interval > 0 {
             self.intervals.push_back(interval);
         }
@@ -69,7 +69,7 @@ impl StoredSensor {
         }
         let mut intervals: Vec<i64> = self.intervals.iter().copied().collect();
         intervals.sort_unstable();
-        let usual = TimeDelta::seconds(intervals[intervals.len() / 2]);
+        let usual = TimeDelta::milliseconds(intervals[intervals.len() / 2]);
         Some((self.received_at + usual * STALE_FACTOR, usual))
     }
 }
@@ -230,8 +230,8 @@ impl Decider<'_> {
             let info = detail([
                 ("key", json!(sensor)),
                 ("lastUpdate", json!(last)),
-                ("silentSeconds", json!((now - *last).num_seconds())),
-                ("usualIntervalSeconds", json!(usual.num_seconds())),
+                ("silentSeconds", json!(seconds(now - *last))),
+                ("usualIntervalSeconds", json!(seconds(*usual))),
                 ("windowClosesAt", json!(closes)),
             ]);
             self.emit(EventType::STALE_SENSOR_WARNING, Some(key), message, info);
@@ -246,6 +246,11 @@ impl Decider<'_> {
             None => self.cancel_timer(timer),
         }
     }
+}
+
+/// A duration in seconds, to the millisecond.
+fn seconds(d: TimeDelta) -> f64 {
+    d.num_milliseconds() as f64 / 1000.0
 }
 
 /// Remembers that `key` was reported on `day`, forgetting the longest-unreported keys

@@ -108,7 +108,7 @@ pub struct StoredSensor {
     pub hour: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<DateTime<Utc>>,
-    /// Seconds between this key's last arrivals, newest last: its cadence, which tells
+    /// Milliseconds between this key's last arrivals, newest last: its cadence, which tells
     /// when it is stale (STALE_SENSOR_WARNING).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub intervals: VecDeque<i64>,

@@ -15,6 +15,7 @@ use crate::core::records::{FailureCategory, JobStatus};
 use crate::core::replay::Engine;
 use crate::core::timers::DueTimer;
 
+mod anomalies;
 mod forecast;
 mod jobs_and_post_run;
 mod schedule_and_sla;
