@@ -607,14 +607,7 @@ class Checker:
         if not isinstance(endpoints, list) or not endpoints:
             self.problem(doc, "spec.endpoints: a non-empty list")
             return
-        for i, ep in enumerate(endpoints):
-            where = f"spec.endpoints[{i}]"
-            if not isinstance(ep, dict):
-                self.problem(doc, f"{where}: a mapping")
-                continue
-            extra = set(ep) - SERVICEMONITOR_ENDPOINT
-            if extra:
-                self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+        for where, ep in self.each_mapping(doc, endpoints, "spec.endpoints", SERVICEMONITOR_ENDPOINT):
             if not isinstance(ep.get("port"), str):
                 self.problem(doc, f"{where}.port: the name of a port of the Service")
             elif services and ep["port"] not in {p.get("name") for p in services[0]["spec"].get("ports") or []}:
@@ -623,6 +616,19 @@ class Checker:
                 self.problem(doc, f"{where}.path: starts with /")
             if ep.get("scheme", "http") not in {"http", "https"}:
                 self.problem(doc, f"{where}.scheme: http or https")
+
+    def each_mapping(self, doc, items, path, allowed):
+        """Each mapping of the list `items` at `path`, with its own path; an item that is no
+        mapping, or has a field outside `allowed`, is a problem."""
+        for i, item in enumerate(items):
+            where = f"{path}[{i}]"
+            if not isinstance(item, dict):
+                self.problem(doc, f"{where}: a mapping")
+                continue
+            extra = set(item) - allowed
+            if extra:
+                self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+            yield where, item
 
     def check_prometheusrule(self, doc):
         if doc.get("apiVersion") != "monitoring.coreos.com/v1":
@@ -641,14 +647,7 @@ class Checker:
             self.problem(doc, "spec.groups: a non-empty list")
             return
         names = set()
-        for i, group in enumerate(groups):
-            where = f"spec.groups[{i}]"
-            if not isinstance(group, dict):
-                self.problem(doc, f"{where}: a mapping")
-                continue
-            extra = set(group) - PROMETHEUSRULE_GROUP
-            if extra:
-                self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
+        for where, group in self.each_mapping(doc, groups, "spec.groups", PROMETHEUSRULE_GROUP):
             name = group.get("name")
             if not isinstance(name, str) or not name:
                 self.problem(doc, f"{where}.name: a non-empty string")

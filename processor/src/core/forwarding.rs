@@ -60,6 +60,12 @@ pub struct ForwardWindow {
 }
 
 impl ForwardWindow {
+    /// Whether `copy` moves the window's durable offset on (so the window changes even when
+    /// the copy is a duplicate).
+    pub fn advances(&self, copy: &Forwarded) -> bool {
+        copy.durable > self.durable
+    }
+
     /// Whether the copy is new (apply it) or a duplicate (skip it). Either way the window
     /// learns from it.
     pub fn admit(&mut self, copy: &Forwarded) -> bool {
@@ -118,6 +124,27 @@ mod tests {
         for bad in ["", "2:41", "2:41:39:1", "x:41:39", "2:41:41"] {
             assert_eq!(Forwarded::parse(bad.as_bytes()), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_duplicate_changes_the_window_only_when_it_advances_the_durable_offset() {
+        let copy = |offset, durable| Forwarded {
+            partition: 0,
+            offset,
+            durable,
+        };
+        let mut w = ForwardWindow::empty();
+        assert!(w.admit(&copy(5, -1)));
+        let before = w.clone();
+        assert!(!w.advances(&copy(5, -1)));
+        assert!(!w.admit(&copy(5, -1)));
+        assert_eq!(w, before, "a plain duplicate teaches nothing");
+        assert!(w.advances(&copy(5, 5)));
+        assert!(!w.admit(&copy(5, 5)));
+        assert_ne!(
+            w, before,
+            "a re-sent copy with a later durable offset moves the window on"
+        );
     }
 
     #[test]

@@ -932,12 +932,16 @@ impl Processor {
                 e.insert(self.stores[&p].forward_window(topic, mark.partition)?)
             }
         };
+        let advances = window.advances(&mark);
         let new = window.admit(&mark);
-        pending
-            .stores
-            .entry(p)
-            .or_default()
-            .set_forward_window(topic, mark.partition, window);
+        // A duplicate that teaches the window nothing writes nothing.
+        if new || advances {
+            pending
+                .stores
+                .entry(p)
+                .or_default()
+                .set_forward_window(topic, mark.partition, window);
+        }
         if new {
             return Ok(Route::Here);
         }

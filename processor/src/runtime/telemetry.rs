@@ -186,7 +186,10 @@ impl Telemetry {
     /// `sluice_broker_reachable` is 0), liveness does not — restarting every pod would not
     /// bring a broker back, and a crash loop would outlast the incident.
     pub fn set_broker_ok(&self, ok: bool) {
-        self.broker_ok.store(ok, Ordering::Relaxed);
+        // Said after every batch: the gauges move only when the answer does.
+        if self.broker_ok.swap(ok, Ordering::Relaxed) == ok {
+            return;
+        }
         self.broker_reachable.set(i64::from(ok));
         self.show_readiness();
     }

@@ -180,3 +180,23 @@ fn event_ids_follow_the_live_origins() {
         crate::core::events::event_id("sensors/0@0", events[0].kind, None, 0)
     );
 }
+
+/// The sensor anomalies replay from the recorded inputs alone, in event time: the cadence
+/// is learned from the records' own times, and the stale check fires when event time
+/// passes it.
+#[test]
+fn stale_sensor_warning_and_unknown_sensor_replay_in_event_time() {
+    let mut records = vec![(0, config()), (2, sensor("rowcount", json!({"count": 10})))];
+    for minute in [1, 6, 11, 16, 21, 26] {
+        records.push((minute, sensor("row-count", json!({"count": 10}))));
+    }
+    records.sort_by_key(|(minute, _)| *minute);
+    records.push((27, sensor("upstream", json!({"status": "ready"}))));
+    let (events, _) = replay(&records, t(45));
+    assert_eq!(types(&events), [CONFIG_ACCEPTED, UNKNOWN_SENSOR, STALE_SENSOR_WARNING]);
+    assert_eq!(events[1].timestamp, t(2));
+    assert_eq!(events[1].detail["didYouMean"], json!("row-count"));
+    assert_eq!(events[2].timestamp, t(36), "twice the 5-minute cadence after 08:26");
+    let (again, _) = replay(&records, t(45));
+    assert_eq!(again, events, "the same bytes, ids included");
+}
