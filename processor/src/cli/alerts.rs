@@ -31,7 +31,7 @@ use crate::runtime::topics::Topics;
 /// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the
 /// types Sluice has (it has no SFN_TIMEOUT or BASELINE_CAPTURE_FAILED), plus Sluice's own
 /// JOB_TIMEOUT, STALE_RUN, CONFIG_REJECTED, the SLA forecast's SLA_AT_RISK and
-/// SLA_RECOVERED, and the sensor anomalies.
+/// SLA_RECOVERED, the sensor anomalies, and the warnings of `warn` rules.
 pub const DEFAULT_TYPES: &[&str] = &[
     "SLA_WARNING",
     "SLA_BREACH",
@@ -75,6 +75,8 @@ pub const DEFAULT_TYPES: &[&str] = &[
     "SENSOR_FLAPPING",
     "UNKNOWN_SENSOR",
     "STALE_SENSOR_WARNING",
+    "VALIDATION_WARNED",
+    "POST_RUN_WARNED",
 ];
 
 #[derive(Subcommand)]
@@ -305,6 +307,10 @@ pub fn action_hint(event: &Event) -> Option<String> {
             }
         }
         SLA_AT_RISK => at_risk_hint(event, &status),
+        VALIDATION_WARNED => "a rule of severity warn failed; the run goes on: check that data before its output is used".into(),
+        POST_RUN_WARNED => format!(
+            "the run's output passed its post-run checks but a rule of severity warn failed: check the data; if it needs fixing, rerun: {rerun}"
+        ),
         SENSOR_FLAPPING => {
             let sensor = text("key").unwrap_or("the sensor");
             let held = match event.detail.get("holdForSeconds").and_then(Value::as_i64) {
@@ -433,7 +439,10 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
         EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
         EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING => ":warning:",
         EventType::SLA_AT_RISK | EventType::STALE_SENSOR_WARNING => ":hourglass_flowing_sand:",
-        EventType::SENSOR_FLAPPING | EventType::UNKNOWN_SENSOR => ":warning:",
+        EventType::SENSOR_FLAPPING
+        | EventType::UNKNOWN_SENSOR
+        | EventType::VALIDATION_WARNED
+        | EventType::POST_RUN_WARNED => ":warning:",
         EventType::JOB_COMPLETED | EventType::SLA_MET | EventType::SLA_RECOVERED | EventType::POST_RUN_PASSED => {
             ":white_check_mark:"
         }
@@ -845,6 +854,8 @@ mod tests {
             SENSOR_FLAPPING,
             UNKNOWN_SENSOR,
             STALE_SENSOR_WARNING,
+            VALIDATION_WARNED,
+            POST_RUN_WARNED,
         ] {
             assert!(defaults.contains(&t), "Sluice's own {t:?}");
         }
@@ -938,6 +949,8 @@ mod tests {
             stale.contains("every 300 s") && stale.contains("2026-11-22T09:00:00Z"),
             "{stale}"
         );
+        assert!(hint(VALIDATION_WARNED, json!({})).contains("the run goes on"));
+        assert!(hint(POST_RUN_WARNED, json!({})).ends_with("`sluice rerun gold 2026-11-21`"));
     }
 
     #[test]

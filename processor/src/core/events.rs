@@ -82,6 +82,8 @@ event_types! {
     SENSOR_FLAPPING => Sensor,
     UNKNOWN_SENSOR => Sensor,
     STALE_SENSOR_WARNING => Sensor,
+    VALIDATION_WARNED => Validation,
+    POST_RUN_WARNED => PostRun,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -178,7 +180,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 48);
+        assert_eq!(EventType::ALL.len(), 50);
     }
 
     #[test]

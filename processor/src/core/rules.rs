@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::config::{AgeBound, Check, Mode, Rule};
+use super::config::{AgeBound, Check, Mode, Rule, Severity};
 use super::duration::format_duration;
 
 /// The result of one rule, as it appears in event details and pipeline state.
@@ -28,6 +28,9 @@ pub struct RuleResult {
     /// Why it failed; absent when it passed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `warn` for a rule whose failure only warns; absent for an `error`.
+    #[serde(default, skip_serializing_if = "Severity::is_error")]
+    pub severity: Severity,
 }
 
 /// The combined result of a rule set under ALL or ANY.
@@ -38,16 +41,30 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// One line naming each failing rule and why, for event messages.
+    /// One line naming each failing `error` rule and why, for event messages.
     pub fn failures(&self) -> String {
-        let parts: Vec<String> = self
-            .results
-            .iter()
-            .filter(|r| !r.passed)
-            .map(|r| format!("{}: {}", r.key, r.reason.as_deref().unwrap_or("failed")))
-            .collect();
-        parts.join("; ")
+        failing(self.results.iter().filter(|r| r.severity.is_error()))
     }
+
+    /// The failing `warn` rules: what VALIDATION_WARNED and POST_RUN_WARNED report.
+    pub fn warnings(&self) -> Vec<&RuleResult> {
+        (self.results.iter())
+            .filter(|r| !r.passed && r.severity == Severity::Warn)
+            .collect()
+    }
+
+    /// One line naming each failing `warn` rule and why.
+    pub fn warning_text(&self) -> String {
+        failing(self.warnings().into_iter())
+    }
+}
+
+fn failing<'r>(results: impl Iterator<Item = &'r RuleResult>) -> String {
+    let parts: Vec<String> = results
+        .filter(|r| !r.passed)
+        .map(|r| format!("{}: {}", r.key, r.reason.as_deref().unwrap_or("failed")))
+        .collect();
+    parts.join("; ")
 }
 
 /// Reads a number from a JSON number or a numeric string.
@@ -119,6 +136,7 @@ pub fn evaluate(rule: &Rule, sensors: &BTreeMap<String, &Map<String, Value>>, at
         passed: false,
         seen: None,
         reason: None,
+        severity: rule.severity,
     };
     let Some(data) = sensors.get(&rule.key) else {
         result.reason = Some(format!("no reading of sensor {:?} yet", rule.key));
@@ -192,7 +210,8 @@ fn check_value(check: &Check, name: &str, seen: &Value, moment: Moment) -> Optio
 }
 
 /// Evaluates a rule set: ALL needs every rule, ANY at least one (ANY of nothing fails,
-/// ALL of nothing passes).
+/// ALL of nothing passes). Only `error` rules decide; `warn` rules are evaluated and
+/// reported, and a set of `warn` rules alone passes.
 pub fn evaluate_all(
     mode: Mode,
     rules: &[Rule],
@@ -201,9 +220,11 @@ pub fn evaluate_all(
 ) -> Verdict {
     let at = at.into();
     let results: Vec<RuleResult> = rules.iter().map(|r| evaluate(r, sensors, at)).collect();
+    let mut deciding = results.iter().filter(|r| r.severity.is_error()).peekable();
     let passed = match mode {
-        Mode::All => results.iter().all(|r| r.passed),
-        Mode::Any => results.iter().any(|r| r.passed),
+        _ if deciding.peek().is_none() && !results.is_empty() => true,
+        Mode::All => deciding.all(|r| r.passed),
+        Mode::Any => deciding.any(|r| r.passed),
     };
     Verdict { passed, results }
 }

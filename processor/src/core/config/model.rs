@@ -72,6 +72,24 @@ pub struct Rule {
     pub check: Check,
     /// The check's name as written (`gte`, `age_lt`...), for messages.
     pub check_name: &'static str,
+    /// Whether failing it holds the run (`error`) or only warns (`warn`).
+    pub severity: Severity,
+}
+
+/// A rule's `severity`: an `error` (the default) holds the trigger, or fails the post-run
+/// check; a `warn` is reported (VALIDATION_WARNED, POST_RUN_WARNED) and the run goes on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    #[default]
+    Error,
+    Warn,
+}
+
+impl Severity {
+    pub fn is_error(&self) -> bool {
+        *self == Severity::Error
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -537,3 +537,32 @@ fn anomalies_default_to_unknown_and_stale_checks_without_flapping() {
         "{said:?}"
     );
 }
+
+#[test]
+fn rule_severity_is_error_unless_warn_and_only_on_validation_and_post_run_rules() {
+    let mut c = minimal();
+    c["validation"] = json!({"rules": [
+        {"key": "a", "check": "exists", "severity": "warn"},
+        {"key": "b", "check": "exists", "severity": "error"},
+        {"key": "c", "check": "exists"}
+    ]});
+    c["postRun"] = json!({"rules": [{"key": "q", "check": "exists", "severity": "warn"}]});
+    let config = parsed(c.clone()).config;
+    let severities: Vec<Severity> = config.validation.rules.iter().map(|r| r.severity).collect();
+    assert_eq!(severities, [Severity::Warn, Severity::Error, Severity::Error]);
+    assert_eq!(config.post_run.unwrap().rules[0].severity, Severity::Warn);
+    c["validation"]["rules"][0]["severity"] = json!("info");
+    assert_eq!(
+        problems(c.clone()),
+        ["validation.rules[0].severity: \"info\" must be error or warn"]
+    );
+    // The trigger is no gate: a severity there is an unknown field.
+    let mut c = minimal();
+    c["schedule"]["trigger"]["severity"] = json!("warn");
+    let said = warnings(&parsed(c));
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("schedule.trigger") && w.contains("severity")),
+        "{said:?}"
+    );
+}

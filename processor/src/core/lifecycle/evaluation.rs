@@ -1,5 +1,7 @@
-//! VALIDATION_PASSED / VALIDATION_EXHAUSTED: rules evaluated on each sensor and on each
-//! interval until the window closes; then the trigger (JOB_TRIGGERED follows its report),
+//! VALIDATION_PASSED / VALIDATION_WARNED / VALIDATION_EXHAUSTED: rules evaluated on each
+//! sensor and on each interval until the window closes (`warn` rules never hold it: when the
+//! `error` rules pass, the failing `warn` ones are reported just before VALIDATION_PASSED);
+//! then the trigger (JOB_TRIGGERED follows its report),
 //! INFRA_FAILURE when it cannot be requested, or DRY_RUN_WOULD_TRIGGER and
 //! DRY_RUN_SLA_PROJECTION in a dry run.
 
@@ -7,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::job::job_request;
 use super::{detail, run_id, Decider, Effect, Phase};
-use crate::core::config::{Check, JobKind, Mode, Rule};
+use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
 use crate::core::events::EventType;
 use crate::core::rules::{self, Verdict};
 use crate::core::timers::TimerKind;
@@ -31,6 +33,7 @@ impl Decider<'_> {
                 field: Some("status".into()),
                 check: Check::Equals(Value::from("succeeded")),
                 check_name: "equals",
+                severity: Severity::Error,
             })
             .collect();
         if !upstreams.is_empty() {
@@ -82,6 +85,12 @@ impl Decider<'_> {
         }
         if verdict.passed && held.is_none() {
             self.cancel_timer(timer);
+            let warnings = verdict.warnings();
+            if !warnings.is_empty() {
+                let message = format!("validation passed with warnings: {}", verdict.warning_text());
+                let info = detail([("results", json!(warnings))]);
+                self.emit(EventType::VALIDATION_WARNED, Some(key), message, info);
+            }
             self.emit(
                 EventType::VALIDATION_PASSED,
                 Some(key),

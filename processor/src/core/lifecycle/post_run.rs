@@ -1,4 +1,5 @@
-//! POST_RUN_BASELINE_CAPTURED / POST_RUN_PASSED / POST_RUN_FAILED / POST_RUN_DRIFT /
+//! POST_RUN_BASELINE_CAPTURED / POST_RUN_PASSED / POST_RUN_WARNED / POST_RUN_FAILED /
+//! POST_RUN_DRIFT /
 //! POST_RUN_DRIFT_INFLIGHT / POST_RUN_SENSOR_MISSING, and DRY_RUN_DRIFT: watching a date's
 //! data after its job succeeded.
 
@@ -105,9 +106,14 @@ impl Decider<'_> {
             }
         }
         self.cancel_execution_timers(key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
-        let (kind, message) = match verdict.passed {
-            true => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
-            false => (
+        // Three outcomes, as a quality gate: passed, warned (a `warn` rule failed), failed.
+        let (kind, message) = match (verdict.passed, verdict.warnings().is_empty()) {
+            (true, true) => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
+            (true, false) => (
+                EventType::POST_RUN_WARNED,
+                format!("post-run checks passed with warnings: {}", verdict.warning_text()),
+            ),
+            (false, _) => (
                 EventType::POST_RUN_FAILED,
                 format!("post-run checks failed: {}", verdict.failures()),
             ),

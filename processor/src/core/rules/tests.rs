@@ -4,7 +4,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::core::config::{AgeBound, Comparison};
+use crate::core::config::{AgeBound, Comparison, Severity};
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-22T12:00:00Z")
@@ -18,6 +18,7 @@ fn rule(check: Check, name: &'static str) -> Rule {
         field: Some("v".into()),
         check,
         check_name: name,
+        severity: Severity::Error,
     }
 }
 
@@ -74,6 +75,7 @@ fn missing_sensors_and_fields_fail_with_a_reason() {
         field: None,
         check: Check::Exists,
         check_name: "exists",
+        severity: Severity::Error,
     };
     assert!(run(&exists, Some(json!({}))).passed);
     assert!(!run(&exists, None).passed);
@@ -117,6 +119,7 @@ fn all_and_any_combine_results() {
         field: None,
         check: Check::Exists,
         check_name: "exists",
+        severity: Severity::Error,
     };
     let fail = Rule {
         key: "b".into(),
@@ -131,6 +134,51 @@ fn all_and_any_combine_results() {
     assert!(!evaluate_all(Mode::Any, &[], &sensors, now()).passed);
     let verdict = evaluate_all(Mode::All, &rules, &sensors, now());
     assert_eq!(verdict.failures(), "b: no reading of sensor \"b\" yet");
+}
+
+#[test]
+fn warn_rules_are_reported_but_never_decide() {
+    let present = Rule {
+        key: "a".into(),
+        field: None,
+        check: Check::Exists,
+        check_name: "exists",
+        severity: Severity::Error,
+    };
+    let absent_warn = Rule {
+        key: "b".into(),
+        severity: Severity::Warn,
+        ..present.clone()
+    };
+    let data = Map::new();
+    let sensors = BTreeMap::from([("a".to_string(), &data)]);
+    for mode in [Mode::All, Mode::Any] {
+        let verdict = evaluate_all(mode, &[present.clone(), absent_warn.clone()], &sensors, now());
+        assert!(verdict.passed, "{mode:?}: a failing warn rule holds nothing");
+        assert_eq!(verdict.failures(), "");
+        assert_eq!(verdict.warning_text(), "b: no reading of sensor \"b\" yet");
+        // Warn rules alone pass whatever they find.
+        assert!(evaluate_all(mode, std::slice::from_ref(&absent_warn), &sensors, now()).passed);
+    }
+    let failing_error = Rule {
+        key: "c".into(),
+        ..present.clone()
+    };
+    let verdict = evaluate_all(Mode::All, &[failing_error, absent_warn], &sensors, now());
+    assert!(!verdict.passed);
+    assert_eq!(
+        verdict.failures(),
+        "c: no reading of sensor \"c\" yet",
+        "warnings are not failures"
+    );
+    assert_eq!(
+        serde_json::to_value(&verdict.results[1]).unwrap()["severity"],
+        json!("warn")
+    );
+    assert!(serde_json::to_value(&verdict.results[0])
+        .unwrap()
+        .get("severity")
+        .is_none());
 }
 
 #[test]

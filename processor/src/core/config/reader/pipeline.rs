@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Sla, Validation,
+    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, Validation,
 };
 use crate::core::duration::parse_duration;
 use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
@@ -461,9 +461,20 @@ impl Reader {
         Some(Validation { mode, rules })
     }
 
+    /// `validation.rules` or `postRun.rules`: rules that may carry a `severity`.
     fn rules(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Rule> {
         self.each(map, "rules", path, |r, item, at| {
-            r.object(item, at).and_then(|m| r.rule(m, at, &[]))
+            let m = r.object(item, at)?;
+            let rule = r.rule(m, at, &["severity"])?;
+            let severity = match r.string(m, "severity", at).as_deref() {
+                None | Some("error") => Severity::Error,
+                Some("warn") => Severity::Warn,
+                Some(other) => {
+                    r.problem(&join(at, "severity"), format!("{other:?} must be error or warn"));
+                    Severity::Error
+                }
+            };
+            Some(Rule { severity, ..rule })
         })
     }
 
@@ -488,6 +499,7 @@ impl Reader {
             field,
             check,
             check_name: name,
+            severity: Severity::Error,
         })
     }
 

@@ -637,6 +637,70 @@ fn post_run_passed_on_a_later_post_run_sensor_and_then_no_sensor_missing() {
 }
 
 #[test]
+fn post_run_warned_when_only_a_warn_rule_fails_and_failed_when_an_error_rule_does() {
+    let mut sim = Sim::new();
+    // The status must be ok (an error); the rows should be at least 400 (a warning).
+    let warn = json!({"key": "quality", "check": "gte", "field": "rows", "value": 400, "severity": "warn"});
+    let mut config = gold_post_run(json!({}));
+    config["postRun"]["rules"].as_array_mut().unwrap().push(warn);
+    sim.config(config);
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500, "rows": 500}));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500, "rows": 395}));
+    assert_eq!(since(&sim, mark), [POST_RUN_WARNED]);
+    let warned = last(&sim, POST_RUN_WARNED);
+    assert!(
+        warned.message.contains("rows is 395 but must be >= 400"),
+        "{}",
+        warned.message
+    );
+    assert_eq!(warned.detail["results"][1]["severity"], json!("warn"));
+    sim.sensor(
+        "gold",
+        "quality",
+        json!({"status": "corrupt", "count": 500, "rows": 395}),
+    );
+    assert_eq!(since(&sim, mark), [POST_RUN_WARNED, POST_RUN_FAILED]);
+    let failed = last(&sim, POST_RUN_FAILED);
+    assert!(
+        !failed.message.contains("395"),
+        "the failure names the error rule only: {}",
+        failed.message
+    );
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500, "rows": 401}));
+    assert_eq!(since(&sim, mark), [POST_RUN_WARNED, POST_RUN_FAILED, POST_RUN_PASSED]);
+}
+
+#[test]
+fn validation_warned_just_before_validation_passed_when_a_warn_rule_fails() {
+    let mut sim = Sim::new();
+    let warn = json!({"key": "freshness", "check": "exists", "severity": "warn"});
+    let mut config = gold(json!({}));
+    config["validation"]["rules"].as_array_mut().unwrap().push(warn);
+    sim.config(config);
+    start(&mut sim);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_WARNED, VALIDATION_PASSED]);
+    let warned = last(&sim, VALIDATION_WARNED);
+    assert_eq!(warned.detail["results"].as_array().unwrap().len(), 1);
+    assert_eq!(warned.detail["results"][0]["key"], json!("freshness"));
+    assert!(
+        warned.message.contains("no reading of sensor \"freshness\""),
+        "{}",
+        warned.message
+    );
+    assert_eq!(sim.triggers().len(), 1, "the run goes on");
+    // The same rule as an error holds the trigger.
+    let mut held = Sim::new();
+    let mut config = gold(json!({}));
+    let error = json!({"key": "freshness", "check": "exists"});
+    config["validation"]["rules"].as_array_mut().unwrap().push(error);
+    held.config(config);
+    start(&mut held);
+    assert!(held.triggers().is_empty() && held.of(VALIDATION_WARNED).is_empty());
+}
+
+#[test]
 fn post_run_failed_on_a_later_post_run_sensor_that_breaks_a_rule() {
     let mut sim = Sim::new();
     sim.config(gold_post_run(json!({})));
