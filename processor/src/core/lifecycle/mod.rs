@@ -44,7 +44,9 @@ use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorRe
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
+pub(crate) use forecast::date_start;
 pub use forecast::ForecastMarks;
+pub(crate) use sla::deadline_of;
 
 /// Everything Sluice holds about one pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
