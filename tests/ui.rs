@@ -253,5 +253,27 @@ fn the_operator_page_draws_the_dependency_graph_and_the_run_history() {
         &[("SLUICE_UI_DAY", day()), ("SLUICE_UI_RUNS", &runs)],
     );
     assert_saved(&shots, &["graph.png", "pipeline-chart.png"]);
+
+    // A second instance joins and the partitions are shared out: each instance draws the
+    // whole graph, its peer's pipelines included (one of them owns few or none of them).
+    let other = format!("127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    let held = json!([{"pipelineId": "gold", "state": "waiting", "by": ["silver"]}]);
+    let whole = |addr: &str| {
+        get_json(addr, "/api/graph").is_some_and(|g| {
+            g["complete"] == true
+                && g["instances"].as_array().map_or(0, Vec::len) == 2
+                && g["nodes"].as_array().map_or(0, Vec::len) == 4
+                && g["heldBack"] == held
+        })
+    };
+    wait_until(
+        "both instances drawing the whole graph",
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || whole(&addr) && whole(&other),
+    );
+    b.terminate();
     w.stop();
 }
