@@ -532,7 +532,7 @@ function runChart(view) {
   return el("figure", { id: "run-chart", class: "chart" },
     svg("svg", { role: "img", "aria-label": `${summary}${caption ? ` ${caption}` : ""}`, viewBox: `0 0 ${W} ${H}`, width: W, height: H }, nodes),
     el("figcaption", { class: "muted" },
-      `Each bar is a day's first successful run, from its trigger up to its completion (✔ before the SLA deadline, ✘ after), ${hourly ? "in time after the start of its hour" : `in time of day (${tz}; +1d is the day after the date)`}; the dashed line is the SLA deadline; above it is late. ${summary}`,
+      `Each bar is a date's first successful run, from its trigger up to its completion (✔ before the SLA deadline, ✘ after), ${hourly ? "in time after the start of its hour" : `in time of day (${tz}; +1d is the day after the date)`}; the dashed line is the SLA deadline; above it is late. ${summary}`,
       caption ? el("strong", { class: projection.type === "SLA_AT_RISK" ? "fail" : "" }, ` ${caption}`) : null),
     runs.length ? el("details", {}, el("summary", {}, "The runs as a table"), runsTable(runs, hourly)) : null);
 }
