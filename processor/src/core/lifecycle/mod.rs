@@ -44,8 +44,10 @@ use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorRe
 use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
-pub(crate) use forecast::date_start;
 pub use forecast::ForecastMarks;
+
+// For the read model (a pipeline's run history as the page charts it).
+pub(crate) use forecast::date_start;
 pub(crate) use sla::deadline_of;
 
 /// Everything Sluice holds about one pipeline.
