@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use chrono::{TimeDelta, Timelike};
 use serde_json::{json, Value};
+use sluice::core::events::EventType::{JOB_COMPLETED, SLA_AT_RISK};
 
-use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, Instances, World};
+use crate::support::{command_job, day, free_port, http_get, pipeline, repo, wait_until, Instances, World};
 
 /// Runs one of the page script's checks (`SLUICE_UI_CHECK`) against the page at `addr`;
 /// `extra`: more environment for it.
@@ -43,6 +45,28 @@ fn get_json(addr: &str, path: &str) -> Option<Value> {
     (status == 200).then(|| serde_json::from_str(&body).ok())?
 }
 
+/// Where the page tests save their screenshots.
+fn screenshots() -> PathBuf {
+    let shots = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join("target"))
+        .join("ui-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
+}
+
+fn assert_saved(shots: &std::path::Path, names: &[&str]) {
+    for name in names {
+        let shot = shots.join(name);
+        assert!(
+            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
+            "{} saved",
+            shot.display()
+        );
+    }
+    eprintln!("[ui] screenshots in {}", shots.display());
+}
+
 #[test]
 fn the_operator_page_follows_pipelines_live() {
     let mut w = World::new("ui");
@@ -54,11 +78,7 @@ fn the_operator_page_follows_pipelines_live() {
     let addr = format!("127.0.0.1:{}", free_port());
     w.serve(&addr, &["--instance", "a"]);
 
-    let shots = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo().join("target"))
-        .join("ui-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
+    let shots = screenshots();
     page_check(&w, "live", &addr, &shots, &[]);
 
     // A restarted processor reads its pipelines' recent events back: timelines are not empty.
@@ -122,20 +142,138 @@ fn the_operator_page_follows_pipelines_live() {
     );
     page_check(&w, "token", &addr, &shots, &[("SLUICE_UI_TOKEN", token)]);
 
-    for name in [
-        "list.png",
-        "pipeline-waiting.png",
-        "pipeline-completed.png",
-        "pipeline-sla-breach.png",
-        "pipeline-forwarded.png",
-    ] {
-        let shot = shots.join(name);
-        assert!(
-            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
-            "{} saved",
-            shot.display()
-        );
+    assert_saved(
+        &shots,
+        &[
+            "list.png",
+            "pipeline-waiting.png",
+            "pipeline-completed.png",
+            "pipeline-sla-breach.png",
+            "pipeline-forwarded.png",
+        ],
+    );
+    w.stop();
+}
+
+/// bronze → silver → gold, and ref → gold: bronze and ref complete, silver waits for its row
+/// count, so gold waits for silver. Beside them an hourly pipeline with three past hours run
+/// (each triggered now, long after its hour) and an SLA forecast for the hour under way.
+#[test]
+fn the_operator_page_draws_the_dependency_graph_and_the_run_history() {
+    let mut w = World::new("ui-graph");
+    let downstream = |id: &str, depends_on: Value| {
+        json!({
+            "pipeline": {"id": id, "owner": "tests"},
+            "dependsOn": depends_on,
+            "schedule": {"evaluation": {"window": "10m", "interval": "1m"}},
+            "validation": {"rules": [{"key": "row-count", "check": "gte", "field": "count", "value": 1000}]},
+            "job": command_job("true", 0)
+        })
+    };
+    let mut bronze = pipeline("bronze", command_job("true", 0));
+    bronze["schedule"]["timezone"] = json!("UTC");
+    bronze["sla"] = json!({"deadline": "06:00"});
+    w.config(&bronze);
+    w.config(&pipeline("ref", command_job("true", 0)));
+    w.config(&downstream("silver", json!(["bronze"])));
+    w.config(&downstream(
+        "gold",
+        json!(["silver", {"pipeline": "ref", "key": "ref-done"}]),
+    ));
+    // Deadline minute 00: every past hour's deadline has passed, the hour under way's is ahead.
+    let mut hourly = pipeline("hourly", command_job("true", 0));
+    hourly["schedule"]["timezone"] = json!("UTC");
+    hourly["sla"] = json!({"deadline": ":00", "forecast": {"minRuns": 3}});
+    w.config(&hourly);
+    let addr = format!("127.0.0.1:{}", free_port());
+    w.serve(&addr, &["--instance", "a"]);
+
+    // silver never gets its row count.
+    for id in ["bronze", "ref", "gold", "hourly"] {
+        w.sensor_on(id, "row-count", json!({"count": 5000}), None);
     }
-    eprintln!("[ui] screenshots in {}", shots.display());
+    for id in ["bronze", "ref"] {
+        w.sensor_on(id, "upstream", json!({"status": "ready"}), Some(day()));
+    }
+    let hour = w.now().with_minute(0).unwrap().with_second(0).unwrap();
+    let hours: Vec<String> = (1..=3)
+        .rev()
+        .map(|n| (hour - TimeDelta::hours(n)).format("%Y-%m-%dT%H").to_string())
+        .collect();
+    for date in &hours {
+        w.sensor_on("hourly", "upstream", json!({"status": "ready"}), Some(date));
+    }
+    w.wait_for("hourly", "three past hours run and a forecast", |es| {
+        es.iter().filter(|e| e.kind == JOB_COMPLETED).count() == 3 && es.iter().any(|e| e.kind == SLA_AT_RISK)
+    });
+    // The API first: gold is held back by silver alone (ref has completed).
+    let graph = || get_json(&addr, "/api/graph").unwrap_or_default();
+    wait_until(
+        "gold waiting for silver in the graph",
+        Duration::from_secs(60),
+        || format!("{}\n{}", graph(), w.log_tail()),
+        || graph()["heldBack"] == json!([{"pipelineId": "gold", "state": "waiting", "by": ["silver"]}]),
+    );
+    let graph = graph();
+    assert_eq!(graph["date"], day(), "{graph}");
+    let states: Vec<(&str, &str, u64)> = (graph["nodes"].as_array().unwrap().iter())
+        .map(|n| {
+            (
+                n["pipelineId"].as_str().unwrap(),
+                n["state"].as_str().unwrap(),
+                n["depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("bronze", "completed", 0),
+            ("gold", "waiting", 2),
+            ("ref", "completed", 0),
+            ("silver", "waiting", 1)
+        ],
+        "the hourly pipeline, with no dependency, is not drawn: {graph}"
+    );
+    let view = get_json(&addr, "/api/pipelines/hourly").unwrap();
+    let dates: Vec<&str> = (view["runHistory"].as_array().unwrap().iter())
+        .map(|r| r["date"].as_str().unwrap())
+        .collect();
+    assert_eq!(dates.len(), 3, "{view}");
+    assert!(hours.iter().all(|h| dates.contains(&h.as_str())), "{dates:?} {hours:?}");
+    assert_eq!(view["slaProjection"]["type"], "SLA_AT_RISK", "{view}");
+
+    let shots = screenshots();
+    let runs = dates.join(",");
+    page_check(
+        &w,
+        "graph",
+        &addr,
+        &shots,
+        &[("SLUICE_UI_DAY", day()), ("SLUICE_UI_RUNS", &runs)],
+    );
+    assert_saved(&shots, &["graph.png", "pipeline-chart.png"]);
+
+    // A second instance joins and the partitions are shared out: each instance draws the
+    // whole graph, its peer's pipelines included (one of them owns few or none of them).
+    let other = format!("127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    let held = json!([{"pipelineId": "gold", "state": "waiting", "by": ["silver"]}]);
+    let whole = |addr: &str| {
+        get_json(addr, "/api/graph").is_some_and(|g| {
+            g["complete"] == true
+                && g["instances"].as_array().map_or(0, Vec::len) == 2
+                && g["nodes"].as_array().map_or(0, Vec::len) == 4
+                && g["heldBack"] == held
+        })
+    };
+    wait_until(
+        "both instances drawing the whole graph",
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || whole(&addr) && whole(&other),
+    );
+    b.terminate();
     w.stop();
 }

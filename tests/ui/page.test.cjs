@@ -8,7 +8,9 @@
 //   SLUICE_UI_CHECK  which check: `live` (one instance, pipelines moving) or `instances`
 //                    (two instances; the page is served by the one that does not own
 //                    ui-gold, SLUICE_UI_SERVING names it), or `token` (an instance with
-//                    API tokens; SLUICE_UI_TOKEN is one)
+//                    API tokens; SLUICE_UI_TOKEN is one), or `graph` (bronze → silver → gold
+//                    and ref → gold on SLUICE_UI_DAY, silver waiting; an hourly pipeline whose
+//                    run history holds the dates SLUICE_UI_RUNS, with an SLA_AT_RISK forecast)
 "use strict";
 
 const { chromium } = require("playwright-core");
@@ -146,6 +148,84 @@ async function token(page) {
   await page.locator("tbody tr[data-pipeline]").first().waitFor(WAIT);
 }
 
+// The dependency graph on the list, and a pipeline's run history against its SLA.
+async function graph(page) {
+  const node = (id) => page.locator(`#graph-svg [data-node="${id}"]`);
+  const edge = (from, to) => page.locator(`#graph-svg [data-edge="${from}→${to}"]`);
+  const inState = (id, state) => page.locator(`#graph-svg [data-node="${id}"][data-state="${state}"]`);
+
+  step("the graph draws each pipeline with its state written out");
+  await page.goto(`${base}/`);
+  await inState("gold", "waiting").waitFor(WAIT);
+  const expected = { bronze: "completed", ref: "completed", silver: "waiting", gold: "waiting" };
+  for (const [id, state] of Object.entries(expected)) {
+    assert.equal(await node(id).getAttribute("data-state"), state, id);
+    assert.match(await node(id).locator(".node-state").textContent(), new RegExp(`^. ${state}$`), `${id}'s state is written, not only coloured`);
+  }
+  assert.equal(await page.locator("#graph-svg [data-node]").count(), 4, "the hourly pipeline has no dependency: not drawn");
+
+  step("in columns by depth: sources left, downstreams right");
+  const x = async (id) => (await node(id).locator("rect").boundingBox()).x;
+  assert.equal(await x("bronze"), await x("ref"), "both sources in the first column");
+  assert.ok(await x("bronze") < await x("silver") && await x("silver") < await x("gold"), "bronze, silver, gold left to right");
+
+  step("silver holds gold back: its edge is highlighted and said in words");
+  assert.equal(await edge("silver", "gold").getAttribute("data-holding"), "true");
+  assert.equal(await edge("ref", "gold").getAttribute("data-holding"), "false");
+  assert.equal(await edge("bronze", "silver").getAttribute("data-holding"), "false");
+  assert.equal(await page.locator("#graph-svg .edge.holding").count(), 1);
+  const held = page.locator("#held-back");
+  assert.match(await held.innerText(), /gold \(waiting\) waits for silver/);
+  assert.equal(await held.locator("li").count(), 1, "only gold is held back");
+  const stroke = (l) => l.evaluate((e) => getComputedStyle(e).strokeDasharray + " " + getComputedStyle(e).stroke);
+  assert.notEqual(await stroke(edge("silver", "gold")), await stroke(edge("ref", "gold")), "a distinct stroke");
+  await page.locator("#graph").screenshot({ path: path.join(shots, "graph.png") });
+
+  step("the date chooser: a day nothing ran, then back to the day");
+  const before = new Date(Date.parse(env.SLUICE_UI_DAY) - 86400000).toISOString().slice(0, 10);
+  await page.goto(`${base}/?date=${before}`);
+  await inState("gold", "notStarted").waitFor(WAIT);
+  assert.equal(await node("bronze").locator(".node-state").textContent(), "– notStarted");
+  assert.match(await held.innerText(), /gold \(notStarted\) waits for ref and silver/);
+  assert.match(await held.innerText(), /silver \(notStarted\) waits for bronze/);
+  await page.locator("#graph-date").focus();
+  await page.locator("#graph-date").selectOption(env.SLUICE_UI_DAY);
+  await page.waitForURL(new RegExp(`date=${env.SLUICE_UI_DAY}`), WAIT);
+  await inState("gold", "waiting").waitFor(WAIT);
+  assert.equal(await page.evaluate(() => document.activeElement.id), "graph-date", "the chooser keeps the focus");
+
+  step("a node links to its pipeline, by keyboard");
+  await node("gold").focus();
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/\/pipelines\/gold$/, WAIT);
+
+  step("the run history: one bar per run, the SLA line, the forecast");
+  await page.goto(`${base}/pipelines/hourly`);
+  const chart = page.locator("#run-chart");
+  await chart.locator('[data-projection="SLA_AT_RISK"]').waitFor(WAIT);
+  const runs = await chart.locator("[data-run]").evaluateAll((marks) => marks.map((m) => m.getAttribute("data-run")));
+  assert.deepEqual(runs, env.SLUICE_UI_RUNS.split(",").sort(), "one bar per run on record, oldest left");
+  // Each past hour ran long after its deadline (minute 00 of the next hour).
+  assert.equal(await chart.locator('[data-run][data-met="false"]').count(), 3);
+  assert.match(await chart.locator("[data-run] title").first().textContent(), /after the SLA deadline/);
+  assert.equal(await chart.locator(".sla-line").count(), 1);
+  assert.match(await chart.locator(".sla-label").textContent(), /^SLA \+1:00$/);
+  assert.match(await chart.locator(".projection-label").textContent(), /^◆ projected \+\d:\d\d.* late$/);
+  assert.match(await chart.locator("figcaption").innerText(), /SLA_AT_RISK for/);
+  // The oldest run (about three hours after its hour began) is drawn well above the SLA line
+  // (+1:00) it missed: smaller y is later.
+  const top = async (l) => (await l.boundingBox()).y;
+  assert.ok(await top(chart.locator("[data-run] rect").first()) + 20 < await top(chart.locator(".sla-line")), "late runs above the line");
+  await chart.screenshot({ path: path.join(shots, "pipeline-chart.png") });
+
+  step("a daily pipeline's chart: its one run, met");
+  await page.goto(`${base}/pipelines/bronze`);
+  await page.locator('#run-chart [data-run][data-met="true"]').waitFor(WAIT);
+  assert.equal(await page.locator("#run-chart [data-run]").count(), 1);
+  assert.match(await page.locator("#run-chart .sla-label").textContent(), /^SLA \+1d 06:00$/);
+  assert.equal(await page.locator("#run-chart [data-projection]").count(), 0, "no forecast for bronze");
+}
+
 async function main() {
   const browser = await chromium.launch({
     executablePath: env.SLUICE_CHROMIUM || "/usr/bin/chromium",
@@ -155,7 +235,7 @@ async function main() {
   });
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
-    const checks = { live, instances, token };
+    const checks = { live, instances, token, graph };
     const check = checks[env.SLUICE_UI_CHECK || "live"];
     assert.ok(check, `unknown SLUICE_UI_CHECK ${env.SLUICE_UI_CHECK}`);
     try {

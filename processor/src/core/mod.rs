@@ -11,6 +11,7 @@ pub mod duration;
 pub mod events;
 pub mod execution;
 pub mod forwarding;
+pub mod graph;
 pub mod history;
 pub mod lifecycle;
 pub mod limits;

@@ -1,12 +1,14 @@
 //! "How is this pipeline doing?": the read model behind the HTTP API and `sluice status`,
 //! derived from a pipeline's state alone (so any instance that owns it answers the same).
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::config::{AgeBound, Check, Comparison, Deadline, Mode, PipelineConfig, Rule};
 use super::duration::format_duration;
-use super::lifecycle::{Execution, PendingTimer, Phase, PipelineState};
+use super::events::{Event, EventType};
+use super::execution::ExecutionDate;
+use super::lifecycle::{date_start, deadline_of, Execution, PendingTimer, Phase, PipelineState};
 
 /// One line of the pipeline list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,6 +23,9 @@ pub struct PipelineSummary {
     pub description: Option<String>,
     #[serde(default)]
     pub dry_run: bool,
+    /// The upstream pipelines its config names in `dependsOn`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
     /// Open and recent executions, newest date first.
     pub executions: Vec<ExecutionSummary>,
     /// The soonest pending timer of the pipeline.
@@ -161,9 +166,105 @@ pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
         owner: config.and_then(|c| c.owner.clone()),
         description: config.and_then(|c| c.description.clone()),
         dry_run: config.is_some_and(|c| c.dry_run),
+        depends_on: config
+            .map(|c| c.depends_on.iter().map(|d| d.pipeline.clone()).collect())
+            .unwrap_or_default(),
         executions,
         next_timer,
     }
+}
+
+/// One past run as the pipeline page charts it: when, within its date, it was triggered and
+/// completed, and the date's SLA deadline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub date: String,
+    /// The start of the date in the schedule's timezone: its midnight, or its hour.
+    pub date_start: DateTime<Utc>,
+    /// Seconds from the date's start to the first trigger.
+    pub triggered_after: i64,
+    /// Seconds from the first trigger to success.
+    pub duration: i64,
+    pub triggered_at: DateTime<Utc>,
+    pub completed_at: DateTime<Utc>,
+    /// The date's SLA deadline under the config in force, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
+}
+
+/// The runs the SLA forecast is made from (see [`crate::core::history`]), oldest first.
+pub fn run_history(state: &PipelineState) -> Vec<RunView> {
+    let Some(config) = state.config.as_deref() else {
+        return Vec::new();
+    };
+    (state.history.runs.iter())
+        .filter_map(|run| {
+            let date = ExecutionDate::canonical(&run.date)?;
+            let start = date_start(config, date);
+            let triggered_at = start + TimeDelta::seconds(run.triggered_after);
+            Some(RunView {
+                date: run.date.clone(),
+                date_start: start,
+                triggered_after: run.triggered_after,
+                duration: run.duration,
+                triggered_at,
+                completed_at: triggered_at + TimeDelta::seconds(run.duration),
+                deadline: deadline_of(config, date),
+            })
+        })
+        .collect()
+}
+
+/// The SLA forecast of a date still open, as its latest SLA_AT_RISK or SLA_RECOVERED said it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectionView {
+    pub date: String,
+    /// The start of the date in the schedule's timezone (see [`RunView::date_start`]).
+    pub date_start: DateTime<Utc>,
+    /// SLA_AT_RISK or SLA_RECOVERED.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    pub event_id: String,
+    #[serde(flatten)]
+    pub figures: ProjectionFigures,
+}
+
+/// The figures of a forecast event's detail the page draws.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectionFigures {
+    pub deadline: DateTime<Utc>,
+    pub projected_completion: DateTime<Utc>,
+    pub margin_seconds: i64,
+    pub usual_trigger_at: DateTime<Utc>,
+    #[serde(default)]
+    pub triggered_at: Option<DateTime<Utc>>,
+}
+
+/// The latest forecast among `events` (oldest first) of a date not started or still open.
+pub fn sla_projection(state: &PipelineState, events: &[&Event]) -> Option<ProjectionView> {
+    let config = state.config.as_deref()?;
+    let open = |date: &str| {
+        (state.executions.values())
+            .filter(|e| e.date == date)
+            .all(|e| e.phase.is_open())
+    };
+    events.iter().rev().find_map(|e| {
+        if !matches!(e.kind, EventType::SLA_AT_RISK | EventType::SLA_RECOVERED) {
+            return None;
+        }
+        let date = e.date.as_deref().filter(|d| open(d))?;
+        let figures = serde_json::from_value(serde_json::Value::Object(e.detail.clone())).ok()?;
+        Some(ProjectionView {
+            date: date.to_string(),
+            date_start: date_start(config, ExecutionDate::canonical(date)?),
+            kind: e.kind,
+            event_id: e.event_id.clone(),
+            figures,
+        })
+    })
 }
 
 /// A validation rule as the pipeline page lists it.
@@ -350,6 +451,94 @@ mod tests {
                 "It runs a command job, retried up to 2 time(s) after a failure."
             ]
         );
+    }
+
+    #[test]
+    fn the_run_history_is_placed_in_its_dates_with_their_deadlines_and_the_open_dates_forecast() {
+        let raw = serde_json::json!({
+            "pipeline": {"id": "gold"},
+            "schedule": {"trigger": {"key": "upstream", "check": "exists"}, "timezone": "Europe/Paris"},
+            "dependsOn": ["silver"],
+            "sla": {"deadline": "06:00", "forecast": {"minRuns": 2}},
+            "validation": {"rules": []},
+            "job": {"type": "command", "config": {"command": "run"}}
+        });
+        let mut state = PipelineState {
+            config: Some(std::sync::Arc::new(
+                PipelineConfig::from_json(&raw).expect("valid").config,
+            )),
+            ..PipelineState::default()
+        };
+        // Triggered at 02:00 Paris time (01:00 UTC in November) the day after its date, 45
+        // minutes to success; its deadline is 06:00 the day after (`deadlineDay` by default).
+        state.history.record(crate::core::history::PastRun {
+            date: "2026-11-19".into(),
+            triggered_after: 26 * 3600,
+            duration: 45 * 60,
+        });
+        let runs = run_history(&state);
+        assert_eq!(runs.len(), 1);
+        let paris = |h: u32, m: u32| Utc.with_ymd_and_hms(2026, 11, 20, h - 1, m, 0).unwrap();
+        assert_eq!(
+            runs[0].date_start,
+            Utc.with_ymd_and_hms(2026, 11, 18, 23, 0, 0).unwrap()
+        );
+        assert_eq!(
+            (runs[0].triggered_at, runs[0].completed_at),
+            (paris(2, 0), paris(2, 45))
+        );
+        assert_eq!(runs[0].deadline, Some(paris(6, 0)));
+        assert_eq!(summarize("gold", &state).depends_on, ["silver"]);
+
+        let event = |id: &str, kind: &str, date: &str, projected: &str| -> Event {
+            serde_json::from_value(serde_json::json!({
+                "eventId": id, "type": kind, "category": "sla", "pipelineId": "gold", "date": date,
+                "timestamp": at(1), "message": "forecast",
+                "detail": {"deadline": "2026-11-20T05:00:00Z", "projectedCompletion": projected,
+                           "marginSeconds": -600, "usualTriggerAt": "2026-11-20T01:00:00Z",
+                           "triggeredAt": null, "basis": "usualTrigger"}
+            }))
+            .expect("an event")
+        };
+        let risk = event("e1", "SLA_AT_RISK", "2026-11-20", "2026-11-20T05:10:00Z");
+        let older = event("e0", "SLA_AT_RISK", "2026-11-19", "2026-11-19T05:10:00Z");
+        let met = event("e2", "SLA_MET", "2026-11-20", "2026-11-20T05:10:00Z");
+        // Not started: the date is open, and its latest forecast is drawn.
+        let projection = sla_projection(&state, &[&older, &risk, &met]).expect("a projection");
+        assert_eq!(
+            (projection.date.as_str(), projection.kind),
+            ("2026-11-20", EventType::SLA_AT_RISK)
+        );
+        assert_eq!(
+            projection.date_start,
+            Utc.with_ymd_and_hms(2026, 11, 19, 23, 0, 0).unwrap()
+        );
+        assert_eq!(
+            projection.figures.projected_completion,
+            Utc.with_ymd_and_hms(2026, 11, 20, 5, 10, 0).unwrap()
+        );
+        assert_eq!(serde_json::to_value(&projection).unwrap()["type"], "SLA_AT_RISK");
+        // Once the date has completed, its forecast is history; an older open date's is not.
+        state.executions.insert(
+            "stream/2026-11-20".into(),
+            execution("2026-11-20", Phase::Succeeded { at: at(5) }).into(),
+        );
+        assert_eq!(
+            sla_projection(&state, &[&older, &risk]).map(|p| p.date),
+            Some("2026-11-19".into())
+        );
+        state.executions.insert(
+            "stream/2026-11-19".into(),
+            execution(
+                "2026-11-19",
+                Phase::Failed {
+                    at: at(5),
+                    reason: "exit 1".into(),
+                },
+            )
+            .into(),
+        );
+        assert_eq!(sla_projection(&state, &[&older, &risk]), None);
     }
 
     #[test]

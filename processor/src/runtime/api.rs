@@ -1,6 +1,7 @@
 //! The pipeline API beside the processor on `--http`: `GET /api/pipelines` (every pipeline of
-//! every instance) and `GET /api/pipelines/{id}` (config, latest sensors, executions, pending
-//! timers, recent events), whichever instance is asked; `POST /api/pipelines/{id}/rerun` and
+//! every instance), `GET /api/graph` (their `dependsOn` graph for a date) and
+//! `GET /api/pipelines/{id}` (config, latest sensors, executions, pending timers, run history,
+//! SLA forecast, recent events), whichever instance is asked; `POST /api/pipelines/{id}/rerun` and
 //! `/cancel` publish the command to `sluice.commands` for a token allowed to write (see
 //! [`super::access`]).
 //!
@@ -33,6 +34,7 @@ use super::recent::RecentEvents;
 use super::store::PartitionStore;
 use super::summaries::Summaries;
 use crate::core::execution::ExecutionDate;
+use crate::core::graph;
 use crate::core::partitioning::partition_for;
 use crate::core::records::{CommandKind, CommandRecord};
 use crate::core::status::{self, PipelineSummary};
@@ -78,6 +80,7 @@ fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
         return Ok(Answer::Missing);
     };
     let config = state.config.as_deref();
+    let events = served.recent.of(id);
     Ok(Answer::Found(json!({
         "pipelineId": id,
         "partition": partition,
@@ -89,7 +92,9 @@ fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
         "sensors": status::sensors(&state),
         "executions": state.executions.values().collect::<Vec<_>>(),
         "timers": status::timers(&state),
-        "recentEvents": served.recent.of(id),
+        "runHistory": status::run_history(&state),
+        "slaProjection": status::sla_projection(&state, &events),
+        "recentEvents": events,
     })))
 }
 
@@ -212,6 +217,7 @@ impl Api {
 pub fn routes(api: Api) -> Router {
     Router::new()
         .route("/api/pipelines", get(list))
+        .route("/api/graph", get(dependency_graph))
         .route("/api/pipelines/{id}", get(pipeline))
         .route("/api/pipelines/{id}/events/{event}", get(event))
         .route("/api/pipelines/{id}/rerun", post(rerun))
@@ -254,21 +260,21 @@ impl ListFilter {
     }
 }
 
-async fn list(
-    State(api): State<Api>,
-    QueryString(mut filter): QueryString<ListFilter>,
-    headers: HeaderMap,
-) -> Response {
-    filter.q = filter.q.map(|q| q.to_lowercase());
-    let Listed { mut pipelines, opening } = match api.ask_opened(|reply| Query::List { reply }, |l| l.opening).await {
-        Ok(listed) => listed,
-        Err(response) => return response,
-    };
+/// Every pipeline's summary, by id: this instance's and, unless `local` or the request was
+/// forwarded here, every live peer's; with how each instance answered, and whether all did.
+struct Gathered {
+    pipelines: Vec<Arc<PipelineSummary>>,
+    instances: Vec<Value>,
+    complete: bool,
+}
+
+async fn gather(api: &Api, headers: &HeaderMap, local: bool) -> Result<Gathered, Response> {
+    let Listed { mut pipelines, opening } = api.ask_opened(|reply| Query::List { reply }, |l| l.opening).await?;
     let mut instances = vec![json!({"instance": api.instance, "ok": true, "restoring": opening})];
     let mut complete = !opening;
-    if !filter.local && !headers.contains_key(FORWARDED) {
+    if !local && !headers.contains_key(FORWARDED) {
         for peer in api.directory.peers(Utc::now()) {
-            match fetch_peer_list(&api, &peer, &headers).await {
+            match fetch_peer_list(api, &peer, headers).await {
                 Ok(theirs) => {
                     pipelines.extend(theirs.into_iter().map(Arc::new));
                     instances.push(json!({"instance": peer.instance, "url": peer.url, "ok": true}));
@@ -280,9 +286,30 @@ async fn list(
             }
         }
     }
-    pipelines.retain(|p| filter.keeps(p));
     pipelines.sort_by(|a, b| a.pipeline_id.cmp(&b.pipeline_id));
     pipelines.dedup_by(|a, b| a.pipeline_id == b.pipeline_id);
+    Ok(Gathered {
+        pipelines,
+        instances,
+        complete,
+    })
+}
+
+async fn list(
+    State(api): State<Api>,
+    QueryString(mut filter): QueryString<ListFilter>,
+    headers: HeaderMap,
+) -> Response {
+    filter.q = filter.q.map(|q| q.to_lowercase());
+    let Gathered {
+        mut pipelines,
+        instances,
+        complete,
+    } = match gather(&api, &headers, filter.local).await {
+        Ok(gathered) => gathered,
+        Err(response) => return response,
+    };
+    pipelines.retain(|p| filter.keeps(p));
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for p in &pipelines {
         match counts.get_mut(p.state()) {
@@ -304,6 +331,37 @@ async fn list(
         "instances": instances,
         "complete": complete,
     });
+    (StatusCode::OK, json_type(), body.to_string()).into_response()
+}
+
+/// `GET /api/graph?date=`: the dependency graph of a date (see [`graph::graph`]), over every
+/// instance's pipelines.
+#[derive(Debug, Default, Deserialize)]
+pub struct GraphQuery {
+    /// `YYYY-MM-DD` or `YYYY-MM-DDTHH`; by default the latest day with executions.
+    date: Option<String>,
+}
+
+async fn dependency_graph(
+    State(api): State<Api>,
+    QueryString(query): QueryString<GraphQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let date = query.date.filter(|d| !d.is_empty());
+    if let Some(d) = date.as_deref().filter(|d| ExecutionDate::canonical(d).is_none()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("{d:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)"),
+        );
+    }
+    let gathered = match gather(&api, &headers, false).await {
+        Ok(gathered) => gathered,
+        Err(response) => return response,
+    };
+    let drawn = graph::graph(&gathered.pipelines, date.as_deref(), Utc::now().date_naive());
+    let mut body = json!(drawn);
+    body["instances"] = json!(gathered.instances);
+    body["complete"] = json!(gathered.complete);
     (StatusCode::OK, json_type(), body.to_string()).into_response()
 }
 

@@ -1,6 +1,7 @@
-//! The operator's page on `run --http`: `/` lists the pipelines, `/pipelines/{id}` shows one.
-//! Both are the same static page (embedded in the binary), which draws itself from the
-//! pipeline API ([`super::api`]) and polls it, so every instance serves every pipeline.
+//! The operator's page on `run --http`: `/` lists the pipelines and draws their dependency
+//! graph, `/pipelines/{id}` shows one with its run history against its SLA. Both are the same
+//! static page (embedded in the binary), which draws itself from the pipeline API
+//! ([`super::api`]) and polls it, so every instance serves every pipeline.
 
 use axum::http::header;
 use axum::response::IntoResponse;

@@ -176,7 +176,7 @@ impl Decider<'_> {
 }
 
 /// The start of an execution date in the schedule's timezone: its midnight, or its hour.
-fn date_start(config: &PipelineConfig, date: ExecutionDate) -> DateTime<Utc> {
+pub(crate) fn date_start(config: &PipelineConfig, date: ExecutionDate) -> DateTime<Utc> {
     let time = ClockTime {
         hour: date.hour.unwrap_or(0),
         minute: 0,

@@ -48,6 +48,10 @@ use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
 pub use forecast::ForecastMarks;
 
+// For the read model (a pipeline's run history as the page charts it).
+pub(crate) use forecast::date_start;
+pub(crate) use sla::deadline_of;
+
 /// Everything Sluice holds about one pipeline.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -302,7 +302,7 @@ fn deadline_of_key(config: &PipelineConfig, key: &str) -> Option<DateTime<Utc>> 
 }
 
 /// The SLA deadline of an execution date under `config`.
-pub(super) fn deadline_of(config: &PipelineConfig, date: ExecutionDate) -> Option<DateTime<Utc>> {
+pub(crate) fn deadline_of(config: &PipelineConfig, date: ExecutionDate) -> Option<DateTime<Utc>> {
     let sla = config.sla.as_ref()?;
     let deadline = sla.deadline?;
     let tz = sla.timezone.unwrap_or(config.schedule.timezone);
