@@ -660,16 +660,10 @@ class Checker:
             if not isinstance(rules, list) or not rules:
                 self.problem(doc, f"{where}.rules: a non-empty list")
                 continue
-            for j, rule in enumerate(rules):
-                self.check_rule(doc, f"{where}.rules[{j}]", rule)
+            for rule_at, rule in self.each_mapping(doc, rules, f"{where}.rules", PROMETHEUSRULE_RULE):
+                self.check_rule(doc, rule_at, rule)
 
     def check_rule(self, doc, where, rule):
-        if not isinstance(rule, dict):
-            self.problem(doc, f"{where}: a mapping")
-            return
-        extra = set(rule) - PROMETHEUSRULE_RULE
-        if extra:
-            self.problem(doc, f"{where}: unknown fields {sorted(extra)}")
         if ("alert" in rule) == ("record" in rule):
             self.problem(doc, f"{where}: one of alert and record")
         name = rule.get("alert", rule.get("record"))
