@@ -250,3 +250,87 @@ fn validate_apply_and_topics_apply_speak_json_to_scripts() {
     let (code, refused) = json_of(&["config", "apply", dir]);
     assert_eq!((code, &refused["published"]), (Some(1), &json!(false)), "{refused}");
 }
+
+/// An archetype (`archetypes/NAME.yaml` beside the pipelines folder) merged in by `config
+/// validate --explain` and `config apply`: the processor then holds the run to the
+/// archetype's rule for a key the pipeline does not name.
+#[test]
+fn config_apply_merges_the_archetype_that_validate_explains() {
+    let mut w = World::new("archetype");
+    let root = tempfile::tempdir().unwrap();
+    let (pipelines, archetypes) = (root.path().join("pipelines"), root.path().join("archetypes"));
+    std::fs::create_dir_all(&pipelines).unwrap();
+    std::fs::create_dir_all(&archetypes).unwrap();
+    std::fs::write(
+        archetypes.join("counted.yaml"),
+        "validation:\n  trigger: ALL\n  rules:\n    - {key: row-count, check: gte, field: count, value: 1000}\njob: {maxRetries: 1}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pipelines.join("arch.yaml"),
+        "pipeline: {id: arch, owner: tests}\narchetype: counted\nschedule:\n  trigger: {key: upstream, check: equals, field: status, value: ready}\nvalidation:\n  rules:\n    - {key: upstream, check: equals, field: status, value: ready}\njob: {type: command, config: {command: 'true'}}\n",
+    )
+    .unwrap();
+    let dir = pipelines.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = sluice_on(&w.brokers)
+            .args(args)
+            .args(["--topic-prefix", &w.prefix])
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, stdout, stderr) = run(&["config", "validate", dir, "--explain", "--output", "json"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    let file = &doc["files"][0];
+    assert_eq!(file["archetype"], json!("counted"), "{doc}");
+    assert_eq!(
+        file["inherited"],
+        json!(["job.maxRetries", "validation.rules[row-count]", "validation.trigger"])
+    );
+    assert_eq!(file["config"]["validation"]["rules"].as_array().unwrap().len(), 2);
+    let (code, stdout, _) = run(&["config", "validate", dir, "--explain"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("archetype counted gave job.maxRetries"), "{stdout}");
+    // Unknown, it is a problem naming the known ones.
+    std::fs::write(pipelines.join("other.yaml"), "pipeline: {id: other}\narchetype: countd\nschedule:\n  trigger: {key: k, check: exists}\njob: {type: command, config: {command: 'true'}}\n").unwrap();
+    let (code, _, stderr) = run(&["config", "validate", dir]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("archetype: unknown archetype \"countd\" (known: counted)"),
+        "{stderr}"
+    );
+    std::fs::remove_file(pipelines.join("other.yaml")).unwrap();
+
+    let (code, stdout, stderr) = run(&["config", "apply", dir]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    w.start();
+    w.wait_for("arch", "CONFIG_ACCEPTED", |es| {
+        es.iter()
+            .any(|e| e.kind == sluice::core::events::EventType::CONFIG_ACCEPTED)
+    });
+    w.sensor("arch", "upstream", json!({"status": "ready"}));
+    w.sensor("arch", "row-count", json!({"count": 10}));
+    w.sensor("arch", "row-count", json!({"count": 5000}));
+    let events = w.wait_for("arch", "VALIDATION_PASSED", |es| {
+        es.iter()
+            .any(|e| e.kind == sluice::core::events::EventType::VALIDATION_PASSED)
+    });
+    let passed = events
+        .iter()
+        .find(|e| e.kind == sluice::core::events::EventType::VALIDATION_PASSED)
+        .unwrap();
+    let keys: Vec<&Value> = passed.detail["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [&json!("row-count"), &json!("upstream")],
+        "the archetype's rule held the run until 5000 rows"
+    );
+}

@@ -77,6 +77,8 @@ pub const DEFAULT_TYPES: &[&str] = &[
     "STALE_SENSOR_WARNING",
     "VALIDATION_WARNED",
     "POST_RUN_WARNED",
+    "EVALUATION_SLA_WARNING",
+    "EVALUATION_SLA_BREACH",
 ];
 
 #[derive(Subcommand)]
@@ -212,6 +214,7 @@ pub fn broadcasts(event: &Event) -> bool {
         event.kind,
         EventType::SLA_BREACH
             | EventType::RELATIVE_SLA_BREACH
+            | EventType::EVALUATION_SLA_BREACH
             | EventType::RETRY_EXHAUSTED
             | EventType::VALIDATION_EXHAUSTED
     )
@@ -340,6 +343,9 @@ pub fn action_hint(event: &Event) -> Option<String> {
                 "{sensor} usually arrives every {usual} s and has gone quiet: check its producer before the evaluation window closes at {closes} ({status})"
             )
         }
+        EVALUATION_SLA_WARNING | EVALUATION_SLA_BREACH => {
+            format!("not ready yet: check the sensor data its validation rules wait for ({status})")
+        }
         RELATIVE_SLA_WARNING => {
             format!("close to maxDuration since its first sensor: check the run is progressing ({status})")
         }
@@ -436,8 +442,8 @@ fn mrkdwn_escape(text: &str) -> String {
 /// the execution's thread, if its first message is already posted.
 pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Value {
     let icon = match event.kind {
-        EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH => ":rotating_light:",
-        EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING => ":warning:",
+        EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH | EventType::EVALUATION_SLA_BREACH => ":rotating_light:",
+        EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING | EventType::EVALUATION_SLA_WARNING => ":warning:",
         EventType::SLA_AT_RISK | EventType::STALE_SENSOR_WARNING => ":hourglass_flowing_sand:",
         EventType::SENSOR_FLAPPING
         | EventType::UNKNOWN_SENSOR
@@ -856,6 +862,8 @@ mod tests {
             STALE_SENSOR_WARNING,
             VALIDATION_WARNED,
             POST_RUN_WARNED,
+            EVALUATION_SLA_WARNING,
+            EVALUATION_SLA_BREACH,
         ] {
             assert!(defaults.contains(&t), "Sluice's own {t:?}");
         }

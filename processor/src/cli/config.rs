@@ -1,6 +1,7 @@
-//! `sluice config validate|apply`: pipeline YAML files read from a folder, calendars and
-//! deployment variables resolved, every problem reported, and the configs published to the
-//! config topic only when there is none. `replay --pipelines` reads configs the same way.
+//! `sluice config validate|apply`: pipeline YAML files read from a folder, archetypes
+//! merged in, calendars and deployment variables resolved, every problem reported, and the
+//! configs published to the config topic only when there is none. `replay --pipelines`
+//! reads configs the same way.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+use super::archetypes::{self, Archetypes, Merged};
 use super::args::parse_var;
 use super::calendars::{self, Calendars, ResolveError};
 use super::events::Output;
@@ -28,6 +30,14 @@ pub enum ConfigCommand {
         /// calendars/ beside the pipelines folder (DIR/../calendars).
         #[arg(long, value_name = "DIR")]
         calendars: Option<PathBuf>,
+        /// Folder of archetype files (NAME.yaml: shared pipeline fields) that pipelines name
+        /// with `archetype: NAME`; default: archetypes/ beside the pipelines folder.
+        #[arg(long, value_name = "DIR")]
+        archetypes: Option<PathBuf>,
+        /// Show each pipeline as published: its archetype merged in, with the fields it
+        /// inherited.
+        #[arg(long)]
+        explain: bool,
         /// `json`: one JSON document on stdout (every file with its problems and warnings),
         /// the readable lines on stderr.
         #[arg(long, value_enum, default_value_t = Output::Table)]
@@ -43,6 +53,10 @@ pub enum ConfigCommand {
         /// calendars/ beside the pipelines folder (DIR/../calendars).
         #[arg(long, value_name = "DIR")]
         calendars: Option<PathBuf>,
+        /// Folder of archetype files that pipelines name; default: archetypes/ beside the
+        /// pipelines folder.
+        #[arg(long, value_name = "DIR")]
+        archetypes: Option<PathBuf>,
         /// `json`: one JSON document on stdout (what was published, where; or the problems),
         /// the readable lines on stderr.
         #[arg(long, value_enum, default_value_t = Output::Table)]
@@ -52,24 +66,41 @@ pub enum ConfigCommand {
 
 pub async fn run(kafka: &Connection, topics: &Topics, command: ConfigCommand) -> Result<ExitCode> {
     match command {
-        ConfigCommand::Validate { dir, calendars, output } => Ok(validate(&dir, calendars.as_deref(), output)),
+        ConfigCommand::Validate {
+            dir,
+            calendars,
+            archetypes,
+            explain,
+            output,
+        } => {
+            let folders = Folders {
+                calendars: calendars.as_deref(),
+                archetypes: archetypes.as_deref(),
+            };
+            Ok(validate(&dir, folders, explain, output))
+        }
         ConfigCommand::Apply {
             dir,
             vars,
             calendars,
+            archetypes,
             output,
         } => {
-            apply(
-                &dir,
-                calendars.as_deref(),
-                &vars.into_iter().collect(),
-                kafka,
-                topics,
-                output,
-            )
-            .await
+            let folders = Folders {
+                calendars: calendars.as_deref(),
+                archetypes: archetypes.as_deref(),
+            };
+            apply(&dir, folders, &vars.into_iter().collect(), kafka, topics, output).await
         }
     }
+}
+
+/// The folders beside the pipelines that configs draw on (`--calendars`, `--archetypes`;
+/// `None`: the default folder beside the pipelines folder).
+#[derive(Clone, Copy, Default)]
+pub struct Folders<'a> {
+    pub calendars: Option<&'a Path>,
+    pub archetypes: Option<&'a Path>,
 }
 
 /// One pipeline file read from disk, parsed or with its problems.
@@ -78,6 +109,8 @@ struct LoadedFile {
     json: Option<Value>,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
+    /// The archetype merged in, and what it gave.
+    merged: Option<Merged>,
 }
 
 fn pipeline_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -102,15 +135,76 @@ enum CalendarSource {
     Broken(PathBuf),
 }
 
-/// `calendars/` beside the pipelines folder: `DIR/../calendars`, written without the `..`
-/// when DIR ends in a folder name (`examples/pipelines` -> `examples/calendars`).
-fn default_calendars_dir(pipelines: &Path) -> PathBuf {
+/// `NAME/` beside the pipelines folder: `DIR/../NAME`, written without the `..` when DIR
+/// ends in a folder name (`examples/pipelines` -> `examples/calendars`).
+fn beside(pipelines: &Path, name: &str) -> PathBuf {
     match pipelines.components().next_back() {
         Some(std::path::Component::Normal(_)) => pipelines
             .parent()
-            .map(|p| p.join("calendars"))
-            .unwrap_or_else(|| PathBuf::from("calendars")),
-        _ => pipelines.join("..").join("calendars"),
+            .map(|p| p.join(name))
+            .unwrap_or_else(|| PathBuf::from(name)),
+        _ => pipelines.join("..").join(name),
+    }
+}
+
+/// Where the archetypes pipelines name come from: loaded, or why not.
+enum ArchetypeSource {
+    Loaded(Archetypes),
+    /// No folder, or one with errors (already reported): why a name cannot be resolved.
+    Unavailable(String),
+}
+
+/// Loads the archetypes for `pipelines`; an explicit `--archetypes` folder must exist.
+/// Problems in archetype files are printed here and counted.
+fn load_archetypes(pipelines: &Path, flag: Option<&Path>, progress: Progress) -> Result<(ArchetypeSource, usize)> {
+    let dir = match flag {
+        Some(dir) if !dir.is_dir() => bail!("--archetypes {}: no such folder", dir.display()),
+        Some(dir) => dir.to_path_buf(),
+        None => beside(pipelines, "archetypes"),
+    };
+    if flag.is_none() && !dir.exists() {
+        let why = format!(
+            "there is no archetypes folder at {} (the default, beside the pipelines folder): pass --archetypes DIR",
+            dir.display()
+        );
+        return Ok((ArchetypeSource::Unavailable(why), 0));
+    }
+    match Archetypes::load_dir(&dir) {
+        Ok(archetypes) => {
+            if !archetypes.names().is_empty() {
+                progress.say(format!(
+                    "archetypes from {}: {}",
+                    dir.display(),
+                    archetypes.names().join(", ")
+                ));
+            }
+            Ok((ArchetypeSource::Loaded(archetypes), 0))
+        }
+        Err(errors) => {
+            for error in &errors {
+                eprintln!("error: {error}");
+            }
+            let why = format!("the archetypes in {} have errors (above)", dir.display());
+            Ok((ArchetypeSource::Unavailable(why), errors.len()))
+        }
+    }
+}
+
+/// Merges the archetype `json` names into it; a problem goes to `file`.
+fn merge_archetype(json: &mut Value, source: &ArchetypeSource, file: &mut LoadedFile) {
+    let result = match source {
+        ArchetypeSource::Loaded(archetypes) => archetypes.resolve(json),
+        ArchetypeSource::Unavailable(why) => match archetypes::named(json) {
+            Some(name) => Err(Problem {
+                path: "archetype".into(),
+                reason: format!("archetype {name:?} cannot be resolved: {why}"),
+            }),
+            None => Ok(None),
+        },
+    };
+    match result {
+        Ok(merged) => file.merged = merged,
+        Err(problem) => file.problems.push(problem),
     }
 }
 
@@ -136,7 +230,7 @@ fn load_calendars(
             dir.to_path_buf()
         }
         None => {
-            let dir = default_calendars_dir(pipelines);
+            let dir = beside(pipelines, "calendars");
             if !dir.exists() {
                 return Ok((CalendarSource::Missing(dir), CalendarErrors::default()));
             }
@@ -215,9 +309,15 @@ fn resolve_calendars(json: &mut Value, source: &CalendarSource, mode: Variables,
 }
 
 /// Reads and checks every pipeline file; with `vars`, deployment variables are substituted
-/// and must all resolve. Calendar names are resolved from `calendars`, and a name that
+/// and must all resolve. Archetypes are merged in first (their fields may hold variables
+/// and calendar names too), then calendar names resolved from `calendars`; a name that
 /// cannot be is a problem.
-fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &CalendarSource) -> Result<Vec<LoadedFile>> {
+fn load(
+    dir: &Path,
+    vars: Option<&BTreeMap<String, String>>,
+    archetypes: &ArchetypeSource,
+    calendars: &CalendarSource,
+) -> Result<Vec<LoadedFile>> {
     let mut loaded = Vec::new();
     for path in pipeline_files(dir)? {
         let mut file = LoadedFile {
@@ -225,9 +325,10 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &Calenda
             json: None,
             problems: Vec::new(),
             warnings: Vec::new(),
+            merged: None,
         };
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let json = match config::yaml_to_json(&text) {
+        let mut json = match config::yaml_to_json(&text) {
             Ok(v) => v,
             Err(p) => {
                 file.problems.push(p);
@@ -235,6 +336,11 @@ fn load(dir: &Path, vars: Option<&BTreeMap<String, String>>, calendars: &Calenda
                 continue;
             }
         };
+        merge_archetype(&mut json, archetypes, &mut file);
+        if !file.problems.is_empty() {
+            loaded.push(file);
+            continue;
+        }
         let (mut json, mode) = match vars {
             None => (json, Variables::MayBeUnresolved),
             Some(vars) => match template::substitute_deployment(&json, vars) {
@@ -311,10 +417,13 @@ fn report(loaded: &[LoadedFile], progress: Progress) -> usize {
     errors
 }
 
-fn validate(dir: &Path, calendars: Option<&Path>, output: Output) -> ExitCode {
+fn validate(dir: &Path, folders: Folders, explain: bool, output: Output) -> ExitCode {
     let progress = Progress::for_output(output);
-    let loaded = load_calendars(dir, calendars, progress)
-        .and_then(|(source, calendar_errors)| Ok((load(dir, None, &source)?, calendar_errors)));
+    let loaded = load_calendars(dir, folders.calendars, progress).and_then(|(source, calendar_errors)| {
+        let (archetypes, archetype_errors) = load_archetypes(dir, folders.archetypes, progress)?;
+        let loaded = load(dir, None, &archetypes, &source)?;
+        Ok((loaded, calendar_errors, archetype_errors))
+    });
     match loaded {
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -323,10 +432,16 @@ fn validate(dir: &Path, calendars: Option<&Path>, output: Output) -> ExitCode {
             }
             ExitCode::FAILURE
         }
-        Ok((loaded, calendar_errors)) => {
-            let errors = report(&loaded, progress) + calendar_errors.problems;
+        Ok((loaded, calendar_errors, archetype_errors)) => {
+            let errors = report(&loaded, progress) + calendar_errors.problems + archetype_errors;
+            if explain && output == Output::Table {
+                explain_merges(&loaded);
+            }
             if output == Output::Json {
-                println!("{}", files_json(&loaded, calendar_errors.problems));
+                println!(
+                    "{}",
+                    files_json(&loaded, calendar_errors.problems, archetype_errors, explain)
+                );
             }
             if errors > 0 {
                 eprintln!(
@@ -342,9 +457,32 @@ fn validate(dir: &Path, calendars: Option<&Path>, output: Output) -> ExitCode {
     }
 }
 
+/// `config validate --explain`: each valid pipeline as it would be published, after the
+/// fields its archetype gave it.
+fn explain_merges(loaded: &[LoadedFile]) {
+    for file in loaded {
+        let Some(json) = &file.json else { continue };
+        match &file.merged {
+            Some(m) => println!(
+                "{}: archetype {} gave {}",
+                file.path.display(),
+                m.archetype,
+                if m.inherited.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    m.inherited.join(", ")
+                }
+            ),
+            None => println!("{}: no archetype", file.path.display()),
+        }
+        println!("{}", serde_json::to_string_pretty(json).unwrap_or_default());
+    }
+}
+
 /// What `config validate --output json` prints: whether all is valid, and every file with
-/// its pipeline id, problems and warnings (each `{path, reason}`).
-fn files_json(loaded: &[LoadedFile], calendar_problems: usize) -> Value {
+/// its pipeline id, problems and warnings (each `{path, reason}`); with `explain`, the
+/// merged config and what its archetype gave.
+fn files_json(loaded: &[LoadedFile], calendar_problems: usize, archetype_problems: usize, explain: bool) -> Value {
     let problems = |list: &[Problem]| -> Vec<Value> {
         list.iter()
             .map(|p| json!({"path": p.path, "reason": p.reason}))
@@ -353,28 +491,35 @@ fn files_json(loaded: &[LoadedFile], calendar_problems: usize) -> Value {
     let files: Vec<Value> = loaded
         .iter()
         .map(|f| {
-            json!({
+            let mut entry = json!({
                 "file": f.path.display().to_string(),
                 "pipelineId": f.json.as_ref().and_then(|j| j.pointer("/pipeline/id")).cloned(),
                 "valid": f.problems.is_empty(),
                 "problems": problems(&f.problems),
                 "warnings": problems(&f.warnings),
-            })
+            });
+            if explain {
+                entry["archetype"] = json!(f.merged.as_ref().map(|m| &m.archetype));
+                entry["inherited"] = json!(f.merged.as_ref().map(|m| &m.inherited));
+                entry["config"] = f.json.clone().unwrap_or(Value::Null);
+            }
+            entry
         })
         .collect();
-    let valid = calendar_problems == 0 && loaded.iter().all(|f| f.problems.is_empty());
-    json!({"valid": valid, "calendarProblems": calendar_problems, "files": files})
+    let valid = calendar_problems + archetype_problems == 0 && loaded.iter().all(|f| f.problems.is_empty());
+    json!({"valid": valid, "calendarProblems": calendar_problems, "archetypeProblems": archetype_problems,
+           "files": files})
 }
 
 async fn apply(
     dir: &Path,
-    calendars: Option<&Path>,
+    folders: Folders<'_>,
     vars: &BTreeMap<String, String>,
     kafka: &Connection,
     topics: &Topics,
     output: Output,
 ) -> Result<ExitCode> {
-    let Some(configs) = publishable_configs(dir, calendars, vars, Progress::for_output(output))? else {
+    let Some(configs) = publishable_configs(dir, folders, vars, Progress::for_output(output))? else {
         if output == Output::Json {
             println!("{}", json!({"published": false, "applied": []}));
         }
@@ -405,13 +550,14 @@ async fn apply(
 /// then nothing may be published.
 pub fn publishable_configs(
     dir: &Path,
-    calendars: Option<&Path>,
+    folders: Folders,
     vars: &BTreeMap<String, String>,
     progress: Progress,
 ) -> Result<Option<Vec<(PathBuf, String, Value)>>> {
-    let (source, calendar_errors) = load_calendars(dir, calendars, progress)?;
-    let loaded = load(dir, Some(vars), &source)?;
-    let errors = report(&loaded, progress) + calendar_errors.problems;
+    let (source, calendar_errors) = load_calendars(dir, folders.calendars, progress)?;
+    let (archetypes, archetype_errors) = load_archetypes(dir, folders.archetypes, progress)?;
+    let loaded = load(dir, Some(vars), &archetypes, &source)?;
+    let errors = report(&loaded, progress) + calendar_errors.problems + archetype_errors;
     if errors > 0 {
         eprintln!("{errors} problem(s): nothing was published");
         return Ok(None);
@@ -471,7 +617,7 @@ mod tests {
         ];
         for (pipelines, calendars) in cases {
             assert_eq!(
-                default_calendars_dir(Path::new(pipelines)),
+                beside(Path::new(pipelines), "calendars"),
                 PathBuf::from(calendars),
                 "{pipelines}"
             );

@@ -4,6 +4,7 @@
 //! the `layers` test in `lib.rs` checks it).
 
 pub mod alerts;
+pub mod archetypes;
 pub mod args;
 pub mod calendars;
 pub mod client_properties;

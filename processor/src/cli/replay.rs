@@ -23,7 +23,7 @@ use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::args::{parse_delta, parse_var, DeciderArgs};
-use super::config::{publishable_configs, Progress};
+use super::config::{publishable_configs, Folders, Progress};
 use super::events::{offsets_at, parse_time};
 use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
@@ -65,6 +65,9 @@ pub struct ReplayArgs {
     /// Calendars for --pipelines (default: DIR/../calendars).
     #[arg(long, value_name = "DIR", requires = "pipelines")]
     calendars: Option<PathBuf>,
+    /// Archetypes for --pipelines (default: DIR/../archetypes).
+    #[arg(long, value_name = "DIR", requires = "pipelines")]
+    archetypes: Option<PathBuf>,
     /// Deployment variable for ${name} placeholders in --pipelines (repeatable).
     #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var, requires = "pipelines")]
     vars: Vec<(String, String)>,
@@ -147,7 +150,11 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Repla
     let overrides = match &args.pipelines {
         Some(dir) => {
             let vars = args.vars.iter().cloned().collect();
-            match publishable_configs(dir, args.calendars.as_deref(), &vars, Progress::Stderr)? {
+            let folders = Folders {
+                calendars: args.calendars.as_deref(),
+                archetypes: args.archetypes.as_deref(),
+            };
+            match publishable_configs(dir, folders, &vars, Progress::Stderr)? {
                 Some(configs) => Some(configs),
                 None => return Ok(ExitCode::FAILURE),
             }

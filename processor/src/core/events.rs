@@ -84,6 +84,8 @@ event_types! {
     STALE_SENSOR_WARNING => Sensor,
     VALIDATION_WARNED => Validation,
     POST_RUN_WARNED => PostRun,
+    EVALUATION_SLA_WARNING => Sla,
+    EVALUATION_SLA_BREACH => Sla,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -180,7 +182,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 50);
+        assert_eq!(EventType::ALL.len(), 52);
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub enum TimerKind {
     /// SLA_AT_RISK / SLA_RECOVERED: the SLA forecast is made again (its projection moves).
     #[serde(rename_all = "camelCase")]
     SlaForecast { schedule_id: String, date: String },
+    /// EVALUATION_SLA_WARNING at `sla.evaluationDeadline` − `atRiskLeadTime`.
+    #[serde(rename_all = "camelCase")]
+    EvaluationSlaWarning { schedule_id: String, date: String },
+    /// EVALUATION_SLA_BREACH at `sla.evaluationDeadline`.
+    #[serde(rename_all = "camelCase")]
+    EvaluationSlaBreach { schedule_id: String, date: String },
     #[serde(rename_all = "camelCase")]
     RelativeSlaWarning { schedule_id: String, date: String },
     #[serde(rename_all = "camelCase")]
@@ -88,6 +94,8 @@ impl TimerKind {
             | TimerKind::SlaWarning { schedule_id, date }
             | TimerKind::SlaBreach { schedule_id, date }
             | TimerKind::SlaForecast { schedule_id, date }
+            | TimerKind::EvaluationSlaWarning { schedule_id, date }
+            | TimerKind::EvaluationSlaBreach { schedule_id, date }
             | TimerKind::RelativeSlaWarning { schedule_id, date }
             | TimerKind::RelativeSlaBreach { schedule_id, date }
             | TimerKind::JobPollWindow { schedule_id, date, .. }

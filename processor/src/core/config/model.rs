@@ -168,6 +168,23 @@ pub struct Sla {
     /// SLA_AT_RISK forecasts: the runs on record they need (`sla.forecast.minRuns`), or
     /// `None` when switched off (`sla.forecast: false`).
     pub forecast: Option<usize>,
+    /// `sla.evaluationDeadline` (the earlier AWS variant's): readiness not reached by then
+    /// is EVALUATION_SLA_BREACH.
+    pub evaluation_deadline: Option<SlaTime>,
+    /// `sla.validationTimeout` (the earlier AWS variant's): a hard stop of evaluation, which
+    /// is where the evaluation window closes if that comes first.
+    pub validation_timeout: Option<SlaTime>,
+    /// `sla.atRiskLeadTime`: EVALUATION_SLA_WARNING comes this long before the evaluation
+    /// deadline (and SLA_WARNING before the deadline, unless `expectedDuration` says).
+    pub at_risk_lead_time: Option<TimeDelta>,
+}
+
+/// A deadline as the earlier AWS variant wrote it: a time of day (`HH:MM`), or a duration
+/// after evaluation began (`45m`, `+45m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlaTime {
+    At(ClockTime),
+    After(TimeDelta),
 }
 
 #[derive(Debug, Clone, PartialEq)]

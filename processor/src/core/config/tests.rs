@@ -566,3 +566,54 @@ fn rule_severity_is_error_unless_warn_and_only_on_validation_and_post_run_rules(
         "{said:?}"
     );
 }
+
+#[test]
+fn the_earlier_aws_variants_deadlines_map_onto_the_sla_or_are_read_as_written() {
+    let sla = |fields: Value| {
+        let mut c = minimal();
+        c["sla"] = fields;
+        parsed(c).config.sla.unwrap()
+    };
+    let read = sla(json!({"completionDeadline": "10:00", "atRiskLeadTime": "15m",
+                          "evaluationDeadline": "+45m", "validationTimeout": "07:30"}));
+    assert_eq!(read.deadline, Some(Deadline::Daily(ClockTime { hour: 10, minute: 0 })));
+    assert_eq!(
+        read.expected_duration,
+        Some(TimeDelta::minutes(15)),
+        "the warning's lead"
+    );
+    assert_eq!(read.evaluation_deadline, Some(SlaTime::After(TimeDelta::minutes(45))));
+    assert_eq!(
+        read.validation_timeout,
+        Some(SlaTime::At(ClockTime { hour: 7, minute: 30 }))
+    );
+    assert_eq!(read.at_risk_lead_time, Some(TimeDelta::minutes(15)));
+    let relative = sla(json!({"completionDeadline": "2h"}));
+    assert_eq!(
+        (relative.deadline, relative.max_duration),
+        (None, Some(TimeDelta::hours(2)))
+    );
+    // Sluice's own fields win, with a warning.
+    let mut c = minimal();
+    c["sla"] = json!({"deadline": "09:00", "completionDeadline": "10:00"});
+    let both = parsed(c);
+    assert_eq!(
+        both.config.sla.as_ref().unwrap().deadline,
+        Some(Deadline::Daily(ClockTime { hour: 9, minute: 0 }))
+    );
+    assert!(warnings(&both)
+        .iter()
+        .any(|w| w.starts_with("sla.completionDeadline: is ignored")));
+    let mut c = minimal();
+    c["sla"] = json!({"evaluationDeadline": "soon", "completionDeadline": "30h"});
+    let said = problems(c);
+    assert!(
+        said.iter()
+            .any(|p| p.starts_with("sla.evaluationDeadline: \"soon\" is neither")),
+        "{said:?}"
+    );
+    assert!(
+        said.contains(&"sla.completionDeadline: must not exceed 24h".to_string()),
+        "{said:?}"
+    );
+}

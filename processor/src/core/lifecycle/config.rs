@@ -83,6 +83,8 @@ impl Decider<'_> {
                 TimerKind::SlaWarning { .. }
                     | TimerKind::SlaBreach { .. }
                     | TimerKind::SlaForecast { .. }
+                    | TimerKind::EvaluationSlaWarning { .. }
+                    | TimerKind::EvaluationSlaBreach { .. }
                     | TimerKind::RelativeSlaWarning { .. }
                     | TimerKind::RelativeSlaBreach { .. }
             )

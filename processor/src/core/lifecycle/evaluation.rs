@@ -85,6 +85,13 @@ impl Decider<'_> {
         }
         if verdict.passed && held.is_none() {
             self.cancel_timer(timer);
+            // Ready: the evaluation deadline is met.
+            self.cancel_execution_timers(key, |t| {
+                matches!(
+                    t,
+                    TimerKind::EvaluationSlaWarning { .. } | TimerKind::EvaluationSlaBreach { .. }
+                )
+            });
             let warnings = verdict.warnings();
             if !warnings.is_empty() {
                 let message = format!("validation passed with warnings: {}", verdict.warning_text());
@@ -198,6 +205,8 @@ impl Decider<'_> {
                     | TimerKind::JobStatusCheck { .. }
                     | TimerKind::Watchdog { .. }
                     | TimerKind::StaleSensorCheck { .. }
+                    | TimerKind::EvaluationSlaWarning { .. }
+                    | TimerKind::EvaluationSlaBreach { .. }
             )
         });
     }

@@ -15,6 +15,7 @@
 mod anomalies;
 mod command;
 mod config;
+mod deadlines;
 mod dependencies;
 mod evaluation;
 mod forecast;
@@ -227,6 +228,10 @@ pub struct SlaMarks {
     pub relative_warned: bool,
     #[serde(default)]
     pub relative_breached: bool,
+    #[serde(default)]
+    pub evaluation_warned: bool,
+    #[serde(default)]
+    pub evaluation_breached: bool,
 }
 
 /// What an execution is waiting for, or how it ended.

@@ -57,6 +57,12 @@ impl Decider<'_> {
             TimerKind::SlaWarning { schedule_id, date } => self.on_sla_warning(&execution_key(schedule_id, date)),
             TimerKind::SlaBreach { schedule_id, date } => self.on_sla_breach(&execution_key(schedule_id, date)),
             TimerKind::SlaForecast { schedule_id, date } => self.forecast_sla(&execution_key(schedule_id, date)),
+            TimerKind::EvaluationSlaWarning { schedule_id, date } => {
+                self.on_evaluation_deadline(&execution_key(schedule_id, date), false)
+            }
+            TimerKind::EvaluationSlaBreach { schedule_id, date } => {
+                self.on_evaluation_deadline(&execution_key(schedule_id, date), true)
+            }
             TimerKind::RelativeSlaWarning { schedule_id, date } => {
                 self.on_relative_sla(&execution_key(schedule_id, date), false)
             }
@@ -405,11 +411,17 @@ impl Decider<'_> {
         let Some(window) = self.config().map(|c| c.schedule.evaluation.window) else {
             return;
         };
+        // `sla.validationTimeout` stops evaluation earlier, if it comes first.
+        let closes = match self.validation_timeout(key, now) {
+            Some(timeout) => (now + window).min(timeout),
+            None => now + window,
+        };
         let Some(e) = self.state.executions.get_mut(key) else {
             return;
         };
-        e.window_closes_at = now + window;
-        self.set_watchdog(key, now + window + STALE_GRACE);
+        e.window_closes_at = closes;
+        self.set_watchdog(key, closes + STALE_GRACE);
+        self.arm_evaluation_deadline(key);
         self.evaluate(key, true);
         self.check_stale(key);
     }

@@ -47,6 +47,7 @@ impl Decider<'_> {
             self.forecast_sla(key);
         }
         self.arm_relative_sla(key);
+        self.arm_evaluation_deadline(key);
     }
 
     /// RELATIVE_SLA timers, measured from the execution's first sensor.
@@ -303,8 +304,13 @@ fn deadline_of_key(config: &PipelineConfig, key: &str) -> Option<DateTime<Utc>> 
 
 /// The SLA deadline of an execution date under `config`.
 pub(crate) fn deadline_of(config: &PipelineConfig, date: ExecutionDate) -> Option<DateTime<Utc>> {
+    deadline_at(config, date, config.sla.as_ref()?.deadline?)
+}
+
+/// When `deadline` falls for an execution date, by the SLA's rules (its timezone, and
+/// `sla.deadlineDay` for a daily one).
+pub(super) fn deadline_at(config: &PipelineConfig, date: ExecutionDate, deadline: Deadline) -> Option<DateTime<Utc>> {
     let sla = config.sla.as_ref()?;
-    let deadline = sla.deadline?;
     let tz = sla.timezone.unwrap_or(config.schedule.timezone);
     match (deadline, sla.deadline_day) {
         // Hourly deadlines (`:MM`) are measured from the hour itself, whatever the day rule.

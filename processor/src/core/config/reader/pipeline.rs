@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, Validation,
+    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
 };
 use crate::core::duration::parse_duration;
 use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
@@ -16,7 +16,7 @@ use crate::core::rules;
 use crate::core::schedule::Cron;
 
 /// The top-level fields of a pipeline config.
-const ROOT_FIELDS: [&str; 10] = [
+const ROOT_FIELDS: [&str; 11] = [
     "pipeline",
     "schedule",
     "sla",
@@ -27,6 +27,7 @@ const ROOT_FIELDS: [&str; 10] = [
     "dryRun",
     "dependsOn",
     "anomalies",
+    "archetype",
 ];
 
 /// `pipeline: {id, owner, description}`.
@@ -50,6 +51,7 @@ impl Reader {
         let dry_run = self.boolean(root, "dryRun", "");
         let depends_on = self.depends_on(root, id.as_deref());
         let anomalies = self.anomalies(root);
+        self.archetype(root);
         if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
         }
@@ -298,12 +300,54 @@ impl Reader {
                 "timezone",
                 "critical",
                 "forecast",
+                "evaluationDeadline",
+                "completionDeadline",
+                "validationTimeout",
+                "atRiskLeadTime",
             ],
         );
+        // The earlier AWS variant's completion deadline is the SLA deadline (HH:MM) or the
+        // relative SLA (a duration); its at-risk lead, the warning's lead.
+        let completion = self.sla_time(map, "completionDeadline", path);
+        let at_risk_lead_time = self.duration(map, "atRiskLeadTime", path);
         let deadline = self.deadline(map, "deadline", path);
+        let deadline = match (deadline, completion) {
+            (Some(d), Some(SlaTime::At(_))) => {
+                self.warn(
+                    "sla.completionDeadline",
+                    "is ignored: sla.deadline is set (they are the same thing)",
+                );
+                Some(d)
+            }
+            (None, Some(SlaTime::At(time))) => Some(Deadline::Daily(time)),
+            (d, _) => d,
+        };
         let deadline_day = self.deadline_day(map, deadline, schedule);
-        let expected_duration = self.duration(map, "expectedDuration", path);
-        let max_duration = self.max_duration(map, schedule);
+        let expected = self.duration(map, "expectedDuration", path);
+        let expected_duration = expected.or(at_risk_lead_time);
+        let max_duration = match (self.max_duration(map, schedule), completion) {
+            (Some(max), Some(SlaTime::After(_))) => {
+                self.warn(
+                    "sla.completionDeadline",
+                    "is ignored: sla.maxDuration is set (they are the same thing)",
+                );
+                Some(max)
+            }
+            (None, Some(SlaTime::After(after))) if after > TimeDelta::hours(24) => {
+                self.problem("sla.completionDeadline", "must not exceed 24h");
+                None
+            }
+            (None, Some(SlaTime::After(after))) => Some(after),
+            (max, _) => max,
+        };
+        let evaluation_deadline = self.sla_time(map, "evaluationDeadline", path);
+        let validation_timeout = self.sla_time(map, "validationTimeout", path);
+        if map.contains_key("atRiskLeadTime") && evaluation_deadline.is_none() && deadline.is_none() {
+            self.warn(
+                "sla.atRiskLeadTime",
+                "has no effect without sla.evaluationDeadline or a deadline",
+            );
+        }
         let daily_cron = schedule
             .as_ref()
             .and_then(|s| s.cron.as_ref())
@@ -314,7 +358,7 @@ impl Reader {
                 "an hourly deadline (:MM) needs hourly executions, but schedule.cron runs once a day: use HH:MM",
             );
         }
-        if expected_duration.is_some() && deadline.is_none() {
+        if expected.is_some() && deadline.is_none() {
             self.warn("sla.expectedDuration", "has no effect without sla.deadline");
         }
         let timezone = self.timezone(map, "timezone", path);
@@ -334,7 +378,29 @@ impl Reader {
             timezone,
             critical,
             forecast,
+            evaluation_deadline,
+            validation_timeout,
+            at_risk_lead_time,
         })
+    }
+
+    /// A deadline of the earlier AWS variant: `HH:MM`, or a duration (`45m`, `+45m`) after
+    /// evaluation began.
+    fn sla_time(&mut self, map: &Map<String, Value>, key: &str, path: &str) -> Option<SlaTime> {
+        let text = self.string(map, key, path)?;
+        if let Some(time) = parse_clock(&text) {
+            return Some(SlaTime::At(time));
+        }
+        match parse_duration(text.trim_start_matches('+')) {
+            Ok(d) if d > TimeDelta::zero() => Some(SlaTime::After(d)),
+            _ => {
+                self.problem(
+                    &join(path, key),
+                    format!("{text:?} is neither a time of day (HH:MM) nor a duration (45m, +2h)"),
+                );
+                None
+            }
+        }
     }
 
     /// `sla.forecast`: `true` (the default), `false`, or `{minRuns: N}` (1 to the runs kept).
@@ -402,6 +468,20 @@ impl Reader {
             );
         }
         Some(max)
+    }
+
+    /// `archetype`: `{name}` once `config apply` merged the archetype in; a bare name means
+    /// nothing did, and its defaults would be silently missing.
+    fn archetype(&mut self, root: &Map<String, Value>) {
+        match root.get("archetype") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(merged)) if merged.get("name").is_some_and(Value::is_string) => {}
+            Some(Value::String(name)) => self.problem(
+                "archetype",
+                format!("archetype {name:?} is not merged in: publish with `sluice config apply`, which reads archetypes/{name}.yaml"),
+            ),
+            Some(other) => self.problem("archetype", format!("must be an archetype's name, found {}", describe(other))),
+        }
     }
 
     /// `anomalies: {flapping: {changes, window, holdFor}, unknownSensors, staleSensors}`.

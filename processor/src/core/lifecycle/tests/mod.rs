@@ -16,6 +16,7 @@ use crate::core::replay::Engine;
 use crate::core::timers::DueTimer;
 
 mod anomalies;
+mod deadlines;
 mod forecast;
 mod jobs_and_post_run;
 mod schedule_and_sla;
