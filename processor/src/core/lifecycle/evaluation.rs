@@ -85,11 +85,13 @@ impl Decider<'_> {
         }
         if verdict.passed && held.is_none() {
             self.cancel_timer(timer);
-            // Ready: the evaluation deadline is met.
+            // Ready: the evaluation deadline is met, and no sensor can be stale for it now.
             self.cancel_execution_timers(key, |t| {
                 matches!(
                     t,
-                    TimerKind::EvaluationSlaWarning { .. } | TimerKind::EvaluationSlaBreach { .. }
+                    TimerKind::EvaluationSlaWarning { .. }
+                        | TimerKind::EvaluationSlaBreach { .. }
+                        | TimerKind::StaleSensorCheck { .. }
                 )
             });
             let warnings = verdict.warnings();

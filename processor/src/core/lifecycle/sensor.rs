@@ -15,7 +15,7 @@ use crate::core::records::{Rejection, SensorReading};
 impl Decider<'_> {
     pub(super) fn on_sensor(&mut self, reading: &SensorReading) {
         let now = self.now();
-        let stored = StoredSensor {
+        let mut stored = StoredSensor {
             data: reading.data.clone(),
             received_at: now,
             date: reading.date,
@@ -27,7 +27,6 @@ impl Decider<'_> {
             self.reject(&format!("sensor {}", reading.key), &reason, kind);
             return;
         }
-        let mut stored = stored;
         let slot = stored.slot(&reading.key);
         // The cadence goes on from this slot's last reading, else the key's latest elsewhere
         // (a new date's first reading).
@@ -73,7 +72,9 @@ impl Decider<'_> {
         // Executions already waiting may pass now: any, for an undated reading; the one of
         // its date for a dated reading.
         let only = stored.scope().is_some().then_some(key.as_str());
-        self.reevaluate_waiting(only, started.as_deref());
+        // Only a validation rule's own sensor moves when its execution would be stale.
+        let rule_sensor = config.validation.rules.iter().any(|r| r.key == reading.key);
+        self.reevaluate_waiting(only, started.as_deref(), rule_sensor);
     }
 
     /// Why the reading `stored` of sensor `key` cannot be kept: a timestamp from the future,
@@ -106,7 +107,9 @@ impl Decider<'_> {
 
     /// Evaluates again the executions awaiting rules (`only` that one, when named), except
     /// one just `started`: it was evaluated when it started.
-    fn reevaluate_waiting(&mut self, only: Option<&str>, started: Option<&str>) {
+    /// `rule_sensor`: the reading is of a validation rule's sensor, so the executions' stale
+    /// checks move.
+    fn reevaluate_waiting(&mut self, only: Option<&str>, started: Option<&str>, rule_sensor: bool) {
         let now = self.now();
         let waiting: Vec<String> = self
             .state
@@ -129,7 +132,9 @@ impl Decider<'_> {
                 self.arm_relative_sla(&k);
             }
             self.evaluate(&k, false);
-            self.check_stale(&k);
+            if rule_sensor {
+                self.check_stale(&k);
+            }
         }
     }
 
