@@ -5,6 +5,7 @@ mod alerts;
 mod api;
 mod bad_input;
 mod cli;
+mod evaluators;
 mod formats;
 mod interlock;
 mod replay;

@@ -630,6 +630,34 @@ impl World {
         events
     }
 
+    /// Reads `pipeline`'s records on the sensors topic, as JSON, until `done` says enough
+    /// are there.
+    pub fn wait_for_sensor_records(&self, pipeline: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let consumer = consumer_on(&self.brokers, &format!("{}sensor-reader", self.prefix));
+        let topic = self.topic("sensors");
+        let mut list = TopicPartitionList::new();
+        for p in 0..self.partitions() {
+            list.add_partition_offset(&topic, p, Offset::Beginning).unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        let mut out = Vec::new();
+        let deadline = Instant::now() + DEADLINE;
+        while !done(&out) {
+            assert!(
+                Instant::now() < deadline,
+                "[{}] sensor records of {pipeline}: {out:#?}",
+                self.name
+            );
+            let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            if m.key() == Some(pipeline.as_bytes()) {
+                out.extend(m.payload().and_then(|p| serde_json::from_slice::<Value>(p).ok()));
+            }
+        }
+        out
+    }
+
     /// Reads the dead-letter topic until it holds `at_least` records.
     pub fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
         let consumer = consumer_on(&self.brokers, &format!("{}dlq-reader", self.prefix));

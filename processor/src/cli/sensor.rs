@@ -59,6 +59,8 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Se
         date,
         hour: hour.map(Value::String),
         timestamp: Some(now()),
+        source: None,
+        error: None,
     };
     let json = serde_json::to_value(&record)?;
     publish(kafka, codec, Family::Sensors, &topics.sensors, &pipeline, &json).await

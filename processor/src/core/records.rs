@@ -107,10 +107,20 @@ pub struct SensorRecord {
     pub hour: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp: Option<Value>,
+    /// Who wrote it: absent for a producer, `evaluator` when Sluice asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Set when the sensor could not be read (an evaluator failed or timed out): rules on
+    /// its key fail with this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
+/// What [`SensorRecord::source`] says of the readings Sluice's evaluators write.
+pub const EVALUATOR_SOURCE: &str = "evaluator";
+
 /// A sensor record after validation: the execution it scopes is explicit.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SensorReading {
     pub pipeline_id: String,
     pub key: String,
@@ -120,6 +130,8 @@ pub struct SensorReading {
     /// The execution hour (record field, else `data.hour`): makes the execution hourly.
     pub hour: Option<u32>,
     pub timestamp: Option<DateTime<Utc>>,
+    pub source: Option<String>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,6 +319,8 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
         date,
         hour,
         timestamp,
+        source: record.source.filter(|s| !s.trim().is_empty()),
+        error: record.error.filter(|e| !e.trim().is_empty()),
     })
 }
 

@@ -220,13 +220,21 @@ pub fn evaluate_all(
 ) -> Verdict {
     let at = at.into();
     let results: Vec<RuleResult> = rules.iter().map(|r| evaluate(r, sensors, at)).collect();
+    Verdict {
+        passed: decides(mode, &results),
+        results,
+    }
+}
+
+/// Whether rule results pass under `mode`: only `error` rules decide, and a set of `warn`
+/// rules alone passes.
+pub fn decides(mode: Mode, results: &[RuleResult]) -> bool {
     let mut deciding = results.iter().filter(|r| r.severity.is_error()).peekable();
-    let passed = match mode {
+    match mode {
         _ if deciding.peek().is_none() && !results.is_empty() => true,
         Mode::All => deciding.all(|r| r.passed),
         Mode::Any => deciding.any(|r| r.passed),
-    };
-    Verdict { passed, results }
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::duration::format_duration;
 use super::events::{Event, EventType};
 use super::execution::ExecutionDate;
 use super::lifecycle::{date_start, deadline_of, Execution, PendingTimer, Phase, PipelineState};
+use super::records::EVALUATOR_SOURCE;
 
 /// One line of the pipeline list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,6 +101,70 @@ pub fn sensors(state: &PipelineState) -> Vec<SensorView> {
                 received_at: sensor.received_at,
                 timestamp: sensor.timestamp,
             }
+        })
+        .collect()
+}
+
+/// An evaluator, as the operator page shows it: how it is called and what it last answered
+/// for each date.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluatorView {
+    pub key: String,
+    /// `http` or `command`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// How often it is called while an execution evaluates.
+    pub every: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+    pub answers: Vec<EvaluatorAnswer>,
+}
+
+/// One answer of an evaluator (the latest per date): its age is `now - answeredAt`, and
+/// after `expiresAt` it no longer satisfies a rule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluatorAnswer {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    pub answered_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Why the last call gave no answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Failed calls in a row.
+    pub failures: u32,
+    pub data: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The evaluators of `state`'s config, with their answers.
+pub fn evaluators(state: &PipelineState) -> Vec<EvaluatorView> {
+    let Some(config) = state.config.as_deref() else {
+        return Vec::new();
+    };
+    let interval = config.schedule.evaluation.interval;
+    (config.validation.evaluators.iter())
+        .map(|e| EvaluatorView {
+            key: e.key.clone(),
+            kind: e.call.kind().name(),
+            every: format_duration(e.every.unwrap_or(interval)),
+            ttl: e.ttl.map(format_duration),
+            answers: (state.sensors.iter())
+                .filter(|(slot, s)| s.key_in(slot) == e.key && s.source.as_deref() == Some(EVALUATOR_SOURCE))
+                .map(|(slot, s)| {
+                    let answered_at = s.timestamp.unwrap_or(s.received_at);
+                    EvaluatorAnswer {
+                        scope: s.split_slot(slot).1.map(str::to_string),
+                        answered_at,
+                        expires_at: e.ttl.filter(|_| s.error.is_none()).map(|ttl| answered_at + ttl),
+                        error: s.error.clone(),
+                        failures: s.failures,
+                        data: s.data.clone(),
+                    }
+                })
+                .collect(),
         })
         .collect()
 }
@@ -353,6 +418,18 @@ pub fn config_sentences(config: &PipelineConfig) -> Vec<String> {
         format_duration(evaluation.interval),
         format_duration(evaluation.window)
     ));
+    for e in &config.validation.evaluators {
+        let ttl = match e.ttl {
+            Some(ttl) => format!("; an answer counts for {}", format_duration(ttl)),
+            None => String::new(),
+        };
+        out.push(format!(
+            "Sensor {} is asked of a {} evaluator every {} while a run waits{ttl}.",
+            e.key,
+            e.call.kind().name(),
+            format_duration(e.every.unwrap_or(evaluation.interval))
+        ));
+    }
     if let Some(sla) = &config.sla {
         let deadline = match &sla.deadline {
             Some(Deadline::Daily(t)) => Some(format!("{:02}:{:02} each day", t.hour, t.minute)),

@@ -66,6 +66,14 @@ pub enum TimerKind {
     /// STALE_SENSOR_WARNING: a rule's sensor overstays its usual interval.
     #[serde(rename_all = "camelCase")]
     StaleSensorCheck { schedule_id: String, date: String },
+    /// The next call of the evaluator of sensor `key` (every `every`, or sooner to retry a
+    /// failed one) while the execution evaluates.
+    #[serde(rename_all = "camelCase")]
+    EvaluatorDue {
+        schedule_id: String,
+        date: String,
+        key: String,
+    },
     /// The last resort for an execution that stopped making progress: STALE_RUN.
     #[serde(rename_all = "camelCase")]
     Watchdog { schedule_id: String, date: String },
@@ -102,6 +110,7 @@ impl TimerKind {
             | TimerKind::JobStatusCheck { schedule_id, date, .. }
             | TimerKind::Watchdog { schedule_id, date }
             | TimerKind::StaleSensorCheck { schedule_id, date }
+            | TimerKind::EvaluatorDue { schedule_id, date, .. }
             | TimerKind::PostRunTimeout { schedule_id, date }
             | TimerKind::Expire { schedule_id, date } => Some((schedule_id, date)),
             TimerKind::CronTick | TimerKind::StartCheck { .. } | TimerKind::TriggerDeadline { .. } => None,

@@ -90,6 +90,7 @@ fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
         "about": config.map(status::config_sentences),
         "rules": config.map(status::rules),
         "sensors": status::sensors(&state),
+        "evaluators": status::evaluators(&state),
         "executions": state.executions.values().collect::<Vec<_>>(),
         "timers": status::timers(&state),
         "runHistory": status::run_history(&state),

@@ -20,6 +20,10 @@
 //!   revoked waits for its in-flight triggers to report before it is let go (see
 //!   [`InFlight::wait_for`]), so its next owner reads their reports instead of calling again.
 //!
+//! An evaluator's call ([`Effect::Evaluate`]) goes through the same bounds and breaker, is
+//! made once (the decider arms its retry), and its answer, or why there is none, is written
+//! on `sluice.sensors` as a reading with source `evaluator` ([`jobs::evaluator`]).
+//!
 //! Secrets (`${env:NAME}`) are resolved at the moment of the call and never leave it: not
 //! in logs, reports or state.
 
@@ -42,8 +46,9 @@ use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
 use super::kafka;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
-use crate::core::lifecycle::{Effect, TriggerRequest};
-use crate::core::records::{FailureCategory, JobRecord};
+use crate::core::execution::ExecutionDate;
+use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
+use crate::core::records::{FailureCategory, JobRecord, SensorRecord, EVALUATOR_SOURCE};
 use crate::core::template::render_value;
 
 /// Infrastructure failures in a row that open a target's circuit.
@@ -65,11 +70,13 @@ pub struct Settings {
 pub struct Executor {
     producer: FutureProducer,
     jobs_topic: String,
+    /// Where evaluators' answers are written.
+    sensors_topic: String,
     codec: Codec,
     client: Client,
     limits: Arc<Limits>,
-    /// Runs with a status check in flight: a check due while the last is still being
-    /// retried is skipped, not stacked.
+    /// Runs with a status check, or evaluators with a call, in flight: one due while the
+    /// last is still being made is skipped, not stacked.
     checking: Arc<Mutex<HashSet<String>>>,
     /// Triggers in flight, by run id.
     in_flight: Arc<InFlight>,
@@ -80,9 +87,11 @@ pub struct Executor {
 }
 
 impl Executor {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         producer: FutureProducer,
         jobs_topic: String,
+        sensors_topic: String,
         settings: Settings,
         codec: Codec,
         telemetry: Arc<Telemetry>,
@@ -92,6 +101,7 @@ impl Executor {
         Ok(Executor {
             producer,
             jobs_topic,
+            sensors_topic,
             codec,
             client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
             limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target).reporting_to(telemetry.clone())),
@@ -106,19 +116,14 @@ impl Executor {
     /// Carries out `effect` for a pipeline of input partition `partition`. A trigger whose
     /// run already has a call in flight here is not started again.
     pub fn spawn(&mut self, effect: Effect, partition: i32) {
+        let effect = match effect {
+            Effect::Evaluate(call) => return self.evaluate(call),
+            other => other,
+        };
         let Some((request, handle)) = self.admit(effect, partition) else {
             return;
         };
-        let work = Work {
-            producer: self.producer.clone(),
-            topic: self.jobs_topic.clone(),
-            codec: self.codec.clone(),
-            client: self.client.clone(),
-            limits: self.limits.clone(),
-            clock: self.clock,
-            telemetry: self.telemetry.clone(),
-            request,
-        };
+        let work = self.work(request);
         let checking = self.checking.clone();
         let in_flight = self.in_flight.clone();
         let telemetry = self.telemetry.clone();
@@ -162,6 +167,46 @@ impl Executor {
         while self.tasks.try_join_next().is_some() {}
     }
 
+    fn work(&self, request: TriggerRequest) -> Work {
+        Work {
+            producer: self.producer.clone(),
+            topic: self.jobs_topic.clone(),
+            sensors_topic: self.sensors_topic.clone(),
+            codec: self.codec.clone(),
+            client: self.client.clone(),
+            limits: self.limits.clone(),
+            clock: self.clock,
+            telemetry: self.telemetry.clone(),
+            request,
+        }
+    }
+
+    /// Asks an evaluator and writes its answer (or why there is none) as a reading.
+    fn evaluate(&mut self, call: EvaluatorCall) {
+        let run_id = call.request.run_id.clone();
+        if !self.checking.lock().unwrap().insert(run_id.clone()) {
+            info!(run_id = %run_id, "evaluator not called: its previous call is still in flight");
+            return;
+        }
+        let work = self.work(call.request);
+        let checking = self.checking.clone();
+        let span = tracing::info_span!(
+            "evaluator",
+            pipeline = %work.request.pipeline_id,
+            date = %work.request.date,
+            key = %call.key,
+        );
+        self.tasks.spawn(
+            async move {
+                let reading = work.evaluate(&call.key).await;
+                work.write_reading(reading).await;
+                checking.lock().unwrap().remove(&run_id);
+            }
+            .instrument(span),
+        );
+        while self.tasks.try_join_next().is_some() {}
+    }
+
     /// The request to carry out and, for a status check, the run's handle; `None` when the
     /// run has a call of the same kind in flight already.
     fn admit(&self, effect: Effect, partition: i32) -> Option<(TriggerRequest, Option<Value>)> {
@@ -180,6 +225,7 @@ impl Executor {
                 }
                 Some((check.request, Some(check.handle)))
             }
+            Effect::Evaluate(_) => None,
         }
     }
 
@@ -254,6 +300,7 @@ impl InFlight {
 struct Work {
     producer: FutureProducer,
     topic: String,
+    sensors_topic: String,
     codec: Codec,
     client: Client,
     limits: Arc<Limits>,
@@ -344,6 +391,49 @@ impl Work {
         }
     }
 
+    /// One call of the evaluator of sensor `key`, through the target's bound and breaker:
+    /// the reading to write, its `error` set when there is no answer.
+    async fn evaluate(&self, key: &str) -> SensorRecord {
+        let r = &self.request;
+        let answer = match resolve_secrets(&r.config) {
+            Err(reason) => Err(reason),
+            Ok(config) => {
+                let call = self.call(&config);
+                // Commands share the host: each evaluator command is its own target, so one
+                // failing cannot open the circuit of another's.
+                let target = match config.kind() {
+                    JobKind::Command => format!("evaluator:{}/{key}", r.pipeline_id),
+                    _ => jobs::target(&config),
+                };
+                (self.limits.call(&target, &|| jobs::evaluator::ask(&call, key)).await).map_err(|e| e.to_string())
+            }
+        };
+        if let Err(reason) = &answer {
+            warn!(key, error = %reason, "evaluator failed");
+        }
+        let date = ExecutionDate::canonical(&r.date);
+        let (data, error) = match answer {
+            Ok(data) => (data, None),
+            Err(reason) => (Default::default(), Some(reason)),
+        };
+        SensorRecord {
+            pipeline_id: r.pipeline_id.clone(),
+            key: key.to_string(),
+            data,
+            date: date.map(|d| d.day.to_string()),
+            hour: date.and_then(|d| d.hour).map(Value::from),
+            timestamp: Some(Value::from(self.clock.now().to_rfc3339())),
+            source: Some(EVALUATOR_SOURCE.to_string()),
+            error,
+        }
+    }
+
+    /// Writes an evaluator's reading on the sensors topic.
+    async fn write_reading(&self, reading: SensorRecord) {
+        let json = serde_json::to_value(&reading).expect("sensor records serialise");
+        self.write(Family::Sensors, &self.sensors_topic, json).await
+    }
+
     async fn run_command(&self, call: &Call<'_>) -> Outcome {
         // A command holds its slot while it runs; commands share the host, not a target.
         let _slot = self.limits.overall.clone().acquire_owned().await;
@@ -378,29 +468,28 @@ impl Work {
             timestamp: self.clock.now(),
         };
         let json = serde_json::to_value(&record).expect("job records serialise");
-        let bytes = match self.codec.encode(Family::Jobs, &self.topic, &json) {
+        self.write(Family::Jobs, &self.topic, json).await
+    }
+
+    /// Writes one record about the run's pipeline, keyed by its id, until the broker has it:
+    /// a report is the journal, and a lost one would strand the run; a lost reading would
+    /// leave its rules waiting for the next call.
+    async fn write(&self, family: Family, topic: &str, json: Value) {
+        let r = &self.request;
+        let bytes = match self.codec.encode(family, topic, &json) {
             Ok(bytes) => bytes,
             Err(e) => {
-                // Cannot happen for the schema this build ships; JSON still reads everywhere.
-                warn!(run_id = %r.run_id, error = %e, "job report written as JSON");
-                serde_json::to_vec(&json).expect("job records serialise")
+                // Cannot happen for the schemas this build ships; JSON still reads everywhere.
+                warn!(run_id = %r.run_id, error = %e, "{} record written as JSON", family.name());
+                serde_json::to_vec(&json).expect("records serialise")
             }
         };
-        // The report is the journal: keep trying, a lost report would strand the run.
         let mut backoff = Duration::from_millis(200);
         loop {
-            match kafka::send(
-                &self.producer,
-                &self.topic,
-                Some(r.pipeline_id.as_bytes()),
-                Some(&bytes),
-                &[],
-            )
-            .await
-            {
-                Ok(_) => return self.telemetry.record_out(&self.topic, 1),
+            match kafka::send(&self.producer, topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &[]).await {
+                Ok(_) => return self.telemetry.record_out(topic, 1),
                 Err(e) => {
-                    warn!(run_id = %r.run_id, error = %e, "could not write job report; retrying");
+                    warn!(run_id = %r.run_id, error = %e, "could not write a {} record; retrying", family.name());
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
@@ -480,10 +569,10 @@ impl Limits {
     }
 
     /// One call through the target's breaker, holding a slot.
-    async fn call<F, Fut>(&self, target: &str, attempt: &F) -> Result<Outcome, CallError>
+    async fn call<T, F, Fut>(&self, target: &str, attempt: &F) -> Result<T, CallError>
     where
         F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<Outcome, CallError>>,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         if let Some(refusal) = self.open(target) {
             return Err(CallError::Infra(refusal));
@@ -509,7 +598,7 @@ impl Limits {
         ))
     }
 
-    fn record(&self, target: &str, answer: &Result<Outcome, CallError>) {
+    fn record<T>(&self, target: &str, answer: &Result<T, CallError>) {
         let mut targets = self.targets.lock().unwrap();
         let Some(t) = targets.get_mut(target) else { return };
         match answer {
@@ -607,7 +696,7 @@ mod tests {
         assert!(limits.open("dead").is_none());
         assert!(shown("0"), "{}", telemetry.encode_text());
         // Permanent refusals are the caller's fault, not the target's: they do not count.
-        let bad = || async { Err(CallError::Permanent("404".into())) };
+        let bad = || async { Err::<Outcome, _>(CallError::Permanent("404".into())) };
         for _ in 0..BREAKER_THRESHOLD + 1 {
             let _ = limits.call("picky", &bad).await;
         }

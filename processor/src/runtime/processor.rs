@@ -379,6 +379,7 @@ impl Processor {
         let executor = Executor::new(
             control.clone(),
             settings.topics.jobs.clone(),
+            settings.topics.sensors.clone(),
             settings.effects.clone(),
             settings.codec.clone(),
             telemetry.clone(),

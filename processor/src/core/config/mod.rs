@@ -16,7 +16,7 @@ pub use job::{
 };
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
+    Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
 

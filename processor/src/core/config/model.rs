@@ -8,7 +8,7 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-use super::job::Job;
+use super::job::{Job, JobConfig};
 use super::reader::{parse, ConfigError, Parsed, Variables};
 use crate::core::schedule::Cron;
 
@@ -191,6 +191,29 @@ pub enum SlaTime {
 pub struct Validation {
     pub mode: Mode,
     pub rules: Vec<Rule>,
+    /// Sensors Sluice asks for itself (`evaluator` on a rule), by sensor key.
+    pub evaluators: Vec<Evaluator>,
+}
+
+impl Validation {
+    /// The evaluator that answers for sensor `key`, if one does.
+    pub fn evaluator(&self, key: &str) -> Option<&Evaluator> {
+        self.evaluators.iter().find(|e| e.key == key)
+    }
+}
+
+/// A pull sensor: while an execution evaluates, Sluice calls it every `every` and writes
+/// its answer as a reading of `key` (source `evaluator`). `call` is an `http` or `command`
+/// job's settings, so the SSRF guard, secrets, timeouts and per-target bounds of jobs apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluator {
+    pub key: String,
+    pub call: JobConfig,
+    /// How long an answer satisfies a rule; `None`: until the next answer.
+    pub ttl: Option<TimeDelta>,
+    /// How often it is called while the execution evaluates; `None`: on the pipeline's
+    /// evaluation interval.
+    pub every: Option<TimeDelta>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -617,3 +617,60 @@ fn the_earlier_aws_variants_deadlines_map_onto_the_sla_or_are_read_as_written() 
         "{said:?}"
     );
 }
+
+#[test]
+fn evaluators_are_read_per_key_with_their_call_as_a_jobs_settings() {
+    let with = |rules: Value| {
+        let mut c = minimal();
+        c["validation"] = json!({"rules": rules});
+        c
+    };
+    let rule = |key: &str, evaluator: Value| json!({"key": key, "check": "gte", "field": "count", "value": 1, "evaluator": evaluator});
+    let config = parsed(with(json!([
+        rule("rows", json!({"type": "http", "url": "https://dw.example/rows", "ttl": "30m", "every": "10m", "timeout": "15s",
+                            "headers": {"Authorization": "Bearer ${env:DW_TOKEN}"}})),
+        {"key": "rows", "check": "lte", "field": "count", "value": 10},
+        rule("flag", json!({"type": "command", "command": "./check", "timeout": 5}))
+    ])))
+    .config;
+    let evaluators = &config.validation.evaluators;
+    assert_eq!(evaluators.len(), 2);
+    let rows = config.validation.evaluator("rows").unwrap();
+    assert_eq!(
+        (rows.ttl, rows.every),
+        (Some(TimeDelta::minutes(30)), Some(TimeDelta::minutes(10)))
+    );
+    assert_eq!(rows.call.kind(), JobKind::Http);
+    assert_eq!(rows.call.json()["method"], json!("GET"), "GET unless method says");
+    assert_eq!(rows.call.timeout(), Some(15), "a duration timeout is seconds");
+    let flag = config.validation.evaluator("flag").unwrap();
+    assert_eq!(
+        (flag.call.kind(), flag.call.timeout(), flag.ttl, flag.every),
+        (JobKind::Command, Some(5), None, None)
+    );
+    assert_eq!(config.validation.rules.len(), 3, "the rules are read as before");
+
+    // Every mistake is named under the evaluator's own path.
+    let said = problems(with(json!([
+        rule("a", json!({"type": "ftp"})),
+        rule("b", json!({"type": "http", "every": "1s"})),
+        rule("c", json!({"type": "command", "timeout": "soon"})),
+        rule("d", json!({"type": "command", "command": "x"})),
+        rule("d", json!({"type": "command", "command": "y"})),
+    ])));
+    for expected in [
+        "validation.rules[0].evaluator.type: \"ftp\" is not an evaluator type (http, command)",
+        "validation.rules[1].evaluator.every: must be at least 10s: an evaluator is a remote call",
+        "validation.rules[1].evaluator.url: is required",
+        "validation.rules[2].evaluator.timeout: \"soon\" must be a duration of at least 1s, or seconds",
+        "validation.rules[2].evaluator.command: is required",
+        "validation.rules[4].evaluator: sensor \"d\" has another evaluator on an earlier rule: rules on one key share one evaluator",
+    ] {
+        assert!(said.iter().any(|p| p == expected), "{expected:?} in {said:#?}");
+    }
+    let mut c = minimal();
+    c["postRun"] = json!({"rules": [rule("rows", json!({"type": "command", "command": "x"}))]});
+    assert!(problems(c)
+        .iter()
+        .any(|p| p.starts_with("postRun.rules[0].evaluator: evaluators answer validation rules only")),);
+}

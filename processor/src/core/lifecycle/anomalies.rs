@@ -308,12 +308,8 @@ mod tests {
     fn a_cadence_is_carried_on_and_bounded_and_needs_five_intervals() {
         let t = |s| DateTime::from_timestamp(s, 0).unwrap();
         let reading = |at| StoredSensor {
-            data: Default::default(),
             received_at: t(at),
-            date: None,
-            hour: None,
-            timestamp: None,
-            intervals: Default::default(),
+            ..Default::default()
         };
         let mut last = reading(0);
         for i in 1..=4 {

@@ -90,6 +90,7 @@ impl Decider<'_> {
             )
         });
         self.arm_schedule();
+        self.rearm_evaluators();
         // SLAs are per date, not per run: a failed, exhausted or stale execution still owes its
         // deadline, so re-arm every execution not completed, cancelled or dormant (forward-only).
         let config = self.state.config.clone();

@@ -7,6 +7,7 @@
 
 use serde_json::{json, Value};
 
+use super::evaluators::judge_unusable;
 use super::job::job_request;
 use super::{detail, run_id, Decider, Effect, Phase};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
@@ -25,6 +26,7 @@ impl Decider<'_> {
         let readings = self.readings(date);
         let now = self.moment();
         let mut verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);
+        judge_unusable(&mut verdict, &self.unusable_readings(date), config.validation.mode);
         let upstreams: Vec<Rule> = config
             .depends_on
             .iter()
@@ -92,6 +94,7 @@ impl Decider<'_> {
                     TimerKind::EvaluationSlaWarning { .. }
                         | TimerKind::EvaluationSlaBreach { .. }
                         | TimerKind::StaleSensorCheck { .. }
+                        | TimerKind::EvaluatorDue { .. }
                 )
             });
             let warnings = verdict.warnings();
@@ -207,6 +210,7 @@ impl Decider<'_> {
                     | TimerKind::JobStatusCheck { .. }
                     | TimerKind::Watchdog { .. }
                     | TimerKind::StaleSensorCheck { .. }
+                    | TimerKind::EvaluatorDue { .. }
                     | TimerKind::EvaluationSlaWarning { .. }
                     | TimerKind::EvaluationSlaBreach { .. }
             )

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
 use super::{detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest};
-use crate::core::config::{PipelineConfig, RenderError};
+use crate::core::config::{JobConfig, PipelineConfig, RenderError};
 use crate::core::events::EventType;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
 use crate::core::template::{render_run, RunVariables};
@@ -385,13 +385,25 @@ pub(super) fn job_request(
     execution: &Execution,
     run_id: &str,
 ) -> Result<TriggerRequest, RenderError> {
+    render_request(pipeline_id, config, &config.job.config, execution, run_id)
+}
+
+/// The request for a call of `call` (the job, or an evaluator) about `execution`, rendered
+/// with the run's variables, with the job's retry policies.
+pub(super) fn render_request(
+    pipeline_id: &str,
+    config: &PipelineConfig,
+    call: &JobConfig,
+    execution: &Execution,
+    run_id: &str,
+) -> Result<TriggerRequest, RenderError> {
     let vars = RunVariables {
         pipeline: pipeline_id,
         schedule: &execution.schedule_id,
         date: &execution.date,
         run_id,
     };
-    let rendered = config.job.config.rendered(|json| render_run(json, &vars))?;
+    let rendered = call.rendered(|json| render_run(json, &vars))?;
     Ok(TriggerRequest {
         run_id: run_id.to_string(),
         retry: config.job.trigger_retry,

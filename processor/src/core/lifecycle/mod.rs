@@ -18,6 +18,7 @@ mod config;
 mod deadlines;
 mod dependencies;
 mod evaluation;
+mod evaluators;
 mod forecast;
 mod job;
 mod post_run;
@@ -47,6 +48,7 @@ use super::rules::{Moment, Verdict};
 pub use super::shared::Shared;
 use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
+pub use evaluators::evaluator_run_id;
 pub use forecast::ForecastMarks;
 
 // For the read model (a pipeline's run history as the page charts it).
@@ -102,7 +104,7 @@ pub struct PendingTimer {
     pub at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredSensor {
     pub data: Map<String, Value>,
@@ -117,6 +119,20 @@ pub struct StoredSensor {
     /// when it is stale (STALE_SENSOR_WARNING).
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub intervals: VecDeque<i64>,
+    /// Who wrote it (`evaluator` for an evaluator's answer); absent for a producer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Why the sensor could not be read: rules on its key fail with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Failed readings in a row at this slot: an evaluator's next call is a retry while the
+    /// trigger retry policy lasts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl StoredSensor {
@@ -418,6 +434,10 @@ pub enum Effect {
     /// journaled: the timer is, and it asks again.
     #[serde(rename_all = "camelCase")]
     CheckJob(StatusCheck),
+    /// One call of a rule's evaluator, asked by its `EvaluatorDue` timer; the answer comes
+    /// back as a sensor reading. Not journaled: the timer is, and it asks again.
+    #[serde(rename_all = "camelCase")]
+    Evaluate(EvaluatorCall),
 }
 
 impl Effect {
@@ -426,8 +446,18 @@ impl Effect {
         match self {
             Effect::TriggerJob(request) => request,
             Effect::CheckJob(check) => &check.request,
+            Effect::Evaluate(call) => &call.request,
         }
     }
+}
+
+/// Ask a rule's evaluator for sensor `key`: `request` carries the execution's identity and
+/// the evaluator's settings (an `http` or `command` job's), rendered like a trigger's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluatorCall {
+    pub request: TriggerRequest,
+    pub key: String,
 }
 
 /// Ask how a running job is doing. `handle` is what its trigger answered (a run id, an ARN).

@@ -81,6 +81,9 @@ impl Decider<'_> {
             } => self.on_status_check_due(&execution_key(schedule_id, date), run_id),
             TimerKind::Watchdog { schedule_id, date } => self.on_watchdog(&execution_key(schedule_id, date)),
             TimerKind::StaleSensorCheck { schedule_id, date } => self.check_stale(&execution_key(schedule_id, date)),
+            TimerKind::EvaluatorDue { schedule_id, date, key } => {
+                self.on_evaluator_due(&execution_key(schedule_id, date), key)
+            }
             TimerKind::PostRunTimeout { schedule_id, date } => {
                 self.on_post_run_timeout(&execution_key(schedule_id, date))
             }
@@ -423,6 +426,7 @@ impl Decider<'_> {
         self.set_watchdog(key, closes + STALE_GRACE);
         self.arm_evaluation_deadline(key);
         self.evaluate(key, true);
+        self.start_evaluators(key);
         self.check_stale(key);
     }
 

@@ -22,6 +22,9 @@ impl Decider<'_> {
             hour: reading.hour,
             timestamp: reading.timestamp,
             intervals: Default::default(),
+            source: reading.source.clone(),
+            error: reading.error.clone(),
+            failures: 0,
         };
         if let Some((kind, reason)) = self.sensor_refusal(&reading.key, &stored) {
             self.reject(&format!("sensor {}", reading.key), &reason, kind);
@@ -37,6 +40,9 @@ impl Decider<'_> {
                 .max_by_key(|sensor| sensor.received_at)
         });
         stored.continue_cadence(before);
+        if stored.error.is_some() {
+            stored.failures = self.state.sensors.get(&slot).map_or(0, |s| s.failures) + 1;
+        }
         let previous = self.state.sensors.insert(slot, stored.clone().into());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
         if unchanged {
@@ -72,6 +78,9 @@ impl Decider<'_> {
         // Executions already waiting may pass now: any, for an undated reading; the one of
         // its date for a dated reading.
         let only = stored.scope().is_some().then_some(key.as_str());
+        if stored.error.is_some() {
+            self.retry_evaluator(&reading.key, only, stored.failures);
+        }
         // Only a validation rule's own sensor moves when its execution would be stale.
         let rule_sensor = config.validation.rules.iter().any(|r| r.key == reading.key);
         self.reevaluate_waiting(only, started.as_deref(), rule_sensor);

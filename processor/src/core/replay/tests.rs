@@ -33,6 +33,7 @@ fn sensor(key: &str, data: Value) -> Input {
         date: None,
         hour: None,
         timestamp: None,
+        ..Default::default()
     })
 }
 

@@ -17,12 +17,21 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Starts the command; the caller reports it running, then [`wait`]s.
 pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
+    shell(call)?
+        .spawn()
+        .map_err(|e| CallError::Permanent(format!("could not start the command: {e}")))
+}
+
+/// The command, ready to spawn: `sh -c`, the run's identity in its environment, no input,
+/// its output captured, killed when dropped.
+pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
     let JobSettings::Command(job) = call.config.settings() else {
         return Err(call.not_for(JobKind::Command));
     };
     let command = &job.command;
     let r = call.request;
-    tokio::process::Command::new("sh")
+    let mut shell = tokio::process::Command::new("sh");
+    shell
         .arg("-c")
         .arg(command)
         .env("SLUICE_PIPELINE_ID", &r.pipeline_id)
@@ -33,9 +42,8 @@ pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| CallError::Permanent(format!("could not start the command: {e}")))
+        .kill_on_drop(true);
+    Ok(shell)
 }
 
 /// Waits for the command (killing it at the timeout) and says how it ended.

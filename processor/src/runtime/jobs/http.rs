@@ -35,13 +35,7 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let JobSettings::Http(job) = call.config.settings() else {
         return Err(call.not_for(JobKind::Http));
     };
-    let method = match usable(&job.method)? {
-        HttpMethod::Get => Method::GET,
-        HttpMethod::Post => Method::POST,
-        HttpMethod::Put => Method::PUT,
-        HttpMethod::Patch => Method::PATCH,
-        HttpMethod::Delete => Method::DELETE,
-    };
+    let method = method(job)?;
     let mut request = call.request(method.clone(), &job.url)?;
     if let Some(body) = body(call, job, &method) {
         // Before the configured headers, which may set another type.
@@ -103,9 +97,20 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
     .with("state", json!(state)))
 }
 
+/// The job's `method`.
+pub(super) fn method(job: &HttpJob) -> Result<Method, CallError> {
+    Ok(match usable(&job.method)? {
+        HttpMethod::Get => Method::GET,
+        HttpMethod::Post => Method::POST,
+        HttpMethod::Put => Method::PUT,
+        HttpMethod::Patch => Method::PATCH,
+        HttpMethod::Delete => Method::DELETE,
+    })
+}
+
 /// The trigger's body: a string as it is, another value as JSON, none: the run's date
 /// arguments (but a GET sends no body).
-fn body(call: &Call<'_>, job: &HttpJob, method: &Method) -> Option<String> {
+pub(super) fn body(call: &Call<'_>, job: &HttpJob, method: &Method) -> Option<String> {
     match &job.body {
         Some(Value::String(raw)) => Some(raw.clone()),
         None if *method == Method::GET || *method == Method::HEAD => None,
@@ -121,7 +126,7 @@ fn body(call: &Call<'_>, job: &HttpJob, method: &Method) -> Option<String> {
     }
 }
 
-fn with_headers(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
+pub(super) fn with_headers(call: &Call<'_>, request: RequestBuilder) -> Result<RequestBuilder, CallError> {
     Ok(request
         .header("Idempotency-Key", call.run_id())
         .headers(call.headers()?))

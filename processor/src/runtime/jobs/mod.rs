@@ -22,6 +22,7 @@ pub mod airflow;
 pub mod aws;
 pub mod command;
 pub mod databricks;
+pub mod evaluator;
 pub mod guard;
 pub mod http;
 pub mod kafka;

@@ -450,7 +450,7 @@ mod tests {
                     data: data.as_object().unwrap().clone(),
                     date: Some(date),
                     hour: Some(slot % 24),
-                    timestamp: None,
+                    ..Default::default()
                 };
                 Input::SensorReceived(reading)
             };
@@ -750,8 +750,7 @@ mod tests {
                         received_at: at(value),
                         date: None,
                         hour: None,
-                        timestamp: None,
-                        intervals: Default::default(),
+                        ..Default::default()
                     };
                     state.sensors.insert(format!("rows@{}", DATES[date]), sensor.into());
                 }

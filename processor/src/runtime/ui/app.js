@@ -320,6 +320,34 @@ function rulesTable(view) {
     })));
 }
 
+function evaluatorsTable(view) {
+  const evaluators = view.evaluators || [];
+  if (!evaluators.length) return el("p", { class: "muted" }, "No evaluators: every sensor comes from a producer.");
+  const now = Date.now();
+  const rows = [];
+  for (const e of evaluators) {
+    const answers = e.answers.length ? e.answers : [null];
+    for (const a of answers) {
+      const expired = a && a.expiresAt && Date.parse(a.expiresAt) < now;
+      const result = !a ? el("span", { class: "muted" }, "— not asked yet")
+        : a.error ? el("span", { class: "fail" }, `✘ failed${a.failures > 1 ? ` (${a.failures} in a row)` : ""}`)
+        : expired ? el("span", { class: "fail" }, "✘ expired")
+        : el("span", { class: "pass" }, "✔ answered");
+      rows.push(el("tr", { "data-evaluator": e.key },
+        el("td", { class: "mono" }, e.key),
+        el("td", {}, `${e.type}, every ${e.every}`),
+        el("td", { class: "mono" }, a && a.scope ? a.scope : "—"),
+        el("td", {}, result),
+        el("td", {}, a ? relative(a.answeredAt, now) : "—"),
+        el("td", {}, e.ttl ? `${e.ttl}${a && a.expiresAt ? (expired ? " (expired " : " (expires ") + relative(a.expiresAt, now) + ")" : ""}` : "none"),
+        el("td", { class: "mono" }, a ? (a.error || JSON.stringify(a.data)) : "")));
+    }
+  }
+  return el("table", { id: "evaluators" },
+    el("thead", {}, el("tr", {}, ["Sensor", "Evaluator", "Date", "Answer", "Age", "TTL", "What it said"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, rows));
+}
+
 function executionsTable(view) {
   const executions = (view.executions || []).slice().sort((a, b) => (a.date < b.date ? 1 : -1));
   if (!executions.length) return el("p", { class: "muted" }, "No executions yet.");
@@ -564,6 +592,7 @@ async function renderPipeline(main, id) {
     el("h2", {}, "What it does"),
     view.about ? el("ul", { class: "about", id: "about" }, view.about.map((t) => el("li", {}, t))) : el("p", { class: "muted" }, "No config has arrived."),
     el("h2", {}, "Rules"), rulesTable(view),
+    el("h2", {}, "Evaluators"), evaluatorsTable(view),
     el("h2", {}, "Executions"), executionsTable(view),
     el("h2", {}, "Run history and SLA"), runChart(view),
     el("h2", {}, "Timeline"), timeline(view));

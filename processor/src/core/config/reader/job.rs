@@ -88,7 +88,12 @@ impl Reader {
 
     /// `job.config`: its canonical spellings, the checks of its job type, its templates,
     /// then its typed settings.
-    fn job_config(&mut self, kind: JobKind, json: &Map<String, Value>, variables: Variables) -> Option<JobConfig> {
+    pub(super) fn job_config(
+        &mut self,
+        kind: JobKind,
+        json: &Map<String, Value>,
+        variables: Variables,
+    ) -> Option<JobConfig> {
         let json = self.canonical_job_config(kind, json);
         self.job_config_checks(kind, &json);
         let json = Value::Object(json);

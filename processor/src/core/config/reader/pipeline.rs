@@ -8,12 +8,16 @@ use serde_json::{Map, Value};
 use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
+    Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
 };
+use crate::core::config::JobKind;
 use crate::core::duration::parse_duration;
 use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
 use crate::core::rules;
 use crate::core::schedule::Cron;
+
+/// The shortest `every`: each is a call to someone else's service.
+const MIN_EVALUATOR_EVERY: TimeDelta = TimeDelta::seconds(10);
 
 /// The top-level fields of a pipeline config.
 const ROOT_FIELDS: [&str; 11] = [
@@ -44,7 +48,7 @@ impl Reader {
         let Identity { id, owner, description } = self.identity(root);
         let schedule = self.schedule(root);
         let sla = self.sla(root, &schedule);
-        let validation = self.validation(root);
+        let validation = self.validation(root, variables);
         let job = self.job(root, variables);
         let post_run = self.post_run(root);
         let exclusions = self.exclusions(root, variables);
@@ -507,7 +511,7 @@ impl Reader {
         }
     }
 
-    fn validation(&mut self, root: &Map<String, Value>) -> Option<Validation> {
+    fn validation(&mut self, root: &Map<String, Value>, variables: Variables) -> Option<Validation> {
         let path = "validation";
         let empty = Map::new();
         let map = match root.get(path) {
@@ -525,6 +529,7 @@ impl Reader {
             }
         };
         let rules = self.rules(map, path);
+        let evaluators = self.evaluators(map, variables);
         let has_dependencies = root
             .get("dependsOn")
             .and_then(Value::as_array)
@@ -538,14 +543,128 @@ impl Reader {
                 "no rules: the job triggers as soon as the pipeline starts",
             );
         }
-        Some(Validation { mode, rules })
+        Some(Validation {
+            mode,
+            rules,
+            evaluators,
+        })
+    }
+
+    /// The `evaluator` of each validation rule, one per sensor key: rules on the same key
+    /// share it, so a second one must say the same.
+    fn evaluators(&mut self, map: &Map<String, Value>, variables: Variables) -> Vec<Evaluator> {
+        let mut found: Vec<(Evaluator, Value)> = Vec::new();
+        let list = map
+            .get("rules")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for (i, rule) in list.iter().enumerate() {
+            let Some(raw) = rule.get("evaluator").filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let path = format!("validation.rules[{i}].evaluator");
+            let Some(key) = rule.get("key").and_then(Value::as_str) else {
+                continue; // the rule's own reading names the missing key
+            };
+            let Some(evaluator) = self.evaluator(key, raw, &path, variables) else {
+                continue;
+            };
+            match found.iter().find(|(e, _)| e.key == key) {
+                Some((_, first)) if first != raw => self.problem(
+                    &path,
+                    format!(
+                        "sensor {key:?} has another evaluator on an earlier rule: rules on one key share one evaluator"
+                    ),
+                ),
+                Some(_) => {}
+                None => found.push((evaluator, raw.clone())),
+            }
+        }
+        found.into_iter().map(|(e, _)| e).collect()
+    }
+
+    /// `evaluator: {type: http, url, method, headers, body, timeout, ttl, every}` or
+    /// `{type: command, command, timeout, ttl, every}`. The call is read as that job type's
+    /// settings (an `http` evaluator GETs unless `method` says otherwise), and `timeout`
+    /// takes a duration as well as seconds.
+    fn evaluator(&mut self, key: &str, raw: &Value, path: &str, variables: Variables) -> Option<Evaluator> {
+        let map = self.object(raw, path)?;
+        let kind = match self.required_string(map, "type", path).as_deref() {
+            Some("http") => JobKind::Http,
+            Some("command") => JobKind::Command,
+            Some(other) => {
+                self.problem(
+                    &join(path, "type"),
+                    format!("{other:?} is not an evaluator type (http, command)"),
+                );
+                return None;
+            }
+            None => return None,
+        };
+        let ttl = self.duration(map, "ttl", path);
+        let every = self.duration(map, "every", path);
+        if every.is_some_and(|e| e < MIN_EVALUATOR_EVERY) {
+            self.problem(
+                &join(path, "every"),
+                "must be at least 10s: an evaluator is a remote call",
+            );
+        }
+        let mut call: Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "type" | "ttl" | "every"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if kind == JobKind::Http && !call.keys().any(|k| k.eq_ignore_ascii_case("method")) {
+            call.insert("method".into(), Value::from("GET"));
+        }
+        if let Some(Value::String(text)) = call.get("timeout") {
+            match parse_duration(text) {
+                Ok(d) if d >= TimeDelta::seconds(1) => {
+                    call.insert("timeout".into(), Value::from(d.num_seconds()));
+                }
+                _ => self.problem(
+                    &join(path, "timeout"),
+                    format!("{text:?} must be a duration of at least 1s, or seconds"),
+                ),
+            }
+        }
+        // The job reader names its problems under `job.config`; here they are the evaluator's.
+        let (problems, warnings) = (self.problems.len(), self.warnings.len());
+        let config = self.job_config(kind, &call, variables);
+        for p in (self.problems.iter_mut().skip(problems)).chain(self.warnings.iter_mut().skip(warnings)) {
+            if let Some(rest) = p.path.strip_prefix("job.config") {
+                p.path = format!("{path}{rest}");
+            }
+        }
+        Some(Evaluator {
+            key: key.to_string(),
+            call: config?,
+            ttl,
+            every,
+        })
     }
 
     /// `validation.rules` or `postRun.rules`: rules that may carry a `severity`.
     fn rules(&mut self, map: &Map<String, Value>, path: &str) -> Vec<Rule> {
         self.each(map, "rules", path, |r, item, at| {
             let m = r.object(item, at)?;
-            let rule = r.rule(m, at, &["severity"])?;
+            let evaluator = path == "validation";
+            let rule = r.rule(
+                m,
+                at,
+                if evaluator {
+                    &["severity", "evaluator"]
+                } else {
+                    &["severity"]
+                },
+            )?;
+            if !evaluator && m.contains_key("evaluator") {
+                r.problem(
+                    &join(at, "evaluator"),
+                    "evaluators answer validation rules only: post-run readings come from the job's producers",
+                );
+            }
             let severity = match r.string(m, "severity", at).as_deref() {
                 None | Some("error") => Severity::Error,
                 Some("warn") => Severity::Warn,

@@ -1456,7 +1456,7 @@ fn status_checks(sim: &Sim) -> Vec<(String, Value)> {
         .iter()
         .filter_map(|e| match e {
             Effect::CheckJob(c) => Some((c.request.run_id.clone(), c.handle.clone())),
-            Effect::TriggerJob(_) => None,
+            _ => None,
         })
         .collect()
 }

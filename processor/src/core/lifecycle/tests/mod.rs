@@ -17,6 +17,7 @@ use crate::core::timers::DueTimer;
 
 mod anomalies;
 mod deadlines;
+mod evaluators;
 mod forecast;
 mod jobs_and_post_run;
 mod schedule_and_sla;
@@ -140,6 +141,7 @@ impl Sim {
             date: None,
             hour: None,
             timestamp: None,
+            ..Default::default()
         };
         self.input(pipeline, Input::SensorReceived(reading))
     }
@@ -179,7 +181,7 @@ impl Sim {
             .iter()
             .filter_map(|e| match e {
                 Effect::TriggerJob(r) => Some(r),
-                Effect::CheckJob(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -523,6 +525,7 @@ fn hourly_sensors_scope_hourly_executions() {
         date: chrono::NaiveDate::from_ymd_opt(2026, 11, 22),
         hour: Some(hour),
         timestamp: None,
+        ..Default::default()
     };
     sim.input("gold", Input::SensorReceived(reading(7)));
     sim.input("gold", Input::SensorReceived(reading(8)));
@@ -615,6 +618,7 @@ impl Sim {
             date: date.map(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap()),
             hour,
             timestamp,
+            ..Default::default()
         };
         self.input(pipeline, Input::SensorReceived(reading))
     }
@@ -817,6 +821,7 @@ fn an_input_redone_at_another_time_never_gives_an_existing_id_to_another_event()
             date: None,
             hour: None,
             timestamp: Some(t0() + TimeDelta::minutes(10)),
+            ..Default::default()
         };
         sim.apply("gold", &Input::SensorReceived(reading), "sensors/0@7").events
     };
