@@ -71,9 +71,13 @@ fn assert_saved(shots: &std::path::Path, names: &[&str]) {
 fn the_operator_page_follows_pipelines_live() {
     let mut w = World::new("ui");
     w.config(&pipeline("ui-gold", command_job("true", 0)));
-    // Never ready (no row count), with a relative SLA that breaches 5 s after its trigger.
+    // Never ready (its row-count evaluator answers too few rows), with a relative SLA that
+    // breaches 5 s after its trigger.
     let mut late = pipeline("ui-late", command_job("true", 0));
     late["sla"] = json!({"maxDuration": "5s"});
+    let warehouse = crate::support::serve(|_| (200, r#"{"count": 10}"#.into()));
+    late["validation"]["rules"][1]["evaluator"] =
+        json!({"type": "http", "url": format!("{warehouse}/rows"), "ttl": "1h"});
     w.config(&late);
     let addr = format!("127.0.0.1:{}", free_port());
     w.serve(&addr, &["--instance", "a"]);

@@ -89,6 +89,15 @@ async function live(page) {
   const raw = await (await page.request.get(`${base}${href}`)).json();
   assert.equal(raw.type, "RELATIVE_SLA_BREACH");
   assert.equal(raw.pipelineId, "ui-late");
+  step("the row count comes from an evaluator: its answer, age and TTL are shown");
+  const evaluator = page.locator('#evaluators tr[data-evaluator="row-count"]');
+  await evaluator.getByText("✔ answered").waitFor(WAIT);
+  const said = await evaluator.innerText();
+  assert.match(said, /http, every 1m/);
+  assert.match(said, /\d+s ago/, "the answer's age");
+  assert.match(said, /1h \(expires in 59m/, "its TTL and when it expires");
+  assert.match(said, /"count":10/);
+  await page.locator('#rules tr[data-rule="row-count"]').getByText("count is 10 but must be >= 1000").waitFor(WAIT);
   await page.screenshot({ path: path.join(shots, "pipeline-sla-breach.png"), fullPage: true });
 
   step("the list: counts by state, a filter typed and sent from the keyboard");

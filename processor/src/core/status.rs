@@ -424,7 +424,7 @@ pub fn config_sentences(config: &PipelineConfig) -> Vec<String> {
             None => String::new(),
         };
         out.push(format!(
-            "Sensor {} is asked of a {} evaluator every {} while a run waits{ttl}.",
+            "Sensor {} is asked of its {} evaluator every {} while a run waits{ttl}.",
             e.key,
             e.call.kind().name(),
             format_duration(e.every.unwrap_or(evaluation.interval))
