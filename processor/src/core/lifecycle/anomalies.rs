@@ -17,7 +17,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{detail, execution_timer, Decider, Phase, StoredSensor};
+use super::{detail, execution_timer, Decider, StoredSensor};
 use crate::core::config::PipelineConfig;
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
@@ -192,12 +192,7 @@ impl Decider<'_> {
         let Some(config) = self.state.config.clone().filter(|c| c.anomalies.stale_sensors) else {
             return;
         };
-        let Some(execution) = self
-            .state
-            .executions
-            .get(key)
-            .filter(|e| e.phase == Phase::AwaitingRules)
-        else {
+        let Some(execution) = self.validating(key) else {
             self.cancel_timer(timer);
             return;
         };

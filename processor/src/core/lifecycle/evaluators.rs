@@ -17,7 +17,7 @@
 use chrono::{DateTime, Utc};
 
 use super::job::render_request;
-use super::{execution_timer, Decider, Effect, EvaluatorCall, Phase, StoredSensor};
+use super::{execution_timer, Decider, Effect, EvaluatorCall, StoredSensor};
 use crate::core::config::{Evaluator, Mode, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::rules::{self, Verdict};
@@ -47,12 +47,7 @@ impl Decider<'_> {
 
     /// One call of `evaluator` for execution `key`, and the next one armed `every` later.
     fn call_evaluator(&mut self, config: &PipelineConfig, key: &str, evaluator: &Evaluator) {
-        let Some(execution) = self
-            .state
-            .executions
-            .get(key)
-            .filter(|e| e.phase == Phase::AwaitingRules)
-        else {
+        let Some(execution) = self.validating(key) else {
             return;
         };
         let Some(timer) = evaluator_timer(key, &evaluator.key) else {
@@ -93,11 +88,7 @@ impl Decider<'_> {
             return;
         };
         let at = self.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default();
-        let waiting: Vec<String> = (self.state.executions.iter())
-            .filter(|(k, e)| e.phase == Phase::AwaitingRules && only.is_none_or(|o| o == k.as_str()))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in waiting {
+        for key in self.awaiting_rules(only) {
             let Some(timer) = evaluator_timer(&key, sensor) else {
                 continue;
             };
@@ -121,11 +112,7 @@ impl Decider<'_> {
         let Some(config) = config else {
             return;
         };
-        let waiting: Vec<String> = (self.state.executions.iter())
-            .filter(|(_, e)| e.phase == Phase::AwaitingRules)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in waiting {
+        for key in self.awaiting_rules(None) {
             for evaluator in &config.validation.evaluators {
                 let armed = evaluator_timer(&key, &evaluator.key)
                     .is_some_and(|timer| self.state.timers.iter().any(|t| t.timer == timer));

@@ -792,6 +792,19 @@ impl<'a> Decider<'a> {
         self.cancel_timers(|t| which(t) && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key));
     }
 
+    /// The execution `key`, while it awaits its rules.
+    fn validating(&self, key: &str) -> Option<&Execution> {
+        (self.state.executions.get(key).map(|e| &**e)).filter(|e| e.phase == Phase::AwaitingRules)
+    }
+
+    /// The keys of the executions awaiting their rules (`only` that one, when named).
+    fn awaiting_rules(&self, only: Option<&str>) -> Vec<String> {
+        (self.state.executions.iter())
+            .filter(|(k, e)| e.phase == Phase::AwaitingRules && only.is_none_or(|o| o == k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// The sensor readings an execution's rules see: for each key, the reading scoped to the
     /// execution's date and hour, else to its day, else the undated latest reading.
     fn readings(&self, date: &str) -> BTreeMap<String, &Map<String, Value>> {

@@ -120,15 +120,8 @@ impl Decider<'_> {
     /// checks move.
     fn reevaluate_waiting(&mut self, only: Option<&str>, started: Option<&str>, rule_sensor: bool) {
         let now = self.now();
-        let waiting: Vec<String> = self
-            .state
-            .executions
-            .iter()
-            .filter(|(k, e)| e.phase == super::Phase::AwaitingRules && Some(k.as_str()) != started)
-            .filter(|(k, _)| only.is_none_or(|o| o == k.as_str()))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in waiting {
+        let waiting = self.awaiting_rules(only);
+        for k in waiting.into_iter().filter(|k| Some(k.as_str()) != started) {
             // A cron execution's relative SLA starts with its first sensor.
             let first = self
                 .state
