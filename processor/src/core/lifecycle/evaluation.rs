@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use super::evaluators::judge_unusable;
+use super::evaluators::{judge_unusable, unusable_readings};
 use super::job::job_request;
 use super::{detail, run_id, Decider, Effect, Phase};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
@@ -23,10 +23,14 @@ impl Decider<'_> {
     /// `dependsOn` upstream succeeded for the execution's date.
     fn verdict(&self, date: &str) -> Option<Verdict> {
         let config = self.config()?;
-        let readings = self.readings(date);
+        let slots = self.read_slots(date);
+        let readings = (slots.iter())
+            .map(|(k, sensor)| (k.to_string(), &sensor.data))
+            .collect();
         let now = self.moment();
         let mut verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);
-        judge_unusable(&mut verdict, &self.unusable_readings(date), config.validation.mode);
+        let unusable = unusable_readings(config, &slots, now.now);
+        judge_unusable(&mut verdict, &unusable, config.validation.mode);
         let upstreams: Vec<Rule> = config
             .depends_on
             .iter()

@@ -14,6 +14,8 @@
 //!   `every` again. It never blocks anything else.
 //! - An answer older than the evaluator's `ttl` fails the key's rules as expired.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use super::job::render_request;
@@ -122,22 +124,22 @@ impl Decider<'_> {
             }
         }
     }
+}
 
-    /// What the rules cannot see of the readings: an error instead of an answer, or an
-    /// answer past its evaluator's `ttl`. Those keys' rules fail with that reason instead
-    /// of "no reading".
-    pub(super) fn unusable_readings(&self, date: &str) -> Vec<(String, String)> {
-        let Some(config) = self.config() else {
-            return Vec::new();
-        };
-        let now = self.now();
-        (self.read_slots(date).into_iter())
-            .filter_map(|(sensor, stored)| {
-                let ttl = config.validation.evaluator(sensor).and_then(|e| e.ttl);
-                unusable(stored, ttl, now).map(|why| (sensor.to_string(), why))
-            })
-            .collect()
-    }
+/// What the rules cannot see of the readings an execution's rules read (`slots`): an error
+/// instead of an answer, or an answer past its evaluator's `ttl`. Those keys' rules fail with
+/// that reason instead of "no reading".
+pub(super) fn unusable_readings(
+    config: &PipelineConfig,
+    slots: &BTreeMap<&str, &StoredSensor>,
+    now: DateTime<Utc>,
+) -> Vec<(String, String)> {
+    (slots.iter())
+        .filter_map(|(sensor, stored)| {
+            let ttl = config.validation.evaluator(sensor).and_then(|e| e.ttl);
+            unusable(stored, ttl, now).map(|why| (sensor.to_string(), why))
+        })
+        .collect()
 }
 
 /// Why a reading cannot satisfy a rule, if it cannot.
