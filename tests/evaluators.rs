@@ -20,6 +20,8 @@ struct Calls(Arc<[AtomicUsize; 3]>);
 const ROWS: usize = 0;
 const PARTNER: usize = 1;
 const SLOW: usize = 2;
+/// The partner evaluator's credential, which the processor reads from its environment.
+const TOKEN: &str = "partner-secret-0042";
 
 impl Calls {
     fn of(&self, which: usize) -> usize {
@@ -28,7 +30,8 @@ impl Calls {
 }
 
 /// `/rows` fails twice (503) then answers 1,500 rows; `/partner` answers as the earlier
-/// variant's evaluators did; `/slow` answers after 3 s, past its 1 s timeout.
+/// variant's evaluators did, to a POST that carries the secret [`TOKEN`]; `/slow` answers
+/// after 3 s, past its 1 s timeout.
 fn evaluators() -> (String, Calls) {
     let calls = Calls::default();
     let seen = calls.clone();
@@ -43,6 +46,11 @@ fn evaluators() -> (String, Calls) {
         match which {
             ROWS if n <= 2 => (503, r#"{"error": "warehouse busy"}"#.into()),
             ROWS => (200, json!({"count": 1500, "day": request.query}).to_string()),
+            PARTNER
+                if request.header("authorization") != Some(&format!("Bearer {TOKEN}")) || request.method != "POST" =>
+            {
+                (401, r#"{"error": "who are you?"}"#.into())
+            }
             PARTNER => (
                 200,
                 r#"{"status": "PASS", "value": {"lag": 3}, "reason": "lag 3s"}"#.into(),
@@ -76,7 +84,8 @@ fn a_pipeline_with_no_producer_runs_on_its_evaluators_and_replays_without_callin
             {"key": "rows", "check": "gte", "field": "count", "value": 1000,
              "evaluator": {"type": "http", "url": format!("{base}/rows?day=${{DATE}}"), "ttl": "10m"}},
             {"key": "partner", "check": "equals", "field": "status", "value": "PASS",
-             "evaluator": {"type": "http", "url": format!("{base}/partner"), "method": "POST"}},
+             "evaluator": {"type": "http", "url": format!("{base}/partner"), "method": "POST",
+                           "headers": {"Authorization": "Bearer ${env:PARTNER_TOKEN}"}}},
             {"key": "partner", "check": "lte", "field": "value.lag", "value": 5},
             {"key": "flag", "check": "equals", "field": "ready", "value": true,
              "evaluator": {"type": "command", "command": command, "timeout": "10s"}},
@@ -85,6 +94,7 @@ fn a_pipeline_with_no_producer_runs_on_its_evaluators_and_replays_without_callin
         ]},
         "job": job,
     });
+    w.env.push(("PARTNER_TOKEN".into(), TOKEN.into()));
     // Replay runs in the records' event time, so this processor keeps the system clock (no
     // `--clock-offset`) and the run waits for the real next minute.
     w.start_with(&config);
@@ -158,6 +168,11 @@ fn a_pipeline_with_no_producer_runs_on_its_evaluators_and_replays_without_callin
         "{answers:#?}"
     );
     assert_eq!(by("rows")[2]["data"]["count"], json!(1500));
+    assert!(
+        !format!("{answers:?}").contains(TOKEN),
+        "the secret stays out of the readings"
+    );
+    assert!(!w.log().contains(TOKEN), "and out of the log");
 
     // Replay: the same decisions under the same ids, and not one call more.
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
