@@ -77,6 +77,9 @@ mod schema_examples {
     fn every_example_decodes() {
         let key = Some(b"gold-revenue".as_slice());
         records::decode_sensor(key, Some(&example("sensor.json"))).unwrap();
+        let failed = records::decode_sensor(key, Some(&example("sensor-evaluator.json"))).unwrap();
+        assert_eq!(failed.source.as_deref(), Some(records::EVALUATOR_SOURCE));
+        assert!(failed.error.is_some_and(|e| e.contains("503")));
         records::decode_job(key, Some(&example("job.json"))).unwrap();
         records::decode_command(key, Some(&example("command.json"))).unwrap();
         let config: serde_json::Value = serde_json::from_slice(&example("config.json")).unwrap();

@@ -457,7 +457,10 @@ mod tests {
             }
             seen += 1;
         }
-        assert_eq!(seen, 4, "one example per Avro family");
+        assert_eq!(
+            seen, 5,
+            "one example per Avro family, and an evaluator's failed reading"
+        );
     }
 
     #[tokio::test]
