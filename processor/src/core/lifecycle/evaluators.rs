@@ -101,6 +101,15 @@ impl Decider<'_> {
         }
     }
 
+    /// The answer kept at `slot` when it is still within its evaluator's `ttl`: a failed
+    /// call does not take its place (the earlier AWS variant trusted a result until it
+    /// expired). Without a `ttl` an answer has no term, so a failure does replace it.
+    pub(super) fn trusted_answer(&self, sensor: &str, slot: &str) -> Option<StoredSensor> {
+        let ttl = self.config()?.validation.evaluator(sensor)?.ttl?;
+        let kept = self.state.sensors.get(slot)?;
+        (kept.error.is_none() && unusable(kept, Some(ttl), self.now()).is_none()).then(|| (**kept).clone())
+    }
+
     /// After a config change: executions that evaluate call the evaluators they lack a timer
     /// for, and stop calling the ones the config dropped.
     pub(super) fn rearm_evaluators(&mut self) {

@@ -42,6 +42,13 @@ impl Decider<'_> {
         stored.continue_cadence(before);
         if stored.error.is_some() {
             stored.failures = self.state.sensors.get(&slot).map_or(0, |s| s.failures) + 1;
+            // A failed call counts, but an answer still within its ttl stays trusted.
+            if let Some(trusted) = self.trusted_answer(&reading.key, &slot) {
+                stored = StoredSensor {
+                    failures: stored.failures,
+                    ..trusted
+                };
+            }
         }
         let previous = self.state.sensors.insert(slot, stored.clone().into());
         let unchanged = previous.is_some_and(|p| p.data == stored.data);
@@ -78,7 +85,7 @@ impl Decider<'_> {
         // Executions already waiting may pass now: any, for an undated reading; the one of
         // its date for a dated reading.
         let only = stored.scope().is_some().then_some(key.as_str());
-        if stored.error.is_some() {
+        if reading.error.is_some() {
             self.retry_evaluator(&reading.key, only, stored.failures);
         }
         // Only a validation rule's own sensor moves when its execution would be stale.

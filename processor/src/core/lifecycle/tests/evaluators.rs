@@ -242,3 +242,41 @@ fn a_command_evaluator_is_a_command_jobs_settings_and_a_warn_rule_does_not_hold(
         "a duration timeout is read as seconds"
     );
 }
+
+#[test]
+fn a_failed_call_does_not_displace_an_answer_still_within_its_ttl() {
+    let mut sim = Sim::starting_at(at("2026-11-22T08:00:00Z"));
+    let mut config = warehouse(http(json!({"ttl": "30m"})));
+    config["validation"]["rules"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "upstream", "check": "equals", "field": "status", "value": "ready"}));
+    sim.config(config);
+    sim.advance_to(nine());
+    sim.answer("rows", json!({"count": 5000}), None);
+
+    // A call fails 5 minutes on: it counts and is retried, but the answer stands.
+    sim.advance(TimeDelta::minutes(5));
+    sim.answer("rows", json!({}), Some("request timed out"));
+    let kept = &sim.states["daily"].sensors[&format!("rows@{DAY}")];
+    assert_eq!(
+        (kept.data["count"].clone(), kept.error.clone(), kept.failures),
+        (json!(5000), None, 1)
+    );
+    assert_eq!(
+        sim.evaluator_due("rows"),
+        Some(sim.now + TimeDelta::seconds(30)),
+        "retried"
+    );
+    sim.sensor_scoped("daily", "upstream", json!({"status": "ready"}), Some(DAY), None, None);
+    assert_eq!(sim.triggers().len(), 1, "the answer within its ttl still counts");
+
+    // Past the ttl a failure takes the answer's place.
+    let mut sim = Sim::starting_at(at("2026-11-22T08:00:00Z"));
+    sim.config(warehouse(http(json!({"ttl": "30m", "every": "1h"}))));
+    sim.advance_to(nine());
+    sim.answer("rows", json!({"count": 10}), None);
+    sim.advance(TimeDelta::minutes(31));
+    sim.answer("rows", json!({}), Some("request timed out"));
+    assert_eq!(sim.latest_reason(), "evaluator failed: request timed out");
+}
