@@ -8,9 +8,10 @@
 //!
 //! The decider is split by concept, and each file starts with the events it produces:
 //! [`config`](self::config), [`sensor`], [`schedule`] (cron, expected starts, exclusions),
-//! [`evaluation`] (rules and the trigger), [`job`] (outcomes, retries, poll window, stale
-//! runs), [`sla`], [`forecast`] (the SLA forecast from past runs), [`post_run`], [`command`]
-//! (rerun, cancel) and [`dependencies`].
+//! [`evaluation`] (rules and the trigger), [`evaluators`] (sensors Sluice asks for itself),
+//! [`job`] (outcomes, retries, poll window, stale runs), [`sla`], [`forecast`] (the SLA
+//! forecast from past runs), [`deadlines`] (the earlier AWS variant's), [`anomalies`],
+//! [`post_run`], [`command`] (rerun, cancel) and [`dependencies`].
 
 mod anomalies;
 mod command;
