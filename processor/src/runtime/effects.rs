@@ -116,12 +116,23 @@ impl Executor {
     /// Carries out `effect` for a pipeline of input partition `partition`. A trigger whose
     /// run already has a call in flight here is not started again.
     pub fn spawn(&mut self, effect: Effect, partition: i32) {
-        let effect = match effect {
+        // The request to carry out and, for a status check, the run's handle; nothing when
+        // the run has a call of the same kind in flight already.
+        let (request, handle) = match effect {
+            Effect::TriggerJob(request) => {
+                if !self.in_flight.start(&request.run_id, partition) {
+                    info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
+                    return;
+                }
+                (request, None)
+            }
+            Effect::CheckJob(check) => {
+                if !self.checking_starts(&check.request.run_id, "status check skipped") {
+                    return;
+                }
+                (check.request, Some(check.handle))
+            }
             Effect::Evaluate(call) => return self.evaluate(call),
-            other => other,
-        };
-        let Some((request, handle)) = self.admit(effect, partition) else {
-            return;
         };
         let work = self.work(request);
         let checking = self.checking.clone();
@@ -184,8 +195,7 @@ impl Executor {
     /// Asks an evaluator and writes its answer (or why there is none) as a reading.
     fn evaluate(&mut self, call: EvaluatorCall) {
         let run_id = call.request.run_id.clone();
-        if !self.checking.lock().unwrap().insert(run_id.clone()) {
-            info!(run_id = %run_id, "evaluator not called: its previous call is still in flight");
+        if !self.checking_starts(&run_id, "evaluator not called") {
             return;
         }
         let work = self.work(call.request);
@@ -207,26 +217,14 @@ impl Executor {
         while self.tasks.try_join_next().is_some() {}
     }
 
-    /// The request to carry out and, for a status check, the run's handle; `None` when the
-    /// run has a call of the same kind in flight already.
-    fn admit(&self, effect: Effect, partition: i32) -> Option<(TriggerRequest, Option<Value>)> {
-        match effect {
-            Effect::TriggerJob(request) => {
-                if !self.in_flight.start(&request.run_id, partition) {
-                    info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
-                    return None;
-                }
-                Some((request, None))
-            }
-            Effect::CheckJob(check) => {
-                if !self.checking.lock().unwrap().insert(check.request.run_id.clone()) {
-                    info!(run_id = %check.request.run_id, "status check skipped: the previous one is still in flight");
-                    return None;
-                }
-                Some((check.request, Some(check.handle)))
-            }
-            Effect::Evaluate(_) => None,
+    /// Registers a status check or an evaluator's call for `run_id`; false, and says so, when
+    /// the previous one is still in flight: it is skipped, not stacked.
+    fn checking_starts(&self, run_id: &str, skipped: &str) -> bool {
+        let starts = self.checking.lock().unwrap().insert(run_id.to_string());
+        if !starts {
+            info!(run_id, "{skipped}: the previous one is still in flight");
         }
+        starts
     }
 
     /// Waits for in-flight effects, at most `grace`.

@@ -15,7 +15,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::sla::deadline_at;
+use super::sla::{alerted, deadline_at};
 use super::{detail, execution_timer, Decider, Phase};
 use crate::core::config::{Deadline, PipelineConfig, SlaTime};
 use crate::core::duration::format_duration;
@@ -72,10 +72,11 @@ impl Decider<'_> {
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
-        let already = match breach {
-            true => execution.sla.evaluation_breached,
-            false => execution.sla.evaluation_warned || execution.sla.evaluation_breached,
-        };
+        let already = alerted(
+            breach,
+            execution.sla.evaluation_warned,
+            execution.sla.evaluation_breached,
+        );
         if execution.phase != Phase::AwaitingRules || already {
             return;
         }

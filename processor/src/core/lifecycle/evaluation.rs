@@ -90,17 +90,9 @@ impl Decider<'_> {
             }
         }
         if verdict.passed && held.is_none() {
-            self.cancel_timer(timer);
-            // Ready: the evaluation deadline is met, and no sensor can be stale for it now.
-            self.cancel_execution_timers(key, |t| {
-                matches!(
-                    t,
-                    TimerKind::EvaluationSlaWarning { .. }
-                        | TimerKind::EvaluationSlaBreach { .. }
-                        | TimerKind::StaleSensorCheck { .. }
-                        | TimerKind::EvaluatorDue { .. }
-                )
-            });
+            // Ready: nothing evaluates it again, the evaluation deadline is met, no sensor can
+            // be stale for it and no evaluator need be asked.
+            self.cancel_execution_timers(key, is_validation_timer);
             let warnings = verdict.warnings();
             if !warnings.is_empty() {
                 let message = format!("validation passed with warnings: {}", verdict.warning_text());
@@ -207,17 +199,23 @@ impl Decider<'_> {
     /// leaving SLA and post-run timers, which outlive the run.
     pub(super) fn cancel_run_timers(&mut self, key: &str) {
         self.cancel_execution_timers(key, |t| {
-            matches!(
-                t,
-                TimerKind::Evaluate { .. }
-                    | TimerKind::JobPollWindow { .. }
-                    | TimerKind::JobStatusCheck { .. }
-                    | TimerKind::Watchdog { .. }
-                    | TimerKind::StaleSensorCheck { .. }
-                    | TimerKind::EvaluatorDue { .. }
-                    | TimerKind::EvaluationSlaWarning { .. }
-                    | TimerKind::EvaluationSlaBreach { .. }
-            )
+            is_validation_timer(t)
+                || matches!(
+                    t,
+                    TimerKind::JobPollWindow { .. } | TimerKind::JobStatusCheck { .. } | TimerKind::Watchdog { .. }
+                )
         });
     }
+}
+
+/// The timers that serve an execution only while it validates.
+fn is_validation_timer(t: &TimerKind) -> bool {
+    matches!(
+        t,
+        TimerKind::Evaluate { .. }
+            | TimerKind::EvaluationSlaWarning { .. }
+            | TimerKind::EvaluationSlaBreach { .. }
+            | TimerKind::StaleSensorCheck { .. }
+            | TimerKind::EvaluatorDue { .. }
+    )
 }

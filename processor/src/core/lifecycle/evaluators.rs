@@ -94,7 +94,7 @@ impl Decider<'_> {
             let Some(timer) = evaluator_timer(&key, sensor) else {
                 continue;
             };
-            let armed = self.state.timers.iter().find(|t| t.timer == timer).map(|t| t.at);
+            let armed = self.state.due(&timer);
             if armed.is_none_or(|armed| at < armed) {
                 self.set_timer(timer, at);
             }
@@ -125,8 +125,7 @@ impl Decider<'_> {
         };
         for key in self.awaiting_rules(None) {
             for evaluator in &config.validation.evaluators {
-                let armed = evaluator_timer(&key, &evaluator.key)
-                    .is_some_and(|timer| self.state.timers.iter().any(|t| t.timer == timer));
+                let armed = evaluator_timer(&key, &evaluator.key).is_some_and(|timer| self.state.due(&timer).is_some());
                 if !armed {
                     self.call_evaluator(&config, &key, evaluator);
                 }

@@ -89,6 +89,11 @@ pub struct PipelineState {
 }
 
 impl PipelineState {
+    /// When timer `kind` is due, if it is pending.
+    pub fn due(&self, kind: &TimerKind) -> Option<DateTime<Utc>> {
+        self.timers.iter().find(|t| t.timer == *kind).map(|t| t.at)
+    }
+
     /// Whether run `run_id` was requested and no report of its trigger has come back: after
     /// a crash, such a trigger is requested again (with the same idempotency key).
     pub fn awaits_trigger(&self, run_id: &str) -> bool {
@@ -627,7 +632,7 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
             // have pending (fired already, cancelled, or from before a restore) or that is
             // not due yet changes nothing, so a duplicate CronTick cannot open the next
             // occurrence early and an early SLA timer cannot alert before its time.
-            match d.state.timers.iter().find(|t| t.timer == *kind).map(|t| t.at) {
+            match d.state.due(kind) {
                 Some(due) if due <= ctx.now => {
                     d.state.timers.retain(|t| t.timer != *kind);
                     d.on_timer(kind, due)

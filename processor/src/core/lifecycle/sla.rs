@@ -187,10 +187,7 @@ impl Decider<'_> {
         let Some(execution) = self.state.executions.get_mut(key) else {
             return;
         };
-        let already = match breach {
-            true => execution.sla.relative_breached,
-            false => execution.sla.relative_warned || execution.sla.relative_breached,
-        };
+        let already = alerted(breach, execution.sla.relative_warned, execution.sla.relative_breached);
         if execution.phase.is_completed() || already || matches!(execution.phase, super::Phase::Cancelled { .. }) {
             return;
         }
@@ -394,4 +391,10 @@ fn back_hours(date: ExecutionDate, hours: u32) -> ExecutionDate {
         };
     }
     d
+}
+
+/// Whether a warning (`breach` false) or breach is said already: nothing warns after its
+/// breach, and neither repeats.
+pub(super) fn alerted(breach: bool, warned: bool, breached: bool) -> bool {
+    breached || (!breach && warned)
 }

@@ -19,6 +19,15 @@ fn warehouse(evaluator: Value) -> Value {
     config
 }
 
+/// [`warehouse`] with a second rule, on a producer's `upstream`, that keeps the run waiting
+/// after the evaluator answered.
+fn with_producer_rule(evaluator: Value) -> Value {
+    let mut config = warehouse(evaluator);
+    let rules = config["validation"]["rules"].as_array_mut().unwrap();
+    rules.push(json!({"key": "upstream", "check": "equals", "field": "status", "value": "ready"}));
+    config
+}
+
 fn http(extra: Value) -> Value {
     let mut evaluator = json!({"type": "http", "url": "https://warehouse.example/rows?day=${DATE}", "every": "10m"});
     merge(&mut evaluator, extra);
@@ -118,13 +127,7 @@ fn an_evaluator_is_called_when_evaluation_begins_then_every_interval_until_the_r
 #[test]
 fn an_answer_older_than_its_ttl_fails_the_rule_as_expired() {
     let mut sim = Sim::starting_at(at("2026-11-22T08:00:00Z"));
-    let mut config = warehouse(http(json!({"ttl": "30m", "every": "1h"})));
-    // A second rule, from a producer, keeps the run waiting after the answer came.
-    config["validation"]["rules"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"key": "upstream", "check": "equals", "field": "status", "value": "ready"}));
-    sim.config(config);
+    sim.config(with_producer_rule(http(json!({"ttl": "30m", "every": "1h"}))));
     sim.advance_to(nine());
     sim.answer("rows", json!({"count": 5000}), None);
     assert!(sim.triggers().is_empty());
@@ -246,12 +249,7 @@ fn a_command_evaluator_is_a_command_jobs_settings_and_a_warn_rule_does_not_hold(
 #[test]
 fn a_failed_call_does_not_displace_an_answer_still_within_its_ttl() {
     let mut sim = Sim::starting_at(at("2026-11-22T08:00:00Z"));
-    let mut config = warehouse(http(json!({"ttl": "30m"})));
-    config["validation"]["rules"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"key": "upstream", "check": "equals", "field": "status", "value": "ready"}));
-    sim.config(config);
+    sim.config(with_producer_rule(http(json!({"ttl": "30m"}))));
     sim.advance_to(nine());
     sim.answer("rows", json!({"count": 5000}), None);
 
