@@ -92,6 +92,13 @@ export SLUICE_BENCH_PYTHON="$(quix_python)"
 # The operator page's test drives Debian's Chromium with playwright-core.
 export SLUICE_TEST_NODE_MODULES="$(deploy/install-browser.sh)"
 
+# A failing test's processor log is kept outside the clone (the run's own directory goes
+# with it), for a post-mortem of failures that do not repeat; the last ten runs' are kept.
+failed_logs_root="${XDG_CACHE_HOME:-$HOME/.cache}/sluice/failed-test-logs"
+export SLUICE_FAILED_TEST_LOGS="$failed_logs_root/$(date -u +%Y%m%dT%H%M%SZ)-$$"
+mkdir -p "$failed_logs_root"
+{ ls -1d "$failed_logs_root"/*/ 2>/dev/null || true; } | head -n -10 | xargs -r rm -rf
+
 declare -A pids
 for g in "${groups[@]}"; do
   address="$(broker "$g")"
@@ -137,6 +144,7 @@ while (( ${#running[@]} )); do
 done
 if (( ${#failed[@]} )); then
   echo "FAILED: the ${failed[*]} tests (output above)" >&2
+  [[ -d "$SLUICE_FAILED_TEST_LOGS" ]] && echo "the failing tests' processor logs: $SLUICE_FAILED_TEST_LOGS" >&2
   exit 1
 fi
 echo "all tests passed" >&2

@@ -140,6 +140,16 @@ fn all_completed(events: &[Event]) -> bool {
     done.len() == PIPELINES
 }
 
+/// The input records the events say were rejected, as `partition@offset`.
+fn rejected_sources(events: &[Event]) -> BTreeSet<String> {
+    events
+        .iter()
+        .filter(|e| e.kind == EventType::INPUT_REJECTED)
+        .filter_map(|e| e.detail.get("source")?.as_str()?.split_once('/'))
+        .map(|(_, at)| at.to_string())
+        .collect()
+}
+
 fn count(events: &[Event], kind: EventType) -> usize {
     events.iter().filter(|e| e.kind == kind).count()
 }
@@ -178,21 +188,39 @@ fn run(
         produced += chunk.len() as i64;
         disturb(w, Moment { chunk: k + 1, produced });
     }
-    let events = w.wait_for_all("every JOB_COMPLETED", deadline, all_completed);
-    // A crash may re-send the dead letters of the batch it interrupted: read until every
-    // distinct source record is there.
-    let mut letters = w.dead_letters(bad.len());
+    w.wait_for_all("every JOB_COMPLETED", deadline, all_completed);
+    // Every bad record is rejected with an event and a dead letter, written in one batch:
+    // a shortfall of events means records were never read, of dead letters that they were.
+    let events = w.wait_for_all("an INPUT_REJECTED per bad record", deadline, |es| {
+        rejected_sources(es).len() >= bad.len()
+    });
     let source = |headers: &[(String, String)]| -> String {
         let h: HashMap<&str, &str> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert!(!h["error"].is_empty(), "a dead letter without a reason");
-        format!("{}/{}@{}", h["source.topic"], h["source.partition"], h["source.offset"])
+        format!("{}@{}", h["source.partition"], h["source.offset"])
     };
+    // A crash may re-send the dead letters of the batch it interrupted: read until every
+    // distinct source record is there.
+    let mut letters: Vec<support::DeadLetter> = Vec::new();
     loop {
         let distinct: BTreeSet<String> = letters.iter().map(|(_, h)| source(h)).collect();
         if distinct.len() >= bad.len() {
             break;
         }
-        letters = w.dead_letters(letters.len() + bad.len() - distinct.len());
+        let more = w.dead_letters_within(letters.len() + bad.len() - distinct.len(), support::DEADLINE);
+        if more.len() <= letters.len() {
+            let rejected = rejected_sources(&events);
+            panic!(
+                "[{}] dead letters: {} distinct of {}; rejected (INPUT_REJECTED) without a dead letter: {:?}; the DLQ's watermarks: {:?}\n{}",
+                w.name,
+                distinct.len(),
+                bad.len(),
+                rejected.difference(&distinct).collect::<Vec<_>>(),
+                w.watermarks("dlq", 0),
+                w.log_tail()
+            );
+        }
+        letters = more;
     }
     let dead_letter_sources: BTreeSet<String> = letters.iter().map(|(_, h)| source(h)).collect();
     let dead_letter_payloads = letters.into_iter().filter_map(|(v, _)| v).collect();

@@ -660,48 +660,73 @@ impl World {
 
     /// Reads the dead-letter topic until it holds `at_least` records.
     pub fn dead_letters(&self, at_least: usize) -> Vec<DeadLetter> {
+        let out = self.dead_letters_within(at_least, DEADLINE);
+        assert!(
+            out.len() >= at_least,
+            "[{}] dead letters: {} of {at_least}",
+            self.name,
+            out.len()
+        );
+        out
+    }
+
+    /// Reads the dead-letter topic until it holds `at_least` records or `within` has passed:
+    /// what it holds by then.
+    pub fn dead_letters_within(&self, at_least: usize, within: Duration) -> Vec<DeadLetter> {
         let consumer = consumer_on(&self.brokers, &format!("{}dlq-reader", self.prefix));
         let topic = self.topic("dlq");
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Beginning).unwrap();
         consumer.assign(&list).unwrap();
         let mut out = Vec::new();
-        let deadline = Instant::now() + DEADLINE;
-        while out.len() < at_least {
-            assert!(
-                Instant::now() < deadline,
-                "[{}] dead letters: {} of {at_least}",
-                self.name,
-                out.len()
-            );
-            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
-                let Ok(m) = m else { continue };
-                let headers = m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| {
-                                (
-                                    h.key.to_string(),
-                                    String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.push((m.payload().map(<[u8]>::to_vec), headers));
-            }
+        let deadline = Instant::now() + within;
+        while out.len() < at_least && Instant::now() < deadline {
+            let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let headers = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| {
+                            (
+                                h.key.to_string(),
+                                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push((m.payload().map(<[u8]>::to_vec), headers));
         }
         out
+    }
+
+    /// The low and high watermarks of `topic` (without prefix) partition `p`, as the broker
+    /// reports them.
+    pub fn watermarks(&self, topic: &str, p: i32) -> (i64, i64) {
+        let consumer = consumer_on(&self.brokers, &format!("{}watermarks", self.prefix));
+        consumer
+            .fetch_watermarks(&self.topic(topic), p, Duration::from_secs(10))
+            .unwrap()
     }
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        // SLUICE_TEST_LOGS=DIR keeps every world's processor log, for post-mortems.
-        if let Some(dir) = std::env::var_os("SLUICE_TEST_LOGS") {
+        // SLUICE_TEST_LOGS=DIR keeps every world's processor log, for post-mortems;
+        // SLUICE_FAILED_TEST_LOGS=DIR the logs of failing tests only (deploy/test.sh sets it).
+        let keep = std::env::var_os("SLUICE_TEST_LOGS").or_else(|| {
+            std::thread::panicking()
+                .then(|| std::env::var_os("SLUICE_FAILED_TEST_LOGS"))
+                .flatten()
+        });
+        if let Some(dir) = keep {
             let _ = std::fs::create_dir_all(&dir);
-            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{}log", self.prefix)));
+            let kept = Path::new(&dir).join(format!("{}log", self.prefix));
+            if std::fs::copy(&self.log, &kept).is_ok() && std::thread::panicking() {
+                eprintln!("[{}] the processor log is kept at {}", self.name, kept.display());
+            }
         }
         if let Some(mut child) = self.processor.take() {
             let _ = child.kill();
