@@ -88,6 +88,11 @@ fn consumer_on(brokers: &str, group: &str) -> BaseConsumer {
         .unwrap()
 }
 
+/// Where the tests read a topic from its first record: offset 0, not `Offset::Beginning`.
+/// tansu 0.6 answers "the beginning" with the batch written first in time, which among
+/// concurrent writers (instances sharing the dead-letter topic) need not be the first.
+const FIRST: Offset = Offset::Offset(0);
+
 /// Adds every partition of `topic`, at `offset`, to `list`.
 fn add_partitions(consumer: &BaseConsumer, list: &mut TopicPartitionList, topic: &str, offset: Offset) {
     let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
@@ -504,7 +509,7 @@ impl World {
         }
         let topic = self.topic("events");
         let mut list = TopicPartitionList::new();
-        add_partitions(&self.events, &mut list, &topic, Offset::Beginning);
+        add_partitions(&self.events, &mut list, &topic, FIRST);
         self.events.assign(&list).unwrap();
     }
 
@@ -637,7 +642,7 @@ impl World {
         let topic = self.topic("sensors");
         let mut list = TopicPartitionList::new();
         for p in 0..self.partitions() {
-            list.add_partition_offset(&topic, p, Offset::Beginning).unwrap();
+            list.add_partition_offset(&topic, p, FIRST).unwrap();
         }
         consumer.assign(&list).unwrap();
         let mut out = Vec::new();
@@ -676,7 +681,7 @@ impl World {
         let consumer = consumer_on(&self.brokers, &format!("{}dlq-reader", self.prefix));
         let topic = self.topic("dlq");
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&topic, 0, Offset::Beginning).unwrap();
+        list.add_partition_offset(&topic, 0, FIRST).unwrap();
         consumer.assign(&list).unwrap();
         let mut out = Vec::new();
         let deadline = Instant::now() + within;

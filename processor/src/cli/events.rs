@@ -70,6 +70,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
         .set("enable.auto.commit", "false")
         .create()
         .context("creating consumer")?;
+    let consumer = kafka::Reader::new(consumer, kafka.quirks());
     let topic = topics.events.as_str();
     let counts = kafka::partition_counts(consumer.client(), &[topic])?;
     let partitions = counts[0].1 as i32;
@@ -90,7 +91,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
     let mut list = TopicPartitionList::new();
     let mut ends = Vec::new();
     for p in 0..partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
+        let (low, high) = consumer.range(topic, p)?;
         let named = args.from_offset.iter().find(|(q, _)| *q == p).map(|(_, o)| *o);
         let start = match (named, &at_time, args.from) {
             // An offset below the retained range starts at the oldest retained one.

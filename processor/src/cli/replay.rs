@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -33,7 +33,7 @@ use crate::core::records::ConfigRecord;
 use crate::core::replay::Replay;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::input::{origin_of, read_input};
-use crate::runtime::kafka::{self, Connection, Start};
+use crate::runtime::kafka::{self, Connection, Reader, Start};
 use crate::runtime::topics::{InputTopic, Topics};
 
 #[derive(Args)]
@@ -355,7 +355,7 @@ fn timestamp(message: &impl Message) -> Option<DateTime<Utc>> {
 /// Every input record to replay, decoded and in event-time order. Configs are read from the
 /// beginning (unless `--pipelines` replaces them), the other inputs from `--warm-up-from`.
 async fn read_inputs(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topics: &Topics,
     codec: &Codec,
     partitions: i32,
@@ -401,7 +401,7 @@ async fn read_inputs(
 /// (topic, timestamp, pipeline) accepts, and orders them as a replay takes them: by
 /// timestamp, then topic, partition and offset.
 pub(crate) async fn decoded_in_order(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topics: &Topics,
     codec: &Codec,
     partitions: i32,
@@ -440,7 +440,7 @@ pub(crate) async fn decoded_in_order(
 /// The events recorded on the events topic from a little before the window to a little
 /// after it (by the tolerance), so that pairs across its edges still meet.
 async fn recorded_events(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topics: &Topics,
     codec: &Codec,
     window: Window,

@@ -32,7 +32,7 @@ use crate::core::partitioning::partition_for;
 use crate::core::replay::Replay;
 use crate::runtime::changelog;
 use crate::runtime::codec::Codec;
-use crate::runtime::kafka::{self, Connection, Start};
+use crate::runtime::kafka::{self, Connection, Reader, Start};
 use crate::runtime::store::{self, StoreBatch};
 use crate::runtime::topics::{InputTopic, Topics};
 
@@ -159,7 +159,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
 /// starting point (tansu answers by batch append time, so it can be early): the records
 /// from there are read to find the exact one.
 fn first_offsets_at(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     inputs: &[&str],
     partitions: i32,
     point: DateTime<Utc>,
@@ -221,8 +221,8 @@ fn lineage_of(records: &[ChangelogRecord]) -> Lineage {
 }
 
 /// Every record of one changelog partition, in order.
-fn changelog_records(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<Vec<ChangelogRecord>> {
-    let (low, _) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
+fn changelog_records(consumer: &Reader, topic: &str, p: i32) -> Result<Vec<ChangelogRecord>> {
+    let (low, _) = consumer.range(topic, p)?;
     let start = Start {
         topic: topic.to_string(),
         partition: p,
@@ -277,7 +277,7 @@ fn applied(key: &[u8], value: Option<&[u8]>) -> Option<(String, i64)> {
 /// The state after the last complete batch written before `point` that applied no input at
 /// or after its topic's target, from the changelog's history.
 fn from_changelog(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topics: &Topics,
     p: i32,
     point: DateTime<Utc>,
@@ -287,7 +287,7 @@ fn from_changelog(
     let records = changelog_records(consumer, topic, p)?;
     // The history must be whole: a compacted or expired changelog keeps only the latest value
     // of each key, and its batches can no longer be told apart.
-    let (low, _) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
+    let (low, _) = consumer.range(topic, p)?;
     let gap = records.windows(2).find(|w| w[1].0 != w[0].0 + 1).map(|w| w[0].0 + 1);
     if low > 0 || records.first().is_some_and(|r| r.0 > 0) || gap.is_some() {
         bail!(
@@ -350,7 +350,7 @@ fn from_changelog(
 
 /// The state every input before its target leads to, replayed in event time.
 async fn from_scratch(
-    consumer: &BaseConsumer,
+    consumer: &Reader,
     topics: &Topics,
     codec: &Codec,
     partitions: i32,

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
@@ -134,8 +134,8 @@ pub fn batch_of(message: &impl Message) -> Option<&[u8]> {
 }
 
 /// A reader of changelog partitions it is assigned (no group membership, no commits).
-fn reader(kafka: &Connection) -> Result<BaseConsumer> {
-    kafka
+fn reader(kafka: &Connection) -> Result<kafka::Reader> {
+    let consumer = kafka
         .config(kafka::Role::Consumer)
         .set("group.id", "sluice-restore")
         .set("enable.auto.commit", "false")
@@ -146,7 +146,8 @@ fn reader(kafka: &Connection) -> Result<BaseConsumer> {
         .set("isolation.level", "read_committed")
         .set("fetch.wait.max.ms", "100")
         .create()
-        .context("creating the changelog reader")
+        .context("creating the changelog reader")?;
+    Ok(kafka::Reader::new(consumer, kafka.quirks()))
 }
 
 /// The records of changelog partition `partition` in `ranges`, as the restore rules see
@@ -319,7 +320,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
         let (low, _) = self
             .source
             .consumer
-            .fetch_watermarks(topic, partition, kafka::METADATA_TIMEOUT)
+            .range(topic, partition)
             .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
         let checkpoint = self.store.checkpoint()?;
         let away = self.store.checkpointed_at()?.map(|at| chrono::Utc::now() - at);
@@ -452,7 +453,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
 
 /// A changelog partition as a restore reads it, up to the new owner's fence.
 struct Source<'a> {
-    consumer: BaseConsumer,
+    consumer: kafka::Reader,
     topic: &'a str,
     partition: i32,
     fence: i64,

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::FutureProducer;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, warn};
@@ -163,7 +163,7 @@ fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, S
         .create()?;
     kafka::partition_counts(consumer.client(), &[topic])?;
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, 0, Offset::Beginning)?;
+    list.add_partition_offset(topic, 0, kafka.beginning())?;
     consumer.assign(&list)?;
     Ok((producer, consumer))
 }

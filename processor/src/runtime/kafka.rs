@@ -45,7 +45,10 @@ pub enum Quirks {
     /// (the input consumer waits 10 ms at most, so a job report is not held up by it, at
     /// the cost of a fetch every 10 ms when idle), and it answers a fetch that starts
     /// inside a multi-record batch with nothing (job reports go one per produce request,
-    /// so a consumer whose committed offset falls among them is never stuck).
+    /// so a consumer whose committed offset falls among them is never stuck), and its
+    /// ListOffsets(earliest) names the batch *written* first, which among concurrent writers
+    /// need not be the lowest offset: a read "from the beginning" would skip the batches
+    /// before it. tansu deletes nothing, so history is read from offset 0 ([`Reader`]).
     Tansu,
 }
 
@@ -111,6 +114,15 @@ impl Connection {
 
     pub fn quirks(&self) -> Quirks {
         self.quirks
+    }
+
+    /// Where a read of a partition's whole history starts: its beginning, or offset 0 on
+    /// tansu (see [`Quirks::Tansu`]).
+    pub fn beginning(&self) -> Offset {
+        match self.quirks {
+            Quirks::None => Offset::Beginning,
+            Quirks::Tansu => Offset::Offset(0),
+        }
     }
 
     /// Plaintext, no properties (local brokers, tests).
@@ -641,12 +653,12 @@ pub struct Start {
 /// The end is confirmed by a poll that finds nothing more, because tansu 0.6 can report a
 /// watermark short of the end after multi-record batches; control records of transactions
 /// end a partition through the consumer's position.
-pub fn read_span(consumer: &BaseConsumer, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
+pub fn read_span(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
     let mut list = TopicPartitionList::new();
     let mut ends: BTreeMap<(String, i32), (i64, bool)> = BTreeMap::new();
     for s in starts {
         let (low, high) = consumer
-            .fetch_watermarks(&s.topic, s.partition, METADATA_TIMEOUT)
+            .range(&s.topic, s.partition)
             .with_context(|| format!("reading the offsets of {}/{}", s.topic, s.partition))?;
         let start = s.offset.clamp(low, high);
         list.add_partition_offset(&s.topic, s.partition, Offset::Offset(start))?;
@@ -700,15 +712,54 @@ pub fn read_span(consumer: &BaseConsumer, starts: &[Start]) -> Result<Vec<OwnedM
 }
 
 /// A consumer for reading history: assigned partitions, no group offsets committed.
-pub fn reader(kafka: &Connection, name: &str) -> Result<BaseConsumer> {
-    kafka
+pub fn reader(kafka: &Connection, name: &str) -> Result<Reader> {
+    let consumer = kafka
         .config(Role::Consumer)
         .set("group.id", name)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed")
         .create()
-        .context("creating Kafka consumer")
+        .context("creating Kafka consumer")?;
+    Ok(Reader::new(consumer, kafka.quirks()))
+}
+
+/// A consumer that reads partitions' history, knowing where a partition's history starts
+/// on its broker ([`Reader::range`]). It is the consumer otherwise (`Deref`).
+pub struct Reader {
+    consumer: BaseConsumer,
+    quirks: Quirks,
+}
+
+impl Reader {
+    pub fn new(consumer: BaseConsumer, quirks: Quirks) -> Reader {
+        Reader { consumer, quirks }
+    }
+
+    /// Where `topic`'s partition `p` starts and where it ends: its low and high watermarks,
+    /// except that on tansu it starts at 0 (see [`Quirks::Tansu`]).
+    pub fn range(&self, topic: &str, p: i32) -> Result<(i64, i64), KafkaError> {
+        let (low, high) = self.consumer.fetch_watermarks(topic, p, METADATA_TIMEOUT)?;
+        Ok((self.quirks.first_offset(low), high))
+    }
+}
+
+impl Quirks {
+    /// A partition's first offset, from the low watermark its broker reports.
+    fn first_offset(self, low: i64) -> i64 {
+        match self {
+            Quirks::None => low,
+            Quirks::Tansu => 0,
+        }
+    }
+}
+
+impl std::ops::Deref for Reader {
+    type Target = BaseConsumer;
+
+    fn deref(&self) -> &BaseConsumer {
+        &self.consumer
+    }
 }
 
 #[cfg(test)]
@@ -735,6 +786,11 @@ mod tests {
         assert_eq!(fetch_wait(&tansu).as_deref(), Some("10"));
         assert_eq!(per_request(&kafka), None);
         assert_eq!(per_request(&tansu).as_deref(), Some("1"));
+        // Kafka's log start is what it reports (retention moves it); tansu's is 0.
+        assert_eq!(kafka.beginning(), Offset::Beginning);
+        assert_eq!(kafka.quirks().first_offset(42), 42);
+        assert_eq!(tansu.beginning(), Offset::Offset(0));
+        assert_eq!(tansu.quirks().first_offset(42), 0);
     }
 
     #[test]

@@ -204,8 +204,8 @@ impl Openings {
 const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 
 /// A reader that reports reaching a partition's end, for [`holds`].
-fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<BaseConsumer> {
-    kafka
+fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<kafka::Reader> {
+    let consumer = kafka
         .config(kafka::Role::Consumer)
         .set("group.id", "sluice-restore")
         .set("enable.auto.commit", "false")
@@ -213,7 +213,8 @@ fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<BaseConsumer> {
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "error")
         .create()
-        .context("creating the input tail reader")
+        .context("creating the input tail reader")?;
+    Ok(kafka::Reader::new(consumer, kafka.quirks()))
 }
 
 /// Whether `topic`'s partition `p` holds a record at `offset` or after, read from its last
@@ -354,7 +355,7 @@ impl Opening {
             let mut jobs_end = 0;
             for topic in settings.topics.inputs() {
                 let (low, end) = reader
-                    .fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
+                    .range(topic, p)
                     .with_context(|| format!("reading the end of {topic} partition {p}"))?;
                 if topic == settings.topics.jobs {
                     jobs_end = end;

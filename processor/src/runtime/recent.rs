@@ -9,7 +9,6 @@
 use std::collections::{HashSet, VecDeque};
 
 use anyhow::Result;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tracing::{debug, warn};
@@ -90,7 +89,7 @@ impl TailReader {
         let (requests, mut asked) = unbounded_channel::<i32>();
         let (done, loaded) = unbounded_channel();
         tokio::spawn(async move {
-            let mut consumer: Option<BaseConsumer> = None;
+            let mut consumer: Option<kafka::Reader> = None;
             while let Some(p) = asked.recv().await {
                 let (topic2, kafka2) = (topic.clone(), kafka.clone());
                 let taken = consumer.take();
@@ -134,8 +133,8 @@ impl TailReader {
 }
 
 /// The last [`TAIL`] records of the partition, or none when it is empty.
-fn read_tail(consumer: &BaseConsumer, topic: &str, p: i32) -> Result<Vec<rdkafka::message::OwnedMessage>> {
-    let (low, high) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
+fn read_tail(consumer: &kafka::Reader, topic: &str, p: i32) -> Result<Vec<rdkafka::message::OwnedMessage>> {
+    let (low, high) = consumer.range(topic, p)?;
     if high <= low {
         return Ok(Vec::new());
     }
