@@ -6,7 +6,8 @@
 //! dead-letter topic, and every run called once where the calls land: the target counts
 //! requests per run and ignores the `Idempotency-Key` Sluice sends, as many targets do. The
 //! one call that may land twice is one in flight when its process was SIGKILLed (see the
-//! README's "What a crash can still cause").
+//! README's "What a crash can still cause"). Last, reading a partition's history on a broker
+//! (tansu) that misplaces its beginning.
 
 mod support;
 
@@ -1226,5 +1227,98 @@ fn timers_firing_through_sigkills_and_a_rebalance_double_nothing() {
             Some(state),
             "{id}: restored state differs from the live state"
         );
+    }
+}
+
+/// tansu 0.6 answers "the beginning" of a partition (ListOffsets earliest) with the batch it
+/// stored first in time. Two producers racing on a fresh one-partition topic, a large record
+/// given offset 0 and still being stored while small ones after it are stored, make it name
+/// a later offset, as instances sharing the dead-letter topic can. The race is made again on
+/// fresh topics until it shows; then Sluice's history reader, told the broker is tansu,
+/// starts at offset 0 and reads every record, where the broker's beginning misses the first.
+#[test]
+fn history_reads_miss_nothing_when_tansu_misplaces_a_partitions_beginning() {
+    use sluice::runtime::kafka::{self, Connection, Quirks, Start};
+
+    let w = World::new("beginning");
+    let producer = || -> BaseProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &w.brokers)
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "0")
+            .set("compression.type", "none")
+            .set("message.max.bytes", "2000000")
+            .create()
+            .unwrap()
+    };
+    let (large, small) = (producer(), producer());
+    let broker = Connection::plaintext(&w.brokers);
+    let as_reported = kafka::reader(&broker, &format!("{}as-reported", w.prefix)).unwrap();
+    let on_tansu = kafka::reader(
+        &broker.clone().with_quirks(Quirks::Tansu),
+        &format!("{}on-tansu", w.prefix),
+    )
+    .unwrap();
+    let read_all = |reader: &kafka::Reader, topic: &str| -> Vec<i64> {
+        let (start, _) = reader.range(topic, 0).unwrap();
+        let starts = [Start {
+            topic: topic.to_string(),
+            partition: 0,
+            offset: start,
+        }];
+        kafka::read_span(reader, &starts)
+            .unwrap()
+            .iter()
+            .map(rdkafka::Message::offset)
+            .collect()
+    };
+    const SMALL: usize = 3;
+    let payload = vec![b'x'; 900_000];
+    let deadline = Instant::now() + Duration::from_secs(240);
+    for trial in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "tansu named offset 0 as the beginning in all {trial} tries: the race this test needs did not happen (is the broker still tansu 0.6?)"
+        );
+        let name = format!("beginning-{trial}");
+        support::create_topics(&w.prefix, &[(&name, 1)]);
+        let topic = w.topic(&name);
+        for p in [&large, &small] {
+            p.client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(10))
+                .unwrap();
+        }
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                start.wait();
+                large
+                    .send(BaseRecord::<(), [u8]>::to(&topic).payload(&payload[..]))
+                    .unwrap();
+                large.flush(Duration::from_secs(30)).unwrap();
+            });
+            s.spawn(|| {
+                start.wait();
+                // The window (the large record given its offset, not yet stored) moves with
+                // the machine's speed: each try aims at another moment in it.
+                std::thread::sleep(Duration::from_micros(250 * (trial % 8)));
+                for _ in 0..SMALL {
+                    small
+                        .send(BaseRecord::<(), [u8]>::to(&topic).payload(&b"s"[..]))
+                        .unwrap();
+                    small.flush(Duration::from_secs(30)).unwrap();
+                }
+            });
+        });
+        let (low, _) = as_reported.range(&topic, 0).unwrap();
+        if low == 0 {
+            continue;
+        }
+        let all: Vec<i64> = (0..=SMALL as i64).collect();
+        let missed = read_all(&as_reported, &topic);
+        assert!(missed.len() < all.len(), "reading from offset {low} read {missed:?}");
+        assert_eq!(read_all(&on_tansu, &topic), all, "after {trial} tries");
+        eprintln!("[beginning] tansu named offset {low} the beginning after {trial} tries; from there {missed:?} is read, from offset 0 {all:?}");
+        return;
     }
 }
