@@ -222,11 +222,11 @@ fn lineage_of(records: &[ChangelogRecord]) -> Lineage {
 
 /// Every record of one changelog partition, in order.
 fn changelog_records(consumer: &Reader, topic: &str, p: i32) -> Result<Vec<ChangelogRecord>> {
-    let (low, _) = consumer.range(topic, p)?;
+    // Offset 0: the read starts at the partition's first offset ([`kafka::read_span`] clamps).
     let start = Start {
         topic: topic.to_string(),
         partition: p,
-        offset: low,
+        offset: 0,
     };
     let messages = tokio::task::block_in_place(|| kafka::read_span(consumer, &[start]))?;
     Ok(messages
