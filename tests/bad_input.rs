@@ -930,3 +930,68 @@ fn an_input_that_would_grow_the_state_past_its_limit_is_rejected() {
     w.wait_for("fat", "JOB_COMPLETED", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
+
+/// No poison pill: a record under `--max-record-bytes` whose fields would make a changelog
+/// key or an event larger than any broker takes is dead-lettered with the reason, and the
+/// processor goes on. Before, a job report with a 1,040,000-byte run id (its journal entry's
+/// key) and a sensor with a ~1 MB key for a pipeline without config (its stored slot's key)
+/// each made a changelog record the producer refused, and the processor exited 1; every
+/// restart and every new owner would have died on the same record.
+#[test]
+fn a_record_whose_fields_would_outgrow_a_broker_record_is_dead_lettered_and_nothing_stops() {
+    let mut w = World::new("poison");
+    w.start_with(&pipeline("pp", command_job("true")));
+    // The test's own producer takes records up to 2 MB, as a broker configured so would.
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("message.max.bytes", "2000000")
+        .create()
+        .unwrap();
+    let send = |topic: &str, key: &str, value: &Value| {
+        let topic = w.topic(topic);
+        let value = serde_json::to_vec(value).unwrap();
+        producer
+            .send(BaseRecord::to(&topic).key(key).payload(&value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(30)).unwrap();
+    };
+    send(
+        "jobs",
+        "pp",
+        &job_report("pp", day(), &"r".repeat(1_040_000), "succeeded"),
+    );
+    send(
+        "sensors",
+        "ghost",
+        &json!({"pipelineId": "ghost", "key": "k".repeat(1_030_000)}),
+    );
+    let dead = w.dead_letters(2);
+    let error = |i: usize| dead[i].1.iter().find(|(k, _)| k == "error").unwrap().1.clone();
+    let errors = [error(0), error(1)];
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("runId is 1040000 bytes, over the limit")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("key is 1030000 bytes, over the limit")),
+        "{errors:?}"
+    );
+    for (value, headers) in &dead {
+        // Whole, the record and its headers would be over the producer's 1 MB: it goes
+        // without its value, saying so, and its coordinates say where to read it.
+        assert!(value.is_none(), "{headers:?}");
+        assert!(headers.iter().any(|(k, _)| k == "value.omitted"), "{headers:?}");
+    }
+    w.wait_for("ghost", "the sensor's rejection", |es| es.iter().any(is_rejection));
+    // The processor is alive and the pipeline runs.
+    w.sensor("pp", "row-count", json!({"count": 5000}));
+    w.sensor("pp", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for("pp", "JOB_COMPLETED", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    assert!(events.iter().any(is_rejection), "the report's rejection is pp's event");
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}

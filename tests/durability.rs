@@ -808,21 +808,22 @@ fn exits_fatally(w: &mut World) -> String {
 
 /// A zombie: an instance whose partition a newer owner has fenced (the fence written here
 /// by hand, as an opening owner writes it) finds the fence among its own changelog writes,
-/// and gives the partition up before its state, its input offsets and its triggers. When
-/// the partition comes back it restores it in full, reads the inputs again, and the run is
-/// called once.
+/// gives the partition up before its state, its input offsets and its triggers, and stops
+/// (exit 1): a process that lost partitions without being told trusts none of its timers
+/// and in-flight work. Restarted, it restores the partition in full, reads the inputs
+/// again, and the run is called once.
 #[test]
-fn an_instance_that_finds_a_newer_fence_gives_the_partition_up() {
+fn an_instance_that_finds_a_newer_fence_gives_the_partition_up_and_stops() {
     let (mut w, target) = p000_accepted("zombie");
     let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
     w.produce_to_partition("changelog", p, "n/newer-owner/1/1", b"fence");
     w.sensor("p000", "row-count", json!({"count": 5000}));
     w.sensor("p000", "upstream", json!({"status": "ready"}));
-    wait_log(&w, "a newer owner fenced this partition", 1);
+    let log = exits_fatally(&mut w);
+    assert!(log.contains("a newer owner fenced this partition"), "{log}");
     // The batch stopped before its triggers: nothing reached the target, and nothing will
     // from that batch (its effects were dropped with it).
     assert_eq!(target.total(), 0, "a fenced instance triggered a job");
-    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     start_static(&mut w);
     w.wait_for("p000", "the job, after the partition came back", |es| {
         es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
@@ -1321,4 +1322,66 @@ fn history_reads_miss_nothing_when_tansu_misplaces_a_partitions_beginning() {
         eprintln!("[beginning] tansu named offset {low} the beginning after {trial} tries; from there {missed:?} is read, from offset 0 {all:?}");
         return;
     }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to a process.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {signal}");
+}
+
+/// A zombie on the real broker: the owner is paused (SIGSTOP) and a replacement starts with
+/// the same `--instance`, which static membership hands the partitions at once; the cron
+/// time passes and the replacement runs the job. When the paused process wakes (SIGCONT)
+/// with that cron time overdue in its timers, it must not call the target, and it exits
+/// non-zero rather than go on. Counted at the target; and a fresh restore of the changelog
+/// equals the replacement's state (the zombie's writes never win).
+#[test]
+fn a_paused_owner_replaced_under_its_instance_calls_nothing_when_it_wakes_and_exits() {
+    let mut w = World::new("sigstop");
+    let target = Target::fast();
+    let boundary = w.next_minute_in(Duration::from_secs(40));
+    let job =
+        json!({"type": "http", "config": {"url": format!("{}/p000", target.url), "timeout": 10}, "maxRetries": 0});
+    w.config(&json!({
+        "pipeline": {"id": "p000", "owner": "tests"},
+        "schedule": {"cron": "* * * * *", "timezone": "UTC", "evaluation": {"window": "10m", "interval": "1m"}},
+        "validation": {"trigger": "ALL", "rules": []},
+        "job": job
+    }));
+    let partitions = w.partitions() as usize;
+    start_static(&mut w);
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    wait_log(&w, "partition assigned", partitions);
+    let mut paused = w.swap_processor(None).expect("processor running");
+    signal(&paused, "-STOP");
+    let dir = tempfile::tempdir().unwrap();
+    let mut replacement = w.spawn(dir.path(), STATIC);
+    wait_log(&w, "partition assigned", 2 * partitions);
+    let date = boundary.format("%Y-%m-%dT%H").to_string();
+    w.wait_for_until(
+        "p000",
+        "the replacement's run at the cron time",
+        w.instant_at(boundary) + Duration::from_secs(90),
+        |es| {
+            es.iter()
+                .any(|e| e.kind == EventType::JOB_COMPLETED && e.date.as_deref() == Some(date.as_str()))
+        },
+    );
+    assert_eq!(target.total(), 1, "the replacement called the run once");
+    signal(&paused, "-CONT");
+    let status = exit_of(&mut paused, &w);
+    assert_eq!(status.code(), Some(1), "the woken zombie stops\n{}", w.log_tail());
+    assert_eq!(target.total(), 1, "the woken zombie called the target");
+    sigterm_child(&mut replacement, &w);
+    let live = states_in(dir.path());
+    let restored = restored_from_scratch(&w, partitions, STATIC);
+    assert!(live.contains_key("p000"), "the replacement holds p000");
+    assert_eq!(restored, live, "a fresh restore equals the replacement's state");
+    assert_eq!(target.total(), 1, "one call in all");
 }

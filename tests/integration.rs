@@ -878,6 +878,41 @@ fn rerun_command_is_accepted_after_data_changes() {
     );
 }
 
+/// A `rerun` naming a schedule the pipeline does not have (`cron`, for this trigger-driven
+/// pipeline) is refused with the reason and starts nothing: before, it opened a second
+/// execution of the succeeded date and the job ran again, with a new run id, outside the
+/// rerun budget. Counted at the target: the job's own record of its runs.
+#[test]
+fn a_rerun_naming_a_schedule_the_pipeline_does_not_have_starts_nothing() {
+    let mut w = World::new("foreign-schedule");
+    let (config, runs) = recording_pipeline(&w, "foreign");
+    w.start_with(&config);
+    row_count_then_trigger(&w, "foreign", json!(1500));
+    let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("foreign", &done);
+    // New data, so that a rerun of the pipeline's own schedule would be accepted.
+    w.sensor("foreign", "row-count", json!({"count": 2500}));
+    w.command(
+        "foreign",
+        &json!({"pipelineId": "foreign", "command": "rerun", "scheduleId": "cron", "date": day(),
+                "reason": "wrong schedule", "requestedBy": "integration-tests"}),
+    );
+    let late = [LATE_DATA_ARRIVAL, RERUN_REJECTED];
+    let events = w.wait_for_sequence("foreign", &[done.as_slice(), &late].concat());
+    let why = events[5].detail["rejection"].as_str().unwrap_or_default();
+    assert!(why.contains("no schedule \"cron\""), "{why}");
+    // The pipeline's own rerun, then, is the only second run.
+    w.rerun("foreign", day(), "new rows");
+    let again = [RERUN_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("foreign", &[done.as_slice(), &late, &again].concat());
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n{}\n", run_id("foreign", 1), run_id("foreign", 2)),
+        "the job ran once per accepted run"
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}
+
 /// Pipeline ids starting with `bases`, each on a partition of its own while there are
 /// partitions left (suffixes are tried until the murmur2 partitioner agrees).
 fn ids_on_distinct_partitions(partitions: i32, bases: &[&str]) -> Vec<String> {

@@ -41,6 +41,12 @@ pub struct DeciderArgs {
     /// dead-letter topic.
     #[arg(long, env = "SLUICE_MAX_STATE_BYTES", default_value_t = Limits::default().state_bytes)]
     max_state_bytes: usize,
+    /// Largest record Sluice produces, in bytes, key and headers included: an event, a
+    /// forwarded copy, a changelog record. Keep it at or under the producer's and the
+    /// topics' message.max.bytes; an input whose decision would produce a larger record is
+    /// rejected to the dead-letter topic.
+    #[arg(long, env = "SLUICE_MAX_MESSAGE_BYTES", default_value_t = Limits::default().message_bytes)]
+    max_message_bytes: usize,
 }
 
 impl DeciderArgs {
@@ -55,6 +61,7 @@ impl DeciderArgs {
                 sensors: self.max_sensors_per_pipeline,
                 expansion_bytes: self.max_template_bytes,
                 state_bytes: self.max_state_bytes,
+                message_bytes: self.max_message_bytes,
             },
         }
     }

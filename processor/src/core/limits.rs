@@ -24,6 +24,11 @@ pub struct Limits {
     /// one execution, sensor reading or timer; each is one changelog record, which must fit
     /// the broker's largest message.
     pub state_bytes: usize,
+    /// Bytes of one record Sluice produces (`--max-message-bytes`): an event, a forwarded
+    /// copy, a record to its own inputs, a changelog record with its key. An input whose
+    /// decision would produce a larger one is rejected before anything of it is applied,
+    /// so no output is ever left out of a batch that counts as done.
+    pub message_bytes: usize,
 }
 
 impl Default for Limits {
@@ -37,6 +42,8 @@ impl Default for Limits {
             // Under Kafka's default largest message (1 MB), with room for the record's key,
             // headers and batch overhead.
             state_bytes: 900 << 10,
+            // librdkafka's default message.max.bytes, which its producer enforces itself.
+            message_bytes: 1_000_000,
         }
     }
 }
@@ -63,6 +70,18 @@ impl Limits {
             true => Err(format!(
                 "a record of the pipeline's state would grow to {len} bytes, over the limit of {} bytes (--max-state-bytes): each changelog record must fit the broker's largest message; the state is left as it was",
                 self.state_bytes
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// Why an input is refused whose decision would produce a record of `len` bytes (`what`
+    /// names it: "an event", "a forwarded copy").
+    pub fn check_message(&self, what: &str, len: usize) -> Result<(), String> {
+        match len > self.message_bytes {
+            true => Err(format!(
+                "{what} of {len} bytes would be over the limit of {} bytes (--max-message-bytes, the broker's largest message); nothing of the record was applied",
+                self.message_bytes
             )),
             false => Ok(()),
         }

@@ -24,6 +24,12 @@ pub enum InputError {
     Invalid { field: &'static str, reason: String },
     #[error("record key {key:?} differs from pipelineId {pipeline_id:?}; keys must be the pipeline id so one task owns the pipeline")]
     KeyMismatch { key: String, pipeline_id: String },
+    #[error("{field} is {len} bytes, over the limit of {limit} bytes")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        limit: usize,
+    },
     #[error("record keyed {key:?} is on partition {partition} but its pipeline lives on partition {owner}: produce with the murmur2 partitioner (the Java client's default; librdkafka: partitioner=murmur2_random)")]
     WrongPartition { key: String, partition: i32, owner: i32 },
 }
@@ -66,6 +72,7 @@ impl InputError {
             InputError::Empty | InputError::NotJson(_) | InputError::Schema(_) => Rejection::Unreadable,
             InputError::Invalid { .. } | InputError::KeyMismatch { .. } => Rejection::Invalid,
             InputError::WrongPartition { .. } => Rejection::Misrouted,
+            InputError::TooLong { .. } => Rejection::TooLarge,
         }
     }
 }
@@ -235,7 +242,59 @@ fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputErro
     serde_path_to_error::deserialize(json).map_err(|e| InputError::Schema(e.to_string()))
 }
 
+/// The most bytes each field may hold that becomes part of a stored key, a changelog key or
+/// an event. Bounded at decode: a record near the broker's size limit would otherwise make a
+/// changelog key, or an event that quotes the field, larger than any broker accepts, and
+/// every restart and every new owner would fail on the same record.
+pub mod bounds {
+    /// A pipeline id (the record key), a schedule id, a subscriber.
+    pub const ID_BYTES: usize = 256;
+    /// A sensor key, with its period suffix (`rows#2026-11-23T05`).
+    pub const SENSOR_KEY_BYTES: usize = 512;
+    /// A job report's run id (a job system's own id may be long: an ARN, a URL).
+    pub const RUN_ID_BYTES: usize = 1_024;
+    /// Who asked for a command.
+    pub const REQUESTED_BY_BYTES: usize = 256;
+    /// A command's reason, or a job report's message.
+    pub const TEXT_BYTES: usize = 16 << 10;
+    /// A job report's metadata, as JSON.
+    pub const METADATA_BYTES: usize = 64 << 10;
+}
+
+/// The pipeline a record that cannot be read is about, for its rejection's event: its key,
+/// cut to [`bounds::ID_BYTES`] when it is longer (the event must fit the broker, and a
+/// rejection writes no state under it).
+pub fn rejected_pipeline(key: Option<&[u8]>) -> String {
+    let key = key.map(String::from_utf8_lossy).unwrap_or_default();
+    super::events::clip(&key, bounds::ID_BYTES)
+}
+
+/// `Err` naming the field when `value` is over `limit` bytes.
+fn bounded(field: &'static str, value: &str, limit: usize) -> Result<(), InputError> {
+    match value.len() > limit {
+        true => Err(InputError::TooLong {
+            field,
+            len: value.len(),
+            limit,
+        }),
+        false => Ok(()),
+    }
+}
+
+fn bounded_opt(field: &'static str, value: Option<&str>, limit: usize) -> Result<(), InputError> {
+    value.map_or(Ok(()), |v| bounded(field, v, limit))
+}
+
 fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
+    // Before anything quotes it: a mismatch error names both.
+    bounded("pipelineId", pipeline_id, bounds::ID_BYTES)?;
+    if let Some(key) = key.filter(|k| k.len() > bounds::ID_BYTES) {
+        return Err(InputError::TooLong {
+            field: "key",
+            len: key.len(),
+            limit: bounds::ID_BYTES,
+        });
+    }
     if pipeline_id.trim().is_empty() {
         return Err(InputError::invalid("pipelineId", "must not be empty"));
     }
@@ -296,6 +355,9 @@ fn parse_hour(v: &Value) -> Option<u32> {
 pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorReading, InputError> {
     let record: SensorRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
+    bounded("key", &record.key, bounds::SENSOR_KEY_BYTES)?;
+    bounded_opt("source", record.source.as_deref(), bounds::ID_BYTES)?;
+    bounded_opt("error", record.error.as_deref(), bounds::TEXT_BYTES)?;
     if record.key.trim().is_empty() {
         return Err(InputError::invalid("key", "must not be empty"));
     }
@@ -390,6 +452,13 @@ fn normalise_date(text: &str) -> Result<String, InputError> {
 pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord, InputError> {
     let mut record: JobRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
+    bounded("scheduleId", &record.schedule_id, bounds::ID_BYTES)?;
+    bounded("runId", &record.run_id, bounds::RUN_ID_BYTES)?;
+    bounded("date", &record.date, bounds::ID_BYTES)?;
+    bounded_opt("message", record.message.as_deref(), bounds::TEXT_BYTES)?;
+    if let Some(metadata) = &record.metadata {
+        bounded("metadata", &metadata.to_string(), bounds::METADATA_BYTES)?;
+    }
     record.date = normalise_date(&record.date)?;
     if record.run_id.trim().is_empty() {
         return Err(InputError::invalid("runId", "must not be empty"));
@@ -400,6 +469,16 @@ pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord,
 pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<CommandRecord, InputError> {
     let mut record: CommandRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
+    bounded_opt("scheduleId", record.schedule_id.as_deref(), bounds::ID_BYTES)?;
+    bounded("date", &record.date, bounds::ID_BYTES)?;
+    bounded_opt("reason", record.reason.as_deref(), bounds::TEXT_BYTES)?;
+    bounded_opt(
+        "requestedBy",
+        record.requested_by.as_deref(),
+        bounds::REQUESTED_BY_BYTES,
+    )?;
+    bounded_opt("subscriber", record.subscriber.as_deref(), bounds::ID_BYTES)?;
+    bounded_opt("key", record.key.as_deref(), bounds::SENSOR_KEY_BYTES)?;
     match record.command {
         CommandKind::Rerun | CommandKind::Cancel => {
             record.date = normalise_date(&record.date)?;
@@ -441,6 +520,7 @@ pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigR
         .transpose()?
         .filter(|k| !k.is_empty())
         .ok_or_else(|| InputError::invalid("key", "config records must be keyed by pipeline id"))?;
+    bounded("key", &pipeline_id, bounds::ID_BYTES)?;
     match value {
         None => Ok(ConfigRecord::Delete { pipeline_id }),
         Some(bytes) => {
@@ -463,6 +543,8 @@ pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigR
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn sensor(json: &str) -> Result<SensorReading, InputError> {
@@ -474,6 +556,71 @@ mod tests {
         // It would name another pipeline's stored parts (`p/<pipeline>\0…`).
         let e = decode_sensor(Some(b"p1\0xa"), Some(br#"{"pipelineId":"p1\u0000xa","key":"k"}"#)).unwrap_err();
         assert!(e.to_string().contains("control characters"), "{e}");
+    }
+
+    /// A field that reaches a stored key, a changelog key or an event is bounded at decode,
+    /// and the error names the field and sizes without quoting the value: a 1,040,000-byte
+    /// run id once made an event and a changelog record no broker takes.
+    #[test]
+    fn fields_over_their_bounds_are_refused_naming_the_field_without_quoting_it() {
+        let long = |n: usize| "x".repeat(n);
+        let job = |run_id: &str| {
+            let json = json!({"pipelineId": "p1", "scheduleId": "stream", "date": "2026-03-03",
+                "runId": run_id, "status": "failed", "timestamp": "2026-03-03T05:00:00Z"});
+            decode_job(Some(b"p1"), Some(json.to_string().as_bytes()))
+        };
+        assert!(job(&long(bounds::RUN_ID_BYTES)).is_ok());
+        let e = job(&long(1_040_000)).unwrap_err();
+        assert_eq!(e.rejection(), Rejection::TooLarge);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("runId is 1040000 bytes, over the limit of 1024"),
+            "{text}"
+        );
+        assert!(text.len() < 100);
+
+        let e = sensor(&json!({"pipelineId": "p1", "key": long(600_000)}).to_string()).unwrap_err();
+        assert!(matches!(e, InputError::TooLong { field: "key", .. }), "{e}");
+        let key = long(bounds::ID_BYTES + 1);
+        let e = decode_sensor(
+            Some(key.as_bytes()),
+            Some(json!({"pipelineId": key, "key": "k"}).to_string().as_bytes()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                InputError::TooLong {
+                    field: "pipelineId",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A mismatch with a huge key would quote it: the key's size is checked first.
+        let e = decode_sensor(
+            Some(long(900_000).as_bytes()),
+            Some(br#"{"pipelineId":"p1","key":"k"}"#),
+        )
+        .unwrap_err();
+        assert!(matches!(e, InputError::TooLong { field: "key", .. }), "{e}");
+        assert!(decode_config(Some(long(300).as_bytes()), Some(b"{}")).is_err());
+        assert!(rejected_pipeline(Some(long(900_000).as_bytes())).len() < 300);
+
+        let command = |field: &str, value: &str| {
+            let mut json = json!({"pipelineId": "p1", "command": "rerun", "date": "2026-03-03"});
+            json[field] = json!(value);
+            decode_command(Some(b"p1"), Some(json.to_string().as_bytes()))
+        };
+        for (field, limit) in [
+            ("scheduleId", bounds::ID_BYTES),
+            ("reason", bounds::TEXT_BYTES),
+            ("requestedBy", bounds::REQUESTED_BY_BYTES),
+        ] {
+            assert!(command(field, &long(limit)).is_ok(), "{field}");
+            let e = command(field, &long(limit + 1)).unwrap_err();
+            assert!(matches!(e, InputError::TooLong { field: f, .. } if f == field), "{e}");
+        }
     }
 
     #[test]

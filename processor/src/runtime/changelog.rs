@@ -150,6 +150,22 @@ fn reader(kafka: &Connection) -> Result<kafka::Reader> {
     Ok(kafka::Reader::new(consumer, kafka.quirks()))
 }
 
+/// The records of changelog partition `partition` from offset `from` to its end now.
+pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) -> Result<Vec<Entry>> {
+    let (_, end) = reader(kafka)?
+        .range(topic, partition)
+        .context("reading the changelog partition's end")?;
+    read_range(kafka, topic, partition, from..end)
+}
+
+/// The records of changelog partition `partition` in `range`.
+pub fn read_range(kafka: &Connection, topic: &str, partition: i32, range: std::ops::Range<i64>) -> Result<Vec<Entry>> {
+    match range.is_empty() {
+        true => Ok(Vec::new()),
+        false => read_ranges(kafka, topic, partition, std::slice::from_ref(&range)),
+    }
+}
+
 /// The records of changelog partition `partition` in `ranges`, as the restore rules see
 /// them: what another writer put between this owner's records.
 pub fn read_ranges(

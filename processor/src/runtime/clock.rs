@@ -38,6 +38,18 @@ impl Clock {
     }
 }
 
+/// The longest the processing loop sleeps before it reads the clock again. Timers are due
+/// at times on the clock, but a sleep runs on the machine's monotonic time: a clock stepped
+/// forward while the loop slept towards a far timer would hold back every timer the step
+/// made due until that sleep ended.
+pub const CLOCK_CHECK: Duration = Duration::from_secs(1);
+
+/// How long to sleep, at `now` on the clock, before looking at the timer due at `due`: until
+/// it is due, but never longer than [`CLOCK_CHECK`], so the loop follows the clock's steps.
+pub fn wake_in(now: DateTime<Utc>, due: DateTime<Utc>) -> Duration {
+    (due - now).to_std().unwrap_or(Duration::ZERO).min(CLOCK_CHECK)
+}
+
 /// The decider's time: a [`Clock`] that never goes backwards, whatever the system clock does
 /// (an NTP step back must not fire a timer twice or date an event before its cause).
 #[derive(Debug)]
@@ -80,6 +92,36 @@ mod tests {
             Duration::ZERO,
             "a passed time is due now"
         );
+    }
+
+    /// The loop's timer wait on a simulated clock that steps: a step forward past a far
+    /// timer's due time is seen within [`CLOCK_CHECK`], and a step back never makes a timer
+    /// due early.
+    #[test]
+    fn the_timer_wait_follows_the_clocks_steps() {
+        let t0 = DateTime::parse_from_rfc3339("2026-11-26T08:00:00Z").unwrap().to_utc();
+        let due = t0 + TimeDelta::hours(2);
+        // Simulated: the loop sleeps what wake_in says, and the clock moves by that much,
+        // plus a step of +1h50m after its first sleep.
+        let (mut now, mut slept, mut turns) = (t0, Duration::ZERO, 0);
+        while now < due {
+            let wait = wake_in(now, due);
+            assert!(wait <= CLOCK_CHECK);
+            slept += wait;
+            now += TimeDelta::from_std(wait).unwrap();
+            if turns == 0 {
+                now += TimeDelta::minutes(110);
+            }
+            turns += 1;
+        }
+        assert!(
+            slept <= Duration::from_secs(10 * 60 + 2),
+            "the timer came {slept:?} after the step, not after the 2h the first wait aimed at"
+        );
+        // Stepped back an hour: the timer is an hour further away, never due now.
+        let back = due - TimeDelta::hours(1);
+        assert_eq!(wake_in(back, due), CLOCK_CHECK);
+        assert_eq!(wake_in(due, due), Duration::ZERO);
     }
 
     #[test]

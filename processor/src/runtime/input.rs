@@ -42,13 +42,12 @@ pub(crate) async fn read_input(
     // Measured before anything is decoded: an oversized record is never parsed.
     let size = message.payload().map_or(0, <[u8]>::len);
     if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
-        let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
         let rejected = Input::Rejected {
             source: origin,
             reason,
             kind: Rejection::TooLarge,
         };
-        return Ok((key.unwrap_or_default(), rejected));
+        return Ok((records::rejected_pipeline(message.key()), rejected));
     }
     let payload = match (kind.family(), message.payload()) {
         (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
@@ -58,10 +57,7 @@ pub(crate) async fn read_input(
         Ok(payload) => Ok(decode(kind, message, payload.as_deref(), &origin, partitions)),
         Err(e) if !e.blames_record() => Err(e),
         Err(e) => Ok((
-            message
-                .key()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
-                .unwrap_or_default(),
+            records::rejected_pipeline(message.key()),
             Input::Rejected {
                 source: origin,
                 reason: e.to_string(),
@@ -94,9 +90,8 @@ fn decode(
         }
     });
     decoded.unwrap_or_else(|e| {
-        let pipeline = key.map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default();
         (
-            pipeline,
+            records::rejected_pipeline(key),
             Input::Rejected {
                 source: origin.to_string(),
                 reason: e.to_string(),

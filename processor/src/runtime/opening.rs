@@ -28,7 +28,7 @@ use super::kafka;
 use super::processor::{Guarantee, Settings};
 use super::store::{PartitionStore, StoreBatch, StoredTimer};
 use super::telemetry::Telemetry;
-use crate::core::changelog::Lineage;
+use crate::core::changelog::{Foreign, Lineage};
 use crate::core::lifecycle::Effect;
 
 /// Restores running at once: each holds a consumer with its fetch buffers.
@@ -48,6 +48,8 @@ pub struct Opened {
     pub jobs_end: i64,
     /// The timers its states hold, for the index.
     pub timers: Vec<StoredTimer>,
+    /// A newer owner fenced the partition while it was being opened: it is not installed.
+    pub fenced: bool,
 }
 
 /// The state of an input partition is ahead of the partition itself: the input topic was
@@ -269,6 +271,29 @@ impl Opening {
             epoch: changelog::epoch_at(fence),
             through: 0,
         };
+        // Another owner may have opened the partition after this one's fence (this process
+        // was paused meanwhile): its fence, between this one's and the acceptance, is seen
+        // here, before anything of the partition is installed. Others' writes there (an
+        // earlier owner's last batch) never count, and are written over by the first batch.
+        let between = match accepted > fence + 1 {
+            true => {
+                let (kafka, topic, p) = (&self.settings.kafka, &self.settings.topics.changelog, self.partition);
+                self.retrying("reading the changelog between the fence and the acceptance", || async {
+                    tokio::task::block_in_place(|| changelog::read_range(kafka, topic, p, fence + 1..accepted))
+                        .map_err(Error::Transient)
+                })
+                .await?
+            }
+            false => Vec::new(),
+        };
+        let (fenced, mut restored) = match crate::core::changelog::foreign_writes(&between, writer.epoch) {
+            Foreign::Fenced => (true, restored),
+            Foreign::Stale(keys) => {
+                let mut restored = restored;
+                restored.stale.extend(keys);
+                (false, restored)
+            }
+        };
         let mut start = StoreBatch::default();
         start.set_lineage(writer);
         // Timer keys of an earlier version: deleted here, and on the changelog by this
@@ -278,7 +303,6 @@ impl Opening {
             start.delete_key(key);
         }
         store.write(start)?;
-        let mut restored = restored;
         restored.stale.extend(legacy);
         let journaled = store.effects()?;
         let timers = store.timers()?;
@@ -290,6 +314,7 @@ impl Opening {
             journaled,
             jobs_end,
             timers,
+            fenced,
         })
     }
 

@@ -28,9 +28,10 @@ use chrono::{DateTime, Utc};
 use clap::ValueEnum;
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
@@ -38,7 +39,7 @@ use tracing::{debug, error, info, warn};
 
 use super::api::{self, Query};
 use super::changelog;
-use super::clock::{Clock, Monotonic};
+use super::clock::{wake_in, Clock, Monotonic};
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
@@ -180,6 +181,15 @@ struct Output {
     headers: Vec<(String, Vec<u8>)>,
 }
 
+impl Output {
+    /// Its size as the producer counts it against `message.max.bytes`: key, value and the
+    /// headers with their framing (a few bytes each, over-counted here).
+    fn size(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + headers
+    }
+}
+
 /// What one batch has decided, not yet written anywhere.
 #[derive(Default)]
 struct Pending {
@@ -217,6 +227,15 @@ struct Learned {
     configs: HashMap<(i32, String), Arc<PipelineConfig>>,
 }
 
+/// This instance found a newer owner's fence on partitions it still held: it lost them
+/// without being told (paused past its session, or replaced by a process with the same
+/// `--instance`). Nothing of the batch under way was written or started; the process stops
+/// rather than go on with timers, triggers and a group membership it can no longer trust,
+/// and a restart restores what it owns afresh.
+#[derive(Debug, thiserror::Error)]
+#[error("a newer owner fenced partitions {0:?}: this instance lost them without being told (a paused process, or another process with the same --instance); it stops before anything of the batch counts")]
+pub struct Zombie(pub Vec<i32>);
+
 pub struct Processor {
     settings: Settings,
     consumer: StreamConsumer<RebalanceContext>,
@@ -228,6 +247,8 @@ pub struct Processor {
     telemetry: Arc<Telemetry>,
     /// The decider's time.
     time: Monotonic,
+    /// API questions answered since input or timers last had a turn (see [`QUERY_SHARE`]).
+    answered: u32,
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
@@ -327,6 +348,10 @@ struct Resume {
     opened: tokio::time::Instant,
 }
 
+/// API questions answered in a row before input and due timers get their turn: a flood of
+/// questions cannot hold processing back, and questions still get answers under load.
+const QUERY_SHARE: u32 = 16;
+
 /// How long a journaled trigger waits for the jobs topic to be read up to its end before it
 /// is requested anyway: only a partition whose end the consumer cannot reach or measure
 /// (a record it cannot fetch) waits that long.
@@ -400,6 +425,7 @@ impl Processor {
             executor,
             telemetry,
             time,
+            answered: 0,
             last_commit: None,
             partitions,
             stale_effects: BTreeMap::new(),
@@ -458,7 +484,8 @@ impl Processor {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.telemetry.turned();
-            let wait = self.timers.next_due().map(|at| self.settings.clock.until(at));
+            let next_due = self.timers.next_due();
+            let wait = next_due.map(|at| wake_in(self.settings.clock.now(), at));
             let timer_armed = wait.is_some();
             // Journaled triggers wait on facts (the jobs topic read up to its end), which an
             // idle partition reaches without a batch: look again every second.
@@ -469,7 +496,13 @@ impl Processor {
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
                 (p, result) = self.openings.next() => self.opened(p, result)?,
-                Some(query) = self.queries.recv() => self.answer(query)?,
+                // API questions get a bounded share of the loop: after QUERY_SHARE answers in
+                // a row, input and timers go first (the branch at the end lets questions in
+                // again when neither has anything).
+                Some(query) = self.queries.recv(), if self.answered < QUERY_SHARE => {
+                    self.answered += 1;
+                    self.answer(query)?
+                }
                 Some((p, events)) = async { self.tail.as_mut()?.loaded.recv().await } => {
                     // A partition revoked meanwhile is someone else's to show.
                     if self.stores.contains_key(&p) {
@@ -478,12 +511,13 @@ impl Processor {
                 }
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
+                        self.answered = 0;
                         self.telemetry.set_broker_ok(true);
                         let mut batch = vec![m.detach()];
                         while batch.len() < self.settings.batch_size {
                             match self.consumer.recv().now_or_never() {
                                 Some(Ok(m)) => batch.push(m.detach()),
-                                Some(Err(e)) => { warn!(error = %e, "consumer error"); break }
+                                Some(Err(e)) => { self.check_fatal(&e)?; warn!(error = %e, "consumer error"); break }
                                 None => break,
                             }
                         }
@@ -493,6 +527,7 @@ impl Processor {
                         }
                     }
                     Err(e) => {
+                        self.check_fatal(&e)?;
                         warn!(error = %e, "consumer error; librdkafka retries");
                         self.telemetry.set_broker_ok(false);
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -502,6 +537,11 @@ impl Processor {
                 // (see process_records): steady input cannot hold a timer back, and it costs
                 // no flush of its own. This branch serves idle partitions.
                 _ = sleep, if timer_armed => {
+                    self.answered = 0;
+                    // The wait is cut short to follow the clock: nothing may be due yet.
+                    if next_due.is_some_and(|at| at > self.time.now()) {
+                        continue;
+                    }
                     let grace = self.settings.shutdown_grace;
                     if finish(self.fire_due_timers(), shutdown.as_mut(), grace, "due timers").await? == Finished::Stopping {
                         return Ok(());
@@ -517,12 +557,26 @@ impl Processor {
                     });
                     self.telemetry.set_broker_ok(reachable);
                 }
+                () = std::future::ready(()), if self.answered >= QUERY_SHARE => self.answered = 0,
                 _ = heartbeat.tick() => {
                     for (p, store) in &self.stores {
                         self.telemetry.state_size(*p, store.estimated_bytes());
                     }
                 }
             }
+        }
+    }
+
+    /// Ends the run on a client's fatal error: no retry mends one. A consumer whose static
+    /// membership a newer process with the same `--instance` took (FENCED_INSTANCE_ID), or a
+    /// fenced producer, would otherwise log and go on as a zombie.
+    fn check_fatal(&self, e: &KafkaError) -> Result<()> {
+        let fatal = (self.consumer.client().fatal_error()).or_else(|| self.producer.client().fatal_error());
+        let fenced = e.rdkafka_error_code() == Some(RDKafkaErrorCode::FencedInstanceId);
+        match (fatal, fenced) {
+            (Some((code, reason)), _) => bail!("a Kafka client hit a fatal error ({code:?}: {reason}); another process may have taken this instance's identity (--instance)"),
+            (None, true) => bail!("the group fenced this instance ({e}): another process joined with the same --instance"),
+            (None, false) => Ok(()),
         }
     }
 
@@ -637,7 +691,7 @@ impl Processor {
     /// means this instance is a zombie: the partitions returned are abandoned by the caller.
     /// Other writes there (a crashed writer's, a retried producer's) never count, and are
     /// written over with this store's values in the next batch.
-    fn check_changelog(&mut self, outputs: &[Output], delivered: &[(i32, i64)]) -> Result<BTreeSet<i32>> {
+    async fn check_changelog(&mut self, outputs: &[Output], delivered: &[(i32, i64)]) -> Result<BTreeSet<i32>> {
         let mut landed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
         for (o, (p, offset)) in outputs.iter().zip(delivered) {
             if o.topic == self.settings.topics.changelog {
@@ -655,15 +709,27 @@ impl Processor {
             if foreign.is_empty() {
                 continue;
             }
+            // Fails closed: until the records are read, nobody can tell whether they hold a
+            // newer owner's fence, so the batch waits (nothing of it is written or started);
+            // a lost assignment meanwhile gives the partition up.
             let topic = &self.settings.topics.changelog;
-            let entries =
-                tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, &foreign));
-            let entries = match entries {
-                Ok(entries) => entries,
-                Err(e) => {
-                    warn!(partition = p, error = %format!("{e:#}"), ?foreign, "could not read another writer's changelog records");
-                    continue;
+            let mut backoff = Duration::from_millis(200);
+            let entries = loop {
+                let read =
+                    tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, &foreign));
+                match read {
+                    Ok(entries) => break Some(entries),
+                    Err(_) if self.consumer.assignment_lost() => break None,
+                    Err(e) => {
+                        warn!(partition = p, error = %format!("{e:#}"), ?foreign, "could not read another writer's changelog records: the batch waits until they are read");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
                 }
+            };
+            let Some(entries) = entries else {
+                fenced.insert(p);
+                continue;
             };
             let repair = match crate::core::changelog::foreign_writes(&entries, writer.epoch) {
                 Foreign::Fenced => {
@@ -706,7 +772,27 @@ impl Processor {
             journaled,
             jobs_end,
             timers,
+            fenced,
         } = result.map_err(|e| anyhow::Error::new(e).context(format!("opening partition {p}")))?;
+        // A partition revoked, or an assignment lost, while it was opened is its new owner's:
+        // installing it would fire its timers and resume its triggers beside that owner.
+        let assigned = !self.consumer.assignment_lost()
+            && (self.consumer.assignment().ok())
+                .is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
+        if !assigned || fenced {
+            let mut store = store;
+            store.disown()?;
+            self.abandoned.insert(p);
+            self.openings.take_skipped(p);
+            if fenced {
+                return Err(Zombie(vec![p]).into());
+            }
+            warn!(
+                partition = p,
+                "partition opened after it was revoked or the assignment was lost: left to its new owner"
+            );
+            return Ok(());
+        }
         self.next_changelog.insert(p, next_changelog);
         self.writers.insert(p, writer);
         if !restored.stale.is_empty() {
@@ -799,10 +885,37 @@ impl Processor {
                 self.resumes.push(resume);
             }
         }
-        for Resume {
-            partition: p, effect, ..
-        } in due
-        {
+        // Nothing is started for a partition this instance may have lost: a process paused
+        // while it opened one wakes with journaled triggers its new owner requests already.
+        let lost = self.consumer.assignment_lost();
+        let assignment = self.consumer.assignment().ok();
+        let mut checked: BTreeMap<i32, Option<bool>> = BTreeMap::new();
+        for resume in due {
+            let p = resume.partition;
+            let assigned = assignment
+                .as_ref()
+                .is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
+            if lost || !assigned {
+                debug!(
+                    partition = p,
+                    "a journaled trigger of a partition no longer assigned: left to its new owner"
+                );
+                continue;
+            }
+            let fenced = *checked.entry(p).or_insert_with(|| self.fenced_since_last_write(p));
+            match fenced {
+                Some(false) => {}
+                // The changelog could not be read: ask again in a second, never start blind.
+                None => {
+                    self.resumes.push(resume);
+                    continue;
+                }
+                Some(true) => {
+                    self.abandon(p)?;
+                    return Err(Zombie(vec![p]).into());
+                }
+            }
+            let Resume { effect, .. } = resume;
             let Some(store) = self.stores.get(&p) else { continue };
             let request = effect.request();
             let run_id = request.run_id.clone();
@@ -822,6 +935,24 @@ impl Processor {
             }
         }
         Ok(())
+    }
+
+    /// Whether a newer owner has fenced partition `p` after this owner's last changelog
+    /// record. Asked before anything is started for `p` outside a batch (a journaled
+    /// trigger): a batch sees a fence among its own writes, but nothing else would.
+    /// `None`: the changelog could not be read.
+    fn fenced_since_last_write(&self, p: i32) -> Option<bool> {
+        let (Some(from), Some(writer)) = (self.next_changelog.get(&p).copied(), self.writers.get(&p).copied()) else {
+            return Some(false);
+        };
+        let topic = &self.settings.topics.changelog;
+        match tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, p, from)) {
+            Ok(entries) => Some(crate::core::changelog::foreign_writes(&entries, writer.epoch) == Foreign::Fenced),
+            Err(e) => {
+                warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
+                None
+            }
+        }
     }
 
     /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
@@ -911,13 +1042,25 @@ impl Processor {
                     offset,
                     durable,
                 };
-                pending.outputs.push(Output {
+                let copy = Output {
                     topic: topic.to_string(),
                     partition: Some(owner),
                     key: Some(key.to_vec()),
                     value: message.payload().map(<[u8]>::to_vec),
                     headers: copy_headers(message, &mark),
-                });
+                };
+                // A copy the broker would refuse is not forwarded: the record is rejected
+                // here as misrouted, to the dead-letter topic.
+                if let Err(reason) = self
+                    .settings
+                    .decider
+                    .limits
+                    .check_message("a forwarded copy", copy.size())
+                {
+                    warn!(%topic, p, offset, "{reason}");
+                    return Ok(Route::Here);
+                }
+                pending.outputs.push(copy);
                 self.telemetry.forwarded(topic);
                 self.warned.misrouted(topic, key, p, owner);
                 return Ok(Route::Elsewhere);
@@ -1096,12 +1239,17 @@ impl Processor {
         decision: Decision,
         source: Option<&OwnedMessage>,
     ) -> Result<Result<(), String>> {
+        let limits = self.settings.decider.limits;
         let writes = match &decision.state {
             StateChange::Put(state) => {
                 let stored = before.in_parts.then_some(before.state);
                 let writes = store::parts::writes(pipeline, stored, state)?;
-                let largest = writes.iter().filter_map(|(_, v)| v.as_ref().map(Vec::len)).max();
-                if let Err(reason) = self.settings.decider.limits.check_state(largest.unwrap_or(0)) {
+                // Each write is one changelog record: its key counts as much as its value.
+                let largest = writes
+                    .iter()
+                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                    .max();
+                if let Err(reason) = limits.check_state(largest.unwrap_or(0)) {
                     warn!(pipeline, "{reason}");
                     return Ok(Err(reason));
                 }
@@ -1109,24 +1257,42 @@ impl Processor {
             }
             _ => Vec::new(),
         };
+        // Every record the decision publishes is sized before anything of it is applied: one
+        // the broker would refuse is never produced, nor dropped from a batch that counts as
+        // done; the input is rejected instead.
+        let events = self.event_outputs(pipeline, &decision.events)?;
+        let records = self.outbound_outputs(&decision.records)?;
+        for (what, output) in
+            (events.iter().map(|o| ("an event", o))).chain(records.iter().map(|o| ("a record to Sluice's inputs", o)))
+        {
+            if let Err(reason) = limits.check_message(what, output.size()) {
+                warn!(pipeline, "{reason}");
+                return Ok(Err(reason));
+            }
+        }
         // Every line logged while applying carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
         let _span = tracing::info_span!("pipeline", pipeline).entered();
         for note in &decision.notes {
             debug!("{note}");
         }
-        self.apply_events(pending, pipeline, decision.events)?;
+        self.log_events(&decision.events);
+        pending.outputs.extend(events);
+        pending.learned.events.extend(decision.events);
         if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
             let kind = decision.rejection.map_or("unknown", Rejection::as_str);
             self.telemetry.dead_letter(message.topic(), kind);
-            pending
-                .outputs
-                .push(dead_letter(&self.settings.topics.dlq, message, reason));
+            pending.outputs.push(dead_letter(
+                &self.settings.topics.dlq,
+                message,
+                reason,
+                limits.message_bytes,
+            ));
         }
         self.apply_state(pending, p, pipeline, decision.state, writes, before.state)?;
         // The store needs no write of its own: the timers are parts of the state written.
         self.timers.apply(p, pipeline, &decision.timers);
-        self.apply_records(pending, &decision.records)?;
+        pending.outputs.extend(records);
         for effect in decision.effects {
             // Triggers are journaled; status checks are not (their timer asks again).
             if let Effect::TriggerJob(request) = &effect {
@@ -1141,9 +1307,7 @@ impl Processor {
         Ok(Ok(()))
     }
 
-    /// Logs the events and adds them to the batch's outputs.
-    fn apply_events(&self, pending: &mut Pending, pipeline: &str, events: Vec<Event>) -> Result<()> {
-        let topic = &self.settings.topics.events;
+    fn log_events(&self, events: &[Event]) {
         for event in events {
             info!(
                 event = event.kind.name(),
@@ -1153,20 +1317,28 @@ impl Processor {
                 "{}",
                 event.message
             );
-            let value = self
-                .settings
-                .codec
-                .encode(Family::Events, topic, &serde_json::to_value(&event)?)?;
-            pending.outputs.push(Output {
-                topic: topic.clone(),
-                partition: None,
-                key: Some(pipeline.as_bytes().to_vec()),
-                value: Some(value),
-                headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
-            });
-            pending.learned.events.push(event);
         }
-        Ok(())
+    }
+
+    /// The events as records of the events topic.
+    fn event_outputs(&self, pipeline: &str, events: &[Event]) -> Result<Vec<Output>> {
+        let topic = &self.settings.topics.events;
+        events
+            .iter()
+            .map(|event| {
+                let value = self
+                    .settings
+                    .codec
+                    .encode(Family::Events, topic, &serde_json::to_value(event)?)?;
+                Ok(Output {
+                    topic: topic.clone(),
+                    partition: None,
+                    key: Some(pipeline.as_bytes().to_vec()),
+                    value: Some(value),
+                    headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
+                })
+            })
+            .collect()
     }
 
     /// Adds a state change to the partition's store batch (`encoded`: the put state's bytes).
@@ -1214,23 +1386,25 @@ impl Processor {
         }
     }
 
-    /// Adds the records the decider publishes to Sluice's own inputs (dependency sensors,
-    /// subscriptions) to the batch's outputs.
-    fn apply_records(&self, pending: &mut Pending, records: &[Outbound]) -> Result<()> {
-        for record in records {
-            let (family, topic) = match record.topic {
-                OutboundTopic::Sensors => (Family::Sensors, &self.settings.topics.sensors),
-                OutboundTopic::Commands => (Family::Commands, &self.settings.topics.commands),
-            };
-            pending.outputs.push(Output {
-                topic: topic.clone(),
-                partition: None,
-                key: Some(record.key.as_bytes().to_vec()),
-                value: Some(self.settings.codec.encode(family, topic, &record.value)?),
-                headers: Vec::new(),
-            });
-        }
-        Ok(())
+    /// The records the decider publishes to Sluice's own inputs (dependency sensors,
+    /// subscriptions), as records to produce.
+    fn outbound_outputs(&self, records: &[Outbound]) -> Result<Vec<Output>> {
+        records
+            .iter()
+            .map(|record| {
+                let (family, topic) = match record.topic {
+                    OutboundTopic::Sensors => (Family::Sensors, &self.settings.topics.sensors),
+                    OutboundTopic::Commands => (Family::Commands, &self.settings.topics.commands),
+                };
+                Ok(Output {
+                    topic: topic.clone(),
+                    partition: None,
+                    key: Some(record.key.as_bytes().to_vec()),
+                    value: Some(self.settings.codec.encode(family, topic, &record.value)?),
+                    headers: Vec::new(),
+                })
+            })
+            .collect()
     }
 
     /// Tells the read models (and the stores' caches of decoded states) what a durable batch
@@ -1263,7 +1437,7 @@ impl Processor {
         self.add_repairs(&mut pending)?;
         let first_changelog = pending.outputs.len();
         let mut sequenced = self.mirror_to_changelog(&mut pending);
-        let mut offsets = self.input_offsets(&pending.commits)?;
+        let offsets = self.input_offsets(&pending.commits)?;
         let committing = Instant::now();
         let Some((markers, fenced)) = self
             .produce_batch(&mut pending.outputs, first_changelog, &mut sequenced, offsets.as_ref())
@@ -1279,10 +1453,7 @@ impl Processor {
             for p in &fenced {
                 self.abandon(*p)?;
             }
-            pending.stores.retain(|p, _| !fenced.contains(p));
-            pending.effects.retain(|(p, _)| !fenced.contains(p));
-            pending.commits.retain(|(_, p), _| !fenced.contains(p));
-            offsets = self.input_offsets(&pending.commits)?;
+            return Err(Zombie(fenced.into_iter().collect()).into());
         }
         self.write_stores(pending.stores, &markers, &sequenced)?;
         self.learn(pending.learned, pending.states)?;
@@ -1373,11 +1544,12 @@ impl Processor {
                 if self.lost_partitions("its end marker") {
                     return Ok(None);
                 }
-                let mut fenced = self.check_changelog(&outputs[first_changelog..], &delivered[first_changelog..])?;
+                let mut fenced =
+                    (self.check_changelog(&outputs[first_changelog..], &delivered[first_changelog..])).await?;
                 sequenced.retain(|p, _| !fenced.contains(p));
                 let mut markers = self.batch_markers(&delivered[first_changelog..], sequenced);
                 let landed = self.produce_all(&mut markers).await?;
-                fenced.extend(self.check_changelog(&markers, &landed)?);
+                fenced.extend(self.check_changelog(&markers, &landed).await?);
                 Ok(Some((landed, fenced)))
             }
             // Under exactly-once the broker fences.
@@ -1472,9 +1644,9 @@ impl Processor {
     /// Produces every output and waits until all are acknowledged, retrying failures for as
     /// long as they last: the batch's state is not written before its outputs are safe.
     /// Returns where each output landed. A dead letter too large for the broker goes without
-    /// its value (its headers say where the record is); a changelog record too large ends the
-    /// run (`--max-state-bytes` is over the topic's limit: a misconfiguration); any other
-    /// output too large is a bug, logged and left out rather than stalling every pipeline.
+    /// its value (its headers say where the record is); any other output too large ends the
+    /// run, the batch unapplied (`--max-state-bytes` or `--max-message-bytes` is over the
+    /// broker's limit: a misconfiguration).
     async fn produce_all(&mut self, outputs: &mut [Output]) -> Result<Vec<(i32, i64)>> {
         let mut delivered = vec![(0, 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
@@ -1502,8 +1674,11 @@ impl Processor {
                     Err(e) if e.too_large() && outputs[i].topic == self.settings.topics.changelog => {
                         bail!("a changelog record of {} bytes is too large for the broker ({e:#}): lower --max-state-bytes under the changelog topic's max.message.bytes, or raise that; the batch was not applied and is redone on restart", outputs[i].value.as_ref().map_or(0, Vec::len));
                     }
+                    // Every output was sized under --max-message-bytes before it was decided
+                    // on: the broker's limit is lower. Never leave it out of a batch that
+                    // counts as done; stop before the batch is marked (it is redone).
                     Err(e) if e.too_large() => {
-                        error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "record too large for the broker: left out");
+                        bail!("a record of {} bytes for {} is too large for the broker ({e:#}): lower --max-message-bytes to the broker's and the topic's max.message.bytes, or raise those; the batch was not applied and is redone on restart", outputs[i].size(), outputs[i].topic);
                     }
                     Err(e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
@@ -1630,7 +1805,10 @@ fn omit_value(output: &mut Output) {
     ));
 }
 
-fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {
+/// The dead letter of `message`: its key, value and headers as they were, with the reason
+/// and where it was read. One that would be over `largest` bytes goes without its value
+/// (and, if still over, without the producer's headers), saying so: it must fit the broker.
+fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str, largest: usize) -> Output {
     let mut headers = vec![
         ("error".to_string(), reason.as_bytes().to_vec()),
         ("source.topic".to_string(), message.topic().as_bytes().to_vec()),
@@ -1649,13 +1827,30 @@ fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str) -> Output {
             ));
         }
     }
-    Output {
+    let mut output = Output {
         topic: topic.to_string(),
         partition: None,
         key: message.key().map(<[u8]>::to_vec),
         value: message.payload().map(<[u8]>::to_vec),
         headers,
+    };
+    if output.size() > largest {
+        omit_value(&mut output);
     }
+    if output.size() > largest {
+        let size: usize = output
+            .headers
+            .iter()
+            .filter(|(k, _)| k.starts_with("original."))
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        output.headers.retain(|(k, _)| !k.starts_with("original."));
+        output.headers.push((
+            "headers.omitted".into(),
+            format!("{size} bytes of the record's own headers: too large for the dead-letter topic").into_bytes(),
+        ));
+    }
+    output
 }
 
 /// Whether the loop goes on after a batch, or stops (a shutdown came while it ran).

@@ -26,6 +26,18 @@ impl Decider<'_> {
         Some(execution_key(schedule_id, &record.date))
     }
 
+    /// Why a command names a schedule the pipeline does not have, if it does. A pipeline has
+    /// one schedule (`cron` or `stream`); a rerun under another would start the job beside
+    /// the date's real execution, with new run ids and its own rerun budget.
+    fn foreign_schedule(&self, record: &CommandRecord) -> Option<String> {
+        let own = self.config()?.schedule_id();
+        let named = record.schedule_id.as_deref().filter(|s| *s != own)?;
+        Some(format!(
+            "pipeline {} has no schedule {named:?}: its schedule is {own:?}",
+            self.pipeline_id
+        ))
+    }
+
     fn on_rerun(&mut self, record: &CommandRecord) {
         let Some(key) = self.command_key(record) else {
             let reason = format!("pipeline {} has no config", self.pipeline_id);
@@ -43,7 +55,8 @@ impl Decider<'_> {
             ("requestedBy", json!(record.requested_by)),
             ("reason", json!(record.reason)),
         ]);
-        if let Some(refusal) = self.rerun_refusal(&key, &record.date, limit) {
+        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&key, &record.date, limit));
+        if let Some(refusal) = refusal {
             info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
             self.emit(kind, Some(&key), format!("rerun rejected: {refusal}"), info);
@@ -135,6 +148,15 @@ impl Decider<'_> {
     /// started is not stopped (Sluice cannot), and its later reports are ignored.
     fn on_cancel(&mut self, record: &CommandRecord) {
         let key = self.command_key(record);
+        // An execution of a schedule the pipeline had before its config changed may still be
+        // cancelled; naming a schedule with no execution is refused with the reason.
+        if let Some(reason) = self.foreign_schedule(record) {
+            if key.as_ref().and_then(|k| self.state.executions.get(k)).is_none() {
+                let source = format!("command cancel for {}", record.date);
+                self.reject(&source, &reason, Rejection::Refused);
+                return;
+            }
+        }
         let open = key
             .as_ref()
             .and_then(|k| self.state.executions.get(k))

@@ -4,7 +4,9 @@
 //! date. A sensor for a date older than the retention cannot start an execution: its run may
 //! have happened and been forgotten, and running it again would not be safe.
 
-use chrono::TimeDelta;
+use std::collections::HashSet;
+
+use chrono::{NaiveDate, TimeDelta};
 
 use super::Decider;
 use crate::core::execution::ExecutionDate;
@@ -61,18 +63,46 @@ impl Decider<'_> {
         self.cancel_execution_timers(key, |_| true);
         self.state.executions.remove(key);
         self.state.forecasts.remove(key);
-        let day = date.map(ExecutionDate::whole_day);
-        let day_in_use = self
-            .state
-            .executions
-            .values()
-            .any(|e| ExecutionDate::canonical(&e.date).map(ExecutionDate::whole_day) == day);
+        let day = date.map(|d| d.day);
+        let day_in_use = self.days_in_use().contains(&day);
+        // The date's own readings go, and, once no execution of the day is left, every
+        // reading of the day: a daily pipeline's hour-scoped readings (a `dependsOn` on an
+        // hourly upstream) have no execution of their own to expire with.
         self.state.sensors.retain(|_, s| {
             let scope = s.scope();
-            scope.is_none() || (scope != date && (scope != day || day_in_use))
+            scope.is_none() || (scope != date && (scope.map(|s| s.day) != day || day_in_use))
         });
         self.notes
             .push(format!("execution {key} ({phase}) expired after the retention"));
+    }
+
+    /// The days some execution is kept for.
+    fn days_in_use(&self) -> HashSet<Option<NaiveDate>> {
+        (self.state.executions.values())
+            .map(|e| ExecutionDate::canonical(&e.date).map(|d| d.day))
+            .collect()
+    }
+
+    /// Forgets the readings scoped to a day older than the retention that no execution is
+    /// kept for: readings for a date that never ran (a producer's backfill, an upstream's
+    /// every hour) have no execution to expire with, and would fill the pipeline's
+    /// `--max-sensors-per-pipeline` until it refused every new date.
+    pub(super) fn prune_stale_readings(&mut self) {
+        let in_use = self.days_in_use();
+        let stale: Vec<String> = (self.state.sensors.iter())
+            .filter(|(_, s)| (s.scope()).is_some_and(|d| self.beyond_retention(d) && !in_use.contains(&Some(d.day))))
+            .map(|(slot, _)| slot.clone())
+            .collect();
+        if stale.is_empty() {
+            return;
+        }
+        for slot in &stale {
+            self.state.sensors.remove(slot);
+        }
+        self.notes.push(format!(
+            "{} readings of days older than the retention, with no execution, forgotten",
+            stale.len()
+        ));
     }
 
     /// Whether `date` is too old to start an execution (see the module comment).

@@ -26,6 +26,10 @@ impl Decider<'_> {
             error: reading.error.clone(),
             failures: 0,
         };
+        if !self.state.sensors.contains_key(&stored.slot(&reading.key)) {
+            // A new slot: first make room by forgetting what the retention no longer covers.
+            self.prune_stale_readings();
+        }
         if let Some((kind, reason)) = self.sensor_refusal(&reading.key, &stored) {
             self.reject(&format!("sensor {}", reading.key), &reason, kind);
             return;

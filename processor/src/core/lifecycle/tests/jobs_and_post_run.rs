@@ -392,6 +392,55 @@ fn rerun_rejected_when_no_sensor_data_changed_since_the_success() {
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
+/// A command naming a schedule the pipeline does not have: before, a `rerun` with
+/// `scheduleId: cron` for this trigger-driven pipeline opened a second execution of the date
+/// beside the succeeded one and triggered the job again, with new run ids and its own budget.
+#[test]
+fn commands_naming_a_schedule_the_pipeline_does_not_have_are_refused() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxManualReruns": 3}})));
+    succeed(&mut sim);
+    sim.sensor("gold", "row-count", json!({"count": 2500}));
+    let foreign = |kind| CommandRecord {
+        pipeline_id: "gold".into(),
+        command: kind,
+        schedule_id: Some("cron".into()),
+        date: DAY.into(),
+        reason: None,
+        requested_by: None,
+        subscriber: None,
+        key: None,
+    };
+    let mark = sim.events.len();
+    let decision = sim.input("gold", Input::CommandReceived(foreign(CommandKind::Rerun)));
+    assert_eq!(since(&sim, mark), [RERUN_REJECTED]);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("no schedule \"cron\"") && why.contains("\"stream\""),
+        "{why}"
+    );
+    assert!(decision.effects.is_empty());
+    assert_eq!(run_ids(&sim), [RUN1]);
+    assert_eq!(
+        sim.states["gold"].executions.len(),
+        1,
+        "no second execution of the date"
+    );
+    let mark = sim.events.len();
+    let decision = sim.input("gold", Input::CommandReceived(foreign(CommandKind::Cancel)));
+    assert_eq!(since(&sim, mark), [INPUT_REJECTED]);
+    assert!(decision.dead_letter.is_some_and(|r| r.contains("no schedule")));
+    // The pipeline's own schedule, named, is what it always was.
+    let mut own = foreign(CommandKind::Rerun);
+    own.schedule_id = Some("stream".into());
+    sim.input("gold", Input::CommandReceived(own));
+    assert_eq!(last(&sim, RERUN_ACCEPTED).date.as_deref(), Some(DAY));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+}
+
 #[test]
 fn rerun_rejected_once_max_manual_reruns_is_spent() {
     let mut sim = Sim::new();

@@ -745,6 +745,44 @@ fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
     assert_eq!(sim.triggers().len(), 1);
 }
 
+/// No slow leak: readings of dates that never get an execution (a producer's readings of
+/// days whose trigger never came) and hour-scoped readings of a daily pipeline (an hourly
+/// upstream's every hour) are forgotten once the retention is past. Before, they were kept
+/// for ever: 24 slots a day filled `--max-sensors-per-pipeline` (1,000) in about 41 days, and
+/// the pipeline then refused every new date. 400 simulated days.
+#[test]
+fn readings_of_days_without_an_execution_are_forgotten_after_the_retention_over_400_days() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let first = t0().date_naive();
+    let mut most = 0;
+    for n in 0..400 {
+        let day = first + TimeDelta::days(n);
+        let date = day.format("%Y-%m-%d").to_string();
+        sim.advance_to(day.and_hms_opt(1, 0, 0).unwrap().and_utc());
+        for hour in 0..24 {
+            sim.sensor_scoped("gold", "feed", json!({"rows": hour}), Some(&date), Some(hour), None);
+        }
+        sim.sensor_scoped("gold", "row-count", json!({"count": 2000}), Some(&date), None, None);
+        // Every third day's trigger never comes: that day has readings and no execution.
+        if n % 3 != 2 {
+            sim.sensor_scoped("gold", "upstream", json!({"status": "ready"}), Some(&date), None, None);
+            sim.job_for("gold", "stream", &date, JobStatus::Succeeded);
+        }
+        most = most.max(sim.states["gold"].sensors.len());
+        let refused: Vec<&String> = sim.dead_letters.iter().collect();
+        assert!(refused.is_empty(), "day {n} ({date}): {refused:?}");
+    }
+    // The retention (7 days) and the day under way: 26 readings a day for at most 9 days.
+    assert!(most <= 26 * 9, "{most} readings kept at most");
+    let ran = sim.triggers().len();
+    assert_eq!(
+        ran,
+        (0..400).filter(|n| n % 3 != 2).count(),
+        "every day with a trigger ran"
+    );
+}
+
 /// Runs gold's execution of 2026-11-22 (dated sensors) to success; returns its expiry timer.
 fn run_gold_to_success(sim: &mut Sim) -> TimerKind {
     sim.config(pipeline(0));
