@@ -945,6 +945,7 @@ fn a_record_whose_fields_would_outgrow_a_broker_record_is_dead_lettered_and_noth
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("message.max.bytes", "2000000")
+        .set("partitioner", "murmur2_random")
         .create()
         .unwrap();
     let send = |topic: &str, key: &str, value: &Value| {

@@ -102,7 +102,12 @@ pub struct Settings {
 /// Partition ownership changes, reported by librdkafka during polls.
 enum Ownership {
     Assigned(Vec<i32>),
-    Revoked(Vec<i32>),
+    /// `lost`: taken away, not handed over (the session expired: the process was paused or
+    /// cut off for longer than `session.timeout.ms`).
+    Revoked {
+        partitions: Vec<i32>,
+        lost: bool,
+    },
 }
 
 struct RebalanceContext {
@@ -137,9 +142,10 @@ fn partitions_of(list: &TopicPartitionList) -> Vec<i32> {
 }
 
 impl ConsumerContext for RebalanceContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(list) = rebalance {
             let partitions = partitions_of(list);
+            let lost = consumer.assignment_lost();
             // The partitions stay ours until this returns: let their in-flight triggers
             // report first, so that the next owner finds the reports on the jobs topic
             // instead of calling the targets again (a slow target delays the rebalance, for
@@ -156,7 +162,7 @@ impl ConsumerContext for RebalanceContext {
                     warn!(left, ?partitions, grace = ?self.grace, "partitions let go with triggers still in flight: their next owner may call those targets again");
                 }
             }
-            let _ = self.tx.send(Ownership::Revoked(partitions));
+            let _ = self.tx.send(Ownership::Revoked { partitions, lost });
         }
     }
 
@@ -619,9 +625,24 @@ impl Processor {
                 }
                 self.telemetry.set_ready(self.openings.is_empty());
             }
-            Ownership::Revoked(ps) => {
+            Ownership::Revoked { partitions, lost } => {
                 self.telemetry.rebalanced("revoked");
-                for p in ps {
+                // Taken away (the session expired: paused, or cut off): if another process
+                // has fenced the partitions meanwhile, this one is a zombie. Rejoining would
+                // take them back from that owner (a static member's newest join wins), so it
+                // stops. A broker outage fences nothing, and the instance rejoins.
+                if lost {
+                    let fenced: Vec<i32> = (partitions.iter().copied())
+                        .filter(|p| self.stores.contains_key(p) && self.fenced_since_last_write(*p) == Some(true))
+                        .collect();
+                    if !fenced.is_empty() {
+                        for p in &fenced {
+                            self.abandon(*p)?;
+                        }
+                        return Err(Zombie(fenced).into());
+                    }
+                }
+                for p in partitions {
                     self.abandoned.remove(&p);
                     self.openings.cancel(p);
                     self.telemetry.partition_revoked(p, &self.settings.topics.inputs());
