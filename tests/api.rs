@@ -2,13 +2,14 @@
 //! answers for a pipeline the other owns by forwarding to it.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice::core::events::EventType;
 
 use crate::support::{
-    command_job, day, free_port, http_get, http_request, pipeline, sluice, wait_until, Instances, World,
+    self, command_job, day, free_port, http_get, http_request, pipeline, sluice, wait_until, Instances, World,
 };
 
 fn get_json(addr: &str, path: &str) -> Option<(u16, Value)> {
@@ -29,9 +30,10 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
         format!("127.0.0.1:{}", free_port()),
     );
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let peers = format!("http://{a},http://{b}");
     let _instances = Instances(vec![
-        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a"]),
-        w.spawn(dirs[1].path(), &["--http", &b, "--instance", "b"]),
+        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a", "--peer", &peers]),
+        w.spawn(dirs[1].path(), &["--http", &b, "--instance", "b", "--peer", &peers]),
     ]);
     for id in &ids {
         w.wait_for(id, "CONFIG_ACCEPTED", |es| {
@@ -326,4 +328,99 @@ fn tokens_guard_the_api_and_only_a_write_token_reruns() {
         String::from_utf8_lossy(&out.stderr)
     );
     w.stop();
+}
+
+/// Anyone who may write the instances topic can publish an instance record claiming every
+/// partition: one whose URL no `--peer` admits is ignored, so it receives no forwarded request
+/// and never the caller's token, while the real instances forward to each other.
+#[test]
+fn a_forged_instance_record_gets_no_request_and_no_token() {
+    let w = World::new("peers");
+    let ids: Vec<String> = (0..6).map(|i| format!("peer{i}")).collect();
+    for id in &ids {
+        w.config(&pipeline(id, command_job("true", 0)));
+    }
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let thief = support::serve(move |r| {
+        let token = r.headers.get("authorization").cloned().unwrap_or_default();
+        seen.lock().unwrap().push(format!("{} {token}", r.path));
+        (200, r#"{"pipelines": []}"#.into())
+    });
+    // Published before the instances start, newer than theirs will be, on the same host.
+    let forged = json!({
+        "instance": "evil", "group": format!("{}group", w.prefix), "url": thief,
+        "partitions": [0, 1, 2], "at": (chrono::Utc::now() + chrono::TimeDelta::seconds(40)).to_rfc3339(),
+    });
+    w.produce("instances", Some("evil"), Some(forged.to_string().as_bytes()));
+
+    let token = "read-token-for-the-peer-test-0001";
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{token}\n")).unwrap();
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let peers = format!("http://{a},http://{b}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let spawn = |i: usize, addr: &str, name: &str| {
+        let tokens = tokens.to_str().unwrap();
+        w.spawn(
+            dirs[i].path(),
+            &[
+                "--http",
+                addr,
+                "--instance",
+                name,
+                "--api-token-file",
+                tokens,
+                "--peer",
+                &peers,
+            ],
+        )
+    };
+    let _instances = Instances(vec![spawn(0, &a, "a"), spawn(1, &b, "b")]);
+
+    let auth = format!("Bearer {token}");
+    let get = |addr: &str, path: &str| -> Option<(u16, Value)> {
+        let (status, body) = http_request(addr, "GET", path, &[("Authorization", &auth)], "")?;
+        Some((status, serde_json::from_str(&body).ok()?))
+    };
+    // Each instance lists both real instances and every pipeline, and answers for every
+    // pipeline through its owner (the forged record claims them all, and is newest).
+    let all: BTreeSet<String> = ids.iter().cloned().collect();
+    let settled = |addr: &str| -> Option<bool> {
+        let (status, page) = get(addr, "/api/pipelines")?;
+        let names: BTreeSet<String> = page["pipelines"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| Some(p["pipelineId"].as_str()?.to_string()))
+            .collect();
+        let mut servers = BTreeSet::new();
+        for id in &ids {
+            let (status, view) = get(addr, &format!("/api/pipelines/{id}"))?;
+            (status == 200).then_some(())?;
+            servers.insert(view["servedBy"].as_str()?.to_string());
+        }
+        Some(
+            status == 200
+                && page["complete"] == true
+                && page["instances"].as_array()?.len() == 2
+                && names == all
+                && servers.len() == 2,
+        )
+    };
+    wait_until(
+        "both instances to answer for every pipeline, through each other only",
+        Duration::from_secs(90),
+        || format!("{:?}\n{}", asked.lock().unwrap(), w.log_tail()),
+        || [&a, &b].iter().all(|addr| settled(addr) == Some(true)),
+    );
+    assert_eq!(
+        *asked.lock().unwrap(),
+        Vec::<String>::new(),
+        "the forged instance got requests"
+    );
+    assert!(w.log().contains("no --peer admits"), "the forged record is logged");
 }

@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 use serde_json::Value as Json;
 use serde_yaml_ng::Value as Yaml;
 use sluice::core::events::EventType;
+use sluice::runtime::instances::PeerPattern;
 use sluice::runtime::telemetry::Telemetry;
 
 fn repo() -> PathBuf {
@@ -169,9 +170,11 @@ fn compose_runs_commands_the_binary_has_on_the_ports_it_serves() {
         let s = &compose["services"][*instance];
         let env = &s["environment"];
         assert_eq!(env["SLUICE_HTTP"].as_str(), Some("0.0.0.0:9464"));
-        assert_eq!(
-            env["SLUICE_ADVERTISE_URL"].as_str(),
-            Some(format!("http://{instance}:9464").as_str())
+        let url = format!("http://{instance}:9464");
+        assert_eq!(env["SLUICE_ADVERTISE_URL"].as_str(), Some(url.as_str()));
+        assert!(
+            admitted(env["SLUICE_PEERS"].as_str().unwrap(), &url),
+            "{instance} forwards to the other"
         );
         assert_eq!(s["ports"][0].as_str(), Some(format!("{}:9464", 9464 + i).as_str()));
     }
@@ -200,10 +203,13 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
         .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap_or("")))
         .collect();
     let value = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
-    assert_eq!(
-        value("SLUICE_ADVERTISE_URL"),
-        Some(format!("http://$(SLUICE_INSTANCE).{service_name}:9464").as_str())
-    );
+    let advertised = format!("http://$(SLUICE_INSTANCE).{service_name}.$(POD_NAMESPACE).svc:9464");
+    assert_eq!(value("SLUICE_ADVERTISE_URL"), Some(advertised.as_str()));
+    // As the kubelet expands them: every pod's URL is a peer of the others, and nothing else.
+    let expand = |v: &str, pod: &str| v.replace("$(SLUICE_INSTANCE)", pod).replace("$(POD_NAMESPACE)", "prod");
+    let peers = expand(value("SLUICE_PEERS").unwrap(), "sluice-0");
+    assert!(admitted(&peers, &expand(&advertised, "sluice-1")), "{peers}");
+    assert!(!admitted(&peers, "http://evil.sluice:9464"), "{peers}");
     let state = value("SLUICE_STATE_DIR").unwrap();
     assert_eq!(container["volumeMounts"][0]["mountPath"].as_str(), Some(state));
     assert_eq!(
@@ -974,4 +980,9 @@ fn alert_rules_name_metrics_the_processor_exposes_and_readme_sections() {
         operator["spec"]["groups"] == rules["groups"],
         "deploy/k8s/base/prometheusrule.yaml's spec.groups differ from {path}'s groups: copy them over"
     );
+}
+
+/// Whether `url` is admitted by `peers`, a SLUICE_PEERS value (patterns separated by commas).
+fn admitted(peers: &str, url: &str) -> bool {
+    peers.split(',').any(|p| p.parse::<PeerPattern>().unwrap().admits(url))
 }

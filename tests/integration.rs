@@ -272,6 +272,16 @@ fn a_record_on_the_wrong_partition_is_forwarded_and_applied_once() {
         "forwarded",
         &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
     );
+    // Records of a pipeline of `elsewhere`'s own, so that a copy from offset 7 there is
+    // plausible (a mark beyond where its partition ends is rejected).
+    let local = (0..)
+        .map(|i| format!("local{i}"))
+        .find(|k| sluice::core::partitioning::partition_for(k.as_bytes(), 3) == elsewhere)
+        .unwrap();
+    for i in 0..6 {
+        let value = json!({"pipelineId": local, "key": "filler", "data": {"n": i}, "date": day()});
+        w.produce_to_partition("sensors", elsewhere, &local, &serde_json::to_vec(&value).unwrap());
+    }
     // Copies forwarded again (as after a crash before partition `elsewhere`'s state was
     // written) are skipped; a new copy is applied. The first duplicate is among the copies
     // applied, the second below the durable offset a later copy tells of.
@@ -316,6 +326,62 @@ fn a_record_on_the_wrong_partition_is_forwarded_and_applied_once() {
         w.log().contains("logged once per key"),
         "the producer's misrouting is logged"
     );
+}
+
+/// Anyone who may write an input topic may write a `sluice.forwarded` header too: a mark
+/// Sluice cannot have written is a dead letter with the reason and moves nothing, so the
+/// copies forwarded after it are applied (a mark far ahead used to make them look applied
+/// before, and vanish).
+#[test]
+fn a_forged_forwarding_mark_is_a_dead_letter_and_hides_no_later_copy() {
+    let mut w = World::new("forged");
+    let (config, runs) = recording_pipeline(&w, "forged");
+    w.start_with(&config);
+    let owner = sluice::core::partitioning::partition_for(b"forged", 3);
+    let (elsewhere, third) = ((owner + 1) % 3, (owner + 2) % 3);
+    let reading = |key: &str, data: Value| {
+        serde_json::to_vec(&json!({"pipelineId": "forged", "key": key, "data": data, "date": day()})).unwrap()
+    };
+    let forged = [
+        (format!("{elsewhere}:1000000:999999"), "which ends at"),
+        (format!("{owner}:0:-1"), "the one the record is on"),
+        ("7:0:-1".to_string(), "but the topic has 3"),
+        (format!("{third}:5:5"), "not below its offset 5"),
+        ("not-a-mark".to_string(), "is not PARTITION:OFFSET:DURABLE"),
+    ];
+    for (mark, _) in &forged {
+        let value = reading("upstream", json!({"status": "ready"}));
+        w.produce_with_headers("sensors", owner, "forged", &value, &[("sluice.forwarded", mark)]);
+    }
+    // A producer that partitions with CRC32, after them: its readings are forwarded and apply.
+    w.produce_to_partition(
+        "sensors",
+        elsewhere,
+        "forged",
+        &reading("row-count", json!({"count": 5000})),
+    );
+    w.produce_to_partition(
+        "sensors",
+        elsewhere,
+        "forged",
+        &reading("upstream", json!({"status": "ready"})),
+    );
+    let mut expected = vec![CONFIG_ACCEPTED];
+    expected.extend([INPUT_REJECTED; 5]);
+    expected.extend([VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]);
+    let events = w.wait_for_sequence("forged", &expected);
+    let dead = w.dead_letters(forged.len());
+    assert_eq!(dead.len(), forged.len());
+    for ((mark, why), (_, headers)) in forged.iter().zip(&dead) {
+        let error = &headers.iter().find(|(k, _)| k == "error").unwrap().1;
+        assert!(
+            error.contains("sluice.forwarded") && error.contains(why),
+            "{mark}: {error}"
+        );
+    }
+    assert!(events[1].message.contains("which ends at"), "{:?}", events[1]);
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(ran.lines().count(), 1, "the job ran once: {ran}");
 }
 
 #[test]

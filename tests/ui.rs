@@ -12,6 +12,9 @@ use sluice::core::events::EventType::{JOB_COMPLETED, SLA_AT_RISK};
 
 use crate::support::{command_job, day, free_port, http_get, pipeline, repo, wait_until, Instances, World};
 
+/// The instances of a test all serve on loopback: each forwards to the others (`--peer`).
+const LOOPBACK: &str = "http://127.0.0.1:*";
+
 /// Runs one of the page script's checks (`SLUICE_UI_CHECK`) against the page at `addr`;
 /// `extra`: more environment for it.
 fn page_check(w: &World, check: &str, addr: &str, shots: &PathBuf, extra: &[(&str, &str)]) {
@@ -80,14 +83,14 @@ fn the_operator_page_follows_pipelines_live() {
         json!({"type": "http", "url": format!("{warehouse}/rows"), "ttl": "1h"});
     w.config(&late);
     let addr = format!("127.0.0.1:{}", free_port());
-    w.serve(&addr, &["--instance", "a"]);
+    w.serve(&addr, &["--instance", "a", "--peer", LOOPBACK]);
 
     let shots = screenshots();
     page_check(&w, "live", &addr, &shots, &[]);
 
     // A restarted processor reads its pipelines' recent events back: timelines are not empty.
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
-    w.serve(&addr, &["--instance", "a"]);
+    w.serve(&addr, &["--instance", "a", "--peer", LOOPBACK]);
     let timeline_has = |addr: &str, id: &str, kind: &str| {
         get_json(addr, &format!("/api/pipelines/{id}")).is_some_and(|v| {
             v["recentEvents"]
@@ -106,7 +109,11 @@ fn the_operator_page_follows_pipelines_live() {
     // page is opened on the instance that does not own ui-gold, so its page is forwarded.
     let other = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
-    let b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    let b =
+        Instances(vec![w.spawn(
+            dir.path(),
+            &["--http", &other, "--instance", "b", "--peer", LOOPBACK],
+        )]);
     // Settled: both ready, both listing both pipelines, and agreeing on ui-gold's owner.
     let owner_of_gold = || -> Option<String> {
         let mut owners = Vec::new();
@@ -190,7 +197,7 @@ fn the_operator_page_draws_the_dependency_graph_and_the_run_history() {
     hourly["sla"] = json!({"deadline": ":00", "forecast": {"minRuns": 3}});
     w.config(&hourly);
     let addr = format!("127.0.0.1:{}", free_port());
-    w.serve(&addr, &["--instance", "a"]);
+    w.serve(&addr, &["--instance", "a", "--peer", LOOPBACK]);
 
     // silver never gets its row count.
     for id in ["bronze", "ref", "gold", "hourly"] {
@@ -262,7 +269,11 @@ fn the_operator_page_draws_the_dependency_graph_and_the_run_history() {
     // whole graph, its peer's pipelines included (one of them owns few or none of them).
     let other = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
-    let b = Instances(vec![w.spawn(dir.path(), &["--http", &other, "--instance", "b"])]);
+    let b =
+        Instances(vec![w.spawn(
+            dir.path(),
+            &["--http", &other, "--instance", "b", "--peer", LOOPBACK],
+        )]);
     let held = json!([{"pipelineId": "gold", "state": "waiting", "by": ["silver"]}]);
     let whole = |addr: &str| {
         get_json(addr, "/api/graph").is_some_and(|g| {

@@ -17,7 +17,7 @@ use crate::runtime::codec::{Codec, Family};
 use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::forwarding::Misrouted;
 use crate::runtime::http as http_server;
-use crate::runtime::instances::{self, Directory, Member};
+use crate::runtime::instances::{self, Directory, Member, PeerPattern};
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::observability;
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
@@ -102,6 +102,13 @@ pub struct RunArgs {
     /// host name in place of an unspecified address.
     #[arg(long, env = "SLUICE_ADVERTISE_URL", value_name = "URL")]
     advertise_url: Option<String>,
+    /// Which other instances' --advertise-url API requests may be forwarded to, with the
+    /// caller's token: SCHEME://HOST[:PORT], HOST may start with `*.` (one DNS label), PORT
+    /// may be `*`; e.g. http://*.sluice.NAMESPACE.svc:9464. Repeat it, or separate with
+    /// commas. An instance advertising another URL is ignored (and logged); without this
+    /// flag no request is forwarded.
+    #[arg(long = "peer", env = "SLUICE_PEERS", value_name = "URL", value_delimiter = ',')]
+    peers: Vec<PeerPattern>,
 }
 
 fn default_instance() -> String {
@@ -138,6 +145,7 @@ fn parse_http_addr(text: &str) -> Result<std::net::SocketAddr, String> {
 struct HttpOptions {
     addr: std::net::SocketAddr,
     advertise: Option<String>,
+    peers: Vec<PeerPattern>,
     access: Arc<Access>,
 }
 
@@ -176,6 +184,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
     if let Some(HttpOptions {
         addr,
         advertise,
+        peers,
         access,
     }) = http
     {
@@ -187,7 +196,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         }
         let url = advertise_url(advertise, addr);
         tracing::info!(%addr, %url, "serving /healthz, /readyz, /metrics and /api/pipelines");
-        let directory = Directory::new(&instance, &group);
+        let directory = Directory::new(&instance, &group, peers);
         let me = Member {
             instance: instance.clone(),
             group,
@@ -252,6 +261,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         Some(addr) => Some(HttpOptions {
             addr,
             advertise: args.advertise_url,
+            peers: args.peers,
             access: Arc::new(Access::from_files(
                 args.api_token_file.as_deref(),
                 args.api_write_token_file.as_deref(),

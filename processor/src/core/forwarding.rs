@@ -17,6 +17,16 @@
 //! (a failed send is retried alone), but every copy of a batch lands before the next batch
 //! is produced, so a record whose batch became durable has always landed before a copy that
 //! says so.
+//!
+//! Anyone who may write an input topic can also write a `sluice.forwarded` header, and one
+//! forged durable offset far ahead would make every later copy from that partition look
+//! applied before. So a mark is checked before it is believed ([`Implausible`]): it must name
+//! another partition of the topic, a durable offset below its offset, and an offset below
+//! that partition's end (its high watermark, looked up after the copy was fetched: a genuine
+//! copy's record was read there before it was forwarded). A mark that fails is bad input, and
+//! its record a dead letter with the reason. What is left is bounded: a forged mark can still
+//! name a durable offset below the named partition's end, hiding copies of records there that
+//! the reading task has not forwarded yet (it is behind the end).
 
 use std::collections::BTreeSet;
 
@@ -32,21 +42,76 @@ pub struct Forwarded {
 /// The record header that marks a forwarded copy.
 pub const HEADER: &str = "sluice.forwarded";
 
+/// Why a mark cannot be Sluice's: its record is rejected rather than let move a window.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Implausible {
+    #[error("header sluice.forwarded is not PARTITION:OFFSET:DURABLE (offsets from 0, durable from -1)")]
+    Malformed,
+    #[error("header sluice.forwarded names partition {partition}, but the topic has {partitions}")]
+    NoSuchPartition { partition: i32, partitions: i32 },
+    #[error("header sluice.forwarded names partition {0}, the one the record is on: Sluice forwards only to another")]
+    SamePartition(i32),
+    #[error("header sluice.forwarded names durable offset {durable}, not below its offset {offset}")]
+    DurableNotBelow { offset: i64, durable: i64 },
+    #[error("header sluice.forwarded names offset {offset} of partition {partition}, which ends at {end}: no record there can have been read yet")]
+    BeyondEnd { partition: i32, offset: i64, end: i64 },
+}
+
 impl Forwarded {
     /// The header's value: `partition:offset:durable`.
     pub fn header_value(&self) -> String {
         format!("{}:{}:{}", self.partition, self.offset, self.durable)
     }
 
-    pub fn parse(value: &[u8]) -> Option<Forwarded> {
-        let text = std::str::from_utf8(value).ok()?;
-        let mut parts = text.split(':');
-        let forwarded = Forwarded {
-            partition: parts.next()?.parse().ok()?,
-            offset: parts.next()?.parse().ok()?,
-            durable: parts.next()?.parse().ok()?,
+    /// A header's value as a mark, checked for what needs nothing else to know.
+    pub fn parse(value: &[u8]) -> Result<Forwarded, Implausible> {
+        let text = std::str::from_utf8(value).map_err(|_| Implausible::Malformed)?;
+        let parts: Vec<&str> = text.split(':').collect();
+        let [partition, offset, durable] = parts[..] else {
+            return Err(Implausible::Malformed);
         };
-        (parts.next().is_none() && forwarded.durable < forwarded.offset).then_some(forwarded)
+        let number = |part: &str| part.parse::<i64>().map_err(|_| Implausible::Malformed);
+        let (partition, offset, durable) = (number(partition)?, number(offset)?, number(durable)?);
+        if offset < 0 || durable < -1 {
+            return Err(Implausible::Malformed);
+        }
+        let partition = i32::try_from(partition).map_err(|_| Implausible::Malformed)?;
+        if durable >= offset {
+            return Err(Implausible::DurableNotBelow { offset, durable });
+        }
+        Ok(Forwarded {
+            partition,
+            offset,
+            durable,
+        })
+    }
+
+    /// Whether a copy on partition `arrived_on` of a topic of `partitions` can have come from
+    /// where the mark says.
+    pub fn check(&self, arrived_on: i32, partitions: i32) -> Result<(), Implausible> {
+        if !(0..partitions).contains(&self.partition) {
+            return Err(Implausible::NoSuchPartition {
+                partition: self.partition,
+                partitions,
+            });
+        }
+        if self.partition == arrived_on {
+            return Err(Implausible::SamePartition(arrived_on));
+        }
+        Ok(())
+    }
+
+    /// Whether the named partition, ending at `end` (its high watermark, looked up after the
+    /// copy was fetched), can have held the record: a task reads only below the end.
+    pub fn check_end(&self, end: i64) -> Result<(), Implausible> {
+        match self.offset < end {
+            true => Ok(()),
+            false => Err(Implausible::BeyondEnd {
+                partition: self.partition,
+                offset: self.offset,
+                end,
+            }),
+        }
     }
 }
 
@@ -120,10 +185,54 @@ mod tests {
             offset: 41,
             durable: 39,
         };
-        assert_eq!(Forwarded::parse(f.header_value().as_bytes()), Some(f));
-        for bad in ["", "2:41", "2:41:39:1", "x:41:39", "2:41:41"] {
-            assert_eq!(Forwarded::parse(bad.as_bytes()), None, "{bad}");
+        assert_eq!(Forwarded::parse(f.header_value().as_bytes()), Ok(f));
+        for bad in [
+            "",
+            "2:41",
+            "2:41:39:1",
+            "x:41:39",
+            "2:-1:-2",
+            "2:5:-2",
+            "9999999999:5:1",
+        ] {
+            assert_eq!(Forwarded::parse(bad.as_bytes()), Err(Implausible::Malformed), "{bad}");
         }
+        assert_eq!(
+            Forwarded::parse(b"2:41:41"),
+            Err(Implausible::DurableNotBelow {
+                offset: 41,
+                durable: 41
+            })
+        );
+    }
+
+    #[test]
+    fn a_mark_must_name_another_partition_of_the_topic_and_an_offset_read_there() {
+        let mark = |partition| Forwarded {
+            partition,
+            offset: 41,
+            durable: 39,
+        };
+        assert_eq!(mark(2).check(0, 3), Ok(()));
+        assert_eq!(mark(0).check(0, 3), Err(Implausible::SamePartition(0)));
+        for partition in [3, -1] {
+            assert_eq!(
+                mark(partition).check(0, 3),
+                Err(Implausible::NoSuchPartition {
+                    partition,
+                    partitions: 3
+                })
+            );
+        }
+        assert_eq!(mark(2).check_end(42), Ok(()), "offset 41 is the last record");
+        assert_eq!(
+            mark(2).check_end(41),
+            Err(Implausible::BeyondEnd {
+                partition: 2,
+                offset: 41,
+                end: 41
+            })
+        );
     }
 
     #[test]

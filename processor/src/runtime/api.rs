@@ -177,6 +177,8 @@ impl Api {
     ) -> anyhow::Result<Api> {
         let client = reqwest::Client::builder()
             .timeout(PEER_TIMEOUT)
+            // A peer was checked against --peer; where it might redirect to was not.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| anyhow::anyhow!("building the API's peer client: {e}"))?;
         Ok(Api {
@@ -367,7 +369,8 @@ async fn dependency_graph(
 }
 
 /// A request to a peer, on behalf of the caller: marked as forwarded, with the caller's
-/// credentials (every instance is given the same token files).
+/// credentials (every instance is given the same token files). Peers are only instances
+/// whose URL a `--peer` admits (see [`Directory`]).
 fn to_peer(api: &Api, url: &str, headers: &HeaderMap) -> reqwest::RequestBuilder {
     let request = api.client.get(url).header(FORWARDED, &api.instance);
     match headers.get(header::AUTHORIZATION) {

@@ -1,12 +1,15 @@
 //! The runtime's side of forwarding misrouted records ([`crate::core::forwarding`] holds
 //! the rules): reading the mark on a copy, and making the copy of a record.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
+use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use tracing::warn;
 
-use crate::core::forwarding::{self, Forwarded};
+use super::kafka::{Quirks, METADATA_TIMEOUT};
+use crate::core::forwarding::{self, Forwarded, Implausible};
 
 /// What happens to a keyed record on another partition than its key's (`run --misrouted`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -19,13 +22,66 @@ pub enum Misrouted {
     Reject,
 }
 
-/// The mark of a forwarded copy, if `message` is one.
-pub fn copy_mark(message: &OwnedMessage) -> Option<Forwarded> {
-    message
-        .headers()?
-        .iter()
-        .find(|h| h.key == forwarding::HEADER)
-        .and_then(|h| Forwarded::parse(h.value?))
+/// The mark of a forwarded copy, if `message` carries one (`Err`: a header that is none).
+pub fn copy_mark(message: &OwnedMessage) -> Option<Result<Forwarded, Implausible>> {
+    let header = message.headers()?.iter().find(|h| h.key == forwarding::HEADER)?;
+    Some(Forwarded::parse(header.value.unwrap_or_default()))
+}
+
+/// The ends (high watermarks) of the partitions one batch's copies name, each looked up once,
+/// after the batch was fetched: every genuine copy in it was forwarded after its record was
+/// read, so it names an offset below an end looked up later, and a forged mark beyond that
+/// end costs no second look-up.
+#[derive(Default)]
+pub struct Ends(HashMap<(String, i32), i64>);
+
+impl Ends {
+    /// Checks the mark of `message`, a copy on a topic of `partitions` partitions, against
+    /// what Sluice can have written (see [`crate::core::forwarding::Implausible`]).
+    pub async fn check<C: ConsumerContext + 'static>(
+        &mut self,
+        consumer: &(impl Consumer<C> + Sync),
+        quirks: Quirks,
+        partitions: i32,
+        message: &OwnedMessage,
+        mark: Result<Forwarded, Implausible>,
+    ) -> Result<Forwarded, Implausible> {
+        let (topic, p) = (message.topic(), message.partition());
+        let mark = mark?;
+        mark.check(p, partitions)?;
+        let key = (topic.to_string(), mark.partition);
+        let end = match self.0.get(&key) {
+            Some(end) => *end,
+            None => {
+                let end = end_of(consumer, topic, mark.partition).await;
+                self.0.insert(key, end);
+                end
+            }
+        };
+        // tansu 0.6 reports an end one short after a multi-record batch.
+        let short = i64::from(quirks == Quirks::Tansu);
+        mark.check_end(end + short).map(|()| mark)
+    }
+}
+
+/// Where `topic`'s `partition` ends (its high watermark), waiting out a broker that does not
+/// answer: the copy is not at fault, so it is not rejected meanwhile.
+async fn end_of<C: ConsumerContext + 'static>(
+    consumer: &(impl Consumer<C> + Sync),
+    topic: &str,
+    partition: i32,
+) -> i64 {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)) {
+            Ok((_, high)) => return high,
+            Err(e) => {
+                warn!(%topic, partition, error = %e, "looking up where a forwarded copy's partition ends, to check its mark; the batch waits");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
 }
 
 /// The producer's headers, and the mark of where the copy came from.

@@ -5,8 +5,13 @@
 //! name) whenever its partitions change and every [`HEARTBEAT`], and a tombstone when it stops;
 //! every instance tails the topic. A record older than [`EXPIRY`] is ignored, so an instance
 //! that crashed stops being named as an owner without anyone cleaning up after it.
+//!
+//! Anyone who may write the topic can publish a record, and a forwarded request carries the
+//! caller's bearer token; so a record is believed only when its URL matches a configured
+//! [`PeerPattern`] (`run --peer`): a name only the deployment's own instances can hold. Other
+//! records are ignored (and logged once), whatever partitions they claim.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -39,34 +44,133 @@ pub struct Member {
     pub at: DateTime<Utc>,
 }
 
+/// A `--peer` pattern: where API requests may be forwarded. `SCHEME://HOST[:PORT]`, where
+/// HOST may start with `*.` (any one DNS label) and PORT may be `*` (any port).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPattern {
+    scheme: String,
+    host: String,
+    /// `None`: any port.
+    port: Option<u16>,
+}
+
+impl std::str::FromStr for PeerPattern {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<PeerPattern, String> {
+        let bad = |why: &str| format!("--peer {text:?}: {why} (e.g. http://*.sluice.NAMESPACE.svc:9464)");
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return Err(bad("the scheme is http or https")),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest).to_ascii_lowercase();
+        if rest.contains(['/', '?', '#', '@']) {
+            return Err(bad("a peer is a scheme, a host and a port, nothing more"));
+        }
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) if !rest.ends_with(']') => (host.to_string(), Some(port)),
+            _ => (rest.clone(), None),
+        };
+        let port = match port {
+            None => Some(default_port),
+            Some("*") => None,
+            Some(p) => Some(p.parse().map_err(|_| bad("the port is a number or *"))?),
+        };
+        let wildcard = host.strip_prefix("*.").unwrap_or(&host);
+        if wildcard.is_empty() || wildcard.contains('*') {
+            return Err(bad("the host is a name, an address, or *. and a name"));
+        }
+        Ok(PeerPattern { scheme, host, port })
+    }
+}
+
+impl PeerPattern {
+    /// Whether `url`, an instance's advertised base URL, matches.
+    pub fn admits(&self, url: &str) -> bool {
+        let Ok(url) = url::Url::parse(url) else { return false };
+        let Some(host) = url.host_str() else { return false };
+        let host_matches = match self.host.strip_prefix('*') {
+            Some(suffix) => host
+                .strip_suffix(suffix)
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            None => host == self.host,
+        };
+        url.scheme() == self.scheme
+            && host_matches
+            && self.port.is_none_or(|p| url.port_or_known_default() == Some(p))
+            && url.username().is_empty()
+            && url.password().is_none()
+            && matches!(url.path(), "" | "/")
+            && url.query().is_none()
+            && url.fragment().is_none()
+    }
+}
+
 /// The instances known from the topic, this one included.
 pub struct Directory {
     me: String,
     group: String,
+    peers: Vec<PeerPattern>,
     members: RwLock<HashMap<String, Member>>,
+    /// Records ignored for their URL (instance, URL), logged once each.
+    ignored: RwLock<HashSet<(String, String)>>,
 }
 
+/// Most ignored records remembered; past it, the set starts again (one may then log again).
+const IGNORED: usize = 1_000;
+
 impl Directory {
-    pub fn new(me: &str, group: &str) -> Arc<Directory> {
+    /// `peers`: the URLs requests may be forwarded to, with the caller's token.
+    pub fn new(me: &str, group: &str, peers: Vec<PeerPattern>) -> Arc<Directory> {
         Arc::new(Directory {
             me: me.to_string(),
             group: group.to_string(),
+            peers,
             members: RwLock::new(HashMap::new()),
+            ignored: RwLock::new(HashSet::new()),
         })
     }
 
-    /// Applies one record of the topic (`None` = tombstone).
+    /// Applies one record of the topic (`None` = tombstone). A record of another group is
+    /// skipped; one that names another instance than its key, or a URL no `--peer` admits,
+    /// takes its key's entry away.
     pub fn apply(&self, instance: &str, member: Option<Member>) {
+        if member.as_ref().is_some_and(|m| m.group != self.group) {
+            return;
+        }
+        let member = member.filter(|m| self.believes(instance, m));
         let mut members = self.members.write().expect("directory lock");
         match member {
-            Some(m) if m.group == self.group => {
+            Some(m) => {
                 members.insert(instance.to_string(), m);
             }
-            Some(_) => {}
             None => {
                 members.remove(instance);
             }
         }
+    }
+
+    /// Whether a record of this group under key `instance` is one of the deployment's own.
+    fn believes(&self, instance: &str, m: &Member) -> bool {
+        if m.instance == self.me || (m.instance == instance && self.peers.iter().any(|p| p.admits(&m.url))) {
+            return true;
+        }
+        let mut ignored = self.ignored.write().expect("directory lock");
+        if ignored.len() >= IGNORED {
+            ignored.clear();
+        }
+        if ignored.insert((instance.to_string(), m.url.clone())) {
+            warn!(
+                key = instance,
+                instance = %m.instance,
+                url = %m.url,
+                "ignoring an instance record whose URL no --peer admits (or whose key is not its instance): API requests, which carry the caller's token, are not forwarded there; if it is one of yours, add a --peer that admits it"
+            );
+        }
+        false
     }
 
     /// The other live instances of this group.
@@ -87,11 +191,12 @@ impl Directory {
 
     fn live(&self, now: DateTime<Utc>) -> Vec<Member> {
         let expiry = chrono::TimeDelta::from_std(EXPIRY).expect("a small duration");
+        // A record from far ahead of this clock would never expire and win every claim.
         self.members
             .read()
             .expect("directory lock")
             .values()
-            .filter(|m| now - m.at < expiry)
+            .filter(|m| now - m.at < expiry && m.at - now < expiry)
             .cloned()
             .collect()
     }
@@ -199,7 +304,8 @@ mod tests {
     #[test]
     fn owners_are_live_peers_of_the_group_and_the_newest_claim_wins() {
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
-        let d = Directory::new("a", "sluice");
+        let peers = ["http://b:9464", "http://c:9464", "http://x:9464"].map(|p| p.parse::<PeerPattern>().unwrap());
+        let d = Directory::new("a", "sluice", peers.to_vec());
         d.apply("a", Some(member("a", "sluice", &[0], t0)));
         d.apply("b", Some(member("b", "sluice", &[1], t0)));
         d.apply("x", Some(member("x", "other", &[2], t0)));
@@ -223,5 +329,78 @@ mod tests {
         // A tombstone removes at once.
         d.apply("c", None);
         assert_eq!(d.owner(1, now).map(|m| m.instance), Some("b".into()));
+    }
+
+    #[test]
+    fn a_record_is_believed_only_at_a_peer_url_under_its_own_name_and_not_from_the_future() {
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
+        let peers = vec!["http://*.sluice.prod.svc:9464".parse().unwrap()];
+        let d = Directory::new("a", "sluice", peers);
+        let at = |name: &str, url: &str, at| Member {
+            url: url.into(),
+            ..member(name, "sluice", &[0, 1, 2], at)
+        };
+        d.apply("b", Some(at("b", "http://b.sluice.prod.svc:9464", t0)));
+        d.apply("evil", Some(at("evil", "http://evil.example:9464", t0)));
+        d.apply("c", Some(at("b", "http://c.sluice.prod.svc:9464", t0)));
+        let names = |now| d.peers(now).into_iter().map(|m| m.instance).collect::<Vec<_>>();
+        assert_eq!(
+            names(t0),
+            ["b"],
+            "a foreign URL, and a key that is not its instance, are ignored"
+        );
+        // A later record under b's name pointing elsewhere takes b's entry away.
+        d.apply("b", Some(at("b", "http://b.sluice.prod.svc.evil.example:9464", t0)));
+        assert!(names(t0).is_empty());
+        d.apply(
+            "d",
+            Some(at(
+                "d",
+                "http://d.sluice.prod.svc:9464",
+                t0 + chrono::TimeDelta::hours(1),
+            )),
+        );
+        assert!(names(t0).is_empty(), "a record from an hour ahead is not believed");
+    }
+
+    #[test]
+    fn peer_patterns_match_scheme_host_and_port_exactly_but_for_their_wildcards() {
+        let admits = |pattern: &str, url: &str| pattern.parse::<PeerPattern>().unwrap().admits(url);
+        assert!(admits(
+            "http://*.sluice.ns.svc:9464",
+            "http://sluice-0.sluice.ns.svc:9464"
+        ));
+        assert!(admits(
+            "http://*.sluice.ns.svc:9464",
+            "http://SLUICE-0.sluice.ns.svc:9464/"
+        ));
+        for url in [
+            "http://a.b.sluice.ns.svc:9464",
+            "http://.sluice.ns.svc:9464",
+            "http://sluice.ns.svc:9464",
+            "https://sluice-0.sluice.ns.svc:9464",
+            "http://sluice-0.sluice.ns.svc:9465",
+            "http://sluice-0.sluice.ns.svc.evil:9464",
+            "http://u:p@sluice-0.sluice.ns.svc:9464",
+            "http://sluice-0.sluice.ns.svc:9464/api",
+            "not a url",
+        ] {
+            assert!(!admits("http://*.sluice.ns.svc:9464", url), "{url}");
+        }
+        assert!(admits("http://127.0.0.1:*", "http://127.0.0.1:41000"));
+        assert!(!admits("http://127.0.0.1:*", "http://127.0.0.2:41000"));
+        assert!(admits("https://api.example", "https://api.example:443"));
+        assert!(!admits("https://api.example", "https://api.example:8443"));
+        assert!(admits("http://[::1]:9464", "http://[::1]:9464"));
+        for bad in [
+            "sluice-0:9464",
+            "ftp://x",
+            "http://*",
+            "http://a.*.b",
+            "http://x:port",
+            "http://x/api",
+        ] {
+            assert!(bad.parse::<PeerPattern>().is_err(), "{bad}");
+        }
     }
 }

@@ -48,7 +48,9 @@ pub enum Quirks {
     /// so a consumer whose committed offset falls among them is never stuck), and its
     /// ListOffsets(earliest) names the batch *written* first, which among concurrent writers
     /// need not be the lowest offset: a read "from the beginning" would skip the batches
-    /// before it. tansu deletes nothing, so history is read from offset 0 ([`Reader`]).
+    /// before it. tansu deletes nothing, so history is read from offset 0 ([`Reader`]). Its
+    /// high watermark can be one short after a multi-record batch, so a forwarded copy's mark
+    /// may name one offset beyond it.
     Tansu,
 }
 

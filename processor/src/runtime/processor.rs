@@ -43,7 +43,7 @@ use super::clock::{wake_in, Clock, Monotonic};
 use super::codec::{Codec, Family};
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
-use super::forwarding::{copy_headers, copy_mark, Misrouted, Warned};
+use super::forwarding::{copy_headers, copy_mark, Ends, Misrouted, Warned};
 use super::input::{origin_of, read_input};
 use super::kafka::{self, Connection};
 use super::opening::{Opened, Openings};
@@ -212,13 +212,16 @@ struct Pending {
     /// Forwarded copies applied, by (partition, topic, partition they came from), as the
     /// batch leaves them.
     windows: HashMap<(i32, String, i32), ForwardWindow>,
+    /// Where the partitions that copies name end, to check their marks against.
+    ends: Ends,
 }
 
 /// Where an input record is decided.
 enum Route {
     /// Here: it is this partition's (or is rejected here, as bad input).
     Here,
-    /// It was forwarded to its key's partition, or is a copy already applied.
+    /// It was forwarded to its key's partition, is a copy already applied, or was rejected
+    /// for a mark Sluice cannot have written: nothing more to do with it.
     Elsewhere,
 }
 
@@ -1032,7 +1035,7 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
                 continue;
             };
-            if let Route::Elsewhere = self.route(&mut pending, message)? {
+            if let Route::Elsewhere = self.route(&mut pending, kind, message, now).await? {
                 continue;
             }
             let (pipeline, input) = self.read(kind, message).await;
@@ -1047,8 +1050,15 @@ impl Processor {
 
     /// Forwards a record on another partition than its key's (under `--misrouted forward`;
     /// a copy that is still misrouted is rejected, as under `reject`), and passes over a
-    /// forwarded copy applied before (see [`crate::core::forwarding`]).
-    fn route(&mut self, pending: &mut Pending, message: &OwnedMessage) -> Result<Route> {
+    /// forwarded copy applied before (see [`crate::core::forwarding`]). A copy whose mark
+    /// Sluice cannot have written is rejected before its mark moves a window.
+    async fn route(
+        &mut self,
+        pending: &mut Pending,
+        kind: InputTopic,
+        message: &OwnedMessage,
+        now: DateTime<Utc>,
+    ) -> Result<Route> {
         let (topic, p, offset) = (message.topic(), message.partition(), message.offset());
         let mark = copy_mark(message);
         if let Some(key) = message.key() {
@@ -1089,6 +1099,25 @@ impl Processor {
         }
         let Some(mark) = mark else {
             return Ok(Route::Here);
+        };
+        let quirks = self.settings.kafka.quirks();
+        let checked = pending
+            .ends
+            .check(&self.consumer, quirks, self.partitions, message, mark);
+        let mark = match checked.await {
+            Ok(mark) => mark,
+            Err(implausible) => {
+                let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
+                let rejected = Input::Rejected {
+                    source: format!("{topic}/{p}@{offset}"),
+                    reason: implausible.to_string(),
+                    kind: Rejection::Invalid,
+                };
+                let origin = origin_of(kind, p, offset, &rejected);
+                let pipeline = key.unwrap_or_default();
+                self.decide_and_apply(pending, p, &pipeline, &rejected, &origin, now, Some(message))?;
+                return Ok(Route::Elsewhere);
+            }
         };
         let slot = (p, topic.to_string(), mark.partition);
         let window = match pending.windows.entry(slot) {
