@@ -60,7 +60,7 @@ use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
 use crate::core::partitioning::partition_for;
-use crate::core::records::Rejection;
+use crate::core::records::{rejected_pipeline, Rejection};
 use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
@@ -1107,14 +1107,13 @@ impl Processor {
         let mark = match checked.await {
             Ok(mark) => mark,
             Err(implausible) => {
-                let key = message.key().map(|k| String::from_utf8_lossy(k).into_owned());
                 let rejected = Input::Rejected {
                     source: format!("{topic}/{p}@{offset}"),
                     reason: implausible.to_string(),
                     kind: Rejection::Invalid,
                 };
                 let origin = origin_of(kind, p, offset, &rejected);
-                let pipeline = key.unwrap_or_default();
+                let pipeline = rejected_pipeline(message.key());
                 self.decide_and_apply(pending, p, &pipeline, &rejected, &origin, now, Some(message))?;
                 return Ok(Route::Elsewhere);
             }
