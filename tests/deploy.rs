@@ -90,6 +90,16 @@ fn sluice_env(names: &BTreeSet<String>) -> BTreeSet<String> {
 }
 
 #[test]
+fn the_kubernetes_base_runs_no_shell_commands() {
+    let settings: toml::Table = read("deploy/k8s/base/sluice.toml").parse().unwrap();
+    let disabled = settings.get("disable-job-type").and_then(|v| v.as_array());
+    assert!(
+        disabled.is_some_and(|types| types.iter().any(|t| t.as_str() == Some("command"))),
+        "deploy/k8s/base/sluice.toml turns `command` jobs off: {disabled:?}"
+    );
+}
+
+#[test]
 fn every_sluice_setting_in_the_deploy_files_exists() {
     let declared = declared_env();
     let mut used = BTreeSet::new();
