@@ -403,8 +403,7 @@ fn databricks_job(server: &Databricks, job: u64) -> Value {
 
 fn databricks_world(name: &str) -> World {
     let mut w = World::new(name);
-    w.env
-        .push(("SLUICE_TEST_DATABRICKS_TOKEN".into(), DATABRICKS_TOKEN.into()));
+    w.secret("SLUICE_TEST_DATABRICKS_TOKEN", DATABRICKS_TOKEN);
     w
 }
 
