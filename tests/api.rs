@@ -24,6 +24,10 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     for id in &ids {
         w.config(&pipeline(id, command_job("true", 0)));
     }
+    // A secret written into the config itself, and one read from the environment.
+    let mut job = command_job("true", 0);
+    job["config"]["env"] = json!({"WRITTEN": "plain-s3cret", "READ": "${env:API_TEST_SECRET}"});
+    w.config(&pipeline(&ids[0], job));
     w.sensor(&ids[0], "row-count", json!({"count": 42}));
     let (a, b) = (
         format!("127.0.0.1:{}", free_port()),
@@ -101,6 +105,12 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     // The detail is the pipeline's state: its config, the sensor sent, and its events.
     let (_, view) = get_json(&a, &format!("/api/pipelines/{}", ids[0])).unwrap();
     assert_eq!(view["config"]["pipeline"]["owner"], "tests", "{view}");
+    assert_eq!(
+        view["config"]["job"]["config"]["env"],
+        json!({"WRITTEN": "***", "READ": "${env:API_TEST_SECRET}"}),
+        "the API shows secrets as their placeholders, never a literal one"
+    );
+    assert!(!view.to_string().contains("plain-s3cret"), "{view}");
     let sensor = &view["sensors"][0];
     assert_eq!(
         (&sensor["key"], &sensor["data"]["count"]),

@@ -91,6 +91,21 @@ fn sluice_env(names: &BTreeSet<String>) -> BTreeSet<String> {
 }
 
 #[test]
+fn the_kubernetes_settings_run_no_shell_commands() {
+    for file in [
+        "deploy/k8s/base/sluice.toml",
+        "deploy/k8s/overlays/production/sluice.toml",
+    ] {
+        let settings: toml::Table = read(file).parse().unwrap();
+        let disabled = settings.get("disable-job-type").and_then(|v| v.as_array());
+        assert!(
+            disabled.is_some_and(|types| types.iter().any(|t| t.as_str() == Some("command"))),
+            "{file} turns `command` jobs off: {disabled:?}"
+        );
+    }
+}
+
+#[test]
 fn every_sluice_setting_in_the_deploy_files_exists() {
     let declared = declared_env();
     let mut used = BTreeSet::new();

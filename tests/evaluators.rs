@@ -94,7 +94,7 @@ fn a_pipeline_with_no_producer_runs_on_its_evaluators_and_replays_without_callin
         ]},
         "job": job,
     });
-    w.env.push(("PARTNER_TOKEN".into(), TOKEN.into()));
+    w.secret("PARTNER_TOKEN", TOKEN);
     // Replay runs in the records' event time, so this processor keeps the system clock (no
     // `--clock-offset`) and the run waits for the real next minute.
     w.start_with(&config);

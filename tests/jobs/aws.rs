@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use sluice::core::config::{JobConfig, JobKind};
 use sluice::core::lifecycle::TriggerRequest;
 use sluice::core::records::{FailureCategory, JobStatus};
-use sluice::runtime::jobs::{aws, Call, CallError, Client, Guard, Outcome};
+use sluice::runtime::jobs::{aws, Call, CallError, Client, Guard, Outcome, Redactor};
 
 use crate::support;
 
@@ -125,7 +125,7 @@ fn unique(what: &str) -> String {
 }
 
 fn client() -> Client {
-    Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap()
+    Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap()
 }
 
 /// A plain HTTP call (no signature) through a loopback-allowed client.
@@ -207,6 +207,7 @@ impl Job {
             config: &self.request.config,
             client: &self.client,
             producer: None,
+            redactor: Redactor::none(),
         }
     }
 
@@ -787,12 +788,13 @@ async fn lambda_function_error_fails_the_run() {
 #[tokio::test]
 async fn a_loopback_endpoint_needs_the_guard_to_allow_it() {
     let job = Job::new(JobKind::Glue, json!({"jobName": "x"}));
-    let guarded = Client::new(Guard::default()).unwrap();
+    let guarded = Client::new(Guard::default(), None).unwrap();
     let call = Call {
         request: &job.request,
         config: &job.request.config,
         client: &guarded,
         producer: None,
+        redactor: Redactor::none(),
     };
     permanent(aws::trigger(&call).await, "loopback");
 }

@@ -12,17 +12,17 @@ use sluice::core::events::{Event, EventType::*};
 
 use crate::support::{command_job, create_topics, day, pipeline, run_id, scripted_server, wait_until, World};
 
-fn go(w: &World, id: &str) {
+pub(crate) fn go(w: &World, id: &str) {
     w.sensor(id, "row-count", json!({"count": 5000}));
     w.sensor(id, "upstream", json!({"status": "ready"}));
 }
 
-fn last(events: &[Event], kind: sluice::core::events::EventType) -> &Event {
+pub(crate) fn last(events: &[Event], kind: sluice::core::events::EventType) -> &Event {
     events.iter().rev().find(|e| e.kind == kind).expect("event present")
 }
 
 /// Fast retry policies so the tests run in seconds; the defaults are 30 s and 2 s.
-fn quick(mut job: Value) -> Value {
+pub(crate) fn quick(mut job: Value) -> Value {
     job["triggerRetry"] = json!({"interval": "200ms", "backoffRate": 2, "maxAttempts": 2});
     job["statusCheckRetry"] = json!({"interval": "100ms", "backoffRate": 2, "maxAttempts": 2});
     job["pollInterval"] = json!("1s");
@@ -47,7 +47,7 @@ fn http_with_a_status_url_is_polled_until_it_succeeds() {
         "statusField": "state.phase",
         "headers": {"Authorization": "Bearer ${env:SLUICE_TEST_TOKEN}"}
     }, "maxRetries": 0}));
-    w.env.push(("SLUICE_TEST_TOKEN".into(), "s3cret-token-value".into()));
+    w.secret("SLUICE_TEST_TOKEN", "s3cret-token-value");
     w.start_with(&pipeline("hs", job));
     go(&w, "hs");
     let events = w.wait_for("hs", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
@@ -321,6 +321,8 @@ fn http_string_bodies_are_sent_raw_and_bodyless_jobs_send_par_day() {
     let mut w = World::new("http-bodies");
     w.env
         .push(("INTERLOCK_SLUICE_TEST_KEY".into(), "k3y-from-the-env".into()));
+    // Interlock's rule, every INTERLOCK_ variable, as a migrated deployment allows it.
+    w.allow_env.push("INTERLOCK_*".into());
     let raw = quick(json!({"type": "http", "maxRetries": 0, "config": {
         "url": format!("{}/raw", server.base),
         "body": "{\"body\": {\"pipeline\": \"${PIPELINE}\",  \"day\": \"${DATE_COMPACT}\"}}",
@@ -380,9 +382,9 @@ async fn an_hourly_bodyless_http_job_sends_par_day_and_par_hour() {
     use sluice::core::config::{JobConfig, JobKind};
     use sluice::core::lifecycle::TriggerRequest;
     use sluice::core::records::JobStatus;
-    use sluice::runtime::jobs::{http, Call, Client, Guard};
+    use sluice::runtime::jobs::{http, Call, Client, Guard, Redactor};
     let server = scripted_server();
-    let client = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap();
+    let client = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap();
     let config = json!({"url": format!("{}/hourly", server.base), "method": "put"});
     let config = JobConfig::from_json(JobKind::Http, &config).unwrap();
     let request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, config);
@@ -391,6 +393,7 @@ async fn an_hourly_bodyless_http_job_sends_par_day_and_par_hour() {
         config: &request.config,
         client: &client,
         producer: None,
+        redactor: Redactor::none(),
     };
     let outcome = http::trigger(&call).await.unwrap();
     assert_eq!(outcome.status, JobStatus::Succeeded, "{outcome:?}");

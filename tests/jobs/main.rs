@@ -8,3 +8,4 @@ mod support;
 mod aws;
 mod basics;
 mod orchestrators;
+mod secrets;

@@ -170,7 +170,7 @@ fn airflow_job(server: &Airflow, dag: &str, version: u8) -> Value {
 
 fn airflow_world(name: &str) -> World {
     let mut w = World::new(name);
-    w.env.push(("SLUICE_TEST_AIRFLOW_PASSWORD".into(), DAG_PASSWORD.into()));
+    w.secret("SLUICE_TEST_AIRFLOW_PASSWORD", DAG_PASSWORD);
     w
 }
 
@@ -263,17 +263,18 @@ async fn airflow_trigger_requested_again_adopts_the_dag_run() {
     use sluice::core::config::{JobConfig, JobKind};
     use sluice::core::lifecycle::TriggerRequest;
     use sluice::core::records::JobStatus;
-    use sluice::runtime::jobs::{airflow as client, Call, Client, Guard};
+    use sluice::runtime::jobs::{airflow as client, Call, Client, Guard, Redactor};
     let server = airflow(2, &[("etl", "success")]);
     let config = json!({"url": server.base, "dagId": "etl", "username": DAG_USER, "password": DAG_PASSWORD});
     let config = JobConfig::from_json(JobKind::Airflow, &config).unwrap();
     let request = TriggerRequest::new("p", "stream", "2026-11-22", 1, config);
-    let client_ = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap();
+    let client_ = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap();
     let call = Call {
         request: &request,
         config: &request.config,
         client: &client_,
         producer: None,
+        redactor: Redactor::none(),
     };
     let first = client::trigger(&call).await.unwrap();
     let again = client::trigger(&call).await.unwrap();
@@ -402,8 +403,7 @@ fn databricks_job(server: &Databricks, job: u64) -> Value {
 
 fn databricks_world(name: &str) -> World {
     let mut w = World::new(name);
-    w.env
-        .push(("SLUICE_TEST_DATABRICKS_TOKEN".into(), DATABRICKS_TOKEN.into()));
+    w.secret("SLUICE_TEST_DATABRICKS_TOKEN", DATABRICKS_TOKEN);
     w
 }
 
@@ -515,7 +515,7 @@ impl Direct {
         let config = JobConfig::from_json(kind, &config).unwrap();
         Direct {
             request: sluice::core::lifecycle::TriggerRequest::new("p", "stream", "2026-11-22", 1, config),
-            client: Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()])).unwrap(),
+            client: Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap(),
         }
     }
 
@@ -525,6 +525,7 @@ impl Direct {
             config: &self.request.config,
             client: &self.client,
             producer: None,
+            redactor: sluice::runtime::jobs::Redactor::none(),
         }
     }
 }

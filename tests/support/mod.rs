@@ -115,6 +115,8 @@ pub struct World {
     log: PathBuf,
     /// Extra environment for the processors this world starts (secrets, say).
     pub env: Vec<(String, String)>,
+    /// `--allow-env` names: which of those `${env:NAME}` may read ([`World::secret`]).
+    pub allow_env: Vec<String>,
     /// `--allow-target` ranges (SSRF guard): loopback by default, since the tests' job
     /// targets listen there; empty to test the guard itself.
     pub allow_targets: String,
@@ -179,6 +181,7 @@ impl World {
             processor: None,
             log,
             env: Vec::new(),
+            allow_env: Vec::new(),
             allow_targets: "127.0.0.0/8".into(),
             codec: None,
             ahead: chrono::TimeDelta::zero(),
@@ -246,6 +249,10 @@ impl World {
             true => command.env_remove("SLUICE_ALLOW_TARGETS"),
             false => command.env("SLUICE_ALLOW_TARGETS", &self.allow_targets),
         };
+        match self.allow_env.is_empty() {
+            true => command.env_remove("SLUICE_ALLOW_ENV"),
+            false => command.env("SLUICE_ALLOW_ENV", self.allow_env.join(",")),
+        };
         command
             .args([
                 "run",
@@ -262,6 +269,13 @@ impl World {
             .stderr(log)
             .spawn()
             .unwrap()
+    }
+
+    /// Sets `name` in the processors' environment and lets job configs read it as
+    /// `${env:NAME}` (`--allow-env`).
+    pub fn secret(&mut self, name: &str, value: &str) {
+        self.env.push((name.into(), value.into()));
+        self.allow_env.push(name.into());
     }
 
     /// Starts this world's processor serving HTTP on `addr` (with `extra` arguments) and

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::args::{parse_delta, parse_std_duration, DeciderArgs};
+use crate::core::config::JobKind;
 use crate::runtime::access::{self, Access};
 use crate::runtime::api::{self, Api, Commands};
 use crate::runtime::clock::Clock;
@@ -18,6 +19,7 @@ use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::forwarding::Misrouted;
 use crate::runtime::http as http_server;
 use crate::runtime::instances::{self, Directory, Member, PeerPattern};
+use crate::runtime::jobs::SecretPolicy;
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::observability;
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
@@ -53,6 +55,33 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     allow_targets: Vec<ipnet::IpNet>,
+    /// Sends job requests (and evaluators') through this proxy (a URL). Without it they go
+    /// direct: `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored, since the SSRF guard
+    /// sees the addresses the processor connects to, and behind a proxy it would see only
+    /// the proxy's.
+    #[arg(long, env = "SLUICE_JOB_PROXY", value_name = "URL")]
+    job_proxy: Option<String>,
+    /// Lets `${env:NAME}` (and `${INTERLOCK_NAME}`) in job and evaluator configs read the
+    /// variable NAME; a trailing `*` allows a prefix (`PARTNER_*`). Any other name fails the
+    /// trigger, naming this flag. Repeatable; env: comma-separated.
+    #[arg(
+        long = "allow-env",
+        value_name = "NAME",
+        env = "SLUICE_ALLOW_ENV",
+        value_delimiter = ','
+    )]
+    allow_env: Vec<String>,
+    /// Turns a job type off (e.g. `command`, which runs shell commands on this host): its
+    /// triggers and evaluators fail, PERMANENT, without running. Repeatable; env:
+    /// comma-separated.
+    #[arg(
+        long = "disable-job-type",
+        value_name = "TYPE",
+        env = "SLUICE_DISABLE_JOB_TYPES",
+        value_delimiter = ',',
+        value_parser = parse_job_kind
+    )]
+    disable_job_types: Vec<JobKind>,
     /// How long shutdown waits for the batch under way, and then for in-flight triggers (e.g. 30s).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
@@ -129,6 +158,10 @@ fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
         };
         format!("http://{host}:{}", http.port())
     })
+}
+
+fn parse_job_kind(text: &str) -> Result<JobKind, String> {
+    JobKind::parse(text.trim()).ok_or_else(|| format!("{text:?} is not a job type ({})", JobKind::names().join(", ")))
 }
 
 /// `--http`: `HOST:PORT`, or a bare `PORT` (or `:PORT`) on loopback.
@@ -250,6 +283,9 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
             max_concurrent: args.max_concurrent_triggers.max(1),
             per_target: args.max_calls_per_target.max(1),
             allowed_targets: args.allow_targets,
+            job_proxy: args.job_proxy,
+            secrets: SecretPolicy::new(args.allow_env, kafka.secret_values()),
+            disabled_job_types: args.disable_job_types,
         },
         shutdown_grace: args.shutdown_grace,
         decider: args.decider.settings(),

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::access::{Access, Grant};
 use super::codec::{Codec, Family};
 use super::instances::{Directory, Member};
+use super::jobs::secrets::hide_literal_secrets;
 use super::kafka;
 use super::opening::Openings;
 use super::recent::RecentEvents;
@@ -86,7 +87,11 @@ fn pipeline_view(id: &str, served: &Served<'_>) -> anyhow::Result<Answer> {
         "partition": partition,
         "servedBy": served.instance,
         "summary": status::summarize(id, &state),
-        "config": config.map(|c| c.to_value()),
+        "config": config.map(|c| {
+            let mut value = c.to_value();
+            hide_literal_secrets(&mut value);
+            value
+        }),
         "about": config.map(status::config_sentences),
         "rules": config.map(status::rules),
         "sensors": status::sensors(&state),

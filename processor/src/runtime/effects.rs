@@ -24,8 +24,11 @@
 //! made once (the decider arms its retry), and its answer, or why there is none, is written
 //! on `sluice.sensors` as a reading with source `evaluator` ([`jobs::evaluator`]).
 //!
-//! Secrets (`${env:NAME}`) are resolved at the moment of the call and never leave it: not
-//! in logs, reports or state.
+//! Secrets (`${env:NAME}`, names allowed by `--allow-env` only) are resolved at the moment
+//! of the call and never leave it: not in logs, reports or state; a report that quotes one
+//! (a command's output, a target's error) has it replaced by `***` ([`jobs::secrets`]).
+//! Job types the operator turned off (`--disable-job-type`) fail their triggers and
+//! evaluators, PERMANENT, without running.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
@@ -42,14 +45,13 @@ use tracing::{info, warn, Instrument};
 
 use super::clock::Clock;
 use super::codec::{Codec, Family};
-use super::jobs::{self, Call, CallError, Client, Guard, Outcome};
+use super::jobs::{self, Call, CallError, Client, Guard, Outcome, Redactor, SecretPolicy};
 use super::kafka;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord, SensorRecord, EVALUATOR_SOURCE};
-use crate::core::template::render_value;
 
 /// Infrastructure failures in a row that open a target's circuit.
 pub const BREAKER_THRESHOLD: u32 = 5;
@@ -65,6 +67,13 @@ pub struct Settings {
     /// Address ranges job URLs may reach although the SSRF guard refuses them by default
     /// (loopback, link-local, metadata).
     pub allowed_targets: Vec<IpNet>,
+    /// The proxy job requests go through (a URL); none: they go direct, whatever
+    /// `HTTP(S)_PROXY` says.
+    pub job_proxy: Option<String>,
+    /// Which `${env:NAME}` secrets jobs may read.
+    pub secrets: SecretPolicy,
+    /// Job types whose triggers and evaluators fail without running.
+    pub disabled_job_types: Vec<JobKind>,
 }
 
 pub struct Executor {
@@ -75,6 +84,8 @@ pub struct Executor {
     codec: Codec,
     client: Client,
     limits: Arc<Limits>,
+    secrets: Arc<SecretPolicy>,
+    disabled: Arc<[JobKind]>,
     /// Runs with a status check, or evaluators with a call, in flight: one due while the
     /// last is still being made is skipped, not stacked.
     checking: Arc<Mutex<HashSet<String>>>,
@@ -103,8 +114,13 @@ impl Executor {
             jobs_topic,
             sensors_topic,
             codec,
-            client: Client::new(Guard::new(settings.allowed_targets.clone()))?,
+            client: Client::new(
+                Guard::new(settings.allowed_targets.clone()),
+                settings.job_proxy.as_deref(),
+            )?,
             limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target).reporting_to(telemetry.clone())),
+            secrets: Arc::new(settings.secrets),
+            disabled: settings.disabled_job_types.into(),
             checking: Arc::new(Mutex::new(HashSet::new())),
             in_flight,
             tasks: JoinSet::new(),
@@ -186,6 +202,8 @@ impl Executor {
             codec: self.codec.clone(),
             client: self.client.clone(),
             limits: self.limits.clone(),
+            secrets: self.secrets.clone(),
+            disabled: self.disabled.clone(),
             clock: self.clock,
             telemetry: self.telemetry.clone(),
             request,
@@ -302,6 +320,8 @@ struct Work {
     codec: Codec,
     client: Client,
     limits: Arc<Limits>,
+    secrets: Arc<SecretPolicy>,
+    disabled: Arc<[JobKind]>,
     clock: Clock,
     telemetry: Arc<Telemetry>,
     request: TriggerRequest,
@@ -313,40 +333,54 @@ impl Work {
     async fn trigger(&self) -> Option<Outcome> {
         let r = &self.request;
         info!(job = r.kind().name(), "triggering job");
-        let config = match resolve_secrets(&r.config) {
-            Ok(config) => config,
+        let (config, redactor) = match self.prepare() {
+            Ok(prepared) => prepared,
             Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
         };
-        let call = self.call(&config);
-        if r.kind() == JobKind::Command {
-            return Some(self.run_command(&call).await);
-        }
-        Some(
+        let call = self.call(&config, &redactor);
+        let outcome = if r.kind() == JobKind::Command {
+            self.run_command(&call).await
+        } else {
             self.with_retries("trigger", r.retry, &call, || jobs::trigger(&call))
-                .await,
-        )
+                .await
+        };
+        Some(outcome.redacted(&redactor))
     }
 
     /// One status check of a running job.
     async fn check(&self, handle: &Value) -> Option<Outcome> {
         let r = &self.request;
-        let config = match resolve_secrets(&r.config) {
-            Ok(config) => config,
+        let (config, redactor) = match self.prepare() {
+            Ok(prepared) => prepared,
             Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
         };
-        let call = self.call(&config);
-        Some(
-            self.with_retries("status check", r.status_retry, &call, || jobs::status(&call, handle))
-                .await,
-        )
+        let call = self.call(&config, &redactor);
+        let outcome = self
+            .with_retries("status check", r.status_retry, &call, || jobs::status(&call, handle))
+            .await;
+        Some(outcome.redacted(&redactor))
     }
 
-    fn call<'a>(&'a self, config: &'a JobConfig) -> Call<'a> {
+    /// The request's job config with its secrets resolved, and what to redact from its
+    /// reports; why not, when its type is turned off or a secret cannot be read.
+    fn prepare(&self) -> Result<(JobConfig, Redactor), String> {
+        let kind = self.request.config.kind();
+        if self.disabled.contains(&kind) {
+            return Err(format!(
+                "{0} jobs and evaluators are turned off on this processor (run --disable-job-type {0})",
+                kind.name()
+            ));
+        }
+        self.secrets.resolve(&self.request.config)
+    }
+
+    fn call<'a>(&'a self, config: &'a JobConfig, redactor: &'a Redactor) -> Call<'a> {
         Call {
             request: &self.request,
             config,
             client: &self.client,
             producer: Some(&self.producer),
+            redactor,
         }
     }
 
@@ -393,17 +427,18 @@ impl Work {
     /// the reading to write, its `error` set when there is no answer.
     async fn evaluate(&self, key: &str) -> SensorRecord {
         let r = &self.request;
-        let answer = match resolve_secrets(&r.config) {
+        let answer = match self.prepare() {
             Err(reason) => Err(reason),
-            Ok(config) => {
-                let call = self.call(&config);
+            Ok((config, redactor)) => {
+                let call = self.call(&config, &redactor);
                 // Commands share the host: each evaluator command is its own target, so one
                 // failing cannot open the circuit of another's.
                 let target = match config.kind() {
                     JobKind::Command => format!("evaluator:{}/{key}", r.pipeline_id),
                     _ => jobs::target(&config),
                 };
-                (self.limits.call(&target, &|| jobs::evaluator::ask(&call, key)).await).map_err(|e| e.to_string())
+                (self.limits.call(&target, &|| jobs::evaluator::ask(&call, key)).await)
+                    .map_err(|e| redactor.redact(&e.to_string()))
             }
         };
         if let Err(reason) = &answer {
@@ -628,30 +663,6 @@ impl Limits {
     }
 }
 
-/// Expands `${env:NAME}` from the environment. Errors name the variable, never a value.
-fn resolve_secrets(config: &JobConfig) -> Result<JobConfig, String> {
-    let mut missing = Vec::new();
-    let resolved = config
-        .rendered(|json| {
-            render_value(json, &mut |name| {
-                let var = name.strip_prefix("env:")?;
-                let value = std::env::var(var).ok();
-                if value.is_none() {
-                    missing.push(var.to_string());
-                }
-                value
-            })
-        })
-        .map_err(|e| e.to_string())?;
-    if !missing.is_empty() {
-        return Err(format!(
-            "secret environment variable(s) not set: {}",
-            missing.join(", ")
-        ));
-    }
-    Ok(resolved)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,16 +756,5 @@ mod tests {
         finisher.join().unwrap();
         assert!(in_flight.start("p.s.d.1", 3), "a finished run may be requested again");
         assert_eq!(in_flight.count(&[3, 4]), 2);
-    }
-
-    #[test]
-    fn secrets_resolve_from_the_environment_and_missing_ones_are_named_not_shown() {
-        // PATH is set in every test environment; the other name is not.
-        let command = |config: Value| JobConfig::from_json(JobKind::Command, &config).unwrap();
-        let config = command(json!({"command": "${env:PATH}", "b": "x-${env:SLUICE_SURELY_UNSET_VAR}"}));
-        let error = resolve_secrets(&config).unwrap_err();
-        assert_eq!(error, "secret environment variable(s) not set: SLUICE_SURELY_UNSET_VAR");
-        let resolved = resolve_secrets(&command(json!({"command": "${env:PATH}"}))).unwrap();
-        assert_eq!(resolved.json()["command"], json!(std::env::var("PATH").unwrap()));
     }
 }

@@ -109,6 +109,16 @@ impl Connection {
         })
     }
 
+    /// The values of the secret properties (passwords, keys, tokens): what job reports must
+    /// never show.
+    pub fn secret_values(&self) -> Vec<String> {
+        self.properties
+            .iter()
+            .filter(|(name, _)| is_secret(name))
+            .map(|(_, value)| value.clone())
+            .collect()
+    }
+
     /// The same connection, working around `quirks` of its broker.
     pub fn with_quirks(self, quirks: Quirks) -> Connection {
         Connection { quirks, ..self }

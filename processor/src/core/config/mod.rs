@@ -10,9 +10,9 @@ mod model;
 mod reader;
 
 pub use job::{
-    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, GlueJob,
-    Headers, HttpJob, HttpMethod, InvocationType, Job, JobConfig, JobId, JobKind, JobSettings, KafkaJob, LambdaJob,
-    RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable,
+    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
+    GlueJob, Headers, HttpJob, HttpMethod, InvocationType, Job, JobConfig, JobId, JobKind, JobSettings, KafkaJob,
+    LambdaJob, RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable,
 };
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,

@@ -1,7 +1,11 @@
 //! `command` jobs: `sh -c <command>` on the processor's host, with the run's identity in the
 //! environment (`SLUICE_RUN_ID`, ...). Exit 0 succeeds, anything else fails; the timeout
 //! (`job.config.timeout`, default 300 s) kills it. The tails of stdout and stderr go into
-//! the report so a failure explains itself.
+//! the report, secrets redacted, so a failure explains itself.
+//!
+//! The command inherits none of the processor's environment (its Kafka, registry, cloud
+//! and Slack credentials live there) but `PATH`, `HOME` and `LANG`; what else it needs, the
+//! config names in `env` (whose values may read allowed `${env:NAME}` secrets).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -9,11 +13,16 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::process::Child;
 
-use super::{tail, Call, CallError, Outcome};
+use super::{tail, usable, Call, CallError, Outcome};
 use crate::core::config::{JobKind, JobSettings};
 use crate::core::records::{FailureCategory, JobStatus};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The processor's variables a command gets: enough for `sh` to find programs and for them
+/// to find a home and a locale; none holds a credential.
+const INHERITED: [&str; 3] = ["PATH", "HOME", "LANG"];
+/// `PATH` when the processor has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Starts the command; the caller reports it running, then [`wait`]s.
 pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
@@ -22,8 +31,9 @@ pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
         .map_err(|e| CallError::Permanent(format!("could not start the command: {e}")))
 }
 
-/// The command, ready to spawn: `sh -c`, the run's identity in its environment, no input,
-/// its output captured, killed when dropped.
+/// The command, ready to spawn: `sh -c`, an environment of `PATH`, `HOME`, `LANG`, the
+/// run's identity and the config's `env`, no input, its output captured, killed when
+/// dropped.
 pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
     let JobSettings::Command(job) = call.config.settings() else {
         return Err(call.not_for(JobKind::Command));
@@ -31,6 +41,17 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
     let command = &job.command;
     let r = call.request;
     let mut shell = tokio::process::Command::new("sh");
+    shell.env_clear();
+    for name in INHERITED {
+        if let Some(value) = std::env::var_os(name) {
+            shell.env(name, value);
+        }
+    }
+    if std::env::var_os("PATH").is_none() {
+        shell.env("PATH", DEFAULT_PATH);
+    }
+    // The config's own variables may not pose as the run's identity: those come last.
+    shell.envs(usable(&job.env)?);
     shell
         .arg("-c")
         .arg(command)
@@ -55,8 +76,9 @@ pub async fn wait(call: &Call<'_>, child: Child) -> Outcome {
         Ok(Err(e)) => return Outcome::failed(None, format!("waiting for the command failed: {e}")),
         Ok(Ok(output)) => output,
     };
-    let stdout = tail(&String::from_utf8_lossy(&output.stdout));
-    let stderr = tail(&String::from_utf8_lossy(&output.stderr));
+    // Redacted before the tail is cut, so no secret is left half shown at its start.
+    let stdout = tail(&call.redactor.redact(&String::from_utf8_lossy(&output.stdout)));
+    let stderr = tail(&call.redactor.redact(&String::from_utf8_lossy(&output.stderr)));
     let code = output.status.code();
     let mut outcome = match code {
         Some(0) => Outcome::succeeded("command exited 0"),

@@ -6,8 +6,9 @@
 //!   without `body` sends the question as JSON. A 2xx JSON answer is the reading; any other
 //!   answer, or none within the timeout, is a failure.
 //! - `command`: `sh -c <command>` with the question as JSON on stdin and the execution's
-//!   identity in the environment (`SLUICE_SENSOR_KEY` too); exit 0 with a JSON object on
-//!   stdout is the reading. Killed at the timeout (default 30 s).
+//!   identity in the environment (`SLUICE_SENSOR_KEY` too), and otherwise only what a
+//!   `command` job gets ([`command::shell`]); exit 0 with a JSON object on stdout is the
+//!   reading. Killed at the timeout (default 30 s).
 //!
 //! The question is the earlier AWS variant's evaluator input, `{pipelineId, scheduleId,
 //! date, key}`, and its evaluators' answers (`{status: PASS, value: {...}, reason}`) read
@@ -83,10 +84,10 @@ async fn run(call: &Call<'_>, key: &str) -> Result<Map<String, Value>, CallError
         }
         Ok(Ok(output)) => output,
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = call.redactor.redact(&String::from_utf8_lossy(&output.stdout));
     if !output.status.success() {
         let code = output.status.code().map_or("a signal".to_string(), |c| c.to_string());
-        let stderr = tail(&String::from_utf8_lossy(&output.stderr));
+        let stderr = tail(&call.redactor.redact(&String::from_utf8_lossy(&output.stderr)));
         return Err(CallError::Infra(format!(
             "the evaluator command exited {code}: {stderr}"
         )));

@@ -26,6 +26,7 @@ pub mod evaluator;
 pub mod guard;
 pub mod http;
 pub mod kafka;
+pub mod secrets;
 
 use std::time::Duration;
 
@@ -40,6 +41,7 @@ use crate::core::lifecycle::TriggerRequest;
 use crate::core::records::{FailureCategory, JobStatus};
 
 pub use guard::{Client, Guard};
+pub use secrets::{Redactor, SecretPolicy};
 
 /// Longest message taken from a target's answer into a report.
 pub const MESSAGE_LIMIT: usize = 500;
@@ -94,6 +96,18 @@ impl Outcome {
         }
     }
 
+    /// The outcome with `redactor`'s secrets replaced in its message and metadata, but for
+    /// the handle: status checks need it as the target gave it (and it holds no secret).
+    pub fn redacted(mut self, redactor: &Redactor) -> Self {
+        self.message = self.message.map(|m| redactor.redact(&m));
+        if let Some(Value::Object(metadata)) = &mut self.metadata {
+            for (_, value) in metadata.iter_mut().filter(|(k, _)| *k != "handle") {
+                redactor.redact_value(value);
+            }
+        }
+        self
+    }
+
     /// Adds `key: value` to the report's metadata (the target's own ids, states, codes).
     pub fn with(mut self, key: &str, value: Value) -> Self {
         let mut map = match self.metadata.take() {
@@ -126,6 +140,8 @@ pub struct Call<'a> {
     pub client: &'a Client,
     /// For `kafka` jobs, which publish their request on the broker.
     pub producer: Option<&'a FutureProducer>,
+    /// The secrets this call resolved and the processor's own, to keep out of its reports.
+    pub redactor: &'a Redactor,
 }
 
 impl Call<'_> {
@@ -364,6 +380,20 @@ pub fn join_url(base: &str, path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_are_redacted_but_for_the_handle_status_checks_need() {
+        let redactor = Redactor::new(vec!["s3cret-value".into()]);
+        let running = Outcome::running(json!("id-s3cret-value"))
+            .with("note", json!({"echo": ["s3cret-value"]}))
+            .redacted(&redactor);
+        assert_eq!(
+            running.metadata,
+            Some(json!({"handle": "id-s3cret-value", "note": {"echo": ["***"]}}))
+        );
+        let failed = Outcome::failed(None, "denied for s3cret-value").redacted(&redactor);
+        assert_eq!(failed.message.as_deref(), Some("denied for ***"));
+    }
 
     #[test]
     fn http_errors_retry_only_what_can_recover() {

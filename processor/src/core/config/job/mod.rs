@@ -16,8 +16,8 @@ use serde_json::Value;
 use crate::core::template::TemplateError;
 
 pub use settings::{
-    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, GlueJob,
-    Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob, LambdaJob, StepFunctionJob,
+    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
+    GlueJob, Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob, LambdaJob, StepFunctionJob,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +48,16 @@ impl JobKind {
         ("lambda", JobKind::Lambda),
         ("kafka", JobKind::Kafka),
     ];
+
+    /// The type named `name` (as `job.type` spells it).
+    pub fn parse(name: &str) -> Option<JobKind> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+    }
+
+    /// Every type's name, for messages.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|(n, _)| *n).collect()
+    }
 
     pub fn name(self) -> &'static str {
         Self::ALL

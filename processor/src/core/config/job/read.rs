@@ -9,6 +9,8 @@
 //!
 //! Strings are taken as written (a blank one too), as the clients always took them.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use super::settings::{
@@ -24,6 +26,7 @@ pub(super) fn settings(kind: JobKind, json: &Map<String, Value>) -> Result<JobSe
         JobKind::Http => JobSettings::Http(http(&f)?),
         JobKind::Command => JobSettings::Command(CommandJob {
             command: f.essential("command")?,
+            env: f.strings("env", "variable names"),
         }),
         JobKind::Airflow => JobSettings::Airflow(airflow(&f)?),
         JobKind::Databricks => JobSettings::Databricks(databricks(&f)?),
@@ -243,16 +246,20 @@ impl Fields<'_> {
 
     /// `headers`: a mapping of string values.
     fn headers(&self) -> Setting<Headers> {
-        let headers = match self.0.get("headers") {
-            None | Some(Value::Null) => return Ok(Headers::new()),
-            Some(Value::Object(headers)) => headers,
-            Some(_) => return Err(Unusable::of("headers", "must map header names to string values")),
+        self.strings("headers", "header names")
+    }
+
+    /// A mapping of `names` to string values; absent, an empty one.
+    fn strings(&self, key: &str, names: &str) -> Setting<BTreeMap<String, String>> {
+        let map = match self.0.get(key) {
+            None | Some(Value::Null) => return Ok(BTreeMap::new()),
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(Unusable::of(key, &format!("must map {names} to string values"))),
         };
-        headers
-            .iter()
+        map.iter()
             .map(|(name, value)| match value {
                 Value::String(value) => Ok((name.clone(), value.clone())),
-                _ => Err(Unusable::of(&format!("headers.{name}"), "must be a string")),
+                _ => Err(Unusable::of(&format!("{key}.{name}"), "must be a string")),
             })
             .collect()
     }

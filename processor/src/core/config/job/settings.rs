@@ -81,7 +81,13 @@ impl HttpMethod {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandJob {
     pub command: String,
+    /// `env`: the variables the command gets beyond its run's identity and `PATH`, `HOME`
+    /// and `LANG` (values may hold `${env:NAME}` secrets); it inherits nothing else.
+    pub env: Setting<Environment>,
 }
+
+/// `env`: variable values by name.
+pub type Environment = BTreeMap<String, String>;
 
 /// `airflow`: a DAG run through Airflow's REST API.
 #[derive(Debug, Clone, PartialEq)]

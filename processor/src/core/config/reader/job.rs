@@ -62,9 +62,9 @@ impl Reader {
 
     fn job_kind(&mut self, map: &Map<String, Value>) -> Option<JobKind> {
         let name = self.required_string(map, "type", "job")?;
-        let found = JobKind::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k);
+        let found = JobKind::parse(&name);
         if found.is_none() {
-            let names: Vec<&str> = JobKind::ALL.iter().map(|(n, _)| *n).collect();
+            let names = JobKind::names();
             self.problem("job.type", format!("{name:?} is not a job type ({})", names.join(", ")));
         }
         found
@@ -235,6 +235,7 @@ impl Reader {
             JobKind::Http => self.http_checks(config),
             JobKind::Command => {
                 self.required_string(config, "command", path);
+                self.environment(config);
             }
             JobKind::Airflow => self.airflow_checks(config),
             JobKind::Databricks => self.databricks_checks(config),
@@ -355,6 +356,21 @@ impl Reader {
         }
     }
 
+    /// A command's `env`: names a process environment can hold, string values.
+    fn environment(&mut self, config: &Map<String, Value>) {
+        let Some(env) = self.section(config, "env", "job.config") else {
+            return;
+        };
+        for (name, value) in env {
+            let path = format!("job.config.env.{name}");
+            if name.is_empty() || name.contains(['=', '\0']) {
+                self.problem(&path, "is not an environment variable name");
+            } else if !value.is_string() {
+                self.problem(&path, "must be a string");
+            }
+        }
+    }
+
     /// A required http(s) URL setting of `job.config`.
     fn url(&mut self, config: &Map<String, Value>, key: &str) {
         if let Some(url) = self.required_string(config, key, "job.config") {
@@ -455,7 +471,7 @@ fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'stat
             ],
             &[],
         ),
-        JobKind::Command => (&["command", "timeout"], &[]),
+        JobKind::Command => (&["command", "env", "timeout"], &[]),
         JobKind::Airflow => (
             &[
                 "url",

@@ -603,7 +603,7 @@ pub(crate) mod testing {
 
     use crate::core::config::{JobConfig, JobKind, JobSettings};
     use crate::core::lifecycle::TriggerRequest;
-    use crate::runtime::jobs::{Call, Client, Guard};
+    use crate::runtime::jobs::{Call, Client, Guard, Redactor};
 
     pub struct Parts {
         pub request: TriggerRequest,
@@ -622,7 +622,7 @@ pub(crate) mod testing {
             let config = JobConfig::from_json(kind, &config).unwrap();
             Parts {
                 request: TriggerRequest::new("pipe-1", "daily", "2026-11-22", 1, config),
-                client: Client::new(Guard::default()).unwrap(),
+                client: Client::new(Guard::default(), None).unwrap(),
             }
         }
 
@@ -636,6 +636,7 @@ pub(crate) mod testing {
                 config: &self.request.config,
                 client: &self.client,
                 producer: None,
+                redactor: Redactor::none(),
             }
         }
     }
