@@ -152,10 +152,14 @@ fn reader(kafka: &Connection) -> Result<kafka::Reader> {
 
 /// The records of changelog partition `partition` from offset `from` to its end now.
 pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) -> Result<Vec<Entry>> {
-    let (_, end) = reader(kafka)?
+    let reader = reader(kafka)?;
+    let (_, end) = reader
         .range(topic, partition)
         .context("reading the changelog partition's end")?;
-    read_range(kafka, topic, partition, from..end)
+    match from < end {
+        true => read_ranges_on(&reader, topic, partition, std::slice::from_ref(&(from..end))),
+        false => Ok(Vec::new()),
+    }
 }
 
 /// The records of changelog partition `partition` in `range`.
@@ -174,7 +178,16 @@ pub fn read_ranges(
     partition: i32,
     ranges: &[std::ops::Range<i64>],
 ) -> Result<Vec<Entry>> {
-    let consumer = reader(kafka)?;
+    read_ranges_on(&reader(kafka)?, topic, partition, ranges)
+}
+
+/// [`read_ranges`] with a reader the caller has already.
+fn read_ranges_on(
+    consumer: &kafka::Reader,
+    topic: &str,
+    partition: i32,
+    ranges: &[std::ops::Range<i64>],
+) -> Result<Vec<Entry>> {
     let mut entries = Vec::new();
     for range in ranges {
         let mut list = TopicPartitionList::new();

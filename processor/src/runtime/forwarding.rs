@@ -28,10 +28,11 @@ pub fn copy_mark(message: &OwnedMessage) -> Option<Result<Forwarded, Implausible
     Some(Forwarded::parse(header.value.unwrap_or_default()))
 }
 
-/// The ends (high watermarks) of the partitions one batch's copies name, each looked up once,
-/// after the batch was fetched: every genuine copy in it was forwarded after its record was
-/// read, so it names an offset below an end looked up later, and a forged mark beyond that
-/// end costs no second look-up.
+/// The ends (high watermarks) of the partitions copies name, as last looked up. An end only
+/// grows, so a mark below the one known is plausible without asking the broker; only a mark
+/// at or beyond it makes a new look-up (after the copy was fetched: a genuine copy's record
+/// was read there before it was forwarded, so it lies below the end then), and a forged mark
+/// beyond the new end is refused.
 #[derive(Default)]
 pub struct Ends(HashMap<(String, i32), i64>);
 
@@ -49,17 +50,14 @@ impl Ends {
         let (topic, p) = (message.topic(), message.partition());
         let mark = mark?;
         mark.check(p, partitions)?;
-        let key = (topic.to_string(), mark.partition);
-        let end = match self.0.get(&key) {
-            Some(end) => *end,
-            None => {
-                let end = end_of(consumer, topic, mark.partition).await;
-                self.0.insert(key, end);
-                end
-            }
-        };
         // tansu 0.6 reports an end one short after a multi-record batch.
         let short = i64::from(quirks == Quirks::Tansu);
+        let key = (topic.to_string(), mark.partition);
+        if self.0.get(&key).is_some_and(|end| mark.check_end(end + short).is_ok()) {
+            return Ok(mark);
+        }
+        let end = end_of(consumer, topic, mark.partition).await;
+        self.0.insert(key, end);
         mark.check_end(end + short).map(|()| mark)
     }
 }

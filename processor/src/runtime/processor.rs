@@ -212,8 +212,6 @@ struct Pending {
     /// Forwarded copies applied, by (partition, topic, partition they came from), as the
     /// batch leaves them.
     windows: HashMap<(i32, String, i32), ForwardWindow>,
-    /// Where the partitions that copies name end, to check their marks against.
-    ends: Ends,
 }
 
 /// Where an input record is decided.
@@ -258,6 +256,8 @@ pub struct Processor {
     time: Monotonic,
     /// API questions answered since input or timers last had a turn (see [`QUERY_SHARE`]).
     answered: u32,
+    /// Where the partitions that forwarded copies name end, to check their marks against.
+    ends: Ends,
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
@@ -435,6 +435,7 @@ impl Processor {
             telemetry,
             time,
             answered: 0,
+            ends: Ends::default(),
             last_commit: None,
             partitions,
             stale_effects: BTreeMap::new(),
@@ -735,7 +736,7 @@ impl Processor {
             }
             // Fails closed: until the records are read, nobody can tell whether they hold a
             // newer owner's fence, so the batch waits (nothing of it is written or started);
-            // a lost assignment meanwhile gives the partition up.
+            // a lost assignment meanwhile stops the batch (see flush).
             let topic = &self.settings.topics.changelog;
             let mut backoff = Duration::from_millis(200);
             let entries = loop {
@@ -743,6 +744,8 @@ impl Processor {
                     tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, &foreign));
                 match read {
                     Ok(entries) => break Some(entries),
+                    // Lost meanwhile (an outage, or a pause): the batch stops at the
+                    // lost-assignment check before its state and triggers (see flush).
                     Err(_) if self.consumer.assignment_lost() => break None,
                     Err(e) => {
                         warn!(partition = p, error = %format!("{e:#}"), ?foreign, "could not read another writer's changelog records: the batch waits until they are read");
@@ -751,10 +754,7 @@ impl Processor {
                     }
                 }
             };
-            let Some(entries) = entries else {
-                fenced.insert(p);
-                continue;
-            };
+            let Some(entries) = entries else { continue };
             let repair = match crate::core::changelog::foreign_writes(&entries, writer.epoch) {
                 Foreign::Fenced => {
                     fenced.insert(p);
@@ -1101,9 +1101,7 @@ impl Processor {
             return Ok(Route::Here);
         };
         let quirks = self.settings.kafka.quirks();
-        let checked = pending
-            .ends
-            .check(&self.consumer, quirks, self.partitions, message, mark);
+        let checked = self.ends.check(&self.consumer, quirks, self.partitions, message, mark);
         let mark = match checked.await {
             Ok(mark) => mark,
             Err(implausible) => {

@@ -89,8 +89,9 @@ impl Decider<'_> {
     /// `--max-sensors-per-pipeline` until it refused every new date.
     pub(super) fn prune_stale_readings(&mut self) {
         let in_use = self.days_in_use();
+        let oldest_kept = self.today() - self.retention();
         let stale: Vec<String> = (self.state.sensors.iter())
-            .filter(|(_, s)| (s.scope()).is_some_and(|d| self.beyond_retention(d) && !in_use.contains(&Some(d.day))))
+            .filter(|(_, s)| (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&Some(d.day))))
             .map(|(slot, _)| slot.clone())
             .collect();
         if stale.is_empty() {
@@ -107,8 +108,12 @@ impl Decider<'_> {
 
     /// Whether `date` is too old to start an execution (see the module comment).
     pub(super) fn beyond_retention(&self, date: ExecutionDate) -> bool {
+        date.day < self.today() - self.retention()
+    }
+
+    /// Today in the schedule's timezone.
+    fn today(&self) -> NaiveDate {
         let tz = self.config().map(|c| c.schedule.timezone).unwrap_or(chrono_tz::UTC);
-        let today = self.now().with_timezone(&tz).date_naive();
-        date.day + self.retention() < today
+        self.now().with_timezone(&tz).date_naive()
     }
 }
