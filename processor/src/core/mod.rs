@@ -12,6 +12,7 @@ pub mod events;
 pub mod execution;
 pub mod forwarding;
 pub mod graph;
+pub mod handover;
 pub mod history;
 pub mod lifecycle;
 pub mod limits;

@@ -148,6 +148,9 @@ pub enum JobStatus {
     Succeeded,
     Failed,
     Timeout,
+    /// Not a run's state: an executor that lost the run's partition stopped making or
+    /// retrying its trigger, which the run's next owner may now request again.
+    Released,
 }
 
 impl JobStatus {
@@ -157,6 +160,7 @@ impl JobStatus {
             JobStatus::Succeeded => "succeeded",
             JobStatus::Failed => "failed",
             JobStatus::Timeout => "timeout",
+            JobStatus::Released => "released",
         }
     }
 }

@@ -19,6 +19,12 @@
 //!   in flight ([`InFlight`]) and never starts a second call for one; a partition being
 //!   revoked waits for its in-flight triggers to report before it is let go (see
 //!   [`InFlight::wait_for`]), so its next owner reads their reports instead of calling again.
+//! - **a deadline and a release**: a trigger's call ends by the request's `deadline` (no try
+//!   starts later, none runs past it). A partition let go with calls still in flight
+//!   releases them ([`InFlight::release`]): each stops at once if it waits (for a slot or a
+//!   retry's backoff), or after the try it is making, and writes a `released` report naming
+//!   the deadline it gave up. Until that report, an answer or the deadline, the run's next
+//!   owner does not make the call (see `Processor::resume_triggers`).
 //!
 //! An evaluator's call ([`Effect::Evaluate`]) goes through the same bounds and breaker, is
 //! made once (the decider arms its retry), and its answer, or why there is none, is written
@@ -38,7 +44,7 @@ use anyhow::Result;
 use ipnet::IpNet;
 use rdkafka::producer::FutureProducer;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
@@ -51,7 +57,7 @@ use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
-use crate::core::records::{FailureCategory, JobRecord, SensorRecord, EVALUATOR_SOURCE};
+use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
 
 /// Infrastructure failures in a row that open a target's circuit.
 pub const BREAKER_THRESHOLD: u32 = 5;
@@ -134,19 +140,19 @@ impl Executor {
     pub fn spawn(&mut self, effect: Effect, partition: i32) {
         // The request to carry out and, for a status check, the run's handle; nothing when
         // the run has a call of the same kind in flight already.
-        let (request, handle) = match effect {
+        let (request, handle, release) = match effect {
             Effect::TriggerJob(request) => {
-                if !self.in_flight.start(&request.run_id, partition) {
+                let Some(release) = self.in_flight.start(&request.run_id, partition) else {
                     info!(run_id = %request.run_id, "trigger not requested again: its call is still in flight");
                     return;
-                }
-                (request, None)
+                };
+                (request, None, Some(release))
             }
             Effect::CheckJob(check) => {
                 if !self.checking_starts(&check.request.run_id, "status check skipped") {
                     return;
                 }
-                (check.request, Some(check.handle))
+                (check.request, Some(check.handle), None)
             }
             Effect::Evaluate(call) => return self.evaluate(call),
         };
@@ -168,22 +174,31 @@ impl Executor {
         );
         self.tasks.spawn(
             async move {
-                let outcome = match &handle {
-                    None => work.trigger().await,
-                    Some(handle) => {
+                let outcome = match (&handle, release) {
+                    (Some(handle), _) => {
                         let outcome = work.check(handle).await;
                         checking.lock().unwrap().remove(&work.request.run_id);
                         outcome
                     }
+                    (None, release) => {
+                        let mut stop = Stop::at(work.deadline(), release);
+                        work.trigger(&mut stop).await
+                    }
                 };
+                // A trigger stays in flight until its report is on the broker (the run's
+                // next owner reads it there); a released one no longer is: it calls nothing,
+                // and the run may be requested again as soon as the report is read.
+                let trigger = handle.is_none();
+                let released = outcome.as_ref().is_some_and(|o| o.status == JobStatus::Released);
+                if trigger && released {
+                    in_flight.finish(&work.request.run_id);
+                }
                 if let Some(outcome) = outcome {
                     let seconds = started.elapsed().as_secs_f64();
                     telemetry.effect_outcome(job_type, outcome.status.as_str(), seconds);
                     work.report(outcome).await;
                 }
-                // A trigger stays in flight until its report is on the broker: the run's
-                // next owner reads it there.
-                if handle.is_none() {
+                if trigger && !released {
                     in_flight.finish(&work.request.run_id);
                 }
                 telemetry.effect_finished();
@@ -245,41 +260,130 @@ impl Executor {
         starts
     }
 
-    /// Waits for in-flight effects, at most `grace`.
+    /// Waits for in-flight effects, at most `grace`; then releases the triggers still in
+    /// flight (see [`Self::let_go`]).
     pub async fn drain(&mut self, grace: Duration) {
-        let deadline = tokio::time::sleep(grace);
+        if !self.join_all(grace).await {
+            warn!(
+                in_flight = self.tasks.len(),
+                "shutdown grace elapsed with effects in flight: releasing their triggers"
+            );
+            self.let_go().await;
+        }
+    }
+
+    /// Releases every trigger in flight and gives them [`RELEASE_WAIT`] to stop and say so;
+    /// what is still running then (a try that outlasts it) is cut, and its run's next owner
+    /// waits for the call's deadline.
+    pub async fn let_go(&mut self) {
+        let released = self.in_flight.release_all();
+        if released > 0 {
+            info!(released, "triggers in flight released");
+        }
+        if !self.join_all(RELEASE_WAIT).await {
+            warn!(
+                in_flight = self.tasks.len(),
+                "effects still in flight cut: their runs wait for their calls' deadlines"
+            );
+            self.tasks.abort_all();
+            // Nothing is in flight any more: closing must not wait for these.
+            self.in_flight.runs.lock().unwrap().clear();
+        }
+    }
+
+    /// Waits for every task, at most `wait`; whether they all ended.
+    async fn join_all(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::sleep(wait);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
-                next = self.tasks.join_next() => if next.is_none() { return },
-                _ = &mut deadline => {
-                    warn!(in_flight = self.tasks.len(), "shutdown grace elapsed with triggers in flight; their runs stay awaiting a report");
-                    self.tasks.abort_all();
-                    // Nothing is in flight any more: closing must not wait for these.
-                    self.in_flight.runs.lock().unwrap().clear();
-                    return;
-                }
+                next = self.tasks.join_next() => if next.is_none() { return true },
+                _ = &mut deadline => return false,
             }
         }
     }
 }
 
-/// The run ids of the triggers in flight, with the input partition of their pipeline.
+/// How long released triggers get to stop and write their `released` reports.
+pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// Why a trigger's call stops before an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// Its partition was let go.
+    Released,
+    /// Its deadline came.
+    Deadline,
+}
+
+/// When a trigger's call stops: at its deadline, or when its partition is let go. Status
+/// checks and evaluators have neither ([`Stop::never`]).
+struct Stop {
+    deadline: Option<Instant>,
+    release: Option<watch::Receiver<bool>>,
+}
+
+impl Stop {
+    fn never() -> Self {
+        Stop {
+            deadline: None,
+            release: None,
+        }
+    }
+
+    fn at(deadline: Option<Instant>, release: Option<watch::Receiver<bool>>) -> Self {
+        Stop { deadline, release }
+    }
+
+    /// Whether the call has to stop now.
+    fn now(&self) -> Option<Stopped> {
+        if self.release.as_ref().is_some_and(|r| *r.borrow()) {
+            return Some(Stopped::Released);
+        }
+        self.deadline
+            .filter(|d| *d <= Instant::now())
+            .map(|_| Stopped::Deadline)
+    }
+
+    /// Resolves when the call has to stop.
+    async fn reached(&mut self) -> Stopped {
+        let deadline = self.deadline;
+        let released = async {
+            let told = match &mut self.release {
+                Some(release) => release.wait_for(|r| *r).await.is_ok(),
+                None => false,
+            };
+            // A sender gone (the run no longer in flight) releases nothing.
+            if !told {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = released => Stopped::Released,
+            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => Stopped::Deadline,
+        }
+    }
+}
+
+/// The run ids of the triggers in flight, with the input partition of their pipeline and
+/// the switch that releases them.
 #[derive(Default)]
 pub struct InFlight {
-    runs: Mutex<HashMap<String, i32>>,
+    runs: Mutex<HashMap<String, (i32, watch::Sender<bool>)>>,
     finished: Condvar,
 }
 
 impl InFlight {
-    /// Registers a call for `run_id`; false when one is in flight already.
-    fn start(&self, run_id: &str, partition: i32) -> bool {
+    /// Registers a call for `run_id`: what tells it it was released; `None` when one is in
+    /// flight already.
+    fn start(&self, run_id: &str, partition: i32) -> Option<watch::Receiver<bool>> {
         let mut runs = self.runs.lock().unwrap();
         if runs.contains_key(run_id) {
-            return false;
+            return None;
         }
-        runs.insert(run_id.to_string(), partition);
-        true
+        let (release, released) = watch::channel(false);
+        runs.insert(run_id.to_string(), (partition, release));
+        Some(released)
     }
 
     fn finish(&self, run_id: &str) {
@@ -290,7 +394,25 @@ impl InFlight {
     /// How many triggers of `partitions` are in flight.
     pub fn count(&self, partitions: &[i32]) -> usize {
         let runs = self.runs.lock().unwrap();
-        runs.values().filter(|p| partitions.contains(p)).count()
+        runs.values().filter(|(p, _)| partitions.contains(p)).count()
+    }
+
+    /// Tells the triggers of `partitions` in flight that their partition was let go: they
+    /// stop retrying and say so (see [`Stop`]). Returns how many were told.
+    pub fn release(&self, partitions: &[i32]) -> usize {
+        let runs = self.runs.lock().unwrap();
+        let told = runs.values().filter(|(p, _)| partitions.contains(p));
+        told.map(|(_, release)| release.send_replace(true))
+            .filter(|was| !was)
+            .count()
+    }
+
+    fn release_all(&self) -> usize {
+        let runs = self.runs.lock().unwrap();
+        runs.values()
+            .map(|(_, release)| release.send_replace(true))
+            .filter(|was| !was)
+            .count()
     }
 
     /// Blocks until no trigger of `partitions` is in flight (their reports are written), or
@@ -302,7 +424,7 @@ impl InFlight {
         let deadline = std::time::Instant::now() + timeout;
         let mut runs = self.runs.lock().unwrap();
         loop {
-            let left = runs.values().filter(|p| partitions.contains(p)).count();
+            let left = runs.values().filter(|(p, _)| partitions.contains(p)).count();
             let now = std::time::Instant::now();
             if left == 0 || now >= deadline {
                 return left;
@@ -330,7 +452,7 @@ struct Work {
 impl Work {
     /// Starts the run; `None` when the outcome was already reported (a command reports
     /// running itself, then its end).
-    async fn trigger(&self) -> Option<Outcome> {
+    async fn trigger(&self, stop: &mut Stop) -> Option<Outcome> {
         let r = &self.request;
         info!(job = r.kind().name(), "triggering job");
         let (config, redactor) = match self.prepare() {
@@ -339,12 +461,38 @@ impl Work {
         };
         let call = self.call(&config, &redactor);
         let outcome = if r.kind() == JobKind::Command {
-            self.run_command(&call).await
+            self.run_command(&call, stop).await
         } else {
-            self.with_retries("trigger", r.retry, &call, || jobs::trigger(&call))
+            self.with_retries("trigger", r.retry, &call, stop, || jobs::trigger(&call))
                 .await
         };
         Some(outcome.redacted(&redactor))
+    }
+
+    /// The request's deadline on the runtime's clock (`None`: journaled before deadlines).
+    fn deadline(&self) -> Option<Instant> {
+        Some(Instant::now() + self.clock.until(self.request.deadline?))
+    }
+
+    /// What a trigger stopped before an answer reports: `released` (naming the deadline it
+    /// gave up, so that the run's next owner can tell it from an older call's), or a failure
+    /// at the deadline.
+    fn stopped(&self, why: Stopped, what: &str, tries: u32, last_error: Option<&str>) -> Outcome {
+        match why {
+            Stopped::Released => {
+                info!(run_id = %self.request.run_id, tries, "{what} released: its partition was let go");
+                Outcome::released(self.request.deadline)
+            }
+            Stopped::Deadline => {
+                warn!(run_id = %self.request.run_id, tries, "{what} gave up at its deadline");
+                let error = last_error.map_or_else(String::new, |e| format!(": {e}"));
+                Outcome::failed(
+                    Some(FailureCategory::Infra),
+                    format!("{what} gave up at its deadline after {tries} tries{error}"),
+                )
+                .with("tries", json!(tries))
+            }
+        }
     }
 
     /// One status check of a running job.
@@ -356,7 +504,9 @@ impl Work {
         };
         let call = self.call(&config, &redactor);
         let outcome = self
-            .with_retries("status check", r.status_retry, &call, || jobs::status(&call, handle))
+            .with_retries("status check", r.status_retry, &call, &mut Stop::never(), || {
+                jobs::status(&call, handle)
+            })
             .await;
         Some(outcome.redacted(&redactor))
     }
@@ -384,9 +534,16 @@ impl Work {
         }
     }
 
-    /// Makes `attempt` until it answers, fails permanently, or the policy's retries are
-    /// spent; each try holds a concurrency slot and passes the target's breaker.
-    async fn with_retries<F, Fut>(&self, what: &str, policy: RetryPolicy, call: &Call<'_>, attempt: F) -> Outcome
+    /// Makes `attempt` until it answers, fails permanently, the policy's retries are spent
+    /// or `stop` says; each try holds a concurrency slot and passes the target's breaker.
+    async fn with_retries<F, Fut>(
+        &self,
+        what: &str,
+        policy: RetryPolicy,
+        call: &Call<'_>,
+        stop: &mut Stop,
+        attempt: F,
+    ) -> Outcome
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Outcome, CallError>>,
@@ -394,8 +551,12 @@ impl Work {
         let r = &self.request;
         let target = jobs::target(call.config);
         let mut retries = 0;
+        let mut last_error = None;
         loop {
-            let answer = self.limits.call(&target, &attempt).await;
+            let answer = match self.limits.call_until(&target, &attempt, stop).await {
+                Ok(answer) => answer,
+                Err(why) => return self.stopped(why, what, retries, last_error.as_deref()),
+            };
             let error = match answer {
                 Ok(outcome) => return outcome,
                 Err(CallError::Permanent(reason)) => {
@@ -407,7 +568,11 @@ impl Work {
             match policy.delay(retries) {
                 Some(wait) => {
                     warn!(run_id = %r.run_id, target, error = %error, retry = retries, wait_ms = wait.as_millis() as u64, "{what} failed; retrying");
-                    tokio::time::sleep(wait).await;
+                    last_error = Some(error);
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        why = stop.reached() => return self.stopped(why, what, retries, last_error.as_deref()),
+                    }
                 }
                 None => {
                     let tries = retries;
@@ -467,9 +632,16 @@ impl Work {
         self.write(Family::Sensors, &self.sensors_topic, json).await
     }
 
-    async fn run_command(&self, call: &Call<'_>) -> Outcome {
+    async fn run_command(&self, call: &Call<'_>, stop: &mut Stop) -> Outcome {
         // A command holds its slot while it runs; commands share the host, not a target.
-        let _slot = self.limits.overall.clone().acquire_owned().await;
+        // Once started it runs to its end here, released or not: it reports that itself.
+        let _slot = tokio::select! {
+            slot = self.limits.overall.clone().acquire_owned() => slot,
+            why = stop.reached() => return self.stopped(why, "command", 0, None),
+        };
+        if let Some(why) = stop.now() {
+            return self.stopped(why, "command", 0, None);
+        }
         match jobs::command::start(call) {
             Err(e) => Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
             Ok(child) => {
@@ -607,15 +779,42 @@ impl Limits {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
+        let answer = self.call_until(target, attempt, &mut Stop::never()).await;
+        answer.unwrap_or_else(|_| unreachable!("a call that never stops stopped"))
+    }
+
+    /// [`Self::call`], unless `stop` says so before the call is made (waiting for a slot
+    /// included). A call being made is not cut when released (it may have reached the
+    /// target: its answer is worth reporting), but is at the deadline.
+    async fn call_until<T, F, Fut>(
+        &self,
+        target: &str,
+        attempt: &F,
+        stop: &mut Stop,
+    ) -> Result<Result<T, CallError>, Stopped>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
+        if let Some(why) = stop.now() {
+            return Err(why);
+        }
         if let Some(refusal) = self.open(target) {
-            return Err(CallError::Infra(refusal));
+            return Ok(Err(CallError::Infra(refusal)));
         }
         let answer = {
-            let _slot = self.slot(target).await;
-            attempt().await
+            let _slot = tokio::select! {
+                slot = self.slot(target) => slot,
+                why = stop.reached() => return Err(why),
+            };
+            match stop.deadline {
+                None => attempt().await,
+                Some(deadline) => (tokio::time::timeout_at(deadline, attempt()).await)
+                    .unwrap_or_else(|_| Err(CallError::Infra("no answer by the call's deadline".into()))),
+            }
         };
         self.record(target, &answer);
-        answer
+        Ok(answer)
     }
 
     /// Why calls to `target` fail at once, if its circuit is open.
@@ -665,6 +864,10 @@ impl Limits {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
+    use futures::FutureExt;
+
     use super::*;
 
     fn infra() -> Result<Outcome, CallError> {
@@ -738,9 +941,12 @@ mod tests {
     #[test]
     fn a_run_has_one_call_in_flight_and_revocation_waits_for_it() {
         let in_flight = Arc::new(InFlight::default());
-        assert!(in_flight.start("p.s.d.1", 3));
-        assert!(!in_flight.start("p.s.d.1", 3), "a second call for the same run");
-        assert!(in_flight.start("q.s.d.1", 4));
+        assert!(in_flight.start("p.s.d.1", 3).is_some());
+        assert!(
+            in_flight.start("p.s.d.1", 3).is_none(),
+            "a second call for the same run"
+        );
+        assert!(in_flight.start("q.s.d.1", 4).is_some());
         assert_eq!(in_flight.count(&[3]), 1);
         assert_eq!(
             in_flight.wait_for(&[5], Duration::from_secs(60)),
@@ -754,7 +960,154 @@ mod tests {
         };
         assert_eq!(in_flight.wait_for(&[3], Duration::from_secs(60)), 0);
         finisher.join().unwrap();
-        assert!(in_flight.start("p.s.d.1", 3), "a finished run may be requested again");
+        assert!(
+            in_flight.start("p.s.d.1", 3).is_some(),
+            "a finished run may be requested again"
+        );
         assert_eq!(in_flight.count(&[3, 4]), 2);
+    }
+
+    #[test]
+    fn only_the_revoked_partitions_calls_are_released() {
+        let in_flight = InFlight::default();
+        let three = in_flight.start("p.s.d.1", 3).unwrap();
+        let four = in_flight.start("q.s.d.1", 4).unwrap();
+        assert_eq!(in_flight.release(&[3, 5]), 1);
+        assert!(*three.borrow() && !*four.borrow());
+        assert_eq!(in_flight.release(&[3]), 0, "told once");
+        assert_eq!(in_flight.release_all(), 1);
+        assert!(*four.borrow());
+    }
+
+    /// A trigger of an `http` job, with the default retry policy (30 s, ×2, 3 retries).
+    fn work() -> Work {
+        let request = TriggerRequest::new(
+            "p",
+            "daily",
+            "2026-11-26",
+            1,
+            JobConfig::from_json(JobKind::Http, &json!({"url": "http://target.test/run"})).unwrap(),
+        );
+        let producer: FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .unwrap();
+        Work {
+            producer,
+            topic: "sluice.jobs".into(),
+            sensors_topic: "sluice.sensors".into(),
+            codec: Codec::json(),
+            client: Client::new(Guard::new(Vec::new()), None).unwrap(),
+            limits: Arc::new(Limits::new(4, 2)),
+            secrets: Arc::new(SecretPolicy::default()),
+            disabled: Arc::new([]),
+            clock: Clock::system(),
+            telemetry: Telemetry::new(),
+            request,
+        }
+    }
+
+    /// Tries made, and the attempt: each try takes `takes`, then fails as a 503 would.
+    fn failing(
+        takes: Duration,
+    ) -> (
+        Arc<AtomicU32>,
+        impl Fn() -> futures::future::BoxFuture<'static, Result<Outcome, CallError>>,
+    ) {
+        let tries = Arc::new(AtomicU32::new(0));
+        let counted = tries.clone();
+        let attempt = move || {
+            counted.fetch_add(1, SeqCst);
+            async move {
+                tokio::time::sleep(takes).await;
+                infra()
+            }
+            .boxed()
+        };
+        (tries, attempt)
+    }
+
+    /// Runs `work`'s retries of `attempt` in a task, stopped by `stop`.
+    fn retrying(
+        work: Work,
+        attempt: impl Fn() -> futures::future::BoxFuture<'static, Result<Outcome, CallError>> + Send + Sync + 'static,
+        mut stop: Stop,
+    ) -> tokio::task::JoinHandle<Outcome> {
+        tokio::spawn(async move {
+            let (config, redactor) = (work.request.config.clone(), Redactor::default());
+            let call = work.call(&config, &redactor);
+            work.with_retries("trigger", work.request.retry, &call, &mut stop, attempt)
+                .await
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_trigger_makes_no_further_try_and_says_so() {
+        let (tries, attempt) = failing(Duration::ZERO);
+        let (release, released) = watch::channel(false);
+        let task = retrying(work(), attempt, Stop::at(None, Some(released)));
+        // The first try failed; the retry waits its 30 s backoff.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(tries.load(SeqCst), 1);
+        release.send_replace(true);
+        let outcome = task.await.unwrap();
+        assert_eq!(outcome.status, JobStatus::Released, "{outcome:?}");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(tries.load(SeqCst), 1, "no retry after the release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_try_being_made_when_released_runs_to_its_answer_and_is_the_last() {
+        let (tries, attempt) = failing(Duration::from_secs(20));
+        let (release, released) = watch::channel(false);
+        let task = retrying(work(), attempt, Stop::at(None, Some(released)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        release.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!task.is_finished(), "the try in progress is not cut");
+        let outcome = task.await.unwrap();
+        assert_eq!((outcome.status, tries.load(SeqCst)), (JobStatus::Released, 1));
+        // A try that answers is reported as it answered, released or not.
+        let (release, released) = watch::channel(false);
+        let slow_success = || {
+            async {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                Ok(Outcome::succeeded("accepted"))
+            }
+            .boxed()
+        };
+        let task = retrying(work(), slow_success, Stop::at(None, Some(released)));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        release.send_replace(true);
+        assert_eq!(task.await.unwrap().status, JobStatus::Succeeded);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_try_starts_after_the_deadline_and_none_outlasts_it() {
+        // Tries at 0, 30 and 90 s; the next would be at 210 s, past the deadline at 100 s.
+        let (tries, attempt) = failing(Duration::ZERO);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(100);
+        let outcome = retrying(work(), attempt, Stop::at(Some(deadline), None)).await.unwrap();
+        assert_eq!(tries.load(SeqCst), 3);
+        assert_eq!(Instant::now(), deadline, "it gave up at the deadline, not later");
+        assert_eq!(
+            (outcome.status, outcome.category),
+            (JobStatus::Failed, Some(FailureCategory::Infra))
+        );
+        assert!(
+            outcome
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("deadline after 3 tries: 503"),
+            "{outcome:?}"
+        );
+        // A try that hangs is cut at the deadline.
+        let (tries, attempt) = failing(Duration::from_secs(3600));
+        let deadline = Instant::now() + Duration::from_secs(100);
+        let outcome = retrying(work(), attempt, Stop::at(Some(deadline), None)).await.unwrap();
+        assert_eq!((tries.load(SeqCst), Instant::now()), (1, deadline));
+        assert_eq!(outcome.status, JobStatus::Failed);
     }
 }

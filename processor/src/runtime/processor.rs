@@ -56,11 +56,12 @@ use crate::core::changelog::{Foreign, Lineage};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
+use crate::core::handover::{self, Waiting};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
 use crate::core::partitioning::partition_for;
-use crate::core::records::{rejected_pipeline, Rejection};
+use crate::core::records::{rejected_pipeline, JobRecord, JobStatus, Rejection};
 use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
@@ -159,7 +160,10 @@ impl ConsumerContext for RebalanceContext {
                 );
                 let left = tokio::task::block_in_place(|| self.in_flight.wait_for(&partitions, self.grace));
                 if left > 0 {
-                    warn!(left, ?partitions, grace = ?self.grace, "partitions let go with triggers still in flight: their next owner may call those targets again");
+                    // They stop retrying and say so; their next owner calls again only then,
+                    // on an answer, or at the calls' deadlines.
+                    let released = self.in_flight.release(&partitions);
+                    warn!(left, released, ?partitions, grace = ?self.grace, "partitions let go with triggers still in flight: released");
                 }
             }
             let _ = self.tx.send(Ownership::Revoked { partitions, lost });
@@ -347,24 +351,21 @@ struct Before<'s> {
 }
 
 /// A journaled trigger found when its partition was opened: its call may have been made
-/// before a crash or a hand-over, with a report already on `sluice.jobs` or none.
+/// before a crash or a hand-over, with a report already on `sluice.jobs` or none, or may
+/// still be made by the previous owner (see [`crate::core::handover`]).
 struct Resume {
     partition: i32,
     effect: Effect,
-    /// The end of the jobs topic's partition when the store was opened: every report written
-    /// before then has been read once the consumer is past it.
+    /// Where the jobs topic's partition ended when the store was opened (or, once the
+    /// call's deadline passed, then): every report written before has been read once the
+    /// consumer is past it.
     jobs_end: i64,
-    opened: tokio::time::Instant,
+    waiting: Waiting,
 }
 
 /// API questions answered in a row before input and due timers get their turn: a flood of
 /// questions cannot hold processing back, and questions still get answers under load.
 const QUERY_SHARE: u32 = 16;
-
-/// How long a journaled trigger waits for the jobs topic to be read up to its end before it
-/// is requested anyway: only a partition whose end the consumer cannot reach or measure
-/// (a record it cannot fetch) waits that long.
-const RESUME_FALLBACK: Duration = Duration::from_secs(300);
 
 /// Refused produce rounds in a row (the broker answering, with an error no retry of the same
 /// producer mends) before the producer is replaced.
@@ -471,6 +472,9 @@ impl Processor {
         if let Err(e) = &result {
             error!("fatal: {e:#}");
             self.telemetry.set_fatal(&format!("{e:#}"));
+            // Its calls stop, and say so where they can: their runs' next owner calls again
+            // without waiting for their deadlines.
+            self.executor.let_go().await;
         } else {
             info!("shutting down: waiting for in-flight triggers");
             self.executor.drain(self.settings.shutdown_grace).await;
@@ -505,7 +509,7 @@ impl Processor {
                 biased;
                 _ = &mut shutdown => return Ok(()),
                 Some(change) = self.ownership.recv() => self.on_ownership(change).await?,
-                (p, result) = self.openings.next() => self.opened(p, result)?,
+                (p, result) = self.openings.next() => self.opened(p, result).await?,
                 // API questions get a bounded share of the loop: after QUERY_SHARE answers in
                 // a row, input and timers go first (the branch at the end lets questions in
                 // again when neither has anything).
@@ -557,7 +561,7 @@ impl Processor {
                         return Ok(());
                     }
                 }
-                _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers()?,
+                _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers().await?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let reachable = tokio::task::block_in_place(|| {
                         self.consumer
@@ -787,7 +791,7 @@ impl Processor {
 
     /// Installs a partition opened in the background (see [`opening`]): its store, timers
     /// and journaled triggers; then reads again what of its input was delivered meanwhile.
-    fn opened(&mut self, p: i32, result: Result<Opened, runtime_error::Error>) -> Result<()> {
+    async fn opened(&mut self, p: i32, result: Result<Opened, runtime_error::Error>) -> Result<()> {
         let Opened {
             store,
             restored,
@@ -825,13 +829,12 @@ impl Processor {
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
-        let opened_at = tokio::time::Instant::now();
         for (_, effect) in journaled {
             self.resumes.push(Resume {
                 partition: p,
                 effect,
                 jobs_end,
-                opened: opened_at,
+                waiting: Waiting::default(),
             });
         }
         info!(
@@ -865,7 +868,7 @@ impl Processor {
         self.telemetry.partitions_owned(self.stores.len() as i64);
         self.telemetry.timers_pending(self.timers.len() as i64);
         self.owned.send_replace(self.stores.keys().copied().collect());
-        self.resume_triggers()
+        self.resume_triggers().await
     }
 
     /// Every input topic's partition `p`.
@@ -887,26 +890,42 @@ impl Processor {
         end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| at >= end)
     }
 
-    /// Decides the journaled triggers whose partition has read the jobs topic up to where it
-    /// ended at the opening: requested again (same idempotency key) if their run still awaits
-    /// a report, forgotten otherwise. A report read meanwhile has already removed its
-    /// trigger (see [`Self::process_records`]).
-    fn resume_triggers(&mut self) -> Result<()> {
+    /// Decides the journaled triggers that wait for nothing more (see
+    /// [`crate::core::handover`]): requested again (same idempotency key, a new deadline
+    /// journaled first) if their run still awaits a report, forgotten otherwise. A report
+    /// read meanwhile has already removed its trigger (see [`Self::process_records`]).
+    async fn resume_triggers(&mut self) -> Result<()> {
         if self.resumes.is_empty() {
             return Ok(());
         }
-        let now = tokio::time::Instant::now();
+        let now = self.time.now();
         let positions = self.consumer.position().ok();
         let mut due = Vec::new();
-        for resume in std::mem::take(&mut self.resumes) {
-            if self.jobs_read_to(resume.partition, resume.jobs_end, positions.as_ref()) {
-                due.push(resume);
-            } else if now.duration_since(resume.opened) >= RESUME_FALLBACK {
-                warn!(partition = resume.partition, run_id = %resume.effect.request().run_id, jobs_end = resume.jobs_end,
-                    "the jobs topic was not read up to its end in {RESUME_FALLBACK:?}: deciding the journaled trigger on what was read");
-                due.push(resume);
-            } else {
+        for mut resume in std::mem::take(&mut self.resumes) {
+            if !self.jobs_read_to(resume.partition, resume.jobs_end, positions.as_ref()) {
                 self.resumes.push(resume);
+                continue;
+            }
+            match resume.waiting.resume(resume.effect.request(), now) {
+                handover::Resume::Now => due.push(resume),
+                handover::Resume::Until(_) => self.resumes.push(resume),
+                handover::Resume::ReadToEnd => {
+                    let (topic, p) = (&self.settings.topics.jobs, resume.partition);
+                    match tokio::task::block_in_place(|| {
+                        self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
+                    }) {
+                        Ok((_, end)) => {
+                            info!(partition = p, run_id = %resume.effect.request().run_id, jobs_end = end,
+                                "a journaled trigger's call is past its deadline: reading the jobs topic up to its end before requesting it again");
+                            resume.jobs_end = end;
+                            resume.waiting.end_after_deadline = true;
+                        }
+                        Err(e) => {
+                            warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
+                        }
+                    }
+                    self.resumes.push(resume);
+                }
             }
         }
         // Nothing is started for a partition this instance may have lost: a process paused
@@ -914,6 +933,7 @@ impl Processor {
         let lost = self.consumer.assignment_lost();
         let assignment = self.consumer.assignment().ok();
         let mut checked: BTreeMap<i32, Option<bool>> = BTreeMap::new();
+        let mut again = Pending::default();
         for resume in due {
             let p = resume.partition;
             let assigned = assignment
@@ -939,16 +959,19 @@ impl Processor {
                     return Err(Zombie(vec![p]).into());
                 }
             }
-            let Resume { effect, .. } = resume;
             let Some(store) = self.stores.get(&p) else { continue };
-            let request = effect.request();
+            let request = resume.effect.request();
             let run_id = request.run_id.clone();
             let awaited = store
                 .pipeline(&request.pipeline_id)?
                 .is_some_and(|s| s.awaits_trigger(&run_id));
             if awaited {
                 info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
-                self.executor.spawn(effect, p);
+                // Journaled with its new deadline before the call: a later owner leaves it
+                // to this one until then.
+                let effect = Effect::TriggerJob(request.clone().made_from(now));
+                again.stores.entry(p).or_default().put_effect(&run_id, &effect)?;
+                again.effects.push((p, effect));
             } else {
                 debug!(
                     partition = p,
@@ -958,7 +981,26 @@ impl Processor {
                 self.stale_effects.entry(p).or_default().push(run_id);
             }
         }
+        if !again.effects.is_empty() {
+            self.flush(again).await?;
+        }
         Ok(())
+    }
+
+    /// A `released` report on `run_id`: if it is the release of the call this partition's
+    /// journal holds, that call may be requested again at once.
+    fn released(&mut self, p: i32, report: &JobRecord) {
+        let resume =
+            (self.resumes.iter_mut()).find(|r| r.partition == p && handover::releases(report, r.effect.request()));
+        match resume {
+            Some(resume) => {
+                info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go");
+                resume.waiting.released = true;
+            }
+            None => {
+                debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
+            }
+        }
     }
 
     /// Whether a newer owner has fenced partition `p` after this owner's last changelog
@@ -1043,7 +1085,7 @@ impl Processor {
             self.decide_and_apply(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
         }
         self.flush(pending).await?;
-        self.resume_triggers()?;
+        self.resume_triggers().await?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
     }
@@ -1221,7 +1263,11 @@ impl Processor {
         source: Option<&OwnedMessage>,
     ) -> Result<()> {
         if let Input::JobReported(report) = input {
-            self.forget_trigger(pending, p, &report.run_id);
+            if report.status == JobStatus::Released {
+                self.released(p, report);
+            } else {
+                self.forget_trigger(pending, p, &report.run_id);
+            }
         }
         let (state, in_parts) = self.state(pending, p, pipeline)?;
         let ctx = Context {

@@ -156,7 +156,7 @@ impl Decider<'_> {
         self.enter(key, Phase::AwaitingTrigger { run_id });
         match request {
             Ok(request) => {
-                self.effects.push(Effect::TriggerJob(request));
+                self.effects.push(Effect::TriggerJob(request.made_from(now)));
                 // The trigger's outcome arrives as a record; if none ever does, the run is stale.
                 // The executor may spend the trigger retry policy first.
                 let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();

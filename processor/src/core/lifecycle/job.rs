@@ -46,6 +46,11 @@ impl Decider<'_> {
         match record.status {
             JobStatus::Running if triggering => self.job_started(&key, info),
             JobStatus::Running => self.notes.push(format!("run {} still running", record.run_id)),
+            // The runtime acts on it (the trigger may be requested again); the run is as it was.
+            JobStatus::Released => self.notes.push(format!(
+                "run {}: an executor that lost its partition let its trigger go",
+                record.run_id
+            )),
             JobStatus::Failed if record.failure_category == Some(FailureCategory::Infra) => {
                 self.infra_failure(&key, record, info)
             }
@@ -288,7 +293,10 @@ impl Decider<'_> {
         };
         let mut info = report_detail(record);
         match record.status {
-            JobStatus::Running => self.notes.push(format!("dry run: {} running", record.run_id)),
+            JobStatus::Running | JobStatus::Released => {
+                self.notes
+                    .push(format!("dry run: {} {}", record.run_id, record.status.as_str()))
+            }
             JobStatus::Succeeded => {
                 let verdict = self.sla_verdict(key, self.now());
                 info.insert("sla".into(), verdict);

@@ -491,7 +491,20 @@ pub struct TriggerRequest {
     /// How the executor retries a status check that failed the same way; it never spends
     /// the job's own retries.
     pub status_retry: RetryPolicy,
+    /// When whoever makes this trigger's call gives up on it: no try starts later and none
+    /// runs past it. Until then, a new owner of the partition leaves the call to the old one
+    /// (unless that one reports, or says it let go); after it, the call may be made again.
+    /// `None`: journaled before deadlines were, or not a trigger.
+    pub deadline: Option<DateTime<Utc>>,
 }
+
+/// How long one try of a trigger may take unless `job.config.timeout` says: the job
+/// clients' per-request timeout.
+pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A trigger's allowance, on top of its tries and backoffs, for waiting for a concurrency
+/// slot or a target's circuit to close.
+pub const SLOT_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl TriggerRequest {
     /// A request for attempt `attempt` of execution (schedule_id, date), with the default
@@ -506,11 +519,32 @@ impl TriggerRequest {
             config,
             retry: RetryPolicy::trigger(),
             status_retry: RetryPolicy::status_check(),
+            deadline: None,
         }
     }
 
     pub fn kind(&self) -> JobKind {
         self.config.kind()
+    }
+
+    /// The longest a trigger's call may take: every try at its timeout and every backoff of
+    /// the retry policy, plus [`SLOT_ALLOWANCE`]. A command is one try (it starts the
+    /// process and reports it running; its own `timeout` bounds the run, not the call).
+    pub fn call_budget(&self) -> std::time::Duration {
+        match self.kind() {
+            JobKind::Command => DEFAULT_TRY_TIMEOUT + SLOT_ALLOWANCE,
+            _ => {
+                let try_timeout = (self.config.timeout()).map_or(DEFAULT_TRY_TIMEOUT, std::time::Duration::from_secs);
+                try_timeout * (self.retry.max_attempts + 1) + self.retry.total() + SLOT_ALLOWANCE
+            }
+        }
+    }
+
+    /// The request with its call to be made from `now`, until `now` + [`Self::call_budget`].
+    pub fn made_from(mut self, now: DateTime<Utc>) -> Self {
+        let budget = TimeDelta::from_std(self.call_budget()).unwrap_or(TimeDelta::MAX);
+        self.deadline = Some(now.checked_add_signed(budget).unwrap_or(DateTime::<Utc>::MAX_UTC));
+        self
     }
 }
 
@@ -530,6 +564,8 @@ struct TriggerRequestJson {
     retry: RetryPolicy,
     #[serde(default = "RetryPolicy::status_check")]
     status_retry: RetryPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<TriggerRequestJson> for TriggerRequest {
@@ -544,6 +580,7 @@ impl TryFrom<TriggerRequestJson> for TriggerRequest {
             attempt: json.attempt,
             retry: json.retry,
             status_retry: json.status_retry,
+            deadline: json.deadline,
         })
     }
 }
@@ -560,6 +597,7 @@ impl From<TriggerRequest> for TriggerRequestJson {
             attempt: request.attempt,
             retry: request.retry,
             status_retry: request.status_retry,
+            deadline: request.deadline,
         }
     }
 }

@@ -46,7 +46,7 @@ pub use secrets::{Redactor, SecretPolicy};
 /// Longest message taken from a target's answer into a report.
 pub const MESSAGE_LIMIT: usize = 500;
 /// Per-request timeout when the job config sets none (`job.config.timeout`, seconds).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = crate::core::lifecycle::DEFAULT_TRY_TIMEOUT;
 
 /// What became of a trigger or a status check, before it is written to `sluice.jobs`.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +93,17 @@ impl Outcome {
             category: Some(FailureCategory::Timeout),
             message: Some(message.into()),
             metadata: None,
+        }
+    }
+
+    /// The executor let go of the trigger whose call was to end by `deadline` (its
+    /// partition was revoked): see [`JobStatus::Released`].
+    pub fn released(deadline: Option<chrono::DateTime<chrono::Utc>>) -> Self {
+        Outcome {
+            status: JobStatus::Released,
+            category: None,
+            message: Some("the processor lost the run's partition and stopped making this trigger's call: its next owner may request it".into()),
+            metadata: deadline.map(|d| json!({ "deadline": d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) })),
         }
     }
 

@@ -244,19 +244,21 @@ fn a_journaled_trigger_keeps_its_json_form() {
         r#""runId":"gold.stream.2026-11-22.1","attempt":1,"kind":"command","#,
         r#""config":{"command":"run 2026-11-22 gold.stream.2026-11-22.1"},"#,
         r#""retry":{"intervalMs":30000,"backoffRate":2.0,"maxAttempts":3},"#,
-        r#""statusRetry":{"intervalMs":2000,"backoffRate":2.0,"maxAttempts":3}}"#
+        r#""statusRetry":{"intervalMs":2000,"backoffRate":2.0,"maxAttempts":3},"#,
+        // A command's call is one try (30 s) and a wait for a slot (30 s).
+        r#""deadline":"2026-11-22T08:01:00Z"}"#
     );
     assert_eq!(serde_json::to_string(effect).unwrap(), journaled);
     assert_eq!(&serde_json::from_str::<Effect>(journaled).unwrap(), effect);
-    // Journaled before retry policies were: the defaults.
+    // Journaled before retry policies and deadlines were: the defaults, and no deadline.
     let older = json!({"effect": "triggerJob", "pipelineId": "gold", "scheduleId": "stream", "date": "2026-11-22",
                        "runId": RUN1, "attempt": 1, "kind": "command", "config": {"command": "true"}});
     let Effect::TriggerJob(request) = serde_json::from_value::<Effect>(older).unwrap() else {
         panic!("a trigger")
     };
     assert_eq!(
-        (request.retry, request.status_retry),
-        (RetryPolicy::trigger(), RetryPolicy::status_check())
+        (request.retry, request.status_retry, request.deadline),
+        (RetryPolicy::trigger(), RetryPolicy::status_check(), None)
     );
     assert_eq!(request.kind(), crate::core::config::JobKind::Command);
 }

@@ -1,0 +1,175 @@
+//! A journaled trigger found by a partition's new owner (after a crash, a restart or a
+//! hand-over): when it may be requested again.
+//!
+//! Its call may still be made by the partition's previous owner: a try that outlasted the
+//! revocation, a retry's backoff, a process paused and woken. Calling again then would make
+//! the call twice. So the new owner requests it again only when:
+//! - a report on the run was read: the outcome is known, and nothing is requested (the
+//!   runtime forgets the trigger);
+//! - the previous executor said it let go: a `released` report naming the deadline of the
+//!   very request the journal holds (an older call's release says nothing of a newer one);
+//! - the call's deadline has passed (by more than [`CLOCK_SKEW_ALLOWANCE`], as the two
+//!   owners' clocks may differ), and the jobs topic has been read up to where it ended then,
+//!   so that a report written by the deadline is seen first.
+//!
+//! A request journaled before deadlines were has none: the jobs topic read up to where it
+//! ended at the opening is enough, as before.
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::lifecycle::TriggerRequest;
+use super::records::{JobRecord, JobStatus};
+
+/// How far instances' clocks may differ: a new owner waits this much past a call's deadline
+/// before it calls again.
+pub const CLOCK_SKEW_ALLOWANCE: TimeDelta = TimeDelta::seconds(5);
+
+/// What a journaled trigger waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// Nothing more: request it again now.
+    Now,
+    /// The previous owner's release or the call's deadline (at the time given).
+    Until(DateTime<Utc>),
+    /// The deadline has passed: the jobs topic has to be read up to where it ends now.
+    ReadToEnd,
+}
+
+/// A journaled trigger's progress towards being requested again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Waiting {
+    /// A `released` report of this very request was read.
+    pub released: bool,
+    /// The jobs topic's end was measured after the deadline had passed (and is what the
+    /// runtime now reads up to).
+    pub end_after_deadline: bool,
+}
+
+impl Waiting {
+    /// What `request` still waits for at `now`, its jobs topic read up to the end the
+    /// runtime last measured.
+    pub fn resume(&self, request: &TriggerRequest, now: DateTime<Utc>) -> Resume {
+        let Some(deadline) = request.deadline else {
+            return Resume::Now;
+        };
+        if self.released {
+            return Resume::Now;
+        }
+        let after = deadline.checked_add_signed(CLOCK_SKEW_ALLOWANCE).unwrap_or(deadline);
+        match (now >= after, self.end_after_deadline) {
+            (false, _) => Resume::Until(after),
+            (true, false) => Resume::ReadToEnd,
+            (true, true) => Resume::Now,
+        }
+    }
+}
+
+/// Whether `report` is the release of `request`'s call: a `released` report of its run
+/// naming its deadline.
+pub fn releases(report: &JobRecord, request: &TriggerRequest) -> bool {
+    let named = (report.metadata.as_ref())
+        .and_then(|m| m.get("deadline")?.as_str())
+        .and_then(|d| DateTime::parse_from_rfc3339(d).ok())
+        .map(|d| d.with_timezone(&Utc));
+    report.status == JobStatus::Released
+        && report.run_id == request.run_id
+        && request.deadline.is_some()
+        && named == request.deadline
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::config::JobConfig;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn request(deadline: Option<&str>) -> TriggerRequest {
+        let config = JobConfig::from_json(crate::core::config::JobKind::Http, &json!({"url": "http://x"})).unwrap();
+        TriggerRequest {
+            deadline: deadline.map(at),
+            ..TriggerRequest::new("p", "daily", "2026-11-26", 1, config)
+        }
+    }
+
+    fn released(run_id: &str, deadline: Option<&str>) -> JobRecord {
+        JobRecord {
+            pipeline_id: "p".into(),
+            schedule_id: "daily".into(),
+            date: "2026-11-26".into(),
+            run_id: run_id.into(),
+            status: JobStatus::Released,
+            failure_category: None,
+            message: None,
+            metadata: deadline.map(|d| json!({ "deadline": d })),
+            timestamp: at("2026-11-26T10:00:00Z"),
+        }
+    }
+
+    #[test]
+    fn a_call_is_left_to_its_maker_until_its_deadline_and_the_reports_before_it_are_read() {
+        let r = request(Some("2026-11-26T10:05:00Z"));
+        let mut w = Waiting::default();
+        let before = at("2026-11-26T10:04:59Z");
+        assert_eq!(w.resume(&r, before), Resume::Until(at("2026-11-26T10:05:05Z")));
+        // Past the deadline but within the clocks' allowance: still the old owner's.
+        assert_eq!(
+            w.resume(&r, at("2026-11-26T10:05:04Z")),
+            Resume::Until(at("2026-11-26T10:05:05Z"))
+        );
+        // Past both: the jobs topic is read up to its end first.
+        assert_eq!(w.resume(&r, at("2026-11-26T10:05:05Z")), Resume::ReadToEnd);
+        w.end_after_deadline = true;
+        assert_eq!(w.resume(&r, at("2026-11-26T10:05:06Z")), Resume::Now);
+    }
+
+    #[test]
+    fn a_release_of_the_same_request_lets_it_be_requested_at_once() {
+        let r = request(Some("2026-11-26T10:05:00Z"));
+        let w = Waiting {
+            released: true,
+            ..Waiting::default()
+        };
+        assert_eq!(w.resume(&r, at("2026-11-26T10:00:00Z")), Resume::Now);
+        assert!(releases(&released(&r.run_id, Some("2026-11-26T10:05:00.000Z")), &r));
+        assert!(releases(&released(&r.run_id, Some("2026-11-26T12:05:00+02:00")), &r));
+    }
+
+    #[test]
+    fn a_release_of_another_call_releases_nothing() {
+        let r = request(Some("2026-11-26T10:05:00Z"));
+        // An older call of the same run (re-requested since, with a new deadline).
+        assert!(!releases(&released(&r.run_id, Some("2026-11-26T10:01:00Z")), &r));
+        assert!(!releases(&released(&r.run_id, None), &r));
+        assert!(!releases(&released(&r.run_id, Some("soon")), &r));
+        assert!(!releases(
+            &released("p.daily.2026-11-26.2", Some("2026-11-26T10:05:00Z")),
+            &r
+        ));
+        let mut succeeded = released(&r.run_id, Some("2026-11-26T10:05:00Z"));
+        succeeded.status = JobStatus::Succeeded;
+        assert!(!releases(&succeeded, &r), "a report is not a release");
+        // A request journaled before deadlines is not released by anything: it needs not be.
+        assert!(!releases(
+            &released(&r.run_id, Some("2026-11-26T10:05:00Z")),
+            &request(None)
+        ));
+        assert_eq!(
+            Waiting::default().resume(&request(None), at("2026-11-26T10:00:00Z")),
+            Resume::Now
+        );
+    }
+
+    #[test]
+    fn a_calls_budget_covers_every_try_and_backoff() {
+        let r = request(None);
+        // Default policy: 4 tries of 30 s, backoffs 30 + 60 + 120 s, 30 s for a slot.
+        assert_eq!(r.call_budget(), std::time::Duration::from_secs(4 * 30 + 210 + 30));
+        let made = r.made_from(at("2026-11-26T10:00:00Z"));
+        assert_eq!(made.deadline, Some(at("2026-11-26T10:06:00Z")));
+    }
+}
