@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
 use sluice::core::PipelineState;
 use sluice::runtime::store::{PartitionStore, StoreBatch};
-use support::{day, free_port, http_get, pipeline, serve, wait_until, World};
+use support::{day, free_port, http_get, pipeline, scripted_server, serve, wait_until, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
 /// records, plus 200 configs and the 400 job reports the processor's executor writes.
@@ -41,8 +41,11 @@ fn pipeline_id(i: usize) -> String {
 
 /// The tests' usual pipeline with an `http` job at `target`, and an evaluation interval
 /// long enough that no timer fires during a run (timer events would differ between runs).
+/// A trigger's call is short (3 s tries, one retry): a run whose call was in flight at a
+/// SIGKILL waits for the call's deadline (about 20 s) before its next owner calls again.
 fn config(id: &str, target: &str) -> Value {
-    let job = json!({"type": "http", "config": {"url": format!("{target}/{id}"), "timeout": 10}, "maxRetries": 0});
+    let job = json!({"type": "http", "config": {"url": format!("{target}/{id}"), "timeout": 3}, "maxRetries": 0,
+                     "triggerRetry": {"interval": "1s", "maxAttempts": 1}});
     let mut config = pipeline(id, job);
     config["schedule"]["evaluation"] = json!({"window": "2h", "interval": "30m"});
     config
@@ -732,7 +735,9 @@ fn calls_in_flight_during_a_rebalance_land_once() {
     let mut w = World::new("slow-target");
     let target = Target::answering_after(Duration::from_secs(5));
     for i in 0..SLOW {
-        w.config(&config(&pipeline_id(i), &target.url));
+        let mut slow = config(&pipeline_id(i), &target.url);
+        slow["job"]["config"]["timeout"] = json!(10);
+        w.config(&slow);
     }
     w.start();
     let deadline = Instant::now() + RUN_DEADLINE;
@@ -780,6 +785,65 @@ fn calls_in_flight_during_a_rebalance_land_once() {
         .map(|e| &e.event_id)
         .collect();
     assert_eq!(triggered.len(), SLOW, "one JOB_TRIGGERED per run");
+}
+
+/// A trigger retrying (its target answered 503) when its partition is revoked: the old
+/// executor stops retrying and says so (a `released` report), and the run's next owner
+/// calls once, at once. Before, the old executor retried beside the new owner's call.
+#[test]
+fn a_call_retrying_through_a_rebalance_is_let_go_and_made_once() {
+    const BACKOFF: Duration = Duration::from_secs(20);
+    let mut w = World::new("released");
+    let target = scripted_server();
+    target.script("/p000", &[(503, "busy"), (200, "{}")]);
+    let mut p000 = config("p000", &target.base);
+    p000["job"]["triggerRetry"] = json!({"interval": format!("{}s", BACKOFF.as_secs()), "maxAttempts": 3});
+    w.config(&p000);
+    let first = w.spawn(w.state.path(), &["--shutdown-grace", "2s"]);
+    w.swap_processor(Some(first));
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    w.sensor("p000", "row-count", json!({"count": 5000}));
+    w.sensor("p000", "upstream", json!({"status": "ready"}));
+    let calls = || target.requests_to("POST /p000").len();
+    wait_until(
+        "the first call",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || calls() >= 1,
+    );
+    let refused = Instant::now();
+    // The call waits for its retry; a second instance joins and the partitions move.
+    let dir = tempfile::tempdir().unwrap();
+    let mut other = w.spawn(dir.path(), &["--shutdown-grace", "2s"]);
+    w.wait_for("p000", "JOB_COMPLETED", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    assert!(
+        refused.elapsed() < BACKOFF,
+        "the next owner called at once, not after the old one's backoff"
+    );
+    // Past the moment the old executor would have retried: no third call comes.
+    let third = Instant::now() + (BACKOFF + Duration::from_secs(5)).saturating_sub(refused.elapsed());
+    while Instant::now() < third && calls() <= 2 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = w.log();
+    sigterm_child(&mut other, &w);
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    assert_eq!(
+        calls(),
+        2,
+        "the refused call, and one call by the next owner\n{}",
+        w.log_tail()
+    );
+    assert!(log.contains("released"), "the old executor let go: {}", w.log_tail());
+    assert!(
+        log.contains("the previous owner let a journaled trigger go"),
+        "{}",
+        w.log_tail()
+    );
 }
 
 /// A world whose static processor runs `p000` (an `http` job at a fast target) with its

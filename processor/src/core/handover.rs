@@ -137,6 +137,19 @@ mod tests {
         assert_eq!(w.resume(&r, at("2026-11-26T10:00:00Z")), Resume::Now);
         assert!(releases(&released(&r.run_id, Some("2026-11-26T10:05:00.000Z")), &r));
         assert!(releases(&released(&r.run_id, Some("2026-11-26T12:05:00+02:00")), &r));
+        // As the executor writes it: to the nanosecond.
+        let precise = request(Some("2026-11-26T10:05:00.123456789Z"));
+        let written = crate::core::records::JobRecord {
+            metadata: Some(
+                json!({"deadline": precise.deadline.unwrap().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)}),
+            ),
+            ..released(&precise.run_id, None)
+        };
+        assert!(releases(&written, &precise));
+        assert!(!releases(
+            &released(&precise.run_id, Some("2026-11-26T10:05:00.123Z")),
+            &precise
+        ));
     }
 
     #[test]
@@ -167,9 +180,9 @@ mod tests {
     #[test]
     fn a_calls_budget_covers_every_try_and_backoff() {
         let r = request(None);
-        // Default policy: 4 tries of 30 s, backoffs 30 + 60 + 120 s, 30 s for a slot.
-        assert_eq!(r.call_budget(), std::time::Duration::from_secs(4 * 30 + 210 + 30));
+        // Default policy: 4 tries of 30 s, backoffs 30 + 60 + 120 s, 10 s for a slot.
+        assert_eq!(r.call_budget(), std::time::Duration::from_secs(4 * 30 + 210 + 10));
         let made = r.made_from(at("2026-11-26T10:00:00Z"));
-        assert_eq!(made.deadline, Some(at("2026-11-26T10:06:00Z")));
+        assert_eq!(made.deadline, Some(at("2026-11-26T10:05:40Z")));
     }
 }

@@ -504,7 +504,7 @@ pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// A trigger's allowance, on top of its tries and backoffs, for waiting for a concurrency
 /// slot or a target's circuit to close.
-pub const SLOT_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(30);
+pub const SLOT_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TriggerRequest {
     /// A request for attempt `attempt` of execution (schedule_id, date), with the default

@@ -103,7 +103,7 @@ impl Outcome {
             status: JobStatus::Released,
             category: None,
             message: Some("the processor lost the run's partition and stopped making this trigger's call: its next owner may request it".into()),
-            metadata: deadline.map(|d| json!({ "deadline": d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) })),
+            metadata: deadline.map(|d| json!({ "deadline": d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true) })),
         }
     }
 

@@ -245,8 +245,8 @@ fn a_journaled_trigger_keeps_its_json_form() {
         r#""config":{"command":"run 2026-11-22 gold.stream.2026-11-22.1"},"#,
         r#""retry":{"intervalMs":30000,"backoffRate":2.0,"maxAttempts":3},"#,
         r#""statusRetry":{"intervalMs":2000,"backoffRate":2.0,"maxAttempts":3},"#,
-        // A command's call is one try (30 s) and a wait for a slot (30 s).
-        r#""deadline":"2026-11-22T08:01:00Z"}"#
+        // A command's call is one try (30 s) and a wait for a slot (10 s).
+        r#""deadline":"2026-11-22T08:00:40Z"}"#
     );
     assert_eq!(serde_json::to_string(effect).unwrap(), journaled);
     assert_eq!(&serde_json::from_str::<Effect>(journaled).unwrap(), effect);
