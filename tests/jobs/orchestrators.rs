@@ -462,14 +462,18 @@ fn databricks_run_now_survives_throttling_and_is_polled_to_success_or_failure() 
 }
 
 /// The processor is killed while Databricks is answering run-now (the run has started, its
-/// report not yet written). The restarted processor requests the trigger again with the
-/// same idempotency token: Databricks returns the same run, and only one run ever starts.
+/// report not yet written). The restarted processor cannot know the call ended with the
+/// process: it waits for the call's deadline (here 6 s tries, 4 of them, 300 + 600 + 1200 ms
+/// of backoff, 10 s for a slot), then requests the trigger again with the same idempotency
+/// token: Databricks returns the same run, and only one run ever starts.
 #[test]
 fn a_crash_between_trigger_and_report_starts_one_databricks_run() {
     let server = databricks(&[(7, "SUCCESS")]);
     *server.hold.lock().unwrap() = Duration::from_secs(4);
     let mut w = databricks_world("db-crash");
-    w.config(&pipeline("crash", databricks_job(&server, 7)));
+    let mut job = databricks_job(&server, 7);
+    job["config"]["timeout"] = json!(6);
+    w.config(&pipeline("crash", job));
     let child = w.spawn(w.state.path(), &["--instance", "only"]);
     w.swap_processor(Some(child));
     w.wait_for("crash", "config", |es| es.iter().any(|e| e.kind == CONFIG_ACCEPTED));
@@ -496,6 +500,11 @@ fn a_crash_between_trigger_and_report_starts_one_databricks_run() {
     assert_eq!(server.started.lock().unwrap().len(), 1, "one run started");
     assert_eq!(events.iter().filter(|e| e.kind == JOB_COMPLETED).count(), 1);
     assert!(restart.elapsed() < Duration::from_secs(120));
+    assert!(
+        w.log().contains("past its deadline"),
+        "requested again only once the call's deadline passed: {}",
+        w.log_tail()
+    );
     w.stop();
 }
 

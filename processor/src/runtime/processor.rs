@@ -496,14 +496,17 @@ impl Processor {
         // An idle loop turns now and then too, so that liveness tells idle from stuck.
         let mut heartbeat = tokio::time::interval(Duration::from_secs(5));
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Journaled triggers wait on facts (the jobs topic read up to its end, a release, a
+        // deadline), which an idle partition reaches without a batch: look again every
+        // second. An interval, not a sleep made anew each turn: the timers' wait (at most a
+        // second too, and polled first) would win every turn.
+        let mut resume = tokio::time::interval(Duration::from_secs(1));
+        resume.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.telemetry.turned();
             let next_due = self.timers.next_due();
             let wait = next_due.map(|at| wake_in(self.settings.clock.now(), at));
             let timer_armed = wait.is_some();
-            // Journaled triggers wait on facts (the jobs topic read up to its end), which an
-            // idle partition reaches without a batch: look again every second.
-            let next_resume = tokio::time::Instant::now() + Duration::from_secs(1);
             let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
             tokio::select! {
                 biased;
@@ -561,7 +564,7 @@ impl Processor {
                         return Ok(());
                     }
                 }
-                _ = tokio::time::sleep_until(next_resume), if !self.resumes.is_empty() => self.resume_triggers().await?,
+                _ = resume.tick(), if !self.resumes.is_empty() => self.resume_triggers().await?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let reachable = tokio::task::block_in_place(|| {
                         self.consumer
@@ -829,7 +832,12 @@ impl Processor {
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
+        let now = self.time.now();
         for (_, effect) in journaled {
+            if let handover::Resume::Until(at) = Waiting::default().resume(effect.request(), now) {
+                info!(partition = p, run_id = %effect.request().run_id, until = %at,
+                    "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
+            }
             self.resumes.push(Resume {
                 partition: p,
                 effect,
