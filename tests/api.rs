@@ -240,6 +240,65 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
 
 /// With token files, every request but the probes and the page's files needs a token; only a
 /// write token reruns, and `sluice status` reads with a token.
+/// Two instances whose clocks differ by 30 s (`--clock-offset` on one): the one behind
+/// measures the other ahead from its directory records, exports it and warns; the one
+/// ahead measures nothing ahead of it.
+#[test]
+fn an_instance_measures_how_far_another_ones_clock_runs_ahead() {
+    let w = World::new("skew");
+    w.config(&pipeline("skew", command_job("true", 0)));
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let peers = format!("http://{a},http://{b}");
+    let _instances = Instances(vec![
+        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a", "--peer", &peers]),
+        w.spawn(
+            dirs[1].path(),
+            &[
+                "--http",
+                &b,
+                "--instance",
+                "b",
+                "--peer",
+                &peers,
+                "--clock-offset",
+                "30s",
+            ],
+        ),
+    ]);
+    let ahead = |addr: &str, peer: &str| -> Option<f64> {
+        let (_, body) = http_get(addr, "/metrics")?;
+        let series = format!("sluice_peer_clock_ahead_seconds{{peer=\"{peer}\"}} ");
+        let line = body.lines().find(|l| l.starts_with(&series))?;
+        line[series.len()..].trim().parse().ok()
+    };
+    wait_until(
+        "a to measure b's clock ahead, and b to measure a's",
+        Duration::from_secs(90),
+        || {
+            let metrics = |addr: &str| http_get(addr, "/metrics").map(|(_, body)| body).unwrap_or_default();
+            let clocks = |m: String| {
+                m.lines()
+                    .filter(|l| l.contains("clock_ahead"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            format!("{}\n{}\n{}", clocks(metrics(&a)), clocks(metrics(&b)), w.log_tail())
+        },
+        || ahead(&a, "b").is_some_and(|s| s > 25.0) && ahead(&b, "a").is_some(),
+    );
+    assert!(ahead(&a, "b").unwrap() <= 30.0, "never more than the difference");
+    assert_eq!(ahead(&b, "a"), Some(0.0), "a's clock is behind, not ahead");
+    assert!(
+        w.log().contains("another instance's clock runs ahead of this one's"),
+        "{}",
+        w.log_tail()
+    );
+}
+
 #[test]
 fn tokens_guard_the_api_and_only_a_write_token_reruns() {
     let mut w = World::new("auth");

@@ -229,7 +229,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         }
         let url = advertise_url(advertise, addr);
         tracing::info!(%addr, %url, "serving /healthz, /readyz, /metrics and /api/pipelines");
-        let directory = Directory::new(&instance, &group, peers);
+        let directory = Directory::new(&instance, &group, peers, processor.clock());
         let me = Member {
             instance: instance.clone(),
             group,
@@ -244,6 +244,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
             directory.clone(),
             processor.owned_partitions(),
             stopped.clone(),
+            telemetry.clone(),
         ));
         // The probes and the page's static files are open; the data needs a token when tokens
         // are set (see runtime::access).

@@ -281,7 +281,7 @@ async fn gather(api: &Api, headers: &HeaderMap, local: bool) -> Result<Gathered,
     let mut instances = vec![json!({"instance": api.instance, "ok": true, "restoring": opening})];
     let mut complete = !opening;
     if !local && !headers.contains_key(FORWARDED) {
-        for peer in api.directory.peers(Utc::now()) {
+        for peer in api.directory.peers(api.directory.now()) {
             match fetch_peer_list(api, &peer, headers).await {
                 Ok(theirs) => {
                     pipelines.extend(theirs.into_iter().map(Arc::new));
@@ -430,7 +430,7 @@ async fn pipeline(State(api): State<Api>, Path(id): Path<String>, headers: Heade
                     &format!("{from} forwarded pipeline {id:?} here, but partition {partition} is not owned here (a rebalance is moving it); retry"),
                 );
             }
-            match api.directory.owner(partition, Utc::now()) {
+            match api.directory.owner(partition, api.directory.now()) {
                 Some(owner) => forward(&api, &owner, &id, &headers).await,
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -24,12 +24,26 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::clock::Clock;
 use super::kafka::{self, Connection};
+use super::telemetry::Telemetry;
 
 /// How often an instance says it is still there.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// After this long without a record, an instance is taken to be gone.
 pub const EXPIRY: Duration = Duration::from_secs(45);
+
+/// How far another instance's clock may run ahead of this one's before a warning: its
+/// timers (SLA deadlines among them) fire early by as much once it owns a partition.
+pub const SKEW_WARNING: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
+/// How far the clock of the instance that wrote `m` is at least ahead of this one's, read at
+/// `now`: its record's time less `now` (the record took time to arrive, so the writer's
+/// clock is ahead by at least that; negative says nothing: the writer may be behind, or the
+/// record old). `None` for this instance's own records and another group's.
+pub fn clock_ahead(m: &Member, me: &str, group: &str, now: DateTime<Utc>) -> Option<chrono::TimeDelta> {
+    (m.instance != me && m.group == group).then(|| m.at - now)
+}
 
 /// One instance as published on the `instances` topic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,6 +126,8 @@ impl PeerPattern {
 /// The instances known from the topic, this one included.
 pub struct Directory {
     me: String,
+    /// The processor's clock: records are stamped and aged by it.
+    clock: Clock,
     group: String,
     peers: Vec<PeerPattern>,
     members: RwLock<HashMap<String, Member>>,
@@ -124,9 +140,10 @@ const IGNORED: usize = 1_000;
 
 impl Directory {
     /// `peers`: the URLs requests may be forwarded to, with the caller's token.
-    pub fn new(me: &str, group: &str, peers: Vec<PeerPattern>) -> Arc<Directory> {
+    pub fn new(me: &str, group: &str, peers: Vec<PeerPattern>, clock: Clock) -> Arc<Directory> {
         Arc::new(Directory {
             me: me.to_string(),
+            clock,
             group: group.to_string(),
             peers,
             members: RwLock::new(HashMap::new()),
@@ -173,6 +190,11 @@ impl Directory {
         false
     }
 
+    /// The time on the processor's clock, which records are stamped and aged by.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     /// The other live instances of this group.
     pub fn peers(&self, now: DateTime<Utc>) -> Vec<Member> {
         let mut peers: Vec<Member> = self.live(now).into_iter().filter(|m| m.instance != self.me).collect();
@@ -211,7 +233,9 @@ pub async fn run(
     directory: Arc<Directory>,
     mut owned: watch::Receiver<Vec<i32>>,
     mut stopped: watch::Receiver<bool>,
+    telemetry: Arc<Telemetry>,
 ) {
+    let clock = directory.clock;
     let (producer, consumer) = match clients(&kafka, &topic) {
         Ok(clients) => clients,
         Err(e) => {
@@ -229,12 +253,12 @@ pub async fn run(
             _ = heartbeat.tick() => {
                 // Clone first: the borrow guard must not live across the await.
                 let partitions = owned.borrow().clone();
-                publish(&producer, &topic, &me, &partitions).await;
+                publish(&producer, &topic, &me, &partitions, clock.now()).await;
             }
             changed = owned.changed() => {
                 if changed.is_err() { break }
                 let partitions = owned.borrow_and_update().clone();
-                publish(&producer, &topic, &me, &partitions).await;
+                publish(&producer, &topic, &me, &partitions, clock.now()).await;
             }
             message = consumer.recv() => match message {
                 Ok(m) => {
@@ -243,6 +267,13 @@ pub async fn run(
                     if member.is_none() && m.payload().is_some() {
                         warn!(topic, offset = m.offset(), "skipping an undecodable instance record");
                         continue;
+                    }
+                    if let Some(ahead) = (member.as_ref()).and_then(|m| clock_ahead(m, &me.instance, &me.group, clock.now())) {
+                        let peer = &member.as_ref().expect("a member").instance;
+                        telemetry.peer_clock_ahead(peer, ahead.as_seconds_f64());
+                        if ahead > SKEW_WARNING {
+                            warn!(peer, ahead_seconds = ahead.as_seconds_f64(), "another instance's clock runs ahead of this one's: its timers (SLA deadlines, schedules) fire early by as much; keep every instance on NTP");
+                        }
                     }
                     directory.apply(&key, member);
                 }
@@ -273,10 +304,10 @@ fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, S
     Ok((producer, consumer))
 }
 
-async fn publish(producer: &FutureProducer, topic: &str, me: &Member, partitions: &[i32]) {
+async fn publish(producer: &FutureProducer, topic: &str, me: &Member, partitions: &[i32], at: DateTime<Utc>) {
     let record = Member {
         partitions: partitions.to_vec(),
-        at: Utc::now(),
+        at,
         ..me.clone()
     };
     let value = serde_json::to_vec(&record).expect("a member serialises");
@@ -290,6 +321,25 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn a_peer_clock_ahead_is_measured_from_its_records() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 26, 10, 0, 0).unwrap();
+        let s = chrono::TimeDelta::seconds;
+        let ahead = |name: &str, group: &str, at| clock_ahead(&member(name, group, &[], at), "me", "g", now);
+        assert_eq!(
+            ahead("b", "g", now + s(7)),
+            Some(s(7)),
+            "written 7 s in this clock's future"
+        );
+        assert_eq!(
+            ahead("b", "g", now - s(31)),
+            Some(s(-31)),
+            "behind, or read back from the past: exported as 0"
+        );
+        assert_eq!(ahead("me", "g", now + s(7)), None, "its own");
+        assert_eq!(ahead("b", "other", now + s(7)), None, "another deployment's");
+    }
 
     fn member(name: &str, group: &str, partitions: &[i32], at: DateTime<Utc>) -> Member {
         Member {
@@ -305,7 +355,7 @@ mod tests {
     fn owners_are_live_peers_of_the_group_and_the_newest_claim_wins() {
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
         let peers = ["http://b:9464", "http://c:9464", "http://x:9464"].map(|p| p.parse::<PeerPattern>().unwrap());
-        let d = Directory::new("a", "sluice", peers.to_vec());
+        let d = Directory::new("a", "sluice", peers.to_vec(), Clock::system());
         d.apply("a", Some(member("a", "sluice", &[0], t0)));
         d.apply("b", Some(member("b", "sluice", &[1], t0)));
         d.apply("x", Some(member("x", "other", &[2], t0)));
@@ -335,7 +385,7 @@ mod tests {
     fn a_record_is_believed_only_at_a_peer_url_under_its_own_name_and_not_from_the_future() {
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
         let peers = vec!["http://*.sluice.prod.svc:9464".parse().unwrap()];
-        let d = Directory::new("a", "sluice", peers);
+        let d = Directory::new("a", "sluice", peers, Clock::system());
         let at = |name: &str, url: &str, at| Member {
             url: url.into(),
             ..member(name, "sluice", &[0, 1, 2], at)

@@ -461,6 +461,11 @@ impl Processor {
         self.query_sender.clone()
     }
 
+    /// The processor's clock (its timers', its decisions'), for the instance directory.
+    pub fn clock(&self) -> Clock {
+        self.settings.clock
+    }
+
     /// The owned partitions, as they change.
     pub fn owned_partitions(&self) -> watch::Receiver<Vec<i32>> {
         self.owned.subscribe()

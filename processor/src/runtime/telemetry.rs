@@ -58,6 +58,7 @@ pub struct Telemetry {
     restore_records: Gauge,
     restore_remaining: Gauge,
     restore_seconds: SecondsGauge,
+    peer_clock_ahead: SecondsGauge,
     state_bytes: Gauge,
     partitions_owned: PlainGauge,
     rebalances: Counter,
@@ -117,6 +118,10 @@ impl Telemetry {
             "Changelog records the state restore under way has still to replay, by partition (0 when done)",
         );
         let restore_seconds = r.seconds_gauge("restore", "Time spent by the latest state restore, by partition");
+        let peer_clock_ahead = r.seconds_gauge(
+            "peer_clock_ahead",
+            "How far another instance's clock is at least ahead of this one's (its latest directory record's time, less this clock's when it was read; 0 if not ahead), by the other instance (peer)",
+        );
         let state_bytes = r.gauge(
             "state_bytes",
             "Estimated live size of an owned partition's state store on disk, by partition",
@@ -176,6 +181,7 @@ impl Telemetry {
             restore_records,
             restore_remaining,
             restore_seconds,
+            peer_clock_ahead,
             state_bytes,
             partitions_owned,
             rebalances,
@@ -318,6 +324,12 @@ impl Telemetry {
         self.restore_remaining
             .set(partition_label(partition), as_i64(remaining));
         self.restore_seconds.set(partition_label(partition), seconds);
+    }
+
+    /// Another instance's clock is at least `seconds` ahead of this one's.
+    pub fn peer_clock_ahead(&self, peer: &str, seconds: f64) {
+        self.peer_clock_ahead
+            .set(vec![("peer", peer.to_string())], seconds.max(0.0));
     }
 
     pub fn state_size(&self, partition: i32, bytes: u64) {
