@@ -17,6 +17,36 @@ fn get_json(addr: &str, path: &str) -> Option<(u16, Value)> {
     Some((status, serde_json::from_str(&body).ok()?))
 }
 
+/// Two instances of a world's group, `a` and `b`, each serving HTTP and admitting the other
+/// as a peer; `b` with `b_extra` arguments too.
+struct Pair {
+    a: String,
+    b: String,
+    instances: Instances,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+fn pair(w: &World, b_extra: &[&str]) -> Pair {
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let peers = format!("http://{a},http://{b}");
+    let mut b_args = vec!["--http", &b, "--instance", "b", "--peer", &peers];
+    b_args.extend_from_slice(b_extra);
+    let instances = Instances(vec![
+        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a", "--peer", &peers]),
+        w.spawn(dirs[1].path(), &b_args),
+    ]);
+    Pair {
+        a,
+        b,
+        instances,
+        _dirs: dirs,
+    }
+}
+
 #[test]
 fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     let mut w = World::new("api");
@@ -29,16 +59,12 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
     job["config"]["env"] = json!({"WRITTEN": "plain-s3cret", "READ": "${env:API_TEST_SECRET}"});
     w.config(&pipeline(&ids[0], job));
     w.sensor(&ids[0], "row-count", json!({"count": 42}));
-    let (a, b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let peers = format!("http://{a},http://{b}");
-    let _instances = Instances(vec![
-        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a", "--peer", &peers]),
-        w.spawn(dirs[1].path(), &["--http", &b, "--instance", "b", "--peer", &peers]),
-    ]);
+    let Pair {
+        a,
+        b,
+        instances: _instances,
+        _dirs,
+    } = pair(&w, &[]);
     for id in &ids {
         w.wait_for(id, "CONFIG_ACCEPTED", |es| {
             es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
@@ -247,28 +273,12 @@ fn any_instance_lists_every_pipeline_and_forwards_to_the_owner() {
 fn an_instance_measures_how_far_another_ones_clock_runs_ahead() {
     let w = World::new("skew");
     w.config(&pipeline("skew", command_job("true", 0)));
-    let (a, b) = (
-        format!("127.0.0.1:{}", free_port()),
-        format!("127.0.0.1:{}", free_port()),
-    );
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let peers = format!("http://{a},http://{b}");
-    let _instances = Instances(vec![
-        w.spawn(dirs[0].path(), &["--http", &a, "--instance", "a", "--peer", &peers]),
-        w.spawn(
-            dirs[1].path(),
-            &[
-                "--http",
-                &b,
-                "--instance",
-                "b",
-                "--peer",
-                &peers,
-                "--clock-offset",
-                "30s",
-            ],
-        ),
-    ]);
+    let Pair {
+        a,
+        b,
+        instances: _instances,
+        _dirs,
+    } = pair(&w, &["--clock-offset", "30s"]);
     let ahead = |addr: &str, peer: &str| -> Option<f64> {
         let (_, body) = http_get(addr, "/metrics")?;
         let series = format!("sluice_peer_clock_ahead_seconds{{peer=\"{peer}\"}} ");
