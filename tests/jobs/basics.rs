@@ -2,7 +2,7 @@
 //! (exit codes, output, timeouts) and `kafka` (a request record and the runner's report)
 //! end to end: the real processor on the real broker.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -27,6 +27,50 @@ pub(crate) fn quick(mut job: Value) -> Value {
     job["statusCheckRetry"] = json!({"interval": "100ms", "backoffRate": 2, "maxAttempts": 2});
     job["pollInterval"] = json!("1s");
     job
+}
+
+/// A job still running when its poll window closes ends its run, however many retries are
+/// left: one call at the target, never a second copy beside the first. The job's success
+/// reported later is told (JOB_REPORT_AFTER_END), and changes nothing else.
+#[test]
+fn a_job_past_its_poll_window_is_called_once_however_many_retries_are_left() {
+    let server = scripted_server();
+    server.script("/status", &[(200, r#"{"status": "running"}"#)]);
+    let mut w = World::new("poll-window");
+    let job = quick(json!({"type": "http", "config": {
+        "url": format!("{}/start", server.base),
+        "statusUrl": format!("{}/status", server.base)
+    }, "maxRetries": 2, "jobPollWindowSeconds": 60}));
+    w.start_with(&pipeline("pw", job));
+    go(&w, "pw");
+    let window = Instant::now() + Duration::from_secs(150);
+    w.wait_for_until("pw", "the poll window to close", window, |es| {
+        es.iter().any(|e| e.kind == JOB_POLL_EXHAUSTED)
+    });
+    // Before, the timeout spent a retry and attempt 2 was called at once: give it the time.
+    let calls = || server.requests_to("POST /start").len();
+    let settle = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < settle && calls() == 1 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(calls(), 1, "one call: {:?}", server.requests_to("POST /start"));
+    w.job("pw", &run_id("pw", 1), "succeeded");
+    let events = w.wait_for("pw", "the late report", |es| {
+        es.iter().any(|e| e.kind == JOB_REPORT_AFTER_END)
+    });
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_POLL_EXHAUSTED,
+            JOB_REPORT_AFTER_END
+        ]
+    );
+    assert_eq!(calls(), 1);
+    w.stop();
 }
 
 #[test]

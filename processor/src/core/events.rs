@@ -86,6 +86,7 @@ event_types! {
     POST_RUN_WARNED => PostRun,
     EVALUATION_SLA_WARNING => Sla,
     EVALUATION_SLA_BREACH => Sla,
+    JOB_REPORT_AFTER_END => Job,
 }
 
 /// The family an event belongs to, so consumers can route without a list of types.
@@ -182,7 +183,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 52);
+        assert_eq!(EventType::ALL.len(), 53);
     }
 
     #[test]

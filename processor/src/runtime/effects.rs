@@ -304,6 +304,13 @@ impl Executor {
     }
 }
 
+/// Whether a trigger's answer is a failure of the job at once that may pass when tried again:
+/// failed or timed out, but not refused (PERMANENT).
+fn failed_at_once(outcome: &Outcome) -> bool {
+    matches!(outcome.status, JobStatus::Failed | JobStatus::Timeout)
+        && outcome.category != Some(FailureCategory::Permanent)
+}
+
 /// How long released triggers get to stop and write their `released` reports.
 pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
@@ -463,7 +470,7 @@ impl Work {
         let outcome = if r.kind() == JobKind::Command {
             self.run_command(&call, stop).await
         } else {
-            self.with_retries("trigger", r.retry, &call, stop, || jobs::trigger(&call))
+            self.with_retries("trigger", r.retry, &call, stop, true, || jobs::trigger(&call))
                 .await
         };
         Some(outcome.redacted(&redactor))
@@ -504,7 +511,7 @@ impl Work {
         };
         let call = self.call(&config, &redactor);
         let outcome = self
-            .with_retries("status check", r.status_retry, &call, &mut Stop::never(), || {
+            .with_retries("status check", r.status_retry, &call, &mut Stop::never(), false, || {
                 jobs::status(&call, handle)
             })
             .await;
@@ -536,12 +543,18 @@ impl Work {
 
     /// Makes `attempt` until it answers, fails permanently, the policy's retries are spent
     /// or `stop` says; each try holds a concurrency slot and passes the target's breaker.
+    /// With `failures_retried` (triggers), an answer that the job failed at once (a Lambda
+    /// function error, a synchronous run that failed, but not a PERMANENT refusal) is tried
+    /// again too, as the earlier design's state machine retried any trigger error; spent,
+    /// the last failure is the outcome.
+    #[allow(clippy::too_many_arguments)]
     async fn with_retries<F, Fut>(
         &self,
         what: &str,
         policy: RetryPolicy,
         call: &Call<'_>,
         stop: &mut Stop,
+        failures_retried: bool,
         attempt: F,
     ) -> Outcome
     where
@@ -557,12 +570,19 @@ impl Work {
                 Ok(answer) => answer,
                 Err(why) => return self.stopped(why, what, retries, last_error.as_deref()),
             };
-            let error = match answer {
+            let (error, failure) = match answer {
+                Ok(outcome) if failures_retried && failed_at_once(&outcome) => {
+                    let said = outcome
+                        .message
+                        .clone()
+                        .unwrap_or_else(|| outcome.status.as_str().to_string());
+                    (format!("the job failed at once: {said}"), Some(outcome))
+                }
                 Ok(outcome) => return outcome,
                 Err(CallError::Permanent(reason)) => {
                     return Outcome::failed(Some(FailureCategory::Permanent), format!("{what} refused: {reason}"))
                 }
-                Err(CallError::Infra(reason)) => reason,
+                Err(CallError::Infra(reason)) => (reason, None),
             };
             retries += 1;
             match policy.delay(retries) {
@@ -577,6 +597,9 @@ impl Work {
                 None => {
                     let tries = retries;
                     warn!(run_id = %r.run_id, target, error = %error, tries, "{what} failed; retries spent");
+                    if let Some(failure) = failure {
+                        return failure.with("tries", json!(tries));
+                    }
                     return Outcome::failed(
                         Some(FailureCategory::Infra),
                         format!("{what} failed {tries} time(s), retries spent: {error}"),
@@ -632,22 +655,48 @@ impl Work {
         self.write(Family::Sensors, &self.sensors_topic, json).await
     }
 
+    /// Runs a command job: it reports running, then its end. A run that fails (exit ≠ 0
+    /// but 126/127, or killed at its timeout) is run again after `job.triggerRetry`'s waits
+    /// (the earlier design ran commands inside its trigger step, whose retries covered
+    /// them); spent, the last failure is the outcome.
     async fn run_command(&self, call: &Call<'_>, stop: &mut Stop) -> Outcome {
         // A command holds its slot while it runs; commands share the host, not a target.
-        // Once started it runs to its end here, released or not: it reports that itself.
-        let _slot = tokio::select! {
+        // Once started it runs to its end here, released or not: it reports that itself,
+        // and its run no longer awaits a trigger anyone could request again.
+        let slot = tokio::select! {
             slot = self.limits.overall.clone().acquire_owned() => slot,
             why = stop.reached() => return self.stopped(why, "command", 0, None),
         };
         if let Some(why) = stop.now() {
             return self.stopped(why, "command", 0, None);
         }
-        match jobs::command::start(call) {
-            Err(e) => Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
-            Ok(child) => {
-                self.report(Outcome::running(Value::Null).with("pid", json!(child.id())))
-                    .await;
-                jobs::command::wait(call, child).await
+        let mut slot = Some(slot);
+        let mut retries = 0;
+        loop {
+            let held = match slot.take() {
+                Some(slot) => slot,
+                None => self.limits.overall.clone().acquire_owned().await,
+            };
+            let outcome = match jobs::command::start(call) {
+                Err(e) => return Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
+                Ok(child) => {
+                    self.report(Outcome::running(Value::Null).with("pid", json!(child.id())))
+                        .await;
+                    jobs::command::wait(call, child).await
+                }
+            };
+            drop(held);
+            if !failed_at_once(&outcome) {
+                return outcome;
+            }
+            retries += 1;
+            match self.request.retry.delay(retries) {
+                Some(wait) => {
+                    warn!(run_id = %self.request.run_id, retry = retries, wait_ms = wait.as_millis() as u64,
+                        error = outcome.message.as_deref().unwrap_or_default(), "command failed; running it again");
+                    tokio::time::sleep(wait).await;
+                }
+                None => return outcome.with("tries", json!(retries)),
             }
         }
     }
@@ -1036,7 +1085,7 @@ mod tests {
         tokio::spawn(async move {
             let (config, redactor) = (work.request.config.clone(), Redactor::default());
             let call = work.call(&config, &redactor);
-            work.with_retries("trigger", work.request.retry, &call, &mut stop, attempt)
+            work.with_retries("trigger", work.request.retry, &call, &mut stop, true, attempt)
                 .await
         })
     }
@@ -1080,6 +1129,51 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         release.send_replace(true);
         assert_eq!(task.await.unwrap().status, JobStatus::Succeeded);
+    }
+
+    /// An attempt answering `answers` in turn (the last repeating), counting its tries.
+    fn answering(
+        answers: Vec<Outcome>,
+    ) -> (
+        Arc<AtomicU32>,
+        impl Fn() -> futures::future::BoxFuture<'static, Result<Outcome, CallError>>,
+    ) {
+        let tries = Arc::new(AtomicU32::new(0));
+        let counted = tries.clone();
+        let attempt = move || {
+            let n = counted.fetch_add(1, SeqCst) as usize;
+            let answer = answers[n.min(answers.len() - 1)].clone();
+            async move { Ok(answer) }.boxed()
+        };
+        (tries, attempt)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_the_job_fails_at_once_is_tried_again_before_it_costs_a_run() {
+        // A Lambda function error on a cold start, then the function runs.
+        let error = Outcome::failed(None, "function error (Unhandled): Task timed out after 3.00 seconds");
+        let (tries, attempt) = answering(vec![error.clone(), Outcome::succeeded("accepted")]);
+        let outcome = retrying(work(), attempt, Stop::never()).await.unwrap();
+        assert_eq!((outcome.status, tries.load(SeqCst)), (JobStatus::Succeeded, 2));
+        // Failing every time: the policy's retries (3), then the last failure is the outcome.
+        let (tries, attempt) = answering(vec![error]);
+        let outcome = retrying(work(), attempt, Stop::never()).await.unwrap();
+        assert_eq!(
+            (outcome.status, outcome.category, tries.load(SeqCst)),
+            (JobStatus::Failed, None, 4)
+        );
+        assert!(
+            outcome.message.as_deref().unwrap().contains("function error"),
+            "{outcome:?}"
+        );
+        // A refusal is not tried again: the same request would be refused the same way.
+        let refused = Outcome::failed(Some(FailureCategory::Permanent), "no such function");
+        let (tries, attempt) = answering(vec![refused]);
+        let outcome = retrying(work(), attempt, Stop::never()).await.unwrap();
+        assert_eq!(
+            (outcome.category, tries.load(SeqCst)),
+            (Some(FailureCategory::Permanent), 1)
+        );
     }
 
     #[tokio::test(start_paused = true)]

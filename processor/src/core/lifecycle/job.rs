@@ -27,6 +27,14 @@ impl Decider<'_> {
             self.observe_dry_run_job(&key, record);
             return;
         }
+        let ended = matches!(
+            record.status,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Timeout
+        );
+        if ended && execution.unreported_run.as_deref() == Some(record.run_id.as_str()) {
+            self.report_after_end(&key, record);
+            return;
+        }
         if execution.phase.run_id() != Some(record.run_id.as_str()) {
             // An earlier attempt's late report, or a re-delivery after the run ended.
             self.notes.push(format!(
@@ -157,10 +165,17 @@ impl Decider<'_> {
             self.end_failed(key, reason.clone());
         }
         info.insert("willRetry".into(), json!(retry));
-        let message = format!("attempt {attempt} failed: {reason}");
+        let message = match retry {
+            true => format!("attempt {attempt} failed: {reason}; retried once the rules pass again"),
+            false => format!("attempt {attempt} failed: {reason}"),
+        };
         self.emit_for_run(kind, key, &record.run_id, message, info);
         if retry {
-            self.start_attempt(key);
+            // As the earlier design's retry restarted at evaluation: the next attempt starts
+            // only once the rules pass on the sensors as they are now, in a fresh window
+            // (VALIDATION_PASSED again; VALIDATION_EXHAUSTED if they never do).
+            self.enter(key, Phase::AwaitingRules);
+            self.begin_window(key);
         } else {
             let detail = detail([
                 ("budget", json!(budget)),
@@ -225,9 +240,14 @@ impl Decider<'_> {
         self.cancel_run_timers(key);
     }
 
-    /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome; it counts
-    /// as a timeout (JOB_TIMEOUT, retried from `maxRetries`).
+    /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome. As in
+    /// the earlier design, the run ends there, never retried: the job may still be running,
+    /// and a second attempt would run beside it. Its report, if one comes later, is told
+    /// (JOB_REPORT_AFTER_END). With `job.retryAfterPollWindow` the job is watched on instead,
+    /// and its own end decides (a failure may then spend `maxRetries`); one without status
+    /// checks cannot be watched, and ends as without the option.
     pub(super) fn on_poll_window_closed(&mut self, key: &str, run_id: &str) {
+        let now = self.now();
         let Some(execution) = self.state.executions.get(key) else {
             return;
         };
@@ -236,27 +256,46 @@ impl Decider<'_> {
                 .push(format!("poll window of {run_id} closed after the run ended"));
             return;
         }
-        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
-        let window = self
-            .config()
-            .map(|c| c.job.poll_window.num_seconds())
-            .unwrap_or_default();
-        let message = format!("no outcome for run {run_id} within the job poll window ({window}s)");
-        let info = detail([("pollWindowSeconds", json!(window))]);
-        self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message.clone(), info);
-        let record = JobRecord {
-            pipeline_id: self.pipeline_id.to_string(),
-            schedule_id,
-            date,
-            run_id: run_id.to_string(),
-            status: JobStatus::Timeout,
-            failure_category: Some(FailureCategory::Timeout),
-            message: Some(message),
-            metadata: None,
-            timestamp: self.now(),
+        let watched = execution.job_handle.is_some();
+        let Some(job) = self.config().map(|c| c.job.clone()) else {
+            return;
         };
-        let info = report_detail(&record);
-        self.job_failed(key, &record, info);
+        let window = job.poll_window.num_seconds();
+        let watch_on = job.retry_after_poll_window && watched;
+        let info = detail([("pollWindowSeconds", json!(window)), ("willWatchOn", json!(watch_on))]);
+        if watch_on {
+            let message = format!(
+                "no outcome for run {run_id} within the job poll window ({window}s): watching it until it ends (retryAfterPollWindow)"
+            );
+            self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message, info);
+            // Another window for the watchdog; the status checks go on.
+            self.set_watchdog(key, now + job.poll_window + STALE_GRACE);
+            return;
+        }
+        let message = format!(
+            "no outcome for run {run_id} within the job poll window ({window}s): the run ends, not retried (the job may still be running)"
+        );
+        self.end_failed(key, message.clone());
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.unreported_run = Some(run_id.to_string());
+        }
+        self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message, info);
+    }
+
+    /// JOB_REPORT_AFTER_END: the job of a run that ended without its outcome (its poll window
+    /// closed) reported after all. Told once; the execution stays as it ended (a success
+    /// does not start dependents: rerun the date to adopt it).
+    fn report_after_end(&mut self, key: &str, record: &JobRecord) {
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.unreported_run = None;
+        }
+        let info = report_detail(record);
+        let message = format!(
+            "run {} reported {} after it had ended at its poll window",
+            record.run_id,
+            record.status.as_str()
+        );
+        self.emit_for_run(EventType::JOB_REPORT_AFTER_END, key, &record.run_id, message, info);
     }
 
     /// STALE_RUN: an execution still open when its watchdog fires has nothing left that could

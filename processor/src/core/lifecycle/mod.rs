@@ -207,6 +207,10 @@ pub struct Execution {
     pub manual_reruns_used: u32,
     #[serde(default)]
     pub drift_reruns_used: u32,
+    /// The run that ended without its job's own outcome (its poll window closed): a report
+    /// of it that comes later is told (JOB_REPORT_AFTER_END), once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreported_run: Option<String>,
     /// A digest of the sensor data the last completed run saw: reruns and late data compare
     /// against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -363,6 +367,7 @@ impl Execution {
             sla: SlaMarks::default(),
             manual_reruns_used: 0,
             drift_reruns_used: 0,
+            unreported_run: None,
             completed_inputs: None,
             baseline: None,
             flips: Vec::new(),

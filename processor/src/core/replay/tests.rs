@@ -136,6 +136,7 @@ fn outcomes_come_from_recorded_reports_and_unanswered_triggers_are_listed() {
             VALIDATION_PASSED,
             JOB_TRIGGERED,
             JOB_FAILED,
+            VALIDATION_PASSED,
             JOB_TRIGGERED,
             JOB_COMPLETED
         ]
@@ -145,7 +146,7 @@ fn outcomes_come_from_recorded_reports_and_unanswered_triggers_are_listed() {
         "{:?}",
         replay.unanswered_triggers()
     );
-    assert_eq!(events[5].timestamp, t(15));
+    assert_eq!(events[6].timestamp, t(15));
     assert!(replay.state("gold").unwrap().executions["stream/2026-11-22"]
         .phase
         .is_completed());

@@ -138,6 +138,11 @@ pub struct Job {
     pub trigger_retry: RetryPolicy,
     /// `job.statusCheckRetry`: retries of a status check that failed the same way.
     pub status_retry: RetryPolicy,
+    /// `job.retryAfterPollWindow`: a job still running when its poll window closes is
+    /// watched on, and its own end (failed, timed out) may spend `maxRetries`. Off (the
+    /// earlier design's way): the closed window ends the run, never retried, so no second
+    /// copy starts beside one that may still run.
+    pub retry_after_poll_window: bool,
 }
 
 /// Why a setting cannot be used: the message a trigger reports, and the setting at fault.

@@ -11,7 +11,7 @@ use crate::core::config::job::{AirflowVersion, HttpMethod, Job, JobConfig, JobKi
 use crate::core::template;
 
 /// The fields of `job`.
-const JOB_FIELDS: [&str; 10] = [
+const JOB_FIELDS: [&str; 11] = [
     "type",
     "config",
     "maxRetries",
@@ -22,6 +22,7 @@ const JOB_FIELDS: [&str; 10] = [
     "pollInterval",
     "triggerRetry",
     "statusCheckRetry",
+    "retryAfterPollWindow",
 ];
 
 impl Reader {
@@ -45,6 +46,7 @@ impl Reader {
             .unwrap_or_else(|| kind.default_poll_interval());
         let trigger_retry = self.retry_policy(map, "triggerRetry", RetryPolicy::trigger());
         let status_retry = self.retry_policy(map, "statusCheckRetry", RetryPolicy::status_check());
+        let retry_after_poll_window = self.boolean(map, "retryAfterPollWindow", path);
         let config = self.job_config(kind, &json, variables)?;
         Some(Job {
             kind,
@@ -57,6 +59,7 @@ impl Reader {
             poll_interval,
             trigger_retry,
             status_retry,
+            retry_after_poll_window,
         })
     }
 

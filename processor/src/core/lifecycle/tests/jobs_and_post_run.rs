@@ -174,59 +174,126 @@ fn has_run_timers(sim: &Sim, pipeline: &str) -> bool {
 // ---- JOB_POLL_EXHAUSTED, JOB_TIMEOUT, RETRY_EXHAUSTED ----
 
 #[test]
-fn job_poll_exhausted_when_the_job_outlives_its_poll_window_and_its_timeout_is_retried() {
+fn a_job_outliving_its_poll_window_ends_the_run_and_no_second_copy_starts() {
     let mut sim = Sim::new();
-    sim.config(gold(json!({"job": {"maxRetries": 1, "jobPollWindowSeconds": 600}})));
+    sim.config(gold(json!({"job": {"maxRetries": 2, "jobPollWindowSeconds": 600}})));
     start(&mut sim);
     sim.job("gold", RUN1, JobStatus::Running, None);
     let mark = sim.events.len();
     sim.advance(TimeDelta::seconds(599));
     assert_eq!(since(&sim, mark), []);
     sim.advance(TimeDelta::seconds(1));
-    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_TIMEOUT]);
+    // As the earlier design did: the run ends, never retried (the job may still run).
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED]);
     let exhausted = last(&sim, JOB_POLL_EXHAUSTED);
     assert_eq!(exhausted.timestamp, t0() + TimeDelta::seconds(600));
     assert_eq!(exhausted.run_id.as_deref(), Some(RUN1));
     assert_eq!(exhausted.detail["pollWindowSeconds"], json!(600));
-    let timeout = last(&sim, JOB_TIMEOUT);
-    assert_eq!(timeout.run_id.as_deref(), Some(RUN1));
-    assert_eq!(timeout.detail["willRetry"], json!(true));
-    assert_eq!(timeout.detail["failureCategory"], json!("TIMEOUT"));
-    // The timeout spent maxRetries and the next attempt is requested.
-    assert_eq!(gold_run(&sim).retries_used, 1);
-    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
-    // The first attempt's report arriving after all is ignored.
+    assert_eq!(exhausted.detail["willWatchOn"], json!(false));
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+    assert_eq!(gold_run(&sim).retries_used, 0, "maxRetries is not spent");
+    assert_eq!(run_ids(&sim), [RUN1], "no second attempt");
+    assert!(!has_run_timers(&sim, "gold"), "{:?}", sim.timers);
+    // Its job reporting after all is told, once; the execution stays as it ended.
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED], "running is no end");
     let late = sim.job("gold", RUN1, JobStatus::Succeeded, None);
-    assert_eq!(late.state, StateChange::Unchanged);
-    assert!(late.events.is_empty());
-    sim.job("gold", RUN2, JobStatus::Running, None);
-    assert_eq!(last(&sim, JOB_TRIGGERED).run_id.as_deref(), Some(RUN2));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_REPORT_AFTER_END]);
+    assert_ne!(late.state, StateChange::Unchanged, "told once: the mark is cleared");
+    let told = last(&sim, JOB_REPORT_AFTER_END);
+    assert_eq!(
+        (told.run_id.as_deref(), &told.detail["status"]),
+        (Some(RUN1), &json!("succeeded"))
+    );
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+    let again = sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    sim.advance(TimeDelta::hours(3));
+    assert_eq!(since(&sim, mark).len(), 2, "nothing more: {:?}", since(&sim, mark));
+    assert_eq!(run_ids(&sim), [RUN1]);
 }
 
 #[test]
-fn job_timeout_after_the_poll_window_gives_retry_exhausted_naming_max_retries_when_none_remain() {
+fn with_retry_after_poll_window_a_watched_job_is_retried_only_once_it_has_ended() {
     let mut sim = Sim::new();
     sim.config(gold(
-        json!({"job": {"maxRetries": 1, "maxCodeRetries": 3, "jobPollWindowSeconds": 600}}),
+        json!({"job": {"type": "databricks", "pollInterval": "1m", "maxRetries": 1,
+        "jobPollWindowSeconds": 600, "retryAfterPollWindow": true,
+        "config": {"host": "https://dbc.example", "jobId": 7, "token": "${env:DATABRICKS_TOKEN}"}}}),
+    ));
+    start(&mut sim);
+    still_running(&mut sim);
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::seconds(600));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED]);
+    assert_eq!(last(&sim, JOB_POLL_EXHAUSTED).detail["willWatchOn"], json!(true));
+    assert!(gold_run(&sim).phase.is_running(), "{:?}", gold_run(&sim).phase);
+    // Still watched: the status checks go on, and nothing starts beside the job.
+    let checks = status_checks(&sim).len();
+    sim.advance(TimeDelta::minutes(5));
+    assert!(status_checks(&sim).len() > checks);
+    assert_eq!(run_ids(&sim), [RUN1]);
+    // The job system says it failed: now the retry.
+    report_with(&mut sim, RUN1, JobStatus::Failed, None, json!({}));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_FAILED, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+}
+
+#[test]
+fn with_retry_after_poll_window_a_job_that_cannot_be_watched_still_ends() {
+    let mut sim = Sim::new();
+    sim.config(gold(
+        json!({"job": {"maxRetries": 2, "jobPollWindowSeconds": 600, "retryAfterPollWindow": true}}),
     ));
     start(&mut sim);
     sim.job("gold", RUN1, JobStatus::Running, None);
-    sim.advance(TimeDelta::seconds(600));
-    sim.job("gold", RUN2, JobStatus::Running, None);
     let mark = sim.events.len();
     sim.advance(TimeDelta::seconds(600));
-    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED, JOB_TIMEOUT, RETRY_EXHAUSTED]);
-    assert_eq!(last(&sim, JOB_TIMEOUT).detail["willRetry"], json!(false));
-    let exhausted = last(&sim, RETRY_EXHAUSTED);
-    assert_eq!(exhausted.run_id.as_deref(), Some(RUN2));
-    assert_eq!(exhausted.detail["budget"], json!("maxRetries"));
-    assert_eq!(exhausted.detail["limit"], json!(1));
-    assert_eq!(exhausted.detail["used"], json!(1));
+    assert_eq!(since(&sim, mark), [JOB_POLL_EXHAUSTED]);
+    assert_eq!(last(&sim, JOB_POLL_EXHAUSTED).detail["willWatchOn"], json!(false));
     assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
-    assert_eq!(run_ids(&sim), [RUN1, RUN2], "no third attempt");
-    assert!(!has_run_timers(&sim, "gold"), "{:?}", sim.timers);
-    sim.advance(TimeDelta::hours(3));
-    assert_eq!(since(&sim, mark).len(), 3, "nothing more: {:?}", since(&sim, mark));
+    assert_eq!(run_ids(&sim), [RUN1]);
+}
+
+#[test]
+fn a_failed_attempt_is_retried_only_once_the_rules_pass_again() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 1}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    // The data the run needs is no longer there when it fails.
+    sim.sensor("gold", "row-count", json!({"count": 10}));
+    let mark = sim.events.len();
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    assert_eq!(since(&sim, mark), [JOB_FAILED]);
+    assert_eq!(last(&sim, JOB_FAILED).detail["willRetry"], json!(true));
+    assert_eq!(gold_run(&sim).phase, Phase::AwaitingRules);
+    assert_eq!(gold_run(&sim).retries_used, 1);
+    assert_eq!(run_ids(&sim), [RUN1], "no attempt while the rules fail");
+    sim.advance(TimeDelta::minutes(20));
+    assert_eq!(run_ids(&sim), [RUN1]);
+    // Ready again: the retry starts, in its fresh window.
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    assert_eq!(since(&sim, mark), [JOB_FAILED, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+}
+
+#[test]
+fn a_retry_whose_rules_never_pass_again_ends_with_the_window() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 1}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    sim.sensor("gold", "row-count", json!({"count": 10}));
+    let mark = sim.events.len();
+    sim.advance(TimeDelta::minutes(30));
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    // The window is a fresh one from the failure (1 h), not what was left of the first.
+    sim.advance(TimeDelta::minutes(59));
+    assert_eq!(since(&sim, mark), [JOB_FAILED]);
+    sim.advance(TimeDelta::minutes(1));
+    assert_eq!(since(&sim, mark), [JOB_FAILED, VALIDATION_EXHAUSTED]);
+    assert_eq!(run_ids(&sim), [RUN1]);
 }
 
 #[test]

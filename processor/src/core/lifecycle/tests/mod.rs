@@ -337,12 +337,14 @@ fn a_failed_job_is_retried_then_succeeds() {
             VALIDATION_PASSED,
             JOB_TRIGGERED,
             JOB_FAILED,
+            // The retry waits for the rules to pass again: the sensors still hold.
+            VALIDATION_PASSED,
             JOB_TRIGGERED,
             JOB_COMPLETED
         ]
     );
     assert_eq!(sim.events[3].detail["willRetry"], json!(true));
-    assert_eq!(sim.events[5].attempt, Some(2));
+    assert_eq!(sim.events[6].attempt, Some(2));
 }
 
 #[test]
@@ -363,6 +365,7 @@ fn retry_budgets_are_spent_by_failure_category() {
             CONFIG_ACCEPTED,
             VALIDATION_PASSED,
             JOB_FAILED,
+            VALIDATION_PASSED,
             JOB_TIMEOUT,
             RETRY_EXHAUSTED
         ]
@@ -558,7 +561,7 @@ fn the_same_inputs_give_the_same_events_byte_for_byte() {
     let first = run();
     assert_eq!(first, run());
     let events: Vec<Event> = serde_json::from_str(&first).unwrap();
-    assert_eq!(events.len(), 5);
+    assert_eq!(events.len(), 6);
     let ids: BTreeSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(ids.len(), events.len(), "ids are unique: {first}");
 }
