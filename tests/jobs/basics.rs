@@ -217,8 +217,8 @@ fn the_ssrf_guard_refuses_loopback_targets_unless_allowed() {
 #[test]
 fn command_jobs_report_exit_codes_output_and_timeouts() {
     let mut w = World::new("command");
-    let failing = command_job("echo partial-output; echo broken-input >&2; exit 3", 0);
-    let mut slow = command_job("sleep 30", 0);
+    let failing = quick(command_job("echo partial-output; echo broken-input >&2; exit 3", 0));
+    let mut slow = quick(command_job("sleep 30", 0));
     slow["config"]["timeout"] = json!(1);
     let missing = command_job("no-such-program-anywhere", 0);
     w.config(&pipeline("slow", slow));
@@ -232,6 +232,8 @@ fn command_jobs_report_exit_codes_output_and_timeouts() {
     assert_eq!(failed.detail["jobMessage"], "command exited 3: broken-input");
     assert_eq!(failed.detail["metadata"]["exitCode"], 3);
     assert_eq!(failed.detail["metadata"]["stdout"], "partial-output");
+    // Run three times (the first, and job.triggerRetry's 2 retries) before it cost the run.
+    assert_eq!(failed.detail["metadata"]["tries"], 3);
     let events = w.wait_for("slow", "timeout", |es| es.iter().any(|e| e.kind == JOB_TIMEOUT));
     let timeout = last(&events, JOB_TIMEOUT);
     assert_eq!(timeout.detail["failureCategory"], "TIMEOUT");
@@ -243,6 +245,39 @@ fn command_jobs_report_exit_codes_output_and_timeouts() {
         "exit 127: the program is not there"
     );
     assert_eq!(failed.detail["metadata"]["exitCode"], 127);
+    assert!(
+        failed.detail["metadata"].get("tries").is_none(),
+        "a refusal is not run again"
+    );
+    w.stop();
+}
+
+/// A trigger that fails once (a command's first run, as a Lambda's cold start would) is
+/// tried again by `job.triggerRetry` before it costs the run: with `maxRetries: 0` the run
+/// still completes, on its first attempt.
+#[test]
+fn a_trigger_failing_once_then_succeeding_completes_without_spending_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran-once");
+    let mut w = World::new("flaky-command");
+    let flaky = quick(command_job(
+        &format!(
+            "if [ -e {0} ]; then echo second; else touch {0}; echo cold >&2; exit 1; fi",
+            marker.display()
+        ),
+        0,
+    ));
+    w.start_with(&pipeline("flaky", flaky));
+    go(&w, "flaky");
+    let events = w.wait_for("flaky", "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED]
+    );
+    let completed = last(&events, JOB_COMPLETED);
+    assert_eq!(completed.attempt, Some(1), "no job retry was spent");
+    assert_eq!(completed.detail["metadata"]["stdout"], "second");
     w.stop();
 }
 

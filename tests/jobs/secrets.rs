@@ -20,11 +20,11 @@ fn commands_see_only_their_configured_environment_and_report_secrets_redacted() 
     w.env.push(("SLUICE_TEST_UNALLOWED".into(), "not-for-jobs".into()));
     w.secret("SLUICE_TEST_PARTNER_KEY", PARTNER_KEY);
     // `env` is found on PATH, and lists every variable the command got.
-    let mut reader = command_job(
+    let mut reader = quick(command_job(
         "echo \"kafka=[$KAFKA_SASL_PASSWORD] partner=[$PARTNER]\"; env | cut -d= -f1 | sort | tr '\\n' ' '; \
          echo \"$PARTNER\" >&2; exit 3",
         0,
-    );
+    ));
     reader["config"]["env"] = json!({"PARTNER": "${env:SLUICE_TEST_PARTNER_KEY}"});
     // A secret the operator did not allow fails the trigger before any request.
     let unallowed = quick(json!({"type": "http", "maxRetries": 0, "config": {
