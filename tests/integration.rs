@@ -120,22 +120,32 @@ fn window_exhaustion_explains_why() {
     );
 }
 
-/// The events of a run whose first attempt fails and whose retry succeeds.
-const RETRIED: [sluice::core::events::EventType; 6] = [
+/// The events of a run whose first attempt fails and whose retry succeeds: the retry waits
+/// for the rules to pass again (they still do).
+const RETRIED: [sluice::core::events::EventType; 7] = [
     CONFIG_ACCEPTED,
     VALIDATION_PASSED,
     JOB_TRIGGERED,
     JOB_FAILED,
+    VALIDATION_PASSED,
     JOB_TRIGGERED,
     JOB_COMPLETED,
 ];
+
+/// A command job that fails on its first attempt (every run of it: `job.triggerRetry` runs
+/// it once more, 100 ms later) and succeeds on the second, with one job retry.
+fn fails_on_the_first_attempt(command: &str) -> Value {
+    let mut job = command_job(&format!("test \"$SLUICE_ATTEMPT\" -ge 2 || {command}"), 1);
+    job["triggerRetry"] = json!({"interval": "100ms", "maxAttempts": 1});
+    job
+}
 
 #[test]
 fn a_failed_job_is_retried_then_succeeds() {
     let mut w = World::new("retry");
     w.start_with(&pipeline(
         "retry",
-        command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || { echo busy >&2; exit 3; }", 1),
+        fails_on_the_first_attempt("{ echo busy >&2; exit 3; }"),
     ));
     row_count_then_trigger(&w, "retry", json!(1000));
     let events = w.wait_for_sequence("retry", &RETRIED);
@@ -145,7 +155,7 @@ fn a_failed_job_is_retried_then_succeeds() {
         "{}",
         events[3].message
     );
-    assert_eq!(events[5].run_id.as_deref(), Some(run_id("retry", 2).as_str()));
+    assert_eq!(events[6].run_id.as_deref(), Some(run_id("retry", 2).as_str()));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use serde_json::json;
 use sluice::core::events::{Event, EventType::*};
 
 use super::{barrier, next_minute, row_count_then_trigger, sla_pipeline, DEADLINE_LEAD};
-use crate::support::{command_job, pipeline, sluice_on, World};
+use crate::support::{pipeline, sluice_on, World};
 
 fn replay(w: &World, args: &[&str]) -> Output {
     sluice_on(&w.brokers)
@@ -51,7 +51,7 @@ fn replay_reproduces_a_recorded_run_and_shows_a_config_change() {
     let deadline = next_minute(chrono::Utc::now() + lead);
     let date = deadline.format("%Y-%m-%d").to_string();
     w.start_with(&sla_pipeline("sla", deadline));
-    let retry = pipeline("retry", command_job("test \"$SLUICE_ATTEMPT\" -ge 2 || exit 3", 1));
+    let retry = pipeline("retry", super::fails_on_the_first_attempt("exit 3"));
     w.config(&retry);
     w.wait_for("retry", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
@@ -81,7 +81,7 @@ fn replay_reproduces_a_recorded_run_and_shows_a_config_change() {
     assert_eq!(out.status.code(), Some(0), "{report}");
     assert!(report.contains("2 pipelines, 0 changed"), "{report}");
     assert!(report.contains("0 missing, 0 extra, 0 retimed"), "{report}");
-    assert!(report.contains("retry: 6 same"), "{report}");
+    assert!(report.contains("retry: 7 same"), "{report}");
     let replayed: Vec<Event> = std::fs::read_to_string(&first)
         .unwrap()
         .lines()
