@@ -73,6 +73,40 @@ fn a_job_past_its_poll_window_is_called_once_however_many_retries_are_left() {
     w.stop();
 }
 
+/// A target down for a while: the trigger's retries are spent (INFRA_FAILURE), but the
+/// date is not closed. The next trigger sensor, once the target is back, runs it: no
+/// rerun command needed.
+#[test]
+fn after_an_outage_the_next_trigger_sensor_runs_the_date() {
+    let server = scripted_server();
+    // Down for the first try and its 2 retries, then up.
+    server.script("/start", &[(503, "down"), (503, "down"), (503, "down"), (200, "{}")]);
+    let mut w = World::new("outage");
+    let job = quick(json!({"type": "http", "config": {"url": format!("{}/start", server.base)}}));
+    w.start_with(&pipeline("out", job));
+    go(&w, "out");
+    let events = w.wait_for("out", "the outage", |es| es.iter().any(|e| e.kind == INFRA_FAILURE));
+    assert_eq!(last(&events, INFRA_FAILURE).detail["restartOnTrigger"], json!(true));
+    assert_eq!(server.requests_to("POST /start").len(), 3);
+    // The producer sends its trigger again, as hourly producers do.
+    w.sensor("out", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for("out", "the run", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            CONFIG_ACCEPTED,
+            VALIDATION_PASSED,
+            INFRA_FAILURE,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED
+        ]
+    );
+    assert_eq!(server.requests_to("POST /start").len(), 4);
+    w.stop();
+}
+
 #[test]
 fn http_with_a_status_url_is_polled_until_it_succeeds() {
     let server = scripted_server();

@@ -8,7 +8,9 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest};
+use super::{
+    detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS,
+};
 use crate::core::config::{JobConfig, PipelineConfig, RenderError};
 use crate::core::events::EventType;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
@@ -222,7 +224,9 @@ impl Decider<'_> {
     }
 
     /// INFRA_FAILURE: the target could not be reached or asked and the executor's retries
-    /// are spent. The run ends cleanly; the job's own retries are not for outages.
+    /// are spent. The run ends cleanly; the job's own retries are not for outages. As the
+    /// earlier design released its trigger lock, the date is not closed: the next trigger
+    /// sensor that holds starts it again, up to [`MAX_INFRA_RESTARTS`] times.
     fn infra_failure(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
         info.insert("failureCategory".into(), json!(FailureCategory::Infra));
         let reason = record
@@ -230,6 +234,14 @@ impl Decider<'_> {
             .clone()
             .unwrap_or_else(|| "the job target could not be reached".into());
         self.end_failed(key, reason.clone());
+        let sensor_started = self.config().is_some_and(|c| c.schedule.sensor_started());
+        let Some(e) = self.state.executions.get_mut(key) else {
+            return;
+        };
+        e.infra_failures += 1;
+        e.restart_on_trigger = sensor_started && e.infra_failures <= MAX_INFRA_RESTARTS;
+        info.insert("restartOnTrigger".into(), json!(e.restart_on_trigger));
+        info.insert("infraFailures".into(), json!(e.infra_failures));
         self.emit_for_run(EventType::INFRA_FAILURE, key, &record.run_id, reason, info);
     }
 

@@ -207,6 +207,13 @@ pub struct Execution {
     pub manual_reruns_used: u32,
     #[serde(default)]
     pub drift_reruns_used: u32,
+    /// Runs this execution lost to INFRA_FAILURE (the target unreachable, retries spent).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub infra_failures: u32,
+    /// Ended by an outage, and its date not closed: the next trigger sensor that holds starts
+    /// it again (see [`MAX_INFRA_RESTARTS`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restart_on_trigger: bool,
     /// The run that ended without its job's own outcome (its poll window closed): a report
     /// of it that comes later is told (JOB_REPORT_AFTER_END), once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -349,6 +356,10 @@ impl Phase {
     }
 }
 
+/// How many times an outage (INFRA_FAILURE) may end an execution and the next trigger
+/// sensor start it again; after that, the date stays closed until a rerun.
+pub const MAX_INFRA_RESTARTS: u32 = 3;
+
 impl Execution {
     pub fn new(schedule_id: String, date: String, now: DateTime<Utc>, window: TimeDelta) -> Self {
         Execution {
@@ -367,6 +378,8 @@ impl Execution {
             sla: SlaMarks::default(),
             manual_reruns_used: 0,
             drift_reruns_used: 0,
+            infra_failures: 0,
+            restart_on_trigger: false,
             unreported_run: None,
             completed_inputs: None,
             baseline: None,

@@ -271,6 +271,15 @@ impl Decider<'_> {
         }
         let key = execution_key(config.schedule_id(), date);
         if let Some(existing) = self.state.executions.get(&key) {
+            if existing.restart_on_trigger && self.trigger_holds(&config, sensor_key, date) {
+                // An outage ended it: the trigger starts it again, its rules first.
+                if let Some(e) = self.state.executions.get_mut(&key) {
+                    e.restart_on_trigger = false;
+                }
+                self.enter(&key, Phase::AwaitingRules);
+                self.begin_window(&key);
+                return Some(key);
+            }
             let phase = existing.phase.name();
             self.notes.push(format!(
                 "execution {key} exists ({phase}): trigger sensor changes nothing"

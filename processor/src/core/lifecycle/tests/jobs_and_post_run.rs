@@ -296,6 +296,50 @@ fn a_retry_whose_rules_never_pass_again_ends_with_the_window() {
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
+/// A report that the target could not be reached, its retries spent.
+fn unreachable(sim: &mut Sim, run_id: &str) {
+    report_with(sim, run_id, JobStatus::Failed, Some(FailureCategory::Infra), json!({}));
+}
+
+#[test]
+fn an_outage_does_not_close_the_date_the_next_trigger_sensor_starts_it_again() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    let mark = sim.events.len();
+    unreachable(&mut sim, RUN1);
+    assert_eq!(since(&sim, mark), [INFRA_FAILURE]);
+    let failure = last(&sim, INFRA_FAILURE);
+    assert_eq!(failure.detail["restartOnTrigger"], json!(true));
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+    // A row count changes nothing; the trigger sensor, still holding, starts the date again.
+    sim.sensor("gold", "row-count", json!({"count": 2500}));
+    assert_eq!(run_ids(&sim), [RUN1]);
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(since(&sim, mark), [INFRA_FAILURE, VALIDATION_PASSED]);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    assert!(gold_run(&sim).phase.is_completed());
+}
+
+#[test]
+fn outages_restart_a_date_at_most_three_times() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    for attempt in 1..=3 {
+        unreachable(&mut sim, &format!("gold.stream.2026-11-22.{attempt}"));
+        sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    }
+    assert_eq!(run_ids(&sim).len(), 4);
+    let mark = sim.events.len();
+    unreachable(&mut sim, "gold.stream.2026-11-22.4");
+    assert_eq!(last(&sim, INFRA_FAILURE).detail["restartOnTrigger"], json!(false));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(since(&sim, mark), [INFRA_FAILURE], "the date stays closed");
+    assert_eq!(run_ids(&sim).len(), 4);
+}
+
 #[test]
 fn retry_exhausted_names_max_code_retries_for_permanent_failures() {
     let mut sim = Sim::new();
