@@ -893,10 +893,61 @@ fn cron_pipeline_starts_at_its_cron_time() {
     );
 }
 
+/// Five late writes after a success: one LATE_DATA_ARRIVAL and one rerun (the drift
+/// budget's), as the earlier design did; before, five alerts and no rerun. Counted at the
+/// target: the job's own record of its runs.
+#[test]
+fn five_late_writes_give_one_alert_and_one_rerun() {
+    let mut w = World::new("late");
+    let runs = w.scratch.path().join("runs.txt");
+    let go_on = w.scratch.path().join("go-on");
+    // The rerun (attempt 2) holds until the test has seen every late write processed.
+    let job = command_job(
+        &format!(
+            "echo \"$SLUICE_RUN_ID\" >> {}; [ \"$SLUICE_ATTEMPT\" -lt 2 ] || while [ ! -e {} ]; do sleep 0.1; done",
+            runs.display(),
+            go_on.display()
+        ),
+        0,
+    );
+    w.start_with(&pipeline("late", job));
+    row_count_then_trigger(&w, "late", json!(1500));
+    let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("late", &done);
+    for count in 2000..2005 {
+        w.sensor("late", "row-count", json!({"count": count}));
+    }
+    // Every late write processed (the barrier after them was), the rerun still holding.
+    barrier(&mut w, "late", 1);
+    let seen = |kind| {
+        w.events_seen()
+            .iter()
+            .filter(|e| e.kind == kind && e.pipeline_id == "late")
+            .count()
+    };
+    assert_eq!((seen(LATE_DATA_ARRIVAL), seen(RERUN_ACCEPTED)), (1, 1));
+    let accepted = w.events_seen().iter().find(|e| e.kind == RERUN_ACCEPTED).unwrap();
+    assert_eq!(accepted.detail["requestedBy"], json!("sluice"));
+    std::fs::write(&go_on, "").unwrap();
+    let events = w.wait_for("late", "the rerun", |es| {
+        es.iter().filter(|e| e.kind == JOB_COMPLETED).count() == 2
+    });
+    let count = |kind| events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!((count(LATE_DATA_ARRIVAL), count(RERUN_ACCEPTED)), (1, 1), "{events:?}");
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n{}\n", run_id("late", 1), run_id("late", 2)),
+        "the job ran twice"
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}
+
 #[test]
 fn rerun_command_is_accepted_after_data_changes() {
     let mut w = World::new("rerun");
-    let (config, runs) = recording_pipeline(&w, "rerun");
+    let (mut config, runs) = recording_pipeline(&w, "rerun");
+    // No drift budget: late data alone reruns nothing (RERUN_REJECTED); the operator does.
+    config["job"]["maxDriftReruns"] = json!(0);
     w.start_with(&config);
     row_count_then_trigger(&w, "rerun", json!(1500));
     let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
@@ -912,10 +963,10 @@ fn rerun_command_is_accepted_after_data_changes() {
     assert_eq!(events[4].detail["reason"], json!("same data"));
 
     w.sensor("rerun", "row-count", json!({"count": 2500}));
-    w.wait_for_sequence(
-        "rerun",
-        &[done.as_slice(), &[RERUN_REJECTED, LATE_DATA_ARRIVAL]].concat(),
-    );
+    let late = [RERUN_REJECTED, LATE_DATA_ARRIVAL, RERUN_REJECTED];
+    let events = w.wait_for_sequence("rerun", &[done.as_slice(), &late].concat());
+    let spent = events[6].detail["rejection"].as_str().unwrap_or_default();
+    assert!(spent.contains("maxDriftReruns (0)"), "{spent}");
 
     // The second rerun goes through the command line, as an operator would send it.
     let output = sluice()
@@ -936,17 +987,17 @@ fn rerun_command_is_accepted_after_data_changes() {
         "rerun",
         &[
             done.as_slice(),
-            &[RERUN_REJECTED, LATE_DATA_ARRIVAL, RERUN_ACCEPTED],
-            &[VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+            &late,
+            &[RERUN_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
         ]
         .concat(),
     );
-    assert_eq!(events[6].detail["requestedBy"], json!("integration-tests"));
-    assert_eq!(events[7].detail["results"][1]["seen"], json!(2500));
+    assert_eq!(events[7].detail["requestedBy"], json!("integration-tests"));
+    assert_eq!(events[8].detail["results"][1]["seen"], json!(2500));
     let second = run_id("rerun", 2);
-    assert_eq!(events[8].run_id.as_deref(), Some(second.as_str()));
-    assert_eq!(events[8].attempt, Some(2));
     assert_eq!(events[9].run_id.as_deref(), Some(second.as_str()));
+    assert_eq!(events[9].attempt, Some(2));
+    assert_eq!(events[10].run_id.as_deref(), Some(second.as_str()));
     assert_eq!(
         std::fs::read_to_string(runs).unwrap(),
         format!("{}\n{second}\n", run_id("rerun", 1)),
@@ -961,7 +1012,9 @@ fn rerun_command_is_accepted_after_data_changes() {
 #[test]
 fn a_rerun_naming_a_schedule_the_pipeline_does_not_have_starts_nothing() {
     let mut w = World::new("foreign-schedule");
-    let (config, runs) = recording_pipeline(&w, "foreign");
+    let (mut config, runs) = recording_pipeline(&w, "foreign");
+    // No drift budget: the late data reruns nothing by itself.
+    config["job"]["maxDriftReruns"] = json!(0);
     w.start_with(&config);
     row_count_then_trigger(&w, "foreign", json!(1500));
     let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
@@ -973,9 +1026,9 @@ fn a_rerun_naming_a_schedule_the_pipeline_does_not_have_starts_nothing() {
         &json!({"pipelineId": "foreign", "command": "rerun", "scheduleId": "cron", "date": day(),
                 "reason": "wrong schedule", "requestedBy": "integration-tests"}),
     );
-    let late = [LATE_DATA_ARRIVAL, RERUN_REJECTED];
+    let late = [LATE_DATA_ARRIVAL, RERUN_REJECTED, RERUN_REJECTED];
     let events = w.wait_for_sequence("foreign", &[done.as_slice(), &late].concat());
-    let why = events[5].detail["rejection"].as_str().unwrap_or_default();
+    let why = events[6].detail["rejection"].as_str().unwrap_or_default();
     assert!(why.contains("no schedule \"cron\""), "{why}");
     // The pipeline's own rerun, then, is the only second run.
     w.rerun("foreign", day(), "new rows");

@@ -124,6 +124,7 @@ impl Decider<'_> {
         self.enter(key, Phase::Succeeded { at: now });
         if let Some(e) = self.state.executions.get_mut(key) {
             e.completed_inputs = Some(digest);
+            e.late_data_told = false;
         }
         self.cancel_run_timers(key);
         let message = record.message.clone().unwrap_or_else(|| "job succeeded".into());

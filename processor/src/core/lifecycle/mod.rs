@@ -214,6 +214,9 @@ pub struct Execution {
     /// it again (see [`MAX_INFRA_RESTARTS`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restart_on_trigger: bool,
+    /// LATE_DATA_ARRIVAL was told for the last completion (once per completion).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub late_data_told: bool,
     /// The run that ended without its job's own outcome (its poll window closed): a report
     /// of it that comes later is told (JOB_REPORT_AFTER_END), once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -380,6 +383,7 @@ impl Execution {
             drift_reruns_used: 0,
             infra_failures: 0,
             restart_on_trigger: false,
+            late_data_told: false,
             unreported_run: None,
             completed_inputs: None,
             baseline: None,

@@ -154,11 +154,49 @@ impl Decider<'_> {
         let message = format!("{sensor_key}.{field} drifted from {before} to {now} after the run: {outcome}");
         self.emit(kind, Some(key), message, info);
         if rerun && !dry {
-            if let Some(e) = self.state.executions.get_mut(key) {
-                e.drift_reruns_used += 1;
-            }
-            self.restart(key);
+            self.drift_rerun(
+                key,
+                &format!("post-run drift: {sensor_key}.{field} moved from {before} to {now}"),
+            );
         }
+    }
+
+    /// A rerun on the drift budget (`maxDriftReruns`), for data that changed after the run
+    /// completed: RERUN_ACCEPTED and the date evaluated again, or RERUN_REJECTED once the
+    /// budget is spent. Nothing in a dry run (its DRY_RUN_* event said what would happen).
+    pub(super) fn drift_rerun(&mut self, key: &str, reason: &str) {
+        let Some(config) = self.config() else { return };
+        let (limit, dry) = (config.job.max_drift_reruns, config.dry_run);
+        let Some(execution) = self.state.executions.get(key) else {
+            return;
+        };
+        if dry {
+            return;
+        }
+        let used = execution.drift_reruns_used;
+        let mut info = detail([
+            ("requestedBy", json!("sluice")),
+            ("reason", json!(reason)),
+            ("maxDriftReruns", json!(limit)),
+        ]);
+        if used >= limit {
+            let refusal = format!("maxDriftReruns ({limit}) is spent");
+            info.insert("rejection".into(), json!(refusal));
+            self.emit(
+                EventType::RERUN_REJECTED,
+                Some(key),
+                format!("rerun rejected: {refusal}"),
+                info,
+            );
+            return;
+        }
+        info.insert("driftRerunsUsed".into(), json!(used + 1));
+        let message = format!("rerun of {key} accepted ({reason}; {} of {limit})", used + 1);
+        self.emit(EventType::RERUN_ACCEPTED, Some(key), message, info);
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.drift_reruns_used += 1;
+        }
+        self.restart(key);
     }
 
     /// POST_RUN_SENSOR_MISSING: `sensorTimeout` passed after success with no post-run sensor.

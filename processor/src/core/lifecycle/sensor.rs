@@ -177,9 +177,23 @@ impl Decider<'_> {
         if execution.completed_inputs.as_deref() == Some(seen.as_str()) {
             return;
         }
+        if execution.late_data_told {
+            self.notes.push(format!(
+                "sensor {sensor_key:?} changed again after the run completed: told once already"
+            ));
+            return;
+        }
+        if let Some(e) = self.state.executions.get_mut(key) {
+            e.late_data_told = true;
+        }
         let kind = self.dry_or(EventType::LATE_DATA_ARRIVAL, EventType::DRY_RUN_LATE_DATA);
-        let message = format!("sensor {sensor_key:?} changed after the run completed; a rerun would use it");
+        let message = format!("sensor {sensor_key:?} changed after the run completed");
         self.emit(kind, Some(key), message, detail([("sensor", json!(sensor_key))]));
+        // As the earlier design did: a rerun on the drift budget.
+        self.drift_rerun(
+            key,
+            &format!("late data: sensor {sensor_key:?} changed after the run completed"),
+        );
     }
 }
 

@@ -443,7 +443,8 @@ fn stale_run_when_a_lost_evaluation_timer_leaves_an_execution_hanging() {
 #[test]
 fn rerun_accepted_after_a_success_when_sensor_data_changed() {
     let mut sim = Sim::new();
-    sim.config(gold(json!({})));
+    // No drift budget: the late data alone reruns nothing (RERUN_REJECTED), the operator does.
+    sim.config(gold(json!({"job": {"maxDriftReruns": 0}})));
     succeed(&mut sim);
     sim.sensor("gold", "row-count", json!({"count": 2500}));
     let mark = sim.events.len();
@@ -509,7 +510,7 @@ fn rerun_rejected_when_no_sensor_data_changed_since_the_success() {
 #[test]
 fn commands_naming_a_schedule_the_pipeline_does_not_have_are_refused() {
     let mut sim = Sim::new();
-    sim.config(gold(json!({"job": {"maxManualReruns": 3}})));
+    sim.config(gold(json!({"job": {"maxManualReruns": 3, "maxDriftReruns": 0}})));
     succeed(&mut sim);
     sim.sensor("gold", "row-count", json!({"count": 2500}));
     let foreign = |kind| CommandRecord {
@@ -719,23 +720,41 @@ fn input_rejected_when_a_cancel_finds_nothing_in_progress() {
 // ---- LATE_DATA_ARRIVAL ----
 
 #[test]
-fn late_data_arrival_when_a_validation_sensor_changes_after_success() {
+fn late_data_arrival_is_told_once_per_completion_and_reruns_once_on_the_drift_budget() {
     let mut sim = Sim::new();
     sim.config(gold(json!({})));
     succeed(&mut sim);
     let mark = sim.events.len();
+    // The same data re-sent is not news.
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    assert_eq!(since(&sim, mark), []);
     sim.sensor("gold", "row-count", json!({"count": 2600}));
-    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL]);
+    // As the earlier design did: one alert, and a rerun from maxDriftReruns (default 1).
+    assert_eq!(
+        since(&sim, mark),
+        [LATE_DATA_ARRIVAL, RERUN_ACCEPTED, VALIDATION_PASSED]
+    );
     let late = last(&sim, LATE_DATA_ARRIVAL);
     assert_eq!(late.detail["sensor"], json!("row-count"));
     assert_eq!(late.date.as_deref(), Some(DAY));
-    assert!(sim.triggers().len() == 1, "late data alone does not rerun");
-    // The same late reading re-sent is not news.
-    sim.sensor("gold", "row-count", json!({"count": 2600}));
-    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL]);
-    // Another change is.
-    sim.sensor("gold", "row-count", json!({"count": 2700}));
-    assert_eq!(since(&sim, mark), [LATE_DATA_ARRIVAL, LATE_DATA_ARRIVAL]);
+    assert_eq!(last(&sim, RERUN_ACCEPTED).detail["maxDriftReruns"], json!(1));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    // More writes while the rerun runs are what it will read: no alert.
+    for count in [2700, 2800, 2900] {
+        sim.sensor("gold", "row-count", json!({"count": count}));
+    }
+    sim.job("gold", RUN2, JobStatus::Running, None);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    let rerun_done = sim.events.len();
+    // After this completion: one alert again, and the budget is spent.
+    sim.sensor("gold", "row-count", json!({"count": 3000}));
+    sim.sensor("gold", "row-count", json!({"count": 3100}));
+    assert_eq!(since(&sim, rerun_done), [LATE_DATA_ARRIVAL, RERUN_REJECTED]);
+    assert!(last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .contains("maxDriftReruns (1)"));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
 }
 
 #[test]
@@ -892,8 +911,17 @@ fn post_run_drift_above_the_threshold_reruns_while_max_drift_reruns_allows() {
     sim.sensor("gold", "quality", json!({"status": "ok", "count": 511}));
     assert_eq!(
         since(&sim, mark),
-        [POST_RUN_PASSED, POST_RUN_PASSED, POST_RUN_DRIFT, VALIDATION_PASSED]
+        [
+            POST_RUN_PASSED,
+            POST_RUN_PASSED,
+            POST_RUN_DRIFT,
+            RERUN_ACCEPTED,
+            VALIDATION_PASSED
+        ]
     );
+    let accepted = last(&sim, RERUN_ACCEPTED);
+    assert_eq!(accepted.detail["requestedBy"], json!("sluice"));
+    assert_eq!(accepted.detail["driftRerunsUsed"], json!(1));
     let drift = last(&sim, POST_RUN_DRIFT);
     assert_eq!(drift.detail["sensor"], json!("quality"));
     assert_eq!(drift.detail["field"], json!("count"));
