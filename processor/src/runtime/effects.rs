@@ -1056,24 +1056,24 @@ mod tests {
         }
     }
 
-    /// Tries made, and the attempt: each try takes `takes`, then fails as a 503 would.
-    fn failing(
-        takes: Duration,
-    ) -> (
-        Arc<AtomicU32>,
-        impl Fn() -> futures::future::BoxFuture<'static, Result<Outcome, CallError>>,
-    ) {
+    type Attempt = futures::future::BoxFuture<'static, Result<Outcome, CallError>>;
+
+    /// Tries made, and an attempt answering `answer(n)` on its `n`th try (from 0).
+    fn counted(answer: impl Fn(usize) -> Attempt) -> (Arc<AtomicU32>, impl Fn() -> Attempt) {
         let tries = Arc::new(AtomicU32::new(0));
         let counted = tries.clone();
-        let attempt = move || {
-            counted.fetch_add(1, SeqCst);
+        (tries, move || answer(counted.fetch_add(1, SeqCst) as usize))
+    }
+
+    /// Tries made, and the attempt: each try takes `takes`, then fails as a 503 would.
+    fn failing(takes: Duration) -> (Arc<AtomicU32>, impl Fn() -> Attempt) {
+        counted(move |_| {
             async move {
                 tokio::time::sleep(takes).await;
                 infra()
             }
             .boxed()
-        };
-        (tries, attempt)
+        })
     }
 
     /// Runs `work`'s retries of `attempt` in a task, stopped by `stop`.
@@ -1132,20 +1132,11 @@ mod tests {
     }
 
     /// An attempt answering `answers` in turn (the last repeating), counting its tries.
-    fn answering(
-        answers: Vec<Outcome>,
-    ) -> (
-        Arc<AtomicU32>,
-        impl Fn() -> futures::future::BoxFuture<'static, Result<Outcome, CallError>>,
-    ) {
-        let tries = Arc::new(AtomicU32::new(0));
-        let counted = tries.clone();
-        let attempt = move || {
-            let n = counted.fetch_add(1, SeqCst) as usize;
+    fn answering(answers: Vec<Outcome>) -> (Arc<AtomicU32>, impl Fn() -> Attempt) {
+        counted(move |n| {
             let answer = answers[n.min(answers.len() - 1)].clone();
             async move { Ok(answer) }.boxed()
-        };
-        (tries, attempt)
+        })
     }
 
     #[tokio::test(start_paused = true)]

@@ -255,15 +255,21 @@ fn with_retry_after_poll_window_a_job_that_cannot_be_watched_still_ends() {
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
-#[test]
-fn a_failed_attempt_is_retried_only_once_the_rules_pass_again() {
+/// `gold` (one retry) with its first attempt running when the data it needs goes (a row
+/// count below its rule's); and where its events stood then.
+fn running_when_its_data_goes() -> (Sim, usize) {
     let mut sim = Sim::new();
     sim.config(gold(json!({"job": {"maxRetries": 1}})));
     start(&mut sim);
     sim.job("gold", RUN1, JobStatus::Running, None);
-    // The data the run needs is no longer there when it fails.
     sim.sensor("gold", "row-count", json!({"count": 10}));
     let mark = sim.events.len();
+    (sim, mark)
+}
+
+#[test]
+fn a_failed_attempt_is_retried_only_once_the_rules_pass_again() {
+    let (mut sim, mark) = running_when_its_data_goes();
     sim.job("gold", RUN1, JobStatus::Failed, None);
     assert_eq!(since(&sim, mark), [JOB_FAILED]);
     assert_eq!(last(&sim, JOB_FAILED).detail["willRetry"], json!(true));
@@ -280,12 +286,7 @@ fn a_failed_attempt_is_retried_only_once_the_rules_pass_again() {
 
 #[test]
 fn a_retry_whose_rules_never_pass_again_ends_with_the_window() {
-    let mut sim = Sim::new();
-    sim.config(gold(json!({"job": {"maxRetries": 1}})));
-    start(&mut sim);
-    sim.job("gold", RUN1, JobStatus::Running, None);
-    sim.sensor("gold", "row-count", json!({"count": 10}));
-    let mark = sim.events.len();
+    let (mut sim, mark) = running_when_its_data_goes();
     sim.advance(TimeDelta::minutes(30));
     sim.job("gold", RUN1, JobStatus::Failed, None);
     // The window is a fresh one from the failure (1 h), not what was left of the first.
