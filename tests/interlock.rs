@@ -141,6 +141,8 @@ fn post_run_sensor_missing_never_reported_for_a_post_run_without_rules() {
     watched["postRun"] = json!({"rules": [{"key": "audit", "check": "exists"}], "sensorTimeout": "3s"});
     w.start_with(&empty);
     w.config(&watched);
+    // A post-run sensor before the run: the baseline MISSING is measured against.
+    w.sensor("watched", "audit", json!({"rows": 1}));
     for id in ["norules", "watched"] {
         w.sensor(id, "row-count", json!({"count": 1500}));
         w.sensor(id, "upstream", json!({"status": "ready"}));
@@ -194,6 +196,8 @@ fn config_validate_reports_every_interlock_difference() {
         "meter-hourly.yaml: postRun.rules: no rules: nothing is watched after the run",
         "risk-batch.yaml: job.config.pollInterval: unknown key for job type airflow",
         "ledger-close.yaml: sla.critical: is read but changes nothing",
+        // Interlock read its 21:00 in UTC, Sluice in Europe/London: said, not guessed.
+        "ledger-close.yaml: sla.timezone: is not set: sla.deadline is read in schedule.timezone (Europe/London)",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in\n{stderr}");
     }

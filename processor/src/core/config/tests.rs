@@ -441,6 +441,27 @@ fn fields_read_but_not_acted_on_warn() {
     }
 }
 
+/// The earlier design read an unset `sla.timezone` as UTC, Sluice as the schedule's zone:
+/// where they differ, `validate` says which zone a deadline is read in.
+#[test]
+fn an_sla_deadline_without_its_own_timezone_says_which_zone_it_is_read_in() {
+    let warned = |schedule_zone: Option<&str>, sla_zone: Option<&str>| {
+        let mut c = minimal();
+        if let Some(zone) = schedule_zone {
+            c["schedule"]["timezone"] = json!(zone);
+        }
+        c["sla"] = json!({"deadline": "08:00"});
+        if let Some(zone) = sla_zone {
+            c["sla"]["timezone"] = json!(zone);
+        }
+        warnings(&parsed(c)).into_iter().find(|w| w.starts_with("sla.timezone"))
+    };
+    let said = warned(Some("Asia/Tokyo"), None).expect("a warning");
+    assert!(said.contains("Asia/Tokyo") && said.contains("UTC"), "{said}");
+    assert_eq!(warned(Some("Asia/Tokyo"), Some("Asia/Tokyo")), None, "said which");
+    assert_eq!(warned(None, None), None, "both read UTC");
+}
+
 #[test]
 fn sla_deadline_day_is_read_from_the_config() {
     let mut c = minimal();

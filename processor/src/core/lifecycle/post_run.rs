@@ -44,11 +44,21 @@ impl Decider<'_> {
                     .map(|data| (k.to_string(), Value::Object((*data).clone())))
             })
             .collect();
-        let timeout = TimerKind::PostRunTimeout { schedule_id, date };
-        self.set_timer(timeout, self.now() + post_run.sensor_timeout);
         if let Some(e) = self.state.executions.get_mut(key) {
             e.baseline = Some(baseline.clone());
             e.post_run_seen = false;
+        }
+        // As the earlier design did: nothing to compare with (no post-run sensor yet) is no
+        // baseline, and no POST_RUN_SENSOR_MISSING; neither is an hourly run's (its watchdog
+        // checked today's daily run only). The post-run rules still judge what comes.
+        if baseline.is_empty() {
+            self.notes
+                .push(format!("{key}: no post-run sensor to take a baseline of"));
+            return;
+        }
+        if !date.contains('T') {
+            let timeout = TimerKind::PostRunTimeout { schedule_id, date };
+            self.set_timer(timeout, self.now() + post_run.sensor_timeout);
         }
         let message = format!("post-run baseline captured ({} sensors)", baseline.len());
         self.emit(

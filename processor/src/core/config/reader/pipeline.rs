@@ -366,6 +366,17 @@ impl Reader {
             self.warn("sla.expectedDuration", "has no effect without sla.deadline");
         }
         let timezone = self.timezone(map, "timezone", path);
+        // The earlier design read an unset sla.timezone as UTC; Sluice reads the schedule's.
+        // Where the two differ, a deadline would move by hours without a word: say which.
+        let schedule_zone = schedule.as_ref().map_or(Tz::UTC, |s| s.timezone);
+        if timezone.is_none() && schedule_zone != Tz::UTC && matches!(deadline, Some(Deadline::Daily(_))) {
+            self.warn(
+                "sla.timezone",
+                format!(
+                    "is not set: sla.deadline is read in schedule.timezone ({schedule_zone}); the earlier design read it in UTC. Set sla.timezone to say which"
+                ),
+            );
+        }
         let critical = self.boolean(map, "critical", path);
         if critical {
             self.warn(

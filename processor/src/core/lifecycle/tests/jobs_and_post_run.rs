@@ -1002,6 +1002,7 @@ fn post_run_drift_inflight_when_the_drifting_sensor_arrives_during_a_rerun() {
 fn post_run_sensor_missing_after_the_sensor_timeout() {
     let mut sim = Sim::new();
     sim.config(gold_post_run(json!({})));
+    sim.sensor("gold", "quality", json!({"status": "ok", "count": 500}));
     succeed(&mut sim);
     let mark = sim.events.len();
     sim.advance(TimeDelta::hours(2) - TimeDelta::seconds(1));
@@ -1014,6 +1015,52 @@ fn post_run_sensor_missing_after_the_sensor_timeout() {
     assert!(missing.message.contains("2h"), "{}", missing.message);
     sim.advance(TimeDelta::days(1));
     assert_eq!(sim.of(POST_RUN_SENSOR_MISSING).len(), 1);
+}
+
+/// As the earlier design: a run with no post-run sensor to take a baseline of (the keys
+/// are written elsewhere, or later) gets no baseline and no POST_RUN_SENSOR_MISSING; its
+/// post-run rules still judge a reading that comes.
+#[test]
+fn no_post_run_baseline_no_sensor_missing() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    let mark = sim.events.len();
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(since(&sim, mark), [JOB_COMPLETED]);
+    sim.advance(TimeDelta::hours(5));
+    assert_eq!(since(&sim, mark), [JOB_COMPLETED]);
+    sim.sensor("gold", "quality", json!({"status": "corrupt", "count": 500}));
+    assert_eq!(since(&sim, mark), [JOB_COMPLETED, POST_RUN_FAILED]);
+}
+
+/// The earlier design checked missing post-run sensors for today's daily run only: an
+/// hourly run's baseline is taken, but nothing is ever missing.
+#[test]
+fn an_hourly_run_is_never_post_run_sensor_missing() {
+    let mut sim = Sim::new();
+    sim.config(gold_post_run(json!({})));
+    let hour = Some(7);
+    sim.sensor_scoped(
+        "gold",
+        "quality",
+        json!({"status": "ok", "count": 500}),
+        Some(DAY),
+        hour,
+        None,
+    );
+    sim.sensor_scoped("gold", "row-count", json!({"count": 2000}), Some(DAY), hour, None);
+    sim.sensor_scoped("gold", "upstream", json!({"status": "ready"}), Some(DAY), hour, None);
+    let date = format!("{DAY}T07");
+    let mark = sim.events.len();
+    sim.job_for("gold", "stream", &date, JobStatus::Succeeded);
+    assert_eq!(
+        since(&sim, mark),
+        [JOB_TRIGGERED, JOB_COMPLETED, POST_RUN_BASELINE_CAPTURED]
+    );
+    sim.advance(TimeDelta::hours(5));
+    assert!(sim.of(POST_RUN_SENSOR_MISSING).is_empty(), "{:?}", sim.types());
 }
 
 // ---- Dry run ----
