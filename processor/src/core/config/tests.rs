@@ -430,6 +430,30 @@ fn sla_deadline_day_defaults_to_the_next_day_without_cron() {
     assert!(problems(c).iter().any(|p| p.contains("dataDate or nextDay")));
 }
 
+/// The earlier design read keys in any case (Go's decoding): `dryrun: true` is a dry run,
+/// never the real job, and `job.maxretries` the retry budget; each respelling warns.
+#[test]
+fn keys_spelt_in_another_case_are_read_with_a_warning() {
+    let mut c = minimal();
+    c["dryrun"] = json!(true);
+    c["job"]["MaxRetries"] = json!(2);
+    let read = parsed(c);
+    assert!(read.config.dry_run, "a dry run spelt dryrun is a dry run");
+    assert_eq!(read.config.job.max_retries, 2);
+    let said = warnings(&read);
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("dryrun") && w.contains("read as dryRun")),
+        "{said:?}"
+    );
+    assert!(said.iter().any(|w| w.starts_with("job.MaxRetries")), "{said:?}");
+    assert!(!said.iter().any(|w| w.contains("unknown field")), "{said:?}");
+    let mut twice = minimal();
+    twice["dryRun"] = json!(false);
+    twice["DRYRUN"] = json!(true);
+    assert!(problems(twice).iter().any(|p| p.contains("set twice")));
+}
+
 #[test]
 fn fields_read_but_not_acted_on_warn() {
     let mut c = minimal();

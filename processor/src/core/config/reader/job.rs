@@ -32,6 +32,7 @@ impl Reader {
             self.problem(path, "is required (job: {type: ..., config: {...}})");
             return None;
         };
+        let map = &self.in_any_case(map, path, &JOB_FIELDS);
         self.known_fields(map, path, &JOB_FIELDS);
         let kind = self.job_kind(map);
         let json = self.section(map, "config", path).cloned().unwrap_or_default();

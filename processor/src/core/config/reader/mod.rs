@@ -137,6 +137,30 @@ impl Reader {
         });
     }
 
+    /// `map` with its keys spelt as `known` spells them, whatever their case: the earlier
+    /// design decoded configs as Go does, case-insensitively, so `dryrun: true` was a dry
+    /// run (read as an unknown key, it would run the real job). Each respelling is a warning;
+    /// two spellings of one key are a problem.
+    fn in_any_case(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) -> Map<String, Value> {
+        let mut spelt = Map::new();
+        for (key, value) in map {
+            let canonical = known
+                .iter()
+                .find(|k| **k != key.as_str() && k.eq_ignore_ascii_case(key))
+                .map_or(key.as_str(), |k| *k);
+            if canonical != key {
+                self.warn(
+                    &join(path, key),
+                    format!("read as {canonical} (keys match in any case)"),
+                );
+            }
+            if spelt.insert(canonical.to_string(), value.clone()).is_some() {
+                self.problem(&join(path, canonical), "is set twice, in two spellings");
+            }
+        }
+        spelt
+    }
+
     /// Warns about fields nobody reads: usually a typo.
     fn known_fields(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) {
         for key in map.keys() {

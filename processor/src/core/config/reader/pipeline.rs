@@ -44,6 +44,7 @@ struct Identity {
 impl Reader {
     pub(super) fn pipeline(&mut self, raw: &Value, variables: Variables) -> Option<PipelineConfig> {
         let root = self.object(raw, "")?;
+        let root = &self.in_any_case(root, "", &ROOT_FIELDS);
         self.known_fields(root, "", &ROOT_FIELDS);
         let Identity { id, owner, description } = self.identity(root);
         let schedule = self.schedule(root);
