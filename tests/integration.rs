@@ -942,6 +942,33 @@ fn five_late_writes_give_one_alert_and_one_rerun() {
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
 
+/// "Fixed the code, rerun yesterday": `sluice rerun --force` runs a completed date again
+/// although none of its inputs changed. Counted at the target: the job's record of its runs.
+#[test]
+fn a_forced_rerun_runs_a_date_whose_inputs_did_not_change() {
+    let mut w = World::new("forced");
+    let (config, runs) = recording_pipeline(&w, "forced");
+    w.start_with(&config);
+    row_count_then_trigger(&w, "forced", json!(1500));
+    let done = [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    w.wait_for_sequence("forced", &done);
+    let output = sluice()
+        .args(["rerun", "forced", day(), "--force", "--reason", "fixed the join"])
+        .args(["--topic-prefix", &w.prefix])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let again = [RERUN_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED];
+    let events = w.wait_for_sequence("forced", &[done.as_slice(), &again].concat());
+    assert_eq!(events[4].detail["force"], json!(true));
+    assert_eq!(
+        std::fs::read_to_string(runs).unwrap(),
+        format!("{}\n{}\n", run_id("forced", 1), run_id("forced", 2)),
+        "the job ran twice"
+    );
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}
+
 #[test]
 fn rerun_command_is_accepted_after_data_changes() {
     let mut w = World::new("rerun");

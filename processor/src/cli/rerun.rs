@@ -29,6 +29,10 @@ pub struct ExecutionCommandArgs {
     /// Schedule id (cron or stream); by default the pipeline's own.
     #[arg(long)]
     schedule: Option<String>,
+    /// rerun only: run a completed date again although none of its inputs changed (the
+    /// job's code was fixed); still within maxManualReruns.
+    #[arg(long)]
+    force: bool,
 }
 
 pub async fn run(
@@ -44,6 +48,9 @@ pub async fn run(
         .ok()
         .with_context(|| format!("{:?} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH)", args.date))?
         .to_string();
+    if args.force && command != CommandKind::Rerun {
+        anyhow::bail!("--force is for rerun only");
+    }
     let record = CommandRecord {
         pipeline_id: args.pipeline.clone(),
         command,
@@ -53,6 +60,7 @@ pub async fn run(
         requested_by: args.requested_by,
         subscriber: None,
         key: None,
+        force: args.force,
     };
     let json = serde_json::to_value(&record)?;
     let code = publish(kafka, codec, Family::Commands, &topics.commands, &args.pipeline, &json).await?;

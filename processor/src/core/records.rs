@@ -237,6 +237,10 @@ pub struct CommandRecord {
     /// `subscribe`: the sensor key the downstream expects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// `rerun`: run a completed date again although none of its inputs changed ("fixed the
+    /// code, rerun yesterday"); still within `maxManualReruns`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {

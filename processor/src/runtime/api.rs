@@ -503,6 +503,9 @@ struct ExecutionRequest {
     schedule: Option<String>,
     reason: Option<String>,
     requested_by: Option<String>,
+    /// `rerun`: although no input changed.
+    #[serde(default)]
+    force: bool,
 }
 
 async fn rerun(api: State<Api>, id: Path<String>, grant: Extension<Grant>, body: Bytes) -> Response {
@@ -559,7 +562,7 @@ async fn command(
 /// one (a bad request).
 fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result<CommandRecord, String> {
     let request: ExecutionRequest = serde_json::from_slice(body).map_err(|e| {
-        format!("the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?}}: {e}")
+        format!("the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?, \"force\"?}}: {e}")
     })?;
     let Ok(date) = request.date.parse::<ExecutionDate>() else {
         return Err(format!(
@@ -576,6 +579,7 @@ fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result
         requested_by: Some(request.requested_by.unwrap_or_else(|| format!("api@{}", api.instance))),
         subscriber: None,
         key: None,
+        force: request.force && kind == CommandKind::Rerun,
     })
 }
 

@@ -55,7 +55,11 @@ impl Decider<'_> {
             ("requestedBy", json!(record.requested_by)),
             ("reason", json!(record.reason)),
         ]);
-        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&key, &record.date, limit));
+        if record.force {
+            info.insert("force".into(), json!(true));
+        }
+        let refusal =
+            (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&key, &record.date, limit, record.force));
         if let Some(refusal) = refusal {
             info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
@@ -99,7 +103,7 @@ impl Decider<'_> {
     }
 
     /// Why execution `key` (of `date`) may not be rerun, within `limit` manual reruns.
-    fn rerun_refusal(&self, key: &str, date: &str, limit: u32) -> Option<String> {
+    fn rerun_refusal(&self, key: &str, date: &str, limit: u32, force: bool) -> Option<String> {
         let config = self.config()?;
         match self.state.executions.get(key) {
             // Reruns are how the earlier design's runbooks start a date that never ran (a
@@ -118,7 +122,9 @@ impl Decider<'_> {
             // A completed run is rerun only when its inputs changed: the same data would give
             // the same result.
             Some(e)
-                if e.phase.is_completed() && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
+                if !force
+                    && e.phase.is_completed()
+                    && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
             {
                 Some(format!("no sensor data changed since {key} completed"))
             }

@@ -137,6 +137,7 @@ fn command(sim: &mut Sim, pipeline: &str, kind: CommandKind, date: &str) -> Deci
         requested_by: Some("ops@example.com".into()),
         subscriber: None,
         key: None,
+        force: false,
     };
     sim.input(pipeline, Input::CommandReceived(record))
 }
@@ -441,6 +442,41 @@ fn stale_run_when_a_lost_evaluation_timer_leaves_an_execution_hanging() {
 
 // ---- RERUN_ACCEPTED / RERUN_REJECTED ----
 
+/// "Fixed the code, rerun yesterday": a forced rerun of a completed date whose inputs did
+/// not change is accepted, within `maxManualReruns`.
+#[test]
+fn a_forced_rerun_runs_a_completed_date_again_with_unchanged_inputs() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    let forced = |sim: &mut Sim| {
+        let record = CommandRecord {
+            pipeline_id: "gold".into(),
+            command: CommandKind::Rerun,
+            schedule_id: None,
+            date: DAY.into(),
+            reason: Some("fixed the join".into()),
+            requested_by: Some("ops@example.com".into()),
+            subscriber: None,
+            key: None,
+            force: true,
+        };
+        sim.input("gold", Input::CommandReceived(record))
+    };
+    let mark = sim.events.len();
+    forced(&mut sim);
+    assert_eq!(since(&sim, mark), [RERUN_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(last(&sim, RERUN_ACCEPTED).detail["force"], json!(true));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    // The budget still holds (maxManualReruns 1).
+    forced(&mut sim);
+    assert_eq!(
+        last(&sim, RERUN_REJECTED).detail["rejection"],
+        json!(format!("maxManualReruns (1) is spent for {KEY}"))
+    );
+}
+
 #[test]
 fn rerun_accepted_after_a_success_when_sensor_data_changed() {
     let mut sim = Sim::new();
@@ -523,6 +559,7 @@ fn commands_naming_a_schedule_the_pipeline_does_not_have_are_refused() {
         requested_by: None,
         subscriber: None,
         key: None,
+        force: false,
     };
     let mark = sim.events.len();
     let decision = sim.input("gold", Input::CommandReceived(foreign(CommandKind::Rerun)));

@@ -640,6 +640,7 @@ impl Sim {
             requested_by: None,
             subscriber: None,
             key: None,
+            force: false,
         };
         self.input(pipeline, Input::CommandReceived(record))
     }
