@@ -395,22 +395,38 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
 }
 
 /// The day a sensor record names. The earlier design carried date and hour inside the
-/// sensor data; both places are accepted.
+/// sensor data; both places are accepted. In the data, producers often wrote a timestamp
+/// there (`2026-03-03T05:12:00Z`): it counts for its day, as written.
 fn sensor_date(record: &SensorRecord) -> Result<Option<NaiveDate>, InputError> {
-    let given = record
-        .date
-        .clone()
-        .map(Value::String)
-        .or_else(|| record.data.get("date").cloned());
+    let (given, in_data) = match &record.date {
+        Some(date) => (Some(Value::String(date.clone())), false),
+        None => (record.data.get("date").cloned(), true),
+    };
     match given {
         None | Some(Value::Null) => Ok(None),
         // The hour has its own field: a date here is a day.
         Some(Value::String(s)) => match s.parse::<ExecutionDate>() {
             Ok(ExecutionDate { day, hour: None }) => Ok(Some(day)),
-            _ => Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
+            _ => match in_data.then(|| day_of_timestamp(&s)).flatten() {
+                Some(day) => Ok(Some(day)),
+                None => Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
+            },
         },
         Some(other) => Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
     }
+}
+
+/// The calendar day of an RFC 3339 timestamp, or of one without its offset, as written.
+fn day_of_timestamp(text: &str) -> Option<NaiveDate> {
+    let text = text.trim();
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.date_naive())
+        .ok()
+        .or_else(|| {
+            chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+                .ok()
+                .map(|t| t.date())
+        })
 }
 
 /// The hour a sensor record names, in its own field or in its data (see [`sensor_date`]).
@@ -633,6 +649,14 @@ mod tests {
 
     #[test]
     fn sensor_dates_come_from_the_record_or_its_data() {
+        // A timestamp in the data counts for its day, as written; in the record's own field
+        // it is refused (that field is a day).
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"2026-03-03T23:30:00-05:00"}}"#).unwrap();
+        assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 3));
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"2026-03-04T01:02:03.5"}}"#).unwrap();
+        assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 4));
+        assert!(sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-03T23:30:00Z"}"#).is_err());
+        assert!(sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"yesterday"}}"#).is_err());
         let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"20260303","hour":"7"}}"#).unwrap();
         assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 3));
         assert_eq!(r.hour, Some(7));
