@@ -407,19 +407,19 @@ impl InFlight {
     /// Tells the triggers of `partitions` in flight that their partition was let go: they
     /// stop retrying and say so (see [`Stop`]). Returns how many were told.
     pub fn release(&self, partitions: &[i32]) -> usize {
-        let runs = self.runs.lock().unwrap();
-        let told = runs.values().filter(|(p, _)| partitions.contains(p));
-        told.map(|(_, release)| release.send_replace(true))
-            .filter(|was| !was)
-            .count()
+        self.release_where(|p| partitions.contains(&p))
     }
 
     fn release_all(&self) -> usize {
+        self.release_where(|_| true)
+    }
+
+    /// Releases the triggers in flight whose partition `which` names; how many were not
+    /// released already.
+    fn release_where(&self, which: impl Fn(i32) -> bool) -> usize {
         let runs = self.runs.lock().unwrap();
-        runs.values()
-            .map(|(_, release)| release.send_replace(true))
-            .filter(|was| !was)
-            .count()
+        let told = runs.values().filter(|(p, _)| which(*p));
+        told.filter(|(_, release)| !release.send_replace(true)).count()
     }
 
     /// Blocks until no trigger of `partitions` is in flight (their reports are written), or

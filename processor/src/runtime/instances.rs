@@ -236,6 +236,8 @@ pub async fn run(
     telemetry: Arc<Telemetry>,
 ) {
     let clock = directory.clock;
+    // Peers whose clock runs ahead past the warning, warned about once until they come back.
+    let mut ahead_of_me: HashSet<String> = HashSet::new();
     let (producer, consumer) = match clients(&kafka, &topic) {
         Ok(clients) => clients,
         Err(e) => {
@@ -271,8 +273,10 @@ pub async fn run(
                     if let Some(ahead) = (member.as_ref()).and_then(|m| clock_ahead(m, &me.instance, &me.group, clock.now())) {
                         let peer = &member.as_ref().expect("a member").instance;
                         telemetry.peer_clock_ahead(peer, ahead.as_seconds_f64());
-                        if ahead > SKEW_WARNING {
-                            warn!(peer, ahead_seconds = ahead.as_seconds_f64(), "another instance's clock runs ahead of this one's: its timers (SLA deadlines, schedules) fire early by as much; keep every instance on NTP");
+                        if ahead <= SKEW_WARNING {
+                            ahead_of_me.remove(peer);
+                        } else if ahead_of_me.insert(peer.clone()) {
+                            warn!(peer, ahead_seconds = ahead.as_seconds_f64(), "another instance's clock runs ahead of this one's: its timers (SLA deadlines, schedules) fire early by as much; keep every instance on NTP (said once, until it comes back)");
                         }
                     }
                     directory.apply(&key, member);
