@@ -8,6 +8,8 @@
 #   SLUICE_BROKER_PORT     port to listen on (default 9092; "auto" picks a free one)
 #   SLUICE_BROKER_DIR      where the pid file, log and sqlite data live (default .sluice/broker)
 #   SLUICE_BROKER_STORAGE  memory (default, fast) or sqlite (survives a broker restart)
+#   SLUICE_BROKER_LISTEN_PORT  tansu listens here and advertises SLUICE_BROKER_PORT, where
+#                          something else forwards to it (a test's proxy that cuts clients off)
 #   SLUICE_BROKER_USERS    "NAME:PASSWORD:MECHANISM ..." (scram256 or scram512): clients must
 #                          authenticate with SASL/SCRAM as one of these users (sqlite storage)
 #   SLUICE_BROKER_TLS      1: clients connect over TLS (stunnel in front of tansu, whose own
@@ -74,7 +76,7 @@ start() {
     *) echo "SLUICE_BROKER_STORAGE must be memory or sqlite, not $storage" >&2; exit 2 ;;
   esac
   # Behind TLS, tansu listens on a port of its own and advertises stunnel's.
-  listen="$port"
+  listen="${SLUICE_BROKER_LISTEN_PORT:-$port}"
   [[ "${SLUICE_BROKER_TLS:-}" == 1 ]] && listen="$(free_port)"
   if [[ -n "${SLUICE_BROKER_USERS:-}" ]]; then
     # Users are created over the Kafka protocol, which needs a broker without

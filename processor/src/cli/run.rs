@@ -249,7 +249,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         // The probes and the page's static files are open; the data needs a token when tokens
         // are set (see runtime::access).
         let commands = Commands {
-            producer: kafka::producer(&kafka)?,
+            producer: kafka::RenewableProducer::new(&kafka)?,
             topic: commands_topic,
             codec,
         };

@@ -20,7 +20,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chrono::Utc;
-use rdkafka::producer::FutureProducer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -157,7 +156,7 @@ pub struct Api {
 
 /// The commands topic and how to write to it.
 pub struct Commands {
-    pub producer: FutureProducer,
+    pub producer: kafka::RenewableProducer,
     pub topic: String,
     pub codec: Codec,
 }
@@ -168,7 +167,7 @@ impl Commands {
         let json = serde_json::to_value(record)?;
         let value = self.codec.encode(Family::Commands, &self.topic, &json)?;
         let key = record.pipeline_id.as_bytes();
-        Ok(kafka::send(&self.producer, &self.topic, Some(key), Some(&value), &[]).await?)
+        Ok(self.producer.send(&self.topic, Some(key), Some(&value), &[]).await?)
     }
 }
 

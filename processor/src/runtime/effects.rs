@@ -42,7 +42,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use ipnet::IpNet;
-use rdkafka::producer::FutureProducer;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -52,7 +51,7 @@ use tracing::{info, warn, Instrument};
 use super::clock::Clock;
 use super::codec::{Codec, Family};
 use super::jobs::{self, Call, CallError, Client, Guard, Outcome, Redactor, SecretPolicy};
-use super::kafka;
+use super::kafka::RenewableProducer;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::execution::ExecutionDate;
@@ -83,7 +82,7 @@ pub struct Settings {
 }
 
 pub struct Executor {
-    producer: FutureProducer,
+    producer: RenewableProducer,
     jobs_topic: String,
     /// Where evaluators' answers are written.
     sensors_topic: String,
@@ -106,7 +105,7 @@ pub struct Executor {
 impl Executor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        producer: FutureProducer,
+        producer: RenewableProducer,
         jobs_topic: String,
         sensors_topic: String,
         settings: Settings,
@@ -443,7 +442,7 @@ impl InFlight {
 
 /// One effect being carried out.
 struct Work {
-    producer: FutureProducer,
+    producer: RenewableProducer,
     topic: String,
     sensors_topic: String,
     codec: Codec,
@@ -740,7 +739,11 @@ impl Work {
         };
         let mut backoff = Duration::from_millis(200);
         loop {
-            match kafka::send(&self.producer, topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &[]).await {
+            match self
+                .producer
+                .send(topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &[])
+                .await
+            {
                 Ok(_) => return self.telemetry.record_out(topic, 1),
                 Err(e) => {
                     warn!(run_id = %r.run_id, error = %e, "could not write a {} record; retrying", family.name());
@@ -1037,10 +1040,12 @@ mod tests {
             1,
             JobConfig::from_json(JobKind::Http, &json!({"url": "http://target.test/run"})).unwrap(),
         );
-        let producer: FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", "127.0.0.1:1")
-            .create()
-            .unwrap();
+        let producer = RenewableProducer::fixed(
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .create()
+                .unwrap(),
+        );
         Work {
             producer,
             topic: "sluice.jobs".into(),

@@ -18,14 +18,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
-use rdkafka::producer::FutureProducer;
 use rdkafka::TopicPartitionList;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::clock::Clock;
-use super::kafka::{self, Connection};
+use super::kafka::{self, Connection, RenewableProducer};
 use super::telemetry::Telemetry;
 
 /// How often an instance says it is still there.
@@ -289,13 +288,13 @@ pub async fn run(
         }
     }
     // Gone: peers stop forwarding here at once rather than after the expiry.
-    if let Err(e) = kafka::send(&producer, &topic, Some(me.instance.as_bytes()), None, &[]).await {
+    if let Err(e) = producer.send(&topic, Some(me.instance.as_bytes()), None, &[]).await {
         debug!(error = %format!("{e:#}"), "could not withdraw from the instance directory");
     }
 }
 
-fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, StreamConsumer)> {
-    let producer = kafka::producer(kafka)?;
+fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(RenewableProducer, StreamConsumer)> {
+    let producer = RenewableProducer::new(kafka)?;
     let consumer: StreamConsumer = kafka
         .config(kafka::Role::Consumer)
         .set("group.id", "sluice-instance-directory")
@@ -308,14 +307,17 @@ fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(FutureProducer, S
     Ok((producer, consumer))
 }
 
-async fn publish(producer: &FutureProducer, topic: &str, me: &Member, partitions: &[i32], at: DateTime<Utc>) {
+async fn publish(producer: &RenewableProducer, topic: &str, me: &Member, partitions: &[i32], at: DateTime<Utc>) {
     let record = Member {
         partitions: partitions.to_vec(),
         at,
         ..me.clone()
     };
     let value = serde_json::to_vec(&record).expect("a member serialises");
-    if let Err(e) = kafka::send(producer, topic, Some(me.instance.as_bytes()), Some(&value), &[]).await {
+    if let Err(e) = producer
+        .send(topic, Some(me.instance.as_bytes()), Some(&value), &[])
+        .await
+    {
         warn!(error = %format!("{e:#}"), "could not publish to the instance directory; retrying at the next heartbeat");
     }
 }

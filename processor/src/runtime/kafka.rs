@@ -286,12 +286,13 @@ impl ProduceError {
 
     /// Whether the broker refused the producer itself (its id, epoch or sequence), which
     /// retries with the same producer do not mend: a broker that lost its producer state
-    /// (tansu after a restart answers with an unknown error).
+    /// (tansu after a restart answers with an unknown error) or moved its epoch on.
     pub fn refuses_producer(&self) -> bool {
         matches!(
             self.source,
             KafkaError::MessageProduction(
                 RDKafkaErrorCode::Unknown
+                    | RDKafkaErrorCode::ProducerFenced
                     | RDKafkaErrorCode::UnknownProducerId
                     | RDKafkaErrorCode::OutOfOrderSequenceNumber
                     | RDKafkaErrorCode::InvalidProducerEpoch
@@ -399,15 +400,157 @@ pub fn producer(kafka: &Connection) -> Result<FutureProducer> {
     producer_config(kafka).create().context("creating Kafka producer")
 }
 
+/// How many records in a row, over at least [`REFUSAL_SPAN`], the broker refuses a producer
+/// itself before a [`RenewableProducer`] is replaced: one refused round can be a broker
+/// shutting down; refusals that go on through several retries are not mended by retrying.
+const REFUSALS_BEFORE_RENEWAL: u32 = 3;
+const REFUSAL_SPAN: Duration = Duration::from_secs(1);
+
+/// A run of records the broker refused for the producer's sake (its id, epoch or sequence),
+/// with none accepted in between.
+#[derive(Debug, Default)]
+struct Refusals {
+    count: u32,
+    since: Option<std::time::Instant>,
+}
+
+impl Refusals {
+    /// Notes one refusal at `now`; whether the producer is now to be replaced.
+    fn refused(&mut self, now: std::time::Instant) -> bool {
+        self.count += 1;
+        let since = *self.since.get_or_insert(now);
+        self.count >= REFUSALS_BEFORE_RENEWAL && now.duration_since(since) >= REFUSAL_SPAN
+    }
+}
+
+/// A long-lived idempotent producer that replaces itself (a new producer id) when the broker
+/// keeps refusing it: a broker that lost its producer state (tansu after a restart), or that
+/// bumped the producer's epoch twice when a reconnection repeated the request (tansu after a
+/// dropped connection: every record then comes back `ProducerFenced`), answers every retry so,
+/// and no retry of the same producer mends it. Records the old producer may have written are
+/// written again by the new one: events carry their `eventId`, changelog writes put the same
+/// values again, reports and directory records are read as the latest.
+///
+/// A transactional producer is never replaced ([`RenewableProducer::fixed`]): its fencing
+/// means another instance took its transactional id.
+#[derive(Clone)]
+pub struct RenewableProducer {
+    config: Option<ClientConfig>,
+    current: std::sync::Arc<std::sync::Mutex<Generation>>,
+}
+
+struct Generation {
+    producer: FutureProducer,
+    number: u64,
+    refusals: Refusals,
+}
+
+impl RenewableProducer {
+    /// An idempotent producer with Sluice's settings.
+    pub fn new(kafka: &Connection) -> Result<Self> {
+        Self::with_config(producer_config(kafka))
+    }
+
+    fn with_config(config: ClientConfig) -> Result<Self> {
+        let producer = config.create().context("creating Kafka producer")?;
+        Ok(Self {
+            config: Some(config),
+            current: std::sync::Arc::new(std::sync::Mutex::new(Generation {
+                producer,
+                number: 0,
+                refusals: Refusals::default(),
+            })),
+        })
+    }
+
+    /// A producer that is never replaced.
+    pub fn fixed(producer: FutureProducer) -> Self {
+        Self {
+            config: None,
+            current: std::sync::Arc::new(std::sync::Mutex::new(Generation {
+                producer,
+                number: 0,
+                refusals: Refusals::default(),
+            })),
+        }
+    }
+
+    /// The producer in use now.
+    pub fn current(&self) -> FutureProducer {
+        self.lock().producer.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Generation> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`send`] through the producer in use.
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, &[u8])],
+    ) -> Result<(i32, i64), ProduceError> {
+        self.send_to(topic, None, key, value, headers).await
+    }
+
+    /// [`send_to`] through the producer in use, which is replaced when this refusal makes
+    /// enough in a row.
+    pub async fn send_to(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, &[u8])],
+    ) -> Result<(i32, i64), ProduceError> {
+        let (producer, number) = {
+            let current = self.lock();
+            (current.producer.clone(), current.number)
+        };
+        let result = send_to(&producer, topic, partition, key, value, headers).await;
+        self.note(number, &result, std::time::Instant::now());
+        result
+    }
+
+    /// Notes the answer the producer numbered `number` had at `now`.
+    fn note(&self, number: u64, result: &Result<(i32, i64), ProduceError>, now: std::time::Instant) {
+        let mut current = self.lock();
+        // An answer to a producer already replaced says nothing of the new one.
+        if current.number != number {
+            return;
+        }
+        match result {
+            Ok(_) => current.refusals = Refusals::default(),
+            Err(e) if e.refuses_producer() => {
+                let renew = current.refusals.refused(now);
+                if let (true, Some(config)) = (renew, &self.config) {
+                    match config.create() {
+                        Ok(producer) => {
+                            tracing::warn!(topic = %e.topic, error = %e.source, "the broker keeps refusing this producer's records: continuing with a new producer");
+                            current.producer = producer;
+                            current.number += 1;
+                            current.refusals = Refusals::default();
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not create a new producer; retrying with the old one")
+                        }
+                    }
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// The producer of job reports. On tansu, one record per produce request: a broker that
 /// cannot serve a fetch starting inside a multi-record batch (tansu 0.6 answers it with
 /// nothing, so a consumer whose committed offset falls there never moves again) then never
 /// holds the processor's jobs partitions up. On Kafka, reports finished together share a
 /// request.
-pub fn report_producer(kafka: &Connection) -> Result<FutureProducer> {
-    report_producer_config(kafka)
-        .create()
-        .context("creating Kafka producer")
+pub fn report_producer(kafka: &Connection) -> Result<RenewableProducer> {
+    RenewableProducer::with_config(report_producer_config(kafka))
 }
 
 fn report_producer_config(kafka: &Connection) -> ClientConfig {
@@ -920,6 +1063,63 @@ mod tests {
         assert!(shown.contains("SASL_SSL") && shown.contains("[redacted]"), "{shown}");
     }
 
+    fn refused() -> Result<(i32, i64), ProduceError> {
+        Err(ProduceError {
+            topic: "t".into(),
+            source: KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
+        })
+    }
+
+    fn unreachable_producer() -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1");
+        config
+    }
+
+    #[test]
+    fn a_producer_is_replaced_once_refusals_go_on_through_retries() {
+        let t0 = std::time::Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let producer = RenewableProducer::with_config(unreachable_producer()).unwrap();
+        let number = || producer.lock().number;
+        // A whole round refused at once (a broker going down) is not enough.
+        for _ in 0..10 {
+            producer.note(0, &refused(), at(0));
+        }
+        assert_eq!(number(), 0);
+        // An accepted record ends the run of refusals.
+        producer.note(0, &Ok((0, 1)), at(500));
+        producer.note(0, &refused(), at(600));
+        producer.note(0, &refused(), at(1_200));
+        assert_eq!(number(), 0, "the run began again at 600 ms");
+        producer.note(0, &refused(), at(1_600));
+        assert_eq!(number(), 1, "three refusals over a second: replaced");
+        // The old producer's answers, still arriving, do not count against the new one.
+        for ms in [1_700, 3_000, 5_000] {
+            producer.note(0, &refused(), at(ms));
+        }
+        assert_eq!(number(), 1);
+        // Other failures (an outage) are no refusal.
+        let timed_out = Err(ProduceError {
+            topic: "t".into(),
+            source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+        });
+        for ms in [6_000, 8_000, 10_000] {
+            producer.note(1, &timed_out, at(ms));
+        }
+        assert_eq!(number(), 1);
+    }
+
+    #[test]
+    fn a_transactional_producer_is_never_replaced() {
+        let t0 = std::time::Instant::now();
+        let producer = RenewableProducer::fixed(unreachable_producer().create().unwrap());
+        for s in 0..10 {
+            producer.note(0, &refused(), t0 + Duration::from_secs(s));
+        }
+        assert_eq!(producer.lock().number, 0);
+    }
+
     #[test]
     fn a_broker_refusing_the_producer_is_told_from_a_passing_outage() {
         let produce = |code| ProduceError {
@@ -927,6 +1127,7 @@ mod tests {
             source: KafkaError::MessageProduction(code),
         };
         assert!(produce(RDKafkaErrorCode::Unknown).refuses_producer());
+        assert!(produce(RDKafkaErrorCode::ProducerFenced).refuses_producer());
         assert!(produce(RDKafkaErrorCode::OutOfOrderSequenceNumber).refuses_producer());
         assert!(!produce(RDKafkaErrorCode::MessageTimedOut).refuses_producer());
         assert!(!produce(RDKafkaErrorCode::BrokerTransportFailure).refuses_producer());

@@ -15,7 +15,6 @@ use anyhow::{bail, Context as _};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -78,7 +77,7 @@ struct Task {
 /// The partitions being opened, and their results as they arrive.
 pub struct Openings {
     settings: Arc<Settings>,
-    control: FutureProducer,
+    control: kafka::RenewableProducer,
     telemetry: Arc<Telemetry>,
     restores: Arc<Semaphore>,
     tasks: BTreeMap<i32, Task>,
@@ -89,7 +88,7 @@ pub struct Openings {
 }
 
 impl Openings {
-    pub fn new(settings: Settings, control: FutureProducer, telemetry: Arc<Telemetry>) -> Self {
+    pub fn new(settings: Settings, control: kafka::RenewableProducer, telemetry: Arc<Telemetry>) -> Self {
         let (sender, results) = unbounded_channel();
         Openings {
             settings: Arc::new(settings),
@@ -242,7 +241,7 @@ fn holds(reader: &BaseConsumer, topic: &str, p: i32, (low, end): (i64, i64), off
 /// One partition's opening, run as a task.
 struct Opening {
     settings: Arc<Settings>,
-    control: FutureProducer,
+    control: kafka::RenewableProducer,
     telemetry: Arc<Telemetry>,
     partition: i32,
     cancelled: Arc<AtomicBool>,
@@ -409,7 +408,10 @@ impl Opening {
         let topic = &self.settings.topics.changelog;
         let p = self.partition;
         self.retrying(&format!("writing to {topic}"), || async move {
-            let (_, offset) = kafka::send_to(&self.control, topic, Some(p), Some(key), Some(value), &[]).await?;
+            let (_, offset) = self
+                .control
+                .send_to(topic, Some(p), Some(key), Some(value), &[])
+                .await?;
             Ok(offset)
         })
         .await

@@ -30,7 +30,7 @@ use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedMessage};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -45,7 +45,7 @@ use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
 use super::forwarding::{copy_headers, copy_mark, Ends, Misrouted, Warned};
 use super::input::{origin_of, read_input};
-use super::kafka::{self, Connection};
+use super::kafka::{self, Connection, RenewableProducer};
 use super::opening::{Opened, Openings};
 use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
@@ -250,7 +250,7 @@ pub struct Zombie(pub Vec<i32>);
 pub struct Processor {
     settings: Settings,
     consumer: StreamConsumer<RebalanceContext>,
-    producer: FutureProducer,
+    producer: RenewableProducer,
     ownership: UnboundedReceiver<Ownership>,
     stores: BTreeMap<i32, PartitionStore>,
     timers: TimerIndex,
@@ -329,15 +329,15 @@ fn check_topics(consumer: &StreamConsumer<RebalanceContext>, topics: &Topics) ->
 
 /// The producer of the batches' outputs: idempotent, or transactional under exactly-once
 /// (its transactions initialised, which fails on a broker without them).
-fn batch_producer(settings: &Settings) -> Result<FutureProducer> {
+fn batch_producer(settings: &Settings) -> Result<RenewableProducer> {
     match settings.guarantee {
-        Guarantee::EffectivelyOnce => kafka::producer(&settings.kafka),
+        Guarantee::EffectivelyOnce => RenewableProducer::new(&settings.kafka),
         Guarantee::ExactlyOnce => {
             let id = format!("{}-{}", settings.group, settings.instance);
             let producer = kafka::transactional_producer(&settings.kafka, &id)?;
             tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
                 .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
-            Ok(producer)
+            Ok(RenewableProducer::fixed(producer))
         }
     }
 }
@@ -366,10 +366,6 @@ struct Resume {
 /// API questions answered in a row before input and due timers get their turn: a flood of
 /// questions cannot hold processing back, and questions still get answers under load.
 const QUERY_SHARE: u32 = 16;
-
-/// Refused produce rounds in a row (the broker answering, with an error no retry of the same
-/// producer mends) before the producer is replaced.
-const REFUSALS_BEFORE_NEW_PRODUCER: u32 = 3;
 
 /// How long a transactional call may take before it counts as failed.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -593,7 +589,7 @@ impl Processor {
     /// membership a newer process with the same `--instance` took (FENCED_INSTANCE_ID), or a
     /// fenced producer, would otherwise log and go on as a zombie.
     fn check_fatal(&self, e: &KafkaError) -> Result<()> {
-        let fatal = (self.consumer.client().fatal_error()).or_else(|| self.producer.client().fatal_error());
+        let fatal = (self.consumer.client().fatal_error()).or_else(|| self.producer.current().client().fatal_error());
         let fenced = e.rdkafka_error_code() == Some(RDKafkaErrorCode::FencedInstanceId);
         match (fatal, fenced) {
             (Some((code, reason)), _) => bail!("a Kafka client hit a fatal error ({code:?}: {reason}); another process may have taken this instance's identity (--instance)"),
@@ -621,7 +617,7 @@ impl Processor {
         openings.cancel_all();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
-            let _ = producer.flush(STEP);
+            let _ = producer.current().flush(STEP);
             consumer.unsubscribe();
             drop(consumer);
             let _ = done_tx.send(());
@@ -1757,13 +1753,10 @@ impl Processor {
         let mut delivered = vec![(0, 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Duration::from_millis(200);
-        let mut refused = 0;
         while !todo.is_empty() {
             let results = futures::future::join_all(todo.iter().map(|i| self.send(&outputs[*i]))).await;
             let mut failed = Vec::new();
             let mut transient = false;
-            // The broker answered, and refused this producer's records.
-            let mut stuck = false;
             for (i, result) in todo.into_iter().zip(results) {
                 match result {
                     Ok(at) => delivered[i] = at,
@@ -1788,7 +1781,6 @@ impl Processor {
                     }
                     Err(e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
-                        stuck |= e.refuses_producer();
                         transient = true;
                         failed.push(i);
                     }
@@ -1797,11 +1789,6 @@ impl Processor {
             todo = failed;
             self.telemetry.set_broker_ok(!transient);
             if transient {
-                refused = if stuck { refused + 1 } else { 0 };
-                if refused >= REFUSALS_BEFORE_NEW_PRODUCER {
-                    self.renew_producer();
-                    refused = 0;
-                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
@@ -1817,35 +1804,11 @@ impl Processor {
         Ok(delivered)
     }
 
-    /// A new idempotent producer (a new producer id), for when the broker keeps refusing the
-    /// old one's sequence: a broker restarted without its producer state answers every
-    /// retry so, and no retry of the same producer mends it. Records the old producer may
-    /// have written are written again: events carry their `eventId`, and changelog writes
-    /// put the same values again.
-    fn renew_producer(&mut self) {
-        if self.settings.guarantee != Guarantee::EffectivelyOnce {
-            return;
-        }
-        match kafka::producer(&self.settings.kafka) {
-            Ok(producer) => {
-                warn!("the broker keeps refusing this producer's records: continuing with a new producer");
-                self.producer = producer;
-            }
-            Err(e) => warn!(error = %format!("{e:#}"), "could not create a new producer; retrying with the old one"),
-        }
-    }
-
     async fn send(&self, o: &Output) -> Result<(i32, i64), kafka::ProduceError> {
         let headers: Vec<(&str, &[u8])> = o.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
-        kafka::send_to(
-            &self.producer,
-            &o.topic,
-            o.partition,
-            o.key.as_deref(),
-            o.value.as_deref(),
-            &headers,
-        )
-        .await
+        self.producer
+            .send_to(&o.topic, o.partition, o.key.as_deref(), o.value.as_deref(), &headers)
+            .await
     }
 
     /// `exactly-once`: the outputs and the input offsets in one transaction. A transaction
@@ -1861,8 +1824,9 @@ impl Processor {
         let mut backoff = Duration::from_millis(200);
         loop {
             let transactional = |r: KafkaResult<()>| r.map_err(runtime_error::Error::of_transaction);
+            let producer = self.producer.current();
             let attempt = async {
-                transactional(tokio::task::block_in_place(|| self.producer.begin_transaction()))?;
+                transactional(tokio::task::block_in_place(|| producer.begin_transaction()))?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
                 let markers = self.batch_markers(&delivered[first_changelog..], sequenced);
@@ -1872,12 +1836,9 @@ impl Processor {
                     if let Some(list) = offsets {
                         let group =
                             (self.consumer.group_metadata()).ok_or_else(|| anyhow!("no consumer group metadata"))?;
-                        transactional(
-                            self.producer
-                                .send_offsets_to_transaction(list, &group, TRANSACTION_TIMEOUT),
-                        )?;
+                        transactional(producer.send_offsets_to_transaction(list, &group, TRANSACTION_TIMEOUT))?;
                     }
-                    transactional(self.producer.commit_transaction(TRANSACTION_TIMEOUT))
+                    transactional(producer.commit_transaction(TRANSACTION_TIMEOUT))
                 })?;
                 Ok::<_, runtime_error::Error>(delivered)
             }
@@ -1891,7 +1852,7 @@ impl Processor {
                 Err(runtime_error::Error::Transient(e)) => {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
                     self.telemetry.set_broker_ok(false);
-                    let _ = tokio::task::block_in_place(|| self.producer.abort_transaction(TRANSACTION_TIMEOUT));
+                    let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }

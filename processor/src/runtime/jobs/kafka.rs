@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 
 use super::{Call, CallError, Outcome};
 use crate::core::config::{JobKind, JobSettings};
-use crate::runtime::kafka;
 
 pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let JobSettings::Kafka(job) = call.config.settings() else {
@@ -38,7 +37,8 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     }
     let bytes = serde_json::to_vec(&value).expect("job requests serialise");
     let borrowed: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
-    let (partition, offset) = kafka::send(producer, topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &borrowed)
+    let (partition, offset) = producer
+        .send(topic, Some(r.pipeline_id.as_bytes()), Some(&bytes), &borrowed)
         .await
         .map_err(|e| match e.too_large() {
             true => CallError::Permanent(format!("the job request is too large for topic {topic}: {e}")),

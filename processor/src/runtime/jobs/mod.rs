@@ -30,7 +30,6 @@ pub mod secrets;
 
 use std::time::Duration;
 
-use rdkafka::producer::FutureProducer;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde_json::{json, Map, Value};
@@ -150,7 +149,7 @@ pub struct Call<'a> {
     pub config: &'a JobConfig,
     pub client: &'a Client,
     /// For `kafka` jobs, which publish their request on the broker.
-    pub producer: Option<&'a FutureProducer>,
+    pub producer: Option<&'a crate::runtime::kafka::RenewableProducer>,
     /// The secrets this call resolved and the processor's own, to keep out of its reports.
     pub redactor: &'a Redactor,
 }
