@@ -303,6 +303,90 @@ async fn glue_run_is_started_then_checked_until_it_succeeds() {
     );
 }
 
+/// Writes `lines` to `stream` of a Glue run's log group (moto names every run's group
+/// `test/log`), as Glue writes a run's driver output and its RCA insights.
+async fn glue_logs(stream: &str, lines: &[&str]) {
+    let group = "test/log";
+    let headers = |target: &str| {
+        [
+            routing("logs", REGION),
+            ("content-type", "application/x-amz-json-1.1".to_string()),
+            ("x-amz-target", format!("Logs_20140328.{target}")),
+        ]
+    };
+    // The group is shared by every run, and may exist already.
+    let input = json!({"logGroupName": group}).to_string();
+    let (status, body) = plain(Method::POST, &format!("{}/", moto()), &headers("CreateLogGroup"), input).await;
+    assert!(
+        status < 300 || body.contains("ResourceAlreadyExists"),
+        "{status} {body}"
+    );
+    let input = json!({"logGroupName": group, "logStreamName": stream}).to_string();
+    let (status, body) = plain(
+        Method::POST,
+        &format!("{}/", moto()),
+        &headers("CreateLogStream"),
+        input,
+    )
+    .await;
+    assert!(status < 300, "{status} {body}");
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let events: Vec<Value> = (lines.iter().enumerate())
+        .map(|(i, line)| json!({"timestamp": now + i as u64, "message": line}))
+        .collect();
+    let input = json!({"logGroupName": group, "logStreamName": stream, "logEvents": events}).to_string();
+    let (status, body) = plain(Method::POST, &format!("{}/", moto()), &headers("PutLogEvents"), input).await;
+    assert!(status < 300, "{status} {body}");
+}
+
+/// Glue reports SUCCEEDED when a Spark driver exits 0 after a failure. As Interlock did, a
+/// SUCCEEDED run whose logs hold an RCA insight or an ERROR line is a failed (TRANSIENT) run
+/// quoting the evidence, never a success passed on to dependents. (moto cannot filter by
+/// Interlock's `?" ERROR " ?" FATAL "` pattern: it returns any line, so only the evidence
+/// side of the driver check is shown here; a run without logs stays SUCCEEDED above.)
+#[tokio::test]
+async fn glue_succeeded_with_a_failure_in_its_logs_is_a_failed_run() {
+    let settled = |stream: &'static str, lines: &'static [&'static str]| async move {
+        let name = glue_job().await;
+        let job = Job::new(JobKind::Glue, json!({"jobName": name}));
+        let (_, handle) = job.started().await;
+        let run_id = handle["jobRunId"].as_str().unwrap().to_string();
+        glue_logs(&stream.replace("RUN", &run_id), lines).await;
+        let seen = job.settle(&handle).await;
+        assert_eq!(seen[0].metadata.as_ref().unwrap()["state"], "RUNNING", "{seen:?}");
+        last(&seen).clone()
+    };
+    let rca = settled(
+        "RUN-job-insights-rca-driver",
+        &[
+            r#"{"Event":"GlueJobStart"}"#,
+            r#"{"Event":"GlueExceptionAnalysisJobFailed","Failure Reason":"No space left on device","Stack Trace":[]}"#,
+        ],
+    )
+    .await;
+    assert_eq!(rca.status, JobStatus::Failed, "{rca:?}");
+    assert_eq!(rca.category, Some(FailureCategory::Transient));
+    let message = rca.message.unwrap();
+    assert!(
+        message.contains("SUCCEEDED, but its logs say it failed (RCA: No space left on device)"),
+        "{message}"
+    );
+    let driver = settled(
+        "RUN",
+        &["26/11/26 02:00:01 ERROR Executor: Task 3 failed: SparkException"],
+    )
+    .await;
+    assert_eq!(driver.status, JobStatus::Failed, "{driver:?}");
+    let message = driver.message.unwrap();
+    assert!(
+        message.contains("(driver log: 26/11/26 02:00:01 ERROR Executor"),
+        "{message}"
+    );
+    // Logs elsewhere (another run's) are no evidence against this one.
+    let clean = settled("RUN-other", &["26/11/26 02:00:01 ERROR Executor: not this run"]).await;
+    assert_eq!(clean.status, JobStatus::Succeeded, "{clean:?}");
+}
+
 /// Interlock's date arguments (internal/lambda/orchestrator/trigger.go:113-135): the exact
 /// `Arguments` each job run got, as GetJobRun reports them.
 #[tokio::test]

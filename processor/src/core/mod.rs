@@ -13,6 +13,7 @@ pub mod execution;
 pub mod forwarding;
 pub mod graph;
 pub mod handover;
+pub mod hints;
 pub mod history;
 pub mod lifecycle;
 pub mod limits;

@@ -719,3 +719,33 @@ fn evaluators_are_read_per_key_with_their_call_as_a_jobs_settings() {
         .iter()
         .any(|p| p.starts_with("postRun.rules[0].evaluator: evaluators answer validation rules only")),);
 }
+
+/// A dry run never calls its job: Interlock's emr-serverless configs (only `applicationId`
+/// and `jobName`) load as dry runs, each missing setting a warning, so a team can shadow the
+/// earlier design before it fixes the job; the same config with dryRun off is refused.
+#[test]
+fn a_dry_run_loads_with_a_job_config_only_a_real_call_would_refuse() {
+    let interlock = json!({"applicationId": "00f1", "jobName": "silver-load"});
+    let mut dry = with_job("emr-serverless", interlock.clone());
+    dry["dryRun"] = json!(true);
+    let read = parsed(dry);
+    assert!(read.config.dry_run);
+    assert_eq!(read.config.job.config.kind(), JobKind::EmrServerless);
+    let said = warnings(&read);
+    for missing in ["job.config.executionRoleArn", "job.config.jobDriver"] {
+        let named: Vec<&String> = said.iter().filter(|w| w.starts_with(missing)).collect();
+        assert_eq!(named.len(), 1, "{missing} is named once: {said:?}");
+        assert!(named[0].contains("before turning dryRun off"), "{said:?}");
+    }
+    let found = problems(with_job("emr-serverless", interlock));
+    assert!(
+        found.iter().any(|p| p.contains("job.config.executionRoleArn")),
+        "{found:?}"
+    );
+    // Every job type, its essentials all missing, loads as a dry run.
+    for kind in JobKind::names() {
+        let mut dry = with_job(kind, json!({}));
+        dry["dryRun"] = json!(true);
+        assert_eq!(problems(dry), Vec::<String>::new(), "{kind}");
+    }
+}

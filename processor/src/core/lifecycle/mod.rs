@@ -42,6 +42,7 @@ use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
 pub use super::execution::execution_key;
 use super::execution::{ExecutionDate, ExecutionId};
+use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
@@ -793,7 +794,7 @@ impl<'a> Decider<'a> {
             message: message.into(),
             detail,
         };
-        self.events.push(event);
+        self.events.push(hints::with_action_hint(event));
     }
 
     /// The moment rules are evaluated at.

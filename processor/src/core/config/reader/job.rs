@@ -26,7 +26,8 @@ const JOB_FIELDS: [&str; 11] = [
 ];
 
 impl Reader {
-    pub(super) fn job(&mut self, root: &Map<String, Value>, variables: Variables) -> Option<Job> {
+    /// `job`; a `dry_run` pipeline's job config may lack what only a real call needs.
+    pub(super) fn job(&mut self, root: &Map<String, Value>, variables: Variables, dry_run: bool) -> Option<Job> {
         let path = "job";
         let Some(map) = self.section(root, path, "") else {
             self.problem(path, "is required (job: {type: ..., config: {...}})");
@@ -48,7 +49,7 @@ impl Reader {
         let trigger_retry = self.retry_policy(map, "triggerRetry", RetryPolicy::trigger());
         let status_retry = self.retry_policy(map, "statusCheckRetry", RetryPolicy::status_check());
         let retry_after_poll_window = self.boolean(map, "retryAfterPollWindow", path);
-        let config = self.job_config(kind, &json, variables)?;
+        let config = self.job_config(kind, &json, variables, dry_run)?;
         Some(Job {
             kind,
             config,
@@ -97,12 +98,76 @@ impl Reader {
         kind: JobKind,
         json: &Map<String, Value>,
         variables: Variables,
+        dry_run: bool,
     ) -> Option<JobConfig> {
         let json = self.canonical_job_config(kind, json);
+        let checked = self.problems.len();
         self.job_config_checks(kind, &json);
+        if dry_run {
+            self.only_warnings_since(checked);
+        }
         let json = Value::Object(json);
         self.placeholders(&json, "job.config", variables);
-        self.typed_job_config(kind, &json)
+        match dry_run {
+            true => self.dry_run_job_config(kind, json),
+            false => self.typed_job_config(kind, &json),
+        }
+    }
+
+    /// Problems found since there were `count` made warnings: a dry run never calls its job,
+    /// so a job config that only a real call would find wanting (Interlock's emr-serverless
+    /// configs carry only `applicationId` and `jobName`) lets a team shadow the earlier
+    /// design before it fixes the job.
+    fn only_warnings_since(&mut self, count: usize) {
+        for mut p in self.problems.split_off(count) {
+            p.reason = format!(
+                "{} (a dry run never calls the job: fix this before turning dryRun off)",
+                p.reason
+            );
+            self.warnings.push(p);
+        }
+    }
+
+    /// A dry run's typed job config: each setting a real call cannot do without that is
+    /// missing is read as blank (an empty string, or an empty mapping where one is wanted),
+    /// with a warning. Nothing calls it: a dry run triggers nothing, and turning dryRun off
+    /// reads the config again, strictly.
+    fn dry_run_job_config(&mut self, kind: JobKind, mut json: Value) -> Option<JobConfig> {
+        let mut filled: Vec<String> = Vec::new();
+        loop {
+            match JobConfig::from_json(kind, &json) {
+                Ok(config) => return Some(config),
+                Err(missing) => {
+                    let key = missing
+                        .path
+                        .strip_prefix("job.config.")
+                        .unwrap_or(&missing.path)
+                        .to_string();
+                    let blank = match filled.iter().filter(|k| **k == key).count() {
+                        0 => Value::String(String::new()),
+                        1 => Value::Object(Map::new()),
+                        // Neither blank will do: say so as a real call would.
+                        _ => {
+                            self.problem(&missing.path, missing.message);
+                            return None;
+                        }
+                    };
+                    // The checks may have named it already.
+                    if !filled.contains(&key) && !self.warnings.iter().any(|w| w.path == missing.path) {
+                        self.warn(
+                            &missing.path,
+                            format!(
+                                "{} (a dry run never calls the job: fix this before turning dryRun off)",
+                                missing.message
+                            ),
+                        );
+                    }
+                    let Value::Object(map) = &mut json else { return None };
+                    map.insert(key.clone(), blank);
+                    filled.push(key);
+                }
+            }
+        }
     }
 
     /// The settings typed for the job type. A setting no trigger can use was accepted before

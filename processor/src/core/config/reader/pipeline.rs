@@ -50,10 +50,10 @@ impl Reader {
         let schedule = self.schedule(root);
         let sla = self.sla(root, &schedule);
         let validation = self.validation(root, variables);
-        let job = self.job(root, variables);
+        let dry_run = self.boolean(root, "dryRun", "");
+        let job = self.job(root, variables, dry_run);
         let post_run = self.post_run(root);
         let exclusions = self.exclusions(root, variables);
-        let dry_run = self.boolean(root, "dryRun", "");
         let depends_on = self.depends_on(root, id.as_deref());
         let anomalies = self.anomalies(root);
         self.archetype(root);
@@ -643,7 +643,7 @@ impl Reader {
         }
         // The job reader names its problems under `job.config`; here they are the evaluator's.
         let (problems, warnings) = (self.problems.len(), self.warnings.len());
-        let config = self.job_config(kind, &call, variables);
+        let config = self.job_config(kind, &call, variables, false);
         for p in (self.problems.iter_mut().skip(problems)).chain(self.warnings.iter_mut().skip(warnings)) {
             if let Some(rest) = p.path.strip_prefix("job.config") {
                 p.path = format!("{path}{rest}");

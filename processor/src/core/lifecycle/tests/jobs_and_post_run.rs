@@ -359,6 +359,10 @@ fn retry_exhausted_names_max_code_retries_for_permanent_failures() {
     assert_eq!(exhausted.detail["budget"], json!("maxCodeRetries"));
     assert_eq!(exhausted.detail["limit"], json!(1));
     assert!(exhausted.message.contains("maxCodeRetries"), "{}", exhausted.message);
+    // What to do next travels with the event (Interlock's actionHint), for any consumer.
+    let hint = exhausted.detail["actionHint"].as_str().unwrap_or_default();
+    assert!(hint.contains("`sluice rerun gold "), "{:?}", exhausted.detail);
+    assert!(last(&sim, JOB_FAILED).detail["actionHint"].is_string());
     // maxRetries was never touched: PERMANENT failures draw on their own budget.
     assert_eq!(gold_run(&sim).retries_used, 0);
     assert_eq!(gold_run(&sim).code_retries_used, 1);

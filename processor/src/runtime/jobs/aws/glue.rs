@@ -15,10 +15,17 @@
 //! which is retried like every concurrency limit ([`CallError::Infra`]) until the first run
 //! ends, so keep jobs Sluice triggers on one concurrent run, or make them idempotent.
 //!
-//! States: STARTING, RUNNING, STOPPING and WAITING are running; SUCCEEDED succeeded; FAILED
-//! and ERROR failed (TRANSIENT: the job's own retries apply); TIMEOUT timed out; STOPPED
-//! failed PERMANENT: someone stopped the run on purpose and a retry would undo that. Any
-//! state Glue adds later counts as running.
+//! States: STARTING, RUNNING, STOPPING and WAITING are running; SUCCEEDED succeeded; FAILED,
+//! ERROR and STOPPED failed (TRANSIENT: the job's own retries apply, as in Interlock); TIMEOUT
+//! timed out. Any state Glue adds later counts as running.
+//!
+//! A SUCCEEDED run is cross-checked as Interlock did (internal/trigger/glue.go): Glue reports
+//! SUCCEEDED when a Spark driver exits 0 after a failure. CloudWatch Logs' FilterLogEvents
+//! looks in the run's log group (`LogGroupName`, else `/aws-glue/jobs/logs-v2`) for a
+//! `GlueExceptionAnalysisJobFailed` insight in `{runId}-job-insights-rca-driver`, then for
+//! an ` ERROR ` or ` FATAL ` log4j line in the driver's output stream `{runId}`. Evidence
+//! makes the run failed TRANSIENT, quoting it; no evidence, or logs that cannot be read (no
+//! `logs:FilterLogEvents` permission, no such stream), leave it SUCCEEDED.
 
 use serde_json::{json, Map, Value};
 
@@ -33,7 +40,20 @@ pub(super) static SERVICE: Service = Service {
     signing_name: "glue",
     env_id: "GLUE",
 };
+pub(super) static LOGS: Service = Service {
+    name: "CloudWatch Logs",
+    prefix: "logs",
+    signing_name: "logs",
+    env_id: "CLOUDWATCH_LOGS",
+};
 const JSON: &str = "1.1";
+/// Where Glue writes a run's logs unless the job says otherwise.
+const DEFAULT_LOG_GROUP: &str = "/aws-glue/jobs/logs-v2";
+/// log4j's severity markers in the driver's output; the spaces keep JVM flags such as
+/// `-XX:OnOutOfMemoryError` out.
+const DRIVER_FAILURE_PATTERN: &str = r#"?" ERROR " ?" FATAL ""#;
+/// How much of a log line an outcome quotes.
+const EVIDENCE_CHARS: usize = 200;
 
 pub(super) async fn trigger(call: &Call<'_>, job: &GlueJob) -> Result<Outcome, CallError> {
     let job_name = &job.job_name;
@@ -59,9 +79,69 @@ pub(super) async fn status(call: &Call<'_>, job: &GlueJob, handle: &Value) -> Re
         .and_then(Value::as_str)
         .ok_or_else(|| api.unexpected("GetJobRun", "a JobRun.JobRunState", &answer))?;
     let error = run.get("ErrorMessage").and_then(Value::as_str);
-    Ok(outcome(state, error, run_id, handle)
-        .with("state", json!(state))
-        .with("jobRunId", json!(run_id)))
+    let mut outcome = outcome(state, error, run_id, handle);
+    if state == "SUCCEEDED" {
+        let group = (run.get("LogGroupName").and_then(Value::as_str))
+            .filter(|g| !g.is_empty())
+            .unwrap_or(DEFAULT_LOG_GROUP);
+        if let Some(evidence) = failure_evidence(call, job, group, run_id).await {
+            outcome = Outcome::failed(
+                Some(FailureCategory::Transient),
+                format!("Glue job run {run_id} SUCCEEDED, but its logs say it failed ({evidence})"),
+            );
+        }
+    }
+    Ok(outcome.with("state", json!(state)).with("jobRunId", json!(run_id)))
+}
+
+/// Evidence in a SUCCEEDED run's logs that it failed, quoted; `None` when there is none or
+/// the logs cannot be read.
+async fn failure_evidence(call: &Call<'_>, job: &GlueJob, group: &str, run_id: &str) -> Option<String> {
+    let api = Api::new(call, &job.aws, &LOGS).ok()?;
+    let first_match = |stream: String, pattern: &str| {
+        let input = json!({
+            "logGroupName": group,
+            "logStreamNames": [stream],
+            "filterPattern": pattern,
+            "limit": 1,
+        });
+        let api = &api;
+        async move {
+            match api.json(JSON, "Logs_20140328.FilterLogEvents", &input).await {
+                Ok(answer) => answer["events"][0]["message"].as_str().map(|m| api.redact(m)),
+                Err(e) => {
+                    tracing::info!(run_id, error = %e, "could not read a Glue run's logs to cross-check its SUCCEEDED");
+                    None
+                }
+            }
+        }
+    };
+    if let Some(insight) = first_match(
+        format!("{run_id}-job-insights-rca-driver"),
+        "GlueExceptionAnalysisJobFailed",
+    )
+    .await
+    {
+        return Some(format!("RCA: {}", failure_reason(&insight).unwrap_or("JobFailed")));
+    }
+    let line = first_match(run_id.to_string(), DRIVER_FAILURE_PATTERN).await?;
+    Some(format!(
+        "driver log: {}",
+        line.trim().chars().take(EVIDENCE_CHARS).collect::<String>()
+    ))
+}
+
+/// The `"Failure Reason"` of a Glue RCA insight (a JSON line), bounded.
+fn failure_reason(insight: &str) -> Option<&str> {
+    const MARKER: &str = r#""Failure Reason":""#;
+    let start = insight.find(MARKER)? + MARKER.len();
+    let reason = &insight[start..];
+    let reason = &reason[..reason.find('"')?];
+    let end = reason
+        .char_indices()
+        .nth(EVIDENCE_CHARS)
+        .map_or(reason.len(), |(i, _)| i);
+    Some(&reason[..end])
 }
 
 /// StartJobRun's input from the job's config.
@@ -103,9 +183,8 @@ fn outcome(state: &str, error: Option<&str>, run_id: &str, handle: &Value) -> Ou
     };
     match state {
         "SUCCEEDED" => Outcome::succeeded(said),
-        "FAILED" | "ERROR" => Outcome::failed(None, said),
+        "FAILED" | "ERROR" | "STOPPED" => Outcome::failed(None, said),
         "TIMEOUT" => Outcome::timed_out(said),
-        "STOPPED" => Outcome::failed(Some(FailureCategory::Permanent), said),
         // STARTING, RUNNING, STOPPING, WAITING, and whatever Glue adds.
         _ => Outcome::running(handle.clone()),
     }
@@ -191,8 +270,19 @@ mod tests {
         assert_eq!(failed, Outcome::failed(None, "Glue job run jr_1 FAILED: NameError: x"));
         assert_eq!(outcome("ERROR", None, "jr_1", &handle).status, JobStatus::Failed);
         assert_eq!(outcome("TIMEOUT", None, "jr_1", &handle).status, JobStatus::Timeout);
+        // Interlock retried a stopped run like a failed one.
         let stopped = outcome("STOPPED", None, "jr_1", &handle);
         assert_eq!(stopped.status, JobStatus::Failed);
-        assert_eq!(stopped.category, Some(FailureCategory::Permanent));
+        assert_eq!(stopped.category, None);
+    }
+
+    #[test]
+    fn an_rca_insight_gives_its_failure_reason() {
+        let insight =
+            r#"{"Event":"GlueExceptionAnalysisJobFailed","Failure Reason":"No space left on device","Stack Trace":[]}"#;
+        assert_eq!(failure_reason(insight), Some("No space left on device"));
+        assert_eq!(failure_reason(r#"{"Event":"GlueExceptionAnalysisJobFailed"}"#), None);
+        let long = format!(r#"{{"Failure Reason":"{}"}}"#, "é".repeat(500));
+        assert_eq!(failure_reason(&long).map(|r| r.chars().count()), Some(EVIDENCE_CHARS));
     }
 }
