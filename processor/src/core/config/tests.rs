@@ -749,3 +749,46 @@ fn a_dry_run_loads_with_a_job_config_only_a_real_call_would_refuse() {
         assert_eq!(problems(dry), Vec::<String>::new(), "{kind}");
     }
 }
+
+/// Every section reads its keys in any case, as Go decoded the earlier design's configs:
+/// nothing a team wrote in another case is dropped as an unknown field.
+#[test]
+fn keys_of_every_section_are_read_in_any_case() {
+    let read = parsed(json!({
+        "Pipeline": {"ID": "p1", "Owner": "me"},
+        "Schedule": {"Trigger": {"Key": "k", "Check": "exists"}, "Timezone": "Europe/Paris",
+                     "Exclude": {"Weekends": true}},
+        "SLA": {"Deadline": "08:00"},
+        "Validation": {"Trigger": "ALL", "Rules": [{"KEY": "rows", "check": "gte", "Field": "count", "Value": 5}]},
+        "Job": {"Type": "command", "Config": {"command": "true"}, "TriggerRetry": {"MaxAttempts": 1}},
+        "PostRun": {"Rules": [{"key": "rows", "check": "exists"}]},
+        "DependsOn": [{"Pipeline": "bronze"}]
+    }));
+    let c = &read.config;
+    assert_eq!(c.id, "p1");
+    assert_eq!(c.owner.as_deref(), Some("me"));
+    assert_eq!(c.schedule.trigger.as_ref().map(|t| t.key.as_str()), Some("k"));
+    assert_eq!(c.schedule.timezone.name(), "Europe/Paris");
+    assert_eq!(c.exclusions.days, [Weekday::Sat, Weekday::Sun]);
+    assert!(c.sla.is_some());
+    assert_eq!(c.validation.rules.len(), 1);
+    assert_eq!(c.validation.rules[0].key, "rows");
+    assert_eq!(c.validation.rules[0].field.as_deref(), Some("count"));
+    assert_eq!(c.job.trigger_retry.max_attempts, 1);
+    assert_eq!(c.post_run.as_ref().map(|p| p.rules.len()), Some(1));
+    assert_eq!(c.depends_on[0].pipeline, "bronze");
+    let said = warnings(&read);
+    assert!(!said.iter().any(|w| w.contains("unknown field")), "{said:?}");
+    for respelt in [
+        "schedule.Trigger",
+        "schedule.trigger.Key",
+        "sla.Deadline",
+        "validation.rules[0].KEY",
+        "dependsOn[0].Pipeline",
+    ] {
+        assert!(
+            said.iter().any(|w| w.starts_with(respelt) && w.contains("read as")),
+            "{respelt}: {said:?}"
+        );
+    }
+}

@@ -33,8 +33,7 @@ impl Reader {
             self.problem(path, "is required (job: {type: ..., config: {...}})");
             return None;
         };
-        let map = &self.in_any_case(map, path, &JOB_FIELDS);
-        self.known_fields(map, path, &JOB_FIELDS);
+        let map = &self.fields(map, path, &JOB_FIELDS);
         let kind = self.job_kind(map);
         let json = self.section(map, "config", path).cloned().unwrap_or_default();
         let max_retries = self.bounded(map, "maxRetries", path, 0, 10, 0);
@@ -459,7 +458,7 @@ impl Reader {
         let Some(map) = self.section(job, key, "job").cloned() else {
             return default;
         };
-        self.known_fields(&map, &path, &["interval", "backoffRate", "maxAttempts"]);
+        let map = self.fields(&map, &path, &["interval", "backoffRate", "maxAttempts"]);
         let interval_ms = self
             .duration(&map, "interval", &path)
             .map(|d| d.num_milliseconds() as u64)

@@ -122,6 +122,19 @@ fn describe(v: &Value) -> &'static str {
     }
 }
 
+/// `key` as `known` spells it, whatever its case; itself when `known` lacks it.
+fn canonical<'k>(key: &'k str, known: &[&'k str]) -> &'k str {
+    known.iter().find(|k| k.eq_ignore_ascii_case(key)).map_or(key, |k| *k)
+}
+
+/// `map` with its keys spelt as `known` spells them, for a section read a second time (its
+/// warnings were given the first).
+fn respelt(map: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
+    map.iter()
+        .map(|(key, value)| (canonical(key, known).to_string(), value.clone()))
+        .collect()
+}
+
 impl Reader {
     fn problem(&mut self, path: &str, reason: impl Into<String>) {
         self.problems.push(Problem {
@@ -137,37 +150,28 @@ impl Reader {
         });
     }
 
-    /// `map` with its keys spelt as `known` spells them, whatever their case: the earlier
-    /// design decoded configs as Go does, case-insensitively, so `dryrun: true` was a dry
-    /// run (read as an unknown key, it would run the real job). Each respelling is a warning;
-    /// two spellings of one key are a problem.
-    fn in_any_case(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) -> Map<String, Value> {
+    /// `map` with its keys spelt as `known` spells them, whatever their case, and a warning
+    /// for each key nobody reads (usually a typo). The earlier design decoded configs as Go
+    /// does, case-insensitively, so `dryrun: true` was a dry run (read as an unknown key, it
+    /// would run the real job). Each respelling is a warning; two spellings of one key are a
+    /// problem.
+    fn fields(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) -> Map<String, Value> {
         let mut spelt = Map::new();
         for (key, value) in map {
-            let canonical = known
-                .iter()
-                .find(|k| **k != key.as_str() && k.eq_ignore_ascii_case(key))
-                .map_or(key.as_str(), |k| *k);
+            let canonical = canonical(key, known);
             if canonical != key {
                 self.warn(
                     &join(path, key),
                     format!("read as {canonical} (keys match in any case)"),
                 );
+            } else if !known.contains(&key.as_str()) {
+                self.warn(&join(path, key), format!("unknown field (known: {})", known.join(", ")));
             }
             if spelt.insert(canonical.to_string(), value.clone()).is_some() {
                 self.problem(&join(path, canonical), "is set twice, in two spellings");
             }
         }
         spelt
-    }
-
-    /// Warns about fields nobody reads: usually a typo.
-    fn known_fields(&mut self, map: &Map<String, Value>, path: &str, known: &[&str]) {
-        for key in map.keys() {
-            if !known.contains(&key.as_str()) {
-                self.warn(&join(path, key), format!("unknown field (known: {})", known.join(", ")));
-            }
-        }
     }
 
     fn object<'v>(&mut self, v: &'v Value, path: &str) -> Option<&'v Map<String, Value>> {

@@ -5,7 +5,7 @@ use chrono::{NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
 use serde_json::{Map, Value};
 
-use super::{describe, join, Reader, Variables, MAX_PIPELINE_ID_LEN};
+use super::{describe, join, respelt, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
     Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
@@ -34,6 +34,17 @@ const ROOT_FIELDS: [&str; 11] = [
     "archetype",
 ];
 
+const SCHEDULE_FIELDS: [&str; 8] = [
+    "cron",
+    "timezone",
+    "trigger",
+    "evaluation",
+    "include",
+    "time",
+    "exclude",
+    "calendar",
+];
+
 /// `pipeline: {id, owner, description}`.
 struct Identity {
     id: Option<String>,
@@ -44,8 +55,7 @@ struct Identity {
 impl Reader {
     pub(super) fn pipeline(&mut self, raw: &Value, variables: Variables) -> Option<PipelineConfig> {
         let root = self.object(raw, "")?;
-        let root = &self.in_any_case(root, "", &ROOT_FIELDS);
-        self.known_fields(root, "", &ROOT_FIELDS);
+        let root = &self.fields(root, "", &ROOT_FIELDS);
         let Identity { id, owner, description } = self.identity(root);
         let schedule = self.schedule(root);
         let sla = self.sla(root, &schedule);
@@ -85,7 +95,7 @@ impl Reader {
         }
         let empty = Map::new();
         let identity = identity.unwrap_or(&empty);
-        self.known_fields(identity, "pipeline", &["id", "owner", "description"]);
+        let identity = &self.fields(identity, "pipeline", &["id", "owner", "description"]);
         let id = self.required_string(identity, "id", "pipeline");
         if let Some(id) = &id {
             if id.len() > MAX_PIPELINE_ID_LEN
@@ -114,20 +124,7 @@ impl Reader {
             None | Some(Value::Null) => &empty,
             Some(v) => self.object(v, path)?,
         };
-        self.known_fields(
-            map,
-            path,
-            &[
-                "cron",
-                "timezone",
-                "trigger",
-                "evaluation",
-                "include",
-                "time",
-                "exclude",
-                "calendar",
-            ],
-        );
+        let map = &self.fields(map, path, &SCHEDULE_FIELDS);
         let mut cron = self
             .string(map, "cron", path)
             .and_then(|text| match Cron::parse(&text) {
@@ -190,7 +187,7 @@ impl Reader {
     /// (interlock pkg/types/pipeline.go, TriggerCondition). What its author meant is a cron
     /// schedule, so that is how it is read.
     fn cron_trigger(&mut self, trigger: &Map<String, Value>, schedule: &Map<String, Value>, cron: &mut Option<Cron>) {
-        self.known_fields(trigger, "schedule.trigger", &["type", "expression"]);
+        let trigger = &self.fields(trigger, "schedule.trigger", &["type", "expression"]);
         let expression = self.required_string(trigger, "expression", "schedule.trigger");
         if cron.is_some() || schedule.contains_key("cron") {
             self.problem(
@@ -219,7 +216,7 @@ impl Reader {
         let Some(include) = self.section(map, "include", "schedule") else {
             return Vec::new();
         };
-        self.known_fields(include, "schedule.include", &["dates"]);
+        let include = &self.fields(include, "schedule.include", &["dates"]);
         let dates = self.dates(include, "dates", "schedule.include");
         if dates.is_empty()
             && !self
@@ -260,7 +257,7 @@ impl Reader {
     }
 
     fn evaluation(&mut self, map: &Map<String, Value>, path: &str) -> Evaluation {
-        self.known_fields(map, path, &["window", "interval"]);
+        let map = &self.fields(map, path, &["window", "interval"]);
         let defaults = Evaluation::default();
         let window = self.duration(map, "window", path).unwrap_or(defaults.window);
         let interval = self
@@ -294,7 +291,7 @@ impl Reader {
     fn sla(&mut self, root: &Map<String, Value>, schedule: &Option<Schedule>) -> Option<Sla> {
         let path = "sla";
         let map = self.section(root, path, "")?;
-        self.known_fields(
+        let map = &self.fields(
             map,
             path,
             &[
@@ -427,7 +424,7 @@ impl Reader {
             None | Some(Value::Null) | Some(Value::Bool(true)) => Some(DEFAULT_MIN_RUNS),
             Some(Value::Bool(false)) => return None,
             Some(Value::Object(forecast)) => {
-                self.known_fields(forecast, path, &["minRuns"]);
+                let forecast = &self.fields(forecast, path, &["minRuns"]);
                 Some(self.bounded(forecast, "minRuns", path, 1, most, default) as usize)
             }
             Some(other) => {
@@ -506,10 +503,10 @@ impl Reader {
         let Some(map) = self.section(root, path, "") else {
             return Anomalies::default();
         };
-        self.known_fields(map, path, &["flapping", "unknownSensors", "staleSensors"]);
+        let map = &self.fields(map, path, &["flapping", "unknownSensors", "staleSensors"]);
         let flapping = self.section(map, "flapping", path).map(|f| {
             let path = "anomalies.flapping";
-            self.known_fields(f, path, &["changes", "window", "holdFor"]);
+            let f = &self.fields(f, path, &["changes", "window", "holdFor"]);
             Flapping {
                 changes: self.bounded(f, "changes", path, 1, 100, 3),
                 window: self.duration(f, "window", path).unwrap_or(TimeDelta::hours(1)),
@@ -530,7 +527,7 @@ impl Reader {
             None | Some(Value::Null) => &empty,
             Some(v) => self.object(v, path)?,
         };
-        self.known_fields(map, path, &["trigger", "rules"]);
+        let map = &self.fields(map, path, &["trigger", "rules"]);
         let mode = match self.string(map, "trigger", path).map(|m| m.to_ascii_uppercase()) {
             None => Mode::All,
             Some(m) if m == "ALL" => Mode::All,
@@ -693,7 +690,7 @@ impl Reader {
     fn rule(&mut self, map: &Map<String, Value>, path: &str, extra: &[&str]) -> Option<Rule> {
         let mut known = vec!["key", "check", "field", "value"];
         known.extend_from_slice(extra);
-        self.known_fields(map, path, &known);
+        let map = &self.fields(map, path, &known);
         let key = self.required_string(map, "key", path);
         let check_name = self.required_string(map, "check", path)?;
         let field = self.string(map, "field", path);
@@ -787,7 +784,7 @@ impl Reader {
     fn post_run(&mut self, root: &Map<String, Value>) -> Option<PostRun> {
         let path = "postRun";
         let map = self.section(root, path, "")?;
-        self.known_fields(
+        let map = &self.fields(
             map,
             path,
             &["rules", "evaluation", "driftThreshold", "driftField", "sensorTimeout"],
@@ -839,7 +836,7 @@ impl Reader {
     fn exclusions(&mut self, root: &Map<String, Value>, variables: Variables) -> Exclusions {
         let mut out = Exclusions::default();
         if let Some(map) = self.section(root, "exclusions", "") {
-            self.known_fields(map, "exclusions", &["calendar", "days", "dates"]);
+            let map = &self.fields(map, "exclusions", &["calendar", "days", "dates"]);
             out.calendar = self.calendar(map, "calendar", "exclusions", variables);
             out.days = self.weekdays(map, "exclusions");
             out.dates = self.dates(map, "dates", "exclusions");
@@ -847,11 +844,12 @@ impl Reader {
         let Some(schedule) = root.get("schedule").and_then(Value::as_object) else {
             return out;
         };
+        let schedule = &respelt(schedule, &SCHEDULE_FIELDS);
         if let Some(calendar) = self.calendar(schedule, "calendar", "schedule", variables) {
             out.calendar.get_or_insert(calendar);
         }
         if let Some(map) = self.section(schedule, "exclude", "schedule") {
-            self.known_fields(map, "schedule.exclude", &["weekends", "holidays", "dates"]);
+            let map = &self.fields(map, "schedule.exclude", &["weekends", "holidays", "dates"]);
             if self.boolean(map, "weekends", "schedule.exclude") {
                 out.days.extend([Weekday::Sat, Weekday::Sun]);
             }
@@ -887,7 +885,7 @@ impl Reader {
                 })
             }
             Value::Object(calendar) => {
-                self.known_fields(calendar, &at, &["name", "days", "dates"]);
+                let calendar = &self.fields(calendar, &at, &["name", "days", "dates"]);
                 let name = self.required_string(calendar, "name", &at)?;
                 Some(Calendar {
                     name,
@@ -917,7 +915,7 @@ impl Reader {
                 key: Dependency::default_key(id),
             }),
             Value::Object(map) => {
-                r.known_fields(map, at, &["pipeline", "key"]);
+                let map = &r.fields(map, at, &["pipeline", "key"]);
                 let pipeline = r.required_string(map, "pipeline", at)?;
                 let key = r
                     .string(map, "key", at)
