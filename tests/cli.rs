@@ -334,3 +334,47 @@ fn config_apply_merges_the_archetype_that_validate_explains() {
         "the archetype's rule held the run until 5000 rows"
     );
 }
+
+/// `config validate` names the days a pipeline will skip that the earlier design ran (it
+/// applied no holiday calendar, and inclusion dates did not gate its triggers), before a
+/// run does not happen.
+#[test]
+fn validate_names_the_days_skipped_that_the_earlier_design_ran() {
+    let root = tempfile::tempdir().unwrap();
+    let (pipelines, calendars) = (root.path().join("pipelines"), root.path().join("calendars"));
+    std::fs::create_dir_all(&pipelines).unwrap();
+    std::fs::create_dir_all(&calendars).unwrap();
+    let today = Utc::now().date_naive();
+    let (soon, later) = (today + TimeDelta::days(10), today + TimeDelta::days(40));
+    std::fs::write(
+        calendars.join("closed.yaml"),
+        format!("name: closed\ndates: [\"{soon}\", \"{later}\"]\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        pipelines.join("ledger.yaml"),
+        "pipeline: {id: ledger, owner: finance}\n\
+         schedule:\n  timezone: UTC\n  trigger: {key: ready, check: exists}\n  include: {dates: [\"2031-01-31\"]}\n\
+         exclusions: {calendar: closed}\n\
+         job: {type: command, config: {command: \"true\"}}\n",
+    )
+    .unwrap();
+    let out = sluice_on("127.0.0.1:1")
+        .args(["config", "validate", pipelines.to_str().unwrap(), "--output", "json"])
+        .output()
+        .unwrap();
+    let doc: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(doc["valid"], json!(true), "{doc}");
+    let warnings = doc["files"][0]["warnings"].as_array().unwrap();
+    let said = |path: &str| {
+        (warnings.iter())
+            .find(|w| w["path"] == path)
+            .and_then(|w| w["reason"].as_str())
+            .unwrap_or_else(|| panic!("no warning at {path}: {doc}"))
+            .to_string()
+    };
+    let calendar = said("exclusions.calendar");
+    assert!(calendar.ends_with(&format!("skips 2 days in the next 365 days that the earlier design ran (it applied no holiday calendar): {soon}, {later}")), "{calendar}");
+    assert!(said("schedule.include.dates").contains("(1 ahead)"));
+}

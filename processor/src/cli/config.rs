@@ -369,6 +369,10 @@ fn load(
                     });
                 }
                 file.warnings.extend(warnings);
+                // Named before a run does not happen, for teams moving over.
+                let today = chrono::Utc::now().with_timezone(&config.schedule.timezone).date_naive();
+                file.warnings
+                    .extend(config::days_skipped_unlike_interlock(&config, today));
                 file.json = Some(json);
             }
             Err(e) => file

@@ -8,6 +8,7 @@
 mod job;
 mod model;
 mod reader;
+mod skipped;
 
 pub use job::{
     AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
@@ -17,8 +18,10 @@ pub use job::{
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
     Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
+    INCLUSION_LOOKBACK_DAYS,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
+pub use skipped::days_skipped_unlike_interlock;
 
 #[cfg(test)]
 mod tests;

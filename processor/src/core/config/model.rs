@@ -233,6 +233,10 @@ pub struct Exclusions {
     pub dates: Vec<NaiveDate>,
 }
 
+/// How many days after an inclusion date an undated reading still counts for it (Interlock's
+/// watchdog looked back as far for inclusion dates).
+pub const INCLUSION_LOOKBACK_DAYS: i64 = 3;
+
 /// A named calendar. `config apply` replaces the name with the calendar's contents
 /// (`{name, days, dates}`), so the processor never reads files; an unresolved one has
 /// no days or dates and is only accepted by `config validate`.

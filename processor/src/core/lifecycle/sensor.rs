@@ -3,10 +3,11 @@
 //! start an execution (see [`schedule`](super::schedule)), re-evaluate waiting ones, or be a
 //! post-run reading (see [`post_run`](super::post_run)).
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::json;
 
 use super::{detail, execution_key, Decider, StoredSensor};
+use crate::core::config::{PipelineConfig, INCLUSION_LOOKBACK_DAYS};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
 use crate::core::execution::ExecutionDate;
@@ -68,7 +69,17 @@ impl Decider<'_> {
             return;
         };
         self.check_unknown(&config, &reading.key);
-        let date = execution_date(&stored, config.schedule.timezone, now).to_string();
+        let mut date = execution_date(&stored, config.schedule.timezone, now);
+        if stored.scope().is_none() {
+            if let Some(inclusion) = self.recent_inclusion_date(&config, date.day) {
+                self.notes.push(format!(
+                    "undated sensor {:?} on {}, not an inclusion date, counts for the most recent one, {inclusion}",
+                    reading.key, date.day
+                ));
+                date = ExecutionDate::daily(inclusion);
+            }
+        }
+        let date = date.to_string();
         let key = execution_key(config.schedule_id(), &date);
         if self.is_post_run_key(&reading.key) {
             // An undated post-run reading belongs to the latest run that succeeded, which
@@ -152,6 +163,24 @@ impl Decider<'_> {
     }
 
     /// The date of the most recent execution that completed or is re-running after a success.
+    /// The inclusion date an undated reading on `day` counts for, as Interlock's
+    /// `MostRecentInclusionDate` chose: when `day` is not one, the most recent inclusion date
+    /// at most [`INCLUSION_LOOKBACK_DAYS`] before it, unless its execution has ended (the
+    /// reading is then no news for it). A month-end "ready" that lands after midnight still
+    /// starts month-end's run.
+    fn recent_inclusion_date(&self, config: &PipelineConfig, day: NaiveDate) -> Option<NaiveDate> {
+        let include = &config.schedule.include_dates;
+        if include.is_empty() || include.contains(&day) {
+            return None;
+        }
+        let recent = (include.iter())
+            .filter(|d| **d < day && (day - **d).num_days() <= INCLUSION_LOOKBACK_DAYS)
+            .max()?;
+        let key = execution_key(config.schedule_id(), &ExecutionDate::daily(*recent).to_string());
+        let ended = (self.state.executions.get(&key)).is_some_and(|e| !e.phase.is_open() && !e.restart_on_trigger);
+        (!ended).then_some(*recent)
+    }
+
     fn latest_completed_date(&self) -> Option<String> {
         self.state
             .executions

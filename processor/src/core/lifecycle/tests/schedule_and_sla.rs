@@ -404,6 +404,35 @@ fn pipeline_excluded_on_a_date_that_is_not_an_inclusion_date() {
     assert_eq!(sim.triggers()[0].date, "2026-11-23");
 }
 
+/// An undated trigger reading that lands after an inclusion date (month-end's "ready" after
+/// midnight) counts for that date, as Interlock's MostRecentInclusionDate chose: within 3
+/// days, and only while that date's run has not ended.
+#[test]
+fn an_undated_reading_after_an_inclusion_date_counts_for_it() {
+    let month_end = json!({"schedule": {"include": {"dates": ["2026-10-31"]}}});
+    let mut sim = Sim::starting_at(at("2026-11-01T04:30:00Z")); // 00:30 in New York
+    sim.config(stream(month_end.clone()));
+    ready(&mut sim);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(sim.triggers().len(), 1);
+    assert_eq!(sim.triggers()[0].date, "2026-10-31");
+    sim.job_for("gold", "stream", "2026-10-31", JobStatus::Succeeded);
+    // Month-end's run is over: a later undated reading is the day's own, and that day is
+    // dormant (no late data, no second run).
+    sim.advance_to(at("2026-11-02T15:00:00Z"));
+    sim.sensor("gold", "upstream", json!({"status": "ready", "again": true}));
+    assert_eq!(sim.of(PIPELINE_EXCLUDED).len(), 1);
+    assert!(sim.of(LATE_DATA_ARRIVAL).is_empty());
+    assert_eq!(sim.triggers().len(), 1);
+
+    // Four days on, the reading is the day's own.
+    let mut sim = Sim::starting_at(at("2026-11-04T15:00:00Z"));
+    sim.config(stream(month_end));
+    ready(&mut sim);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, PIPELINE_EXCLUDED]);
+    assert!(sim.triggers().is_empty());
+}
+
 // ---- Expected starts, recovery, trigger deadline ------------------------------------------------
 
 #[test]
