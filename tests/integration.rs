@@ -158,6 +158,64 @@ fn a_failed_job_is_retried_then_succeeds() {
     assert_eq!(events[6].run_id.as_deref(), Some(run_id("retry", 2).as_str()));
 }
 
+/// A failed attempt with retries left goes back to evaluation, as Interlock's retry
+/// restarted its state machine: while the row count reads too low nothing runs; once it is
+/// enough again, attempt 2 runs. Runs are counted where they land (the job's own file).
+#[test]
+fn a_failed_attempt_runs_again_only_once_its_rules_pass_again() {
+    let mut w = World::new("retry-ready");
+    let (runs, go) = (w.scratch.path().join("runs.txt"), w.scratch.path().join("go"));
+    // Attempt 1 records itself, waits for the test's word, then fails; attempt 2 succeeds.
+    let command = format!(
+        "echo \"$SLUICE_RUN_ID\" >> {runs}; test \"$SLUICE_ATTEMPT\" -ge 2 && exit 0; \
+         while [ ! -f {go} ]; do sleep 0.1; done; exit 3",
+        runs = runs.display(),
+        go = go.display()
+    );
+    let mut job = command_job(&command, 1);
+    job["triggerRetry"] = json!({"interval": "100ms", "maxAttempts": 0});
+    w.start_with(&pipeline("retry-ready", job));
+    row_count_then_trigger(&w, "retry-ready", json!(5000));
+    w.wait_for("retry-ready", "attempt 1", |es| {
+        es.iter().any(|e| e.kind == JOB_TRIGGERED)
+    });
+    // The upstream's data goes bad while attempt 1 runs; then attempt 1 fails.
+    w.sensor("retry-ready", "row-count", json!({"count": 10}));
+    barrier(&mut w, "retry-ready", 1);
+    std::fs::write(&go, "").unwrap();
+    let events = w.wait_for("retry-ready", "the failure", |es| {
+        es.iter().any(|e| e.kind == JOB_FAILED)
+    });
+    let failed = events.iter().find(|e| e.kind == JOB_FAILED).unwrap();
+    assert_eq!(failed.detail["willRetry"], json!(true), "{failed:?}");
+    let ran = || {
+        std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // Its rules were evaluated with the failure: had they passed, attempt 2 would be out.
+    w.produce("sensors", Some("retry-ready"), Some(b"barrier: not json"));
+    let events = w.wait_for("retry-ready", "the second barrier", |es| {
+        es.iter().filter(|e| e.kind == INPUT_REJECTED).count() >= 2
+    });
+    assert_eq!(ran(), [run_id("retry-ready", 1)], "no attempt while the rules fail");
+    assert_eq!(events.iter().filter(|e| e.kind == VALIDATION_PASSED).count(), 1);
+    // Ready again: attempt 2 runs, once.
+    w.sensor("retry-ready", "row-count", json!({"count": 5000}));
+    let events = w.wait_for("retry-ready", "attempt 2", |es| {
+        es.iter().any(|e| e.kind == JOB_COMPLETED)
+    });
+    let kinds: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind != INPUT_REJECTED)
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(kinds, RETRIED);
+    assert_eq!(ran(), [run_id("retry-ready", 1), run_id("retry-ready", 2)]);
+}
+
 #[test]
 fn duplicate_sensor_delivery_triggers_once() {
     let mut w = World::new("dup");

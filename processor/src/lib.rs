@@ -80,6 +80,8 @@ mod schema_examples {
         let failed = records::decode_sensor(key, Some(&example("sensor-evaluator.json"))).unwrap();
         assert_eq!(failed.source.as_deref(), Some(records::EVALUATOR_SOURCE));
         assert!(failed.error.is_some_and(|e| e.contains("503")));
+        let added = records::decode_sensor(key, Some(&example("sensor-merge.json"))).unwrap();
+        assert_eq!(added.merge, records::Merge::Add);
         records::decode_job(key, Some(&example("job.json"))).unwrap();
         records::decode_command(key, Some(&example("command.json"))).unwrap();
         let config: serde_json::Value = serde_json::from_slice(&example("config.json")).unwrap();

@@ -34,6 +34,10 @@ pub enum SensorCommand {
         /// Execution hour (00-23): makes the execution hourly.
         #[arg(long)]
         hour: Option<String>,
+        /// `add`: the numbers are added to the stored reading's (a count from many
+        /// writers, as DynamoDB's ADD kept one); default: the reading replaces it.
+        #[arg(long, value_name = "replace|add")]
+        merge: Option<String>,
     },
 }
 
@@ -44,10 +48,11 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Se
         fields,
         date,
         hour,
+        merge,
     } = command;
     if pipeline == "-" {
-        if key.is_some() || !fields.is_empty() || date.is_some() || hour.is_some() {
-            bail!("`sensor put -` takes every field from its JSON lines: give no KEY, FIELD=VALUE, --date or --hour");
+        if key.is_some() || !fields.is_empty() || date.is_some() || hour.is_some() || merge.is_some() {
+            bail!("`sensor put -` takes every field from its JSON lines: give no KEY, FIELD=VALUE, --date, --hour or --merge");
         }
         return put_lines(kafka, topics, codec, std::io::stdin().lock()).await;
     }
@@ -61,6 +66,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Se
         timestamp: Some(now()),
         source: None,
         error: None,
+        merge,
     };
     let json = serde_json::to_value(&record)?;
     publish(kafka, codec, Family::Sensors, &topics.sensors, &pipeline, &json).await

@@ -8,6 +8,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+use super::events::clip;
 use super::execution::{ExecutionDate, ParseError};
 use super::rules::as_timestamp;
 
@@ -121,6 +122,47 @@ pub struct SensorRecord {
     /// its key fail with this reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How the reading meets the one stored for its key and date: `replace` (the default)
+    /// or `add` (see [`Merge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<String>,
+}
+
+/// How a reading meets the one already stored for its key and date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Merge {
+    /// The reading is the sensor's whole state.
+    #[default]
+    Replace,
+    /// As DynamoDB's `UpdateItem` with `ADD` (numbers) and `SET` (the rest), which producers
+    /// of the earlier design used to count from many writers: each number is added to the
+    /// stored one, other fields are set, and fields the reading leaves out are kept.
+    Add,
+}
+
+impl Merge {
+    /// `data` as it stands once `reading` has met `stored` (the slot's data, if any).
+    pub fn apply(self, stored: Option<&Map<String, Value>>, reading: &Map<String, Value>) -> Map<String, Value> {
+        let (Merge::Add, Some(stored)) = (self, stored) else {
+            return reading.clone();
+        };
+        let mut merged = stored.clone();
+        for (name, value) in reading {
+            let sum = match (merged.get(name), value) {
+                (Some(Value::Number(a)), Value::Number(b)) => match (a.as_i64(), b.as_i64()) {
+                    (Some(a), Some(b)) => a.checked_add(b).map(Value::from),
+                    _ => a
+                        .as_f64()
+                        .zip(b.as_f64())
+                        .and_then(|(a, b)| serde_json::Number::from_f64(a + b))
+                        .map(Value::Number),
+                },
+                _ => None,
+            };
+            merged.insert(name.clone(), sum.unwrap_or_else(|| value.clone()));
+        }
+        merged
+    }
 }
 
 /// What [`SensorRecord::source`] says of the readings Sluice's evaluators write.
@@ -139,6 +181,7 @@ pub struct SensorReading {
     pub timestamp: Option<DateTime<Utc>>,
     pub source: Option<String>,
     pub error: Option<String>,
+    pub merge: Merge,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -391,7 +434,22 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
         timestamp,
         source: record.source.filter(|s| !s.trim().is_empty()),
         error: record.error.filter(|e| !e.trim().is_empty()),
+        merge: sensor_merge(record.merge.as_deref())?,
     })
+}
+
+fn sensor_merge(merge: Option<&str>) -> Result<Merge, InputError> {
+    match merge.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "replace") => Ok(Merge::Replace),
+        Some("add") => Ok(Merge::Add),
+        Some(_) => Err(InputError::invalid(
+            "merge",
+            format!(
+                "{:?} is not a merge mode (replace, add)",
+                clip(merge.unwrap_or_default(), 40)
+            ),
+        )),
+    }
 }
 
 /// The day a sensor record names. The earlier design carried date and hour inside the

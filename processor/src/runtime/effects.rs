@@ -645,6 +645,7 @@ impl Work {
             timestamp: Some(Value::from(self.clock.now().to_rfc3339())),
             source: Some(EVALUATOR_SOURCE.to_string()),
             error,
+            merge: None,
         }
     }
 

@@ -5,11 +5,13 @@
 //! INFRA_FAILURE when it cannot be requested, or DRY_RUN_WOULD_TRIGGER and
 //! DRY_RUN_SLA_PROJECTION in a dry run.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Value};
 
 use super::evaluators::{judge_unusable, unusable_readings};
 use super::job::job_request;
-use super::{detail, run_id, Decider, Effect, Phase};
+use super::{detail, run_id, Decider, Effect, Phase, StoredSensor};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
 use crate::core::events::EventType;
 use crate::core::rules::{self, Verdict};
@@ -47,7 +49,30 @@ impl Decider<'_> {
             verdict.passed &= deps.passed;
             verdict.results.extend(deps.results);
         }
+        self.name_readings_of_other_dates(&mut verdict, &slots, date);
         Some(verdict)
+    }
+
+    /// A rule failing for want of a reading when the key has one for another date says so:
+    /// the earlier design read a key's latest row whatever its date, Sluice reads the
+    /// execution's own (or an undated one), and a producer moving over should know which.
+    fn name_readings_of_other_dates(&self, verdict: &mut Verdict, seen: &BTreeMap<&str, &StoredSensor>, date: &str) {
+        for result in verdict
+            .results
+            .iter_mut()
+            .filter(|r| !r.passed && !seen.contains_key(r.key.as_str()))
+        {
+            let latest = (self.state.sensors.iter())
+                .filter(|(slot, sensor)| sensor.key_in(slot) == result.key)
+                .filter_map(|(_, sensor)| sensor.scope().map(|scope| (sensor.received_at, scope)))
+                .max();
+            if let Some((_, other)) = latest {
+                result.reason = Some(format!(
+                    "no reading of sensor {:?} for {date}; the latest is for {other} (the earlier design read a key's latest row whatever its date: publish the reading for {date}, or without a date)",
+                    result.key
+                ));
+            }
+        }
     }
 
     /// Evaluates an execution's rules. `on_schedule` is true at the start and on interval

@@ -458,8 +458,8 @@ mod tests {
             seen += 1;
         }
         assert_eq!(
-            seen, 5,
-            "one example per Avro family, and an evaluator's failed reading"
+            seen, 6,
+            "one example per Avro family, an evaluator's failed reading and a reading to add"
         );
     }
 

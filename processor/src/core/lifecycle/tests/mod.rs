@@ -18,6 +18,7 @@ use crate::core::timers::DueTimer;
 mod anomalies;
 mod deadlines;
 mod evaluators;
+mod examples;
 mod forecast;
 mod jobs_and_post_run;
 mod schedule_and_sla;
@@ -596,6 +597,80 @@ fn a_config_that_is_not_json_is_rejected_as_a_config() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, CONFIG_REJECTED]);
     assert_eq!(sim.events[1].detail["previousConfigKept"], json!(true));
     assert!(sim.states["gold"].config.is_some());
+}
+
+/// The earlier design read a key's latest row whatever its date; Sluice reads the
+/// execution's own. A rule waiting on a key that has a reading for another date says so.
+#[test]
+fn a_rule_waiting_on_a_key_read_for_another_date_names_that_date() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let today = t0().date_naive();
+    let yesterday = (today - TimeDelta::days(1)).to_string();
+    sim.sensor_scoped(
+        "gold",
+        "row-count",
+        json!({"count": 5000}),
+        Some(&yesterday),
+        None,
+        None,
+    );
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.advance(TimeDelta::hours(1));
+    let exhausted = sim.of(VALIDATION_EXHAUSTED)[0].clone();
+    let reason = exhausted.detail["results"][1]["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.contains(&format!(
+            "no reading of sensor \"row-count\" for {today}; the latest is for {yesterday}"
+        )),
+        "{reason}"
+    );
+    assert!(
+        exhausted.message.contains("earlier design read a key's latest row"),
+        "{}",
+        exhausted.message
+    );
+}
+
+/// Counts from many writers, as the earlier design's producers kept them with DynamoDB
+/// `ADD`: each `merge: add` reading adds its numbers to the stored reading; the run starts
+/// when the sum reaches the rule's threshold.
+#[test]
+fn readings_with_merge_add_are_summed_until_the_rule_passes() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let add = |sim: &mut Sim, data: Value| {
+        let record = json!({"pipelineId": "gold", "key": "row-count", "data": data, "merge": "add"});
+        let bytes = serde_json::to_vec(&record).unwrap();
+        let reading = crate::core::records::decode_sensor(Some(b"gold"), Some(&bytes)).unwrap();
+        sim.input("gold", Input::SensorReceived(reading));
+    };
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    add(&mut sim, json!({"count": 400, "writer": "a"}));
+    add(&mut sim, json!({"count": 400, "writer": "b", "files": 2}));
+    assert!(sim.triggers().is_empty(), "800 rows: not yet");
+    add(&mut sim, json!({"count": 300.5}));
+    assert_eq!(sim.triggers().len(), 1, "1100.5 rows");
+    let stored = sim.states["gold"]
+        .sensors
+        .values()
+        .find(|s| s.data.contains_key("count"))
+        .unwrap();
+    assert_eq!(stored.data["count"], json!(1100.5));
+    assert_eq!(stored.data["writer"], json!("b"), "other fields are set");
+    assert_eq!(stored.data["files"], json!(2), "fields left out are kept");
+    // Without merge, a reading replaces what is stored.
+    sim.sensor("gold", "row-count", json!({"count": 7}));
+    let stored = sim.states["gold"]
+        .sensors
+        .values()
+        .find(|s| s.data.contains_key("count"))
+        .unwrap();
+    assert_eq!(stored.data, *json!({"count": 7}).as_object().unwrap());
+    // An unknown mode is refused at decode (a dead letter), never guessed.
+    let record = json!({"pipelineId": "gold", "key": "row-count", "data": {}, "merge": "max"});
+    let refused = crate::core::records::decode_sensor(Some(b"gold"), Some(&serde_json::to_vec(&record).unwrap()));
+    assert!(refused.unwrap_err().to_string().contains("not a merge mode"));
 }
 
 // ---- Helpers for the schedule and SLA scenarios (tests/schedule_and_sla.rs) ----
