@@ -1213,3 +1213,55 @@ fn dependency_chain_runs_bronze_silver_gold() {
         );
     }
 }
+
+/// As Interlock's watchdog checked only today's daily run: an hourly run that succeeded is
+/// never POST_RUN_SENSOR_MISSING, even with a baseline and its post-run sensor silent past
+/// `sensorTimeout`. A daily pipeline beside it, silent longer, is reported: by then the
+/// hourly one has had its chance to be wrong.
+#[test]
+fn an_hourly_success_without_a_post_run_reading_is_never_missing() {
+    use chrono::Timelike;
+    let mut w = World::new("hourly-missing");
+    let post_run = |timeout: &str| json!({"rules": [{"key": "audit", "check": "exists"}], "sensorTimeout": timeout});
+    let mut hourly = pipeline("hourly", command_job("true", 0));
+    hourly["postRun"] = post_run("2s");
+    let mut daily = pipeline("daily", command_job("true", 0));
+    daily["postRun"] = post_run("6s");
+    w.config(&hourly);
+    w.config(&daily);
+    w.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    w.wait_for_all("both configs", deadline, |es| {
+        es.iter().filter(|e| e.kind == CONFIG_ACCEPTED).count() == 2
+    });
+    // Each run has its post-run sensor before it succeeds (a baseline), then none after.
+    let hour = format!("{}T{:02}", day(), Utc::now().hour());
+    for (key, data) in [
+        ("audit", json!({"rows": 1})),
+        ("row-count", json!({"count": 5000})),
+        ("upstream", json!({"status": "ready"})),
+    ] {
+        w.sensor_on("hourly", key, data.clone(), Some(&hour));
+        w.sensor("daily", key, data);
+    }
+    let events = w.wait_for_all("the daily run's POST_RUN_SENSOR_MISSING", deadline, |es| {
+        es.iter().any(|e| e.kind == POST_RUN_SENSOR_MISSING)
+    });
+    let of = |id: &str| -> Vec<_> { events.iter().filter(|e| e.pipeline_id == id).map(|e| e.kind).collect() };
+    let hourly = of("hourly");
+    assert!(
+        hourly.contains(&JOB_COMPLETED) && hourly.contains(&POST_RUN_BASELINE_CAPTURED),
+        "{hourly:?}"
+    );
+    assert!(!hourly.contains(&POST_RUN_SENSOR_MISSING), "{hourly:?}");
+    let missing: Vec<_> = events.iter().filter(|e| e.kind == POST_RUN_SENSOR_MISSING).collect();
+    assert_eq!(missing.len(), 1);
+    assert_eq!(missing[0].pipeline_id, "daily");
+    assert_eq!(
+        events
+            .iter()
+            .find(|e| e.pipeline_id == "hourly" && e.kind == JOB_COMPLETED)
+            .and_then(|e| e.date.clone()),
+        Some(hour)
+    );
+}
