@@ -309,6 +309,42 @@ fn an_instance_measures_how_far_another_ones_clock_runs_ahead() {
     );
 }
 
+/// The API's "today" is the processor's day: with `--clock-offset 48h` the dependency graph
+/// of pipelines that have not run yet draws the day after tomorrow, not the machine's day.
+#[test]
+fn the_graph_draws_the_processors_today() {
+    let mut w = World::new("graph-today");
+    w.config(&pipeline("up", command_job("true", 0)));
+    let mut down = pipeline("down", command_job("true", 0));
+    down["dependsOn"] = json!(["up"]);
+    w.config(&down);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = w.spawn(w.state.path(), &["--http", &addr, "--clock-offset", "48h"]);
+    w.swap_processor(Some(child));
+    let graph = || {
+        get_json(&addr, "/api/graph")
+            .filter(|(status, body)| *status == 200 && body["nodes"].as_array().is_some_and(|n| n.len() == 2))
+    };
+    wait_until(
+        "the graph of up and down",
+        Duration::from_secs(90),
+        || w.log_tail(),
+        || graph().is_some(),
+    );
+    // The processor's day before and after the read (the day may turn in between).
+    let processors_day = || {
+        (chrono::Utc::now() + chrono::TimeDelta::hours(48))
+            .date_naive()
+            .to_string()
+    };
+    let before = processors_day();
+    let (_, body) = graph().unwrap();
+    let after = processors_day();
+    let drawn = body["date"].as_str().unwrap();
+    assert!(drawn == before || drawn == after, "{drawn} is not {before}: {body}");
+    w.stop();
+}
+
 #[test]
 fn tokens_guard_the_api_and_only_a_write_token_reruns() {
     let mut w = World::new("auth");

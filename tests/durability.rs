@@ -1002,7 +1002,7 @@ fn a_store_ahead_of_its_changelog_stops_the_processor_naming_the_fix() {
     let (w, _target) = p000_accepted("ahead");
     assert_ahead_stops(
         w,
-        |batch| batch.set_checkpoint(1_000_000),
+        |batch| batch.set_checkpoint(1_000_000, chrono::Utc::now()),
         &["beyond the partition's end"],
     );
 }

@@ -448,7 +448,7 @@ async fn write_batch(
     if plan.writes.is_empty() {
         return Ok(());
     }
-    let (key, value) = changelog::fence(&format!("{group}-reset"));
+    let (key, value) = changelog::fence(&format!("{group}-reset"), chrono::Utc::now());
     let (_, fence) = send(key, Some(value), Vec::new()).await?;
     let epoch = changelog::epoch_at(fence);
     let (key, value) = changelog::acceptance(plan.accept);

@@ -235,7 +235,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
             group,
             url,
             partitions: Vec::new(),
-            at: chrono::Utc::now(),
+            at: directory.now(),
         };
         tokio::spawn(instances::run(
             kafka.clone(),

@@ -19,7 +19,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -365,7 +364,7 @@ async fn dependency_graph(
         Ok(gathered) => gathered,
         Err(response) => return response,
     };
-    let drawn = graph::graph(&gathered.pipelines, date.as_deref(), Utc::now().date_naive());
+    let drawn = graph::graph(&gathered.pipelines, date.as_deref(), api.directory.now().date_naive());
     let mut body = json!(drawn);
     body["instances"] = json!(gathered.instances);
     body["complete"] = json!(gathered.complete);

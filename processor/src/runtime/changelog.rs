@@ -28,12 +28,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, Utc};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use super::clock::Clock;
 use super::error::{Error, Fatal};
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
@@ -66,11 +68,12 @@ pub fn marker(epoch: Epoch, seq: u64, first: i64) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// A fence of `instance`: a key no other record has.
-pub fn fence(instance: &str) -> (Vec<u8>, Vec<u8>) {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let key = format!("n/{instance}/{}/{nanos}", std::process::id());
+pub fn fence(instance: &str, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
+    // Two fences of one process at one time (a clock that stands still) still differ.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = now.timestamp_nanos_opt().unwrap_or_default();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let key = format!("n/{instance}/{}/{nanos}/{n}", std::process::id());
     (key.into_bytes(), b"fence".to_vec())
 }
 
@@ -296,6 +299,7 @@ pub fn restore(
     contiguous: bool,
     store: &mut PartitionStore,
     cancelled: &AtomicBool,
+    clock: &Clock,
     progress: impl FnMut(u64, u64, f64),
 ) -> Result<Restored, Error> {
     let started = Instant::now();
@@ -309,6 +313,7 @@ pub fn restore(
         source,
         store,
         cancelled,
+        clock,
         progress,
         started,
     }
@@ -335,6 +340,8 @@ struct Restoring<'a, P> {
     source: Source<'a>,
     store: &'a mut PartitionStore,
     cancelled: &'a AtomicBool,
+    /// The processor's: how long the store was away, and when it is current again.
+    clock: &'a Clock,
     /// Told the records so far, the offsets left to the fence (an upper bound of the records
     /// left: compaction leaves holes) and the seconds so far.
     progress: P,
@@ -352,7 +359,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
             .range(topic, partition)
             .with_context(|| format!("reading the offsets of {topic} partition {partition}"))?;
         let checkpoint = self.store.checkpoint()?;
-        let away = self.store.checkpointed_at()?.map(|at| chrono::Utc::now() - at);
+        let away = self.store.checkpointed_at()?.map(|at| self.clock.now() - at);
         let mut plan = plan(checkpoint, low, away);
         if checkpoint.is_some() && matches!(plan, Plan::Full(_)) {
             info!(partition, ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
@@ -448,7 +455,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
                 (self.progress)(applied.records, left, self.started.elapsed().as_secs_f64());
             }
         }
-        applied.finish(partition, fence, self.store)
+        applied.finish(partition, fence, self.store, self.clock.now())
     }
 
     /// The outcome of a read that reached the fence, with its last progress report.
@@ -553,7 +560,7 @@ impl Applied {
     }
 
     /// Writes what is staged, with the store now current through `fence`.
-    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore) -> Result<Read, Error> {
+    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore, now: DateTime<Utc>) -> Result<Read, Error> {
         let stale = self.rules.stale_keys();
         if !stale.is_empty() {
             info!(
@@ -565,7 +572,7 @@ impl Applied {
         // Current through the fence; the lineage is the new owner's from here on (see
         // `Processor::open_partition`).
         let mut batch = self.batch;
-        batch.set_checkpoint(fence);
+        batch.set_checkpoint(fence, now);
         store.write(batch)?;
         Ok(Read::Done {
             records: self.records,
@@ -585,9 +592,10 @@ mod tests {
             entry(5, &key, Some(&value), None),
             Some(Entry::Marker { epoch: 42, seq: 7 })
         );
-        let (key, value) = fence("a");
+        let now = DateTime::UNIX_EPOCH;
+        let (key, value) = fence("a", now);
         assert_eq!(entry(41, &key, Some(&value), None), Some(Entry::Fence { epoch: 42 }));
-        assert_ne!(fence("a").0, fence("a").0, "every fence has a key of its own");
+        assert_ne!(fence("a", now).0, fence("a", now).0, "every fence has a key of its own");
         let (key, value) = acceptance(Lineage { epoch: 42, through: 7 });
         assert_eq!(
             entry(50, &key, Some(&value), None),

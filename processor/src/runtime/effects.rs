@@ -218,7 +218,7 @@ impl Executor {
             limits: self.limits.clone(),
             secrets: self.secrets.clone(),
             disabled: self.disabled.clone(),
-            clock: self.clock,
+            clock: self.clock.clone(),
             telemetry: self.telemetry.clone(),
             request,
         }

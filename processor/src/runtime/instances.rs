@@ -234,7 +234,7 @@ pub async fn run(
     mut stopped: watch::Receiver<bool>,
     telemetry: Arc<Telemetry>,
 ) {
-    let clock = directory.clock;
+    let clock = directory.clock.clone();
     // Peers whose clock runs ahead past the warning, warned about once until they come back.
     let mut ahead_of_me: HashSet<String> = HashSet::new();
     let (producer, consumer) = match clients(&kafka, &topic) {

@@ -254,7 +254,7 @@ impl Opening {
         let store = self.open_store().await?;
         // The fence first: everything before it is restored, and this owner's writes are
         // told from any earlier owner's by its epoch (see core::changelog).
-        let (key, value) = changelog::fence(&self.settings.instance);
+        let (key, value) = changelog::fence(&self.settings.instance, self.settings.clock.now());
         let fence = self.write_control(&key, &value).await?;
         let (mut store, restored) = self.restore(store, fence).await?;
         let applied: Vec<(String, i64)> = (self.settings.topics.inputs().iter())
@@ -353,6 +353,7 @@ impl Opening {
                     contiguous,
                     &mut store,
                     &cancelled,
+                    &settings.clock,
                     |records, left, seconds| telemetry.restore_progress(p, records, left, seconds),
                 );
                 (store, result)

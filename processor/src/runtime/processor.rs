@@ -415,12 +415,12 @@ impl Processor {
             settings.codec.clone(),
             telemetry.clone(),
             in_flight,
-            settings.clock,
+            settings.clock.clone(),
         )?;
         std::fs::create_dir_all(&settings.state_dir)
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
         let openings = Openings::new(settings.clone(), control, telemetry.clone());
-        let time = Monotonic::new(settings.clock);
+        let time = Monotonic::new(settings.clock.clone());
         Ok(Processor {
             settings,
             consumer,
@@ -459,7 +459,7 @@ impl Processor {
 
     /// The processor's clock (its timers', its decisions'), for the instance directory.
     pub fn clock(&self) -> Clock {
-        self.settings.clock
+        self.settings.clock.clone()
     }
 
     /// The owned partitions, as they change.
@@ -1674,7 +1674,7 @@ impl Processor {
         let checkpoints: BTreeMap<i32, i64> = markers.iter().copied().collect();
         for (p, mut batch) in stores {
             if let (Some(c), Some(this)) = (checkpoints.get(&p), sequenced.get(&p)) {
-                batch.set_checkpoint(*c);
+                batch.set_checkpoint(*c, self.settings.clock.now());
                 batch.set_lineage(*this);
                 if let Some(writer) = self.writers.get_mut(&p) {
                     *writer = *this;

@@ -272,8 +272,9 @@ pub struct StoreBatch {
     ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Where each key's entry is in `ops`.
     index: HashMap<Vec<u8>, usize>,
-    /// The changelog offset the store is current with once this batch is written.
-    checkpoint: Option<i64>,
+    /// The changelog offset the store is current with once this batch is written, and when
+    /// (on the processor's clock).
+    checkpoint: Option<(i64, DateTime<Utc>)>,
     /// The epoch and batch the store holds once this batch is written.
     lineage: Option<Lineage>,
 }
@@ -346,8 +347,8 @@ impl StoreBatch {
         }
     }
 
-    pub fn set_checkpoint(&mut self, changelog_offset: i64) {
-        self.checkpoint = Some(changelog_offset);
+    pub fn set_checkpoint(&mut self, changelog_offset: i64, at: DateTime<Utc>) {
+        self.checkpoint = Some((changelog_offset, at));
     }
 
     pub fn set_lineage(&mut self, lineage: Lineage) {
@@ -713,9 +714,9 @@ impl PartitionStore {
                 None => write.delete(key),
             }
         }
-        if let Some(offset) = batch.checkpoint {
+        if let Some((offset, at)) = batch.checkpoint {
             write.put(CHECKPOINT_KEY, offset.to_be_bytes());
-            write.put(CHECKPOINTED_AT_KEY, Utc::now().timestamp_millis().to_be_bytes());
+            write.put(CHECKPOINTED_AT_KEY, at.timestamp_millis().to_be_bytes());
         }
         if let Some(lineage) = batch.lineage {
             write.put(

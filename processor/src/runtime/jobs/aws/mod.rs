@@ -476,6 +476,8 @@ impl<'c, 'a> Api<'c, 'a> {
             &url,
             headers,
             &body,
+            // AWS checks a signature's time against its own (within 5 minutes): this is the
+            // protocol's time, the machine's, never the processor's (`--clock-offset`).
             SystemTime::now(),
         )?;
         let mut request = self.call.request(method, &url)?;
