@@ -79,6 +79,7 @@ pub fn releases(report: &JobRecord, request: &TriggerRequest) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -175,6 +176,138 @@ mod tests {
             Waiting::default().resume(&request(None), at("2026-11-26T10:00:00Z")),
             Resume::Now
         );
+    }
+
+    /// One hand-over, in whole seconds of true time from the request: what the previous
+    /// owner's executor did with the call, and how the new owner saw it.
+    #[derive(Debug, Clone)]
+    struct Handover {
+        /// The call's deadline, on the old owner's clock.
+        deadline: i64,
+        /// Each clock's error against true time (the two differ by at most the allowance).
+        old_skew: i64,
+        new_skew: i64,
+        /// The old executor's tries: when each would start (after the previous one's end)
+        /// and how long it would take; the last one answers (success or failure).
+        tries: Vec<(i64, i64)>,
+        /// When the old owner lost the partition (revoked, releasing its call) or died.
+        lost_at: i64,
+        crashed: bool,
+        /// How long a `released` report takes to be read by the new owner.
+        read_lag: i64,
+    }
+
+    /// What the old executor made of the call, by the executor's rules: no try starts
+    /// after the deadline, one running past it is cut there; the tries spent, the deadline
+    /// passed or a try succeeded, it reports the outcome; revoked, it finishes the try under
+    /// way and says it let go (a `released` report); crashed, it stops. Returns the tries
+    /// made (true-time intervals) and when an outcome or a release was written.
+    fn old_executor(h: &Handover) -> (Vec<(i64, i64)>, Option<i64>, Option<i64>) {
+        let deadline = h.deadline - h.old_skew; // in true time
+        let (mut made, mut at) = (Vec::new(), 0);
+        let stopped = |made, at: i64| match h.crashed {
+            true => (made, None, None),
+            false => (made, None, Some(at.max(h.lost_at))),
+        };
+        for (i, (gap, took)) in h.tries.iter().enumerate() {
+            let start = at + gap;
+            if start >= h.lost_at {
+                return stopped(made, at);
+            }
+            if start > deadline {
+                return (made, Some(at.max(deadline)), None);
+            }
+            let end = (start + took).min(deadline);
+            if h.crashed && h.lost_at < end {
+                made.push((start, h.lost_at));
+                return (made, None, None);
+            }
+            made.push((start, end));
+            at = end;
+            let last = i + 1 == h.tries.len();
+            if last || start + took > deadline {
+                return (made, Some(end), None);
+            }
+            if end >= h.lost_at {
+                return stopped(made, end);
+            }
+        }
+        unreachable!("the last try ends the call")
+    }
+
+    /// When the new owner, opened as the old one lost the partition and following the rule
+    /// second by second, calls again (`None`: it saw the outcome and never does).
+    fn new_owner(h: &Handover, outcome: Option<i64>, released: Option<i64>) -> Option<i64> {
+        let t0 = at("2026-11-26T10:00:00Z");
+        let r = request(None);
+        let r = TriggerRequest {
+            deadline: Some(t0 + TimeDelta::seconds(h.deadline)),
+            ..r
+        };
+        let mut waiting = Waiting::default();
+        // Reports the new owner has read: written by the end it measured.
+        let mut read_up_to = h.lost_at;
+        for t in h.lost_at..h.lost_at + 2_000 {
+            if outcome.is_some_and(|w| w <= read_up_to) {
+                return None;
+            }
+            waiting.released = released.is_some_and(|w| w + h.read_lag <= t);
+            match waiting.resume(&r, t0 + TimeDelta::seconds(t + h.new_skew)) {
+                Resume::Now => return Some(t),
+                Resume::Until(_) => {}
+                Resume::ReadToEnd => {
+                    read_up_to = t;
+                    waiting.end_after_deadline = true;
+                    if outcome.is_some_and(|w| w <= read_up_to) {
+                        return None;
+                    }
+                }
+            }
+        }
+        panic!("the new owner never decided: {h:?}")
+    }
+
+    fn handover() -> impl Strategy<Value = Handover> {
+        let half = CLOCK_SKEW_ALLOWANCE.num_seconds() / 2;
+        (
+            30i64..400,
+            -half..=half,
+            -half..=half,
+            prop::collection::vec((0i64..60, 1i64..120), 1..5),
+            0i64..500,
+            any::<bool>(),
+            0i64..30,
+        )
+            .prop_map(
+                |(deadline, old_skew, new_skew, tries, lost_at, crashed, read_lag)| Handover {
+                    deadline,
+                    old_skew,
+                    new_skew,
+                    tries,
+                    lost_at,
+                    crashed,
+                    read_lag,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+        /// Whatever the old owner's executor did (tries cut at the deadline, a revocation
+        /// that lets the try under way finish, a crash, an outcome) and however the two
+        /// clocks differ within the allowance, the new owner calls again only once no try of
+        /// the old one can be under way or start, and never once the call has an outcome.
+        #[test]
+        fn a_call_handed_over_is_made_again_only_when_the_old_one_cannot_be(h in handover()) {
+            let (made, outcome, released) = old_executor(&h);
+            if let Some(t) = new_owner(&h, outcome, released) {
+                for (start, end) in &made {
+                    prop_assert!(*end <= t, "the new call at {t} overlaps the old try {start}..{end}: {h:?}");
+                }
+                prop_assert!(outcome.is_none(), "called again after an outcome written at {outcome:?}: {h:?}");
+            }
+        }
     }
 
     #[test]
