@@ -1,6 +1,6 @@
 //! Durability under things going wrong, with real processes and a real broker: SIGKILL at
 //! random moments, instances joining and leaving, a state directory deleted, the broker
-//! stopped and started, a target slower than a rebalance. Each scenario runs the same
+//! cut off and back, a target slower than a rebalance. Each scenario runs the same
 //! workload as an uninterrupted reference run and must end with the same set of `eventId`s
 //! (each always naming the same event type and execution), exactly the bad records in the
 //! dead-letter topic, and every run called once where the calls land: the target counts
@@ -637,7 +637,6 @@ fn wipe(dir: &Path) {
     }
 }
 
-/// A broker of this test's own, persisted in SQLite so that it can be stopped and started.
 /// A broker of this test's own, reached through [`Partition`]: tansu listens on `listen`
 /// and advertises `port`, where the proxy forwards to it.
 struct OwnBroker {
