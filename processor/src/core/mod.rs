@@ -4,6 +4,7 @@
 //! are decoded records and fired timers, outputs are values ([`lifecycle::Decision`]) that the
 //! runtime carries out. The `purity` test below checks the imports.
 
+pub mod admission;
 pub mod changelog;
 pub mod config;
 pub mod diff;

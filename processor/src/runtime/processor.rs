@@ -52,6 +52,7 @@ use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::{InputTopic, Topics};
+use crate::core::admission::{self, Admission};
 use crate::core::changelog::{Foreign, Lineage};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
@@ -1059,28 +1060,38 @@ impl Processor {
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
             let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
-            if owned.find_partition(&topic, p).is_none() {
-                debug!(%topic, p, offset, "partition no longer assigned: left to its new owner");
-                continue;
+            let partition = admission::Partition {
+                assigned: owned.find_partition(&topic, p).is_some(),
+                abandoned: self.abandoned.contains(&p),
+                open: self.stores.contains_key(&p),
+                applied: self.stores.get(&p).and_then(|s| s.applied_offset(&topic)),
+                seen_in_batch: pending.commits.get(&(topic.clone(), p)).copied(),
+            };
+            let admitted = admission::admit(&partition, offset);
+            if admitted.commits() {
+                self.telemetry.record_in(&topic);
+                pending.commits.insert((topic.clone(), p), offset);
             }
-            if self.abandoned.contains(&p) {
-                debug!(%topic, p, offset, "partition given up to a newer owner: left to it");
-                continue;
-            }
-            if !self.stores.contains_key(&p) {
-                // Being opened: read again once it is (its input is paused meanwhile).
-                self.open(p)?;
-                self.openings.skip(&topic, p, offset);
-                continue;
-            }
-            self.telemetry.record_in(&topic);
-            pending.commits.insert((topic.clone(), p), offset);
-            if self.stores[&p]
-                .applied_offset(&topic)
-                .is_some_and(|applied| offset <= applied)
-            {
-                debug!(%topic, p, offset, "already applied: skipped");
-                continue;
+            match admitted {
+                Admission::NotAssigned => {
+                    debug!(%topic, p, offset, "partition no longer assigned: left to its new owner");
+                    continue;
+                }
+                Admission::GivenUp => {
+                    debug!(%topic, p, offset, "partition given up to a newer owner: left to it");
+                    continue;
+                }
+                Admission::ReadAgainWhenOpen => {
+                    // Its input is paused meanwhile.
+                    self.open(p)?;
+                    self.openings.skip(&topic, p, offset);
+                    continue;
+                }
+                Admission::AlreadyApplied => {
+                    debug!(%topic, p, offset, "already applied: skipped");
+                    continue;
+                }
+                Admission::Apply => {}
             }
             pending.stores.entry(p).or_default().set_applied_offset(&topic, offset);
             let Some(kind) = self.settings.topics.input_kind(&topic) else {
