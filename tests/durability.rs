@@ -666,12 +666,7 @@ impl Drop for OwnBroker {
             .env("SLUICE_BROKER_DIR", self.dir.path())
             .status();
         // The broker's own log, for a failing test's post-mortem (as World keeps its own).
-        let keep = std::env::var_os("SLUICE_TEST_LOGS").or_else(|| {
-            std::thread::panicking()
-                .then(|| std::env::var_os("SLUICE_FAILED_TEST_LOGS"))
-                .flatten()
-        });
-        if let Some(dir) = keep {
+        if let Some(dir) = support::kept_logs_dir() {
             let _ = std::fs::create_dir_all(&dir);
             let kept = Path::new(&dir).join(format!("tansu-{}.log", self.port));
             if std::fs::copy(self.dir.path().join("tansu.log"), &kept).is_ok() {

@@ -731,16 +731,21 @@ impl World {
     }
 }
 
+/// Where a test keeps its logs as it ends: SLUICE_TEST_LOGS=DIR for every test, for
+/// post-mortems; SLUICE_FAILED_TEST_LOGS=DIR for failing ones only (deploy/test.sh sets it).
+pub fn kept_logs_dir() -> Option<std::ffi::OsString> {
+    std::env::var_os("SLUICE_TEST_LOGS").or_else(|| {
+        std::thread::panicking()
+            .then(|| std::env::var_os("SLUICE_FAILED_TEST_LOGS"))
+            .flatten()
+    })
+}
+
 impl Drop for World {
     fn drop(&mut self) {
         // SLUICE_TEST_LOGS=DIR keeps every world's processor log, for post-mortems;
         // SLUICE_FAILED_TEST_LOGS=DIR the logs of failing tests only (deploy/test.sh sets it).
-        let keep = std::env::var_os("SLUICE_TEST_LOGS").or_else(|| {
-            std::thread::panicking()
-                .then(|| std::env::var_os("SLUICE_FAILED_TEST_LOGS"))
-                .flatten()
-        });
-        if let Some(dir) = keep {
+        if let Some(dir) = kept_logs_dir() {
             let _ = std::fs::create_dir_all(&dir);
             let kept = Path::new(&dir).join(format!("{}log", self.prefix));
             if std::fs::copy(&self.log, &kept).is_ok() && std::thread::panicking() {

@@ -530,8 +530,9 @@ impl Processor {
                 }
                 message = self.consumer.recv() => match message {
                     Ok(m) => {
+                        // No sign the broker is back: records fetched before it went away
+                        // still come from the local queue. A probe or an acknowledged batch is.
                         self.answered = 0;
-                        self.telemetry.set_broker_ok(true);
                         let mut batch = vec![m.detach()];
                         while batch.len() < self.settings.batch_size {
                             match self.consumer.recv().now_or_never() {
