@@ -432,12 +432,7 @@ async fn from_scratch(
 /// Writes the plan's batch to the changelog partition as the first batch of an epoch of
 /// its own (fence, acceptance of the newest epoch's batches, the writes, their end marker),
 /// so that the processors' restore rules take it over whatever was written before.
-async fn write_batch(
-    producer: &rdkafka::producer::FutureProducer,
-    topic: &str,
-    group: &str,
-    plan: &PartitionPlan,
-) -> Result<()> {
+async fn write_batch(producer: &kafka::Producer, topic: &str, group: &str, plan: &PartitionPlan) -> Result<()> {
     let p = plan.partition;
     let send = |key: Vec<u8>, value: Option<Vec<u8>>, headers: Vec<(&'static str, Vec<u8>)>| async move {
         let headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_slice())).collect();

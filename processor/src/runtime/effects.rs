@@ -1044,7 +1044,7 @@ mod tests {
         let producer = RenewableProducer::fixed(
             rdkafka::ClientConfig::new()
                 .set("bootstrap.servers", "127.0.0.1:1")
-                .create()
+                .create_with_context(crate::runtime::kafka::Watch::default())
                 .unwrap(),
         );
         Work {

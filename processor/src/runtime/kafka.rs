@@ -395,9 +395,44 @@ pub fn input_consumer_config(kafka: &Connection, group: &str) -> ClientConfig {
     config
 }
 
+/// Every producer Sluice makes: its client tells [`Watch`] what it sees of the brokers.
+pub type Producer = FutureProducer<Watch>;
+
+/// What a producer's client reports besides its deliveries. A produce round waits through a
+/// whole outage inside librdkafka's retries (up to `message.timeout.ms`), so an outage shows
+/// here, from the client's own polling thread, long before any delivery fails.
+#[derive(Clone, Default)]
+pub struct Watch {
+    on_brokers_down: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Watch {
+    /// Calls `f` each time librdkafka finds every broker down.
+    pub fn on_brokers_down(f: impl Fn() + Send + Sync + 'static) -> Self {
+        Self {
+            on_brokers_down: Some(std::sync::Arc::new(f)),
+        }
+    }
+}
+
+impl ClientContext for Watch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::error!("librdkafka: {error}: {reason}");
+        if let (Some(RDKafkaErrorCode::AllBrokersDown), Some(f)) = (error.rdkafka_error_code(), &self.on_brokers_down) {
+            f();
+        }
+    }
+}
+
 /// An idempotent producer that waits for all replicas.
-pub fn producer(kafka: &Connection) -> Result<FutureProducer> {
-    producer_config(kafka).create().context("creating Kafka producer")
+pub fn producer(kafka: &Connection) -> Result<Producer> {
+    create_producer(&producer_config(kafka), &Watch::default())
+}
+
+fn create_producer(config: &ClientConfig, watch: &Watch) -> Result<Producer> {
+    config
+        .create_with_context(watch.clone())
+        .context("creating Kafka producer")
 }
 
 /// How many records in a row, over at least [`REFUSAL_SPAN`], the broker refuses a producer
@@ -436,11 +471,12 @@ impl Refusals {
 #[derive(Clone)]
 pub struct RenewableProducer {
     config: Option<ClientConfig>,
+    watch: Watch,
     current: std::sync::Arc<std::sync::Mutex<Generation>>,
 }
 
 struct Generation {
-    producer: FutureProducer,
+    producer: Producer,
     number: u64,
     refusals: Refusals,
 }
@@ -448,13 +484,19 @@ struct Generation {
 impl RenewableProducer {
     /// An idempotent producer with Sluice's settings.
     pub fn new(kafka: &Connection) -> Result<Self> {
-        Self::with_config(producer_config(kafka))
+        Self::with_config(producer_config(kafka), Watch::default())
     }
 
-    fn with_config(config: ClientConfig) -> Result<Self> {
-        let producer = config.create().context("creating Kafka producer")?;
+    /// [`RenewableProducer::new`], its clients (this one and any that replace it) watched.
+    pub fn watched(kafka: &Connection, watch: Watch) -> Result<Self> {
+        Self::with_config(producer_config(kafka), watch)
+    }
+
+    fn with_config(config: ClientConfig, watch: Watch) -> Result<Self> {
+        let producer = create_producer(&config, &watch)?;
         Ok(Self {
             config: Some(config),
+            watch,
             current: std::sync::Arc::new(std::sync::Mutex::new(Generation {
                 producer,
                 number: 0,
@@ -464,9 +506,10 @@ impl RenewableProducer {
     }
 
     /// A producer that is never replaced.
-    pub fn fixed(producer: FutureProducer) -> Self {
+    pub fn fixed(producer: Producer) -> Self {
         Self {
             config: None,
+            watch: Watch::default(),
             current: std::sync::Arc::new(std::sync::Mutex::new(Generation {
                 producer,
                 number: 0,
@@ -476,7 +519,7 @@ impl RenewableProducer {
     }
 
     /// The producer in use now.
-    pub fn current(&self) -> FutureProducer {
+    pub fn current(&self) -> Producer {
         self.lock().producer.clone()
     }
 
@@ -526,7 +569,7 @@ impl RenewableProducer {
             Err(e) if e.refuses_producer() => {
                 let renew = current.refusals.refused(now);
                 if let (true, Some(config)) = (renew, &self.config) {
-                    match config.create() {
+                    match create_producer(config, &self.watch) {
                         Ok(producer) => {
                             tracing::warn!(topic = %e.topic, error = %e.source, "the broker keeps refusing this producer's records: continuing with a new producer");
                             current.producer = producer;
@@ -550,7 +593,7 @@ impl RenewableProducer {
 /// holds the processor's jobs partitions up. On Kafka, reports finished together share a
 /// request.
 pub fn report_producer(kafka: &Connection) -> Result<RenewableProducer> {
-    RenewableProducer::with_config(report_producer_config(kafka))
+    RenewableProducer::with_config(report_producer_config(kafka), Watch::default())
 }
 
 fn report_producer_config(kafka: &Connection) -> ClientConfig {
@@ -562,10 +605,8 @@ fn report_producer_config(kafka: &Connection) -> ClientConfig {
 }
 
 /// A transactional producer: a new one with the same `id` fences the old one out.
-pub fn transactional_producer(kafka: &Connection, id: &str) -> Result<FutureProducer> {
-    producer_config(kafka)
-        .set("transactional.id", id)
-        .create()
+pub fn transactional_producer(kafka: &Connection, id: &str, watch: &Watch) -> Result<Producer> {
+    create_producer(producer_config(kafka).set("transactional.id", id), watch)
         .context("creating transactional Kafka producer")
 }
 
@@ -749,7 +790,7 @@ fn check_partitions(
 }
 
 pub async fn send(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
@@ -760,7 +801,7 @@ pub async fn send(
 
 /// [`send`] to an explicit partition, or by the key's hash when `partition` is `None`.
 pub async fn send_to(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     partition: Option<i32>,
     key: Option<&[u8]>,
@@ -1080,7 +1121,7 @@ mod tests {
     fn a_producer_is_replaced_once_refusals_go_on_through_retries() {
         let t0 = std::time::Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        let producer = RenewableProducer::with_config(unreachable_producer()).unwrap();
+        let producer = RenewableProducer::with_config(unreachable_producer(), Watch::default()).unwrap();
         let number = || producer.lock().number;
         // A whole round refused at once (a broker going down) is not enough.
         for _ in 0..10 {
@@ -1110,10 +1151,35 @@ mod tests {
         assert_eq!(number(), 1);
     }
 
+    /// A real client against a port nobody listens on: the watch hears of it while a
+    /// delivery is still waiting (it would fail only after `message.timeout.ms`).
+    #[tokio::test]
+    async fn a_watched_producer_reports_every_broker_down_before_its_delivery_fails() {
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let heard = down.clone();
+        let watch = Watch::on_brokers_down(move || {
+            heard.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
+        let producer = RenewableProducer::with_config(unreachable_producer(), watch).unwrap();
+        let delivery = producer.send("t", None, Some(b"v"), &[]);
+        tokio::pin!(delivery);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while down.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no report of the brokers being down"
+            );
+            tokio::select! {
+                result = &mut delivery => panic!("the delivery ended first: {result:?}"),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    }
+
     #[test]
     fn a_transactional_producer_is_never_replaced() {
         let t0 = std::time::Instant::now();
-        let producer = RenewableProducer::fixed(unreachable_producer().create().unwrap());
+        let producer = RenewableProducer::fixed(create_producer(&unreachable_producer(), &Watch::default()).unwrap());
         for s in 0..10 {
             producer.note(0, &refused(), t0 + Duration::from_secs(s));
         }

@@ -330,12 +330,16 @@ fn check_topics(consumer: &StreamConsumer<RebalanceContext>, topics: &Topics) ->
 
 /// The producer of the batches' outputs: idempotent, or transactional under exactly-once
 /// (its transactions initialised, which fails on a broker without them).
-fn batch_producer(settings: &Settings) -> Result<RenewableProducer> {
+/// An outage its client sees turns readiness off at once, though a produce round then waiting
+/// ends only when the broker is back or `message.timeout.ms` runs out.
+fn batch_producer(settings: &Settings, telemetry: &Arc<Telemetry>) -> Result<RenewableProducer> {
+    let telemetry = telemetry.clone();
+    let watch = kafka::Watch::on_brokers_down(move || telemetry.set_broker_ok(false));
     match settings.guarantee {
-        Guarantee::EffectivelyOnce => RenewableProducer::new(&settings.kafka),
+        Guarantee::EffectivelyOnce => RenewableProducer::watched(&settings.kafka, watch),
         Guarantee::ExactlyOnce => {
             let id = format!("{}-{}", settings.group, settings.instance);
-            let producer = kafka::transactional_producer(&settings.kafka, &id)?;
+            let producer = kafka::transactional_producer(&settings.kafka, &id, &watch)?;
             tokio::task::block_in_place(|| producer.init_transactions(TRANSACTION_TIMEOUT))
                 .with_context(|| format!("initialising transactions for transactional id {id} (does the broker support transactions? use --guarantee effectively-once if not)"))?;
             Ok(RenewableProducer::fixed(producer))
@@ -404,7 +408,7 @@ impl Processor {
         let inputs = settings.topics.inputs();
         consumer.subscribe(&inputs).context("subscribing to input topics")?;
         info!(partitions, group = %settings.group, brokers = %settings.kafka, guarantee = ?settings.guarantee, "subscribed to {}", inputs.join(", "));
-        let producer = batch_producer(&settings)?;
+        let producer = batch_producer(&settings, &telemetry)?;
         // Job reports, fences and acceptances are written outside the batches, so never
         // through the transactional producer: one producer (one client) for all of them.
         let control = kafka::report_producer(&settings.kafka)?;
