@@ -445,7 +445,7 @@ async fn write_batch(producer: &kafka::Producer, topic: &str, group: &str, plan:
     }
     let (key, value) = changelog::fence(&format!("{group}-reset"), chrono::Utc::now());
     let (_, fence) = send(key, Some(value), Vec::new()).await?;
-    let epoch = changelog::epoch_at(fence);
+    let epoch = crate::core::changelog::epoch_at(fence);
     let (key, value) = changelog::acceptance(plan.accept);
     send(key, Some(value), Vec::new()).await?;
     let mut first = None;

@@ -1,4 +1,5 @@
-//! Which changelog writes count: the rules a restore follows, free of Kafka and RocksDB.
+//! Which changelog writes count: the rules a restore follows ([`Restore`]) and an owner
+//! writes by ([`Writer`]), free of Kafka and RocksDB.
 //!
 //! A partition's store is mirrored to a compacted changelog partition. Writers come and go
 //! with the partition's ownership, and a writer that lost the partition without noticing (a
@@ -219,52 +220,8 @@ impl Restore {
     }
 }
 
-/// The offsets between `expected` (where this writer's next record should land, were it the
-/// partition's only writer) and the offsets its records landed at that hold someone else's
-/// records; and where its next record should land.
-pub fn foreign_ranges(expected: i64, landed: &[i64]) -> (Vec<std::ops::Range<i64>>, i64) {
-    let mut landed = landed.to_vec();
-    landed.sort_unstable();
-    let mut next = expected;
-    let mut foreign = Vec::new();
-    for at in landed {
-        if at > next {
-            foreign.push(next..at);
-        }
-        next = next.max(at + 1);
-    }
-    (foreign, next)
-}
-
-/// What another writer's records between this owner's changelog writes mean to an owner of
-/// epoch `own`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Foreign {
-    /// A newer owner's fence is among them: this owner lost the partition without being
-    /// told (a zombie), and must give it up before its batch counts for anything.
-    Fenced,
-    /// Writes that never count (a crashed or zombie writer's, of another epoch), by key:
-    /// the owner writes these keys again with its values. Writes of its own epoch are its
-    /// own retried sends, and need nothing.
-    Stale(Vec<Vec<u8>>),
-}
-
-pub fn foreign_writes(entries: &[Entry], own: Epoch) -> Foreign {
-    if entries
-        .iter()
-        .any(|e| matches!(e, Entry::Fence { epoch } if *epoch > own))
-    {
-        return Foreign::Fenced;
-    }
-    let keys: BTreeSet<Vec<u8>> = entries
-        .iter()
-        .filter_map(|e| match e {
-            Entry::Write { key, epoch, .. } if *epoch != own => Some(key.clone()),
-            _ => None,
-        })
-        .collect();
-    Foreign::Stale(keys.into_iter().collect())
-}
+mod writer;
+pub use writer::{epoch_at, first_offsets, Checked, Writer};
 
 #[cfg(test)]
 mod tests;

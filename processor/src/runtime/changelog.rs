@@ -39,7 +39,7 @@ use super::clock::Clock;
 use super::error::{Error, Fatal};
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
-use crate::core::changelog::{Diverged, Entry, Epoch, Lineage, Restore};
+use crate::core::changelog::{epoch_at, Diverged, Entry, Epoch, Lineage, Restore};
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -75,11 +75,6 @@ pub fn fence(instance: &str, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let key = format!("n/{instance}/{}/{nanos}/{n}", std::process::id());
     (key.into_bytes(), b"fence".to_vec())
-}
-
-/// The epoch of a fence written at `offset`.
-pub fn epoch_at(offset: i64) -> Epoch {
-    offset + 1
 }
 
 /// The acceptance of `lineage`'s batches.
@@ -162,14 +157,6 @@ pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) ->
     match from < end {
         true => read_ranges_on(&reader, topic, partition, std::slice::from_ref(&(from..end))),
         false => Ok(Vec::new()),
-    }
-}
-
-/// The records of changelog partition `partition` in `range`.
-pub fn read_range(kafka: &Connection, topic: &str, partition: i32, range: std::ops::Range<i64>) -> Result<Vec<Entry>> {
-    match range.is_empty() {
-        true => Ok(Vec::new()),
-        false => read_ranges(kafka, topic, partition, std::slice::from_ref(&range)),
     }
 }
 

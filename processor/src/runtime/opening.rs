@@ -27,7 +27,7 @@ use super::kafka;
 use super::processor::{Guarantee, Settings};
 use super::store::{PartitionStore, StoreBatch, StoredTimer};
 use super::telemetry::Telemetry;
-use crate::core::changelog::{Foreign, Lineage};
+use crate::core::changelog::{Checked, Writer};
 use crate::core::lifecycle::Effect;
 
 /// Restores running at once: each holds a consumer with its fetch buffers.
@@ -37,10 +37,9 @@ const CONCURRENT_RESTORES: usize = 4;
 pub struct Opened {
     pub store: PartitionStore,
     pub restored: Restored,
-    /// This owner's epoch on the changelog (from its fence), no batch written yet.
-    pub writer: Lineage,
-    /// Where this owner's first changelog record lands if it is the only writer.
-    pub next_changelog: i64,
+    /// This owner's side of the changelog (its epoch from its fence, no batch written yet),
+    /// with the keys its first batch writes again.
+    pub writer: Writer,
     /// The journaled triggers found, and where the jobs topic ended once the state was
     /// restored: their reports, if any, lie below it.
     pub journaled: Vec<(String, Effect)>,
@@ -256,7 +255,7 @@ impl Opening {
         // told from any earlier owner's by its epoch (see core::changelog).
         let (key, value) = changelog::fence(&self.settings.instance, self.settings.clock.now());
         let fence = self.write_control(&key, &value).await?;
-        let (mut store, restored) = self.restore(store, fence).await?;
+        let (mut store, mut restored) = self.restore(store, fence).await?;
         let applied: Vec<(String, i64)> = (self.settings.topics.inputs().iter())
             .filter_map(|t| Some((t.to_string(), store.applied_offset(t)?)))
             .collect();
@@ -266,35 +265,27 @@ impl Opening {
         // Which of the previous epoch's batches count, before any batch of this one.
         let (key, value) = changelog::acceptance(restored.lineage);
         let accepted = self.write_control(&key, &value).await?;
-        let writer = Lineage {
-            epoch: changelog::epoch_at(fence),
-            through: 0,
-        };
+        let mut writer = Writer::fenced_at(fence);
         // Another owner may have opened the partition after this one's fence (this process
         // was paused meanwhile): its fence, between this one's and the acceptance, is seen
         // here, before anything of the partition is installed. Others' writes there (an
         // earlier owner's last batch) never count, and are written over by the first batch.
-        let between = match accepted > fence + 1 {
-            true => {
+        let between = writer.landed(&[accepted]);
+        let entries = match between.is_empty() {
+            false => {
                 let (kafka, topic, p) = (&self.settings.kafka, &self.settings.topics.changelog, self.partition);
                 self.retrying("reading the changelog between the fence and the acceptance", || async {
-                    tokio::task::block_in_place(|| changelog::read_range(kafka, topic, p, fence + 1..accepted))
+                    tokio::task::block_in_place(|| changelog::read_ranges(kafka, topic, p, &between))
                         .map_err(Error::Transient)
                 })
                 .await?
             }
-            false => Vec::new(),
+            true => Vec::new(),
         };
-        let (fenced, mut restored) = match crate::core::changelog::foreign_writes(&between, writer.epoch) {
-            Foreign::Fenced => (true, restored),
-            Foreign::Stale(keys) => {
-                let mut restored = restored;
-                restored.stale.extend(keys);
-                (false, restored)
-            }
-        };
+        let fenced = writer.check(&entries) == Checked::Fenced;
+        writer.repair(std::mem::take(&mut restored.stale));
         let mut start = StoreBatch::default();
-        start.set_lineage(writer);
+        start.set_lineage(writer.lineage());
         // Timer keys of an earlier version: deleted here, and on the changelog by this
         // owner's first batch (a repair writes what the store holds for them: nothing).
         let legacy = store.legacy_timer_keys()?;
@@ -302,14 +293,13 @@ impl Opening {
             start.delete_key(key);
         }
         store.write(start)?;
-        restored.stale.extend(legacy);
+        writer.repair(legacy);
         let journaled = store.effects()?;
         let timers = store.timers()?;
         Ok(Opened {
             store,
             restored,
             writer,
-            next_changelog: accepted + 1,
             journaled,
             jobs_end,
             timers,

@@ -53,7 +53,7 @@ use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::{InputTopic, Topics};
 use crate::core::admission::{self, Admission};
-use crate::core::changelog::{Foreign, Lineage};
+use crate::core::changelog::{first_offsets, Checked, Lineage, Writer};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
@@ -268,21 +268,14 @@ pub struct Processor {
     partitions: i32,
     /// Journal entries found stale when a partition was opened, deleted with the next batch.
     stale_effects: BTreeMap<i32, Vec<String>>,
-    /// Per partition, the keys another writer (a crashed owner's unfinished batch, a
-    /// zombie) wrote to the changelog: the next batch writes them again with the store's
-    /// values as they are then (not as they were when found: a batch in between may have
-    /// written them), so that they supersede those writes.
-    repairs: BTreeMap<i32, BTreeSet<Vec<u8>>>,
     /// Journaled triggers of newly opened partitions, requested again once the jobs topic
     /// has been read up to where it ended at the opening, if no report on their run came.
     resumes: Vec<Resume>,
-    /// Per owned partition, this owner's epoch on the changelog and its last batch there.
-    writers: BTreeMap<i32, Lineage>,
+    /// Per owned partition, this owner's side of the changelog: its epoch, its last batch,
+    /// where its next record lands and the keys to write again (see core::changelog::Writer).
+    writers: BTreeMap<i32, Writer>,
     /// Partitions assigned and being opened in the background.
     openings: Openings,
-    /// Per owned partition, where this owner's next changelog record lands if it is the
-    /// partition's only writer: a record of someone else's in between is a gap, looked into.
-    next_changelog: BTreeMap<i32, i64>,
     /// Partitions given up on finding a newer owner's fence: their records are left alone
     /// until the group says who owns them.
     abandoned: BTreeSet<i32>,
@@ -441,11 +434,9 @@ impl Processor {
             last_commit: None,
             partitions,
             stale_effects: BTreeMap::new(),
-            repairs: BTreeMap::new(),
             resumes: Vec::new(),
             writers: BTreeMap::new(),
             openings,
-            next_changelog: BTreeMap::new(),
             abandoned: BTreeSet::new(),
             warned: Warned::default(),
             queries,
@@ -701,9 +692,7 @@ impl Processor {
         let store = self.stores.remove(&p)?;
         self.timers.drop_partition(p);
         self.stale_effects.remove(&p);
-        self.repairs.remove(&p);
         self.writers.remove(&p);
-        self.next_changelog.remove(&p);
         self.summaries.forget(p);
         self.resumes.retain(|r| r.partition != p);
         let partitions = self.partitions;
@@ -739,12 +728,10 @@ impl Processor {
         }
         let mut fenced = BTreeSet::new();
         for (p, offsets) in landed {
-            let (Some(expected), Some(writer)) = (self.next_changelog.get(&p).copied(), self.writers.get(&p).copied())
-            else {
+            let Some(writer) = self.writers.get_mut(&p) else {
                 continue;
             };
-            let (foreign, next) = crate::core::changelog::foreign_ranges(expected, &offsets);
-            self.next_changelog.insert(p, next);
+            let foreign = writer.landed(&offsets);
             if foreign.is_empty() {
                 continue;
             }
@@ -769,16 +756,15 @@ impl Processor {
                 }
             };
             let Some(entries) = entries else { continue };
-            let repair = match crate::core::changelog::foreign_writes(&entries, writer.epoch) {
-                Foreign::Fenced => {
-                    fenced.insert(p);
-                    continue;
-                }
-                Foreign::Stale(keys) => keys,
+            let Some(writer) = self.writers.get_mut(&p) else {
+                continue;
             };
-            if !repair.is_empty() {
-                warn!(partition = p, keys = repair.len(), ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
-                self.repairs.entry(p).or_default().extend(repair);
+            match writer.check(&entries) {
+                Checked::Fenced => {
+                    fenced.insert(p);
+                }
+                Checked::Owner { stale: 0 } => {}
+                Checked::Owner { stale } => warn!(partition = p, keys = stale, ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch"),
             }
         }
         Ok(fenced)
@@ -806,7 +792,6 @@ impl Processor {
             store,
             restored,
             writer,
-            next_changelog,
             journaled,
             jobs_end,
             timers,
@@ -831,11 +816,8 @@ impl Processor {
             );
             return Ok(());
         }
-        self.next_changelog.insert(p, next_changelog);
+        let epoch = writer.epoch();
         self.writers.insert(p, writer);
-        if !restored.stale.is_empty() {
-            self.repairs.insert(p, restored.stale.into_iter().collect());
-        }
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
@@ -858,7 +840,7 @@ impl Processor {
             restored_records = restored.records,
             restore_seconds = format!("{:.3}", restored.seconds),
             full_restore = restored.full,
-            epoch = writer.epoch,
+            epoch,
             path = %store.path().display(),
             "partition assigned: state opened"
         );
@@ -1023,12 +1005,13 @@ impl Processor {
     /// trigger): a batch sees a fence among its own writes, but nothing else would.
     /// `None`: the changelog could not be read.
     fn fenced_since_last_write(&self, p: i32) -> Option<bool> {
-        let (Some(from), Some(writer)) = (self.next_changelog.get(&p).copied(), self.writers.get(&p).copied()) else {
+        let Some(writer) = self.writers.get(&p) else {
             return Some(false);
         };
         let topic = &self.settings.topics.changelog;
+        let from = writer.next_offset();
         match tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, p, from)) {
-            Ok(entries) => Some(crate::core::changelog::foreign_writes(&entries, writer.epoch) == Foreign::Fenced),
+            Ok(entries) => Some(writer.fenced_by(&entries)),
             Err(e) => {
                 warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
                 None
@@ -1595,13 +1578,16 @@ impl Processor {
     /// keys to supersede (with the values the store holds now, under what the batch itself
     /// writes), and stale journal entries to delete.
     fn add_repairs(&mut self, pending: &mut Pending) -> Result<()> {
-        for (p, keys) in std::mem::take(&mut self.repairs) {
-            let Some(store) = self.stores.get(&p) else { continue };
+        for (p, writer) in &mut self.writers {
+            let keys = writer.take_repairs();
+            let Some(store) = self.stores.get(p).filter(|_| !keys.is_empty()) else {
+                continue;
+            };
             let mut repair = StoreBatch::default();
             for key in keys {
                 repair.mirror(&key, store.raw(&key)?.as_deref());
             }
-            pending.stores.entry(p).or_default().underlay(repair);
+            pending.stores.entry(*p).or_default().underlay(repair);
         }
         for (p, run_ids) in std::mem::take(&mut self.stale_effects) {
             let batch = pending.stores.entry(p).or_default();
@@ -1621,10 +1607,7 @@ impl Processor {
             let Some(writer) = self.writers.get(p).filter(|_| !batch.changes().is_empty()) else {
                 continue;
             };
-            let this = Lineage {
-                epoch: writer.epoch,
-                through: writer.through + 1,
-            };
+            let this = writer.next_batch();
             sequenced.insert(*p, this);
             let header = changelog::batch_header(this.epoch, this.through);
             for (key, value) in batch.changes() {
@@ -1693,7 +1676,7 @@ impl Processor {
                 batch.set_checkpoint(*c, self.settings.clock.now());
                 batch.set_lineage(*this);
                 if let Some(writer) = self.writers.get_mut(&p) {
-                    *writer = *this;
+                    writer.counted(*this);
                 }
             }
             if batch.is_empty() {
@@ -1726,12 +1709,7 @@ impl Processor {
     /// number, and the first offset of its writes there (`changelog`: where each of the
     /// batch's changelog records landed).
     fn batch_markers(&self, changelog: &[(i32, i64)], sequenced: &BTreeMap<i32, Lineage>) -> Vec<Output> {
-        let mut first: BTreeMap<i32, i64> = BTreeMap::new();
-        for (p, offset) in changelog {
-            let f = first.entry(*p).or_insert(*offset);
-            *f = (*f).min(*offset);
-        }
-        first
+        first_offsets(changelog)
             .into_iter()
             .filter_map(|(p, offset)| {
                 let this = sequenced.get(&p)?;

@@ -1,0 +1,236 @@
+//! One owner's side of a changelog partition: the writer's rules, as [`super::Restore`] is the
+//! reader's. Sans-I/O: the runtime writes the records, reads what it is told to read and
+//! hands the answers back.
+//!
+//! An owner's epoch is its fence's offset + 1. Its batches are numbered 1, 2, … within the
+//! epoch. Were it the partition's only writer, each of its records would land right after its
+//! previous one: a hole before one of its records holds someone else's records, which it reads.
+//! A newer owner's fence there means it lost the partition without being told (a zombie): it
+//! gives the partition up before its batch counts for anything. Other writes there (a crashed
+//! owner's unfinished batch, an older zombie's) never count, and the owner writes their keys
+//! again with its own values, so that compaction never leaves one of those as a key's last
+//! record.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+use super::{Entry, Epoch, Lineage};
+
+/// The epoch of an owner whose fence landed at `offset`.
+pub fn epoch_at(offset: i64) -> Epoch {
+    offset + 1
+}
+
+/// What another writer's records, read from the holes in this owner's offsets, mean to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// Nothing that takes the partition away; `stale` keys of others' writes are kept to
+    /// repair.
+    Owner { stale: usize },
+    /// A newer owner's fence is among them: give the partition up.
+    Fenced,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    /// Its epoch, and the last of its batches that counts.
+    lineage: Lineage,
+    /// Where its next record lands if it is the partition's only writer.
+    next: i64,
+    /// Keys whose last changelog record is not this owner's to stand by: the next batch
+    /// writes them again with the store's values as they are then (a batch in between may
+    /// have written them).
+    repairs: BTreeSet<Vec<u8>>,
+}
+
+impl Writer {
+    /// The owner whose fence landed at `fence`, before any other record of its own.
+    pub fn fenced_at(fence: i64) -> Self {
+        Writer {
+            lineage: Lineage {
+                epoch: epoch_at(fence),
+                through: 0,
+            },
+            next: fence + 1,
+            repairs: BTreeSet::new(),
+        }
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.lineage.epoch
+    }
+
+    /// Its epoch and the last of its batches that counts.
+    pub fn lineage(&self) -> Lineage {
+        self.lineage
+    }
+
+    /// The number its next batch carries.
+    pub fn next_batch(&self) -> Lineage {
+        Lineage {
+            epoch: self.lineage.epoch,
+            through: self.lineage.through + 1,
+        }
+    }
+
+    /// Where its next record lands if nobody else writes: anything from here on that is not
+    /// its own is someone else's.
+    pub fn next_offset(&self) -> i64 {
+        self.next
+    }
+
+    /// Its records landed at `offsets` (in any order): the ranges before them that hold
+    /// someone else's records, to read and [`Writer::check`].
+    pub fn landed(&mut self, offsets: &[i64]) -> Vec<Range<i64>> {
+        let mut landed = offsets.to_vec();
+        landed.sort_unstable();
+        let mut foreign = Vec::new();
+        for at in landed {
+            if at > self.next {
+                foreign.push(self.next..at);
+            }
+            self.next = self.next.max(at + 1);
+        }
+        foreign
+    }
+
+    /// Takes the records read from those ranges (what compaction left of them). Writes of
+    /// its own epoch are its own retried sends and need nothing.
+    pub fn check(&mut self, others: &[Entry]) -> Checked {
+        if self.fenced_by(others) {
+            return Checked::Fenced;
+        }
+        let own = self.lineage.epoch;
+        let stale: BTreeSet<&Vec<u8>> = (others.iter())
+            .filter_map(|e| match e {
+                Entry::Write { key, epoch, .. } if *epoch != own => Some(key),
+                _ => None,
+            })
+            .collect();
+        let found = stale.len();
+        self.repairs.extend(stale.into_iter().cloned());
+        Checked::Owner { stale: found }
+    }
+
+    /// Whether `entries` hold a newer owner's fence. Asked before anything is started outside
+    /// a batch (a journaled trigger), of what was written since [`Writer::next_offset`].
+    pub fn fenced_by(&self, entries: &[Entry]) -> bool {
+        entries
+            .iter()
+            .any(|e| matches!(e, Entry::Fence { epoch } if *epoch > self.lineage.epoch))
+    }
+
+    /// Keys to write again (a restore named them stale, or they belong to an earlier
+    /// version's layout).
+    pub fn repair(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) {
+        self.repairs.extend(keys);
+    }
+
+    /// The keys the next batch writes again.
+    pub fn take_repairs(&mut self) -> BTreeSet<Vec<u8>> {
+        std::mem::take(&mut self.repairs)
+    }
+
+    /// Batch `batch` counts: its end marker is acknowledged and the store holds it.
+    pub fn counted(&mut self, batch: Lineage) {
+        debug_assert_eq!(batch.epoch, self.lineage.epoch, "a batch of another epoch");
+        if batch.through > self.lineage.through {
+            self.lineage = batch;
+        }
+    }
+}
+
+/// The first offset of each partition's records of a batch, from where they landed: what
+/// the batch's end marker names.
+pub fn first_offsets(landed: &[(i32, i64)]) -> std::collections::BTreeMap<i32, i64> {
+    let mut first = std::collections::BTreeMap::new();
+    for (p, offset) in landed {
+        let f = first.entry(*p).or_insert(*offset);
+        *f = (*f).min(*offset);
+    }
+    first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(key: &str, epoch: Epoch) -> Entry {
+        Entry::Write {
+            key: key.as_bytes().to_vec(),
+            value: Some(b"v".to_vec()),
+            epoch,
+            seq: 1,
+        }
+    }
+
+    #[test]
+    fn an_owners_epoch_is_its_fences_offset_plus_one_and_its_batches_count_from_one() {
+        let w = Writer::fenced_at(41);
+        assert_eq!(w.epoch(), 42);
+        assert_eq!(w.next_offset(), 42);
+        assert_eq!(w.next_batch(), Lineage { epoch: 42, through: 1 });
+    }
+
+    #[test]
+    fn holes_in_its_own_offsets_are_someone_elses_records() {
+        let mut w = Writer::fenced_at(9);
+        // The acceptance right after the fence: nothing in between.
+        assert!(w.landed(&[10]).is_empty());
+        // A batch landing out of order, with two others' records before it and one inside.
+        assert_eq!(w.landed(&[15, 13, 16]), vec![11..13, 14..15]);
+        assert_eq!(w.next_offset(), 17);
+        // Retried sends land twice: an offset already passed is no hole.
+        assert!(w.landed(&[12, 17]).is_empty());
+        assert_eq!(w.next_offset(), 18);
+    }
+
+    #[test]
+    fn a_newer_fence_among_others_records_takes_the_partition_away() {
+        let mut w = Writer::fenced_at(9);
+        assert_eq!(
+            w.check(&[Entry::Fence { epoch: 5 }, write("a", 5)]),
+            Checked::Owner { stale: 1 }
+        );
+        assert_eq!(w.check(&[write("b", 3), Entry::Fence { epoch: 30 }]), Checked::Fenced);
+        assert!(w.fenced_by(&[Entry::Fence { epoch: 11 }]));
+        assert!(!w.fenced_by(&[Entry::Fence { epoch: 10 }]), "its own fence");
+    }
+
+    #[test]
+    fn others_writes_are_repaired_and_its_own_retried_sends_are_not() {
+        let mut w = Writer::fenced_at(9);
+        w.repair([b"legacy".to_vec()]);
+        let own = w.epoch();
+        let found = w.check(&[
+            write("zombie", 4),
+            write("mine", own),
+            write("zombie", 4),
+            Entry::Marker { epoch: 4, seq: 2 },
+        ]);
+        assert_eq!(
+            found,
+            Checked::Owner { stale: 1 },
+            "each key once; its own retried send is none"
+        );
+        let repairs: Vec<Vec<u8>> = w.take_repairs().into_iter().collect();
+        assert_eq!(repairs, vec![b"legacy".to_vec(), b"zombie".to_vec()]);
+        assert!(w.take_repairs().is_empty(), "repaired once");
+    }
+
+    #[test]
+    fn a_batch_counts_once_and_never_goes_back() {
+        let mut w = Writer::fenced_at(0);
+        let first = w.next_batch();
+        w.counted(first);
+        assert_eq!(w.lineage().through, 1);
+        w.counted(first);
+        assert_eq!(w.next_batch().through, 2);
+    }
+
+    #[test]
+    fn a_markers_first_offset_is_its_batchs_lowest_per_partition() {
+        let first = first_offsets(&[(1, 9), (0, 4), (1, 7), (0, 5)]);
+        assert_eq!(first.into_iter().collect::<Vec<_>>(), vec![(0, 4), (1, 7)]);
+    }
+}
