@@ -5,6 +5,7 @@
 //! runtime carries out. The `purity` test below checks the imports.
 
 pub mod admission;
+pub mod batch;
 pub mod changelog;
 pub mod config;
 pub mod diff;

@@ -53,7 +53,8 @@ use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::{InputTopic, Topics};
 use crate::core::admission::{self, Admission};
-use crate::core::changelog::{first_offsets, Checked, Lineage, Writer};
+use crate::core::batch::{Action, Flush, Marker};
+use crate::core::changelog::{Checked, Entry, Lineage, Writer};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
@@ -714,60 +715,25 @@ impl Processor {
         Ok(())
     }
 
-    /// Looks at where this batch's changelog records landed (`outputs` with `delivered`):
-    /// a record of someone else's between this owner's is read. A newer owner's fence there
-    /// means this instance is a zombie: the partitions returned are abandoned by the caller.
-    /// Other writes there (a crashed writer's, a retried producer's) never count, and are
-    /// written over with this store's values in the next batch.
-    async fn check_changelog(&mut self, outputs: &[Output], delivered: &[(i32, i64)]) -> Result<BTreeSet<i32>> {
-        let mut landed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
-        for (o, (p, offset)) in outputs.iter().zip(delivered) {
-            if o.topic == self.settings.topics.changelog {
-                landed.entry(*p).or_default().push(*offset);
+    /// Reads what others wrote between this owner's changelog records of partition `p`, in
+    /// `ranges`. Fails closed: until the records are read, nobody can tell whether they hold a
+    /// newer owner's fence, so the batch waits (nothing of it is written or started). `None`:
+    /// the assignment was lost meanwhile (an outage, or a pause).
+    async fn read_changelog(&self, p: i32, ranges: &[std::ops::Range<i64>]) -> Option<Vec<Entry>> {
+        let topic = &self.settings.topics.changelog;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let read = tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, ranges));
+            match read {
+                Ok(entries) => return Some(entries),
+                Err(_) if self.consumer.assignment_lost() => return None,
+                Err(e) => {
+                    warn!(partition = p, error = %format!("{e:#}"), ?ranges, "could not read another writer's changelog records: the batch waits until they are read");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
             }
         }
-        let mut fenced = BTreeSet::new();
-        for (p, offsets) in landed {
-            let Some(writer) = self.writers.get_mut(&p) else {
-                continue;
-            };
-            let foreign = writer.landed(&offsets);
-            if foreign.is_empty() {
-                continue;
-            }
-            // Fails closed: until the records are read, nobody can tell whether they hold a
-            // newer owner's fence, so the batch waits (nothing of it is written or started);
-            // a lost assignment meanwhile stops the batch (see flush).
-            let topic = &self.settings.topics.changelog;
-            let mut backoff = Duration::from_millis(200);
-            let entries = loop {
-                let read =
-                    tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, &foreign));
-                match read {
-                    Ok(entries) => break Some(entries),
-                    // Lost meanwhile (an outage, or a pause): the batch stops at the
-                    // lost-assignment check before its state and triggers (see flush).
-                    Err(_) if self.consumer.assignment_lost() => break None,
-                    Err(e) => {
-                        warn!(partition = p, error = %format!("{e:#}"), ?foreign, "could not read another writer's changelog records: the batch waits until they are read");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
-                    }
-                }
-            };
-            let Some(entries) = entries else { continue };
-            let Some(writer) = self.writers.get_mut(&p) else {
-                continue;
-            };
-            match writer.check(&entries) {
-                Checked::Fenced => {
-                    fenced.insert(p);
-                }
-                Checked::Owner { stale: 0 } => {}
-                Checked::Owner { stale } => warn!(partition = p, keys = stale, ?foreign, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch"),
-            }
-        }
-        Ok(fenced)
     }
 
     /// Answers an API question from the stores (between batches, so never half a batch).
@@ -1532,44 +1498,82 @@ impl Processor {
         Ok(())
     }
 
-    /// Outputs and changelog acknowledged → state written → offsets committed → read models
-    /// → effects.
+    /// Writes the batch out in the order [`Flush`] gives (see core::batch): outputs, end
+    /// markers, state, offsets, effects; stopping when the assignment is lost or a newer
+    /// owner's fence shows.
     async fn flush(&mut self, mut pending: Pending) -> Result<()> {
         self.add_repairs(&mut pending)?;
         let first_changelog = pending.outputs.len();
-        let mut sequenced = self.mirror_to_changelog(&mut pending);
-        let offsets = self.input_offsets(&pending.commits)?;
+        let sequenced = self.mirror_to_changelog(&mut pending);
+        let mut offsets = self.input_offsets(&pending.commits)?;
         let committing = Instant::now();
-        let Some((markers, fenced)) = self
-            .produce_batch(&mut pending.outputs, first_changelog, &mut sequenced, offsets.as_ref())
-            .await?
-        else {
-            return Ok(());
-        };
-        self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
-        if self.lost_partitions("its state") {
-            return Ok(());
-        }
-        if !fenced.is_empty() {
-            for p in &fenced {
-                self.abandon(*p)?;
+        let mut flush = Flush::new(sequenced, self.settings.guarantee == Guarantee::ExactlyOnce);
+        // Held up by the broker (acknowledgements, retries, a transaction), not stuck.
+        let telemetry = self.telemetry.clone();
+        let mut waiting = Some(telemetry.awaiting_broker());
+        loop {
+            match flush.poll() {
+                Action::Produce => {
+                    let delivered = self.produce_all(&mut pending.outputs).await?;
+                    let lost = self.lost_partitions("its end markers");
+                    flush.on_produced(&delivered[first_changelog..], lost, &mut self.writers);
+                }
+                Action::ReadChangelog { partition, ranges } => {
+                    let entries = self.read_changelog(partition, &ranges).await;
+                    if let Some(Checked::Owner { stale: 1.. }) = flush.on_read(entries.as_deref(), &mut self.writers) {
+                        warn!(partition, ?ranges, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
+                    }
+                }
+                Action::ProduceMarkers(markers) => {
+                    let mut outputs = self.marker_outputs(&markers);
+                    let landed = self.produce_all(&mut outputs).await?;
+                    let lost = self.lost_partitions("its state");
+                    flush.on_markers(&landed, lost, &mut self.writers);
+                }
+                Action::Transact => {
+                    let landed = self
+                        .produce_in_transaction(&pending.outputs, first_changelog, &flush, offsets.as_ref())
+                        .await?;
+                    let lost = self.lost_partitions("its state");
+                    flush.on_transacted(&landed, lost);
+                }
+                Action::WriteStores(counted) => {
+                    waiting = None;
+                    self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
+                    self.write_stores(std::mem::take(&mut pending.stores), &counted)?;
+                    self.learn(
+                        std::mem::take(&mut pending.learned),
+                        std::mem::take(&mut pending.states),
+                    )?;
+                    let lost = self.lost_partitions("its effects");
+                    flush.on_stored(lost, &mut self.writers);
+                }
+                Action::CommitOffsets => {
+                    if let Some(list) = offsets.take() {
+                        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+                            warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");
+                        }
+                        self.last_commit = Some(list);
+                    }
+                    flush.on_committed();
+                }
+                Action::StartEffects => {
+                    for (p, effect) in std::mem::take(&mut pending.effects) {
+                        self.executor.spawn(effect, p);
+                    }
+                    flush.on_started();
+                }
+                Action::GiveUp(fenced) => {
+                    for p in &fenced {
+                        self.abandon(*p)?;
+                    }
+                    return Err(Zombie(fenced.into_iter().collect()).into());
+                }
+                Action::Abandon => return Ok(()),
+                Action::Done => break,
             }
-            return Err(Zombie(fenced.into_iter().collect()).into());
         }
-        self.write_stores(pending.stores, &markers, &sequenced)?;
-        self.learn(pending.learned, pending.states)?;
-        if let (Some(list), Guarantee::EffectivelyOnce) = (offsets, self.settings.guarantee) {
-            if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
-                warn!(error = %e, "offset commit failed; the applied-offset watermark prevents double application");
-            }
-            self.last_commit = Some(list);
-        }
-        if self.lost_partitions("its effects") {
-            return Ok(());
-        }
-        for (p, effect) in pending.effects {
-            self.executor.spawn(effect, p);
-        }
+        drop(waiting);
         self.telemetry.timers_pending(self.timers.len() as i64);
         Ok(())
     }
@@ -1623,61 +1627,17 @@ impl Processor {
         sequenced
     }
 
-    /// Produces the batch's outputs, then the changelog markers of each batch's end (or all
-    /// in one transaction under exactly-once); returns the markers' positions and the
-    /// partitions a newer owner has fenced, or `None` when this instance lost its
-    /// partitions meanwhile. The changelog marks a batch's end only once all of its outputs
-    /// are acknowledged: a restore never applies the writes of a batch whose events or dead
-    /// letters a crash may have kept from the broker.
-    async fn produce_batch(
-        &mut self,
-        outputs: &mut [Output],
-        first_changelog: usize,
-        sequenced: &mut BTreeMap<i32, Lineage>,
-        offsets: Option<&TopicPartitionList>,
-    ) -> Result<Option<(Vec<(i32, i64)>, BTreeSet<i32>)>> {
-        // Held up by the broker (acknowledgements, retries, a transaction), not stuck.
-        let telemetry = self.telemetry.clone();
-        let _waiting = telemetry.awaiting_broker();
-        match self.settings.guarantee {
-            Guarantee::EffectivelyOnce => {
-                let delivered = self.produce_all(outputs).await?;
-                if self.lost_partitions("its end marker") {
-                    return Ok(None);
-                }
-                let mut fenced =
-                    (self.check_changelog(&outputs[first_changelog..], &delivered[first_changelog..])).await?;
-                sequenced.retain(|p, _| !fenced.contains(p));
-                let mut markers = self.batch_markers(&delivered[first_changelog..], sequenced);
-                let landed = self.produce_all(&mut markers).await?;
-                fenced.extend(self.check_changelog(&markers, &landed).await?);
-                Ok(Some((landed, fenced)))
-            }
-            // Under exactly-once the broker fences.
-            Guarantee::ExactlyOnce => {
-                let markers = self
-                    .produce_in_transaction(outputs, first_changelog, sequenced, offsets)
-                    .await?;
-                Ok(Some((markers, BTreeSet::new())))
-            }
-        }
-    }
-
-    /// Writes each partition's batch with its changelog checkpoint and lineage.
+    /// Writes each partition's batch, those in `counted` with their changelog checkpoint and
+    /// lineage.
     fn write_stores(
         &mut self,
         stores: BTreeMap<i32, StoreBatch>,
-        markers: &[(i32, i64)],
-        sequenced: &BTreeMap<i32, Lineage>,
+        counted: &BTreeMap<i32, (i64, Lineage)>,
     ) -> Result<()> {
-        let checkpoints: BTreeMap<i32, i64> = markers.iter().copied().collect();
         for (p, mut batch) in stores {
-            if let (Some(c), Some(this)) = (checkpoints.get(&p), sequenced.get(&p)) {
-                batch.set_checkpoint(*c, self.settings.clock.now());
+            if let Some((checkpoint, this)) = counted.get(&p) {
+                batch.set_checkpoint(*checkpoint, self.settings.clock.now());
                 batch.set_lineage(*this);
-                if let Some(writer) = self.writers.get_mut(&p) {
-                    writer.counted(*this);
-                }
             }
             if batch.is_empty() {
                 continue;
@@ -1705,22 +1665,18 @@ impl Processor {
         lost
     }
 
-    /// One end marker per changelog partition the batch wrote to: its epoch and batch
-    /// number, and the first offset of its writes there (`changelog`: where each of the
-    /// batch's changelog records landed).
-    fn batch_markers(&self, changelog: &[(i32, i64)], sequenced: &BTreeMap<i32, Lineage>) -> Vec<Output> {
-        first_offsets(changelog)
-            .into_iter()
-            .filter_map(|(p, offset)| {
-                let this = sequenced.get(&p)?;
-                let (key, value) = changelog::marker(this.epoch, this.through, offset);
-                Some(Output {
+    /// The end markers as changelog records.
+    fn marker_outputs(&self, markers: &[Marker]) -> Vec<Output> {
+        (markers.iter())
+            .map(|m| {
+                let (key, value) = changelog::marker(m.batch.epoch, m.batch.through, m.first);
+                Output {
                     topic: self.settings.topics.changelog.clone(),
-                    partition: Some(p),
+                    partition: Some(m.partition),
                     key: Some(key),
                     value: Some(value),
                     headers: Vec::new(),
-                })
+                }
             })
             .collect()
     }
@@ -1812,7 +1768,7 @@ impl Processor {
         &self,
         outputs: &[Output],
         first_changelog: usize,
-        sequenced: &BTreeMap<i32, Lineage>,
+        flush: &Flush,
         offsets: Option<&TopicPartitionList>,
     ) -> Result<Vec<(i32, i64)>> {
         let mut backoff = Duration::from_millis(200);
@@ -1823,7 +1779,7 @@ impl Processor {
                 transactional(tokio::task::block_in_place(|| producer.begin_transaction()))?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
-                let markers = self.batch_markers(&delivered[first_changelog..], sequenced);
+                let markers = self.marker_outputs(&flush.markers(&delivered[first_changelog..]));
                 let sends = futures::future::join_all(markers.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
                 tokio::task::block_in_place(|| -> Result<(), runtime_error::Error> {
