@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod core;
 pub mod runtime;
+pub mod sim;
 
 #[cfg(test)]
 mod layers {

@@ -146,6 +146,12 @@ impl Flush {
             .collect()
     }
 
+    /// The assignment is found lost before anything of the batch was produced: stop. (A
+    /// zombie that already knows writes nothing.)
+    pub fn on_lost(&mut self) {
+        self.finish(Action::Abandon);
+    }
+
     /// The outputs are acknowledged; the batch's changelog records landed at `changelog`.
     /// `lost`: the assignment was found lost meanwhile.
     pub fn on_produced(&mut self, changelog: &[(i32, i64)], lost: bool, writers: &mut BTreeMap<i32, Writer>) {
@@ -331,6 +337,13 @@ mod tests {
         assert_eq!(f.poll(), Action::StartEffects);
         f.on_started();
         assert_eq!(f.poll(), Action::Done);
+    }
+
+    #[test]
+    fn an_assignment_known_lost_before_the_outputs_stops_the_batch_before_anything_is_produced() {
+        let mut f = both();
+        f.on_lost();
+        assert_eq!(f.poll(), Action::Abandon);
     }
 
     #[test]

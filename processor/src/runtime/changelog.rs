@@ -268,6 +268,12 @@ pub fn plan(checkpoint: Option<i64>, low: i64, away: Option<chrono::Duration>) -
 /// `delete.retention.ms`, which `sluice topics apply` sets (and `check` verifies) to this.
 pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 
+/// How long the changelog keeps a record before compaction may remove it for a newer one of
+/// its key: its `min.compaction.lag.ms`. A write that does not count (a crashed batch's, a
+/// zombie's) must not compact away the value it shadows before an owner writes that key
+/// again; owners do so as soon as they see it (see `Processor::repair_now`).
+pub const SHADOWED_KEPT: chrono::Duration = chrono::Duration::days(1);
+
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records
 /// so far, offsets left to the fence, seconds so far).

@@ -189,6 +189,8 @@ impl TopicDefinition {
             // A restore trusts a store only this long after its checkpoint.
             let kept = super::changelog::TOMBSTONES_KEPT.num_milliseconds();
             configs.push(("delete.retention.ms", kept.to_string()));
+            let lag = super::changelog::SHADOWED_KEPT.num_milliseconds();
+            configs.push(("min.compaction.lag.ms", lag.to_string()));
         }
         Ok(configs)
     }

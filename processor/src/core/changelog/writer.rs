@@ -126,6 +126,13 @@ impl Writer {
         self.repairs.extend(keys);
     }
 
+    /// Whether keys wait to be written again: the runtime writes them at once rather than
+    /// with the next input, so that compaction never gets to leave others' writes as those
+    /// keys' last records.
+    pub fn has_repairs(&self) -> bool {
+        !self.repairs.is_empty()
+    }
+
     /// The keys the next batch writes again.
     pub fn take_repairs(&mut self) -> BTreeSet<Vec<u8>> {
         std::mem::take(&mut self.repairs)
