@@ -381,4 +381,24 @@ mod tests {
         let config = defs.iter().find(|d| d.name == "config").unwrap();
         assert_eq!(config.cleanup_policy, CleanupPolicy::Compact);
     }
+
+    /// A compacted topic keeps tombstones and every record long enough: a restore trusts a
+    /// store a day after its checkpoint, and a write that does not count must not compact
+    /// away the value it shadows before an owner writes it again (found by `sim`).
+    #[test]
+    fn compacted_topics_keep_tombstones_and_shadowed_values_a_day() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../topics");
+        let defs = load_definitions(&dir).unwrap();
+        let changelog = defs.iter().find(|d| d.name == "changelog").unwrap();
+        let configs: std::collections::BTreeMap<&str, String> = changelog.configs().unwrap().into_iter().collect();
+        let day = (24 * 3_600_000).to_string();
+        assert_eq!(configs.get("delete.retention.ms"), Some(&day));
+        assert_eq!(configs.get("min.compaction.lag.ms"), Some(&day));
+        let events = defs.iter().find(|d| d.name == "events").unwrap();
+        let configs: std::collections::BTreeMap<&str, String> = events.configs().unwrap().into_iter().collect();
+        assert!(
+            !configs.contains_key("min.compaction.lag.ms"),
+            "a deleted topic has no compaction lag"
+        );
+    }
 }
