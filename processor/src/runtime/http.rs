@@ -145,9 +145,9 @@ mod tests {
         assert_eq!(server.get_json("/healthz").await, (200, json!({"status": "ok"})));
 
         // A broker incident is readiness's business: restarting pods would not end it.
-        server.telemetry.set_broker_ok(false);
+        server.telemetry.broker_down();
         assert_eq!(server.get_json("/healthz").await.0, 200);
-        server.telemetry.set_broker_ok(true);
+        server.telemetry.broker_ok_since(server.telemetry.broker_mark());
 
         server.telemetry.set_fatal("state store corrupt");
         server.telemetry.set_fatal("a later reason");
@@ -156,7 +156,7 @@ mod tests {
             (503, json!({"status": "unhealthy", "reason": "state store corrupt"}))
         );
         // Fatal is forever: a healthy broker does not bring it back.
-        server.telemetry.set_broker_ok(true);
+        server.telemetry.broker_ok_since(server.telemetry.broker_mark());
         assert_eq!(server.get_json("/healthz").await.0, 503);
         server.stop().await;
     }
@@ -175,14 +175,14 @@ mod tests {
         assert_eq!(server.get_json("/readyz").await, (200, json!({"status": "ok"})));
         assert!(gauge(&server), "sluice_ready follows /readyz");
 
-        server.telemetry.set_broker_ok(false);
+        server.telemetry.broker_down();
         assert_eq!(
             server.get_json("/readyz").await,
             (503, json!({"status": "not ready", "reason": "broker unreachable"}))
         );
         assert!(!gauge(&server));
 
-        server.telemetry.set_broker_ok(true);
+        server.telemetry.broker_ok_since(server.telemetry.broker_mark());
         assert!(gauge(&server));
         server.telemetry.set_fatal("changelog topic missing");
         assert_eq!(

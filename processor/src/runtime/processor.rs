@@ -328,7 +328,7 @@ fn check_topics(consumer: &StreamConsumer<RebalanceContext>, topics: &Topics) ->
 /// ends only when the broker is back or `message.timeout.ms` runs out.
 fn batch_producer(settings: &Settings, telemetry: &Arc<Telemetry>) -> Result<RenewableProducer> {
     let telemetry = telemetry.clone();
-    let watch = kafka::Watch::on_brokers_down(move || telemetry.set_broker_ok(false));
+    let watch = kafka::Watch::on_brokers_down(move || telemetry.broker_down());
     match settings.guarantee {
         Guarantee::EffectivelyOnce => RenewableProducer::watched(&settings.kafka, watch),
         Guarantee::ExactlyOnce => {
@@ -545,7 +545,7 @@ impl Processor {
                     Err(e) => {
                         self.check_fatal(&e)?;
                         warn!(error = %e, "consumer error; librdkafka retries");
-                        self.telemetry.set_broker_ok(false);
+                        self.telemetry.broker_down();
                         tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                 },
@@ -565,13 +565,16 @@ impl Processor {
                 }
                 _ = resume.tick(), if !self.resumes.is_empty() => self.resume_triggers().await?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
+                    let mark = self.telemetry.broker_mark();
                     let reachable = tokio::task::block_in_place(|| {
                         self.consumer
                             .client()
                             .fetch_metadata(Some(&self.settings.topics.events), Duration::from_secs(2))
                             .is_ok()
                     });
-                    self.telemetry.set_broker_ok(reachable);
+                    if reachable {
+                        self.telemetry.broker_ok_since(mark);
+                    }
                 }
                 () = std::future::ready(()), if self.answered >= QUERY_SHARE => self.answered = 0,
                 _ = heartbeat.tick() => {
@@ -1720,6 +1723,7 @@ impl Processor {
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Duration::from_millis(200);
         while !todo.is_empty() {
+            let mark = self.telemetry.broker_mark();
             let results = futures::future::join_all(todo.iter().map(|i| self.send(&outputs[*i]))).await;
             let mut failed = Vec::new();
             let mut transient = false;
@@ -1753,10 +1757,12 @@ impl Processor {
                 }
             }
             todo = failed;
-            self.telemetry.set_broker_ok(!transient);
             if transient {
+                self.telemetry.broker_down();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
+            } else {
+                self.telemetry.broker_ok_since(mark);
             }
         }
         // One metric update per topic, not per record.
@@ -1791,6 +1797,7 @@ impl Processor {
         loop {
             let transactional = |r: KafkaResult<()>| r.map_err(runtime_error::Error::of_transaction);
             let producer = self.producer.current();
+            let mark = self.telemetry.broker_mark();
             let attempt = async {
                 transactional(tokio::task::block_in_place(|| producer.begin_transaction()))?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
@@ -1811,13 +1818,13 @@ impl Processor {
             .await;
             match attempt {
                 Ok(delivered) => {
-                    self.telemetry.set_broker_ok(true);
+                    self.telemetry.broker_ok_since(mark);
                     return Ok(delivered);
                 }
                 Err(runtime_error::Error::Fatal(fatal)) => return Err(fatal.into()),
                 Err(runtime_error::Error::Transient(e)) => {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
-                    self.telemetry.set_broker_ok(false);
+                    self.telemetry.broker_down();
                     let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));

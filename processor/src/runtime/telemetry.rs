@@ -22,9 +22,10 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 /// What the processor reports about itself: health flags for the probes and the metric
 /// handles behind `/metrics`. Shared as an `Arc` between the processor and the server.
 pub struct Telemetry {
-    /// Starts true: liveness must not fail before the first broker contact, or an orchestrator
-    /// would restart a process that is merely starting up.
-    broker_ok: AtomicBool,
+    /// The broker's state as one word, so a success and an outage notice cannot interleave:
+    /// the low bit is set while the broker is away, the rest counts outage notices. Starts
+    /// reachable: readiness must not fail before the first broker contact.
+    broker: AtomicU64,
     /// Starts false: not ready until the assigned partitions' state is restored.
     ready: AtomicBool,
     /// Set once; the first reason wins and the process stays unhealthy until restarted.
@@ -152,7 +153,7 @@ impl Telemetry {
         build_info.set(vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1);
         r.process_observers();
         Arc::new(Telemetry {
-            broker_ok: AtomicBool::new(true),
+            broker: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             fatal: OnceLock::new(),
             last_turn_ms: AtomicU64::new(0),
@@ -188,14 +189,43 @@ impl Telemetry {
         })
     }
 
-    /// False while the broker is unreachable or producing fails: readiness fails (and
+    /// The broker is unreachable or producing fails: readiness fails (and
     /// `sluice_broker_reachable` is 0), liveness does not — restarting every pod would not
-    /// bring a broker back, and a crash loop would outlast the incident.
-    pub fn set_broker_ok(&self, ok: bool) {
-        // Said after every batch: the gauges move only when the answer does.
-        if self.broker_ok.swap(ok, Ordering::Relaxed) == ok {
-            return;
+    /// bring a broker back, and a crash loop would outlast the incident. Said from any thread
+    /// (librdkafka's own, on `AllBrokersDown`).
+    pub fn broker_down(&self) {
+        let before = self
+            .broker
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(((v >> 1) + 1) << 1 | 1))
+            .expect("the update always answers");
+        if before & 1 == 0 {
+            self.broker_changed(false);
         }
+    }
+
+    /// Where the broker's state stands before an exchange with it: an exchange that then
+    /// succeeds says the broker is back only if no outage was noticed meanwhile
+    /// ([`Self::broker_ok_since`]). A produce round that was acknowledged just before a cut
+    /// must not undo the cut's notice.
+    pub fn broker_mark(&self) -> BrokerMark {
+        BrokerMark(self.broker.load(Ordering::Acquire))
+    }
+
+    /// An exchange begun at `mark` succeeded: the broker is reachable, unless an outage was
+    /// noticed since the mark (the exchange then says nothing).
+    pub fn broker_ok_since(&self, mark: BrokerMark) {
+        let BrokerMark(at) = mark;
+        if at & 1 == 1
+            && self
+                .broker
+                .compare_exchange(at, at & !1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.broker_changed(true);
+        }
+    }
+
+    fn broker_changed(&self, ok: bool) {
         self.broker_reachable.set(i64::from(ok));
         self.show_readiness();
     }
@@ -227,9 +257,9 @@ impl Telemetry {
         self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX)
     }
 
-    /// True once the assigned partitions' state is restored; false again during a rebalance.
+    /// False from an outage notice until an exchange begun after it succeeds.
     pub fn broker_ok(&self) -> bool {
-        self.broker_ok.load(Ordering::Relaxed)
+        self.broker.load(Ordering::Acquire) & 1 == 0
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -381,7 +411,7 @@ impl Telemetry {
     /// Readiness: live, the broker reachable, and the owned partitions' state restored.
     pub(super) fn readiness(&self) -> Result<(), String> {
         self.liveness()?;
-        if !self.broker_ok.load(Ordering::Relaxed) {
+        if !self.broker_ok() {
             return Err("broker unreachable".into());
         }
         if !self.ready.load(Ordering::Relaxed) {
@@ -415,6 +445,10 @@ pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_s
 /// A wait on the broker under way ([`Telemetry::awaiting_broker`]).
 pub struct BrokerWait<'a>(&'a Telemetry);
 
+/// The broker's state when an exchange with it began ([`Telemetry::broker_mark`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BrokerMark(u64);
+
 impl Drop for BrokerWait<'_> {
     fn drop(&mut self) {
         self.0.broker_waits.fetch_sub(1, Ordering::Relaxed);
@@ -436,6 +470,30 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn an_exchange_begun_before_an_outage_notice_does_not_say_the_broker_is_back() {
+        let t = Telemetry::new();
+        t.set_ready(true);
+        // A produce round is under way when librdkafka says every broker is down; its
+        // acknowledgements (from before the cut) arrive after the notice.
+        let round = t.broker_mark();
+        t.broker_down();
+        t.broker_ok_since(round);
+        assert_eq!(t.readiness(), Err("broker unreachable".to_string()));
+        assert!(t.encode_text().contains("sluice_broker_reachable 0"));
+
+        // An exchange begun after the notice that succeeds brings it back; a second notice
+        // while it runs would again win.
+        let probe = t.broker_mark();
+        t.broker_down();
+        t.broker_ok_since(probe);
+        assert!(!t.broker_ok());
+        let probe = t.broker_mark();
+        t.broker_ok_since(probe);
+        assert_eq!(t.readiness(), Ok(()));
+        assert!(t.encode_text().contains("sluice_broker_reachable 1"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn liveness_fails_when_the_loop_stops_turning_but_not_while_it_waits_on_the_broker() {
         let t = Telemetry::new();
@@ -455,7 +513,7 @@ mod tests {
         assert_eq!(t.liveness(), Ok(()));
         {
             let _wait = t.awaiting_broker();
-            t.set_broker_ok(false);
+            t.broker_down();
             tokio::time::advance(Duration::from_secs(600)).await;
             assert_eq!(t.liveness(), Ok(()));
             assert_eq!(t.readiness(), Err("broker unreachable".to_string()));
