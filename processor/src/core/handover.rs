@@ -17,8 +17,12 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+pub use journaled::{Found, Journaled, Reported, Settled, Step};
+
 use super::lifecycle::TriggerRequest;
 use super::records::{JobRecord, JobStatus};
+
+mod journaled;
 
 /// How far instances' clocks may differ: a new owner waits this much past a call's deadline
 /// before it calls again.

@@ -58,12 +58,12 @@ use crate::core::changelog::{Checked, Entry, Lineage, Writer};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
-use crate::core::handover::{self, Waiting};
+use crate::core::handover::{Journaled, Reported, Settled, Step};
 use crate::core::lifecycle::{
     decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
 };
 use crate::core::partitioning::partition_for;
-use crate::core::records::{rejected_pipeline, JobRecord, JobStatus, Rejection};
+use crate::core::records::{rejected_pipeline, Rejection};
 use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
@@ -267,11 +267,9 @@ pub struct Processor {
     last_commit: Option<TopicPartitionList>,
     /// Partition count of every input topic (checked equal at start).
     partitions: i32,
-    /// Journal entries found stale when a partition was opened, deleted with the next batch.
-    stale_effects: BTreeMap<i32, Vec<String>>,
-    /// Journaled triggers of newly opened partitions, requested again once the jobs topic
-    /// has been read up to where it ended at the opening, if no report on their run came.
-    resumes: Vec<Resume>,
+    /// Journaled triggers of opened partitions, until each is requested again or forgotten
+    /// (see core::handover::Journaled).
+    journaled: Journaled,
     /// Per owned partition, this owner's side of the changelog: its epoch, its last batch,
     /// where its next record lands and the keys to write again (see core::changelog::Writer).
     writers: BTreeMap<i32, Writer>,
@@ -349,19 +347,6 @@ struct Before<'s> {
     in_parts: bool,
 }
 
-/// A journaled trigger found when its partition was opened: its call may have been made
-/// before a crash or a hand-over, with a report already on `sluice.jobs` or none, or may
-/// still be made by the previous owner (see [`crate::core::handover`]).
-struct Resume {
-    partition: i32,
-    effect: Effect,
-    /// Where the jobs topic's partition ended when the store was opened (or, once the
-    /// call's deadline passed, then): every report written before has been read once the
-    /// consumer is past it.
-    jobs_end: i64,
-    waiting: Waiting,
-}
-
 /// API questions answered in a row before input and due timers get their turn: a flood of
 /// questions cannot hold processing back, and questions still get answers under load.
 const QUERY_SHARE: u32 = 16;
@@ -434,8 +419,7 @@ impl Processor {
             ends: Ends::default(),
             last_commit: None,
             partitions,
-            stale_effects: BTreeMap::new(),
-            resumes: Vec::new(),
+            journaled: Journaled::default(),
             writers: BTreeMap::new(),
             openings,
             abandoned: BTreeSet::new(),
@@ -563,7 +547,7 @@ impl Processor {
                         return Ok(());
                     }
                 }
-                _ = resume.tick(), if !self.resumes.is_empty() => self.resume_triggers().await?,
+                _ = resume.tick(), if !self.journaled.is_empty() => self.resume_triggers().await?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let mark = self.telemetry.broker_mark();
                     let reachable = tokio::task::block_in_place(|| {
@@ -695,10 +679,9 @@ impl Processor {
     fn close_partition(&mut self, p: i32) -> Option<PartitionStore> {
         let store = self.stores.remove(&p)?;
         self.timers.drop_partition(p);
-        self.stale_effects.remove(&p);
         self.writers.remove(&p);
         self.summaries.forget(p);
-        self.resumes.retain(|r| r.partition != p);
+        self.journaled.closed(p);
         let partitions = self.partitions;
         self.recent.retain(|id| api::partition_of(id, partitions) != p);
         Some(store)
@@ -790,18 +773,10 @@ impl Processor {
         for t in &timers {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
-        let now = self.time.now();
-        for (_, effect) in journaled {
-            if let handover::Resume::Until(at) = Waiting::default().resume(effect.request(), now) {
-                info!(partition = p, run_id = %effect.request().run_id, until = %at,
-                    "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
-            }
-            self.resumes.push(Resume {
-                partition: p,
-                effect,
-                jobs_end,
-                waiting: Waiting::default(),
-            });
+        let found = journaled.into_iter().map(|(_, effect)| effect);
+        for (run_id, until) in self.journaled.found(p, found, jobs_end, self.time.now()) {
+            info!(partition = p, run_id, until = %until,
+                "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
         }
         info!(
             partition = p,
@@ -858,105 +833,96 @@ impl Processor {
         Ok(list)
     }
 
-    /// Whether partition `p`'s jobs topic has been read up to `end`: its last record below
-    /// `end` was applied (here or, before the hand-over, by the previous owner), or the
-    /// consumer's position (`positions`) is past it.
-    fn jobs_read_to(&self, p: i32, end: i64, positions: Option<&TopicPartitionList>) -> bool {
-        let topic = &self.settings.topics.jobs;
-        let applied = self.stores.get(&p).and_then(|s| s.applied_offset(topic));
-        let position = positions.and_then(|list| list.find_partition(topic, p)?.offset().to_raw());
-        end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| at >= end)
-    }
-
-    /// Decides the journaled triggers that wait for nothing more (see
-    /// [`crate::core::handover`]): requested again (same idempotency key, a new deadline
-    /// journaled first) if their run still awaits a report, forgotten otherwise. A report
-    /// read meanwhile has already removed its trigger (see [`Self::process_records`]).
+    /// Settles the journaled triggers that wait for nothing more (see
+    /// [`crate::core::handover::Journaled`]): requested again (same idempotency key, a new
+    /// deadline journaled first) if their run still awaits a report, forgotten otherwise. A
+    /// report read meanwhile has already removed its trigger (see [`Self::decide_and_apply`]).
     async fn resume_triggers(&mut self) -> Result<()> {
-        if self.resumes.is_empty() {
+        if self.journaled.is_empty() {
             return Ok(());
         }
         let now = self.time.now();
         let positions = self.consumer.position().ok();
-        let mut due = Vec::new();
-        for mut resume in std::mem::take(&mut self.resumes) {
-            if !self.jobs_read_to(resume.partition, resume.jobs_end, positions.as_ref()) {
-                self.resumes.push(resume);
-                continue;
-            }
-            match resume.waiting.resume(resume.effect.request(), now) {
-                handover::Resume::Now => due.push(resume),
-                handover::Resume::Until(_) => self.resumes.push(resume),
-                handover::Resume::ReadToEnd => {
-                    let (topic, p) = (&self.settings.topics.jobs, resume.partition);
-                    match tokio::task::block_in_place(|| {
-                        self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
-                    }) {
-                        Ok((_, end)) => {
-                            info!(partition = p, run_id = %resume.effect.request().run_id, jobs_end = end,
-                                "a journaled trigger's call is past its deadline: reading the jobs topic up to its end before requesting it again");
-                            resume.jobs_end = end;
-                            resume.waiting.end_after_deadline = true;
-                        }
-                        Err(e) => {
-                            warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
-                        }
-                    }
-                    self.resumes.push(resume);
-                }
-            }
-        }
+        let (stores, jobs) = (&self.stores, &self.settings.topics.jobs);
+        // Partition `p`'s jobs topic is read up to `end` when its last record below `end` was
+        // applied (here or, before the hand-over, by the previous owner), or the consumer's
+        // position is past it.
+        let read_to = |p: i32, end: i64| {
+            let applied = stores.get(&p).and_then(|s| s.applied_offset(jobs));
+            let position = (positions.as_ref()).and_then(|list| list.find_partition(jobs, p)?.offset().to_raw());
+            end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| at >= end)
+        };
+        let steps = self.journaled.poll(now, read_to);
         // Nothing is started for a partition this instance may have lost: a process paused
         // while it opened one wakes with journaled triggers its new owner requests already.
         let lost = self.consumer.assignment_lost();
         let assignment = self.consumer.assignment().ok();
         let mut checked: BTreeMap<i32, Option<bool>> = BTreeMap::new();
         let mut again = Pending::default();
-        for resume in due {
-            let p = resume.partition;
-            let assigned = assignment
-                .as_ref()
-                .is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
-            if lost || !assigned {
-                debug!(
-                    partition = p,
-                    "a journaled trigger of a partition no longer assigned: left to its new owner"
-                );
-                continue;
-            }
-            let fenced = *checked.entry(p).or_insert_with(|| self.fenced_since_last_write(p));
-            match fenced {
-                Some(false) => {}
-                // The changelog could not be read: ask again in a second, never start blind.
-                None => {
-                    self.resumes.push(resume);
+        for step in steps {
+            let due = match step {
+                Step::Due(due) => due,
+                Step::MeasureJobsEnd { partition: p, run_id } => {
+                    let topic = &self.settings.topics.jobs;
+                    match tokio::task::block_in_place(|| {
+                        self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
+                    }) {
+                        Ok((_, end)) => {
+                            info!(partition = p, run_id, jobs_end = end,
+                                "a journaled trigger's call is past its deadline: reading the jobs topic up to its end before requesting it again");
+                            self.journaled.measured(p, &run_id, end);
+                        }
+                        Err(e) => {
+                            warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
+                        }
+                    }
                     continue;
                 }
-                Some(true) => {
+            };
+            let p = due.partition();
+            let run_id = due.request().run_id.clone();
+            let (store, writers, settings) = (self.stores.get(&p), &self.writers, &self.settings);
+            let assigned = !lost
+                && store.is_some()
+                && (assignment.as_ref()).is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
+            let settled = self.journaled.settle(
+                due,
+                now,
+                assigned,
+                || {
+                    *checked
+                        .entry(p)
+                        .or_insert_with(|| fenced_since_last_write(writers, settings, p))
+                },
+                |request| -> Result<bool> {
+                    let Some(store) = store else { return Ok(false) };
+                    let state = store.pipeline(&request.pipeline_id)?;
+                    Ok(state.is_some_and(|s| s.awaits_trigger(&request.run_id)))
+                },
+            )?;
+            match settled {
+                Settled::LeftToNewOwner => debug!(
+                    partition = p,
+                    run_id, "a journaled trigger of a partition no longer assigned: left to its new owner"
+                ),
+                // The changelog could not be read: asked again in a second, never started blind.
+                Settled::Waits => {}
+                Settled::Fenced => {
                     self.abandon(p)?;
                     return Err(Zombie(vec![p]).into());
                 }
-            }
-            let Some(store) = self.stores.get(&p) else { continue };
-            let request = resume.effect.request();
-            let run_id = request.run_id.clone();
-            let awaited = store
-                .pipeline(&request.pipeline_id)?
-                .is_some_and(|s| s.awaits_trigger(&run_id));
-            if awaited {
-                info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
-                // Journaled with its new deadline before the call: a later owner leaves it
-                // to this one until then.
-                let effect = Effect::TriggerJob(request.clone().made_from(now));
-                again.stores.entry(p).or_default().put_effect(&run_id, &effect)?;
-                again.effects.push((p, effect));
-            } else {
-                debug!(
+                Settled::Again(effect) => {
+                    info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
+                    // Journaled with its new deadline before the call: a later owner leaves it
+                    // to this one until then.
+                    again.stores.entry(p).or_default().put_effect(&run_id, &effect)?;
+                    again.effects.push((p, *effect));
+                }
+                Settled::Forgotten => debug!(
                     partition = p,
                     run_id,
                     "a journaled trigger is no longer awaited (its report came, or its run moved on): forgotten"
-                );
-                self.stale_effects.entry(p).or_default().push(run_id);
+                ),
             }
         }
         if !again.effects.is_empty() {
@@ -965,39 +931,12 @@ impl Processor {
         Ok(())
     }
 
-    /// A `released` report on `run_id`: if it is the release of the call this partition's
-    /// journal holds, that call may be requested again at once.
-    fn released(&mut self, p: i32, report: &JobRecord) {
-        let resume =
-            (self.resumes.iter_mut()).find(|r| r.partition == p && handover::releases(report, r.effect.request()));
-        match resume {
-            Some(resume) => {
-                info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go");
-                resume.waiting.released = true;
-            }
-            None => {
-                debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
-            }
-        }
-    }
-
     /// Whether a newer owner has fenced partition `p` after this owner's last changelog
     /// record. Asked before anything is started for `p` outside a batch (a journaled
     /// trigger): a batch sees a fence among its own writes, but nothing else would.
     /// `None`: the changelog could not be read.
     fn fenced_since_last_write(&self, p: i32) -> Option<bool> {
-        let Some(writer) = self.writers.get(&p) else {
-            return Some(false);
-        };
-        let topic = &self.settings.topics.changelog;
-        let from = writer.next_offset();
-        match tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, p, from)) {
-            Ok(entries) => Some(writer.fenced_by(&entries)),
-            Err(e) => {
-                warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
-                None
-            }
-        }
+        fenced_since_last_write(&self.writers, &self.settings, p)
     }
 
     /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
@@ -1254,10 +1193,15 @@ impl Processor {
         source: Option<&OwnedMessage>,
     ) -> Result<()> {
         if let Input::JobReported(report) = input {
-            if report.status == JobStatus::Released {
-                self.released(p, report);
-            } else {
-                self.forget_trigger(pending, p, &report.run_id);
+            match self.journaled.reported(p, report) {
+                Reported::Released { found: true } => {
+                    info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go")
+                }
+                Reported::Released { found: false } => {
+                    debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
+                }
+                // The trigger's outcome is known: it leaves the journal, never requested again.
+                Reported::Answered => pending.stores.entry(p).or_default().delete_effect(&report.run_id),
             }
         }
         let (state, in_parts) = self.state(pending, p, pipeline)?;
@@ -1301,14 +1245,6 @@ impl Processor {
             Ok(()) => Ok(()),
             Err(reason) => bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}"),
         }
-    }
-
-    /// A report on `run_id` came: the trigger's outcome is known, so it leaves the journal
-    /// and is not requested again.
-    fn forget_trigger(&mut self, pending: &mut Pending, p: i32, run_id: &str) {
-        pending.stores.entry(p).or_default().delete_effect(run_id);
-        self.resumes
-            .retain(|r| !(r.partition == p && r.effect.request().run_id == run_id));
     }
 
     /// Adds one decision to the batch, in the order its parts are written: events and dead
@@ -1612,7 +1548,7 @@ impl Processor {
             }
             pending.stores.entry(*p).or_default().underlay(repair);
         }
-        for (p, run_ids) in std::mem::take(&mut self.stale_effects) {
+        for (p, run_ids) in self.journaled.take_stale() {
             let batch = pending.stores.entry(p).or_default();
             for run_id in run_ids {
                 batch.delete_effect(&run_id);
@@ -1836,6 +1772,23 @@ impl Processor {
 
 /// Drops a dead letter's value, too large for the broker; its headers say so, and where the
 /// record is at its source.
+/// See [`Processor::fenced_since_last_write`] (a function of its own, for closures that
+/// borrow other parts of the processor).
+fn fenced_since_last_write(writers: &BTreeMap<i32, Writer>, settings: &Settings, p: i32) -> Option<bool> {
+    let Some(writer) = writers.get(&p) else {
+        return Some(false);
+    };
+    let topic = &settings.topics.changelog;
+    let from = writer.next_offset();
+    match tokio::task::block_in_place(|| changelog::read_since(&settings.kafka, topic, p, from)) {
+        Ok(entries) => Some(writer.fenced_by(&entries)),
+        Err(e) => {
+            warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
+            None
+        }
+    }
+}
+
 fn omit_value(output: &mut Output) {
     let size = output.value.take().map_or(0, |v| v.len());
     warn!(size, "dead letter too large for the broker: sent without its value");

@@ -21,8 +21,9 @@ use crate::core::admission::{self, Admission};
 use crate::core::batch::{Action, Flush};
 use crate::core::changelog::{Entry, Lineage, Restore, Writer};
 use crate::core::config::{JobConfig, JobKind};
-use crate::core::handover::{Resume, Waiting};
-use crate::core::lifecycle::TriggerRequest;
+use crate::core::handover::{Journaled, Reported, Settled, Step};
+use crate::core::lifecycle::{Effect, TriggerRequest};
+use crate::core::records::{JobRecord, JobStatus};
 
 /// Faults of the past, put back to show the simulator catches them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,6 +118,31 @@ enum JobReport {
     Released { run: String, deadline: DateTime<Utc> },
 }
 
+impl JobReport {
+    /// The report as the jobs topic carries it (a release names its call's deadline).
+    fn record(&self, at: DateTime<Utc>) -> JobRecord {
+        let (run, status, metadata) = match self {
+            JobReport::Done { run } => (run, JobStatus::Succeeded, None),
+            JobReport::Released { run, deadline } => (
+                run,
+                JobStatus::Released,
+                Some(serde_json::json!({ "deadline": deadline.to_rfc3339() })),
+            ),
+        };
+        JobRecord {
+            pipeline_id: "p".into(),
+            schedule_id: "daily".into(),
+            date: "2026-11-26".into(),
+            run_id: run.clone(),
+            status,
+            failure_category: None,
+            message: None,
+            metadata,
+            timestamp: at,
+        }
+    }
+}
+
 /// A call at the target, as the target saw it.
 #[derive(Debug, Clone)]
 struct Landed {
@@ -185,8 +211,10 @@ struct Memory {
     position: i64,
     batch: Option<InFlight>,
     calls: Vec<Call>,
-    /// Journaled triggers of a previous owner: when each may be called again.
-    resumes: BTreeMap<String, (DateTime<Utc>, Waiting)>,
+    /// Journaled triggers of a previous owner, settled by the runtime's own rules.
+    journaled: Journaled,
+    /// How many reports on the jobs topic it has read.
+    reports_read: usize,
     /// Journal entries to delete with the next batch (their reports were read).
     forget: BTreeSet<String>,
     /// Journaled triggers to request again with the next batch.
@@ -431,7 +459,8 @@ impl World {
             position: self.committed,
             batch: None,
             calls: inst.memory.take().map(|m| m.calls).unwrap_or_default(),
-            resumes: BTreeMap::new(),
+            journaled: Journaled::default(),
+            reports_read: 0,
             forget: BTreeSet::new(),
             again: BTreeSet::new(),
             revoked: None,
@@ -468,7 +497,7 @@ impl World {
             } else if m.batch.is_none() {
                 m.writer = None;
                 m.opening = Opening::New;
-                m.resumes.clear();
+                m.journaled = Journaled::default();
                 m.revoked = None;
                 return;
             }
@@ -676,15 +705,18 @@ impl World {
             return;
         }
         writer.repair(stale);
-        let resumes: BTreeMap<String, (DateTime<Utc>, Waiting)> = (store.iter())
+        // Journaled before deadlines were (the rebalance re-request put back): due at once.
+        let deadlines = !self.historic.rerequest_at_once;
+        let found: Vec<Effect> = (store.iter())
             .filter_map(|(k, v)| {
-                let run = std::str::from_utf8(k.strip_prefix(b"j/")?).ok()?.to_string();
-                let deadline = DateTime::parse_from_rfc3339(std::str::from_utf8(v).ok()?)
-                    .ok()?
-                    .with_timezone(&Utc);
-                Some((run, (deadline, Waiting::default())))
+                let run = std::str::from_utf8(k.strip_prefix(b"j/")?).ok()?;
+                let deadline = DateTime::parse_from_rfc3339(std::str::from_utf8(v).ok()?).ok()?;
+                let deadline = deadlines.then(|| deadline.with_timezone(&Utc));
+                Some(Effect::TriggerJob(request(run, deadline)))
             })
             .collect();
+        let jobs_end = self.jobs.len() as i64;
+        let now = self.now;
         let inst = &mut self.instances[i];
         inst.disk = Disk {
             store,
@@ -692,48 +724,56 @@ impl World {
         };
         let m = inst.memory.as_mut().unwrap();
         m.writer = Some(writer);
-        m.resumes = resumes;
+        m.journaled = Journaled::default();
+        m.journaled.found(0, found, jobs_end, now);
+        m.reports_read = 0;
         m.opening = Opening::Open;
     }
 
-    /// Journaled triggers of earlier owners: forgotten once reported, called again once the
-    /// handover rules allow.
+    /// Journaled triggers of earlier owners, driven as the processor drives them: reports
+    /// read, the jobs topic's end measured when asked (it is read to its end at once here),
+    /// due ones settled (the fence is the batch's to check: a call starts only after its
+    /// batch counts).
     fn resume_triggers(&mut self, i: usize) {
         let now = self.now;
-        let rerequest_at_once = self.historic.rerequest_at_once;
-        let reported: BTreeSet<String> = (self.jobs.iter())
+        let unread: Vec<JobRecord> = {
+            let m = self.instances[i].memory.as_ref().unwrap();
+            self.jobs[m.reports_read..].iter().map(|r| r.record(now)).collect()
+        };
+        let done: BTreeSet<&str> = (self.jobs.iter())
             .filter_map(|r| match r {
-                JobReport::Done { run } => Some(run.clone()),
-                _ => None,
+                JobReport::Done { run } => Some(run.as_str()),
+                JobReport::Released { .. } => None,
             })
             .collect();
-        let released: BTreeMap<String, DateTime<Utc>> = (self.jobs.iter())
-            .filter_map(|r| match r {
-                JobReport::Released { run, deadline } => Some((run.clone(), *deadline)),
-                _ => None,
-            })
-            .collect();
+        let jobs_end = self.jobs.len() as i64;
         let m = self.instances[i].memory.as_mut().unwrap();
+        m.reports_read = jobs_end as usize;
+        for record in &unread {
+            // As the processor does: an answered trigger's entry goes with the report's batch.
+            if m.journaled.reported(0, record) == Reported::Answered {
+                m.forget.insert(record.run_id.clone());
+            }
+        }
         let mut call = Vec::new();
-        m.resumes.retain(|run, (deadline, waiting)| {
-            if reported.contains(run) {
-                m.forget.insert(run.clone());
-                return false;
+        for step in m.journaled.poll(now, |_, end| end <= jobs_end) {
+            let due = match step {
+                Step::MeasureJobsEnd { partition, run_id } => {
+                    m.journaled.measured(partition, &run_id, jobs_end);
+                    continue;
+                }
+                Step::Due(due) => due,
+            };
+            let awaited = |r: &TriggerRequest| Ok::<_, std::convert::Infallible>(!done.contains(r.run_id.as_str()));
+            match m.journaled.settle(due, now, true, || Some(false), awaited) {
+                Ok(Settled::Again(effect)) => call.push(effect.request().run_id.clone()),
+                Ok(Settled::Forgotten) => {}
+                settled => unreachable!("an owner that holds its partition, fence unread: {settled:?}"),
             }
-            waiting.released |= released.get(run) == Some(deadline);
-            let request = request(run, *deadline);
-            let mut resume = waiting.resume(&request, now);
-            if resume == Resume::ReadToEnd {
-                // The jobs topic is read to its end at once here.
-                waiting.end_after_deadline = true;
-                resume = waiting.resume(&request, now);
-            }
-            if resume == Resume::Now || rerequest_at_once {
-                call.push(run.clone());
-                return false;
-            }
-            true
-        });
+        }
+        for (_, runs) in m.journaled.take_stale() {
+            m.forget.extend(runs);
+        }
         for run in &call {
             self.trace(|| format!("{i} requests journaled {run} again"));
         }
@@ -978,7 +1018,7 @@ impl World {
             let idle = m.opening == Opening::Open
                 && m.batch.is_none()
                 && m.calls.is_empty()
-                && m.resumes.is_empty()
+                && m.journaled.is_empty()
                 && m.forget.is_empty()
                 && m.again.is_empty()
                 && m.position >= self.inputs.len() as i64;
@@ -1068,12 +1108,12 @@ fn apply(store: &mut BTreeMap<Vec<u8>, Vec<u8>>, key: Vec<u8>, value: Option<Vec
 }
 
 /// A journaled trigger as the handover rules read it.
-fn request(run: &str, deadline: DateTime<Utc>) -> TriggerRequest {
+fn request(run: &str, deadline: Option<DateTime<Utc>>) -> TriggerRequest {
     let config =
         JobConfig::from_json(JobKind::Http, &serde_json::json!({"url": "http://target"})).expect("a valid job config");
     TriggerRequest {
         run_id: run.to_string(),
-        deadline: Some(deadline),
+        deadline,
         ..TriggerRequest::new("p", "daily", "2026-11-26", 1, config)
     }
 }
