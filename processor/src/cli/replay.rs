@@ -30,10 +30,11 @@ use crate::core::events::Event;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::records::ConfigRecord;
-use crate::core::replay::Replay;
+use crate::core::replay::{Replay, Unapplied};
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::input::{origin_of, read_input};
 use crate::runtime::kafka::{self, Connection, Reader, Start};
+use crate::runtime::outputs::replay_fit;
 use crate::runtime::topics::{InputTopic, Topics};
 
 #[derive(Args)]
@@ -135,9 +136,9 @@ pub(crate) struct Recorded {
 
 impl Recorded {
     /// Hands the record to `replay` under the origin the live processor gives it.
-    pub fn replay_into(&self, replay: &mut Replay, out: &mut Vec<Event>) {
+    pub fn replay_into(&self, replay: &mut Replay, out: &mut Vec<Event>) -> Result<(), Unapplied> {
         let origin = origin_of(self.kind, self.partition, self.offset, &self.input);
-        replay.input(self.at, self.partition, &self.pipeline, &self.input, &origin, out);
+        replay.input(self.at, self.partition, &self.pipeline, &self.input, &origin, out)
     }
 }
 
@@ -195,7 +196,10 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Repla
         Some(t) => t.min(first),
         None => first,
     };
-    let mut replay = Replay::new(args.decider.settings(), start);
+    // Decisions are measured as the live processor measures them: an input it rejected as
+    // too large is rejected here too.
+    let settings = args.decider.settings();
+    let mut replay = Replay::new(settings, start, Some(replay_fit(codec, topics, settings.limits)));
     let mut events = Vec::new();
     for (_, id, json) in overrides.iter().flatten() {
         if args.only.is_empty() || args.only.contains(id) {
@@ -211,17 +215,17 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Repla
                 &input,
                 &format!("replay-config/{id}"),
                 &mut events,
-            );
+            )?;
         }
     }
     for r in &records {
         if to.is_some_and(|to| r.at > to) {
             continue;
         }
-        r.replay_into(&mut replay, &mut events);
+        r.replay_into(&mut replay, &mut events)?;
     }
     if let Some(to) = to {
-        replay.advance(to, &mut events);
+        replay.advance(to, &mut events)?;
     }
     let window = Window {
         from: from.unwrap_or(start),

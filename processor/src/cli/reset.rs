@@ -33,6 +33,7 @@ use crate::core::replay::Replay;
 use crate::runtime::changelog;
 use crate::runtime::codec::Codec;
 use crate::runtime::kafka::{self, Connection, Reader, Start};
+use crate::runtime::outputs::replay_fit;
 use crate::runtime::store::{self, StoreBatch};
 use crate::runtime::topics::{InputTopic, Topics};
 
@@ -385,10 +386,12 @@ async fn from_scratch(
         })
         .collect();
     let start = before.first().map_or(DateTime::<Utc>::MIN_UTC, |r| r.at);
-    let mut replay = Replay::new(args.decider.settings(), start);
+    let settings = args.decider.settings();
+    let fit = replay_fit(codec, topics, settings.limits);
+    let mut replay = Replay::new(settings, start, Some(fit));
     let mut events = Vec::new();
     for r in &before {
-        r.replay_into(&mut replay, &mut events);
+        r.replay_into(&mut replay, &mut events)?;
     }
     let mut plans = Vec::new();
     for p in 0..partitions {

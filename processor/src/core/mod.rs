@@ -5,6 +5,7 @@
 //! runtime carries out. The `purity` test below checks the imports.
 
 pub mod admission;
+pub mod apply;
 pub mod batch;
 pub mod changelog;
 pub mod config;

@@ -11,12 +11,30 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::apply::{decide_within, Unfit};
 use super::events::Event;
-use super::lifecycle::{decide, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::timers::{timer_origin, TimerIndex};
 
-/// The decider with every pipeline's state and pending timers: the one place a decision is
-/// applied (state put or deleted, timers set or cancelled) and due timers are fired.
+/// Measures a decision's records for a pipeline against the limits, given its state before
+/// the decision (none: not stored yet): `Ok(Err(reason))` when one is over (see
+/// [`crate::core::apply`]), `Err` when it cannot be measured. A replay is given the live
+/// processor's, so that it rejects what the processor rejected.
+pub type Fit = Box<dyn FnMut(&str, Option<&PipelineState>, &Decision) -> Result<Result<(), String>, String>>;
+
+/// An input for which no decision could be applied: even its rejection was over a limit, or
+/// its decision could not be measured. The live processor stopped there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pipeline {pipeline}: no decision on {origin} could be applied: {reason}")]
+pub struct Unapplied {
+    pub pipeline: String,
+    pub origin: String,
+    pub reason: String,
+}
+
+/// The decider with every pipeline's state and pending timers, kept in memory: decisions are
+/// taken within the limits as the live processor takes them ([`decide_within`]), applied
+/// (state put or deleted, timers set or cancelled), and due timers fired.
 ///
 /// [`Replay`] drives it in event time; the lifecycle tests' simulator drives it by hand. What
 /// a decision asks of the world (events, effects, records, a dead letter) is the caller's.
@@ -28,6 +46,8 @@ pub struct Engine {
     pub states: BTreeMap<String, PipelineState>,
     /// Pending timers, named by (partition, pipeline, kind).
     pub timers: TimerIndex,
+    /// Measures decisions against the limits; none: every decision fits.
+    pub fit: Option<Fit>,
 }
 
 impl Engine {
@@ -37,21 +57,42 @@ impl Engine {
             now,
             states: BTreeMap::new(),
             timers: TimerIndex::default(),
+            fit: None,
         }
     }
 
-    /// Decides `input` for `pipeline` (on `partition`) at `now`, named `origin`, and applies
-    /// the decision to the states and timers. Returns the decision.
-    pub fn handle(&mut self, partition: i32, pipeline: &str, input: &Input, origin: &str) -> Decision {
-        let state = self.states.get(pipeline).cloned().unwrap_or_default();
+    /// Decides `input` for `pipeline` (on `partition`) at `now`, named `origin`, within the
+    /// limits, and applies the decision to the states and timers. Returns the decision.
+    pub fn handle(
+        &mut self,
+        partition: i32,
+        pipeline: &str,
+        input: &Input,
+        origin: &str,
+    ) -> Result<Decision, Unapplied> {
+        let stored = self.states.get(pipeline);
+        let state = stored.cloned().unwrap_or_default();
         let ctx = Context {
             now: self.now,
             origin,
             settings: self.settings,
         };
-        let decision = decide(&state, pipeline, input, ctx);
+        let fit = &mut self.fit;
+        let measure = |decision: &Decision| fit.as_mut().map_or(Ok(Ok(())), |fit| fit(pipeline, stored, decision));
+        let unapplied = |reason| Unapplied {
+            pipeline: pipeline.to_string(),
+            origin: origin.to_string(),
+            reason,
+        };
+        let decision = match decide_within(&state, pipeline, input, ctx, || origin.to_string(), measure) {
+            Ok((decision, ())) => decision,
+            Err(Unfit::Failed(reason)) => return Err(unapplied(format!("it could not be measured: {reason}"))),
+            Err(Unfit::EvenItsRejection { reason }) => {
+                return Err(unapplied(format!("even its rejection is over a limit: {reason}")))
+            }
+        };
         self.apply(partition, pipeline, &decision);
-        decision
+        Ok(decision)
     }
 
     fn apply(&mut self, partition: i32, pipeline: &str, decision: &Decision) {
@@ -70,14 +111,15 @@ impl Engine {
     /// Moves `now` forward to `to`, firing every timer due by then, earliest first, each at
     /// its own due time and under its [`timer_origin`] (a timer armed by another fires too if
     /// it is due by `to`). `each` receives every fired timer's decision, in order.
-    pub fn advance(&mut self, to: DateTime<Utc>, mut each: impl FnMut(Decision)) {
+    pub fn advance(&mut self, to: DateTime<Utc>, mut each: impl FnMut(Decision)) -> Result<(), Unapplied> {
         while let Some(timer) = self.timers.pop_due(to, 1).pop() {
             self.now = self.now.max(timer.at);
             let origin = timer_origin(&timer.pipeline, &timer.kind, timer.at);
             let input = Input::TimerFired(timer.kind);
-            each(self.handle(timer.partition, &timer.pipeline, &input, &origin));
+            each(self.handle(timer.partition, &timer.pipeline, &input, &origin)?);
         }
         self.now = self.now.max(to);
+        Ok(())
     }
 }
 
@@ -101,10 +143,13 @@ pub struct Counts {
 }
 
 impl Replay {
-    /// A replay whose event time starts at `start`.
-    pub fn new(settings: Settings, start: DateTime<Utc>) -> Self {
+    /// A replay whose event time starts at `start`, whose decisions are measured against
+    /// the limits by `fit` (the live processor's; none: every decision fits).
+    pub fn new(settings: Settings, start: DateTime<Utc>, fit: Option<Fit>) -> Self {
+        let mut engine = Engine::new(settings, start);
+        engine.fit = fit;
         Replay {
-            engine: Engine::new(settings, start),
+            engine,
             triggers: BTreeMap::new(),
             counts: Counts::default(),
         }
@@ -121,12 +166,12 @@ impl Replay {
 
     /// Moves event time forward to `to`, firing every timer due by then, earliest first,
     /// each at its own due time (a timer armed by another fires too if it is due by `to`).
-    pub fn advance(&mut self, to: DateTime<Utc>, out: &mut Vec<Event>) {
+    pub fn advance(&mut self, to: DateTime<Utc>, out: &mut Vec<Event>) -> Result<(), Unapplied> {
         let (counts, triggers) = (&mut self.counts, &mut self.triggers);
         self.engine.advance(to, |decision| {
             counts.timers_fired += 1;
             keep_events(decision, counts, triggers, out);
-        });
+        })
     }
 
     /// Hands one recorded input to the decider at event time `at` (its record's timestamp),
@@ -140,16 +185,17 @@ impl Replay {
         input: &Input,
         origin: &str,
         out: &mut Vec<Event>,
-    ) {
-        self.advance(at, out);
+    ) -> Result<(), Unapplied> {
+        self.advance(at, out)?;
         self.counts.inputs += 1;
         if let Input::JobReported(report) = input {
             if let Some(answered) = self.triggers.get_mut(&report.run_id) {
                 *answered = true;
             }
         }
-        let decision = self.engine.handle(partition, pipeline, input, origin);
+        let decision = self.engine.handle(partition, pipeline, input, origin)?;
         keep_events(decision, &mut self.counts, &mut self.triggers, out);
+        Ok(())
     }
 
     /// A pipeline's state as the replay left it.

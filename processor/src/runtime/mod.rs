@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod observability;
 pub mod opening;
+pub mod outputs;
 pub mod processor;
 pub mod recent;
 pub mod store;

@@ -40,28 +40,28 @@ use tracing::{debug, error, info, warn};
 use super::api::{self, Query};
 use super::changelog;
 use super::clock::{wake_in, Clock, Monotonic};
-use super::codec::{Codec, Family};
+use super::codec::Codec;
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
 use super::forwarding::{copy_headers, copy_mark, Ends, Misrouted, Warned};
 use super::input::{origin_of, read_input};
 use super::kafka::{self, Connection, RenewableProducer};
 use super::opening::{Opened, Openings};
+use super::outputs::{Before, Encoded, Encoder, Output};
 use super::recent::{RecentEvents, TailReader};
 use super::store::{self, PartitionStore, StoreBatch};
 use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::{InputTopic, Topics};
 use crate::core::admission::{self, Admission};
+use crate::core::apply::{self, Unfit};
 use crate::core::batch::{Action, Flush, Marker};
 use crate::core::changelog::{Checked, Entry, Lineage, Writer};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
 use crate::core::handover::{Journaled, Reported, Settled, Step};
-use crate::core::lifecycle::{
-    decide, Context, Decision, Effect, Input, Outbound, OutboundTopic, Settings as DeciderSettings, StateChange,
-};
+use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
 use crate::core::partitioning::partition_for;
 use crate::core::records::{rejected_pipeline, Rejection};
 use crate::core::timers::{timer_origin, TimerIndex};
@@ -180,25 +180,6 @@ impl ConsumerContext for RebalanceContext {
             Rebalance::Error(e) => warn!(error = %e, "rebalance error"),
             Rebalance::Revoke(_) => {}
         }
-    }
-}
-
-/// A record to produce: an event, a dead letter, an outbound input or a changelog record.
-struct Output {
-    topic: String,
-    /// Set for changelog records, which follow the store's partition, not the key's hash.
-    partition: Option<i32>,
-    key: Option<Vec<u8>>,
-    value: Option<Vec<u8>>,
-    headers: Vec<(String, Vec<u8>)>,
-}
-
-impl Output {
-    /// Its size as the producer counts it against `message.max.bytes`: key, value and the
-    /// headers with their framing (a few bytes each, over-counted here).
-    fn size(&self) -> usize {
-        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + headers
     }
 }
 
@@ -337,14 +318,6 @@ fn batch_producer(settings: &Settings, telemetry: &Arc<Telemetry>) -> Result<Ren
             Ok(RenewableProducer::fixed(producer))
         }
     }
-}
-
-/// A pipeline's state before a decision, and whether the store holds it in parts (see
-/// [`store::parts`]): a write then puts only the parts the decision changed.
-#[derive(Clone, Copy)]
-struct Before<'s> {
-    state: &'s PipelineState,
-    in_parts: bool,
 }
 
 /// API questions answered in a row before input and due timers get their turn: a flood of
@@ -1214,42 +1187,36 @@ impl Processor {
             state: &state,
             in_parts,
         };
-        let Err(reason) = self.apply(
-            pending,
-            p,
-            pipeline,
-            before,
-            decide(&state, pipeline, input, ctx),
-            source,
-        )?
-        else {
-            return Ok(());
+        let source_name = || {
+            source.map_or_else(
+                || origin.to_string(),
+                |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
+            )
         };
-        let what = source.map_or_else(
-            || origin.to_string(),
-            |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
-        );
-        let rejected = Input::Rejected {
-            source: what,
-            reason,
-            kind: Rejection::TooLarge,
-        };
-        match self.apply(
-            pending,
-            p,
-            pipeline,
-            before,
-            decide(&state, pipeline, &rejected, ctx),
-            source,
-        )? {
-            Ok(()) => Ok(()),
-            Err(reason) => bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}"),
+        let encoder = self.encoder();
+        let fit = |decision: &Decision| encoder.encode(pipeline, before, decision);
+        match apply::decide_within(&state, pipeline, input, ctx, source_name, fit) {
+            Ok((decision, encoded)) => self.apply(pending, p, pipeline, before, decision, encoded, source),
+            Err(Unfit::Failed(e)) => Err(e),
+            Err(Unfit::EvenItsRejection { reason }) => {
+                bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}")
+            }
         }
     }
 
-    /// Adds one decision to the batch, in the order its parts are written: events and dead
-    /// letter, state, timers, outbound records, effects. When a record of its state is over
-    /// `--max-state-bytes`, nothing is added (`Err` with the reason).
+    /// How this processor encodes decisions' records.
+    fn encoder(&self) -> Encoder<'_> {
+        Encoder {
+            codec: &self.settings.codec,
+            topics: &self.settings.topics,
+            limits: self.settings.decider.limits,
+        }
+    }
+
+    /// Adds one decision that fits (see [`apply::decide_within`]) to the batch, in the order
+    /// its parts are written: events and dead letter, state, timers, outbound records,
+    /// effects.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
         pending: &mut Pending,
@@ -1257,39 +1224,15 @@ impl Processor {
         pipeline: &str,
         before: Before<'_>,
         decision: Decision,
+        encoded: Encoded,
         source: Option<&OwnedMessage>,
-    ) -> Result<Result<(), String>> {
+    ) -> Result<()> {
         let limits = self.settings.decider.limits;
-        let writes = match &decision.state {
-            StateChange::Put(state) => {
-                let stored = before.in_parts.then_some(before.state);
-                let writes = store::parts::writes(pipeline, stored, state)?;
-                // Each write is one changelog record: its key counts as much as its value.
-                let largest = writes
-                    .iter()
-                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                    .max();
-                if let Err(reason) = limits.check_state(largest.unwrap_or(0)) {
-                    warn!(pipeline, "{reason}");
-                    return Ok(Err(reason));
-                }
-                writes
-            }
-            _ => Vec::new(),
-        };
-        // Every record the decision publishes is sized before anything of it is applied: one
-        // the broker would refuse is never produced, nor dropped from a batch that counts as
-        // done; the input is rejected instead.
-        let events = self.event_outputs(pipeline, &decision.events)?;
-        let records = self.outbound_outputs(&decision.records)?;
-        for (what, output) in
-            (events.iter().map(|o| ("an event", o))).chain(records.iter().map(|o| ("a record to Sluice's inputs", o)))
-        {
-            if let Err(reason) = limits.check_message(what, output.size()) {
-                warn!(pipeline, "{reason}");
-                return Ok(Err(reason));
-            }
-        }
+        let Encoded {
+            writes,
+            events,
+            records,
+        } = encoded;
         // Every line logged while applying carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
         let _span = tracing::info_span!("pipeline", pipeline).entered();
@@ -1324,7 +1267,7 @@ impl Processor {
             }
             pending.effects.push((p, effect));
         }
-        Ok(Ok(()))
+        Ok(())
     }
 
     fn log_events(&self, events: &[Event]) {
@@ -1338,27 +1281,6 @@ impl Processor {
                 event.message
             );
         }
-    }
-
-    /// The events as records of the events topic.
-    fn event_outputs(&self, pipeline: &str, events: &[Event]) -> Result<Vec<Output>> {
-        let topic = &self.settings.topics.events;
-        events
-            .iter()
-            .map(|event| {
-                let value = self
-                    .settings
-                    .codec
-                    .encode(Family::Events, topic, &serde_json::to_value(event)?)?;
-                Ok(Output {
-                    topic: topic.clone(),
-                    partition: None,
-                    key: Some(pipeline.as_bytes().to_vec()),
-                    value: Some(value),
-                    headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
-                })
-            })
-            .collect()
     }
 
     /// Adds a state change to the partition's store batch (`encoded`: the put state's bytes).
@@ -1404,27 +1326,6 @@ impl Processor {
             Some(staged) => Arc::ptr_eq(staged, config),
             None => self.stores[&p].holds_config(pipeline, config),
         }
-    }
-
-    /// The records the decider publishes to Sluice's own inputs (dependency sensors,
-    /// subscriptions), as records to produce.
-    fn outbound_outputs(&self, records: &[Outbound]) -> Result<Vec<Output>> {
-        records
-            .iter()
-            .map(|record| {
-                let (family, topic) = match record.topic {
-                    OutboundTopic::Sensors => (Family::Sensors, &self.settings.topics.sensors),
-                    OutboundTopic::Commands => (Family::Commands, &self.settings.topics.commands),
-                };
-                Ok(Output {
-                    topic: topic.clone(),
-                    partition: None,
-                    key: Some(record.key.as_bytes().to_vec()),
-                    value: Some(self.settings.codec.encode(family, topic, &record.value)?),
-                    headers: Vec::new(),
-                })
-            })
-            .collect()
     }
 
     /// Tells the read models (and the stores' caches of decoded states) what a durable batch

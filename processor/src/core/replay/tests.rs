@@ -54,13 +54,84 @@ fn report(attempt: u32, status: JobStatus, at: DateTime<Utc>) -> Input {
 /// Feeds `records` (event time in minutes, input) in order, then lets event time run to
 /// `end`; returns the events and the replay.
 fn replay(records: &[(i64, Input)], end: DateTime<Utc>) -> (Vec<Event>, Replay) {
-    let mut replay = Replay::new(Settings::default(), t(0));
+    replay_within(records, end, None).unwrap()
+}
+
+/// As [`replay`], with decisions measured by `fit`.
+fn replay_within(
+    records: &[(i64, Input)],
+    end: DateTime<Utc>,
+    fit: Option<Fit>,
+) -> Result<(Vec<Event>, Replay), Unapplied> {
+    let mut replay = Replay::new(Settings::default(), t(0), fit);
     let mut out = Vec::new();
     for (i, (minute, input)) in records.iter().enumerate() {
-        replay.input(t(*minute), 0, "gold", input, &format!("sensors/0@{i}"), &mut out);
+        replay.input(t(*minute), 0, "gold", input, &format!("sensors/0@{i}"), &mut out)?;
     }
-    replay.advance(end, &mut out);
-    (out, replay)
+    replay.advance(end, &mut out)?;
+    Ok((out, replay))
+}
+
+/// A measure that finds any decision with a `kind` event over the limit.
+fn refusing(kind: EventType) -> Fit {
+    Box::new(move |_, _, decision| {
+        Ok(match decision.events.iter().any(|e| e.kind == kind) {
+            true => Err(format!(
+                "an event of 2000000 bytes ({}) is over --max-message-bytes",
+                kind.name()
+            )),
+            false => Ok(()),
+        })
+    })
+}
+
+#[test]
+fn an_input_whose_decision_is_over_a_limit_is_rejected_as_the_live_processor_rejects_it() {
+    let records = evaluated(5000);
+    let (plain, replayed) = replay(&records, t(3));
+    assert_eq!(types(&plain), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
+    assert_eq!(replayed.unanswered_triggers().len(), 1);
+    let (out, replay) = replay_within(&records, t(3), Some(refusing(VALIDATION_PASSED))).unwrap();
+    assert_eq!(types(&out), [CONFIG_ACCEPTED, INPUT_REJECTED]);
+    let rejected: Vec<&Event> = out.iter().filter(|e| e.kind == EventType::INPUT_REJECTED).collect();
+    assert_eq!(rejected.len(), 1, "{:?}", types(&out));
+    assert!(rejected[0].message.contains("sensors/0@2") && rejected[0].message.contains("--max-message-bytes"));
+    assert!(replay.unanswered_triggers().is_empty(), "nothing was triggered");
+}
+
+#[test]
+fn an_input_not_even_its_rejection_fits_stops_the_replay_where_the_processor_stopped() {
+    let records = [(0, config()), (1, sensor("row-count", json!({"count": 5000})))];
+    // Every decision with an event is over the limit: the config's and its rejection's alike.
+    let fit: Fit = Box::new(|_, _, d| {
+        Ok(match d.events.is_empty() {
+            true => Ok(()),
+            false => Err("over --max-message-bytes".to_string()),
+        })
+    });
+    let err = replay_within(&records, t(2), Some(fit))
+        .err()
+        .expect("the replay stops");
+    assert_eq!(err.origin, "sensors/0@0");
+    assert!(err.reason.contains("even its rejection"), "{err}");
+    let broken: Fit = Box::new(|_, _, _| Err("the registry is unreachable".to_string()));
+    let err = replay_within(&records, t(2), Some(broken))
+        .err()
+        .expect("the replay stops");
+    assert!(
+        err.reason
+            .contains("could not be measured: the registry is unreachable"),
+        "{err}"
+    );
+}
+
+/// The config at 08:00, a row count of `count` at 08:01 and the upstream ready at 08:02.
+fn evaluated(count: u64) -> [(i64, Input); 3] {
+    [
+        (0, config()),
+        (1, sensor("row-count", json!({ "count": count }))),
+        (2, sensor("upstream", json!({"status": "ready"}))),
+    ]
 }
 
 fn types(events: &[Event]) -> Vec<EventType> {
@@ -69,11 +140,7 @@ fn types(events: &[Event]) -> Vec<EventType> {
 
 #[test]
 fn timers_fire_at_their_due_time_as_event_time_passes() {
-    let records = [
-        (0, config()),
-        (1, sensor("row-count", json!({"count": 10}))),
-        (2, sensor("upstream", json!({"status": "ready"}))),
-    ];
+    let records = evaluated(10);
     let (events, replay) = replay(&records, t(60));
     assert_eq!(types(&events), [CONFIG_ACCEPTED, VALIDATION_EXHAUSTED]);
     let exhausted = &events[1];

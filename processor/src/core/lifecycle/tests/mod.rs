@@ -99,7 +99,7 @@ impl Sim {
 
     /// Hands `input` to the decider now, under `origin`, with no timer fired first.
     pub(super) fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
-        let decision = self.engine.handle(PARTITION, pipeline, input, origin);
+        let decision = (self.engine.handle(PARTITION, pipeline, input, origin)).expect("no limit is measured here");
         self.keep(&decision);
         decision
     }
@@ -113,7 +113,7 @@ impl Sim {
     /// Moves the clock to `at`, firing every timer due on the way, in order.
     pub(super) fn advance_to(&mut self, at: DateTime<Utc>) {
         let mut fired = Vec::new();
-        self.engine.advance(at, |decision| fired.push(decision));
+        (self.engine.advance(at, |decision| fired.push(decision))).expect("no limit is measured here");
         for decision in &fired {
             self.keep(decision);
         }

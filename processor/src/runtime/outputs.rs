@@ -1,0 +1,232 @@
+//! What a decision produces, encoded for its topics and measured against the limits: its
+//! events, its records to Sluice's own inputs and its state's changelog writes. The live
+//! processor writes them; `sluice replay` measures them only, so that it rejects what the
+//! processor rejected (see [`crate::core::apply`]).
+
+use anyhow::Result;
+use tracing::warn;
+
+use super::codec::{Codec, Family};
+use super::store::{self, parts};
+use super::topics::Topics;
+use crate::core::events::Event;
+use crate::core::lifecycle::{Decision, Outbound, OutboundTopic, StateChange};
+use crate::core::limits::Limits;
+use crate::core::replay::Fit;
+use crate::core::PipelineState;
+
+/// A record to produce: an event, a dead letter, an outbound input or a changelog record.
+pub struct Output {
+    pub topic: String,
+    /// Set for changelog records, which follow the store's partition, not the key's hash.
+    pub partition: Option<i32>,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Output {
+    /// Its size as the producer counts it against `message.max.bytes`: key, value and the
+    /// headers with their framing (a few bytes each, over-counted here).
+    pub fn size(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + headers
+    }
+}
+
+/// A pipeline's state before a decision, as the store holds it.
+#[derive(Clone, Copy)]
+pub struct Before<'s> {
+    pub state: &'s PipelineState,
+    /// Stored in parts: a write then only updates the parts that changed (a state not
+    /// stored at all is written whole, its head too).
+    pub in_parts: bool,
+}
+
+/// A decision's records, encoded.
+pub struct Encoded {
+    /// The state's writes, each one changelog record.
+    pub writes: Vec<store::Write>,
+    pub events: Vec<Output>,
+    pub records: Vec<Output>,
+}
+
+/// Encodes decisions' records for their topics.
+#[derive(Clone, Copy)]
+pub struct Encoder<'a> {
+    pub codec: &'a Codec,
+    pub topics: &'a Topics,
+    pub limits: Limits,
+}
+
+impl Encoder<'_> {
+    /// Encodes what `decision` would write for `pipeline`; `Ok(Err(reason))` when a record
+    /// of it is over a limit (`--max-state-bytes`, `--max-message-bytes`), measured before
+    /// anything of it is applied.
+    pub fn encode(&self, pipeline: &str, before: Before<'_>, decision: &Decision) -> Result<Result<Encoded, String>> {
+        let writes = match &decision.state {
+            StateChange::Put(state) => {
+                let stored = before.in_parts.then_some(before.state);
+                let writes = parts::writes(pipeline, stored, state)?;
+                // Each write is one changelog record: its key counts as much as its value.
+                let largest = writes
+                    .iter()
+                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                    .max();
+                if let Err(reason) = self.limits.check_state(largest.unwrap_or(0)) {
+                    warn!(pipeline, "{reason}");
+                    return Ok(Err(reason));
+                }
+                writes
+            }
+            _ => Vec::new(),
+        };
+        let events = self.events(pipeline, &decision.events)?;
+        let records = self.records(&decision.records)?;
+        for (what, output) in
+            (events.iter().map(|o| ("an event", o))).chain(records.iter().map(|o| ("a record to Sluice's inputs", o)))
+        {
+            if let Err(reason) = self.limits.check_message(what, output.size()) {
+                warn!(pipeline, "{reason}");
+                return Ok(Err(reason));
+            }
+        }
+        Ok(Ok(Encoded {
+            writes,
+            events,
+            records,
+        }))
+    }
+
+    /// The events as records of the events topic.
+    pub fn events(&self, pipeline: &str, events: &[Event]) -> Result<Vec<Output>> {
+        let topic = &self.topics.events;
+        events
+            .iter()
+            .map(|event| {
+                let value = self
+                    .codec
+                    .encode(Family::Events, topic, &serde_json::to_value(event)?)?;
+                Ok(Output {
+                    topic: topic.clone(),
+                    partition: None,
+                    key: Some(pipeline.as_bytes().to_vec()),
+                    value: Some(value),
+                    headers: vec![("type".into(), event.kind.name().as_bytes().to_vec())],
+                })
+            })
+            .collect()
+    }
+
+    /// Records the decider publishes to Sluice's own inputs (dependency sensors,
+    /// subscriptions), encoded for their topics.
+    pub fn records(&self, records: &[Outbound]) -> Result<Vec<Output>> {
+        records
+            .iter()
+            .map(|record| {
+                let (family, topic) = match record.topic {
+                    OutboundTopic::Sensors => (Family::Sensors, &self.topics.sensors),
+                    OutboundTopic::Commands => (Family::Commands, &self.topics.commands),
+                };
+                Ok(Output {
+                    topic: topic.clone(),
+                    partition: None,
+                    key: Some(record.key.as_bytes().to_vec()),
+                    value: Some(self.codec.encode(family, topic, &record.value)?),
+                    headers: Vec::new(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The live processor's measure of decisions, for a replay ([`Fit`]): a pipeline already
+/// stored is taken as stored in parts, as the processor stores it.
+pub fn replay_fit(codec: &Codec, topics: &Topics, limits: Limits) -> Fit {
+    let (codec, topics) = (codec.clone(), topics.clone());
+    Box::new(move |pipeline, stored, decision| {
+        let encoder = Encoder {
+            codec: &codec,
+            topics: &topics,
+            limits,
+        };
+        let empty = PipelineState::default();
+        let before = Before {
+            state: stored.unwrap_or(&empty),
+            in_parts: stored.is_some(),
+        };
+        match encoder.encode(pipeline, before, decision) {
+            Ok(fits) => Ok(fits.map(drop)),
+            Err(e) => Err(format!("{e:#}")),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+
+    use super::*;
+    use crate::core::lifecycle::tests::pipeline;
+    use crate::core::lifecycle::{decide, Context, Input, Settings};
+    use crate::core::records::ConfigRecord;
+
+    /// A pipeline's config accepted: a state to write and a CONFIG_ACCEPTED event.
+    fn accepted() -> Decision {
+        let input = Input::ConfigPublished(ConfigRecord::Put {
+            pipeline_id: "gold".into(),
+            config: pipeline(1),
+        });
+        let ctx = Context {
+            now: DateTime::parse_from_rfc3339("2026-11-26T10:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            origin: "config/0@0",
+            settings: Settings::default(),
+        };
+        decide(&PipelineState::default(), "gold", &input, ctx)
+    }
+
+    fn measured(limits: Limits) -> Result<(), String> {
+        let mut fit = replay_fit(&Codec::json(), &Topics::new("sluice."), limits);
+        fit("gold", None, &accepted()).expect("the JSON codec encodes")
+    }
+
+    #[test]
+    fn replay_measures_events_and_state_as_the_processor_does() {
+        assert_eq!(measured(Limits::default()), Ok(()));
+        let events = measured(Limits {
+            message_bytes: 200,
+            ..Limits::default()
+        })
+        .unwrap_err();
+        assert!(
+            events.starts_with("an event of") && events.contains("--max-message-bytes"),
+            "{events}"
+        );
+        let state = measured(Limits {
+            state_bytes: 10,
+            ..Limits::default()
+        })
+        .unwrap_err();
+        assert!(state.contains("--max-state-bytes"), "{state}");
+
+        // The processor's own measure is the same encoder's.
+        let encoder = Encoder {
+            codec: &Codec::json(),
+            topics: &Topics::new("sluice."),
+            limits: Limits::default(),
+        };
+        let before = Before {
+            state: &PipelineState::default(),
+            in_parts: false,
+        };
+        let encoded = encoder.encode("gold", before, &accepted()).unwrap().unwrap();
+        assert_eq!(encoded.events.len(), 1);
+        assert_eq!(
+            encoded.events[0].headers,
+            [("type".to_string(), b"CONFIG_ACCEPTED".to_vec())]
+        );
+        assert!(!encoded.writes.is_empty());
+    }
+}
