@@ -148,16 +148,18 @@ fn reader(kafka: &Connection) -> Result<kafka::Reader> {
     Ok(kafka::Reader::new(consumer, kafka.quirks()))
 }
 
-/// The records of changelog partition `partition` from offset `from` to its end now.
-pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) -> Result<Vec<Entry>> {
+/// The records of changelog partition `partition` from offset `from` to its end now, and
+/// that end.
+pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) -> Result<(Vec<Entry>, i64)> {
     let reader = reader(kafka)?;
     let (_, end) = reader
         .range(topic, partition)
         .context("reading the changelog partition's end")?;
-    match from < end {
-        true => read_ranges_on(&reader, topic, partition, std::slice::from_ref(&(from..end))),
-        false => Ok(Vec::new()),
-    }
+    let entries = match from < end {
+        true => read_ranges_on(&reader, topic, partition, std::slice::from_ref(&(from..end)))?,
+        false => Vec::new(),
+    };
+    Ok((entries, end))
 }
 
 /// The records of changelog partition `partition` in `ranges`, as the restore rules see
@@ -273,6 +275,12 @@ pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 /// zombie's) must not compact away the value it shadows before an owner writes that key
 /// again; owners do so as soon as they see it (see `Processor::repair_now`).
 pub const SHADOWED_KEPT: chrono::Duration = chrono::Duration::days(1);
+
+/// How often an owner reads what others wrote to its changelog partitions since its own last
+/// record (see `Writer::watched`): an owner that writes nothing for a day still repairs a
+/// zombie's write well within [`SHADOWED_KEPT`].
+pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+const _: () = assert!(WATCH_EVERY.as_secs() * 4 < SHADOWED_KEPT.num_seconds() as u64);
 
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records

@@ -284,16 +284,20 @@ impl Opening {
         };
         let fenced = writer.check(&entries) == Checked::Fenced;
         writer.repair(std::mem::take(&mut restored.stale));
+        // What an earlier opening or batch of this store found to repair and had not written
+        // before it lost the partition: the restore, from the checkpoint on, cannot see it.
+        writer.repair(store.repairs()?);
         let mut start = StoreBatch::default();
-        start.set_lineage(writer.lineage());
         // Timer keys of an earlier version: deleted here, and on the changelog by this
         // owner's first batch (a repair writes what the store holds for them: nothing).
         let legacy = store.legacy_timer_keys()?;
         for key in &legacy {
             start.delete_key(key);
         }
-        store.write(start)?;
         writer.repair(legacy);
+        start.set_lineage(writer.lineage());
+        start.set_repairs(writer.pending_repairs());
+        store.write(start)?;
         let journaled = store.effects()?;
         let timers = store.timers()?;
         Ok(Opened {

@@ -457,6 +457,13 @@ impl Processor {
         // second too, and polled first) would win every turn.
         let mut resume = tokio::time::interval(Duration::from_secs(1));
         resume.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // What others wrote to the changelog since this owner's last record: a batch reads it
+        // when it writes, an idle owner here (see changelog::WATCH_EVERY).
+        let mut watch = tokio::time::interval_at(
+            tokio::time::Instant::now() + changelog::WATCH_EVERY,
+            changelog::WATCH_EVERY,
+        );
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.telemetry.turned();
             let next_due = self.timers.next_due();
@@ -533,6 +540,7 @@ impl Processor {
                         self.telemetry.broker_ok_since(mark);
                     }
                 }
+                _ = watch.tick(), if !self.writers.is_empty() => self.watch_changelogs().await?,
                 () = std::future::ready(()), if self.answered >= QUERY_SHARE => self.answered = 0,
                 _ = heartbeat.tick() => {
                     for (p, store) in &self.stores {
@@ -786,10 +794,41 @@ impl Processor {
         self.resume_triggers().await
     }
 
+    /// Reads what others wrote to each owned changelog partition since this owner's last
+    /// record (see [`Writer::watched`]): their keys are written again at once, and a newer
+    /// owner's fence gives the partition up. A partition whose changelog cannot be read now
+    /// is read at the next turn.
+    async fn watch_changelogs(&mut self) -> Result<()> {
+        let topic = &self.settings.topics.changelog;
+        for (p, writer) in &mut self.writers {
+            let from = writer.next_offset();
+            let read = tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, *p, from));
+            let (others, end) = match read {
+                Ok(read) => read,
+                Err(e) => {
+                    warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to look for other writers; trying again later");
+                    continue;
+                }
+            };
+            match writer.watched(&others, end) {
+                Checked::Owner { stale: 0 } => {}
+                Checked::Owner { stale } => {
+                    warn!(partition = p, keys = stale, "another writer (a zombie, or a crashed batch) wrote to this partition's changelog since this owner's last write: those keys are written again")
+                }
+                Checked::Fenced => {
+                    let p = *p;
+                    self.abandon(p)?;
+                    return Err(Zombie(vec![p]).into());
+                }
+            }
+        }
+        self.repair_now().await
+    }
+
     /// Writes the keys a restore named stale, or another writer wrote over, at once (a batch
     /// of repairs alone) rather than with the next input: until then compaction could remove
     /// the value such a write shadows (the changelog keeps records for `min.compaction.lag.ms`
-    /// only). Found by the simulator (`sim`, seeds 19 and 28).
+    /// only). Found by the simulator (`sim`).
     async fn repair_now(&mut self) -> Result<()> {
         if self.writers.values().any(Writer::has_repairs) {
             self.flush(Pending::default()).await?;
@@ -1494,6 +1533,10 @@ impl Processor {
             if let Some((checkpoint, this)) = counted.get(&p) {
                 batch.set_checkpoint(*checkpoint, self.settings.clock.now());
                 batch.set_lineage(*this);
+                // Found by this batch (others' records between its own), written by the next:
+                // kept with the checkpoint that moves past those records.
+                let pending = self.writers.get(&p).map(Writer::pending_repairs);
+                batch.set_repairs(pending.unwrap_or_default());
             }
             if batch.is_empty() {
                 continue;
@@ -1682,7 +1725,7 @@ fn fenced_since_last_write(writers: &BTreeMap<i32, Writer>, settings: &Settings,
     let topic = &settings.topics.changelog;
     let from = writer.next_offset();
     match tokio::task::block_in_place(|| changelog::read_since(&settings.kafka, topic, p, from)) {
-        Ok(entries) => Some(writer.fenced_by(&entries)),
+        Ok((entries, _)) => Some(writer.fenced_by(&entries)),
         Err(e) => {
             warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
             None

@@ -19,7 +19,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::admission::{self, Admission};
 use crate::core::batch::{Action, Flush};
-use crate::core::changelog::{Entry, Lineage, Restore, Writer};
+use crate::core::changelog::{Checked, Entry, Lineage, Restore, Writer};
 use crate::core::config::{JobConfig, JobKind};
 use crate::core::handover::{Journaled, Reported, Settled, Step};
 use crate::core::lifecycle::{Effect, TriggerRequest};
@@ -38,8 +38,17 @@ pub struct Historic {
     pub stale_watermark: bool,
     /// The changelog compacts records however young: a write that does not count (a crashed batch's, a
     /// zombie's) could compact away the value it shadows before anyone repaired it. Found by
-    /// this simulator (seeds 19 and 28).
+    /// this simulator.
     pub compaction_without_lag: bool,
+    /// An owner that writes nothing never reads what others wrote to its changelog since its
+    /// last record, so a zombie's write after it is repaired only at its next write, which
+    /// may come after compaction kept that write as its key's last (the README called it
+    /// open; this simulator shows it).
+    pub unwatched_idle_owner: bool,
+    /// The keys an opening or a batch found to repair live in memory only, so a reopening
+    /// that reuses the store (its checkpoint past the records that made them stale) forgets
+    /// them. Found by this simulator (seed 10507).
+    pub repairs_forgotten_on_reopening: bool,
 }
 
 /// What a run breaks; empty when the runtime's rules hold.
@@ -79,6 +88,27 @@ pub struct Report {
     pub trace: Vec<String>,
 }
 
+impl Report {
+    /// Adds `other`'s counts to these (its violations and trace are the caller's).
+    pub fn add(&mut self, other: &Report) {
+        self.steps += other.steps;
+        self.calls += other.calls;
+        self.repeated_after_a_cut += other.repeated_after_a_cut;
+        self.takeovers += other.takeovers;
+        for (fault, n) in &other.faults {
+            *self.faults.entry(fault).or_default() += n;
+        }
+    }
+
+    /// The counts in one line.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} steps, {} take-overs, {} calls ({} repeated after a cut), faults {:?}",
+            self.steps, self.takeovers, self.calls, self.repeated_after_a_cut, self.faults
+        )
+    }
+}
+
 const INSTANCES: usize = 3;
 const INPUTS: usize = 40;
 const PIPELINES: u8 = 4;
@@ -93,6 +123,12 @@ const FAULT_STEPS: u64 = 400;
 /// The changelog's `min.compaction.lag.ms`, in simulated time (a day in production).
 const COMPACTION_LAG: TimeDelta = TimeDelta::minutes(10);
 const SETTLE_STEPS: u64 = 2_000;
+/// Steps between two inputs' arrival: they keep coming through the faults, so that an owner
+/// is often idle between them while a zombie writes.
+const ARRIVAL_STEPS: u64 = FAULT_STEPS / INPUTS as u64;
+/// How often an owner reads what others wrote to its changelog since its last record (a
+/// quarter of an hour in production, against a day of compaction lag).
+const WATCH_STEPS: u64 = 60;
 
 /// One input record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +211,8 @@ struct Disk {
     store: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Where its changelog checkpoint stands, and the lineage there.
     checkpoint: Option<(i64, Lineage)>,
+    /// Keys still to write again, kept with the checkpoint.
+    repairs: Vec<Vec<u8>>,
 }
 
 /// A batch on its way out.
@@ -327,16 +365,7 @@ fn simulate(seed: u64, historic: Historic, traced: bool) -> Report {
         w.tick();
     }
     w.settle();
-    // Two ordinary records more: the owner writes what it must repair (see the changelog's
-    // properties), and every key's last record is its own.
-    for _ in 0..2 {
-        w.inputs.push(Input {
-            pipeline: 0,
-            value: 0,
-            trigger: false,
-        });
-    }
-    w.settle();
+    w.quiet();
     w.check();
     w.report
 }
@@ -513,6 +542,10 @@ impl World {
             Opening::New => self.fence_and_restore(i),
             Opening::Restored { fence } => self.accept(i, fence),
             Opening::Open => {
+                self.watch_changelog(i);
+                if self.instances[i].memory.is_none() {
+                    return; // it found a newer fence and stopped
+                }
                 self.resume_triggers(i);
                 self.start_batch(i);
             }
@@ -679,8 +712,13 @@ impl World {
         let keys = store.len();
         let full = self.instances[i].disk.checkpoint.is_none();
         self.trace(|| format!("{i} fenced at {fence}, restored {keys} keys (from scratch: {full})"));
+        let mut stale = restore.stale_keys();
+        // A reused store's repairs found before and not written yet.
+        if !full && !self.historic.repairs_forgotten_on_reopening {
+            stale.extend(self.instances[i].disk.repairs.iter().cloned());
+        }
         let m = self.instances[i].memory.as_mut().unwrap();
-        m.restored = Some((store, restore.lineage(), restore.stale_keys()));
+        m.restored = Some((store, restore.lineage(), stale));
         m.opening = Opening::Restored { fence };
     }
 
@@ -721,6 +759,7 @@ impl World {
         inst.disk = Disk {
             store,
             checkpoint: Some((accepted, writer.lineage())),
+            repairs: writer.pending_repairs(),
         };
         let m = inst.memory.as_mut().unwrap();
         m.writer = Some(writer);
@@ -728,6 +767,45 @@ impl World {
         m.journaled.found(0, found, jobs_end, now);
         m.reports_read = 0;
         m.opening = Opening::Open;
+    }
+
+    /// Every [`WATCH_STEPS`], what others wrote to the changelog since the owner's last
+    /// record, as the processor's idle watch reads it: their keys are repaired by the next
+    /// batch (one of repairs alone), a newer fence stops the process.
+    fn watch_changelog(&mut self, i: usize) {
+        if self.historic.unwatched_idle_owner || !self.step.is_multiple_of(WATCH_STEPS) {
+            return;
+        }
+        let end = self.changelog_next;
+        let Some(from) = (self.instances[i].memory.as_ref())
+            .and_then(|m| m.writer.as_ref())
+            .map(Writer::next_offset)
+        else {
+            return;
+        };
+        let others = self.entries(from, end);
+        let writer = self.instances[i].memory.as_mut().and_then(|m| m.writer.as_mut());
+        match writer.expect("read above").watched(&others, end) {
+            Checked::Fenced => {
+                self.trace(|| format!("{i} watching its changelog found a newer fence: stops"));
+                self.crash(i);
+            }
+            Checked::Owner { stale: 0 } => {}
+            Checked::Owner { stale } => {
+                self.trace(|| format!("{i} watching its changelog found {stale} keys to repair"))
+            }
+        }
+    }
+
+    /// No input and no fault for a while: the owner, idle, watches its changelog; then the
+    /// compaction lag passes, so that compaction may remove any record a later one of its key
+    /// shadows.
+    fn quiet(&mut self) {
+        for _ in 0..3 * WATCH_STEPS {
+            self.tick();
+        }
+        self.now += COMPACTION_LAG + STEP;
+        self.trace(|| "quiet: the compaction lag passes".to_string());
     }
 
     /// Journaled triggers of earlier owners, driven as the processor drives them: reports
@@ -785,7 +863,7 @@ impl World {
     /// Fetches up to three records and decides them: the batch is then written out one
     /// [`Flush`] step per tick.
     fn start_batch(&mut self, i: usize) {
-        let end = self.inputs.len() as i64;
+        let end = self.arrived();
         let stale_watermark = self.historic.stale_watermark;
         let now = self.now;
         let reports_seen = self.jobs.len();
@@ -963,6 +1041,7 @@ impl World {
                 }
                 if let Some((at, lineage)) = counted.get(&0) {
                     inst.disk.checkpoint = Some((*at, *lineage));
+                    inst.disk.repairs = m.writer.as_ref().map(Writer::pending_repairs).unwrap_or_default();
                 }
                 self.with_flush(i, |flush, writers| flush.on_stored(lost, writers));
             }
@@ -1035,6 +1114,12 @@ impl World {
             self.committed,
             self.inputs.len()
         )));
+    }
+
+    /// How many inputs have arrived by now.
+    fn arrived(&self) -> i64 {
+        let arrived = usize::try_from(self.step / ARRIVAL_STEPS + 1).unwrap_or(usize::MAX);
+        arrived.min(self.inputs.len()) as i64
     }
 
     /// The invariants, after the run.

@@ -112,6 +112,18 @@ impl Writer {
         Checked::Owner { stale: found }
     }
 
+    /// Takes what others wrote since its last record (from [`Writer::next_offset`] up to
+    /// `end`, the partition's end when read), read while none of its own is in flight: an
+    /// owner that writes nothing for a while still learns of a zombie's write before
+    /// compaction may keep that write as its key's last record (the changelog keeps records
+    /// for `min.compaction.lag.ms` only), and of a newer owner's fence.
+    pub fn watched(&mut self, others: &[Entry], end: i64) -> Checked {
+        let checked = self.check(others);
+        // Read: its next batch need not read them again.
+        self.next = self.next.max(end);
+        checked
+    }
+
     /// Whether `entries` hold a newer owner's fence. Asked before anything is started outside
     /// a batch (a journaled trigger), of what was written since [`Writer::next_offset`].
     pub fn fenced_by(&self, entries: &[Entry]) -> bool {
@@ -124,6 +136,13 @@ impl Writer {
     /// version's layout).
     pub fn repair(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) {
         self.repairs.extend(keys);
+    }
+
+    /// The keys waiting to be written again, left where they are: kept with the store's
+    /// checkpoint, since a checkpoint past the records that made them stale would otherwise
+    /// let a reopening forget them.
+    pub fn pending_repairs(&self) -> Vec<Vec<u8>> {
+        self.repairs.iter().cloned().collect()
     }
 
     /// Whether keys wait to be written again: the runtime writes them at once rather than
@@ -223,6 +242,26 @@ mod tests {
         let repairs: Vec<Vec<u8>> = w.take_repairs().into_iter().collect();
         assert_eq!(repairs, vec![b"legacy".to_vec(), b"zombie".to_vec()]);
         assert!(w.take_repairs().is_empty(), "repaired once");
+    }
+
+    #[test]
+    fn an_idle_owner_watching_its_changelog_repairs_a_zombies_write_and_reads_it_once() {
+        let mut w = Writer::fenced_at(9);
+        assert_eq!(w.landed(&[10, 11]), vec![]);
+        // Idle since: a zombie wrote at 12 and 13.
+        let read = [write("zombie", 4), Entry::Marker { epoch: 4, seq: 2 }];
+        assert_eq!(w.watched(&read, 14), Checked::Owner { stale: 1 });
+        assert!(w.has_repairs(), "written again at once");
+        assert_eq!(w.next_offset(), 14);
+        // Its next batch lands after them: nothing between to read again.
+        assert_eq!(w.landed(&[14, 15]), vec![]);
+        // Nothing new: nothing to do.
+        w.take_repairs();
+        assert_eq!(w.watched(&[], 16), Checked::Owner { stale: 0 });
+        assert!(!w.has_repairs());
+        // A newer owner's fence takes the partition away.
+        let newer = Entry::Fence { epoch: epoch_at(16) };
+        assert_eq!(w.watched(&[newer], 17), Checked::Fenced);
     }
 
     #[test]

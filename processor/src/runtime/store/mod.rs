@@ -7,8 +7,9 @@
 //! inline and still read); `e/<run id>` → a trigger requested and not yet reported on (JSON); `o/<topic>` → highest
 //! applied offset. Every write to these keys is mirrored, key and value as they are, to the
 //! changelog topic, followed by a batch end marker (see [`super::changelog`]); `c/` holds the
-//! changelog offset the store is current with (the checkpoint) and `c/lineage` the epoch and
-//! batch it last wrote or restored: the two keys that are not mirrored.
+//! changelog offset the store is current with (the checkpoint), `c/lineage` the epoch and
+//! batch it last wrote or restored and `c/repairs` the keys still to write again: the keys
+//! that are not mirrored.
 //!
 //! Timers have no keys of their own: they are parts of their pipeline's state, and the
 //! timer index is rebuilt from those parts when a partition opens ([`PartitionStore::timers`]).
@@ -105,6 +106,10 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 const CHECKPOINT_KEY: &[u8] = b"c/";
 const LINEAGE_KEY: &[u8] = b"c/lineage";
+/// Keys whose last changelog record is another writer's, found and not yet written again
+/// when the checkpoint moved past that record (see `Writer::pending_repairs`): a reopening
+/// that reuses the store would not read that record again, so it must not forget them.
+const REPAIRS_KEY: &[u8] = b"c/repairs";
 /// When the checkpoint was last written (Unix milliseconds, wall clock): a store away from
 /// its changelog longer than the changelog keeps tombstones cannot be brought up to date.
 const CHECKPOINTED_AT_KEY: &[u8] = b"c/at";
@@ -277,6 +282,8 @@ pub struct StoreBatch {
     checkpoint: Option<(i64, DateTime<Utc>)>,
     /// The epoch and batch the store holds once this batch is written.
     lineage: Option<Lineage>,
+    /// The keys still to write again once this batch is written (see [`REPAIRS_KEY`]).
+    repairs: Option<Vec<Vec<u8>>>,
 }
 
 impl StoreBatch {
@@ -355,13 +362,18 @@ impl StoreBatch {
         self.lineage = Some(lineage);
     }
 
+    /// The keys still to write again, with the checkpoint this batch sets.
+    pub fn set_repairs(&mut self, keys: Vec<Vec<u8>>) {
+        self.repairs = Some(keys);
+    }
+
     /// The writes to mirror to the changelog.
     pub fn changes(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
         &self.ops
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.checkpoint.is_none() && self.lineage.is_none()
+        self.ops.is_empty() && self.checkpoint.is_none() && self.lineage.is_none() && self.repairs.is_none()
     }
 
     /// Applies a changelog record as it was written: the key and value of one store write.
@@ -611,7 +623,19 @@ impl PartitionStore {
         write.delete(CHECKPOINT_KEY);
         write.delete(CHECKPOINTED_AT_KEY);
         write.delete(LINEAGE_KEY);
+        write.delete(REPAIRS_KEY);
         (self.db.write(write)).map_err(StoreError::db("forgetting the changelog checkpoint", &self.path))
+    }
+
+    /// The keys an earlier opening or batch of this store found to write again and had not
+    /// written yet (see [`REPAIRS_KEY`]).
+    pub fn repairs(&self) -> Result<Vec<Vec<u8>>> {
+        match self.get("reading the keys to repair", REPAIRS_KEY)? {
+            None => Ok(Vec::new()),
+            Some(raw) => {
+                serde_json::from_slice(&raw).map_err(|e| StoreError::corrupt("the keys to repair", &self.path, e))
+            }
+        }
     }
 
     /// Every journaled trigger: run id and effect.
@@ -723,6 +747,14 @@ impl PartitionStore {
                 LINEAGE_KEY,
                 serde_json::to_vec(&lineage).map_err(StoreError::encode("the lineage"))?,
             );
+        }
+        match &batch.repairs {
+            None => {}
+            Some(keys) if keys.is_empty() => write.delete(REPAIRS_KEY),
+            Some(keys) => write.put(
+                REPAIRS_KEY,
+                serde_json::to_vec(keys).map_err(StoreError::encode("the keys to repair"))?,
+            ),
         }
         (self.db.write_opt(write, &options)).map_err(StoreError::db("writing a state batch", &self.path))?;
         // The watermark follows every write of its keys, a restored or reset one (which may
@@ -913,6 +945,34 @@ mod tests {
         batch.delete_pipeline("p1", &state);
         store.write(batch).unwrap();
         assert!(store.db.get(b"f/p1").unwrap().is_none());
+    }
+
+    /// Keys to repair live as long as the checkpoint they came with: a reopening reads them
+    /// back, a batch that wrote them clears them, and neither is mirrored to the changelog.
+    #[test]
+    fn keys_to_repair_are_kept_with_the_checkpoint_and_never_mirrored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        assert!(store.repairs().unwrap().is_empty());
+        let mut batch = StoreBatch::default();
+        batch.set_repairs(vec![b"s/p/h".to_vec(), vec![0xff, 0x00]]);
+        assert!(!batch.is_empty() && batch.changes().is_empty(), "not a changelog write");
+        store.write(batch).unwrap();
+        drop(store);
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        assert_eq!(store.repairs().unwrap(), vec![b"s/p/h".to_vec(), vec![0xff, 0x00]]);
+        let mut batch = StoreBatch::default();
+        batch.set_repairs(Vec::new());
+        store.write(batch).unwrap();
+        assert!(store.repairs().unwrap().is_empty(), "written again: cleared");
+        let mut batch = StoreBatch::default();
+        batch.set_repairs(vec![b"k".to_vec()]);
+        store.write(batch).unwrap();
+        store.disown().unwrap();
+        assert!(
+            store.repairs().unwrap().is_empty(),
+            "a disowned store is restored in full"
+        );
     }
 
     /// A restore or a reset writes applied offsets as changelog records: lowered or deleted,
