@@ -970,6 +970,48 @@ fn an_instance_that_finds_a_newer_fence_gives_the_partition_up_and_stops() {
     );
 }
 
+/// An owner that writes nothing still reads its changelog (`--changelog-watch`): a record
+/// another writer put there after the owner's last one (a zombie's write of a key the owner
+/// holds) is written over at once, so that compaction never keeps it as the key's last
+/// record; and a newer owner's fence makes the idle owner give the partition up and stop,
+/// with no input to set it off.
+#[test]
+fn an_idle_owner_writes_over_a_zombies_record_and_stops_at_a_newer_fence() {
+    let mut w = World::new("idle-watch");
+    let target = Target::fast();
+    w.config(&config("p000", &target.url));
+    let child = w.spawn(w.state.path(), &[STATIC, &["--changelog-watch", "1s"]].concat());
+    assert!(w.swap_processor(Some(child)).is_none());
+    w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
+    // A key the owner holds: the config topic's applied offset, on p000's partition.
+    let key = format!("o/{}", w.topic("config"));
+    let zombie = w.watermarks("changelog", p).1;
+    w.produce_to_partition("changelog", p, &key, &999i64.to_be_bytes());
+    wait_until(
+        "the zombie's record written over",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || occurrences(&w, "those keys are written again") >= 1 && w.watermarks("changelog", p).1 > zombie + 2,
+    );
+    // The record after the zombie's is the owner's write of the same key, then its marker.
+    let records = w.records("changelog", p, zombie);
+    let last = records.iter().rposition(|(k, _)| k.as_deref() == Some(key.as_bytes()));
+    assert!(
+        last.is_some_and(|at| at > 0),
+        "the owner wrote {key} after the zombie: {records:?}"
+    );
+    let (_, value) = &records[last.unwrap()];
+    assert_ne!(value.as_deref(), Some(&999i64.to_be_bytes()[..]), "with its own value");
+
+    w.produce_to_partition("changelog", p, "n/newer-owner/1/1", b"fence");
+    let log = exits_fatally(&mut w);
+    assert!(log.contains("a newer owner fenced this partition"), "{log}");
+    assert_eq!(target.total(), 0);
+}
+
 /// tansu 0.6 cannot commit a transaction (no EndTxn), so `exactly-once` must stop with a
 /// message that names the way out, after closing cleanly, rather than loop or lose the batch.
 #[test]

@@ -88,6 +88,9 @@ fn consumer_on(brokers: &str, group: &str) -> BaseConsumer {
         .unwrap()
 }
 
+/// A record's key and value.
+pub type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Where the tests read a topic from its first record: offset 0, not `Offset::Beginning`.
 /// tansu 0.6 answers "the beginning" with the batch written first in time, which among
 /// concurrent writers (instances sharing the dead-letter topic) need not be the first.
@@ -717,6 +720,30 @@ impl World {
                 })
                 .unwrap_or_default();
             out.push((m.payload().map(<[u8]>::to_vec), headers));
+        }
+        out
+    }
+
+    /// The records (key, value) of `topic` (without prefix) partition `p` from offset `from`
+    /// up to its end now.
+    pub fn records(&self, topic: &str, p: i32, from: i64) -> Vec<KeyValue> {
+        let end = self.watermarks(topic, p).1;
+        let consumer = consumer_on(&self.brokers, &format!("{}records-reader", self.prefix));
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.topic(topic), p, Offset::Offset(from))
+            .unwrap();
+        consumer.assign(&list).unwrap();
+        let (mut out, mut next) = (Vec::new(), from);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while next < end {
+            assert!(Instant::now() < deadline, "{topic}/{p} not read to {end} (at {next})");
+            let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            if m.offset() < end {
+                out.push((m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
+            }
+            next = m.offset() + 1;
         }
         out
     }

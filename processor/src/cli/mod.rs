@@ -330,6 +330,23 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_owners_changelog_watch_is_bounded_by_the_compaction_lag() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["sluice", "run"], args].concat());
+        let Command::Run(run) = parse(&[]).unwrap().command else {
+            panic!("not run")
+        };
+        assert_eq!(run.changelog_watch(), std::time::Duration::from_secs(15 * 60));
+        let Command::Run(run) = parse(&["--changelog-watch", "1s"]).unwrap().command else {
+            panic!("not run")
+        };
+        assert_eq!(run.changelog_watch(), std::time::Duration::from_secs(1));
+        for refused in ["0s", "7h", "1d"] {
+            let e = parse(&["--changelog-watch", refused]).err().expect(refused).to_string();
+            assert!(e.contains("at most 6h"), "{e}");
+        }
+    }
+
+    #[test]
     fn the_schema_registry_flags() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["sluice"], args, &["status"]].concat()).unwrap();
         let cli = parse(&[]);

@@ -90,6 +90,12 @@ pub struct RunArgs {
     /// `/readyz`.
     #[arg(long, env = "SLUICE_STUCK_AFTER", default_value = "2m", value_parser = parse_std_duration)]
     stuck_after: Duration,
+    /// How often an owner that writes nothing reads what other writers (a zombie, a crashed
+    /// batch) put on its changelog partitions since its own last record, to write those keys
+    /// again before compaction could keep the others' record: at most 6h, a quarter of the
+    /// changelog's `min.compaction.lag.ms`.
+    #[arg(long, env = "SLUICE_CHANGELOG_WATCH", default_value = "15m", value_parser = parse_changelog_watch)]
+    changelog_watch: Duration,
     /// A keyed record on another partition than its key's (its producer hashes keys with
     /// another function than the Java client's murmur2, e.g. librdkafka's CRC32 default):
     /// `forward` produces a copy to its key's partition, applied there once; `reject` sends
@@ -140,6 +146,13 @@ pub struct RunArgs {
     peers: Vec<PeerPattern>,
 }
 
+impl RunArgs {
+    /// `--changelog-watch`.
+    pub fn changelog_watch(&self) -> Duration {
+        self.changelog_watch
+    }
+}
+
 fn default_instance() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -158,6 +171,19 @@ fn advertise_url(flag: Option<String>, http: std::net::SocketAddr) -> String {
         };
         format!("http://{host}:{}", http.port())
     })
+}
+
+/// A watch interval: above nothing, at most [`changelog::WATCH_AT_MOST`].
+fn parse_changelog_watch(text: &str) -> Result<Duration, String> {
+    let every = parse_std_duration(text)?;
+    let most = crate::runtime::changelog::WATCH_AT_MOST;
+    match every.is_zero() || every > most {
+        true => Err(format!(
+            "{text}: must be above 0 and at most {}h, a quarter of the changelog's min.compaction.lag.ms",
+            most.as_secs() / 3600
+        )),
+        false => Ok(every),
+    }
 }
 
 fn parse_job_kind(text: &str) -> Result<JobKind, String> {
@@ -289,6 +315,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
             disabled_job_types: args.disable_job_types,
         },
         shutdown_grace: args.shutdown_grace,
+        changelog_watch: args.changelog_watch,
         decider: args.decider.settings(),
         codec,
         clock: args.clock_offset.map_or_else(Clock::system, Clock::shifted),

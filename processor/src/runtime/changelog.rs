@@ -276,11 +276,12 @@ pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 /// again; owners do so as soon as they see it (see `Processor::repair_now`).
 pub const SHADOWED_KEPT: chrono::Duration = chrono::Duration::days(1);
 
-/// How often an owner reads what others wrote to its changelog partitions since its own last
-/// record (see `Writer::watched`): an owner that writes nothing for a day still repairs a
-/// zombie's write well within [`SHADOWED_KEPT`].
-pub const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-const _: () = assert!(WATCH_EVERY.as_secs() * 4 < SHADOWED_KEPT.num_seconds() as u64);
+/// The longest time between an idle owner's reads of what others wrote to its changelog
+/// partitions since its own last record (`--changelog-watch`, see `Writer::watched`): a
+/// quarter of [`SHADOWED_KEPT`], so that an owner that writes nothing for a day still
+/// repairs a zombie's write well before compaction may keep it as its key's last record.
+pub const WATCH_AT_MOST: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
+const _: () = assert!(WATCH_AT_MOST.as_secs() * 4 <= SHADOWED_KEPT.num_seconds() as u64);
 
 /// Brings `store` up to the new owner's fence at `fence` on `topic`'s partition `partition`
 /// (the fence itself is the last record read), reporting progress to `progress` (records

@@ -93,6 +93,8 @@ pub struct Settings {
     pub batch_size: usize,
     pub effects: EffectSettings,
     pub shutdown_grace: Duration,
+    /// How often an idle owner reads its changelog partitions (see [`changelog::WATCH_AT_MOST`]).
+    pub changelog_watch: Duration,
     pub decider: DeciderSettings,
     /// How events and outbound records are written, and input records read.
     pub codec: Codec,
@@ -458,11 +460,9 @@ impl Processor {
         let mut resume = tokio::time::interval(Duration::from_secs(1));
         resume.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // What others wrote to the changelog since this owner's last record: a batch reads it
-        // when it writes, an idle owner here (see changelog::WATCH_EVERY).
-        let mut watch = tokio::time::interval_at(
-            tokio::time::Instant::now() + changelog::WATCH_EVERY,
-            changelog::WATCH_EVERY,
-        );
+        // when it writes, an idle owner here (`--changelog-watch`).
+        let every = self.settings.changelog_watch;
+        let mut watch = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.telemetry.turned();
