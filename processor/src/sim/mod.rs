@@ -259,6 +259,9 @@ struct Memory {
     again: BTreeSet<String>,
     /// Steps left before it releases its calls after a clean revocation.
     revoked: Option<u64>,
+    /// The acknowledgement of its next changelog write is lost: the producer sends it again,
+    /// and it lands twice.
+    lose_ack: bool,
     /// Restored state before the acceptance is written.
     restored: Option<Restored>,
 }
@@ -422,6 +425,16 @@ impl World {
                 self.fault("state directory lost", i);
                 self.instances[i].disk = Disk::default();
             }
+            12 if self.instances[i].memory.is_some() => {
+                self.fault("lost acknowledgement", i);
+                self.instances[i].memory.as_mut().unwrap().lose_ack = true;
+            }
+            13 if !self.jobs.is_empty() => {
+                // The executor answered twice: a report on the jobs topic again.
+                self.fault("report twice", i);
+                let again = self.jobs[self.rng.usize(0..self.jobs.len())].clone();
+                self.jobs.push(again);
+            }
             _ => {}
         }
     }
@@ -494,6 +507,7 @@ impl World {
             again: BTreeSet::new(),
             revoked: None,
             restored: None,
+            lose_ack: false,
         });
     }
 
@@ -992,6 +1006,7 @@ impl World {
                     .as_ref()
                     .map(|w| w.next_batch());
                 let mut landed = Vec::new();
+                let mut lose_ack = std::mem::take(&mut self.instances[i].memory.as_mut().unwrap().lose_ack);
                 if let Some(this) = epoch_seq.filter(|_| !b.changes.is_empty()) {
                     for (key, value) in &b.changes {
                         let entry = Entry::Write {
@@ -1000,6 +1015,10 @@ impl World {
                             epoch: this.epoch,
                             seq: this.through,
                         };
+                        if std::mem::take(&mut lose_ack) {
+                            // Landed, unacknowledged: sent again, it lands again after.
+                            self.append_changelog(key.clone(), entry.clone());
+                        }
                         landed.push((0, self.append_changelog(key.clone(), entry)));
                     }
                 }

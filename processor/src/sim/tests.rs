@@ -15,7 +15,7 @@ fn seeds() -> Vec<u64> {
 
 /// The first seed (of those run) on which `historic` breaks an invariant.
 fn caught(historic: Historic) -> Option<(u64, Vec<Violation>)> {
-    (0..500).find_map(|seed| {
+    (0..2_000).find_map(|seed| {
         let report = run(seed, historic);
         (!report.violations.is_empty()).then_some((seed, report.violations))
     })
@@ -41,7 +41,16 @@ fn every_seed_keeps_the_invariants() {
         failed.iter().take(3).collect::<Vec<_>>()
     );
     // The faults that matter happened, often enough to mean something.
-    for fault in ["crash", "pause", "rebalance", "compaction", "redelivery", "clock jump"] {
+    for fault in [
+        "crash",
+        "pause",
+        "rebalance",
+        "compaction",
+        "redelivery",
+        "clock jump",
+        "lost acknowledgement",
+        "report twice",
+    ] {
         assert!(
             totals.faults.get(fault).copied().unwrap_or(0) >= seeds.len() as u64 / 10,
             "{fault}: {:?}",
