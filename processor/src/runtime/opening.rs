@@ -296,7 +296,9 @@ impl Opening {
         }
         writer.repair(legacy);
         start.set_lineage(writer.lineage());
-        start.set_repairs(writer.pending_repairs());
+        if let Some(keys) = writer.repairs_to_keep() {
+            start.set_repairs(keys);
+        }
         store.write(start)?;
         let journaled = store.effects()?;
         let timers = store.timers()?;

@@ -1535,8 +1535,9 @@ impl Processor {
                 batch.set_lineage(*this);
                 // Found by this batch (others' records between its own), written by the next:
                 // kept with the checkpoint that moves past those records.
-                let pending = self.writers.get(&p).map(Writer::pending_repairs);
-                batch.set_repairs(pending.unwrap_or_default());
+                if let Some(keys) = self.writers.get_mut(&p).and_then(Writer::repairs_to_keep) {
+                    batch.set_repairs(keys);
+                }
             }
             if batch.is_empty() {
                 continue;

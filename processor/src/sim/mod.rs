@@ -773,7 +773,7 @@ impl World {
         inst.disk = Disk {
             store,
             checkpoint: Some((accepted, writer.lineage())),
-            repairs: writer.pending_repairs(),
+            repairs: writer.repairs_to_keep().unwrap_or_default(),
         };
         let m = inst.memory.as_mut().unwrap();
         m.writer = Some(writer);
@@ -1060,7 +1060,9 @@ impl World {
                 }
                 if let Some((at, lineage)) = counted.get(&0) {
                     inst.disk.checkpoint = Some((*at, *lineage));
-                    inst.disk.repairs = m.writer.as_ref().map(Writer::pending_repairs).unwrap_or_default();
+                    if let Some(keys) = m.writer.as_mut().and_then(Writer::repairs_to_keep) {
+                        inst.disk.repairs = keys;
+                    }
                 }
                 self.with_flush(i, |flush, writers| flush.on_stored(lost, writers));
             }

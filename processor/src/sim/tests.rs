@@ -78,9 +78,11 @@ fn a_seed_replays_exactly() {
     assert_ne!(run(7, Historic::default()).faults, run(8, Historic::default()).faults);
 }
 
-/// The violations of the first seed on which `historic` breaks an invariant; fails when none
-/// does within the budget, or when that seed breaks one without the fault too.
-fn assert_caught(historic: Historic, name: &str) -> Vec<Violation> {
+/// The violations of the first seed on which the fault `put_back` sets breaks an invariant;
+/// fails when none does within the budget, or when that seed breaks one without the fault too.
+fn assert_caught(name: &str, put_back: impl FnOnce(&mut Historic)) -> Vec<Violation> {
+    let mut historic = Historic::default();
+    put_back(&mut historic);
     let (seed, violations) = caught(historic).unwrap_or_else(|| panic!("{name} went unnoticed"));
     eprintln!("[sim] {name}: caught on seed {seed}: {violations:?}");
     assert_eq!(
@@ -93,30 +95,18 @@ fn assert_caught(historic: Historic, name: &str) -> Vec<Violation> {
 
 #[test]
 fn the_rebalance_re_request_is_caught() {
-    let historic = Historic {
-        rerequest_at_once: true,
-        ..Historic::default()
-    };
-    let violations = assert_caught(historic, "the rebalance re-request");
+    let violations = assert_caught("the rebalance re-request", |h| h.rerequest_at_once = true);
     assert!(violations.iter().any(|v| matches!(v, Violation::CalledTwice { .. })));
 }
 
 #[test]
 fn the_unfenced_changelog_writer_is_caught() {
-    let historic = Historic {
-        unfenced: true,
-        ..Historic::default()
-    };
-    assert_caught(historic, "the unfenced changelog writer");
+    assert_caught("the unfenced changelog writer", |h| h.unfenced = true);
 }
 
 #[test]
 fn the_stale_watermark_is_caught() {
-    let historic = Historic {
-        stale_watermark: true,
-        ..Historic::default()
-    };
-    let violations = assert_caught(historic, "the stale watermark");
+    let violations = assert_caught("the stale watermark", |h| h.stale_watermark = true);
     assert!(violations.iter().any(|v| matches!(v, Violation::State { .. })));
 }
 
@@ -125,11 +115,7 @@ fn the_stale_watermark_is_caught() {
 /// `min.compaction.lag.ms`, and owners repair at once.
 #[test]
 fn the_compaction_of_a_shadowed_value_is_caught() {
-    let historic = Historic {
-        compaction_without_lag: true,
-        ..Historic::default()
-    };
-    assert_caught(historic, "compaction without a lag");
+    assert_caught("compaction without a lag", |h| h.compaction_without_lag = true);
 }
 
 /// Found by this simulator once its runs ended in a quiet spell instead of two records more:
@@ -138,11 +124,7 @@ fn the_compaction_of_a_shadowed_value_is_caught() {
 /// their changelog while idle (`Writer::watched`).
 #[test]
 fn an_idle_owner_that_never_watches_its_changelog_is_caught() {
-    let historic = Historic {
-        unwatched_idle_owner: true,
-        ..Historic::default()
-    };
-    let violations = assert_caught(historic, "the unwatched idle owner");
+    let violations = assert_caught("the unwatched idle owner", |h| h.unwatched_idle_owner = true);
     assert!(
         violations
             .iter()
@@ -159,9 +141,5 @@ fn an_idle_owner_that_never_watches_its_changelog_is_caught() {
 /// are now kept with the checkpoint.
 #[test]
 fn repairs_found_before_a_reopening_are_not_forgotten() {
-    let historic = Historic {
-        repairs_forgotten_on_reopening: true,
-        ..Historic::default()
-    };
-    assert_caught(historic, "forgotten repairs");
+    assert_caught("forgotten repairs", |h| h.repairs_forgotten_on_reopening = true);
 }

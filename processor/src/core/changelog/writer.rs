@@ -41,6 +41,8 @@ pub struct Writer {
     /// writes them again with the store's values as they are then (a batch in between may
     /// have written them).
     repairs: BTreeSet<Vec<u8>>,
+    /// Whether the store holds a non-empty list of keys to repair, as last written.
+    kept: bool,
 }
 
 impl Writer {
@@ -53,6 +55,7 @@ impl Writer {
             },
             next: fence + 1,
             repairs: BTreeSet::new(),
+            kept: false,
         }
     }
 
@@ -138,11 +141,18 @@ impl Writer {
         self.repairs.extend(keys);
     }
 
-    /// The keys waiting to be written again, left where they are: kept with the store's
-    /// checkpoint, since a checkpoint past the records that made them stale would otherwise
-    /// let a reopening forget them.
-    pub fn pending_repairs(&self) -> Vec<Vec<u8>> {
-        self.repairs.iter().cloned().collect()
+    /// The keys waiting to be written again, for the store to keep with the checkpoint it
+    /// writes now (a checkpoint past the records that made them stale would otherwise let a
+    /// reopening forget them); `None` when the store's list needs no write: it is empty and
+    /// stays so, as in almost every batch. Asked when the store is first written at an
+    /// opening (after the keys the store kept were taken back with [`Writer::repair`]) and
+    /// with every checkpoint after.
+    pub fn repairs_to_keep(&mut self) -> Option<Vec<Vec<u8>>> {
+        if self.repairs.is_empty() && !self.kept {
+            return None;
+        }
+        self.kept = !self.repairs.is_empty();
+        Some(self.repairs.iter().cloned().collect())
     }
 
     /// Whether keys wait to be written again: the runtime writes them at once rather than
@@ -262,6 +272,18 @@ mod tests {
         // A newer owner's fence takes the partition away.
         let newer = Entry::Fence { epoch: epoch_at(16) };
         assert_eq!(w.watched(&[newer], 17), Checked::Fenced);
+    }
+
+    #[test]
+    fn keys_to_repair_are_kept_while_they_wait_and_cleared_once_written() {
+        let mut w = Writer::fenced_at(0);
+        assert_eq!(w.repairs_to_keep(), None, "nothing kept, nothing to keep: no write");
+        w.repair([b"k".to_vec()]);
+        assert_eq!(w.repairs_to_keep(), Some(vec![b"k".to_vec()]));
+        assert_eq!(w.repairs_to_keep(), Some(vec![b"k".to_vec()]), "still waiting: kept");
+        w.take_repairs();
+        assert_eq!(w.repairs_to_keep(), Some(vec![]), "written: the kept list is cleared");
+        assert_eq!(w.repairs_to_keep(), None, "and then left alone");
     }
 
     #[test]

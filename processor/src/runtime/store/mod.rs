@@ -107,7 +107,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 const CHECKPOINT_KEY: &[u8] = b"c/";
 const LINEAGE_KEY: &[u8] = b"c/lineage";
 /// Keys whose last changelog record is another writer's, found and not yet written again
-/// when the checkpoint moved past that record (see `Writer::pending_repairs`): a reopening
+/// when the checkpoint moved past that record (see `Writer::repairs_to_keep`): a reopening
 /// that reuses the store would not read that record again, so it must not forget them.
 const REPAIRS_KEY: &[u8] = b"c/repairs";
 /// When the checkpoint was last written (Unix milliseconds, wall clock): a store away from
