@@ -54,8 +54,8 @@ impl Pipeline {
         for effect in decision.effects {
             if let Effect::TriggerJob(request) = effect {
                 let report = serde_json::json!({
-                    "pipelineId": request.pipeline_id, "scheduleId": request.schedule_id,
-                    "date": request.date, "runId": request.run_id, "status": "succeeded",
+                    "pipelineId": request.pipeline_id, "scheduleId": request.execution.schedule(),
+                    "date": request.execution.date_text(), "runId": request.run_id, "status": "succeeded",
                     "timestamp": self.now.to_rfc3339(),
                 });
                 let bytes = serde_json::to_vec(&report)?;

@@ -196,7 +196,7 @@ impl Job {
         config["timeout"] = json!(20);
         let config = JobConfig::from_json(kind, &config).unwrap();
         Job {
-            request: TriggerRequest::new(&unique("p"), "daily", date, 1, config),
+            request: TriggerRequest::new(&unique("p"), &crate::execution("daily", date), 1, config),
             client: client(),
         }
     }

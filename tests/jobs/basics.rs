@@ -500,7 +500,7 @@ async fn an_hourly_bodyless_http_job_sends_par_day_and_par_hour() {
     let client = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap();
     let config = json!({"url": format!("{}/hourly", server.base), "method": "put"});
     let config = JobConfig::from_json(JobKind::Http, &config).unwrap();
-    let request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, config);
+    let request = TriggerRequest::new("p", &crate::execution("cron", "2026-03-03T10"), 1, config);
     let call = Call {
         request: &request,
         config: &request.config,

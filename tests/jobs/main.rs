@@ -9,3 +9,8 @@ mod aws;
 mod basics;
 mod orchestrators;
 mod secrets;
+
+/// The execution of `schedule` on `date`, a canonical date.
+fn execution(schedule: &str, date: &str) -> sluice::core::execution::ExecutionId {
+    sluice::core::execution::ExecutionId::of(schedule, date).expect("a canonical execution date")
+}

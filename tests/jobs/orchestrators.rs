@@ -267,7 +267,7 @@ async fn airflow_trigger_requested_again_adopts_the_dag_run() {
     let server = airflow(2, &[("etl", "success")]);
     let config = json!({"url": server.base, "dagId": "etl", "username": DAG_USER, "password": DAG_PASSWORD});
     let config = JobConfig::from_json(JobKind::Airflow, &config).unwrap();
-    let request = TriggerRequest::new("p", "stream", "2026-11-22", 1, config);
+    let request = TriggerRequest::new("p", &crate::execution("stream", "2026-11-22"), 1, config);
     let client_ = Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap();
     let call = Call {
         request: &request,
@@ -523,7 +523,12 @@ impl Direct {
         use sluice::runtime::jobs::{Client, Guard};
         let config = JobConfig::from_json(kind, &config).unwrap();
         Direct {
-            request: sluice::core::lifecycle::TriggerRequest::new("p", "stream", "2026-11-22", 1, config),
+            request: sluice::core::lifecycle::TriggerRequest::new(
+                "p",
+                &crate::execution("stream", "2026-11-22"),
+                1,
+                config,
+            ),
             client: Client::new(Guard::new(vec!["127.0.0.0/8".parse().unwrap()]), None).unwrap(),
         }
     }

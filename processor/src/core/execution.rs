@@ -5,10 +5,14 @@
 //! Records may spell a date several ways; decoding reads it once with [`ExecutionDate`]'s
 //! parser and keeps its canonical text, the only form Sluice stores or publishes.
 
+use std::borrow::{Borrow, Cow};
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
 use chrono::NaiveDate;
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
 /// Why a text is not an execution date or id.
@@ -99,32 +103,48 @@ const SEPARATOR: char = '/';
 
 /// One execution: a pipeline's run for a schedule and a date. Text form `schedule/date`, the
 /// key of [`PipelineState::executions`](super::lifecycle::PipelineState::executions).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// It keeps its text: equality, order and hash are the text's, so a map keyed by ids stores
+/// and serialises exactly as the map keyed by their text did (the store and the changelog
+/// hold those bytes), and a lookup by `&str` works through [`Borrow`].
+#[derive(Clone)]
 pub struct ExecutionId {
-    pub schedule: String,
-    pub date: ExecutionDate,
+    text: Box<str>,
+    date: ExecutionDate,
 }
 
 impl ExecutionId {
-    pub fn new(schedule: impl Into<String>, date: ExecutionDate) -> Self {
+    pub fn new(schedule: &str, date: ExecutionDate) -> Self {
         ExecutionId {
-            schedule: schedule.into(),
+            text: format!("{schedule}{SEPARATOR}{date}").into(),
             date,
         }
     }
-}
 
-/// The text form of an execution id from its parts as text, which must already be canonical
-/// (records are normalised when decoded, timers carry dates that `Display` wrote).
-pub fn execution_key(schedule: &str, date: &str) -> String {
-    format!("{schedule}{SEPARATOR}{date}")
-}
+    /// The schedule id (`daily`, or whatever the config named it).
+    pub fn schedule(&self) -> &str {
+        &self.text[..self.text.len() - self.date_text().len() - SEPARATOR.len_utf8()]
+    }
 
-/// Whether `key` is [`execution_key`]`(schedule, date)`, without building it.
-pub fn is_execution_key(key: &str, schedule: &str, date: &str) -> bool {
-    key.strip_prefix(schedule)
-        .and_then(|rest| rest.strip_prefix(SEPARATOR))
-        .is_some_and(|rest| rest == date)
+    pub fn date(&self) -> ExecutionDate {
+        self.date
+    }
+
+    /// The date in its canonical text, as timers, records and events carry it.
+    pub fn date_text(&self) -> &str {
+        self.text.rsplit_once(SEPARATOR).map_or("", |(_, date)| date)
+    }
+
+    /// The text form, `schedule/date`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The id of `schedule` and a date in text, which must be canonical: what a record
+    /// decoded or a timer carries. `None` for any other text.
+    pub fn of(schedule: &str, date: &str) -> Option<Self> {
+        Some(ExecutionId::new(schedule, ExecutionDate::canonical(date)?))
+    }
 }
 
 /// Reads the text form, with the date in its canonical form only (see
@@ -134,16 +154,117 @@ impl FromStr for ExecutionId {
 
     fn from_str(text: &str) -> Result<Self, ParseError> {
         text.rsplit_once(SEPARATOR)
-            .and_then(|(schedule, date)| Some(ExecutionId::new(schedule, ExecutionDate::canonical(date)?)))
+            .and_then(|(schedule, date)| ExecutionId::of(schedule, date))
             .ok_or_else(|| ParseError::Id(text.to_string()))
     }
 }
 
 impl fmt::Display for ExecutionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{SEPARATOR}{}", self.schedule, self.date)
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ExecutionId({:?})", self.text)
+    }
+}
+
+impl PartialEq for ExecutionId {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for ExecutionId {}
+
+impl PartialOrd for ExecutionId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ExecutionId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+impl Hash for ExecutionId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.text.hash(state)
+    }
+}
+
+impl Borrow<str> for ExecutionId {
+    fn borrow(&self) -> &str {
+        &self.text
+    }
+}
+
+/// As its text: a map key, or a field of its own.
+impl Serialize for ExecutionId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecutionId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Cow::<str>::deserialize(deserializer)?;
+        text.parse().map_err(de::Error::custom)
+    }
+}
+
+/// As its canonical text (`2026-11-23`, `2026-11-23T05`).
+impl Serialize for ExecutionDate {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecutionDate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Cow::<str>::deserialize(deserializer)?;
+        ExecutionDate::canonical(&text).ok_or_else(|| de::Error::custom(ParseError::Date(text.into_owned())))
+    }
+}
+
+/// An id as two fields, `scheduleId` and `date`, for `#[serde(flatten, with = "fields")]`:
+/// the form timers, executions and trigger requests have always been stored in.
+pub mod fields {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Fields<'a> {
+        #[serde(borrow)]
+        schedule_id: Cow<'a, str>,
+        #[serde(borrow)]
+        date: Cow<'a, str>,
+    }
+
+    pub fn serialize<S: Serializer>(id: &ExecutionId, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = Fields {
+            schedule_id: Cow::Borrowed(id.schedule()),
+            date: Cow::Borrowed(id.date_text()),
+        };
+        fields.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ExecutionId, D::Error> {
+        let fields = Fields::deserialize(deserializer)?;
+        ExecutionId::of(&fields.schedule_id, &fields.date)
+            .ok_or_else(|| de::Error::custom(ParseError::Date(fields.date.into_owned())))
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+/// The id of `schedule` on `date` (canonical text), for tests.
+#[cfg(test)]
+pub(crate) fn id(schedule: &str, date: &str) -> ExecutionId {
+    ExecutionId::of(schedule, date).unwrap_or_else(|| panic!("{schedule}/{date} is not an execution id"))
+}

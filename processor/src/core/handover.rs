@@ -97,7 +97,7 @@ mod tests {
         let config = JobConfig::from_json(crate::core::config::JobKind::Http, &json!({"url": "http://x"})).unwrap();
         TriggerRequest {
             deadline: deadline.map(at),
-            ..TriggerRequest::new("p", "daily", "2026-11-26", 1, config)
+            ..TriggerRequest::new("p", &crate::core::execution::id("daily", "2026-11-26"), 1, config)
         }
     }
 

@@ -11,6 +11,8 @@ use std::collections::VecDeque;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::execution::ExecutionDate;
+
 /// How many runs are kept: about a month of a daily pipeline.
 pub const HISTORY_RUNS: usize = 30;
 
@@ -31,8 +33,8 @@ pub struct RunHistory {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PastRun {
-    /// The execution date (`YYYY-MM-DD` or `YYYY-MM-DDTHH`).
-    pub date: String,
+    /// The execution date (stored as `YYYY-MM-DD` or `YYYY-MM-DDTHH`).
+    pub date: ExecutionDate,
     /// Seconds from the start of the execution date to the first trigger.
     pub triggered_after: i64,
     /// Seconds from the first trigger to success.
@@ -183,12 +185,18 @@ mod tests {
         DateTime::from_timestamp(0, 0).unwrap() + TimeDelta::hours(hour) + TimeDelta::minutes(minute)
     }
 
+    /// The `i`th date of the history's tests.
+    fn date(i: usize) -> ExecutionDate {
+        let first = chrono::NaiveDate::from_ymd_opt(2026, 1, 1).unwrap();
+        ExecutionDate::daily(first + TimeDelta::days(i as i64))
+    }
+
     /// Runs triggered at 02:00 + i minutes, each taking `minutes[i]`.
     fn history(minutes: &[i64]) -> RunHistory {
         let mut h = RunHistory::default();
         for (i, m) in minutes.iter().enumerate() {
             h.record(PastRun {
-                date: format!("d{i}"),
+                date: date(i),
                 triggered_after: 2 * 3600 + 60 * i as i64,
                 duration: 60 * m,
             });
@@ -210,9 +218,9 @@ mod tests {
     fn history_keeps_each_dates_first_success_and_at_most_its_bound() {
         let mut h = history(&[30; HISTORY_RUNS + 5]);
         assert_eq!(h.len(), HISTORY_RUNS);
-        assert_eq!(h.runs[0].date, "d5", "the oldest went first");
+        assert_eq!(h.runs[0].date, date(5), "the oldest went first");
         h.record(PastRun {
-            date: format!("d{}", HISTORY_RUNS + 4),
+            date: date(HISTORY_RUNS + 4),
             triggered_after: 99_999,
             duration: 1,
         });

@@ -4,6 +4,7 @@
 //! nothing is truncated or dropped silently.
 
 use super::config::{PipelineConfig, Problem};
+use super::execution::{ExecutionDate, ExecutionId};
 use super::lifecycle::run_id;
 use super::template::{render_run, RunVariables};
 
@@ -111,13 +112,13 @@ impl Limits {
                 ),
             });
         }
-        let schedule = config.schedule_id();
-        let date = "2000-01-01T00";
+        // The longest date is an hourly one.
+        let day = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).expect("a valid day");
+        let id = ExecutionId::new(config.schedule_id(), ExecutionDate::hourly(day, 0));
         let longest = RunVariables {
             pipeline: &config.id,
-            schedule,
-            date,
-            run_id: &run_id(&config.id, schedule, date, u32::MAX),
+            execution: &id,
+            run_id: &run_id(&config.id, &id, u32::MAX),
         };
         if let Ok(expanded) = render_run(&config.job.config.json(), &longest) {
             let bytes = expanded.to_string().len();

@@ -180,7 +180,7 @@ fn timer_summary(t: &PendingTimer) -> TimerSummary {
     TimerSummary {
         kind: timer_kind_name(&t.timer.encode()),
         at: t.at,
-        date: t.timer.execution().map(|(_, date)| date.to_string()),
+        date: t.timer.execution().map(|id| id.date_text().to_string()),
     }
 }
 
@@ -209,8 +209,8 @@ fn execution_summary(execution: &Execution) -> ExecutionSummary {
         _ => None,
     };
     ExecutionSummary {
-        schedule_id: execution.schedule_id.clone(),
-        date: execution.date.clone(),
+        schedule_id: execution.id.schedule().to_string(),
+        date: execution.id.date_text().to_string(),
         state: state_name(&execution.phase).to_string(),
         attempt: execution.attempt,
         since: execution.phase_since,
@@ -264,19 +264,18 @@ pub fn run_history(state: &PipelineState) -> Vec<RunView> {
         return Vec::new();
     };
     (state.history.runs.iter())
-        .filter_map(|run| {
-            let date = ExecutionDate::canonical(&run.date)?;
-            let start = date_start(config, date);
+        .map(|run| {
+            let start = date_start(config, run.date);
             let triggered_at = start + TimeDelta::seconds(run.triggered_after);
-            Some(RunView {
-                date: run.date.clone(),
+            RunView {
+                date: run.date.to_string(),
                 date_start: start,
                 triggered_after: run.triggered_after,
                 duration: run.duration,
                 triggered_at,
                 completed_at: triggered_at + TimeDelta::seconds(run.duration),
-                deadline: deadline_of(config, date),
-            })
+                deadline: deadline_of(config, run.date),
+            }
         })
         .collect()
 }
@@ -313,7 +312,7 @@ pub fn sla_projection(state: &PipelineState, events: &[&Event]) -> Option<Projec
     let config = state.config.as_deref()?;
     let open = |date: &str| {
         (state.executions.values())
-            .filter(|e| e.date == date)
+            .filter(|e| e.id.date_text() == date)
             .all(|e| e.phase.is_open())
     };
     events.iter().rev().find_map(|e| {
@@ -549,7 +548,7 @@ mod tests {
         // Triggered at 02:00 Paris time (01:00 UTC in November) the day after its date, 45
         // minutes to success; its deadline is 06:00 the day after (`deadlineDay` by default).
         state.history.record(crate::core::history::PastRun {
-            date: "2026-11-19".into(),
+            date: "2026-11-19".parse().unwrap(),
             triggered_after: 26 * 3600,
             duration: 45 * 60,
         });
@@ -597,7 +596,7 @@ mod tests {
         assert_eq!(serde_json::to_value(&projection).unwrap()["type"], "SLA_AT_RISK");
         // Once the date has completed, its forecast is history; an older open date's is not.
         state.executions.insert(
-            "stream/2026-11-20".into(),
+            crate::core::execution::id("stream", "2026-11-20"),
             execution("2026-11-20", Phase::Succeeded { at: at(5) }).into(),
         );
         assert_eq!(
@@ -605,7 +604,7 @@ mod tests {
             Some("2026-11-19".into())
         );
         state.executions.insert(
-            "stream/2026-11-19".into(),
+            crate::core::execution::id("stream", "2026-11-19"),
             execution(
                 "2026-11-19",
                 Phase::Failed {
@@ -622,7 +621,7 @@ mod tests {
     fn summaries_name_states_newest_date_first_with_the_soonest_timer() {
         let mut state = PipelineState::default();
         state.executions.insert(
-            "a".into(),
+            crate::core::execution::id("stream", "2026-11-19"),
             execution(
                 "2026-11-19",
                 Phase::Failed {
@@ -633,14 +632,13 @@ mod tests {
             .into(),
         );
         state.executions.insert(
-            "b".into(),
+            crate::core::execution::id("stream", "2026-11-20"),
             execution("2026-11-20", Phase::AwaitingJob { run_id: "run-7".into() }).into(),
         );
         state.timers = vec![
             PendingTimer {
                 timer: TimerKind::SlaBreach {
-                    schedule_id: "stream".into(),
-                    date: "2026-11-20".into(),
+                    execution: crate::core::execution::id("stream", "2026-11-20"),
                 },
                 at: at(10),
             }

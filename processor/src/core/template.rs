@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use thiserror::Error;
 
-use super::execution::ExecutionDate;
+use super::execution::ExecutionId;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TemplateError {
@@ -124,22 +124,20 @@ pub fn substitute_deployment(
 #[derive(Debug, Clone)]
 pub struct RunVariables<'a> {
     pub pipeline: &'a str,
-    pub schedule: &'a str,
-    /// The execution date, `YYYY-MM-DD` or `YYYY-MM-DDTHH`.
-    pub date: &'a str,
+    pub execution: &'a ExecutionId,
     pub run_id: &'a str,
 }
 
 /// Expands run variables; secrets (`${env:...}`, `${INTERLOCK_...}`) are left for the runtime.
 pub fn render_run(value: &Value, run: &RunVariables<'_>) -> Result<Value, TemplateError> {
-    let date = ExecutionDate::canonical(run.date);
+    let date = run.execution.date();
     render_value(value, &mut |name| match name {
-        "DATE" => date.map(|d| d.whole_day().to_string()),
+        "DATE" => Some(date.whole_day().to_string()),
         // Interlock's `par_day` (internal/lambda/orchestrator/trigger.go).
-        "DATE_COMPACT" => date.map(ExecutionDate::compact_day),
-        "HOUR" => date.map(|d| d.hour.map(|h| format!("{h:02}")).unwrap_or_default()),
+        "DATE_COMPACT" => Some(date.compact_day()),
+        "HOUR" => Some(date.hour.map(|h| format!("{h:02}")).unwrap_or_default()),
         "PIPELINE" => Some(run.pipeline.to_string()),
-        "SCHEDULE" => Some(run.schedule.to_string()),
+        "SCHEDULE" => Some(run.execution.schedule().to_string()),
         "RUN_ID" => Some(run.run_id.to_string()),
         _ => None,
     })
@@ -148,6 +146,7 @@ pub fn render_run(value: &Value, run: &RunVariables<'_>) -> Result<Value, Templa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::execution::{id, ExecutionDate};
     use serde_json::json;
 
     #[test]
@@ -173,8 +172,7 @@ mod tests {
     fn run_variables_expand_and_secrets_stay() {
         let run = RunVariables {
             pipeline: "p",
-            schedule: "stream",
-            date: "2026-03-03T10",
+            execution: &id("stream", "2026-03-03T10"),
             run_id: "r1",
         };
         let out = render_run(
@@ -197,8 +195,7 @@ mod tests {
         ] {
             let run = RunVariables {
                 pipeline: "p",
-                schedule: "cron",
-                date,
+                execution: &id("cron", date),
                 run_id: "r1",
             };
             assert_eq!(render_run(&config, &run).unwrap(), expect, "{date}");
@@ -230,8 +227,7 @@ mod tests {
         assert_eq!((out, missing), (config.clone(), vec![]));
         let run = RunVariables {
             pipeline: "p",
-            schedule: "stream",
-            date: "2026-03-03",
+            execution: &id("stream", "2026-03-03"),
             run_id: "r1",
         };
         let rendered = render_run(&config, &run).unwrap();

@@ -12,77 +12,116 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::execution::{fields, ExecutionDate, ExecutionId};
+
 /// What a timer is for. With the pipeline id it names the timer: setting it again moves it.
 ///
-/// Execution timers carry `(schedule_id, date)`; schedule timers carry the date they watch.
+/// Execution timers carry their [`ExecutionId`] (stored as `scheduleId` and `date`); schedule
+/// timers carry the date they watch.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum TimerKind {
     /// Re-evaluate an execution's rules (its interval), or close its window.
     #[serde(rename_all = "camelCase")]
-    Evaluate { schedule_id: String, date: String },
+    Evaluate {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// The next cron occurrence: opens that occurrence's execution.
     CronTick,
     /// The expected start of a day (`schedule.time`, or an inclusion date): SCHEDULE_MISSED,
     /// IRREGULAR_SCHEDULE_MISSED or TRIGGER_RECOVERED when nothing started.
     #[serde(rename_all = "camelCase")]
-    StartCheck { date: String },
+    StartCheck { date: ExecutionDate },
     /// `schedule.trigger.deadline`: SENSOR_DEADLINE_EXPIRED when nothing started by then.
     #[serde(rename_all = "camelCase")]
-    TriggerDeadline { date: String },
+    TriggerDeadline { date: ExecutionDate },
     /// SLA_WARNING at deadline − expectedDuration.
     #[serde(rename_all = "camelCase")]
-    SlaWarning { schedule_id: String, date: String },
+    SlaWarning {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// SLA_BREACH at the deadline.
     #[serde(rename_all = "camelCase")]
-    SlaBreach { schedule_id: String, date: String },
+    SlaBreach {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// SLA_AT_RISK / SLA_RECOVERED: the SLA forecast is made again (its projection moves).
     #[serde(rename_all = "camelCase")]
-    SlaForecast { schedule_id: String, date: String },
+    SlaForecast {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// EVALUATION_SLA_WARNING at `sla.evaluationDeadline` − `atRiskLeadTime`.
     #[serde(rename_all = "camelCase")]
-    EvaluationSlaWarning { schedule_id: String, date: String },
+    EvaluationSlaWarning {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// EVALUATION_SLA_BREACH at `sla.evaluationDeadline`.
     #[serde(rename_all = "camelCase")]
-    EvaluationSlaBreach { schedule_id: String, date: String },
+    EvaluationSlaBreach {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     #[serde(rename_all = "camelCase")]
-    RelativeSlaWarning { schedule_id: String, date: String },
+    RelativeSlaWarning {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     #[serde(rename_all = "camelCase")]
-    RelativeSlaBreach { schedule_id: String, date: String },
+    RelativeSlaBreach {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// The job poll window of one run: JOB_POLL_EXHAUSTED when no outcome came.
     #[serde(rename_all = "camelCase")]
     JobPollWindow {
-        schedule_id: String,
-        date: String,
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
         run_id: String,
     },
     /// The next status check of a running job (every `job.pollInterval`).
     #[serde(rename_all = "camelCase")]
     JobStatusCheck {
-        schedule_id: String,
-        date: String,
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
         run_id: String,
     },
     /// STALE_SENSOR_WARNING: a rule's sensor overstays its usual interval.
     #[serde(rename_all = "camelCase")]
-    StaleSensorCheck { schedule_id: String, date: String },
+    StaleSensorCheck {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// The next call of the evaluator of sensor `key` (every `every`, or sooner to retry a
     /// failed one) while the execution evaluates.
     #[serde(rename_all = "camelCase")]
     EvaluatorDue {
-        schedule_id: String,
-        date: String,
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
         key: String,
     },
     /// The last resort for an execution that stopped making progress: STALE_RUN.
     #[serde(rename_all = "camelCase")]
-    Watchdog { schedule_id: String, date: String },
+    Watchdog {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// POST_RUN_SENSOR_MISSING when no post-run sensor came within `postRun.sensorTimeout`.
     #[serde(rename_all = "camelCase")]
-    PostRunTimeout { schedule_id: String, date: String },
+    PostRunTimeout {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
     /// An ended execution and the sensors scoped to its date are forgotten (bounded state).
     #[serde(rename_all = "camelCase")]
-    Expire { schedule_id: String, date: String },
+    Expire {
+        #[serde(flatten, with = "fields")]
+        execution: ExecutionId,
+    },
 }
 
 impl TimerKind {
@@ -95,24 +134,24 @@ impl TimerKind {
         serde_json::from_str(text).ok()
     }
 
-    /// The execution `(schedule_id, date)` this timer belongs to, if it is an execution timer.
-    pub fn execution(&self) -> Option<(&str, &str)> {
+    /// The execution this timer belongs to, if it is an execution timer.
+    pub fn execution(&self) -> Option<&ExecutionId> {
         match self {
-            TimerKind::Evaluate { schedule_id, date }
-            | TimerKind::SlaWarning { schedule_id, date }
-            | TimerKind::SlaBreach { schedule_id, date }
-            | TimerKind::SlaForecast { schedule_id, date }
-            | TimerKind::EvaluationSlaWarning { schedule_id, date }
-            | TimerKind::EvaluationSlaBreach { schedule_id, date }
-            | TimerKind::RelativeSlaWarning { schedule_id, date }
-            | TimerKind::RelativeSlaBreach { schedule_id, date }
-            | TimerKind::JobPollWindow { schedule_id, date, .. }
-            | TimerKind::JobStatusCheck { schedule_id, date, .. }
-            | TimerKind::Watchdog { schedule_id, date }
-            | TimerKind::StaleSensorCheck { schedule_id, date }
-            | TimerKind::EvaluatorDue { schedule_id, date, .. }
-            | TimerKind::PostRunTimeout { schedule_id, date }
-            | TimerKind::Expire { schedule_id, date } => Some((schedule_id, date)),
+            TimerKind::Evaluate { execution }
+            | TimerKind::SlaWarning { execution }
+            | TimerKind::SlaBreach { execution }
+            | TimerKind::SlaForecast { execution }
+            | TimerKind::EvaluationSlaWarning { execution }
+            | TimerKind::EvaluationSlaBreach { execution }
+            | TimerKind::RelativeSlaWarning { execution }
+            | TimerKind::RelativeSlaBreach { execution }
+            | TimerKind::JobPollWindow { execution, .. }
+            | TimerKind::JobStatusCheck { execution, .. }
+            | TimerKind::Watchdog { execution }
+            | TimerKind::StaleSensorCheck { execution }
+            | TimerKind::EvaluatorDue { execution, .. }
+            | TimerKind::PostRunTimeout { execution }
+            | TimerKind::Expire { execution } => Some(execution),
             TimerKind::CronTick | TimerKind::StartCheck { .. } | TimerKind::TriggerDeadline { .. } => None,
         }
     }
@@ -272,8 +311,7 @@ mod tests {
 
     fn kind(d: &str) -> TimerKind {
         TimerKind::Evaluate {
-            schedule_id: "stream".into(),
-            date: d.into(),
+            execution: crate::core::execution::id("stream", d),
         }
     }
 
@@ -281,18 +319,18 @@ mod tests {
     fn setting_again_moves_and_cancel_removes() {
         let t = |s| DateTime::from_timestamp(s, 0).unwrap();
         let mut index = TimerIndex::default();
-        assert_eq!(index.set(0, "a", &kind("d1"), t(30)), None);
-        assert_eq!(index.set(1, "b", &kind("d1"), t(10)), None);
-        assert_eq!(index.set(0, "a", &kind("d1"), t(20)), Some(t(30)));
+        assert_eq!(index.set(0, "a", &kind("2026-11-21"), t(30)), None);
+        assert_eq!(index.set(1, "b", &kind("2026-11-21"), t(10)), None);
+        assert_eq!(index.set(0, "a", &kind("2026-11-21"), t(20)), Some(t(30)));
         assert_eq!(index.len(), 2);
         assert_eq!(index.next_due(), Some(t(10)));
         let due = index.pop_due(t(25), 10);
         assert_eq!(due.iter().map(|d| d.pipeline.as_str()).collect::<Vec<_>>(), ["b", "a"]);
         assert!(index.is_empty());
-        index.set(2, "c", &kind("d2"), t(5));
-        assert_eq!(index.cancel(2, "c", &kind("d2")), Some(t(5)));
-        assert_eq!(index.cancel(2, "c", &kind("d2")), None);
-        index.set(3, "d", &kind("d"), t(1));
+        index.set(2, "c", &kind("2026-11-22"), t(5));
+        assert_eq!(index.cancel(2, "c", &kind("2026-11-22")), Some(t(5)));
+        assert_eq!(index.cancel(2, "c", &kind("2026-11-22")), None);
+        index.set(3, "d", &kind("2026-11-23"), t(1));
         index.drop_partition(3);
         assert_eq!(index.next_due(), None);
     }

@@ -54,7 +54,6 @@ use super::jobs::{self, Call, CallError, Client, Guard, Outcome, Redactor, Secre
 use super::kafka::RenewableProducer;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
-use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
 
@@ -166,8 +165,8 @@ impl Executor {
         let span = tracing::info_span!(
             "effect",
             pipeline = %r.pipeline_id,
-            schedule = %r.schedule_id,
-            date = %r.date,
+            schedule = %r.execution.schedule(),
+            date = %r.execution.date_text(),
             run_id = %r.run_id,
             check = handle.is_some()
         );
@@ -235,7 +234,7 @@ impl Executor {
         let span = tracing::info_span!(
             "evaluator",
             pipeline = %work.request.pipeline_id,
-            date = %work.request.date,
+            date = %work.request.execution.date_text(),
             key = %call.key,
         );
         self.tasks.spawn(
@@ -631,7 +630,7 @@ impl Work {
         if let Err(reason) = &answer {
             warn!(key, error = %reason, "evaluator failed");
         }
-        let date = ExecutionDate::canonical(&r.date);
+        let date = r.execution.date();
         let (data, error) = match answer {
             Ok(data) => (data, None),
             Err(reason) => (Default::default(), Some(reason)),
@@ -640,8 +639,8 @@ impl Work {
             pipeline_id: r.pipeline_id.clone(),
             key: key.to_string(),
             data,
-            date: date.map(|d| d.day.to_string()),
-            hour: date.and_then(|d| d.hour).map(Value::from),
+            date: Some(date.day.to_string()),
+            hour: date.hour.map(Value::from),
             timestamp: Some(Value::from(self.clock.now().to_rfc3339())),
             source: Some(EVALUATOR_SOURCE.to_string()),
             error,
@@ -712,8 +711,8 @@ impl Work {
         }
         let record = JobRecord {
             pipeline_id: r.pipeline_id.clone(),
-            schedule_id: r.schedule_id.clone(),
-            date: r.date.clone(),
+            schedule_id: r.execution.schedule().to_string(),
+            date: r.execution.date_text().to_string(),
             run_id: r.run_id.clone(),
             status: outcome.status,
             failure_category: outcome.category,
@@ -1036,8 +1035,7 @@ mod tests {
     fn work() -> Work {
         let request = TriggerRequest::new(
             "p",
-            "daily",
-            "2026-11-26",
+            &crate::core::execution::id("daily", "2026-11-26"),
             1,
             JobConfig::from_json(JobKind::Http, &json!({"url": "http://target.test/run"})).unwrap(),
         );

@@ -1220,7 +1220,7 @@ fn request(run: &str, deadline: Option<DateTime<Utc>>) -> TriggerRequest {
     TriggerRequest {
         run_id: run.to_string(),
         deadline,
-        ..TriggerRequest::new("p", "daily", "2026-11-26", 1, config)
+        ..TriggerRequest::new("p", &"daily/2026-11-26".parse().expect("an execution id"), 1, config)
     }
 }
 

@@ -133,7 +133,11 @@ fn execution_ids_round_trip_through_their_text() {
         let id: ExecutionId = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(id, ExecutionId::new(schedule, date), "{text}");
         assert_eq!(id.to_string(), text);
-        assert_eq!(execution_key(schedule, &date.to_string()), text);
+        assert_eq!(
+            (id.schedule(), id.date(), id.date_text()),
+            (schedule, date, &text[schedule.len() + 1..])
+        );
+        assert_eq!(ExecutionId::of(schedule, id.date_text()), Some(id));
     }
 }
 
@@ -156,4 +160,75 @@ fn an_execution_id_needs_a_schedule_separator_and_a_canonical_date() {
             "{text:?}"
         );
     }
+}
+
+/// Ids that sort differently by their parts than by their text: `-` and `.` come before the
+/// separator, so `a-b/…` sorts before `a/…` as text though `a` < `a-b`.
+const AWKWARD: [&str; 7] = [
+    "a/2026-11-23",
+    "a-b/2026-11-22",
+    "a.b/2026-11-24",
+    "a/2026-11-23T05",
+    "ab/2026-11-01",
+    "a/b/2026-11-23",
+    "a/2026-11-22T23",
+];
+
+#[test]
+fn ids_order_and_serialise_as_their_text_so_stored_maps_keep_their_bytes() {
+    let ids: Vec<ExecutionId> = AWKWARD.iter().map(|t| t.parse().unwrap()).collect();
+    let mut by_id = ids.clone();
+    by_id.sort();
+    let mut by_text = AWKWARD.to_vec();
+    by_text.sort();
+    assert_eq!(by_id.iter().map(ExecutionId::as_str).collect::<Vec<_>>(), by_text);
+    // A map keyed by ids is written exactly as the map keyed by their text was.
+    let keyed_by_id: std::collections::BTreeMap<_, _> = ids.iter().map(|id| (id.clone(), 1)).collect();
+    let keyed_by_text: std::collections::BTreeMap<_, _> = AWKWARD.iter().map(|t| (t.to_string(), 1)).collect();
+    let written = serde_json::to_string(&keyed_by_id).unwrap();
+    assert_eq!(written, serde_json::to_string(&keyed_by_text).unwrap());
+    let read: std::collections::BTreeMap<ExecutionId, i32> = serde_json::from_str(&written).unwrap();
+    assert_eq!(read, keyed_by_id);
+    // Looked up by text as by id.
+    assert_eq!(keyed_by_id.get("a-b/2026-11-22"), Some(&1));
+}
+
+#[test]
+fn a_stored_id_that_is_not_canonical_does_not_read() {
+    for text in ["\"daily/20261123\"", "\"daily\"", "\"daily/2026-11-23T5\""] {
+        assert!(serde_json::from_str::<ExecutionId>(text).is_err(), "{text}");
+    }
+    assert!(serde_json::from_str::<ExecutionDate>("\"20261123\"").is_err());
+    assert_eq!(
+        serde_json::from_str::<ExecutionDate>("\"2026-11-23T05\"").unwrap(),
+        ExecutionDate::hourly(day("2026-11-23"), 5)
+    );
+}
+
+/// A timer of an execution, stored as its fields.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Timer {
+    #[serde(flatten, with = "fields")]
+    execution: ExecutionId,
+    run_id: String,
+}
+
+#[test]
+fn as_fields_an_id_is_its_schedule_and_date_in_place() {
+    let timer = Timer {
+        execution: "team/etl/2026-11-23T05".parse().unwrap(),
+        run_id: "r".into(),
+    };
+    let written = serde_json::to_string(&timer).unwrap();
+    assert_eq!(
+        written,
+        r#"{"scheduleId":"team/etl","date":"2026-11-23T05","runId":"r"}"#
+    );
+    assert_eq!(serde_json::from_str::<Timer>(&written).unwrap(), timer);
+    let bad = r#"{"scheduleId":"daily","date":"20261123","runId":"r"}"#;
+    assert!(
+        serde_json::from_str::<Timer>(bad).is_err(),
+        "a date not in its canonical form"
+    );
 }

@@ -232,7 +232,7 @@ mod tests {
         let config = JobConfig::from_json(JobKind::Http, &json!({"url": "http://x"})).unwrap();
         Effect::TriggerJob(TriggerRequest {
             deadline: deadline.map(at),
-            ..TriggerRequest::new("p", "daily", "2026-11-26", run, config)
+            ..TriggerRequest::new("p", &crate::core::execution::id("daily", "2026-11-26"), run, config)
         })
     }
 

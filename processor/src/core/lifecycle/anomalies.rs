@@ -17,10 +17,11 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{detail, execution_timer, Decider, StoredSensor};
+use super::{detail, Decider, StoredSensor};
 use crate::core::config::PipelineConfig;
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
+use crate::core::execution::ExecutionId;
 use crate::core::rules::Verdict;
 use crate::core::timers::TimerKind;
 
@@ -108,12 +109,12 @@ impl Decider<'_> {
 
     /// Notes which rule results changed since the execution's last verdict; SENSOR_FLAPPING
     /// when a key's changed more than `changes` times within `window`.
-    pub(super) fn note_flips(&mut self, key: &str, verdict: &Verdict) {
+    pub(super) fn note_flips(&mut self, id: &ExecutionId, verdict: &Verdict) {
         let Some(flapping) = self.config().and_then(|c| c.anomalies.flapping) else {
             return;
         };
         let now = self.now();
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         let Some(previous) = execution.last_verdict.as_ref() else {
@@ -150,7 +151,7 @@ impl Decider<'_> {
             }
         }
         for (sensor, flips) in newly {
-            if let Some(e) = self.state.executions.get_mut(key) {
+            if let Some(e) = self.state.executions.get_mut(id) {
                 e.flapping.push(sensor.clone());
             }
             let message = format!(
@@ -165,15 +166,15 @@ impl Decider<'_> {
                 ("values", json!(flips)),
                 ("holdForSeconds", json!(flapping.hold_for.map(|h| h.num_seconds()))),
             ]);
-            self.emit(EventType::SENSOR_FLAPPING, Some(key), message, info);
+            self.emit(EventType::SENSOR_FLAPPING, Some(id), message, info);
         }
     }
 
     /// Until when a flapping sensor holds the trigger back (`anomalies.flapping.holdFor`),
-    /// and which: the last change of any key reported flapping, plus `holdFor`.
-    pub(super) fn flapping_hold(&self, key: &str) -> Option<(DateTime<Utc>, String)> {
+    /// and which: the last change of any id reported flapping, plus `holdFor`.
+    pub(super) fn flapping_hold(&self, id: &ExecutionId) -> Option<(DateTime<Utc>, String)> {
         let hold = self.config()?.anomalies.flapping?.hold_for?;
-        let execution = self.state.executions.get(key)?;
+        let execution = self.state.executions.get(id)?;
         (execution.flips.iter())
             .filter(|f| execution.flapping.contains(&f.key))
             .map(|f| (f.at + hold, f.key.clone()))
@@ -181,28 +182,20 @@ impl Decider<'_> {
             .filter(|(until, _)| *until > self.now())
     }
 
-    /// STALE_SENSOR_WARNING for the execution `key`'s rule sensors that overstayed their
+    /// STALE_SENSOR_WARNING for the execution `id`'s rule sensors that overstayed their
     /// usual interval; arms the check for the next one that would.
-    pub(super) fn check_stale(&mut self, key: &str) {
-        let timer = execution_timer(key, |schedule_id, date| TimerKind::StaleSensorCheck {
-            schedule_id,
-            date,
-        });
-        let Some(timer) = timer else { return };
+    pub(super) fn check_stale(&mut self, id: &ExecutionId) {
+        let timer = TimerKind::StaleSensorCheck { execution: id.clone() };
         let Some(config) = self.state.config.clone().filter(|c| c.anomalies.stale_sensors) else {
             return;
         };
-        let Some(execution) = self.validating(key) else {
+        let Some(execution) = self.validating(id) else {
             self.cancel_timer(timer);
             return;
         };
-        let (date, closes, warned) = (
-            execution.date.clone(),
-            execution.window_closes_at,
-            execution.stale.clone(),
-        );
+        let (closes, warned) = (execution.window_closes_at, execution.stale.clone());
         let now = self.now();
-        let slots = self.read_slots(&date);
+        let slots = self.read_slots(id.date());
         let mut due: Vec<(String, DateTime<Utc>, TimeDelta, DateTime<Utc>)> = Vec::new();
         for rule in &config.validation.rules {
             if warned.contains(&rule.key) || due.iter().any(|(k, ..)| *k == rule.key) {
@@ -214,7 +207,7 @@ impl Decider<'_> {
             }
         }
         for (sensor, _, usual, last) in due.iter().filter(|(_, at, ..)| *at <= now) {
-            if let Some(e) = self.state.executions.get_mut(key) {
+            if let Some(e) = self.state.executions.get_mut(id) {
                 e.stale.push(sensor.clone());
             }
             let message = format!(
@@ -230,7 +223,7 @@ impl Decider<'_> {
                 ("usualIntervalSeconds", json!(seconds(*usual))),
                 ("windowClosesAt", json!(closes)),
             ]);
-            self.emit(EventType::STALE_SENSOR_WARNING, Some(key), message, info);
+            self.emit(EventType::STALE_SENSOR_WARNING, Some(id), message, info);
         }
         match due
             .iter()

@@ -5,9 +5,9 @@
 use serde_json::json;
 
 use super::schedule::day_excluded;
-use super::{detail, execution_key, Decider, Phase};
+use super::{detail, Decider, Phase};
 use crate::core::events::EventType;
-use crate::core::execution::ExecutionDate;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{CommandKind, CommandRecord, Rejection};
 use crate::core::timers::TimerKind;
 
@@ -20,10 +20,12 @@ impl Decider<'_> {
         }
     }
 
-    fn command_key(&self, record: &CommandRecord) -> Option<String> {
-        let config = self.config()?;
+    /// The execution a command names: of its schedule (the pipeline's own unless it says)
+    /// and date. Decoding made a rerun's or a cancel's date canonical.
+    fn command_execution(&self, record: &CommandRecord) -> Result<ExecutionId, String> {
+        let config = (self.config()).ok_or_else(|| format!("pipeline {} has no config", self.pipeline_id))?;
         let schedule_id = record.schedule_id.as_deref().unwrap_or(config.schedule_id());
-        Some(execution_key(schedule_id, &record.date))
+        ExecutionId::of(schedule_id, &record.date).ok_or_else(|| format!("{:?} is not an execution date", record.date))
     }
 
     /// Why a command names a schedule the pipeline does not have, if it does. A pipeline has
@@ -39,14 +41,15 @@ impl Decider<'_> {
     }
 
     fn on_rerun(&mut self, record: &CommandRecord) {
-        let Some(key) = self.command_key(record) else {
-            let reason = format!("pipeline {} has no config", self.pipeline_id);
-            self.reject(
-                &format!("command rerun for {}", record.date),
-                &reason,
-                Rejection::Refused,
-            );
-            return;
+        let id = match self.command_execution(record) {
+            Ok(id) => id,
+            Err(reason) => {
+                return self.reject(
+                    &format!("command rerun for {}", record.date),
+                    &reason,
+                    Rejection::Refused,
+                )
+            }
         };
         let Some(config) = self.config() else { return };
         let limit = config.job.max_manual_reruns;
@@ -58,75 +61,74 @@ impl Decider<'_> {
         if record.force {
             info.insert("force".into(), json!(true));
         }
-        let refusal =
-            (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&key, &record.date, limit, record.force));
+        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&id, limit, record.force));
         if let Some(refusal) = refusal {
             info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
-            self.emit(kind, Some(&key), format!("rerun rejected: {refusal}"), info);
+            self.emit(kind, Some(&id), format!("rerun rejected: {refusal}"), info);
             return;
         }
         let existing = self
             .state
             .executions
-            .get(&key)
+            .get(&id)
             .map(|e| (e.manual_reruns_used, e.phase.clone()));
         let used = existing.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
         info.insert("manualRerunsUsed".into(), json!(used));
         info.insert("maxManualReruns".into(), json!(limit));
         let kind = self.dry_or(EventType::RERUN_ACCEPTED, EventType::DRY_RUN_WOULD_RERUN);
         let message = match (dry, &existing) {
-            (true, _) => format!("dry run: a rerun of {key} would start"),
+            (true, _) => format!("dry run: a rerun of {id} would start"),
             (false, None) => {
-                format!("rerun of {key} accepted: the date had no execution, starting it ({used} of {limit})")
+                format!("rerun of {id} accepted: the date had no execution, starting it ({used} of {limit})")
             }
-            (false, Some(_)) => format!("rerun of {key} accepted ({used} of {limit})"),
+            (false, Some(_)) => format!("rerun of {id} accepted ({used} of {limit})"),
         };
-        self.emit(kind, Some(&key), message, info);
+        self.emit(kind, Some(&id), message, info);
         if dry {
             return;
         }
         match existing {
-            None => self.open_execution(&key, None),
+            None => self.open_execution(&id, None),
             Some((_, phase)) => {
                 // A date that never started has no SLA timers yet.
                 let never_started = matches!(phase, Phase::Skipped { .. });
-                self.restart(&key);
+                self.restart(&id);
                 if never_started {
-                    self.arm_sla(&key);
+                    self.arm_sla(&id);
                 }
             }
         }
-        if let Some(e) = self.state.executions.get_mut(&key) {
+        if let Some(e) = self.state.executions.get_mut(&id) {
             e.manual_reruns_used = used;
         }
     }
 
-    /// Why execution `key` (of `date`) may not be rerun, within `limit` manual reruns.
-    fn rerun_refusal(&self, key: &str, date: &str, limit: u32, force: bool) -> Option<String> {
+    /// Why execution `id` may not be rerun, within `limit` manual reruns.
+    fn rerun_refusal(&self, id: &ExecutionId, limit: u32, force: bool) -> Option<String> {
         let config = self.config()?;
-        match self.state.executions.get(key) {
+        match self.state.executions.get(id) {
             // Reruns are how the earlier design's runbooks start a date that never ran (a
             // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
             // the date could have run.
             None => self
-                .unrunnable_date(date)
-                .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {key}"))),
-            Some(e) if e.phase.is_open() => Some(format!("execution {key} is still in progress ({})", e.phase.name())),
+                .unrunnable_date(id.date())
+                .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {id}"))),
+            Some(e) if e.phase.is_open() => Some(format!("execution {id} is still in progress ({})", e.phase.name())),
             // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
             // be rerun; a dormant one may not.
-            Some(e) if matches!(e.phase, Phase::Skipped { .. }) && day_excluded(config, &e.date).is_some() => {
-                Some(format!("execution {key} did not run: {}", skipped_reason(&e.phase)))
+            Some(e) if matches!(e.phase, Phase::Skipped { .. }) && day_excluded(config, id.date()).is_some() => {
+                Some(format!("execution {id} did not run: {}", skipped_reason(&e.phase)))
             }
-            Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {key}")),
+            Some(e) if e.manual_reruns_used >= limit => Some(format!("maxManualReruns ({limit}) is spent for {id}")),
             // A completed run is rerun only when its inputs changed: the same data would give
             // the same result.
             Some(e)
                 if !force
                     && e.phase.is_completed()
-                    && e.completed_inputs.as_deref() == Some(&self.inputs_digest(&e.date)) =>
+                    && e.completed_inputs.as_deref() == Some(&self.inputs_digest(id.date())) =>
             {
-                Some(format!("no sensor data changed since {key} completed"))
+                Some(format!("no sensor data changed since {id} completed"))
             }
             Some(_) => None,
         }
@@ -134,17 +136,16 @@ impl Decider<'_> {
 
     /// Why no run can be started for `date`, which has no execution: dormant, in the
     /// future, or older than the retention (a run may have happened and been forgotten).
-    fn unrunnable_date(&self, date: &str) -> Option<String> {
+    fn unrunnable_date(&self, date: ExecutionDate) -> Option<String> {
         let config = self.config()?;
         if let Some(reason) = day_excluded(config, date) {
             return Some(format!("{date} is dormant: {reason}"));
         }
         let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
-        let parsed = ExecutionDate::canonical(date);
-        if parsed.is_some_and(|d| d.day > today) {
+        if date.day > today {
             return Some(format!("{date} is in the future"));
         }
-        if parsed.is_some_and(|d| self.beyond_retention(d)) {
+        if self.beyond_retention(date) {
             return Some(format!("{date} is older than the execution retention"));
         }
         None
@@ -153,22 +154,22 @@ impl Decider<'_> {
     /// RUN_CANCELLED: evaluation or job watching stops for the execution; a job already
     /// started is not stopped (Sluice cannot), and its later reports are ignored.
     fn on_cancel(&mut self, record: &CommandRecord) {
-        let key = self.command_key(record);
+        let id = self.command_execution(record).ok();
         // An execution of a schedule the pipeline had before its config changed may still be
         // cancelled; naming a schedule with no execution is refused with the reason.
         if let Some(reason) = self.foreign_schedule(record) {
-            if key.as_ref().and_then(|k| self.state.executions.get(k)).is_none() {
+            if id.as_ref().and_then(|k| self.state.executions.get(k)).is_none() {
                 let source = format!("command cancel for {}", record.date);
                 self.reject(&source, &reason, Rejection::Refused);
                 return;
             }
         }
-        let open = key
+        let open = id
             .as_ref()
             .and_then(|k| self.state.executions.get(k))
             .filter(|e| e.phase.is_open());
         let Some(execution) = open else {
-            let what = key.unwrap_or_else(|| record.date.clone());
+            let what = id.map_or_else(|| record.date.clone(), |id| id.to_string());
             let reason = format!("nothing to cancel: no execution {what} in progress");
             self.reject(
                 &format!("command cancel for {}", record.date),
@@ -177,10 +178,10 @@ impl Decider<'_> {
             );
             return;
         };
-        let key = key.unwrap_or_default();
+        let Some(id) = id else { return };
         let phase = execution.phase.name();
         let run_id = execution.phase.run_id().map(str::to_string);
-        self.cancel_execution_timers(&key, |_| true);
+        self.cancel_execution_timers(&id, |_| true);
         let info = detail([
             ("phase", json!(phase)),
             ("runId", json!(run_id)),
@@ -189,18 +190,18 @@ impl Decider<'_> {
         ]);
         self.emit(
             EventType::RUN_CANCELLED,
-            Some(&key),
-            format!("{key} cancelled while {phase}"),
+            Some(&id),
+            format!("{id} cancelled while {phase}"),
             info,
         );
-        self.enter(&key, Phase::Cancelled { at: self.now() });
+        self.enter(&id, Phase::Cancelled { at: self.now() });
     }
 
     /// Starts an ended execution again: a fresh evaluation window and fresh retry budgets;
     /// attempts keep counting so every run id stays unique.
-    pub(super) fn restart(&mut self, key: &str) {
+    pub(super) fn restart(&mut self, id: &ExecutionId) {
         let now = self.now();
-        let Some(e) = self.state.executions.get_mut(key) else {
+        let Some(e) = self.state.executions.get_mut(id) else {
             return;
         };
         e.retries_used = 0;
@@ -209,9 +210,9 @@ impl Decider<'_> {
         e.restart_on_trigger = false;
         e.post_run_seen = false;
         e.enter(Phase::AwaitingRules, now);
-        self.arm_expiry(key);
-        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
-        self.begin_window(key);
+        self.arm_expiry(id);
+        self.cancel_execution_timers(id, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
+        self.begin_window(id);
     }
 }
 

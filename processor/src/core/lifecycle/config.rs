@@ -12,6 +12,7 @@ use super::schedule::day_excluded;
 use super::{detail, Decider, Phase};
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::events::{clip, EventType, REASON_LIMIT};
+use crate::core::execution::ExecutionId;
 use crate::core::records::{ConfigRecord, Rejection};
 use crate::core::timers::TimerKind;
 
@@ -94,16 +95,16 @@ impl Decider<'_> {
         // SLAs are per date, not per run: a failed, exhausted or stale execution still owes its
         // deadline, so re-arm every execution not completed, cancelled or dormant (forward-only).
         let config = self.state.config.clone();
-        let owed: Vec<String> = self
+        let owed: Vec<ExecutionId> = self
             .state
             .executions
             .iter()
             .filter(|(_, e)| !e.phase.is_completed() && !matches!(e.phase, Phase::Cancelled { .. }))
-            .filter(|(_, e)| config.as_ref().is_some_and(|c| day_excluded(c, &e.date).is_none()))
-            .map(|(k, _)| k.clone())
+            .filter(|(id, _)| config.as_ref().is_some_and(|c| day_excluded(c, id.date()).is_none()))
+            .map(|(id, _)| id.clone())
             .collect();
-        for key in owed {
-            self.arm_sla(&key);
+        for id in owed {
+            self.arm_sla(&id);
         }
     }
 

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::sla::{alerted, deadline_at};
-use super::{detail, execution_timer, Decider, Phase};
+use super::{detail, Decider, Phase};
 use crate::core::config::{Deadline, PipelineConfig, SlaTime};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
@@ -26,42 +26,34 @@ use crate::core::timers::TimerKind;
 impl Decider<'_> {
     /// Arms EVALUATION_SLA_WARNING and EVALUATION_SLA_BREACH for an execution that is
     /// validating, forward-only.
-    pub(super) fn arm_evaluation_deadline(&mut self, key: &str) {
+    pub(super) fn arm_evaluation_deadline(&mut self, id: &ExecutionId) {
         let Some(config) = self.state.config.clone().filter(|c| !c.dry_run) else {
             return;
         };
         let Some(sla) = config.sla.as_ref() else { return };
-        let (Some(at), Some(execution)) = (sla.evaluation_deadline, self.state.executions.get(key)) else {
+        let (Some(at), Some(execution)) = (sla.evaluation_deadline, self.state.executions.get(id)) else {
             return;
         };
         if execution.phase != Phase::AwaitingRules || execution.sla.evaluation_breached {
             return;
         }
         let warned = execution.sla.evaluation_warned;
-        let Some(due) = resolve(&config, &execution.date, execution.phase_since, at) else {
+        let Some(due) = resolve(&config, id.date(), execution.phase_since, at) else {
             return;
         };
         let now = self.now();
-        let breach = execution_timer(key, |schedule_id, date| TimerKind::EvaluationSlaBreach {
-            schedule_id,
-            date,
-        });
-        let warning = execution_timer(key, |schedule_id, date| TimerKind::EvaluationSlaWarning {
-            schedule_id,
-            date,
-        });
-        if let Some(breach) = breach.filter(|_| due > now) {
-            self.set_timer(breach, due);
+        if due > now {
+            self.set_timer(TimerKind::EvaluationSlaBreach { execution: id.clone() }, due);
         }
         let warn_at = sla.at_risk_lead_time.map(|lead| due - lead).filter(|at| *at > now);
-        if let (Some(warning), Some(warn_at), false) = (warning, warn_at, warned) {
-            self.set_timer(warning, warn_at);
+        if let (Some(warn_at), false) = (warn_at, warned) {
+            self.set_timer(TimerKind::EvaluationSlaWarning { execution: id.clone() }, warn_at);
         }
     }
 
     /// EVALUATION_SLA_WARNING (`breach` false) or EVALUATION_SLA_BREACH: the execution is
     /// still validating at its evaluation deadline (or `atRiskLeadTime` before it).
-    pub(super) fn on_evaluation_deadline(&mut self, key: &str, breach: bool) {
+    pub(super) fn on_evaluation_deadline(&mut self, id: &ExecutionId, breach: bool) {
         let Some(config) = self.state.config.clone().filter(|c| !c.dry_run) else {
             return;
         };
@@ -69,7 +61,7 @@ impl Decider<'_> {
             return;
         };
         let now = self.now();
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         let already = alerted(
@@ -80,7 +72,7 @@ impl Decider<'_> {
         if execution.phase != Phase::AwaitingRules || already {
             return;
         }
-        let Some(due) = resolve(&config, &execution.date, execution.phase_since, at) else {
+        let Some(due) = resolve(&config, id.date(), execution.phase_since, at) else {
             return;
         };
         let failing = execution
@@ -103,7 +95,7 @@ impl Decider<'_> {
         };
         let message = format!(
             "{} is not ready and {said} its evaluation deadline {}: {}",
-            execution.date,
+            id.date(),
             due.to_rfc3339(),
             if failing.is_empty() {
                 "no evaluation yet".to_string()
@@ -116,23 +108,22 @@ impl Decider<'_> {
             ("evaluationBegan", json!(execution.phase_since)),
             ("windowClosesAt", json!(execution.window_closes_at)),
         ]);
-        self.emit(kind, Some(key), message, info);
+        self.emit(kind, Some(id), message, info);
     }
 
     /// When evaluation begun at `began` must stop (`sla.validationTimeout`), if set.
-    pub(super) fn validation_timeout(&self, key: &str, began: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(super) fn validation_timeout(&self, id: &ExecutionId, began: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let config = self.config()?;
         let at = config.sla.as_ref()?.validation_timeout?;
-        let date = key.parse::<ExecutionId>().ok()?.date.to_string();
-        resolve(config, &date, began, at)
+        resolve(config, id.date(), began, at)
     }
 }
 
 /// The instant of a deadline of the earlier variant for the execution `date` whose
 /// evaluation began at `began`.
-fn resolve(config: &PipelineConfig, date: &str, began: DateTime<Utc>, at: SlaTime) -> Option<DateTime<Utc>> {
+fn resolve(config: &PipelineConfig, date: ExecutionDate, began: DateTime<Utc>, at: SlaTime) -> Option<DateTime<Utc>> {
     match at {
         SlaTime::After(after) => Some(began + after),
-        SlaTime::At(time) => deadline_at(config, ExecutionDate::canonical(date)?, Deadline::Daily(time)),
+        SlaTime::At(time) => deadline_at(config, date, Deadline::Daily(time)),
     }
 }

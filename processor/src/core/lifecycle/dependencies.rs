@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{run_id, Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
-use crate::core::execution::ExecutionDate;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{CommandKind, CommandRecord};
 
 impl Decider<'_> {
@@ -75,42 +75,31 @@ impl Decider<'_> {
             .push(format!("{subscriber} depends on {} (sensor {key:?})", self.pipeline_id));
         // Only recent completions: a new subscriber is not handed weeks of backfill.
         let since = self.now() - chrono::TimeDelta::days(1);
-        let done: Vec<(String, String)> = self
+        let done: Vec<(ExecutionDate, String)> = self
             .state
             .executions
             .values()
             .filter(|e| matches!(e.phase, Phase::Succeeded { at } if at >= since))
-            .map(|e| {
-                (
-                    e.date.clone(),
-                    run_id(self.pipeline_id, &e.schedule_id, &e.date, e.attempt),
-                )
-            })
+            .map(|e| (e.id.date(), run_id(self.pipeline_id, &e.id, e.attempt)))
             .collect();
         for (date, run_id) in done {
-            self.publish_completion(&subscriber, &key, &date, &run_id);
+            self.publish_completion(&subscriber, &key, date, &run_id);
         }
     }
 
     /// On success: tell every dependent that this date is done.
-    pub(super) fn notify_dependents(&mut self, key: &str, run_id: &str) {
-        let Some(date) = self.state.executions.get(key).map(|e| e.date.clone()) else {
-            return;
-        };
+    pub(super) fn notify_dependents(&mut self, id: &ExecutionId, run_id: &str) {
         let dependents: Vec<(String, String)> = self.state.dependents.clone().into_iter().collect();
         for (subscriber, sensor_key) in dependents {
-            self.publish_completion(&subscriber, &sensor_key, &date, run_id);
+            self.publish_completion(&subscriber, &sensor_key, id.date(), run_id);
         }
     }
 
-    fn publish_completion(&mut self, subscriber: &str, sensor_key: &str, date: &str, run_id: &str) {
-        let Some(parsed) = ExecutionDate::canonical(date) else {
-            return;
-        };
+    fn publish_completion(&mut self, subscriber: &str, sensor_key: &str, date: ExecutionDate, run_id: &str) {
         let mut value = json!({
             "pipelineId": subscriber,
             "key": sensor_key,
-            "date": parsed.whole_day().to_string(),
+            "date": date.whole_day().to_string(),
             "timestamp": self.now(),
             "data": {
                 "status": "succeeded",
@@ -120,7 +109,7 @@ impl Decider<'_> {
                 "completedAt": self.now(),
             },
         });
-        if let Some(hour) = parsed.hour {
+        if let Some(hour) = date.hour {
             value["hour"] = json!(hour);
         }
         self.records.push(Outbound {

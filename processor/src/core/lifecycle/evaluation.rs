@@ -14,6 +14,7 @@ use super::job::job_request;
 use super::{detail, run_id, Decider, Effect, Phase, StoredSensor};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
 use crate::core::events::EventType;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules::{self, Verdict};
 use crate::core::timers::TimerKind;
 
@@ -23,7 +24,7 @@ pub(super) const TRIGGER_REPORT_TIMEOUT: chrono::TimeDelta = chrono::TimeDelta::
 impl Decider<'_> {
     /// The verdict of an execution's rules: `validation.rules` in their mode, and every
     /// `dependsOn` upstream succeeded for the execution's date.
-    fn verdict(&self, date: &str) -> Option<Verdict> {
+    fn verdict(&self, date: ExecutionDate) -> Option<Verdict> {
         let config = self.config()?;
         let slots = self.read_slots(date);
         let readings = (slots.iter())
@@ -56,7 +57,12 @@ impl Decider<'_> {
     /// A rule failing for want of a reading when the key has one for another date says so:
     /// the earlier design read a key's latest row whatever its date, Sluice reads the
     /// execution's own (or an undated one), and a producer moving over should know which.
-    fn name_readings_of_other_dates(&self, verdict: &mut Verdict, seen: &BTreeMap<&str, &StoredSensor>, date: &str) {
+    fn name_readings_of_other_dates(
+        &self,
+        verdict: &mut Verdict,
+        seen: &BTreeMap<&str, &StoredSensor>,
+        date: ExecutionDate,
+    ) {
         for result in verdict
             .results
             .iter_mut()
@@ -78,36 +84,33 @@ impl Decider<'_> {
     /// Evaluates an execution's rules. `on_schedule` is true at the start and on interval
     /// timers: only then is the next evaluation scheduled (sensor-driven evaluations leave
     /// the interval alone) and can the window close.
-    pub(super) fn evaluate(&mut self, key: &str, on_schedule: bool) {
-        let Some(execution) = self.state.executions.get(key) else {
+    pub(super) fn evaluate(&mut self, id: &ExecutionId, on_schedule: bool) {
+        if !self.state.executions.contains_key(id) {
             return;
-        };
-        let Some(verdict) = self.verdict(&execution.date) else {
+        }
+        let Some(verdict) = self.verdict(id.date()) else {
             return;
         };
         let Some(interval) = self.config().map(|c| c.schedule.evaluation.interval) else {
             return;
         };
         let now = self.now();
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
-        let timer = TimerKind::Evaluate {
-            schedule_id: execution.schedule_id.clone(),
-            date: execution.date.clone(),
-        };
+        let timer = TimerKind::Evaluate { execution: id.clone() };
         let closes = execution.window_closes_at;
-        self.note_flips(key, &verdict);
-        if let Some(e) = self.state.executions.get_mut(key) {
+        self.note_flips(id, &verdict);
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.last_verdict = Some(verdict.clone());
         }
         let results = json!(verdict.results);
-        let held = self.flapping_hold(key).filter(|_| verdict.passed);
+        let held = self.flapping_hold(id).filter(|_| verdict.passed);
 
         if let Some((until, sensor)) = &held {
             // Passing, but on a flapping sensor: look again once it has kept still long enough.
             self.notes.push(format!(
-                "{key}: rules pass but sensor {sensor:?} is flapping; held until {until}"
+                "{id}: rules pass but sensor {sensor:?} is flapping; held until {until}"
             ));
             if now < closes {
                 self.set_timer(timer, (*until).min(closes));
@@ -117,38 +120,38 @@ impl Decider<'_> {
         if verdict.passed && held.is_none() {
             // Ready: nothing evaluates it again, the evaluation deadline is met, no sensor can
             // be stale for it and no evaluator need be asked.
-            self.cancel_execution_timers(key, is_validation_timer);
+            self.cancel_execution_timers(id, is_validation_timer);
             let warnings = verdict.warnings();
             if !warnings.is_empty() {
                 let message = format!("validation passed with warnings: {}", verdict.warning_text());
                 let info = detail([("results", json!(warnings))]);
-                self.emit(EventType::VALIDATION_WARNED, Some(key), message, info);
+                self.emit(EventType::VALIDATION_WARNED, Some(id), message, info);
             }
             self.emit(
                 EventType::VALIDATION_PASSED,
-                Some(key),
+                Some(id),
                 "all validation rules passed",
                 detail([("results", results)]),
             );
-            self.start_attempt(key);
+            self.start_attempt(id);
             return;
         }
         if !on_schedule {
             return;
         }
         if now >= closes {
-            self.enter(key, Phase::ValidationExhausted { at: now });
+            self.enter(id, Phase::ValidationExhausted { at: now });
             let message = match &held {
                 Some((_, sensor)) => format!("evaluation window closed while sensor {sensor:?} was flapping"),
                 None => format!("evaluation window closed without passing: {}", verdict.failures()),
             };
             self.emit(
                 EventType::VALIDATION_EXHAUSTED,
-                Some(key),
+                Some(id),
                 message,
                 detail([("results", results)]),
             );
-            self.cancel_run_timers(key);
+            self.cancel_run_timers(id);
             return;
         }
         let next = (now + interval).min(closes);
@@ -156,74 +159,73 @@ impl Decider<'_> {
     }
 
     /// Starts the next job attempt of an execution (or, in a dry run, reports it).
-    pub(super) fn start_attempt(&mut self, key: &str) {
+    pub(super) fn start_attempt(&mut self, id: &ExecutionId) {
         let now = self.now();
         let pipeline_id = self.pipeline_id;
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        if !self.state.executions.contains_key(key) {
+        if !self.state.executions.contains_key(id) {
             return;
         }
         if config.dry_run {
-            self.would_have_triggered(key, config.job.kind);
+            self.would_have_triggered(id, config.job.kind);
             return;
         }
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         execution.attempt += 1;
         execution.job_handle = None;
-        let run_id = run_id(pipeline_id, &execution.schedule_id, &execution.date, execution.attempt);
+        let run_id = run_id(pipeline_id, id, execution.attempt);
         let request = job_request(pipeline_id, &config, execution, &run_id)
             .map_err(|e| format!("job config does not render: {e}"));
         // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.
-        self.enter(key, Phase::AwaitingTrigger { run_id });
+        self.enter(id, Phase::AwaitingTrigger { run_id });
         match request {
             Ok(request) => {
                 self.effects.push(Effect::TriggerJob(request.made_from(now)));
                 // The trigger's outcome arrives as a record; if none ever does, the run is stale.
                 // The executor may spend the trigger retry policy first.
                 let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();
-                self.set_watchdog(key, now + TRIGGER_REPORT_TIMEOUT + retries);
+                self.set_watchdog(id, now + TRIGGER_REPORT_TIMEOUT + retries);
             }
             Err(reason) => {
                 let message = format!("job not triggered: {reason}");
                 self.emit(
                     EventType::INFRA_FAILURE,
-                    Some(key),
+                    Some(id),
                     message,
                     detail([("reason", json!(reason))]),
                 );
-                self.end_failed(key, reason);
+                self.end_failed(id, reason);
             }
         }
     }
 
     /// A dry run's trigger: reported, not requested.
-    fn would_have_triggered(&mut self, key: &str, kind: JobKind) {
+    fn would_have_triggered(&mut self, id: &ExecutionId, kind: JobKind) {
         let now = self.now();
-        self.enter(key, Phase::WouldHaveTriggered { at: now });
-        self.cancel_run_timers(key);
-        let date = self.state.executions[key].date.clone();
-        let digest = self.inputs_digest(&date);
-        if let Some(e) = self.state.executions.get_mut(key) {
+        self.enter(id, Phase::WouldHaveTriggered { at: now });
+        self.cancel_run_timers(id);
+        let digest = self.inputs_digest(id.date());
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.completed_inputs = Some(digest);
         }
         let detail = detail([("jobType", json!(kind.name()))]);
         self.emit(
             EventType::DRY_RUN_WOULD_TRIGGER,
-            Some(key),
+            Some(id),
             "dry run: the job would be triggered now",
             detail,
         );
-        self.project_sla(key);
+        self.project_sla(id);
     }
 
     /// Cancels the timers that move an execution along (evaluation, poll window, watchdog),
     /// leaving SLA and post-run timers, which outlive the run.
-    pub(super) fn cancel_run_timers(&mut self, key: &str) {
-        self.cancel_execution_timers(key, |t| {
+    pub(super) fn cancel_run_timers(&mut self, id: &ExecutionId) {
+        self.cancel_execution_timers(id, |t| {
             is_validation_timer(t)
                 || matches!(
                     t,

@@ -19,48 +19,42 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::job::render_request;
-use super::{execution_timer, Decider, Effect, EvaluatorCall, StoredSensor};
+use super::{Decider, Effect, EvaluatorCall, StoredSensor};
 use crate::core::config::{Evaluator, Mode, PipelineConfig};
 use crate::core::duration::format_duration;
+use crate::core::execution::ExecutionId;
 use crate::core::rules::{self, Verdict};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
     /// Calls each evaluator of an execution that has begun evaluating.
-    pub(super) fn start_evaluators(&mut self, key: &str) {
+    pub(super) fn start_evaluators(&mut self, id: &ExecutionId) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
         for evaluator in &config.validation.evaluators {
-            self.call_evaluator(&config, key, evaluator);
+            self.call_evaluator(&config, id, evaluator);
         }
     }
 
     /// `EvaluatorDue`: the evaluator of `sensor` is called again, if its execution still
     /// evaluates and the config still has it.
-    pub(super) fn on_evaluator_due(&mut self, key: &str, sensor: &str) {
+    pub(super) fn on_evaluator_due(&mut self, id: &ExecutionId, sensor: &str) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
         if let Some(evaluator) = config.validation.evaluator(sensor) {
-            self.call_evaluator(&config, key, evaluator);
+            self.call_evaluator(&config, id, evaluator);
         }
     }
 
-    /// One call of `evaluator` for execution `key`, and the next one armed `every` later.
-    fn call_evaluator(&mut self, config: &PipelineConfig, key: &str, evaluator: &Evaluator) {
-        let Some(execution) = self.validating(key) else {
+    /// One call of `evaluator` for execution `id`, and the next one armed `every` later.
+    fn call_evaluator(&mut self, config: &PipelineConfig, id: &ExecutionId, evaluator: &Evaluator) {
+        let Some(execution) = self.validating(id) else {
             return;
         };
-        let Some(timer) = evaluator_timer(key, &evaluator.key) else {
-            return;
-        };
-        let run_id = evaluator_run_id(
-            self.pipeline_id,
-            &execution.schedule_id,
-            &execution.date,
-            &evaluator.key,
-        );
+        let timer = evaluator_timer(id, &evaluator.key);
+        let run_id = evaluator_run_id(self.pipeline_id, id, &evaluator.key);
         match render_request(self.pipeline_id, config, &evaluator.call, execution, &run_id) {
             Ok(request) => self.effects.push(Effect::Evaluate(EvaluatorCall {
                 request,
@@ -70,7 +64,7 @@ impl Decider<'_> {
             // config that was accepted, and is noted rather than hidden.
             Err(e) => self
                 .notes
-                .push(format!("{key}: evaluator of {:?} does not render: {e}", evaluator.key)),
+                .push(format!("{id}: evaluator of {:?} does not render: {e}", evaluator.key)),
         }
         let next = self.now() + evaluator.every.unwrap_or(config.schedule.evaluation.interval);
         self.set_timer(timer, next);
@@ -79,7 +73,7 @@ impl Decider<'_> {
     /// A failed answer of `sensor`'s evaluator (`failures` in a row) for the executions it
     /// scopes: the next call comes after the trigger retry policy's wait, if that is sooner
     /// than the one armed.
-    pub(super) fn retry_evaluator(&mut self, sensor: &str, only: Option<&str>, failures: u32) {
+    pub(super) fn retry_evaluator(&mut self, sensor: &str, only: Option<&ExecutionId>, failures: u32) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -90,10 +84,8 @@ impl Decider<'_> {
             return;
         };
         let at = self.now() + chrono::TimeDelta::from_std(wait).unwrap_or_default();
-        for key in self.awaiting_rules(only) {
-            let Some(timer) = evaluator_timer(&key, sensor) else {
-                continue;
-            };
+        for id in self.awaiting_rules(only) {
+            let timer = evaluator_timer(&id, sensor);
             let armed = self.state.due(&timer);
             if armed.is_none_or(|armed| at < armed) {
                 self.set_timer(timer, at);
@@ -123,11 +115,11 @@ impl Decider<'_> {
         let Some(config) = config else {
             return;
         };
-        for key in self.awaiting_rules(None) {
+        for id in self.awaiting_rules(None) {
             for evaluator in &config.validation.evaluators {
-                let armed = evaluator_timer(&key, &evaluator.key).is_some_and(|timer| self.state.due(&timer).is_some());
+                let armed = self.state.due(&evaluator_timer(&id, &evaluator.key)).is_some();
                 if !armed {
-                    self.call_evaluator(&config, &key, evaluator);
+                    self.call_evaluator(&config, &id, evaluator);
                 }
             }
         }
@@ -190,15 +182,15 @@ pub(super) fn judge_unusable(verdict: &mut Verdict, unusable: &[(String, String)
 }
 
 /// The run id an evaluator's calls carry (`Idempotency-Key`, `SLUICE_RUN_ID`): one per
-/// execution and sensor key.
-pub fn evaluator_run_id(pipeline_id: &str, schedule_id: &str, date: &str, sensor: &str) -> String {
+/// execution and sensor id.
+pub fn evaluator_run_id(pipeline_id: &str, execution: &ExecutionId, sensor: &str) -> String {
+    let (schedule_id, date) = (execution.schedule(), execution.date_text());
     format!("{pipeline_id}.{schedule_id}.{date}.evaluator.{sensor}")
 }
 
-fn evaluator_timer(key: &str, sensor: &str) -> Option<TimerKind> {
-    execution_timer(key, |schedule_id, date| TimerKind::EvaluatorDue {
-        schedule_id,
-        date,
+fn evaluator_timer(id: &ExecutionId, sensor: &str) -> TimerKind {
+    TimerKind::EvaluatorDue {
+        execution: id.clone(),
         key: sensor.to_string(),
-    })
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::schedule::{dormant, trigger_keys};
 use super::sla::deadline_of;
-use super::{detail, execution_key, Decider, Phase};
+use super::{detail, Decider, Phase};
 use crate::core::config::{ClockTime, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
@@ -38,70 +38,64 @@ pub struct ForecastMarks {
 }
 
 impl Decider<'_> {
-    /// Forecasts the completion of the execution date `key` names; emits SLA_AT_RISK or
+    /// Forecasts the completion of execution `id`; emits SLA_AT_RISK or
     /// SLA_RECOVERED when the projection crosses the deadline, and arms the next look.
-    pub(super) fn forecast_sla(&mut self, key: &str) {
+    pub(super) fn forecast_sla(&mut self, id: &ExecutionId) {
         let Some(config) = self.state.config.clone().filter(|c| !c.dry_run) else {
             return;
         };
         let Some(min_runs) = config.sla.as_ref().and_then(|s| s.forecast) else {
             return;
         };
-        let Ok(id) = key.parse::<ExecutionId>() else {
-            return;
-        };
         let now = self.now();
-        let Some(deadline) = deadline_of(&config, id.date).filter(|d| *d > now) else {
+        let Some(deadline) = deadline_of(&config, id.date()).filter(|d| *d > now) else {
             return;
         };
-        if dormant(&config, id.date.day).is_some() {
+        if dormant(&config, id.date().day).is_some() {
             return;
         }
-        let execution = self.state.executions.get(key);
+        let execution = self.state.executions.get(id);
         // Ended, or its SLA already settled: nothing left to forecast.
         if execution.is_some_and(|e| !e.phase.is_open() || e.sla.met || e.sla.breached) {
             return;
         }
         let triggered_at = execution.and_then(|e| e.first_triggered_at);
-        let start = date_start(&config, id.date);
+        let start = date_start(&config, id.date());
         let Some(f) = forecast(&self.state.history, min_runs, start, triggered_at, deadline, now) else {
             return;
         };
-        let mut marks = self.state.forecasts.get(key).copied().unwrap_or_default();
+        let mut marks = self.state.forecasts.get(id).copied().unwrap_or_default();
         let misses = f.misses(deadline);
         if misses && !marks.at_risk {
             marks.at_risk = true;
             let message = format!(
                 "{} is projected to complete at {}, {} after its SLA deadline {} ({})",
-                id.date,
+                id.date(),
                 f.projected.to_rfc3339(),
                 format_duration(f.projected - deadline),
                 deadline.to_rfc3339(),
                 explain(&f)
             );
             let mut info = forecast_detail(&f, deadline, triggered_at, now);
-            let (waiting, upstreams) = self.holding(&config, key);
+            let (waiting, upstreams) = self.holding(&config, id);
             info.insert("waitingFor".into(), json!(waiting));
             info.insert("upstreams".into(), json!(upstreams));
-            self.emit(EventType::SLA_AT_RISK, Some(key), message, info);
+            self.emit(EventType::SLA_AT_RISK, Some(id), message, info);
         } else if !misses && marks.at_risk && !marks.recovered {
             marks.recovered = true;
             let message = format!(
                 "{} is projected to complete at {}, {} before its SLA deadline {} ({})",
-                id.date,
+                id.date(),
                 f.projected.to_rfc3339(),
                 format_duration(deadline - f.projected),
                 deadline.to_rfc3339(),
                 explain(&f)
             );
             let info = forecast_detail(&f, deadline, triggered_at, now);
-            self.emit(EventType::SLA_RECOVERED, Some(key), message, info);
+            self.emit(EventType::SLA_RECOVERED, Some(id), message, info);
         }
-        self.remember(key, marks);
-        let timer = TimerKind::SlaForecast {
-            schedule_id: id.schedule,
-            date: id.date.to_string(),
-        };
+        self.remember(id, marks);
+        let timer = TimerKind::SlaForecast { execution: id.clone() };
         // At risk, only a trigger changes the projection for the better (and forecasts
         // again); otherwise look again when the clock moves it.
         match f.next_change.filter(|_| !marks.at_risk) {
@@ -113,8 +107,8 @@ impl Decider<'_> {
     /// What holds the date back: the sensor keys it waits for (its trigger's before it
     /// starts, its failing rules' while it validates; none once the job runs), and the
     /// upstream pipelines among them.
-    fn holding(&self, config: &PipelineConfig, key: &str) -> (Vec<String>, Vec<String>) {
-        let mut waiting: Vec<String> = match self.state.executions.get(key) {
+    fn holding(&self, config: &PipelineConfig, id: &ExecutionId) -> (Vec<String>, Vec<String>) {
+        let mut waiting: Vec<String> = match self.state.executions.get(id) {
             None => trigger_keys(config).map(str::to_string).collect(),
             Some(e) if e.phase == Phase::AwaitingRules => (e.last_verdict.iter())
                 .flat_map(|v| v.results.iter().filter(|r| !r.passed))
@@ -130,11 +124,11 @@ impl Decider<'_> {
         (waiting, upstreams)
     }
 
-    fn remember(&mut self, key: &str, marks: ForecastMarks) {
+    fn remember(&mut self, id: &ExecutionId, marks: ForecastMarks) {
         if marks == ForecastMarks::default() {
             return;
         }
-        self.state.forecasts.insert(key.to_string(), marks);
+        self.state.forecasts.insert(id.clone(), marks);
         while self.state.forecasts.len() > REMEMBERED_DATES {
             self.state.forecasts.pop_first();
         }
@@ -142,32 +136,31 @@ impl Decider<'_> {
 
     /// Keeps a succeeded run in the pipeline's history: when it was first triggered within
     /// its date, and how long it took from there.
-    pub(super) fn record_run(&mut self, key: &str) {
+    pub(super) fn record_run(&mut self, id: &ExecutionId) {
         let now = self.now();
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
-        let (Some(triggered), Some(date)) = (execution.first_triggered_at, ExecutionDate::canonical(&execution.date))
-        else {
+        let Some(triggered) = execution.first_triggered_at else {
             return;
         };
+        let date = id.date();
         let run = PastRun {
-            date: execution.date.clone(),
+            date: id.date(),
             triggered_after: (triggered - date_start(&config, date)).num_seconds(),
             duration: (now - triggered).num_seconds(),
         };
         self.state.history.record(run);
         // The history grew: the dates whose SLA is still owed are forecast again (one may
         // have had too few runs on record to forecast at all).
-        let owed: Vec<String> = (self.state.timers.iter())
+        let owed: Vec<ExecutionId> = (self.state.timers.iter())
             .filter_map(|t| match &t.timer {
-                TimerKind::SlaBreach { schedule_id, date } => Some(execution_key(schedule_id, date)),
+                TimerKind::SlaBreach { execution } if execution != id => Some(execution.clone()),
                 _ => None,
             })
-            .filter(|owed| owed != key)
             .collect();
         for owed in owed {
             self.forecast_sla(&owed);

@@ -8,25 +8,28 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{
-    detail, execution_key, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS,
-};
+use super::{detail, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS};
 use crate::core::config::{JobConfig, PipelineConfig, RenderError};
 use crate::core::events::EventType;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
 use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
     pub(super) fn on_job(&mut self, record: &JobRecord) {
-        let key = execution_key(&record.schedule_id, &record.date);
-        let Some(execution) = self.state.executions.get(&key) else {
-            let reason = format!("no execution {key} of pipeline {} to report on", self.pipeline_id);
+        let named = ExecutionId::of(&record.schedule_id, &record.date);
+        let Some((id, execution)) = named.as_ref().and_then(|id| Some((id, self.state.executions.get(id)?))) else {
+            let (schedule, date) = (&record.schedule_id, &record.date);
+            let reason = format!(
+                "no execution {schedule}/{date} of pipeline {} to report on",
+                self.pipeline_id
+            );
             self.reject(&format!("job report {}", record.run_id), &reason, Rejection::Refused);
             return;
         };
         if self.config().is_some_and(|c| c.dry_run) {
-            self.observe_dry_run_job(&key, record);
+            self.observe_dry_run_job(id, record);
             return;
         }
         let ended = matches!(
@@ -34,13 +37,13 @@ impl Decider<'_> {
             JobStatus::Succeeded | JobStatus::Failed | JobStatus::Timeout
         );
         if ended && execution.unreported_run.as_deref() == Some(record.run_id.as_str()) {
-            self.report_after_end(&key, record);
+            self.report_after_end(id, record);
             return;
         }
         if execution.phase.run_id() != Some(record.run_id.as_str()) {
             // An earlier attempt's late report, or a re-delivery after the run ended.
             self.notes.push(format!(
-                "job report for run {} ignored: execution {key} is {}",
+                "job report for run {} ignored: execution {id} is {}",
                 record.run_id,
                 execution.phase.name()
             ));
@@ -49,12 +52,12 @@ impl Decider<'_> {
         let triggering = matches!(execution.phase, Phase::AwaitingTrigger { .. });
         let info = report_detail(record);
         if let Some(handle) = record.metadata.as_ref().and_then(|m| m.get("handle")) {
-            if let Some(e) = self.state.executions.get_mut(&key) {
+            if let Some(e) = self.state.executions.get_mut(id) {
                 e.job_handle = Some(handle.clone());
             }
         }
         match record.status {
-            JobStatus::Running if triggering => self.job_started(&key, info),
+            JobStatus::Running if triggering => self.job_started(id, info),
             JobStatus::Running => self.notes.push(format!("run {} still running", record.run_id)),
             // The runtime acts on it (the trigger may be requested again); the run is as it was.
             JobStatus::Released => self.notes.push(format!(
@@ -62,25 +65,25 @@ impl Decider<'_> {
                 record.run_id
             )),
             JobStatus::Failed if record.failure_category == Some(FailureCategory::Infra) => {
-                self.infra_failure(&key, record, info)
+                self.infra_failure(id, record, info)
             }
             JobStatus::Succeeded => {
                 if triggering {
-                    self.job_started(&key, info.clone());
+                    self.job_started(id, info.clone());
                 }
-                self.job_succeeded(&key, record, info);
+                self.job_succeeded(id, record, info);
             }
-            JobStatus::Failed | JobStatus::Timeout => self.job_failed(&key, record, info),
+            JobStatus::Failed | JobStatus::Timeout => self.job_failed(id, record, info),
         }
     }
 
     /// JOB_TRIGGERED: the job runs; its poll window starts.
-    fn job_started(&mut self, key: &str, info: Map<String, Value>) {
+    fn job_started(&mut self, id: &ExecutionId, info: Map<String, Value>) {
         let now = self.now();
         let Some(poll_window) = self.config().map(|c| c.job.poll_window) else {
             return;
         };
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         let Some(run_id) = execution.phase.run_id().map(str::to_string) else {
@@ -88,17 +91,15 @@ impl Decider<'_> {
         };
         let message = format!("job started (attempt {})", execution.attempt);
         let poll = TimerKind::JobPollWindow {
-            schedule_id: execution.schedule_id.clone(),
-            date: execution.date.clone(),
+            execution: id.clone(),
             run_id: run_id.clone(),
         };
         let check = execution.job_handle.is_some().then(|| TimerKind::JobStatusCheck {
-            schedule_id: execution.schedule_id.clone(),
-            date: execution.date.clone(),
+            execution: id.clone(),
             run_id: run_id.clone(),
         });
-        self.enter(key, Phase::AwaitingJob { run_id });
-        if let Some(e) = self.state.executions.get_mut(key) {
+        self.enter(id, Phase::AwaitingJob { run_id });
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.first_triggered_at.get_or_insert(now);
         }
         self.set_timer(poll, now + poll_window);
@@ -107,48 +108,54 @@ impl Decider<'_> {
         if let (Some(check), Some(interval)) = (check, self.config().map(|c| c.job.poll_interval)) {
             self.set_timer(check, now + interval);
         }
-        self.set_watchdog(key, now + poll_window + STALE_GRACE);
-        self.emit(EventType::JOB_TRIGGERED, Some(key), message, info);
-        self.forecast_sla(key);
+        self.set_watchdog(id, now + poll_window + STALE_GRACE);
+        self.emit(EventType::JOB_TRIGGERED, Some(id), message, info);
+        self.forecast_sla(id);
     }
 
     /// JOB_COMPLETED, then everything a success sets off: SLA_MET, the post-run baseline and
     /// the downstream pipelines' dependency sensors.
-    fn job_succeeded(&mut self, key: &str, record: &JobRecord, info: Map<String, Value>) {
+    fn job_succeeded(&mut self, id: &ExecutionId, record: &JobRecord, info: Map<String, Value>) {
         let now = self.now();
-        let Some(execution) = self.state.executions.get(key) else {
+        if !self.state.executions.contains_key(id) {
             return;
-        };
-        let date = execution.date.clone();
-        let digest = self.inputs_digest(&date);
-        self.enter(key, Phase::Succeeded { at: now });
-        if let Some(e) = self.state.executions.get_mut(key) {
+        }
+        let digest = self.inputs_digest(id.date());
+        self.enter(id, Phase::Succeeded { at: now });
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.completed_inputs = Some(digest);
             e.late_data_told = false;
         }
-        self.cancel_run_timers(key);
+        self.cancel_run_timers(id);
         let message = record.message.clone().unwrap_or_else(|| "job succeeded".into());
-        self.emit_for_run(EventType::JOB_COMPLETED, key, &record.run_id, message, info);
-        self.record_run(key);
-        self.sla_on_completion(key);
-        self.capture_baseline(key);
-        self.notify_dependents(key, &record.run_id);
+        self.emit_for_run(EventType::JOB_COMPLETED, id, &record.run_id, message, info);
+        self.record_run(id);
+        self.sla_on_completion(id);
+        self.capture_baseline(id);
+        self.notify_dependents(id, &record.run_id);
     }
 
     /// Emits an event about a run whose execution may already have left the phase that
     /// names the run id (it just ended), so the id is set explicitly.
-    fn emit_for_run(&mut self, kind: EventType, key: &str, run_id: &str, message: String, info: Map<String, Value>) {
-        self.emit(kind, Some(key), message, info);
+    fn emit_for_run(
+        &mut self,
+        kind: EventType,
+        id: &ExecutionId,
+        run_id: &str,
+        message: String,
+        info: Map<String, Value>,
+    ) {
+        self.emit(kind, Some(id), message, info);
         if let Some(event) = self.events.last_mut() {
             event.run_id = Some(run_id.to_string());
         }
     }
 
-    fn job_failed(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
+    fn job_failed(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         let category = failure_category(record);
@@ -165,20 +172,20 @@ impl Decider<'_> {
             .clone()
             .unwrap_or_else(|| format!("job reported {}", record.status.as_str()));
         if !retry {
-            self.end_failed(key, reason.clone());
+            self.end_failed(id, reason.clone());
         }
         info.insert("willRetry".into(), json!(retry));
         let message = match retry {
             true => format!("attempt {attempt} failed: {reason}; retried once the rules pass again"),
             false => format!("attempt {attempt} failed: {reason}"),
         };
-        self.emit_for_run(kind, key, &record.run_id, message, info);
+        self.emit_for_run(kind, id, &record.run_id, message, info);
         if retry {
             // As the earlier design's retry restarted at evaluation: the next attempt starts
             // only once the rules pass on the sensors as they are now, in a fresh window
             // (VALIDATION_PASSED again; VALIDATION_EXHAUSTED if they never do).
-            self.enter(key, Phase::AwaitingRules);
-            self.begin_window(key);
+            self.enter(id, Phase::AwaitingRules);
+            self.begin_window(id);
         } else {
             let detail = detail([
                 ("budget", json!(budget)),
@@ -186,18 +193,18 @@ impl Decider<'_> {
                 ("used", json!(spent)),
             ]);
             let message = format!("no retries left: {budget} ({limit}) is spent");
-            self.emit_for_run(EventType::RETRY_EXHAUSTED, key, &record.run_id, message, detail);
+            self.emit_for_run(EventType::RETRY_EXHAUSTED, id, &record.run_id, message, detail);
         }
     }
 
     /// A status check is due: ask again (the effect), and arm the next check first, so a
     /// check whose answer is lost (a crash, a dropped report) is simply asked again.
-    pub(super) fn on_status_check_due(&mut self, key: &str, run_id: &str) {
+    pub(super) fn on_status_check_due(&mut self, id: &ExecutionId, run_id: &str) {
         let now = self.now();
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         let (Phase::AwaitingJob { run_id: running }, Some(handle)) = (&execution.phase, &execution.job_handle) else {
@@ -216,8 +223,7 @@ impl Decider<'_> {
         };
         let handle = handle.clone();
         let next = TimerKind::JobStatusCheck {
-            schedule_id: execution.schedule_id.clone(),
-            date: execution.date.clone(),
+            execution: id.clone(),
             run_id: run_id.to_string(),
         };
         self.set_timer(next, now + config.job.poll_interval);
@@ -228,29 +234,29 @@ impl Decider<'_> {
     /// are spent. The run ends cleanly; the job's own retries are not for outages. As the
     /// earlier design released its trigger lock, the date is not closed: the next trigger
     /// sensor that holds starts it again, up to [`MAX_INFRA_RESTARTS`] times.
-    fn infra_failure(&mut self, key: &str, record: &JobRecord, mut info: Map<String, Value>) {
+    fn infra_failure(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>) {
         info.insert("failureCategory".into(), json!(FailureCategory::Infra));
         let reason = record
             .message
             .clone()
             .unwrap_or_else(|| "the job target could not be reached".into());
-        self.end_failed(key, reason.clone());
+        self.end_failed(id, reason.clone());
         let sensor_started = self.config().is_some_and(|c| c.schedule.sensor_started());
-        let Some(e) = self.state.executions.get_mut(key) else {
+        let Some(e) = self.state.executions.get_mut(id) else {
             return;
         };
         e.infra_failures += 1;
         e.restart_on_trigger = sensor_started && e.infra_failures <= MAX_INFRA_RESTARTS;
         info.insert("restartOnTrigger".into(), json!(e.restart_on_trigger));
         info.insert("infraFailures".into(), json!(e.infra_failures));
-        self.emit_for_run(EventType::INFRA_FAILURE, key, &record.run_id, reason, info);
+        self.emit_for_run(EventType::INFRA_FAILURE, id, &record.run_id, reason, info);
     }
 
     /// Ends an execution as failed: nothing moves it along any more.
-    pub(super) fn end_failed(&mut self, key: &str, reason: String) {
+    pub(super) fn end_failed(&mut self, id: &ExecutionId, reason: String) {
         let at = self.now();
-        self.enter(key, Phase::Failed { at, reason });
-        self.cancel_run_timers(key);
+        self.enter(id, Phase::Failed { at, reason });
+        self.cancel_run_timers(id);
     }
 
     /// JOB_POLL_EXHAUSTED: the job ran for its whole poll window without an outcome. As in
@@ -259,9 +265,9 @@ impl Decider<'_> {
     /// (JOB_REPORT_AFTER_END). With `job.retryAfterPollWindow` the job is watched on instead,
     /// and its own end decides (a failure may then spend `maxRetries`); one without status
     /// checks cannot be watched, and ends as without the option.
-    pub(super) fn on_poll_window_closed(&mut self, key: &str, run_id: &str) {
+    pub(super) fn on_poll_window_closed(&mut self, id: &ExecutionId, run_id: &str) {
         let now = self.now();
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         if execution.phase != (Phase::AwaitingJob { run_id: run_id.into() }) {
@@ -280,26 +286,26 @@ impl Decider<'_> {
             let message = format!(
                 "no outcome for run {run_id} within the job poll window ({window}s): watching it until it ends (retryAfterPollWindow)"
             );
-            self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message, info);
+            self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, id, run_id, message, info);
             // Another window for the watchdog; the status checks go on.
-            self.set_watchdog(key, now + job.poll_window + STALE_GRACE);
+            self.set_watchdog(id, now + job.poll_window + STALE_GRACE);
             return;
         }
         let message = format!(
             "no outcome for run {run_id} within the job poll window ({window}s): the run ends, not retried (the job may still be running)"
         );
-        self.end_failed(key, message.clone());
-        if let Some(e) = self.state.executions.get_mut(key) {
+        self.end_failed(id, message.clone());
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.unreported_run = Some(run_id.to_string());
         }
-        self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, key, run_id, message, info);
+        self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, id, run_id, message, info);
     }
 
     /// JOB_REPORT_AFTER_END: the job of a run that ended without its outcome (its poll window
     /// closed) reported after all. Told once; the execution stays as it ended (a success
     /// does not start dependents: rerun the date to adopt it).
-    fn report_after_end(&mut self, key: &str, record: &JobRecord) {
-        if let Some(e) = self.state.executions.get_mut(key) {
+    fn report_after_end(&mut self, id: &ExecutionId, record: &JobRecord) {
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.unreported_run = None;
         }
         let info = report_detail(record);
@@ -308,14 +314,14 @@ impl Decider<'_> {
             record.run_id,
             record.status.as_str()
         );
-        self.emit_for_run(EventType::JOB_REPORT_AFTER_END, key, &record.run_id, message, info);
+        self.emit_for_run(EventType::JOB_REPORT_AFTER_END, id, &record.run_id, message, info);
     }
 
     /// STALE_RUN: an execution still open when its watchdog fires has nothing left that could
     /// move it (a trigger that never reported, a lost timer): close it rather than hang.
-    pub(super) fn on_watchdog(&mut self, key: &str) {
+    pub(super) fn on_watchdog(&mut self, id: &ExecutionId) {
         let now = self.now();
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         if !execution.phase.is_open() {
@@ -327,20 +333,20 @@ impl Decider<'_> {
         let reason = format!("no progress in phase {phase} since {}", since.to_rfc3339());
         let info = detail([("phase", json!(phase)), ("since", json!(since))]);
         match run_id {
-            Some(run_id) => self.emit_for_run(EventType::STALE_RUN, key, &run_id, reason.clone(), info),
-            None => self.emit(EventType::STALE_RUN, Some(key), reason.clone(), info),
+            Some(run_id) => self.emit_for_run(EventType::STALE_RUN, id, &run_id, reason.clone(), info),
+            None => self.emit(EventType::STALE_RUN, Some(id), reason.clone(), info),
         }
-        self.enter(key, Phase::Stale { at: now, reason });
-        self.cancel_run_timers(key);
+        self.enter(id, Phase::Stale { at: now, reason });
+        self.cancel_run_timers(id);
     }
 
     /// Dry run: Sluice triggered nothing, but the job the old orchestrator still runs reports
     /// here; say what Sluice would have done with each outcome.
-    fn observe_dry_run_job(&mut self, key: &str, record: &JobRecord) {
+    fn observe_dry_run_job(&mut self, id: &ExecutionId, record: &JobRecord) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         let mut info = report_detail(record);
@@ -350,12 +356,12 @@ impl Decider<'_> {
                     .push(format!("dry run: {} {}", record.run_id, record.status.as_str()))
             }
             JobStatus::Succeeded => {
-                let verdict = self.sla_verdict(key, self.now());
+                let verdict = self.sla_verdict(id, self.now());
                 info.insert("sla".into(), verdict);
                 let message = "dry run: the job completed".to_string();
-                self.emit_for_run(EventType::DRY_RUN_COMPLETED, key, &record.run_id, message, info);
+                self.emit_for_run(EventType::DRY_RUN_COMPLETED, id, &record.run_id, message, info);
                 // The job really ran (under the old orchestrator): downstream pipelines may go.
-                self.notify_dependents(key, &record.run_id);
+                self.notify_dependents(id, &record.run_id);
             }
             JobStatus::Failed | JobStatus::Timeout => {
                 let category = failure_category(record);
@@ -370,13 +376,13 @@ impl Decider<'_> {
                         "dry run: Sluice would not retry: the budget is spent",
                     ),
                 };
-                self.emit_for_run(kind, key, &record.run_id, message.into(), info);
+                self.emit_for_run(kind, id, &record.run_id, message.into(), info);
             }
         }
     }
 
     /// A digest of the sensor data an execution's rules read, to tell later whether it changed.
-    pub(super) fn inputs_digest(&self, date: &str) -> String {
+    pub(super) fn inputs_digest(&self, date: ExecutionDate) -> String {
         let Some(config) = self.config() else {
             return String::new();
         };
@@ -459,8 +465,7 @@ pub(super) fn render_request(
 ) -> Result<TriggerRequest, RenderError> {
     let vars = RunVariables {
         pipeline: pipeline_id,
-        schedule: &execution.schedule_id,
-        date: &execution.date,
+        execution: &execution.id,
         run_id,
     };
     let rendered = call.rendered(|json| render_run(json, &vars))?;
@@ -468,12 +473,6 @@ pub(super) fn render_request(
         run_id: run_id.to_string(),
         retry: config.job.trigger_retry,
         status_retry: config.job.status_retry,
-        ..TriggerRequest::new(
-            pipeline_id,
-            &execution.schedule_id,
-            &execution.date,
-            execution.attempt,
-            rendered,
-        )
+        ..TriggerRequest::new(pipeline_id, &execution.id, execution.attempt, rendered)
     })
 }

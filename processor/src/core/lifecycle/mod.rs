@@ -40,8 +40,7 @@ use serde_json::{Map, Value};
 
 use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
 use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
-pub use super::execution::execution_key;
-use super::execution::{ExecutionDate, ExecutionId};
+use super::execution::{fields, ExecutionDate, ExecutionId};
 use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
@@ -68,9 +67,9 @@ pub struct PipelineState {
     /// The latest reading of each sensor key (kept even before a config arrives).
     #[serde(default)]
     pub sensors: BTreeMap<String, Shared<StoredSensor>>,
-    /// Executions by [`ExecutionId`], in its text form.
+    /// Executions by [`ExecutionId`] (stored by its text form).
     #[serde(default)]
-    pub executions: BTreeMap<String, Shared<Execution>>,
+    pub executions: BTreeMap<ExecutionId, Shared<Execution>>,
     /// Every timer this pipeline has pending, so a config change or a delete can cancel
     /// exactly what was armed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -81,9 +80,9 @@ pub struct PipelineState {
     /// The recent successful runs, which SLA forecasts are made from.
     #[serde(default, skip_serializing_if = "RunHistory::is_empty")]
     pub history: RunHistory,
-    /// The forecast alerts of recent execution dates, by [`execution_key`].
+    /// The forecast alerts of recent executions (which may not have started).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub forecasts: BTreeMap<String, ForecastMarks>,
+    pub forecasts: BTreeMap<ExecutionId, ForecastMarks>,
     /// Sensor keys nothing reads, with the day UNKNOWN_SENSOR last said so.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unknown_sensors: BTreeMap<String, NaiveDate>,
@@ -179,9 +178,10 @@ impl StoredSensor {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Execution {
-    pub schedule_id: String,
-    /// `YYYY-MM-DD`, or `YYYY-MM-DDTHH` for hourly executions.
-    pub date: String,
+    /// Which execution; stored as `scheduleId` and `date` (`YYYY-MM-DD`, or `YYYY-MM-DDTHH`
+    /// for hourly executions).
+    #[serde(flatten, with = "fields")]
+    pub id: ExecutionId,
     pub started_at: DateTime<Utc>,
     pub window_closes_at: DateTime<Utc>,
     /// The current job attempt, 0 before the first trigger.
@@ -365,10 +365,9 @@ impl Phase {
 pub const MAX_INFRA_RESTARTS: u32 = 3;
 
 impl Execution {
-    pub fn new(schedule_id: String, date: String, now: DateTime<Utc>, window: TimeDelta) -> Self {
+    pub fn new(id: ExecutionId, now: DateTime<Utc>, window: TimeDelta) -> Self {
         Execution {
-            schedule_id,
-            date,
+            id,
             started_at: now,
             window_closes_at: now + window,
             attempt: 0,
@@ -397,8 +396,8 @@ impl Execution {
     }
 
     /// A date on which nothing runs, kept so the same date is not reported twice.
-    pub fn skipped(schedule_id: String, date: String, now: DateTime<Utc>, reason: String) -> Self {
-        let mut e = Execution::new(schedule_id, date, now, TimeDelta::zero());
+    pub fn skipped(id: ExecutionId, now: DateTime<Utc>, reason: String) -> Self {
+        let mut e = Execution::new(id, now, TimeDelta::zero());
         e.phase = Phase::Skipped { at: now, reason };
         e
     }
@@ -409,16 +408,14 @@ impl Execution {
     }
 }
 
-/// The timer `make` names for the execution `key` (an [`ExecutionId`]).
-fn execution_timer(key: &str, make: impl FnOnce(String, String) -> TimerKind) -> Option<TimerKind> {
-    let id: ExecutionId = key.parse().ok()?;
-    Some(make(id.schedule, id.date.to_string()))
-}
-
 /// The run id of one attempt: unique per attempt, stable across re-deliveries, and usable
 /// as an idempotency key by job targets.
-pub fn run_id(pipeline_id: &str, schedule_id: &str, date: &str, attempt: u32) -> String {
-    format!("{pipeline_id}.{schedule_id}.{date}.{attempt}")
+pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32) -> String {
+    format!(
+        "{pipeline_id}.{}.{}.{attempt}",
+        execution.schedule(),
+        execution.date_text()
+    )
 }
 
 /// Something that happened, handed to the decider.
@@ -503,8 +500,7 @@ pub struct StatusCheck {
 #[serde(try_from = "TriggerRequestJson", into = "TriggerRequestJson")]
 pub struct TriggerRequest {
     pub pipeline_id: String,
-    pub schedule_id: String,
-    pub date: String,
+    pub execution: ExecutionId,
     pub run_id: String,
     pub attempt: u32,
     pub config: JobConfig,
@@ -530,14 +526,12 @@ pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 pub const SLOT_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TriggerRequest {
-    /// A request for attempt `attempt` of execution (schedule_id, date), with the default
-    /// retry policies.
-    pub fn new(pipeline_id: &str, schedule_id: &str, date: &str, attempt: u32, config: JobConfig) -> Self {
+    /// A request for attempt `attempt` of `execution`, with the default retry policies.
+    pub fn new(pipeline_id: &str, execution: &ExecutionId, attempt: u32, config: JobConfig) -> Self {
         TriggerRequest {
             pipeline_id: pipeline_id.to_string(),
-            schedule_id: schedule_id.to_string(),
-            date: date.to_string(),
-            run_id: run_id(pipeline_id, schedule_id, date, attempt),
+            execution: execution.clone(),
+            run_id: run_id(pipeline_id, execution, attempt),
             attempt,
             config,
             retry: RetryPolicy::trigger(),
@@ -577,8 +571,8 @@ impl TriggerRequest {
 #[serde(rename_all = "camelCase")]
 struct TriggerRequestJson {
     pipeline_id: String,
-    schedule_id: String,
-    date: String,
+    #[serde(flatten, with = "fields")]
+    execution: ExecutionId,
     run_id: String,
     attempt: u32,
     kind: JobKind,
@@ -597,8 +591,7 @@ impl TryFrom<TriggerRequestJson> for TriggerRequest {
         Ok(TriggerRequest {
             config: JobConfig::from_json(json.kind, &json.config)?,
             pipeline_id: json.pipeline_id,
-            schedule_id: json.schedule_id,
-            date: json.date,
+            execution: json.execution,
             run_id: json.run_id,
             attempt: json.attempt,
             retry: json.retry,
@@ -614,8 +607,7 @@ impl From<TriggerRequest> for TriggerRequestJson {
             kind: request.kind(),
             config: request.config.json(),
             pipeline_id: request.pipeline_id,
-            schedule_id: request.schedule_id,
-            date: request.date,
+            execution: request.execution,
             run_id: request.run_id,
             attempt: request.attempt,
             retry: request.retry,
@@ -769,12 +761,17 @@ impl<'a> Decider<'a> {
     }
 
     /// Publishes an event about the pipeline, or about one execution when `exec` names it
-    /// (an [`execution_key`], which need not exist yet: an SLA can breach with no run).
-    fn emit(&mut self, kind: EventType, exec: Option<&str>, message: impl Into<String>, detail: Map<String, Value>) {
-        let execution = exec.and_then(|key| self.state.executions.get(key));
-        let named = exec.and_then(|key| key.parse::<ExecutionId>().ok());
-        let schedule_id = named.as_ref().map(|id| id.schedule.clone());
-        let date = named.as_ref().map(|id| id.date.to_string());
+    /// (it need not exist yet: an SLA can breach with no run).
+    fn emit(
+        &mut self,
+        kind: EventType,
+        exec: Option<&ExecutionId>,
+        message: impl Into<String>,
+        detail: Map<String, Value>,
+    ) {
+        let execution = exec.and_then(|id| self.state.executions.get(id));
+        let schedule_id = exec.map(|id| id.schedule().to_string());
+        let date = exec.map(|id| id.date_text().to_string());
         // Events of this type about this execution the same input produced before this one.
         let seq = self
             .events
@@ -855,41 +852,39 @@ impl<'a> Decider<'a> {
     }
 
     /// Cancels the timers of one execution that `which` selects.
-    fn cancel_execution_timers(&mut self, key: &str, which: impl Fn(&TimerKind) -> bool) {
-        self.cancel_timers(|t| which(t) && t.execution().is_some_and(|(s, d)| execution_key(s, d) == key));
+    fn cancel_execution_timers(&mut self, id: &ExecutionId, which: impl Fn(&TimerKind) -> bool) {
+        self.cancel_timers(|t| which(t) && t.execution() == Some(id));
     }
 
-    /// The execution `key`, while it awaits its rules.
-    fn validating(&self, key: &str) -> Option<&Execution> {
-        (self.state.executions.get(key).map(|e| &**e)).filter(|e| e.phase == Phase::AwaitingRules)
+    /// The execution `id`, while it awaits its rules.
+    fn validating(&self, id: &ExecutionId) -> Option<&Execution> {
+        (self.state.executions.get(id).map(|e| &**e)).filter(|e| e.phase == Phase::AwaitingRules)
     }
 
-    /// The keys of the executions awaiting their rules (`only` that one, when named).
-    fn awaiting_rules(&self, only: Option<&str>) -> Vec<String> {
+    /// The executions awaiting their rules (`only` that one, when named).
+    fn awaiting_rules(&self, only: Option<&ExecutionId>) -> Vec<ExecutionId> {
         (self.state.executions.iter())
-            .filter(|(k, e)| e.phase == Phase::AwaitingRules && only.is_none_or(|o| o == k.as_str()))
-            .map(|(k, _)| k.clone())
+            .filter(|(id, e)| e.phase == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
+            .map(|(id, _)| id.clone())
             .collect()
     }
 
     /// The sensor readings an execution's rules see: for each key, the reading scoped to the
     /// execution's date and hour, else to its day, else the undated latest reading.
-    fn readings(&self, date: &str) -> BTreeMap<String, &Map<String, Value>> {
+    fn readings(&self, date: ExecutionDate) -> BTreeMap<String, &Map<String, Value>> {
         (self.read_slots(date).into_iter())
             .map(|(k, sensor)| (k.to_string(), &sensor.data))
             .collect()
     }
 
     /// The stored readings behind [`Self::readings`], by sensor key.
-    fn read_slots(&self, date: &str) -> BTreeMap<&str, &StoredSensor> {
-        let date = ExecutionDate::canonical(date);
-        let day = date.map(ExecutionDate::whole_day);
+    fn read_slots(&self, date: ExecutionDate) -> BTreeMap<&str, &StoredSensor> {
         let mut best: BTreeMap<&str, (u8, &StoredSensor)> = BTreeMap::new();
         for (slot, sensor) in &self.state.sensors {
             let rank = match sensor.scope() {
                 None => 1,
-                scope if scope == date => 3,
-                scope if scope == day => 2,
+                Some(scope) if scope == date => 3,
+                Some(scope) if scope == date.whole_day() => 2,
                 Some(_) => continue,
             };
             let key = sensor.key_in(slot);
@@ -901,12 +896,12 @@ impl<'a> Decider<'a> {
     }
 
     /// Moves an execution into a phase; an ended one is forgotten after the retention.
-    fn enter(&mut self, key: &str, phase: Phase) {
+    fn enter(&mut self, id: &ExecutionId, phase: Phase) {
         let now = self.now();
-        if let Some(e) = self.state.executions.get_mut(key) {
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.enter(phase, now);
         }
-        self.arm_expiry(key);
+        self.arm_expiry(id);
     }
 
     fn reject(&mut self, source: &str, reason: &str, kind: Rejection) {

@@ -5,9 +5,10 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{detail, execution_key, Decider, Phase};
+use super::{detail, Decider, Phase};
 use crate::core::config::{Mode, PostRun};
 use crate::core::events::EventType;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules::{self, Verdict};
 use crate::core::timers::TimerKind;
 
@@ -19,7 +20,7 @@ impl Decider<'_> {
 
     /// POST_RUN_BASELINE_CAPTURED: on success, the post-run sensors' current values become
     /// the baseline later readings are compared with; POST_RUN_SENSOR_MISSING is armed.
-    pub(super) fn capture_baseline(&mut self, key: &str) {
+    pub(super) fn capture_baseline(&mut self, id: &ExecutionId) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -31,11 +32,10 @@ impl Decider<'_> {
         if post_run.rules.is_empty() {
             return;
         }
-        let Some(execution) = self.state.executions.get(key) else {
+        if !self.state.executions.contains_key(id) {
             return;
-        };
-        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
-        let readings = self.readings(&date);
+        }
+        let readings = self.readings(id.date());
         let baseline: Map<String, Value> = config
             .post_run_keys()
             .filter_map(|k| {
@@ -44,7 +44,7 @@ impl Decider<'_> {
                     .map(|data| (k.to_string(), Value::Object((*data).clone())))
             })
             .collect();
-        if let Some(e) = self.state.executions.get_mut(key) {
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.baseline = Some(baseline.clone());
             e.post_run_seen = false;
         }
@@ -53,17 +53,17 @@ impl Decider<'_> {
         // checked today's daily run only). The post-run rules still judge what comes.
         if baseline.is_empty() {
             self.notes
-                .push(format!("{key}: no post-run sensor to take a baseline of"));
+                .push(format!("{id}: no post-run sensor to take a baseline of"));
             return;
         }
-        if !date.contains('T') {
-            let timeout = TimerKind::PostRunTimeout { schedule_id, date };
+        if id.date().hour.is_none() {
+            let timeout = TimerKind::PostRunTimeout { execution: id.clone() };
             self.set_timer(timeout, self.now() + post_run.sensor_timeout);
         }
         let message = format!("post-run baseline captured ({} sensors)", baseline.len());
         self.emit(
             EventType::POST_RUN_BASELINE_CAPTURED,
-            Some(key),
+            Some(id),
             message,
             detail([("baseline", Value::Object(baseline))]),
         );
@@ -71,15 +71,15 @@ impl Decider<'_> {
 
     /// A post-run sensor for `date`. Returns false when no run of that date has succeeded
     /// or is re-running, so the sensor is handled like any other.
-    pub(super) fn on_post_run_sensor(&mut self, sensor_key: &str, date: &str) -> bool {
+    pub(super) fn on_post_run_sensor(&mut self, sensor_key: &str, date: ExecutionDate) -> bool {
         let Some(config) = self.state.config.clone() else {
             return false;
         };
         let Some(post_run) = config.post_run.clone() else {
             return false;
         };
-        let key = execution_key(config.schedule_id(), date);
-        let Some(execution) = self.state.executions.get(&key) else {
+        let id = ExecutionId::new(config.schedule_id(), date);
+        let Some(execution) = self.state.executions.get(&id) else {
             return false;
         };
         let readings = self.readings(date);
@@ -90,24 +90,24 @@ impl Decider<'_> {
         let drift = drift(execution.baseline.as_ref(), sensor_key, &current, &post_run);
         if execution.phase.is_running() {
             if let Some((b, n)) = drift {
-                self.drifted_in_flight(&key, sensor_key, &post_run, b, n);
+                self.drifted_in_flight(&id, sensor_key, &post_run, b, n);
             }
             return true;
         }
         if !execution.phase.is_completed() {
             return false;
         }
-        self.post_run_checked(&key, sensor_key, current, verdict);
+        self.post_run_checked(&id, sensor_key, current, verdict);
         if let Some((b, n)) = drift {
-            self.drifted(&key, sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
+            self.drifted(&id, sensor_key, &post_run.drift_field, b, n, post_run.drift_threshold);
         }
         true
     }
 
     /// POST_RUN_PASSED / POST_RUN_FAILED: the post-run checks of a completed run, on a reading
     /// of `sensor_key` (`current`), which is its own baseline if the run had none for it.
-    fn post_run_checked(&mut self, key: &str, sensor_key: &str, current: Map<String, Value>, verdict: Verdict) {
-        if let Some(e) = self.state.executions.get_mut(key) {
+    fn post_run_checked(&mut self, id: &ExecutionId, sensor_key: &str, current: Map<String, Value>, verdict: Verdict) {
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.post_run_seen = true;
             // A sensor first seen after the run is its own baseline.
             let baseline = e.baseline.get_or_insert_with(Map::new);
@@ -115,7 +115,7 @@ impl Decider<'_> {
                 baseline.insert(sensor_key.into(), Value::Object(current));
             }
         }
-        self.cancel_execution_timers(key, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
+        self.cancel_execution_timers(id, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
         // Three outcomes, as a quality gate: passed, warned (a `warn` rule failed), failed.
         let (kind, message) = match (verdict.passed, verdict.warnings().is_empty()) {
             (true, true) => (EventType::POST_RUN_PASSED, "post-run checks passed".to_string()),
@@ -128,27 +128,27 @@ impl Decider<'_> {
                 format!("post-run checks failed: {}", verdict.failures()),
             ),
         };
-        self.emit(kind, Some(key), message, detail([("results", json!(verdict.results))]));
+        self.emit(kind, Some(id), message, detail([("results", json!(verdict.results))]));
     }
 
     /// POST_RUN_DRIFT_INFLIGHT: the data a successful run used moved while a run of the date
     /// is in progress.
-    fn drifted_in_flight(&mut self, key: &str, sensor_key: &str, post_run: &PostRun, before: f64, now: f64) {
+    fn drifted_in_flight(&mut self, id: &ExecutionId, sensor_key: &str, post_run: &PostRun, before: f64, now: f64) {
         let message = format!(
             "{sensor_key}.{} moved from {before} to {now} while a run is in progress",
             post_run.drift_field
         );
         let info = drift_detail(sensor_key, &post_run.drift_field, before, now, post_run.drift_threshold);
-        self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(key), message, info);
+        self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(id), message, info);
     }
 
     /// POST_RUN_DRIFT (or DRY_RUN_DRIFT): the data a successful run used has changed by more
     /// than `driftThreshold`; rerun within `maxDriftReruns`.
-    fn drifted(&mut self, key: &str, sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) {
+    fn drifted(&mut self, id: &ExecutionId, sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) {
         let Some(config) = self.config() else { return };
         let limit = config.job.max_drift_reruns;
         let dry = config.dry_run;
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         let rerun = execution.drift_reruns_used < limit;
@@ -162,10 +162,10 @@ impl Decider<'_> {
             (false, _) => format!("no rerun: maxDriftReruns ({limit}) is spent"),
         };
         let message = format!("{sensor_key}.{field} drifted from {before} to {now} after the run: {outcome}");
-        self.emit(kind, Some(key), message, info);
+        self.emit(kind, Some(id), message, info);
         if rerun && !dry {
             self.drift_rerun(
-                key,
+                id,
                 &format!("post-run drift: {sensor_key}.{field} moved from {before} to {now}"),
             );
         }
@@ -174,10 +174,10 @@ impl Decider<'_> {
     /// A rerun on the drift budget (`maxDriftReruns`), for data that changed after the run
     /// completed: RERUN_ACCEPTED and the date evaluated again, or RERUN_REJECTED once the
     /// budget is spent. Nothing in a dry run (its DRY_RUN_* event said what would happen).
-    pub(super) fn drift_rerun(&mut self, key: &str, reason: &str) {
+    pub(super) fn drift_rerun(&mut self, id: &ExecutionId, reason: &str) {
         let Some(config) = self.config() else { return };
         let (limit, dry) = (config.job.max_drift_reruns, config.dry_run);
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         if dry {
@@ -194,23 +194,23 @@ impl Decider<'_> {
             info.insert("rejection".into(), json!(refusal));
             self.emit(
                 EventType::RERUN_REJECTED,
-                Some(key),
+                Some(id),
                 format!("rerun rejected: {refusal}"),
                 info,
             );
             return;
         }
         info.insert("driftRerunsUsed".into(), json!(used + 1));
-        let message = format!("rerun of {key} accepted ({reason}; {} of {limit})", used + 1);
-        self.emit(EventType::RERUN_ACCEPTED, Some(key), message, info);
-        if let Some(e) = self.state.executions.get_mut(key) {
+        let message = format!("rerun of {id} accepted ({reason}; {} of {limit})", used + 1);
+        self.emit(EventType::RERUN_ACCEPTED, Some(id), message, info);
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.drift_reruns_used += 1;
         }
-        self.restart(key);
+        self.restart(id);
     }
 
     /// POST_RUN_SENSOR_MISSING: `sensorTimeout` passed after success with no post-run sensor.
-    pub(super) fn on_post_run_timeout(&mut self, key: &str) {
+    pub(super) fn on_post_run_timeout(&mut self, id: &ExecutionId) {
         let Some(timeout) = self
             .config()
             .and_then(|c| c.post_run.as_ref())
@@ -218,7 +218,7 @@ impl Decider<'_> {
         else {
             return;
         };
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         if !matches!(execution.phase, Phase::Succeeded { .. }) || execution.post_run_seen {
@@ -235,7 +235,7 @@ impl Decider<'_> {
         );
         self.emit(
             EventType::POST_RUN_SENSOR_MISSING,
-            Some(key),
+            Some(id),
             message,
             detail([("sensors", json!(keys))]),
         );

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use chrono::{NaiveDate, TimeDelta};
 
 use super::Decider;
-use crate::core::execution::ExecutionDate;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::timers::TimerKind;
 
 /// How long an ended execution is kept unless `--retention` says otherwise.
@@ -28,14 +28,11 @@ impl Decider<'_> {
     }
 
     /// Arms (for an ended execution) or cancels (for an open one) its expiry.
-    pub(super) fn arm_expiry(&mut self, key: &str) {
-        let Some(e) = self.state.executions.get(key) else {
+    pub(super) fn arm_expiry(&mut self, id: &ExecutionId) {
+        let Some(e) = self.state.executions.get(id) else {
             return;
         };
-        let kind = TimerKind::Expire {
-            schedule_id: e.schedule_id.clone(),
-            date: e.date.clone(),
-        };
+        let kind = TimerKind::Expire { execution: id.clone() };
         match e.phase.is_open() {
             true => self.cancel_timer(kind),
             false => {
@@ -45,8 +42,8 @@ impl Decider<'_> {
         }
     }
 
-    pub(super) fn on_expire(&mut self, key: &str) {
-        let Some(e) = self.state.executions.get(key) else {
+    pub(super) fn on_expire(&mut self, id: &ExecutionId) {
+        let Some(e) = self.state.executions.get(id) else {
             return;
         };
         if e.phase.is_open() {
@@ -55,32 +52,29 @@ impl Decider<'_> {
         let due = e.phase_since + self.retention();
         if self.now() < due {
             // The retention grew with a config change: wait the rest.
-            self.arm_expiry(key);
+            self.arm_expiry(id);
             return;
         }
-        let date = ExecutionDate::canonical(&e.date);
+        let date = id.date();
         let phase = e.phase.name();
-        self.cancel_execution_timers(key, |_| true);
-        self.state.executions.remove(key);
-        self.state.forecasts.remove(key);
-        let day = date.map(|d| d.day);
-        let day_in_use = self.days_in_use().contains(&day);
+        self.cancel_execution_timers(id, |_| true);
+        self.state.executions.remove(id);
+        self.state.forecasts.remove(id);
+        let day_in_use = self.days_in_use().contains(&date.day);
         // The date's own readings go, and, once no execution of the day is left, every
         // reading of the day: a daily pipeline's hour-scoped readings (a `dependsOn` on an
         // hourly upstream) have no execution of their own to expire with.
         self.state.sensors.retain(|_, s| {
             let scope = s.scope();
-            scope.is_none() || (scope != date && (scope.map(|s| s.day) != day || day_in_use))
+            scope.is_none() || (scope != Some(date) && (scope.map(|s| s.day) != Some(date.day) || day_in_use))
         });
         self.notes
-            .push(format!("execution {key} ({phase}) expired after the retention"));
+            .push(format!("execution {id} ({phase}) expired after the retention"));
     }
 
     /// The days some execution is kept for.
-    fn days_in_use(&self) -> HashSet<Option<NaiveDate>> {
-        (self.state.executions.values())
-            .map(|e| ExecutionDate::canonical(&e.date).map(|d| d.day))
-            .collect()
+    fn days_in_use(&self) -> HashSet<NaiveDate> {
+        (self.state.executions.keys()).map(|id| id.date().day).collect()
     }
 
     /// Forgets the readings scoped to a day older than the retention that no execution is
@@ -91,7 +85,7 @@ impl Decider<'_> {
         let in_use = self.days_in_use();
         let oldest_kept = self.today() - self.retention();
         let stale: Vec<String> = (self.state.sensors.iter())
-            .filter(|(_, s)| (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&Some(d.day))))
+            .filter(|(_, s)| (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&d.day)))
             .map(|(slot, _)| slot.clone())
             .collect();
         if stale.is_empty() {

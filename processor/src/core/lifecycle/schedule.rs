@@ -9,7 +9,7 @@
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde_json::json;
 
-use super::{detail, execution_key, execution_timer, Decider, Execution, Phase};
+use super::{detail, Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, PipelineConfig};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
@@ -36,7 +36,7 @@ impl Decider<'_> {
             }
         }
         if let Some((date, at)) = next_start_check(&config, now) {
-            self.set_timer(TimerKind::StartCheck { date: date.to_string() }, at);
+            self.set_timer(TimerKind::StartCheck { date }, at);
         }
         self.arm_trigger_deadline(&config);
         self.arm_sla_chain();
@@ -44,50 +44,29 @@ impl Decider<'_> {
 
     pub(super) fn on_timer(&mut self, kind: &TimerKind, due: DateTime<Utc>) {
         match kind {
-            TimerKind::Evaluate { schedule_id, date } => {
-                let key = execution_key(schedule_id, date);
-                match self.state.executions.get(&key) {
-                    Some(e) if e.phase == Phase::AwaitingRules => self.evaluate(&key, true),
-                    _ => self.notes.push(format!("evaluation timer for {key} has nothing to do")),
-                }
-            }
+            TimerKind::Evaluate { execution } => match self.state.executions.get(execution) {
+                Some(e) if e.phase == Phase::AwaitingRules => self.evaluate(execution, true),
+                _ => self
+                    .notes
+                    .push(format!("evaluation timer for {execution} has nothing to do")),
+            },
             TimerKind::CronTick => self.on_cron_tick(due),
-            TimerKind::StartCheck { date } => self.on_start_check(date),
-            TimerKind::TriggerDeadline { date } => self.on_trigger_deadline(date),
-            TimerKind::SlaWarning { schedule_id, date } => self.on_sla_warning(&execution_key(schedule_id, date)),
-            TimerKind::SlaBreach { schedule_id, date } => self.on_sla_breach(&execution_key(schedule_id, date)),
-            TimerKind::SlaForecast { schedule_id, date } => self.forecast_sla(&execution_key(schedule_id, date)),
-            TimerKind::EvaluationSlaWarning { schedule_id, date } => {
-                self.on_evaluation_deadline(&execution_key(schedule_id, date), false)
-            }
-            TimerKind::EvaluationSlaBreach { schedule_id, date } => {
-                self.on_evaluation_deadline(&execution_key(schedule_id, date), true)
-            }
-            TimerKind::RelativeSlaWarning { schedule_id, date } => {
-                self.on_relative_sla(&execution_key(schedule_id, date), false)
-            }
-            TimerKind::RelativeSlaBreach { schedule_id, date } => {
-                self.on_relative_sla(&execution_key(schedule_id, date), true)
-            }
-            TimerKind::JobPollWindow {
-                schedule_id,
-                date,
-                run_id,
-            } => self.on_poll_window_closed(&execution_key(schedule_id, date), run_id),
-            TimerKind::JobStatusCheck {
-                schedule_id,
-                date,
-                run_id,
-            } => self.on_status_check_due(&execution_key(schedule_id, date), run_id),
-            TimerKind::Watchdog { schedule_id, date } => self.on_watchdog(&execution_key(schedule_id, date)),
-            TimerKind::StaleSensorCheck { schedule_id, date } => self.check_stale(&execution_key(schedule_id, date)),
-            TimerKind::EvaluatorDue { schedule_id, date, key } => {
-                self.on_evaluator_due(&execution_key(schedule_id, date), key)
-            }
-            TimerKind::PostRunTimeout { schedule_id, date } => {
-                self.on_post_run_timeout(&execution_key(schedule_id, date))
-            }
-            TimerKind::Expire { schedule_id, date } => self.on_expire(&execution_key(schedule_id, date)),
+            TimerKind::StartCheck { date } => self.on_start_check(*date),
+            TimerKind::TriggerDeadline { date } => self.on_trigger_deadline(*date),
+            TimerKind::SlaWarning { execution } => self.on_sla_warning(execution),
+            TimerKind::SlaBreach { execution } => self.on_sla_breach(execution),
+            TimerKind::SlaForecast { execution } => self.forecast_sla(execution),
+            TimerKind::EvaluationSlaWarning { execution } => self.on_evaluation_deadline(execution, false),
+            TimerKind::EvaluationSlaBreach { execution } => self.on_evaluation_deadline(execution, true),
+            TimerKind::RelativeSlaWarning { execution } => self.on_relative_sla(execution, false),
+            TimerKind::RelativeSlaBreach { execution } => self.on_relative_sla(execution, true),
+            TimerKind::JobPollWindow { execution, run_id } => self.on_poll_window_closed(execution, run_id),
+            TimerKind::JobStatusCheck { execution, run_id } => self.on_status_check_due(execution, run_id),
+            TimerKind::Watchdog { execution } => self.on_watchdog(execution),
+            TimerKind::StaleSensorCheck { execution } => self.check_stale(execution),
+            TimerKind::EvaluatorDue { execution, key } => self.on_evaluator_due(execution, key),
+            TimerKind::PostRunTimeout { execution } => self.on_post_run_timeout(execution),
+            TimerKind::Expire { execution } => self.on_expire(execution),
         }
     }
 
@@ -105,17 +84,17 @@ impl Decider<'_> {
             self.set_timer(TimerKind::CronTick, next);
         }
         let id = ExecutionId::new(config.schedule_id(), cron.execution_date(due, tz));
-        let (date, key) = (id.date.to_string(), id.to_string());
         if config.schedule.trigger.is_some() {
-            self.trigger_missed_cron(&config, &key, &date, due);
+            self.trigger_missed_cron(&config, &id, due);
             return;
         }
-        if self.state.executions.contains_key(&key) {
+        if self.state.executions.contains_key(&id) {
+            let date = id.date();
             self.notes
-                .push(format!("cron occurrence {date}: execution {key} exists"));
+                .push(format!("cron occurrence {date}: execution {id} exists"));
             return;
         }
-        if self.exclude(&config, &key, &date) {
+        if self.exclude(&config, &id) {
             return;
         }
         let late = now - due;
@@ -140,17 +119,18 @@ impl Decider<'_> {
                 "cron occurrence due at {} was not started on time (running it now; {skipped} later occurrences also passed and are not run)",
                 due.to_rfc3339()
             );
-            self.emit(EventType::SCHEDULE_MISSED, Some(&key), message, detail);
+            self.emit(EventType::SCHEDULE_MISSED, Some(&id), message, detail);
         }
         // A relative SLA without a trigger is measured from the cron start.
-        self.open_execution(&key, Some(due));
+        self.open_execution(&id, Some(due));
     }
 
     /// SCHEDULE_MISSED for a pipeline with both `cron` and `trigger`: its trigger sensor
     /// starts the day's execution at any time, and the cron time is when nothing having
     /// started is reported (the earlier design's path: interlock
     /// `internal/lambda/watchdog/missed.go`; no code of it started a run at the cron time).
-    fn trigger_missed_cron(&mut self, config: &PipelineConfig, key: &str, date: &str, due: DateTime<Utc>) {
+    fn trigger_missed_cron(&mut self, config: &PipelineConfig, id: &ExecutionId, due: DateTime<Utc>) {
+        let date = id.date();
         if self.day_started(config, date) {
             self.notes
                 .push(format!("cron occurrence {date}: the trigger started it"));
@@ -165,18 +145,18 @@ impl Decider<'_> {
             due.to_rfc3339()
         );
         let info = detail([("expectedAt", json!(due)), ("started", json!(false))]);
-        self.emit(EventType::SCHEDULE_MISSED, Some(key), message, info);
+        self.emit(EventType::SCHEDULE_MISSED, Some(id), message, info);
     }
 
     /// The expected start of a day passed: recover, or report the miss.
-    fn on_start_check(&mut self, date: &str) {
+    fn on_start_check(&mut self, date: ExecutionDate) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
         if let Some((next, at)) = next_start_check(&config, self.now()) {
-            self.set_timer(TimerKind::StartCheck { date: next.to_string() }, at);
+            self.set_timer(TimerKind::StartCheck { date: next }, at);
         }
-        let key = execution_key(config.schedule_id(), date);
+        let id = ExecutionId::new(config.schedule_id(), date);
         if self.day_started(&config, date) {
             return;
         }
@@ -184,7 +164,7 @@ impl Decider<'_> {
             self.notes.push(format!("{date} not checked: {reason}"));
             return;
         }
-        if self.recover(&config, date) {
+        if self.recover(&config, &id) {
             return;
         }
         let irregular = !config.schedule.include_dates.is_empty();
@@ -196,7 +176,7 @@ impl Decider<'_> {
             true => format!("inclusion date {date} passed its expected start with no execution"),
             false => format!("no execution for {date} by its expected start"),
         };
-        self.emit(kind, Some(&key), message, detail([("expectedDate", json!(date))]));
+        self.emit(kind, Some(&id), message, detail([("expectedDate", json!(date))]));
     }
 
     /// The next `schedule.trigger.deadline` still ahead: `HH:MM` closes each day's trigger
@@ -212,88 +192,82 @@ impl Decider<'_> {
             Deadline::Hourly { .. } => sla_deadline(date, deadline, tz, None),
         });
         if let Some((date, at)) = next {
-            self.set_timer(TimerKind::TriggerDeadline { date: date.to_string() }, at);
+            self.set_timer(TimerKind::TriggerDeadline { date }, at);
         }
     }
 
     /// `schedule.trigger.deadline` passed with nothing started for the day: no sensor may
     /// start it any more.
-    fn on_trigger_deadline(&mut self, date: &str) {
+    fn on_trigger_deadline(&mut self, date: ExecutionDate) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
         self.arm_trigger_deadline(&config);
-        let key = execution_key(config.schedule_id(), date);
+        let id = ExecutionId::new(config.schedule_id(), date);
         // For a daily date, an hourly execution of the day counts as the day having started;
         // an hourly date is its own hour only.
-        let daily = ExecutionDate::canonical(date).filter(|d| d.hour.is_none());
-        let started = self.state.executions.contains_key(&key)
-            || daily.is_some_and(|d| self.has_execution(config.schedule_id(), |other| other.day == d.day));
+        let started = self.state.executions.contains_key(&id)
+            || (date.hour.is_none() && self.has_execution(config.schedule_id(), |other| other.day == date.day));
         if started || day_excluded(&config, date).is_some() {
             return;
         }
         let reason = format!("the trigger window for {date} closed before any trigger sensor arrived");
-        let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
-        self.state.executions.insert(key.clone(), execution.into());
-        self.arm_expiry(&key);
+        let execution = Execution::skipped(id.clone(), self.now(), reason.clone());
+        self.state.executions.insert(id.clone(), execution.into());
+        self.arm_expiry(&id);
         // The earlier design's runbook: a rerun restarts a closed window
         // (interlock internal/lambda/watchdog/sla.go, closeSensorTriggerWindow).
         let rerun = format!("sluice rerun {} {date}", self.pipeline_id);
         self.emit(
             EventType::SENSOR_DEADLINE_EXPIRED,
-            Some(&key),
+            Some(&id),
             format!("{reason}: rerun to restart it ({rerun})"),
             detail([("rerunCommand", json!(rerun))]),
         );
     }
 
     /// Whether the day of `date` has an execution, daily or of any of its hours.
-    fn day_started(&self, config: &PipelineConfig, date: &str) -> bool {
-        ExecutionDate::canonical(date)
-            .is_some_and(|date| self.has_execution(config.schedule_id(), |other| other.day == date.day))
+    fn day_started(&self, config: &PipelineConfig, date: ExecutionDate) -> bool {
+        self.has_execution(config.schedule_id(), |other| other.day == date.day)
     }
 
     /// Whether `schedule` has an execution whose date `which` selects.
     fn has_execution(&self, schedule: &str, which: impl Fn(ExecutionDate) -> bool) -> bool {
-        self.state
-            .executions
-            .keys()
-            .filter_map(|key| key.parse::<ExecutionId>().ok())
-            .any(|id| id.schedule == schedule && which(id.date))
+        (self.state.executions.keys()).any(|id| id.schedule() == schedule && which(id.date()))
     }
 
     /// Starts the execution a sensor `sensor_key` scoped to `date` triggers, unless it exists
-    /// already. Returns the key of a newly started execution.
-    pub(super) fn start_from_sensor(&mut self, sensor_key: &str, date: &str) -> Option<String> {
+    /// already. Returns a newly started execution.
+    pub(super) fn start_from_sensor(&mut self, sensor_key: &str, date: ExecutionDate) -> Option<ExecutionId> {
         let config = self.state.config.clone()?;
         if !config.schedule.sensor_started() || !starts_on(&config, sensor_key) {
             return None;
         }
-        let key = execution_key(config.schedule_id(), date);
-        if let Some(existing) = self.state.executions.get(&key) {
+        let id = ExecutionId::new(config.schedule_id(), date);
+        if let Some(existing) = self.state.executions.get(&id) {
             if existing.restart_on_trigger && self.trigger_holds(&config, sensor_key, date) {
                 // An outage ended it: the trigger starts it again, its rules first.
-                if let Some(e) = self.state.executions.get_mut(&key) {
+                if let Some(e) = self.state.executions.get_mut(&id) {
                     e.restart_on_trigger = false;
                 }
-                self.enter(&key, Phase::AwaitingRules);
-                self.begin_window(&key);
-                return Some(key);
+                self.enter(&id, Phase::AwaitingRules);
+                self.begin_window(&id);
+                return Some(id);
             }
             let phase = existing.phase.name();
             self.notes.push(format!(
-                "execution {key} exists ({phase}): trigger sensor changes nothing"
+                "execution {id} exists ({phase}): trigger sensor changes nothing"
             ));
             return None;
         }
         if !self.trigger_holds(&config, sensor_key, date) {
             return None;
         }
-        if self.exclude(&config, &key, date) {
+        if self.exclude(&config, &id) {
             return None;
         }
-        self.open_execution(&key, Some(self.now()));
-        Some(key)
+        self.open_execution(&id, Some(self.now()));
+        Some(id)
     }
 
     /// TRIGGER_RECOVERED: a config arrived (or changed) and stored sensors already satisfy its
@@ -316,50 +290,48 @@ impl Decider<'_> {
             .collect();
         dates.sort();
         dates.dedup();
-        for date in dates.iter().map(ExecutionDate::to_string) {
-            let key = execution_key(config.schedule_id(), &date);
-            if !self.state.executions.contains_key(&key) && day_excluded(&config, &date).is_none() {
-                self.recover(&config, &date);
+        for date in dates {
+            let id = ExecutionId::new(config.schedule_id(), date);
+            if !self.state.executions.contains_key(&id) && day_excluded(&config, date).is_none() {
+                self.recover(&config, &id);
             }
         }
     }
 
     /// Starts `date`'s execution with TRIGGER_RECOVERED if its trigger holds now on a reading
     /// that belongs to `date` (an undated reading received yesterday started yesterday's run).
-    fn recover(&mut self, config: &PipelineConfig, date: &str) -> bool {
+    fn recover(&mut self, config: &PipelineConfig, id: &ExecutionId) -> bool {
+        let date = id.date();
         let Some(sensor_key) =
             trigger_keys(config).find(|k| self.has_reading_for(config, k, date) && self.trigger_holds(config, k, date))
         else {
             return false;
         };
-        let key = execution_key(config.schedule_id(), date);
         let message = format!("trigger {sensor_key:?} holds for {date} but nothing had started: starting now");
         self.emit(
             EventType::TRIGGER_RECOVERED,
-            Some(&key),
+            Some(id),
             message,
             detail([("sensor", json!(sensor_key))]),
         );
         // The relative SLA counts from when the trigger's data arrived, not from now.
         let arrived = self.readings_received_at(sensor_key, date);
-        self.open_execution(&key, Some(arrived.unwrap_or(self.now())));
+        self.open_execution(id, Some(arrived.unwrap_or(self.now())));
         true
     }
 
     /// Whether a stored reading of `sensor_key` belongs to `date`: scoped to it, else
     /// timestamped or received on it.
-    fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
+    fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: ExecutionDate) -> bool {
         let tz = config.schedule.timezone;
-        let date = ExecutionDate::canonical(date);
         self.state.sensors.iter().any(|(slot, s)| {
-            s.key_in(slot) == sensor_key && Some(super::sensor::execution_date(s, tz, s.received_at)) == date
+            s.key_in(slot) == sensor_key && super::sensor::execution_date(s, tz, s.received_at) == date
         })
     }
 
     /// When the reading of `sensor_key` that `date`'s rules see arrived.
-    fn readings_received_at(&self, sensor_key: &str, date: &str) -> Option<DateTime<Utc>> {
-        let date = ExecutionDate::canonical(date);
-        let day = date.map(ExecutionDate::whole_day);
+    fn readings_received_at(&self, sensor_key: &str, date: ExecutionDate) -> Option<DateTime<Utc>> {
+        let (date, day) = (Some(date), Some(date.whole_day()));
         self.state
             .sensors
             .iter()
@@ -370,7 +342,7 @@ impl Decider<'_> {
             .max()
     }
 
-    fn trigger_holds(&self, config: &PipelineConfig, sensor_key: &str, date: &str) -> bool {
+    fn trigger_holds(&self, config: &PipelineConfig, sensor_key: &str, date: ExecutionDate) -> bool {
         let readings = self.readings(date);
         match &config.schedule.trigger {
             Some(trigger) if trigger.key == sensor_key => rules::evaluate(trigger, &readings, self.moment()).passed,
@@ -382,17 +354,17 @@ impl Decider<'_> {
 
     /// PIPELINE_EXCLUDED when `date` is dormant; the date is kept as skipped so the same day
     /// is reported once.
-    fn exclude(&mut self, config: &PipelineConfig, key: &str, date: &str) -> bool {
-        let Some(reason) = day_excluded(config, date) else {
+    fn exclude(&mut self, config: &PipelineConfig, id: &ExecutionId) -> bool {
+        let Some(reason) = day_excluded(config, id.date()) else {
             return false;
         };
-        let execution = Execution::skipped(config.schedule_id().into(), date.into(), self.now(), reason.clone());
-        self.state.executions.insert(key.to_string(), execution.into());
-        self.arm_expiry(key);
-        let message = format!("{date} is dormant ({reason}): nothing runs");
+        let execution = Execution::skipped(id.clone(), self.now(), reason.clone());
+        self.state.executions.insert(id.clone(), execution.into());
+        self.arm_expiry(id);
+        let message = format!("{} is dormant ({reason}): nothing runs", id.date());
         self.emit(
             EventType::PIPELINE_EXCLUDED,
-            Some(key),
+            Some(id),
             message,
             detail([("reason", json!(reason))]),
         );
@@ -401,48 +373,44 @@ impl Decider<'_> {
 
     /// Opens an execution: SLA timers, the watchdog, and the first evaluation.
     /// `first_sensor` is when the sensor that started it arrived (relative SLAs count from it).
-    pub(super) fn open_execution(&mut self, key: &str, first_sensor: Option<DateTime<Utc>>) {
+    pub(super) fn open_execution(&mut self, id: &ExecutionId, first_sensor: Option<DateTime<Utc>>) {
         let Some(config) = self.state.config.as_ref() else {
             return;
         };
-        let Ok(id) = key.parse::<ExecutionId>() else {
-            return;
-        };
         let now = self.now();
-        let mut execution = Execution::new(id.schedule, id.date.to_string(), now, config.schedule.evaluation.window);
+        let mut execution = Execution::new(id.clone(), now, config.schedule.evaluation.window);
         execution.first_sensor_at = first_sensor;
-        self.state.executions.insert(key.to_string(), execution.into());
-        self.arm_sla(key);
-        self.begin_window(key);
+        self.state.executions.insert(id.clone(), execution.into());
+        self.arm_sla(id);
+        self.begin_window(id);
     }
 
     /// Starts an execution's evaluation window from now: the watchdog behind it, and the
     /// first evaluation (which arms the interval timer).
-    pub(super) fn begin_window(&mut self, key: &str) {
+    pub(super) fn begin_window(&mut self, id: &ExecutionId) {
         let now = self.now();
         let Some(window) = self.config().map(|c| c.schedule.evaluation.window) else {
             return;
         };
         // `sla.validationTimeout` stops evaluation earlier, if it comes first.
-        let closes = match self.validation_timeout(key, now) {
+        let closes = match self.validation_timeout(id, now) {
             Some(timeout) => (now + window).min(timeout),
             None => now + window,
         };
-        let Some(e) = self.state.executions.get_mut(key) else {
+        let Some(e) = self.state.executions.get_mut(id) else {
             return;
         };
         e.window_closes_at = closes;
-        self.set_watchdog(key, closes + STALE_GRACE);
-        self.arm_evaluation_deadline(key);
-        self.evaluate(key, true);
-        self.start_evaluators(key);
-        self.check_stale(key);
+        self.set_watchdog(id, closes + STALE_GRACE);
+        self.arm_evaluation_deadline(id);
+        self.evaluate(id, true);
+        self.start_evaluators(id);
+        self.check_stale(id);
     }
 
-    pub(super) fn set_watchdog(&mut self, key: &str, at: DateTime<Utc>) {
-        if let Some(kind) = execution_timer(key, |schedule_id, date| TimerKind::Watchdog { schedule_id, date }) {
-            self.set_timer(kind, at);
-        }
+    pub(super) fn set_watchdog(&mut self, id: &ExecutionId, at: DateTime<Utc>) {
+        let execution = id.clone();
+        self.set_timer(TimerKind::Watchdog { execution }, at);
     }
 }
 
@@ -462,8 +430,8 @@ fn starts_on(config: &PipelineConfig, sensor_key: &str) -> bool {
 }
 
 /// Why `date` is dormant: an exclusion, or not one of the inclusion dates.
-pub(super) fn day_excluded(config: &PipelineConfig, date: &str) -> Option<String> {
-    dormant(config, ExecutionDate::canonical(date)?.day)
+pub(super) fn day_excluded(config: &PipelineConfig, date: ExecutionDate) -> Option<String> {
+    dormant(config, date.day)
 }
 
 /// Why `day` is dormant (see [`day_excluded`]).

@@ -6,11 +6,11 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::json;
 
-use super::{detail, execution_key, Decider, StoredSensor};
+use super::{detail, Decider, StoredSensor};
 use crate::core::config::{PipelineConfig, INCLUSION_LOOKBACK_DAYS};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
-use crate::core::execution::ExecutionDate;
+use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{Rejection, SensorReading};
 
 impl Decider<'_> {
@@ -83,33 +83,32 @@ impl Decider<'_> {
                 date = ExecutionDate::daily(inclusion);
             }
         }
-        let date = date.to_string();
-        let key = execution_key(config.schedule_id(), &date);
+        let id = ExecutionId::new(config.schedule_id(), date);
         if self.is_post_run_key(&reading.key) {
             // An undated post-run reading belongs to the latest run that succeeded, which
             // may be yesterday's when it arrives after midnight.
             let target = match stored.scope() {
-                Some(_) => date.clone(),
-                None => self.latest_completed_date().unwrap_or_else(|| date.clone()),
+                Some(_) => date,
+                None => self.latest_completed_date().unwrap_or(date),
             };
-            if self.on_post_run_sensor(&reading.key, &target) {
+            if self.on_post_run_sensor(&reading.key, target) {
                 return;
             }
         }
-        let started = self.start_from_sensor(&reading.key, &date);
+        let started = self.start_from_sensor(&reading.key, date);
         // A re-send of the reading already reported as late is not news.
         if started.is_none() && !unchanged {
-            self.late_data(&key, &reading.key);
+            self.late_data(&id, &reading.key);
         }
         // Executions already waiting may pass now: any, for an undated reading; the one of
         // its date for a dated reading.
-        let only = stored.scope().is_some().then_some(key.as_str());
+        let only = stored.scope().is_some().then_some(&id);
         if reading.error.is_some() {
             self.retry_evaluator(&reading.key, only, stored.failures);
         }
         // Only a validation rule's own sensor moves when its execution would be stale.
         let rule_sensor = config.validation.rules.iter().any(|r| r.key == reading.key);
-        self.reevaluate_waiting(only, started.as_deref(), rule_sensor);
+        self.reevaluate_waiting(only, started.as_ref(), rule_sensor);
     }
 
     /// Why the reading `stored` of sensor `key` cannot be kept: a timestamp from the future,
@@ -144,10 +143,10 @@ impl Decider<'_> {
     /// one just `started`: it was evaluated when it started.
     /// `rule_sensor`: the reading is of a validation rule's sensor, so the executions' stale
     /// checks move.
-    fn reevaluate_waiting(&mut self, only: Option<&str>, started: Option<&str>, rule_sensor: bool) {
+    fn reevaluate_waiting(&mut self, only: Option<&ExecutionId>, started: Option<&ExecutionId>, rule_sensor: bool) {
         let now = self.now();
         let waiting = self.awaiting_rules(only);
-        for k in waiting.into_iter().filter(|k| Some(k.as_str()) != started) {
+        for k in waiting.into_iter().filter(|k| Some(k) != started) {
             // A cron execution's relative SLA starts with its first sensor.
             let first = self
                 .state
@@ -180,33 +179,33 @@ impl Decider<'_> {
         let recent = (include.iter())
             .filter(|d| **d < day && (day - **d).num_days() <= INCLUSION_LOOKBACK_DAYS)
             .max()?;
-        let key = execution_key(config.schedule_id(), &ExecutionDate::daily(*recent).to_string());
-        let ended = (self.state.executions.get(&key)).is_some_and(|e| !e.phase.is_open() && !e.restart_on_trigger);
+        let id = ExecutionId::new(config.schedule_id(), ExecutionDate::daily(*recent));
+        let ended = (self.state.executions.get(&id)).is_some_and(|e| !e.phase.is_open() && !e.restart_on_trigger);
         (!ended).then_some(*recent)
     }
 
-    fn latest_completed_date(&self) -> Option<String> {
+    fn latest_completed_date(&self) -> Option<ExecutionDate> {
         self.state
             .executions
             .values()
             .filter(|e| e.phase.is_completed() || (e.phase.is_running() && e.baseline.is_some()))
-            .max_by(|a, b| a.date.cmp(&b.date))
-            .map(|e| e.date.clone())
+            .map(|e| e.id.date())
+            .max()
     }
 
     /// LATE_DATA_ARRIVAL: a sensor the run depended on changed after the run completed.
-    fn late_data(&mut self, key: &str, sensor_key: &str) {
+    fn late_data(&mut self, id: &ExecutionId, sensor_key: &str) {
         let Some(config) = self.config() else { return };
         if !config.input_keys().any(|k| k == sensor_key) {
             return;
         }
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         if !execution.phase.is_completed() {
             return;
         }
-        let seen = self.inputs_digest(&execution.date);
+        let seen = self.inputs_digest(id.date());
         if execution.completed_inputs.as_deref() == Some(seen.as_str()) {
             return;
         }
@@ -216,15 +215,15 @@ impl Decider<'_> {
             ));
             return;
         }
-        if let Some(e) = self.state.executions.get_mut(key) {
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.late_data_told = true;
         }
         let kind = self.dry_or(EventType::LATE_DATA_ARRIVAL, EventType::DRY_RUN_LATE_DATA);
         let message = format!("sensor {sensor_key:?} changed after the run completed");
-        self.emit(kind, Some(key), message, detail([("sensor", json!(sensor_key))]));
+        self.emit(kind, Some(id), message, detail([("sensor", json!(sensor_key))]));
         // As the earlier design did: a rerun on the drift budget.
         self.drift_rerun(
-            key,
+            id,
             &format!("late data: sensor {sensor_key:?} changed after the run completed"),
         );
     }

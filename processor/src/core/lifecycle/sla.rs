@@ -23,59 +23,46 @@ use crate::core::timers::TimerKind;
 impl Decider<'_> {
     /// Arms the SLA timers of one execution date (absolute, and relative once its first
     /// sensor is known), forward-only.
-    pub(super) fn arm_sla(&mut self, key: &str) {
-        let Ok(id) = key.parse::<ExecutionId>() else {
-            return;
-        };
+    pub(super) fn arm_sla(&mut self, id: &ExecutionId) {
         let now = self.now();
         let Some(config) = self.config().filter(|c| !c.dry_run) else {
             return;
         };
-        if let Some(deadline) = deadline_of(config, id.date) {
+        if let Some(deadline) = deadline_of(config, id.date()) {
             let expected = config.sla.as_ref().and_then(|s| s.expected_duration);
-            let (schedule_id, date) = (id.schedule, id.date.to_string());
             if deadline > now {
-                let breach = TimerKind::SlaBreach {
-                    schedule_id: schedule_id.clone(),
-                    date: date.clone(),
-                };
-                self.set_timer(breach, deadline);
+                self.set_timer(TimerKind::SlaBreach { execution: id.clone() }, deadline);
             }
             if let Some(warn_at) = expected.map(|e| deadline - e).filter(|at| *at > now) {
-                self.set_timer(TimerKind::SlaWarning { schedule_id, date }, warn_at);
+                self.set_timer(TimerKind::SlaWarning { execution: id.clone() }, warn_at);
             }
-            self.forecast_sla(key);
+            self.forecast_sla(id);
         }
-        self.arm_relative_sla(key);
-        self.arm_evaluation_deadline(key);
+        self.arm_relative_sla(id);
+        self.arm_evaluation_deadline(id);
     }
 
     /// RELATIVE_SLA timers, measured from the execution's first sensor.
-    pub(super) fn arm_relative_sla(&mut self, key: &str) {
+    pub(super) fn arm_relative_sla(&mut self, id: &ExecutionId) {
         let Some(config) = self.config().filter(|c| !c.dry_run) else {
             return;
         };
         let Some(sla) = config.sla.as_ref() else { return };
         let Some(max) = sla.max_duration else { return };
         let expected = sla.expected_duration;
-        let Some(execution) = self.state.executions.get(key) else {
+        let Some(execution) = self.state.executions.get(id) else {
             return;
         };
         let Some(first) = execution.first_sensor_at else {
             return;
         };
-        let (schedule_id, date) = (execution.schedule_id.clone(), execution.date.clone());
         let now = self.now();
         if first + max > now {
-            let breach = TimerKind::RelativeSlaBreach {
-                schedule_id: schedule_id.clone(),
-                date: date.clone(),
-            };
-            self.set_timer(breach, first + max);
+            self.set_timer(TimerKind::RelativeSlaBreach { execution: id.clone() }, first + max);
         }
         let warn_at = first + relative_warning_offset(max, expected);
         if warn_at > now {
-            self.set_timer(TimerKind::RelativeSlaWarning { schedule_id, date }, warn_at);
+            self.set_timer(TimerKind::RelativeSlaWarning { execution: id.clone() }, warn_at);
         }
     }
 
@@ -91,21 +78,20 @@ impl Decider<'_> {
         let now = self.now();
         let hourly = matches!(deadline, Deadline::Hourly { .. });
         let next = next_date_due(now, config.schedule.timezone, hourly, |date| {
-            let key = ExecutionId::new(config.schedule_id(), date).to_string();
-            let done = self.state.executions.get(&key).is_some_and(|e| e.phase.is_completed());
+            let id = ExecutionId::new(config.schedule_id(), date);
+            let done = self.state.executions.get(&id).is_some_and(|e| e.phase.is_completed());
             deadline_of(config, date).filter(|_| dormant(config, date.day).is_none() && !done)
         });
         if let Some((date, _)) = next {
-            let key = ExecutionId::new(config.schedule_id(), date).to_string();
-            self.arm_sla(&key);
+            self.arm_sla(&ExecutionId::new(config.schedule_id(), date));
         }
     }
 
-    pub(super) fn on_sla_warning(&mut self, key: &str) {
-        let Some((date, deadline)) = self.alertable_deadline(key) else {
+    pub(super) fn on_sla_warning(&mut self, id: &ExecutionId) {
+        let Some((date, deadline)) = self.alertable_deadline(id) else {
             return;
         };
-        if self.state.executions.get(key).is_some_and(|e| e.sla.warned) || self.now() >= deadline {
+        if self.state.executions.get(id).is_some_and(|e| e.sla.warned) || self.now() >= deadline {
             return;
         }
         let left = deadline - self.now();
@@ -114,45 +100,43 @@ impl Decider<'_> {
             deadline.to_rfc3339(),
             format_duration(left)
         );
-        let info = self.alert_detail(key, deadline);
-        self.emit(EventType::SLA_WARNING, Some(key), message, info);
-        if let Some(e) = self.state.executions.get_mut(key) {
+        let info = self.alert_detail(id, deadline);
+        self.emit(EventType::SLA_WARNING, Some(id), message, info);
+        if let Some(e) = self.state.executions.get_mut(id) {
             e.sla.warned = true;
         }
     }
 
-    pub(super) fn on_sla_breach(&mut self, key: &str) {
-        if let Some((date, deadline)) = self.alertable_deadline(key) {
+    pub(super) fn on_sla_breach(&mut self, id: &ExecutionId) {
+        if let Some((date, deadline)) = self.alertable_deadline(id) {
             let message = format!("{date} missed its SLA deadline {}", deadline.to_rfc3339());
-            let info = self.alert_detail(key, deadline);
-            self.emit(EventType::SLA_BREACH, Some(key), message, info);
-            if let Some(e) = self.state.executions.get_mut(key) {
+            let info = self.alert_detail(id, deadline);
+            self.emit(EventType::SLA_BREACH, Some(id), message, info);
+            if let Some(e) = self.state.executions.get_mut(id) {
                 e.sla.breached = true;
             }
-            self.cancel_sla_warning(key);
+            self.cancel_sla_warning(id);
         }
         self.arm_sla_chain();
     }
 
-    /// The date and deadline of `key` if an alert about it is due: the day is not dormant,
+    /// The date and deadline of `id` if an alert about it is due: the day is not dormant,
     /// nothing completed, no breach reported yet.
-    fn alertable_deadline(&self, key: &str) -> Option<(ExecutionDate, DateTime<Utc>)> {
+    fn alertable_deadline(&self, id: &ExecutionId) -> Option<(ExecutionDate, DateTime<Utc>)> {
         let config = self.config().filter(|c| !c.dry_run)?;
-        let date = key.parse::<ExecutionId>().ok()?.date;
+        let date = id.date();
         if dormant(config, date.day).is_some() {
             return None;
         }
-        if let Some(e) = self.state.executions.get(key) {
+        if let Some(e) = self.state.executions.get(id) {
             if e.phase.is_completed() || e.sla.breached || matches!(e.phase, super::Phase::Cancelled { .. }) {
                 return None;
             }
         }
         // A daily deadline over a day run as hourly executions: each hour carries its own
         // alerts (naming the hour that is late), so the day itself says nothing.
-        if !self.state.executions.contains_key(key) && date.hour.is_none() {
-            let hour_of_day = |e: &Execution| {
-                ExecutionDate::canonical(&e.date).is_some_and(|d| d.day == date.day && d.hour.is_some())
-            };
+        if !self.state.executions.contains_key(id) && date.hour.is_none() {
+            let hour_of_day = |e: &Execution| e.id.date().day == date.day && e.id.date().hour.is_some();
             if self.state.executions.values().any(|e| hour_of_day(e)) {
                 return None;
             }
@@ -160,11 +144,11 @@ impl Decider<'_> {
         Some((date, deadline_of(config, date)?))
     }
 
-    fn alert_detail(&self, key: &str, deadline: DateTime<Utc>) -> serde_json::Map<String, Value> {
+    fn alert_detail(&self, id: &ExecutionId, deadline: DateTime<Utc>) -> serde_json::Map<String, Value> {
         let phase = self
             .state
             .executions
-            .get(key)
+            .get(id)
             .map(|e| e.phase.name())
             .unwrap_or("notStarted");
         let expected = self
@@ -179,12 +163,12 @@ impl Decider<'_> {
         ])
     }
 
-    pub(super) fn on_relative_sla(&mut self, key: &str, breach: bool) {
+    pub(super) fn on_relative_sla(&mut self, id: &ExecutionId, breach: bool) {
         let Some(max) = self.config().and_then(|c| c.sla.as_ref()).and_then(|s| s.max_duration) else {
             return;
         };
         let now = self.now();
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         let already = alerted(breach, execution.sla.relative_warned, execution.sla.relative_breached);
@@ -194,7 +178,7 @@ impl Decider<'_> {
         let Some(first) = execution.first_sensor_at else {
             return;
         };
-        let date = execution.date.clone();
+        let date = execution.id.date();
         let (kind, verb) = match breach {
             true => {
                 execution.sla.relative_breached = true;
@@ -215,19 +199,19 @@ impl Decider<'_> {
             ("maxDurationSeconds", json!(max.num_seconds())),
             ("elapsedSeconds", json!((now - first).num_seconds())),
         ]);
-        self.emit(kind, Some(key), message, info);
+        self.emit(kind, Some(id), message, info);
     }
 
     /// SLA_MET: the job completed before its deadline, with no breach reported.
-    pub(super) fn sla_on_completion(&mut self, key: &str) {
+    pub(super) fn sla_on_completion(&mut self, id: &ExecutionId) {
         let now = self.now();
         let Some(config) = self.config().filter(|c| !c.dry_run) else {
             return;
         };
-        let Some(deadline) = deadline_of_key(config, key) else {
+        let Some(deadline) = deadline_of(config, id.date()) else {
             return;
         };
-        let Some(execution) = self.state.executions.get_mut(key) else {
+        let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
         if execution.sla.breached || execution.sla.met || now > deadline {
@@ -235,7 +219,7 @@ impl Decider<'_> {
         }
         execution.sla.met = true;
         let warned = execution.sla.warned;
-        let at_risk = self.state.forecasts.get(key).is_some_and(|m| m.at_risk);
+        let at_risk = self.state.forecasts.get(id).is_some_and(|m| m.at_risk);
         let message = format!(
             "completed {} before the SLA deadline {}",
             format_duration(deadline - now),
@@ -247,26 +231,26 @@ impl Decider<'_> {
             ("warned", json!(warned)),
             ("atRisk", json!(at_risk)),
         ]);
-        self.emit(EventType::SLA_MET, Some(key), message, info);
-        self.cancel_sla_warning(key);
+        self.emit(EventType::SLA_MET, Some(id), message, info);
+        self.cancel_sla_warning(id);
     }
 
     /// A settled SLA needs no warning and no forecast.
-    fn cancel_sla_warning(&mut self, key: &str) {
-        self.cancel_execution_timers(key, |t| {
+    fn cancel_sla_warning(&mut self, id: &ExecutionId) {
+        self.cancel_execution_timers(id, |t| {
             matches!(t, TimerKind::SlaWarning { .. } | TimerKind::SlaForecast { .. })
         });
     }
 
     /// DRY_RUN_SLA_PROJECTION: had the job started now and run for `expectedDuration`,
     /// would it have met the deadline, and by how much.
-    pub(super) fn project_sla(&mut self, key: &str) {
+    pub(super) fn project_sla(&mut self, id: &ExecutionId) {
         let Some(sla) = self.config().and_then(|c| c.sla.clone()) else {
             return;
         };
         let now = self.now();
         let projected = now + sla.expected_duration.unwrap_or_default();
-        let verdict = self.sla_verdict(key, projected);
+        let verdict = self.sla_verdict(id, projected);
         if verdict.is_null() {
             return;
         }
@@ -277,12 +261,12 @@ impl Decider<'_> {
         };
         let mut info = verdict.as_object().cloned().unwrap_or_default();
         info.insert("projectedCompletion".into(), json!(projected));
-        self.emit(EventType::DRY_RUN_SLA_PROJECTION, Some(key), message, info);
+        self.emit(EventType::DRY_RUN_SLA_PROJECTION, Some(id), message, info);
     }
 
     /// `{deadline, met, marginSeconds}` for a completion at `at`; null without a deadline.
-    pub(super) fn sla_verdict(&self, key: &str, at: DateTime<Utc>) -> Value {
-        let Some(deadline) = self.config().and_then(|c| deadline_of_key(c, key)) else {
+    pub(super) fn sla_verdict(&self, id: &ExecutionId, at: DateTime<Utc>) -> Value {
+        let Some(deadline) = self.config().and_then(|c| deadline_of(c, id.date())) else {
             return Value::Null;
         };
         json!({
@@ -292,11 +276,6 @@ impl Decider<'_> {
             "status": if at <= deadline { "met" } else { "breach" },
         })
     }
-}
-
-/// The SLA deadline of the execution `key` names, under `config`.
-fn deadline_of_key(config: &PipelineConfig, key: &str) -> Option<DateTime<Utc>> {
-    deadline_of(config, key.parse::<ExecutionId>().ok()?.date)
 }
 
 /// The SLA deadline of an execution date under `config`.

@@ -55,7 +55,7 @@ pub async fn ask(call: &Call<'_>, key: &str) -> Result<Map<String, Value>, CallE
 /// What the evaluator is asked.
 fn question(call: &Call<'_>, key: &str) -> Value {
     let r = call.request;
-    json!({"pipelineId": r.pipeline_id, "scheduleId": r.schedule_id, "date": r.date, "key": key})
+    json!({"pipelineId": r.pipeline_id, "scheduleId": r.execution.schedule(), "date": r.execution.date_text(), "key": key})
 }
 
 async fn run(call: &Call<'_>, key: &str) -> Result<Map<String, Value>, CallError> {

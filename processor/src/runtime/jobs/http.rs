@@ -165,7 +165,12 @@ mod tests {
         );
         assert_eq!(body_of(json!({}), Method::GET), None);
         let mut hourly = Parts::new(JobKind::Http, json!({}));
-        hourly.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, hourly.request.config.clone());
+        hourly.request = TriggerRequest::new(
+            "p",
+            &crate::core::execution::id("cron", "2026-03-03T10"),
+            1,
+            hourly.request.config.clone(),
+        );
         let JobSettings::Http(job) = hourly.settings() else {
             unreachable!()
         };

@@ -22,8 +22,8 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let r = call.request;
     let value = json!({
         "pipelineId": r.pipeline_id,
-        "scheduleId": r.schedule_id,
-        "date": r.date,
+        "scheduleId": r.execution.schedule(),
+        "date": r.execution.date_text(),
         "runId": r.run_id,
         "attempt": r.attempt,
         "payload": job.payload.clone().unwrap_or(Value::Null),

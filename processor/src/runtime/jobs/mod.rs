@@ -210,7 +210,7 @@ impl Call<'_> {
 
     /// Interlock's date arguments of this run ([`date_arguments`]).
     pub fn date_arguments(&self) -> Vec<(&'static str, String)> {
-        date_arguments(&self.request.date)
+        date_arguments(self.request.execution.date())
     }
 
     /// The refusal of a client handed another job type's settings: a caller's mistake.
@@ -264,10 +264,7 @@ pub async fn status(call: &Call<'_>, handle: &Value) -> Result<Outcome, CallErro
 /// The date arguments Interlock gave every run (internal/lambda/orchestrator/trigger.go:113-135,
 /// internal/lambda/date.go:27-55): `par_day`, the execution day as `YYYYMMDD`, and for an
 /// hourly run (`YYYY-MM-DDTHH`) `par_hour`, the hour `HH`.
-pub fn date_arguments(date: &str) -> Vec<(&'static str, String)> {
-    let Some(date) = ExecutionDate::canonical(date) else {
-        return Vec::new();
-    };
+pub fn date_arguments(date: ExecutionDate) -> Vec<(&'static str, String)> {
     let mut arguments = vec![("par_day", date.compact_day())];
     if let Some(hour) = date.hour {
         arguments.push(("par_hour", format!("{hour:02}")));
@@ -430,9 +427,13 @@ mod tests {
 
     #[test]
     fn date_arguments_are_the_compact_day_and_the_hour_of_hourly_runs() {
-        assert_eq!(date_arguments("2026-03-03"), [("par_day", "20260303".to_string())]);
+        let date = |text: &str| text.parse::<ExecutionDate>().unwrap();
         assert_eq!(
-            date_arguments("2026-03-03T10"),
+            date_arguments(date("2026-03-03")),
+            [("par_day", "20260303".to_string())]
+        );
+        assert_eq!(
+            date_arguments(date("2026-03-03T10")),
             [("par_day", "20260303".to_string()), ("par_hour", "10".to_string())]
         );
     }

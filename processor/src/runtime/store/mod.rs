@@ -1010,8 +1010,7 @@ mod tests {
     fn state_timers_and_offsets_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let kind = |date: &str| TimerKind::Evaluate {
-            schedule_id: "stream".into(),
-            date: date.into(),
+            execution: crate::core::execution::id("stream", date),
         };
         // Timers of executions the states do not hold: each is a part of its own.
         let with_timer = |kind: TimerKind, at| PipelineState {

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::Write;
-use crate::core::execution::{execution_key, is_execution_key};
+use crate::core::execution::ExecutionId;
 use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, Shared, StoredSensor};
 use crate::core::timers::TimerKind;
 
@@ -111,9 +111,9 @@ fn touched_writes(
     after: &PipelineState,
 ) -> Result<(), serde_json::Error> {
     let touched = Touched::between(before, after);
-    let executions = |state| -> BTreeMap<&str, ExecutionPart> {
+    let executions = |state| -> BTreeMap<&ExecutionId, ExecutionPart> {
         (touched.executions.iter())
-            .filter_map(|key| Some((key.as_str(), execution_part(state, key)?)))
+            .filter_map(|id| Some((*id, execution_part(state, id)?)))
             .collect()
     };
     diff(
@@ -141,7 +141,7 @@ fn touched_writes(
 /// write lost, which `touched_writes_are_those_of_the_whole_layout` checks against laying
 /// out both states whole.
 struct Touched<'s> {
-    executions: BTreeSet<String>,
+    executions: BTreeSet<&'s ExecutionId>,
     loose: BTreeSet<&'s TimerKind>,
 }
 
@@ -155,7 +155,7 @@ impl<'s> Touched<'s> {
             if was.is_none() || is.is_none() {
                 came_or_went.push(key);
             }
-            executions.insert(key.clone());
+            executions.insert(key);
         }
         // An execution that came or went takes its timers into its part or out of it.
         for key in came_or_went {
@@ -174,10 +174,9 @@ impl<'s> Touched<'s> {
         let gone = (before.timers.iter()).filter(|t| !is.contains(&std::ptr::from_ref::<PendingTimer>(t)));
         for t in set.chain(gone) {
             loose.insert(&t.timer);
-            if let Some((schedule, date)) = t.timer.execution() {
-                let key = execution_key(schedule, date);
-                if before.executions.contains_key(&key) || after.executions.contains_key(&key) {
-                    executions.insert(key);
+            if let Some(id) = t.timer.execution() {
+                if before.executions.contains_key(id) || after.executions.contains_key(id) {
+                    executions.insert(id);
                 }
             }
         }
@@ -185,16 +184,16 @@ impl<'s> Touched<'s> {
     }
 }
 
-/// Whether `timer` is armed for the execution `key`: [`layout`] puts it in that part.
-fn armed_for(timer: &TimerKind, key: &str) -> bool {
-    (timer.execution()).is_some_and(|(schedule, date)| is_execution_key(key, schedule, date))
+/// Whether `timer` is armed for execution `id`: [`layout`] puts it in that part.
+fn armed_for(timer: &TimerKind, id: &ExecutionId) -> bool {
+    timer.execution() == Some(id)
 }
 
-/// The part of execution `key` in `state`, if it has that execution: as [`layout`] makes it.
-fn execution_part<'s>(state: &'s PipelineState, key: &str) -> Option<ExecutionPart<'s>> {
-    let execution = state.executions.get(key)?;
+/// The part of execution `id` in `state`, if it has that execution: as [`layout`] makes it.
+fn execution_part<'s>(state: &'s PipelineState, id: &ExecutionId) -> Option<ExecutionPart<'s>> {
+    let execution = state.executions.get(id)?;
     let mut timers: Vec<&PendingTimer> = (state.timers.iter())
-        .filter(|t| armed_for(&t.timer, key))
+        .filter(|t| armed_for(&t.timer, id))
         .map(|t| &**t)
         .collect();
     timers.sort_by(|a, b| a.timer.cmp(&b.timer));
@@ -205,8 +204,7 @@ fn execution_part<'s>(state: &'s PipelineState, key: &str) -> Option<ExecutionPa
 /// it): as [`layout`] makes it (the last of a kind wins).
 fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s PendingTimer> {
     let timer = state.timers.iter().rev().find(|t| t.timer == *kind)?;
-    let held = (kind.execution())
-        .is_some_and(|(schedule, date)| state.executions.contains_key(&execution_key(schedule, date)));
+    let held = (kind.execution()).is_some_and(|id| state.executions.contains_key(id));
     (!held).then_some(&**timer)
 }
 
@@ -230,15 +228,15 @@ struct StoredExecution {
 /// are): its executions with their timers, and the timers that go alone.
 struct Layout<'s> {
     state: &'s PipelineState,
-    executions: BTreeMap<&'s str, ExecutionPart<'s>>,
+    executions: BTreeMap<&'s ExecutionId, ExecutionPart<'s>>,
     timers: BTreeMap<&'s TimerKind, &'s PendingTimer>,
 }
 
 fn layout(state: &PipelineState) -> Layout<'_> {
-    let mut executions: BTreeMap<&str, ExecutionPart> = (state.executions.iter())
+    let mut executions: BTreeMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
         .map(|(id, execution)| {
             (
-                id.as_str(),
+                id,
                 ExecutionPart {
                     execution,
                     timers: Vec::new(),
@@ -248,8 +246,7 @@ fn layout(state: &PipelineState) -> Layout<'_> {
         .collect();
     let mut timers = BTreeMap::new();
     for t in &state.timers {
-        let part = (t.timer.execution())
-            .and_then(|(schedule, date)| executions.get_mut(execution_key(schedule, date).as_str()));
+        let part = (t.timer.execution()).and_then(|id| executions.get_mut(id));
         match part {
             Some(part) => part.timers.push(&**t),
             None => {
@@ -321,7 +318,10 @@ fn changed<'m, K: Ord, V: PartialEq>(
 /// Deletes of every part `stored` has.
 pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
     let layout = layout(stored);
-    let executions = layout.executions.keys().map(|id| part_key(pipeline, EXECUTION, id));
+    let executions = layout
+        .executions
+        .keys()
+        .map(|id| part_key(pipeline, EXECUTION, id.as_str()));
     let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
     let timers = layout
         .timers
@@ -394,7 +394,8 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
-            state.executions.insert(id.to_string(), part.execution.into());
+            let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
+            state.executions.insert(id, part.execution.into());
             state.timers.extend(part.timers.into_iter().map(Shared::new));
         }
         SENSOR => {
@@ -552,10 +553,8 @@ mod tests {
         );
     }
 
-    fn execution_of(t: &PendingTimer) -> Option<String> {
-        t.timer
-            .execution()
-            .map(|(schedule, date)| execution_key(schedule, date))
+    fn execution_of(t: &PendingTimer) -> Option<ExecutionId> {
+        t.timer.execution().cloned()
     }
 
     #[test]
@@ -576,9 +575,9 @@ mod tests {
                 .find(|(k, _)| *k == part_key("p", tag, id))
                 .map(|(_, v)| v.is_some())
         };
-        assert_eq!(find(&writes, EXECUTION, &gone), Some(false));
+        assert_eq!(find(&writes, EXECUTION, gone.as_str()), Some(false));
         assert_eq!(find(&writes, SENSOR, &slot), Some(false));
-        assert_eq!(find(&writes, EXECUTION, &moved), Some(true));
+        assert_eq!(find(&writes, EXECUTION, moved.as_str()), Some(true));
         assert_eq!(writes.len(), 3, "the three changes, the head as it was: {writes:?}");
         // A timer whose execution is gone is a part of its own until it goes too.
         let mut orphaned = after.clone();
@@ -693,11 +692,11 @@ mod tests {
         const DATES: [&str; 4] = ["2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23T05"];
 
         fn kind(pick: u8, date: usize) -> TimerKind {
-            let (schedule_id, date) = ("stream".to_string(), DATES[date].to_string());
+            let execution = crate::core::execution::id("stream", DATES[date]);
             match pick % 4 {
-                0 => TimerKind::SlaBreach { schedule_id, date },
-                1 => TimerKind::Expire { schedule_id, date },
-                2 => TimerKind::Evaluate { schedule_id, date },
+                0 => TimerKind::SlaBreach { execution },
+                1 => TimerKind::Expire { execution },
+                2 => TimerKind::Evaluate { execution },
                 _ => TimerKind::CronTick,
             }
         }
@@ -710,15 +709,10 @@ mod tests {
         type Change = (u8, usize, u8);
 
         fn apply(state: &mut PipelineState, (what, date, value): Change) {
-            let key = execution_key("stream", DATES[date]);
+            let key = crate::core::execution::id("stream", DATES[date]);
             match what % 7 {
                 0 => {
-                    let e = Execution::new(
-                        "stream".into(),
-                        DATES[date].into(),
-                        at(value),
-                        chrono::TimeDelta::hours(1),
-                    );
+                    let e = Execution::new(key.clone(), at(value), chrono::TimeDelta::hours(1));
                     state.executions.insert(key, e.into());
                 }
                 1 => {

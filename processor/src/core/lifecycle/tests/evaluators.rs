@@ -70,15 +70,14 @@ impl Sim {
         self.due(
             "daily",
             &TimerKind::EvaluatorDue {
-                schedule_id: "cron".into(),
-                date: DAY.into(),
+                execution: crate::core::execution::id("cron", DAY),
                 key: key.into(),
             },
         )
     }
 
     fn latest_reason(&self) -> String {
-        let e = &self.states["daily"].executions[&execution_key("cron", DAY)];
+        let e = &self.states["daily"].executions[&crate::core::execution::id("cron", DAY)];
         let verdict = e.last_verdict.as_ref().expect("evaluated");
         verdict.results[0].reason.clone().unwrap_or_default()
     }

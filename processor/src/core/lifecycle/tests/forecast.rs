@@ -185,8 +185,8 @@ fn run_history_keeps_each_dates_first_success_measured_from_its_first_trigger() 
     let runs = &sim.states["gold"].history.runs;
     assert_eq!(runs.len(), 1);
     assert_eq!(
-        (runs[0].date.as_str(), runs[0].triggered_after, runs[0].duration),
-        ("2026-11-16", 7 * 3600, 1800)
+        (runs[0].date.to_string(), runs[0].triggered_after, runs[0].duration),
+        ("2026-11-16".to_string(), 7 * 3600, 1800)
     );
     // A rerun of the same date (its data changed) adds nothing.
     sim.sensor("gold", "upstream", json!({"status": "ready", "version": 2}));

@@ -9,9 +9,7 @@ use serde_json::{json, Value};
 
 use super::{merge, t0, Sim};
 use crate::core::events::{Event, EventType, EventType::*};
-use crate::core::lifecycle::{
-    execution_key, Decision, Effect, Execution, Input, Outbound, OutboundTopic, Phase, StateChange,
-};
+use crate::core::lifecycle::{Decision, Effect, Execution, Input, Outbound, OutboundTopic, Phase, StateChange};
 use crate::core::records::{
     decode_command, decode_sensor, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus,
 };
@@ -116,7 +114,7 @@ fn report(sim: &mut Sim, pipeline: &str, date: &str, run_id: &str, status: JobSt
 /// Reports the current run of `pipeline`'s execution on `date` as started then succeeded,
 /// and routes whatever it publishes.
 fn complete(sim: &mut Sim, pipeline: &str, date: &str) -> Vec<Outbound> {
-    let run_id = execution(sim, pipeline, &execution_key("stream", date))
+    let run_id = execution(sim, pipeline, &format!("stream/{date}"))
         .phase
         .run_id()
         .unwrap_or_else(|| panic!("{pipeline} {date} has no run in flight"))
@@ -651,7 +649,7 @@ fn rerun_accepted_for_a_date_with_no_execution_starts_it_with_a_fresh_window() {
     let run = execution(&sim, "gold", "stream/2026-11-20");
     assert_eq!(run.manual_reruns_used, 1);
     assert_eq!(run.window_closes_at, sim.now + TimeDelta::hours(1));
-    assert_eq!(sim.triggers()[0].date, "2026-11-20");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-20");
     // The budget applies: one manual rerun by default, and it is spent.
     sim.job_for("gold", "stream", "2026-11-20", JobStatus::Running);
     sim.job_for("gold", "stream", "2026-11-20", JobStatus::Failed);
@@ -834,8 +832,7 @@ fn post_run_baseline_captured_on_success_with_the_post_run_sensor_values() {
         Some(json!({"quality": {"status": "ok", "count": 500}}))
     );
     let timeout = TimerKind::PostRunTimeout {
-        schedule_id: "stream".into(),
-        date: DAY.into(),
+        execution: crate::core::execution::id("stream", DAY),
     };
     assert_eq!(sim.due("gold", &timeout), Some(sim.now + TimeDelta::hours(2)));
 }
@@ -1395,7 +1392,7 @@ fn job_failed_in_an_hourly_run_retries_and_breaches_its_sla_within_its_hour() {
         sim.triggers()[0].config.json(),
         json!({"command": format!("run 2026-11-22 08 {run8}")})
     );
-    assert_eq!(sim.triggers()[0].date, h8);
+    assert_eq!(sim.triggers()[0].execution.date_text(), h8);
 
     report(&mut sim, "gold", h8, run8, JobStatus::Failed);
     let failed = last(&sim, JOB_FAILED);
@@ -1476,7 +1473,7 @@ fn sensors_to(records: &[Outbound], pipeline: &str) -> Vec<Value> {
 }
 
 fn phase_of<'s>(sim: &'s Sim, pipeline: &str, date: &str) -> &'s Phase {
-    &execution(sim, pipeline, &execution_key("stream", date)).phase
+    &execution(sim, pipeline, &format!("stream/{date}")).phase
 }
 
 #[test]
@@ -1556,7 +1553,7 @@ fn job_completed_upstream_for_an_hourly_run_sends_the_downstream_the_same_hour()
     assert_eq!(sensor["hour"], json!(7));
     assert_eq!(sensor["data"]["date"], json!("2026-11-22T07"));
     let trigger = sim.triggers().into_iter().find(|t| t.pipeline_id == "silver").unwrap();
-    assert_eq!(trigger.date, "2026-11-22T07");
+    assert_eq!(trigger.execution.date_text(), "2026-11-22T07");
     assert_eq!(trigger.config.json(), json!({"command": "build 2026-11-22 07"}));
 }
 
@@ -1583,7 +1580,7 @@ fn validation_passed_for_a_fan_in_only_once_every_upstream_succeeded_for_the_sam
     assert!(sim
         .triggers()
         .iter()
-        .all(|t| t.pipeline_id != "report" || t.date != DAY));
+        .all(|t| t.pipeline_id != "report" || t.execution.date_text() != DAY));
 
     sim.sensor("orders", "landed", json!({}));
     complete(&mut sim, "orders", DAY);
@@ -1697,7 +1694,7 @@ fn dry_run_completed_upstream_still_lets_its_downstream_run() {
     let routed = route(&mut sim, done);
     assert_eq!(routed.len(), 1, "{routed:?}");
     assert_eq!(routed[0].value["data"]["runId"], json!("legacy-run-7"));
-    let silver = &sim.states["silver"].executions[&execution_key("stream", DAY)];
+    let silver = &sim.states["silver"].executions[&crate::core::execution::id("stream", DAY)];
     assert!(silver.phase.is_running(), "{:?}", silver.phase);
 }
 
@@ -1740,8 +1737,7 @@ fn status_checks(sim: &Sim) -> Vec<(String, Value)> {
 
 fn check_timer(run_id: &str) -> TimerKind {
     TimerKind::JobStatusCheck {
-        schedule_id: "stream".into(),
-        date: DAY.into(),
+        execution: crate::core::execution::id("stream", DAY),
         run_id: run_id.into(),
     }
 }
@@ -1829,8 +1825,7 @@ fn infra_failure_ends_the_run_without_spending_job_retries() {
                 .due(
                     "gold",
                     &TimerKind::Watchdog {
-                        schedule_id: "stream".into(),
-                        date: DAY.into()
+                        execution: crate::core::execution::id("stream", DAY)
                     }
                 )
                 .is_none()
@@ -1879,11 +1874,11 @@ fn validation_passed_on_per_period_keys_for_their_own_date_only() {
     // Today's rows, under the compact form, count as key row-count for today.
     produced(&mut sim, "gold", "row-count#20261122", json!({"count": 2000}));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
-    assert_eq!(sim.triggers()[0].date, DAY);
+    assert_eq!(sim.triggers()[0].execution.date_text(), DAY);
     // Yesterday's trigger starts yesterday's execution, which sees yesterday's rows.
     produced(&mut sim, "gold", "upstream#2026-11-21", json!({"status": "ready"}));
     assert_eq!(sim.triggers().len(), 2);
-    assert_eq!(sim.triggers()[1].date, "2026-11-21");
+    assert_eq!(sim.triggers()[1].execution.date_text(), "2026-11-21");
 }
 
 #[test]
@@ -1893,7 +1888,7 @@ fn validation_passed_on_an_hourly_per_period_key_starts_that_hour() {
     produced(&mut sim, "gold", "row-count#20261122T05", json!({"count": 2000}));
     produced(&mut sim, "gold", "upstream#2026-11-22T05", json!({"status": "ready"}));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
-    assert_eq!(sim.triggers()[0].date, "2026-11-22T05");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22T05");
 }
 
 #[test]

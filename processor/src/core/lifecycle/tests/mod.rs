@@ -468,8 +468,7 @@ fn timers_that_fire_twice_or_late_change_nothing() {
     sim.job("gold", RUN1, JobStatus::Succeeded, None);
     let before = sim.states.clone();
     let kind = TimerKind::Evaluate {
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
+        execution: crate::core::execution::id("stream", "2026-11-22"),
     };
     sim.advance(TimeDelta::hours(3));
     let decision = sim.apply("gold", &Input::TimerFired(kind), "timer/late");
@@ -721,7 +720,7 @@ impl Sim {
     }
 
     pub(super) fn job_for(&mut self, pipeline: &str, schedule_id: &str, date: &str, status: JobStatus) -> Decision {
-        let run_id = self.states[pipeline].executions[&execution_key(schedule_id, date)]
+        let run_id = self.states[pipeline].executions[&crate::core::execution::id(schedule_id, date)]
             .phase
             .run_id()
             .map(str::to_string)
@@ -875,8 +874,7 @@ fn run_gold_to_success(sim: &mut Sim) -> TimerKind {
     }
     sim.job("gold", RUN1, JobStatus::Succeeded, None);
     TimerKind::Expire {
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
+        execution: crate::core::execution::id("stream", "2026-11-22"),
     }
 }
 
@@ -912,8 +910,7 @@ fn a_rerun_cancels_the_expiry_and_the_next_end_arms_it_again() {
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
     sim.job("gold", RUN1, JobStatus::Failed, Some(FailureCategory::Transient));
     let expire = TimerKind::Expire {
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
+        execution: crate::core::execution::id("stream", "2026-11-22"),
     };
     assert!(sim.due("gold", &expire).is_some());
     sim.advance(TimeDelta::days(1));

@@ -77,15 +77,13 @@ fn phase<'s>(sim: &'s Sim, pipeline: &str, key: &str) -> &'s Phase {
 
 fn breach(schedule_id: &str, date: &str) -> TimerKind {
     TimerKind::SlaBreach {
-        schedule_id: schedule_id.into(),
-        date: date.into(),
+        execution: crate::core::execution::id(schedule_id, date),
     }
 }
 
 fn warning(schedule_id: &str, date: &str) -> TimerKind {
     TimerKind::SlaWarning {
-        schedule_id: schedule_id.into(),
-        date: date.into(),
+        execution: crate::core::execution::id(schedule_id, date),
     }
 }
 
@@ -127,7 +125,7 @@ fn validation_passed_at_the_cron_time_not_before_and_the_next_tick_is_armed() {
     );
     let trigger = sim.triggers()[0];
     assert_eq!(
-        (trigger.schedule_id.as_str(), trigger.date.as_str()),
+        (trigger.execution.schedule(), trigger.execution.date_text()),
         ("cron", "2026-11-22")
     );
     assert_eq!(sim.due("daily", &TimerKind::CronTick), Some(at("2026-11-23T13:30:00Z")));
@@ -207,7 +205,11 @@ fn schedule_missed_when_a_cron_tick_fires_later_than_the_evaluation_window() {
     assert_eq!(missed.detail["lateBySeconds"], json!(5400));
     assert_eq!(missed.detail["started"], json!(true));
     assert_eq!(missed.detail["laterOccurrencesSkipped"], json!(0));
-    assert_eq!(sim.triggers()[0].date, "2026-11-22", "the missed occurrence still runs");
+    assert_eq!(
+        sim.triggers()[0].execution.date_text(),
+        "2026-11-22",
+        "the missed occurrence still runs"
+    );
     assert_eq!(sim.due("daily", &TimerKind::CronTick), Some(at("2026-11-23T13:30:00Z")));
     sim.assert_timers_agree("daily");
 
@@ -247,8 +249,7 @@ fn a_duplicate_or_early_timer_changes_nothing() {
     assert_eq!(sim.states, before);
     // A timer the state does not have pending at all.
     let stray = TimerKind::SlaBreach {
-        schedule_id: "cron".into(),
-        date: "2026-11-22".into(),
+        execution: crate::core::execution::id("cron", "2026-11-22"),
     };
     let decision = sim.apply("daily", &Input::TimerFired(stray), "timer/stray");
     assert_eq!(decision.state, StateChange::Unchanged);
@@ -282,7 +283,7 @@ fn pipeline_excluded_on_an_excluded_weekday() {
     sim.advance_to(at("2026-11-22T15:00:00Z")); // Sunday runs
     ready(&mut sim);
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, PIPELINE_EXCLUDED, VALIDATION_PASSED]);
-    assert_eq!(sim.triggers()[0].date, "2026-11-22");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22");
 }
 
 #[test]
@@ -339,7 +340,7 @@ fn pipeline_excluded_by_a_resolved_calendar() {
             e.detail
         );
     }
-    assert_eq!(sim.triggers()[0].date, "2026-11-23");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-23");
 }
 
 #[test]
@@ -355,7 +356,7 @@ fn pipeline_excluded_on_weekends_with_the_earlier_designs_schedule_exclude() {
         sim.types(),
         [CONFIG_ACCEPTED, PIPELINE_EXCLUDED, PIPELINE_EXCLUDED, VALIDATION_PASSED]
     );
-    assert_eq!(sim.triggers()[0].date, "2026-11-23");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-23");
 }
 
 #[test]
@@ -401,7 +402,7 @@ fn pipeline_excluded_on_a_date_that_is_not_an_inclusion_date() {
     sim.advance_to(at("2026-11-23T15:00:00Z"));
     ready(&mut sim);
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, PIPELINE_EXCLUDED, VALIDATION_PASSED]);
-    assert_eq!(sim.triggers()[0].date, "2026-11-23");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-23");
 }
 
 /// An undated trigger reading that lands after an inclusion date (month-end's "ready" after
@@ -415,7 +416,7 @@ fn an_undated_reading_after_an_inclusion_date_counts_for_it() {
     ready(&mut sim);
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED]);
     assert_eq!(sim.triggers().len(), 1);
-    assert_eq!(sim.triggers()[0].date, "2026-10-31");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-10-31");
     sim.job_for("gold", "stream", "2026-10-31", JobStatus::Succeeded);
     // Month-end's run is over: a later undated reading is the day's own, and that day is
     // dormant (no late data, no second run).
@@ -445,7 +446,7 @@ fn schedule_missed_when_nothing_started_by_the_expected_time() {
     assert_eq!(when(&sim, SCHEDULE_MISSED), [on("2026-11-22", "2026-11-22T14:00:00Z")]);
     assert_eq!(sim.events[1].schedule_id.as_deref(), Some("stream"));
     let next = TimerKind::StartCheck {
-        date: "2026-11-23".into(),
+        date: "2026-11-23".parse().unwrap(),
     };
     assert_eq!(sim.due("gold", &next), Some(at("2026-11-23T14:00:00Z")));
 
@@ -561,7 +562,7 @@ fn sensor_deadline_expired_when_no_trigger_arrived_by_the_trigger_deadline() {
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, SENSOR_DEADLINE_EXPIRED]);
     assert!(sim.triggers().is_empty());
     let next = TimerKind::TriggerDeadline {
-        date: "2026-11-23".into(),
+        date: "2026-11-23".parse().unwrap(),
     };
     assert_eq!(sim.due("gold", &next), Some(at("2026-11-23T15:00:00Z")));
 
@@ -579,7 +580,7 @@ fn sensor_deadline_expired_when_no_trigger_arrived_by_the_trigger_deadline() {
             JOB_TRIGGERED
         ]
     );
-    assert_eq!(sim.triggers()[0].date, "2026-11-23");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-23");
 }
 
 #[test]
@@ -1073,8 +1074,7 @@ fn relative_sla_breach_of_a_recovered_run_counts_from_its_trigger_sensor() {
     })));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, TRIGGER_RECOVERED]);
     let breach = TimerKind::RelativeSlaBreach {
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
+        execution: crate::core::execution::id("stream", "2026-11-22"),
     };
     assert_eq!(
         sim.due("gold", &breach),
@@ -1115,7 +1115,7 @@ fn sensor_deadline_expired_each_hour_with_an_hourly_trigger_deadline() {
     let mut sim = Sim::starting_at(at("2026-11-22T17:10:00Z"));
     sim.config(stream(json!({"schedule": {"trigger": {"deadline": ":15"}}})));
     let first = TimerKind::TriggerDeadline {
-        date: "2026-11-22T11".into(),
+        date: "2026-11-22T11".parse().unwrap(),
     };
     assert_eq!(
         sim.due("gold", &first),
@@ -1244,7 +1244,7 @@ fn rerun_accepted_after_sensor_deadline_expired_runs_the_date_with_a_fresh_windo
             VALIDATION_PASSED
         ]
     );
-    assert_eq!(sim.triggers()[0].date, "2026-11-22");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22");
     let run = &sim.states["gold"].executions["stream/2026-11-22"];
     assert_eq!(run.window_closes_at, sim.now + TimeDelta::hours(1));
     assert_eq!(run.manual_reruns_used, 1);
@@ -1272,8 +1272,8 @@ fn schedule_missed_at_the_cron_time_when_the_trigger_has_not_started_the_day() {
     sim.advance_to(at("2026-11-22T14:00:00Z"));
     sim.sensor("daily", "upstream", json!({"status": "ready"}));
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, SCHEDULE_MISSED, VALIDATION_PASSED]);
-    assert_eq!(sim.triggers()[0].date, "2026-11-22");
-    assert_eq!(sim.triggers()[0].schedule_id, "cron");
+    assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22");
+    assert_eq!(sim.triggers()[0].execution.schedule(), "cron");
 }
 
 #[test]

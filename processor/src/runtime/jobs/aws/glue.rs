@@ -237,7 +237,12 @@ mod tests {
         // Hourly: --par_hour too; a --par_day the config sets is left as it is.
         let config = json!({"jobName": "nightly", "arguments": {"--par_day": "custom"}});
         let mut parts = Parts::new(JobKind::Glue, config);
-        parts.request = TriggerRequest::new("p", "cron", "2026-03-03T10", 1, parts.request.config.clone());
+        parts.request = TriggerRequest::new(
+            "p",
+            &crate::core::execution::id("cron", "2026-03-03T10"),
+            1,
+            parts.request.config.clone(),
+        );
         assert_eq!(
             input_of(&parts).unwrap()["Arguments"],
             json!({"--par_day": "custom", "--par_hour": "10"})

@@ -94,8 +94,8 @@ fn identity(call: &Call<'_>) -> Value {
     let r = call.request;
     json!({
         "pipelineId": r.pipeline_id,
-        "scheduleId": r.schedule_id,
-        "date": r.date,
+        "scheduleId": r.execution.schedule(),
+        "date": r.execution.date_text(),
         "runId": r.run_id,
         "attempt": r.attempt,
     })

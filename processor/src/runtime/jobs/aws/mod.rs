@@ -623,7 +623,7 @@ pub(crate) mod testing {
             }
             let config = JobConfig::from_json(kind, &config).unwrap();
             Parts {
-                request: TriggerRequest::new("pipe-1", "daily", "2026-11-22", 1, config),
+                request: TriggerRequest::new("pipe-1", &crate::core::execution::id("daily", "2026-11-22"), 1, config),
                 client: Client::new(Guard::default(), None).unwrap(),
             }
         }
