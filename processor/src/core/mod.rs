@@ -20,6 +20,7 @@ pub mod hints;
 pub mod history;
 pub mod lifecycle;
 pub mod limits;
+pub mod ownership;
 pub mod partitioning;
 pub mod records;
 pub mod replay;

@@ -62,6 +62,7 @@ use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
 use crate::core::handover::{Journaled, Reported, Settled, Step};
 use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
+use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::partitioning::partition_for;
 use crate::core::records::{rejected_pipeline, Rejection};
 use crate::core::timers::{timer_origin, TimerIndex};
@@ -605,20 +606,18 @@ impl Processor {
             }
             Ownership::Revoked { partitions, lost } => {
                 self.telemetry.rebalanced("revoked");
-                // Taken away (the session expired: paused, or cut off): if another process
-                // has fenced the partitions meanwhile, this one is a zombie. Rejoining would
-                // take them back from that owner (a static member's newest join wins), so it
-                // stops. A broker outage fences nothing, and the instance rejoins.
-                if lost {
-                    let fenced: Vec<i32> = (partitions.iter().copied())
-                        .filter(|p| self.stores.contains_key(p) && self.fenced_since_last_write(*p) == Some(true))
-                        .collect();
-                    if !fenced.is_empty() {
-                        for p in &fenced {
-                            self.abandon(*p)?;
-                        }
-                        return Err(Zombie(fenced).into());
+                // A held partition lost to a newer owner's fence makes this instance a zombie,
+                // which stops (`ownership::on_revoked`). Only a lost one is worth the read.
+                let fenced_since_last_write = |p: i32| lost.then(|| self.fenced_since_last_write(p)).flatten();
+                let fenced: Vec<i32> = (partitions.iter().copied())
+                    .filter(|p| self.stores.contains_key(p))
+                    .filter(|p| ownership::on_revoked(lost, fenced_since_last_write(*p)) == OnRevoked::Zombie)
+                    .collect();
+                if !fenced.is_empty() {
+                    for p in &fenced {
+                        self.abandon(*p)?;
                     }
+                    return Err(Zombie(fenced).into());
                 }
                 for p in partitions {
                     self.abandoned.remove(&p);
@@ -730,17 +729,16 @@ impl Processor {
             timers,
             fenced,
         } = result.map_err(|e| anyhow::Error::new(e).context(format!("opening partition {p}")))?;
-        // A partition revoked, or an assignment lost, while it was opened is its new owner's:
-        // installing it would fire its timers and resume its triggers beside that owner.
         let assigned = !self.consumer.assignment_lost()
             && (self.consumer.assignment().ok())
                 .is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
-        if !assigned || fenced {
+        let outcome = ownership::on_opened(assigned, fenced);
+        if outcome != OnOpened::Install {
             let mut store = store;
             store.disown()?;
             self.abandoned.insert(p);
             self.openings.take_skipped(p);
-            if fenced {
+            if outcome == OnOpened::Zombie {
                 return Err(Zombie(vec![p]).into());
             }
             warn!(
@@ -1715,8 +1713,6 @@ impl Processor {
     }
 }
 
-/// Drops a dead letter's value, too large for the broker; its headers say so, and where the
-/// record is at its source.
 /// See [`Processor::fenced_since_last_write`] (a function of its own, for closures that
 /// borrow other parts of the processor).
 fn fenced_since_last_write(writers: &BTreeMap<i32, Writer>, settings: &Settings, p: i32) -> Option<bool> {
@@ -1734,6 +1730,8 @@ fn fenced_since_last_write(writers: &BTreeMap<i32, Writer>, settings: &Settings,
     }
 }
 
+/// Drops a dead letter's value, too large for the broker; its headers say so, and where the
+/// record is at its source.
 fn omit_value(output: &mut Output) {
     let size = output.value.take().map_or(0, |v| v.len());
     warn!(size, "dead letter too large for the broker: sent without its value");

@@ -23,6 +23,7 @@ use crate::core::changelog::{Checked, Entry, Lineage, Restore, Writer};
 use crate::core::config::{JobConfig, JobKind};
 use crate::core::handover::{Journaled, Reported, Settled, Step};
 use crate::core::lifecycle::{Effect, TriggerRequest};
+use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::records::{JobRecord, JobStatus};
 
 /// Faults of the past, put back to show the simulator catches them.
@@ -83,6 +84,8 @@ pub struct Report {
     /// Calls repeated with the same idempotency key after the first was cut.
     pub repeated_after_a_cut: u64,
     pub takeovers: u64,
+    /// Partitions given up by the ownership rules (`core::ownership`), by where.
+    pub given_up: BTreeMap<&'static str, u64>,
     pub violations: Vec<Violation>,
     /// What happened, step by step, when asked for ([`run_traced`]).
     pub trace: Vec<String>,
@@ -98,16 +101,27 @@ impl Report {
         for (fault, n) in &other.faults {
             *self.faults.entry(fault).or_default() += n;
         }
+        for (why, n) in &other.given_up {
+            *self.given_up.entry(why).or_default() += n;
+        }
     }
 
     /// The counts in one line.
     pub fn summary(&self) -> String {
         format!(
-            "{} steps, {} take-overs, {} calls ({} repeated after a cut), faults {:?}",
-            self.steps, self.takeovers, self.calls, self.repeated_after_a_cut, self.faults
+            "{} steps, {} take-overs, {} calls ({} repeated after a cut), faults {:?}, partitions given up {:?}",
+            self.steps, self.takeovers, self.calls, self.repeated_after_a_cut, self.faults, self.given_up
         )
     }
 }
+
+/// Where an instance found a newer fence and gave its partition up (see [`Report::given_up`]).
+pub const ZOMBIE_TOLD: &str = "when told its assignment was lost";
+pub const ZOMBIE_OPENING: &str = "while opening";
+pub const ZOMBIE_WATCHING: &str = "watching its changelog";
+pub const ZOMBIE_BATCH: &str = "in a batch";
+/// Revoked while it opened, with no newer fence: left to the new owner.
+pub const LEFT_WHILE_OPENING: &str = "left to the new owner while opening";
 
 const INSTANCES: usize = 3;
 const INPUTS: usize = 40;
@@ -213,6 +227,15 @@ struct Disk {
     checkpoint: Option<(i64, Lineage)>,
     /// Keys still to write again, kept with the checkpoint.
     repairs: Vec<Vec<u8>>,
+}
+
+impl Disk {
+    /// Forgets where the store stands on the changelog (`PartitionStore::disown`): the next
+    /// opening restores in full.
+    fn disown(&mut self) {
+        self.checkpoint = None;
+        self.repairs.clear();
+    }
 }
 
 /// A batch on its way out.
@@ -439,6 +462,22 @@ impl World {
         }
     }
 
+    /// Whether a newer owner fenced the partition after instance `i`'s last changelog record
+    /// (`None` while it holds no writer). The unfenced writer of old never looked.
+    fn fenced_since_last_write(&self, i: usize) -> Option<bool> {
+        let writer = self.instances[i].memory.as_ref()?.writer.as_ref()?;
+        Some(!self.historic.unfenced && writer.fenced_by(&self.entries(writer.next_offset(), self.changelog_next)))
+    }
+
+    /// A zombie that found a newer fence (`Processor::abandon`): its store forgets its
+    /// checkpoint (it may hold writes that do not count), and the process stops.
+    fn abandon(&mut self, i: usize, why: &'static str) {
+        *self.report.given_up.entry(why).or_default() += 1;
+        self.trace(|| format!("{i} found a newer fence {why}: stops"));
+        self.instances[i].disk.disown();
+        self.crash(i);
+    }
+
     /// A crashed process: its memory and calls in flight are gone, its disk stays.
     fn crash(&mut self, i: usize) {
         let inst = &mut self.instances[i];
@@ -533,11 +572,15 @@ impl World {
         if !current {
             // A zombie notices its lost assignment only after a while; a batch in flight
             // then learns it at its next check.
-            let inst = &mut self.instances[i];
-            let m = inst.memory.as_mut().unwrap();
-            if inst.notices_after > 0 {
-                inst.notices_after -= 1;
-            } else if m.batch.is_none() {
+            if self.instances[i].notices_after > 0 {
+                self.instances[i].notices_after -= 1;
+            } else if self.instances[i].memory.as_ref().unwrap().batch.is_none() {
+                // Told its assignment was lost (`Processor::on_ownership`): fenced since its
+                // last write, it is a zombie and gives the partition up.
+                if ownership::on_revoked(true, self.fenced_since_last_write(i)) == OnRevoked::Zombie {
+                    return self.abandon(i, ZOMBIE_TOLD);
+                }
+                let m = self.instances[i].memory.as_mut().unwrap();
                 m.writer = None;
                 m.opening = Opening::New;
                 m.journaled = Journaled::default();
@@ -749,12 +792,19 @@ impl World {
         let mut writer = Writer::fenced_at(fence);
         let between = writer.landed(&[accepted]);
         let entries: Vec<Entry> = between.iter().flat_map(|r| self.entries(r.start, r.end)).collect();
-        if writer.check(&entries) == crate::core::changelog::Checked::Fenced {
-            // A newer owner opened it meanwhile: left to it, and the process stops (as the
-            // processor does, on a zombie's fence).
-            self.trace(|| format!("{i} found a newer fence while opening: stops"));
-            self.crash(i);
-            return;
+        let fenced = writer.check(&entries) == Checked::Fenced;
+        // As the processor installs an opened partition (`Processor::opened`).
+        let assigned = !(self.lost(i) && self.instances[i].notices_after == 0);
+        match ownership::on_opened(assigned, fenced) {
+            OnOpened::Install => {}
+            OnOpened::Zombie => return self.abandon(i, ZOMBIE_OPENING),
+            OnOpened::LeaveToNewOwner => {
+                *self.report.given_up.entry(LEFT_WHILE_OPENING).or_default() += 1;
+                self.trace(|| format!("{i} lost its assignment while opening: left to the new owner"));
+                self.instances[i].disk.disown();
+                self.instances[i].memory.as_mut().unwrap().opening = Opening::New;
+                return;
+            }
         }
         writer.repair(stale);
         // Journaled before deadlines were (the rebalance re-request put back): due at once.
@@ -800,10 +850,7 @@ impl World {
         let others = self.entries(from, end);
         let writer = self.instances[i].memory.as_mut().and_then(|m| m.writer.as_mut());
         match writer.expect("read above").watched(&others, end) {
-            Checked::Fenced => {
-                self.trace(|| format!("{i} watching its changelog found a newer fence: stops"));
-                self.crash(i);
-            }
+            Checked::Fenced => self.abandon(i, ZOMBIE_WATCHING),
             Checked::Owner { stale: 0 } => {}
             Checked::Owner { stale } => {
                 self.trace(|| format!("{i} watching its changelog found {stale} keys to repair"))
@@ -1082,7 +1129,7 @@ impl World {
             }
             Action::GiveUp(_) => {
                 // A zombie that found a newer fence stops; restarted, it joins again.
-                self.crash(i);
+                self.abandon(i, ZOMBIE_BATCH);
             }
             Action::Abandon | Action::Done => {
                 self.instances[i].memory.as_mut().unwrap().batch = None;

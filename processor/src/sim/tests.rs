@@ -57,6 +57,20 @@ fn every_seed_keeps_the_invariants() {
             totals.faults
         );
     }
+    // And every way of giving a partition up (`core::ownership`, the batch's fence check).
+    for why in [
+        ZOMBIE_TOLD,
+        ZOMBIE_OPENING,
+        ZOMBIE_WATCHING,
+        ZOMBIE_BATCH,
+        LEFT_WHILE_OPENING,
+    ] {
+        assert!(
+            totals.given_up.get(why).copied().unwrap_or(0) > 0,
+            "{why}: {:?}",
+            totals.given_up
+        );
+    }
 }
 
 /// `SLUICE_SIM_SEED=<seed> cargo test -p sluice --lib sim::tests::trace -- --nocapture`
