@@ -2,6 +2,9 @@
 //! same workloads against baselines in the same run, and reports figures and ratios.
 //!
 //! Scenarios (each on fresh topics under its own prefix):
+//! - `steady`: in process, no broker: the latency scenario's readings fed from memory at
+//!   1,000 and 10,000 a second on a simulated clock, through the loop's own work and a real
+//!   RocksDB store: Sluice's time per record, per simulated minute.
 //! - `history`: in process, no broker: what one reading costs each stage of the loop on a
 //!   pipeline with more and more executions (a cost that grows with the history makes
 //!   latency grow under constant load).
@@ -23,6 +26,7 @@ mod kafka_io;
 mod measure;
 mod page;
 mod passthrough;
+mod steady;
 mod takeover;
 mod target;
 mod timers;
@@ -71,6 +75,13 @@ struct Args {
     /// --quick); runs over a minute report p99 per minute, e.g. 600 for the steady-rate run.
     #[arg(long)]
     latency_seconds: Option<u64>,
+    /// Simulated seconds of the steady scenario (default 600, or 5 with --quick).
+    #[arg(long)]
+    steady_seconds: Option<u64>,
+    /// Readings a second of the steady scenario, one run each (default 1000,10000, or
+    /// 100,1000 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    steady_rates: Vec<u64>,
     /// Pipeline counts of the scale scenario (default 10000,100000, or 500 with --quick),
     /// e.g. 1000000 to measure a million.
     #[arg(long, value_delimiter = ',')]
@@ -84,7 +95,8 @@ struct Args {
     scenarios: Vec<String>,
 }
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
+    "steady",
     "history",
     "throughput",
     "latency",
@@ -115,6 +127,9 @@ struct Sizes {
     /// Executions in the pipeline the history scenario times a reading on.
     history: Vec<usize>,
     history_rounds: usize,
+    /// Readings a second the steady scenario feeds, one run each.
+    steady_rates: Vec<u64>,
+    steady_seconds: u64,
 }
 
 impl Sizes {
@@ -137,6 +152,8 @@ impl Sizes {
                 page_pipelines: 500,
                 history: vec![1, 24],
                 history_rounds: 3,
+                steady_rates: vec![100, 1_000],
+                steady_seconds: 5,
             }
         } else {
             Sizes {
@@ -156,6 +173,8 @@ impl Sizes {
                 page_pipelines: 5_000,
                 history: vec![1, 24, 168, 720],
                 history_rounds: 51,
+                steady_rates: vec![1_000, 10_000],
+                steady_seconds: 600,
             }
         }
     }
@@ -635,7 +654,15 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         .collect();
     let interval = Duration::from_secs_f64(1.0 / sizes.latency_rate as f64);
     let mut sent: HashMap<String, Instant> = HashMap::new();
+    // Sluice's own time per record, from its metrics at each window's start.
+    let own = || {
+        let busy = |part| metric(&run.http, &format!("sluice_record_busy_seconds_{part}"), "");
+        (busy("sum"), busy("count"))
+    };
+    let window = Duration::from_secs(Latencies::window(sizes).0);
+    let mut own_at = vec![own()];
     let start = Instant::now();
+    let mut next_window = start + window;
     let sensors = run.topic("sensors");
     let mut received = Vec::new();
     let drain = |received: &mut Vec<(String, Instant)>| {
@@ -662,6 +689,10 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         }
         producer.poll(Duration::ZERO);
         drain(&mut received);
+        if Instant::now() >= next_window {
+            own_at.push(own());
+            next_window += window;
+        }
         let due = start + interval * (n as u32 + 1);
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
@@ -673,6 +704,20 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         drain(&mut received);
         received.len() >= expected
     });
+    own_at.push(own());
+    let own_us: Vec<f64> = (own_at.windows(2))
+        .filter(|w| w[1].1 > w[0].1)
+        .map(|w| (w[1].0 - w[0].0) / (w[1].1 - w[0].1) * 1e6)
+        .collect();
+    let own_drift = match (own_us.first(), own_us.last()) {
+        (Some(first), Some(last)) => last / first,
+        _ => f64::NAN,
+    };
+    let own_us = own_us
+        .iter()
+        .map(|us| format!("{us:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     // (seconds into the sending, latency in ms) of each execution measured.
     let samples: Vec<(f64, f64)> = received
         .iter()
@@ -704,7 +749,9 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
          All include two client hops: the bench producer's linger of 5 ms and the reader's fetch. \
          Records sluice wrote per reading sent: {written}.\n\n\
          p99 ms per {unit} of sending:\n\n\
-         * pass-through: {}\n* pass-through writing as much as sluice: {}\n* sluice: {}",
+         * pass-through: {}\n* pass-through writing as much as sluice: {}\n* sluice: {}\n\n\
+         Sluice's own µs per input record per {unit} (`sluice_record_busy_seconds`: its batches' time \
+         outside waits on the broker; the last window includes the drain): {own_us} (last ÷ first {own_drift:.2})",
         sizes.latency_rate,
         sizes.latency_seconds,
         sizes.latency_pipelines,
@@ -940,6 +987,12 @@ fn main() -> Result<()> {
     if !args.scale.is_empty() {
         sizes.scale = args.scale.clone();
     }
+    if let Some(seconds) = args.steady_seconds {
+        sizes.steady_seconds = seconds.max(1);
+    }
+    if !args.steady_rates.is_empty() {
+        sizes.steady_rates = args.steady_rates.clone();
+    }
     let chosen: Vec<&str> = if args.scenarios.is_empty() {
         SCENARIOS.to_vec()
     } else {
@@ -961,6 +1014,7 @@ fn main() -> Result<()> {
     );
     for scenario in chosen {
         let result = match scenario {
+            "steady" => steady::report(&sizes.steady_rates, sizes.steady_seconds, &mut report).map(|_| ()),
             "history" => history::report(&sizes.history, sizes.history_rounds, &mut report).map(|_| ()),
             "throughput" => throughput(&args, &sluice, &sizes, &mut report),
             "latency" => latency(&args, &sluice, &sizes, &mut report),

@@ -26,6 +26,7 @@ fn a_quick_run_reports_every_scenario() {
     let report = std::fs::read_to_string(&out).unwrap();
     assert_eq!(report, stdout);
     for section in [
+        "## Sluice's own time per record at a steady rate",
         "## Throughput",
         "## Latency",
         "## Timer precision",
@@ -56,6 +57,17 @@ fn a_quick_run_reports_every_scenario() {
         assert!(report.contains(series), "{series} in {report}");
     }
     assert!(report.contains("Records sluice wrote per reading sent: "), "{report}");
+    // Sluice's own time per record, from its metrics, in every window of the latency run.
+    let own = report
+        .lines()
+        .find_map(|l| l.strip_prefix("Sluice's own µs per input record per second"))
+        .and_then(|l| l.split_once("): "))
+        .map(|(_, figures)| figures.split(" (last").next().unwrap_or_default().to_string())
+        .unwrap_or_else(|| panic!("Sluice's own time per record in {report}"));
+    assert!(
+        own.split(", ").all(|us| us.parse::<f64>().is_ok_and(|us| us > 0.0)),
+        "{own}"
+    );
     assert!(
         report.contains("over 20 of 20 breaches"),
         "every SLA breach measured: {report}"

@@ -967,6 +967,7 @@ impl Processor {
 
     async fn process_records(&mut self, batch: Vec<OwnedMessage>) -> Result<()> {
         let started = Instant::now();
+        let (records, waited) = (batch.len(), self.telemetry.broker_waited());
         let now = self.time.now();
         let mut pending = Pending::default();
         // A rebalance reported while this batch was gathered comes first: records of a
@@ -1023,6 +1024,9 @@ impl Processor {
             self.decide_and_apply(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
         }
         self.flush(pending).await?;
+        let took = started.elapsed();
+        self.telemetry
+            .records_done(records, took, self.telemetry.broker_waited() - waited);
         self.repair_now().await?;
         self.resume_triggers().await?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());

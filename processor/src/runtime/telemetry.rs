@@ -8,6 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use opentelemetry::metrics::Meter;
 use prometheus_client::registry::Registry;
@@ -34,6 +35,9 @@ pub struct Telemetry {
     last_turn_ms: AtomicU64,
     /// Waits on the broker under way: a loop held up by the broker is not stuck.
     broker_waits: AtomicUsize,
+    /// Microseconds the loop has spent waiting on the broker, in all: the rest of a batch's
+    /// time is Sluice's own.
+    broker_waited_us: AtomicU64,
     /// How long the loop may go without turning, outside broker waits, before liveness fails.
     stuck_after_ms: AtomicU64,
     started: tokio::time::Instant,
@@ -48,6 +52,8 @@ pub struct Telemetry {
     events: Counter,
     dead_letters: Counter,
     batch_seconds: PlainSeconds,
+    record_seconds: PlainSeconds,
+    record_busy_seconds: PlainSeconds,
     commit_seconds: PlainSeconds,
     consumer_lag: Gauge,
     timers_pending: PlainGauge,
@@ -84,6 +90,14 @@ impl Telemetry {
             "Records that could not be processed and went to the dead-letter topic, by input topic and reason",
         );
         let batch_seconds = r.plain_seconds("batch", "Time to process one batch of records or due timers");
+        let record_seconds = r.plain_seconds(
+            "record",
+            "Per input record: from its delivery to the loop until its batch's outputs were acknowledged and its state written",
+        );
+        let record_busy_seconds = r.plain_seconds(
+            "record_busy",
+            "Per input record: the time Sluice itself spent on it (its batch's time outside waits on the broker, shared among the batch's records)",
+        );
         let commit_seconds = r.plain_seconds(
             "commit",
             "Time from producing a batch's outputs to their acknowledgement (under exactly-once, to the transaction's commit)",
@@ -158,6 +172,7 @@ impl Telemetry {
             fatal: OnceLock::new(),
             last_turn_ms: AtomicU64::new(0),
             broker_waits: AtomicUsize::new(0),
+            broker_waited_us: AtomicU64::new(0),
             stuck_after_ms: AtomicU64::new(DEFAULT_STUCK_AFTER.as_millis() as u64),
             started: tokio::time::Instant::now(),
             registry: r.registry,
@@ -171,6 +186,8 @@ impl Telemetry {
             events,
             dead_letters,
             batch_seconds,
+            record_seconds,
+            record_busy_seconds,
             commit_seconds,
             consumer_lag,
             timers_pending,
@@ -236,7 +253,7 @@ impl Telemetry {
     }
 
     /// How long the processing loop may go without turning before liveness fails.
-    pub fn set_stuck_after(&self, after: std::time::Duration) {
+    pub fn set_stuck_after(&self, after: Duration) {
         self.stuck_after_ms
             .store(after.as_millis().try_into().unwrap_or(u64::MAX), Ordering::Relaxed);
     }
@@ -250,7 +267,12 @@ impl Telemetry {
     /// meanwhile the loop is held up, not stuck.
     pub fn awaiting_broker(&self) -> BrokerWait<'_> {
         self.broker_waits.fetch_add(1, Ordering::Relaxed);
-        BrokerWait(self)
+        BrokerWait(self, tokio::time::Instant::now())
+    }
+
+    /// How long the loop has waited on the broker since it started (see [`BrokerWait`]).
+    pub fn broker_waited(&self) -> Duration {
+        Duration::from_micros(self.broker_waited_us.load(Ordering::Relaxed))
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -302,6 +324,16 @@ impl Telemetry {
 
     pub fn batch_latency(&self, seconds: f64) {
         self.batch_seconds.observe(seconds);
+    }
+
+    /// A batch of `records` input records done: it `took` this long, `waited` of it on the
+    /// broker. Observed once per record, so that a window's sum ÷ count is per record.
+    pub fn records_done(&self, records: usize, took: Duration, waited: Duration) {
+        let busy = took.saturating_sub(waited).as_secs_f64() / records.max(1) as f64;
+        for _ in 0..records {
+            self.record_seconds.observe(took.as_secs_f64());
+            self.record_busy_seconds.observe(busy);
+        }
     }
 
     pub fn commit_latency(&self, seconds: f64) {
@@ -443,7 +475,7 @@ impl Telemetry {
 pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A wait on the broker under way ([`Telemetry::awaiting_broker`]).
-pub struct BrokerWait<'a>(&'a Telemetry);
+pub struct BrokerWait<'a>(&'a Telemetry, tokio::time::Instant);
 
 /// The broker's state when an exchange with it began ([`Telemetry::broker_mark`]).
 #[derive(Clone, Copy, Debug)]
@@ -451,6 +483,8 @@ pub struct BrokerMark(u64);
 
 impl Drop for BrokerWait<'_> {
     fn drop(&mut self) {
+        let waited = self.1.elapsed().as_micros().try_into().unwrap_or(u64::MAX);
+        self.0.broker_waited_us.fetch_add(waited, Ordering::Relaxed);
         self.0.broker_waits.fetch_sub(1, Ordering::Relaxed);
         self.0.turned();
     }
@@ -522,5 +556,37 @@ mod tests {
         // The wait's end counts as a turn.
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(t.liveness(), Ok(()));
+    }
+
+    /// The value of the sample named `name` in the exposition text.
+    fn sample(text: &str, name: &str) -> f64 {
+        (text.lines())
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sluices_own_time_per_record_leaves_out_its_waits_on_the_broker() {
+        let t = Telemetry::new();
+        let before = t.broker_waited();
+        {
+            let _acknowledgements = t.awaiting_broker();
+            tokio::time::advance(Duration::from_millis(30)).await;
+        }
+        let waited = t.broker_waited() - before;
+        assert_eq!(waited, Duration::from_millis(30));
+        // A batch of 4 records that took 50 ms, 30 of them waiting on the broker.
+        t.records_done(4, Duration::from_millis(50), waited);
+        let text = t.encode_text();
+        assert_eq!(sample(&text, "sluice_record_busy_seconds_count"), 4.0);
+        assert!(
+            (sample(&text, "sluice_record_busy_seconds_sum") - 0.020).abs() < 1e-9,
+            "{text}"
+        );
+        assert_eq!(sample(&text, "sluice_record_seconds_count"), 4.0);
+        assert!(
+            (sample(&text, "sluice_record_seconds_sum") - 0.200).abs() < 1e-9,
+            "{text}"
+        );
     }
 }

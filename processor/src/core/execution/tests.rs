@@ -1,7 +1,7 @@
 //! Execution dates and ids: the parser records go through, the canonical text stored, and
 //! the `schedule/date` key.
 
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 
 use super::*;
 
@@ -231,4 +231,36 @@ fn as_fields_an_id_is_its_schedule_and_date_in_place() {
         serde_json::from_str::<Timer>(bad).is_err(),
         "a date not in its canonical form"
     );
+}
+
+/// The long way [`ExecutionDate::canonical`] takes for shapes it does not read directly.
+fn canonical_the_long_way(text: &str) -> Option<ExecutionDate> {
+    text.parse()
+        .ok()
+        .filter(|date: &ExecutionDate| date.to_string() == text)
+}
+
+#[test]
+fn the_direct_reading_of_a_canonical_date_agrees_with_the_long_way() {
+    let mut rng = fastrand::Rng::with_seed(42);
+    let mut day = NaiveDate::from_ymd_opt(1999, 1, 1).unwrap();
+    while day.year() < 2032 {
+        for hour in [None, Some(0), Some(rng.u32(0..24)), Some(23)] {
+            let text = ExecutionDate { day, hour }.to_string();
+            assert_eq!(ExecutionDate::canonical(&text), canonical_the_long_way(&text), "{text}");
+            assert!(ExecutionDate::canonical(&text).is_some(), "{text}");
+            // The same text with one byte changed reads the same both ways.
+            let mut bytes = text.clone().into_bytes();
+            let at = rng.usize(..bytes.len());
+            bytes[at] = b"0123456789-T:+ x"[rng.usize(..16)];
+            if let Ok(changed) = String::from_utf8(bytes) {
+                assert_eq!(
+                    ExecutionDate::canonical(&changed),
+                    canonical_the_long_way(&changed),
+                    "{changed}"
+                );
+            }
+        }
+        day = day.succ_opt().unwrap();
+    }
 }

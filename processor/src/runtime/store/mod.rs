@@ -165,6 +165,16 @@ struct StateCache {
     bytes: usize,
     budget: usize,
     rng: fastrand::Rng,
+    reads: StateReads,
+}
+
+/// How the reads of pipelines' states were served since the store opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateReads {
+    /// From the cache of decoded states.
+    pub cached: u64,
+    /// Decoded from the store's parts (a cost in proportion to the pipeline's history).
+    pub decoded: u64,
 }
 
 struct CachedState {
@@ -194,6 +204,7 @@ impl StateCache {
             bytes: 0,
             budget,
             rng,
+            reads: StateReads::default(),
         }
     }
 
@@ -470,17 +481,25 @@ impl PartitionStore {
 
     /// A pipeline's state, and whether it is stored in parts (see [`parts`]).
     pub fn stored(&self, pipeline: &str) -> Result<Option<Stored>> {
-        if let Some(cached) = self.states.lock().expect("state cache").get(pipeline) {
-            return Ok(Some(cached.clone()));
+        {
+            let mut cache = self.states.lock().expect("state cache");
+            if let Some(cached) = cache.get(pipeline).cloned() {
+                cache.reads.cached += 1;
+                return Ok(Some(cached));
+            }
         }
         let stored = self.decode(pipeline)?;
+        let mut cache = self.states.lock().expect("state cache");
+        cache.reads.decoded += 1;
         if let Some(stored) = &stored {
-            self.states
-                .lock()
-                .expect("state cache")
-                .insert(pipeline, stored.clone());
+            cache.insert(pipeline, stored.clone());
         }
         Ok(stored)
+    }
+
+    /// How state reads were served since the store opened (see [`Self::stored`]).
+    pub fn state_reads(&self) -> StateReads {
+        self.states.lock().expect("state cache").reads
     }
 
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
@@ -945,6 +964,26 @@ mod tests {
         batch.delete_pipeline("p1", &state);
         store.write(batch).unwrap();
         assert!(store.db.get(b"f/p1").unwrap().is_none());
+    }
+
+    #[test]
+    fn state_reads_say_whether_the_cache_served_them_or_a_decode() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PipelineState::default();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p1", &state, true).unwrap();
+        store.write(batch).unwrap();
+        assert_eq!(store.state_reads(), StateReads::default());
+        store.stored("p1").unwrap().unwrap();
+        store.stored("p1").unwrap().unwrap();
+        // A pipeline not stored is a decode attempt too: the cache cannot say it is absent.
+        assert!(store.stored("absent").unwrap().is_none());
+        assert_eq!(store.state_reads(), StateReads { cached: 1, decoded: 2 });
+        // A state the batch just wrote is remembered: its next read is from the cache.
+        store.remember("p2", state);
+        store.stored("p2").unwrap().unwrap();
+        assert_eq!(store.state_reads(), StateReads { cached: 2, decoded: 2 });
     }
 
     /// Keys to repair live as long as the checkpoint they came with: a reopening reads them

@@ -1,0 +1,307 @@
+//! Sluice's own time per record, with no broker: the latency scenario's readings fed from
+//! memory at a steady rate, on a simulated clock, through what the loop does with each
+//! record (decode it; read the pipeline's state from the store's cache of decoded states,
+//! else from its parts in RocksDB; decide within the limits; encode the state's writes and
+//! the events; write each batch to a real RocksDB store; arm and fire timers; take the job
+//! reports back). Whatever a broker does, a cost per record that grows from one simulated
+//! minute to the next grows in Sluice.
+//!
+//! Each pipeline gets one reading a second (the rate is the number of pipelines), a row
+//! count then its trigger, each trigger opening a new hourly execution, as in the latency
+//! scenario: over ten minutes a pipeline gathers 300 executions, all kept (the retention is
+//! longer than the run).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use chrono::{DateTime, TimeDelta, Utc};
+use sluice::core::apply::{decide_within, Unfit};
+use sluice::core::config::PipelineConfig;
+use sluice::core::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use sluice::core::records::{decode_config, decode_job, decode_sensor};
+use sluice::core::timers::{timer_origin, TimerIndex};
+use sluice::runtime::codec::Codec;
+use sluice::runtime::outputs::{Before, Encoder};
+use sluice::runtime::store::{PartitionStore, StateReads, StoreBatch};
+use sluice::runtime::topics::Topics;
+
+use crate::workload;
+
+/// How long after its trigger a run reports success (the target answers at once).
+const RUN_TAKES: TimeDelta = TimeDelta::seconds(2);
+/// Simulated time one batch gathers: the processor's fetch wait.
+const BATCH_SPAN: TimeDelta = TimeDelta::milliseconds(10);
+
+/// One simulated minute's figures.
+#[derive(Default, Clone, Copy)]
+struct Minute {
+    /// Records handled: readings, job reports and fired timers.
+    records: u64,
+    /// Time spent in Sluice's code on them, the batch writes included.
+    busy: Duration,
+    reads: StateReads,
+}
+
+impl Minute {
+    fn micros_per_record(&self) -> f64 {
+        self.busy.as_secs_f64() * 1e6 / self.records.max(1) as f64
+    }
+}
+
+/// The loop's part that is Sluice's: one partition's store, its timers, the batch in hand.
+struct Loop {
+    store: PartitionStore,
+    timers: TimerIndex,
+    settings: Settings,
+    codec: Codec,
+    topics: Topics,
+    batch: StoreBatch,
+    /// States this batch changed (none: deleted), read before the store's.
+    states: HashMap<String, Option<PipelineState>>,
+    /// Configs this batch stores.
+    configs: HashMap<String, Arc<PipelineConfig>>,
+    /// Job reports due, by when (with a tie-breaking sequence).
+    reports: BTreeMap<(DateTime<Utc>, u64), (String, Vec<u8>)>,
+    sequence: u64,
+}
+
+impl Loop {
+    /// Decides one input, as the processor's `decide_and_apply` does, and adds the decision
+    /// to the batch.
+    fn handle(&mut self, pipeline: &str, input: &Input, origin: &str, now: DateTime<Utc>) -> Result<()> {
+        let (state, in_parts) = match self.states.get(pipeline) {
+            Some(state) => (state.clone().unwrap_or_default(), true),
+            None => match self.store.stored(pipeline)? {
+                Some(stored) => (stored.state, stored.in_parts),
+                None => (PipelineState::default(), false),
+            },
+        };
+        let encoder = Encoder {
+            codec: &self.codec,
+            topics: &self.topics,
+            limits: self.settings.limits,
+        };
+        let before = Before {
+            state: &state,
+            in_parts,
+        };
+        let ctx = Context {
+            now,
+            origin,
+            settings: self.settings,
+        };
+        let fit = |decision: &Decision| encoder.encode(pipeline, before, decision);
+        let (decision, encoded) = match decide_within(&state, pipeline, input, ctx, || origin.to_string(), fit) {
+            Ok(decided) => decided,
+            Err(Unfit::Failed(e)) => return Err(e),
+            Err(Unfit::EvenItsRejection { reason }) => bail!("{pipeline}: {reason}"),
+        };
+        std::hint::black_box(&encoded.events);
+        match decision.state {
+            StateChange::Unchanged => {}
+            StateChange::Put(state) => {
+                let config = (state.config.clone()).filter(|c| {
+                    !self.configs.get(pipeline).is_some_and(|held| Arc::ptr_eq(held, c))
+                        && !self.store.holds_config(pipeline, c)
+                });
+                let new = config.as_ref().map(|c| (pipeline, c.as_ref()));
+                self.batch.put_state(encoded.writes, new)?;
+                if let Some(config) = config {
+                    self.configs.insert(pipeline.to_string(), config);
+                }
+                self.states.insert(pipeline.to_string(), Some(*state));
+            }
+            StateChange::Delete => {
+                self.batch.delete_pipeline(pipeline, &state);
+                self.states.insert(pipeline.to_string(), None);
+            }
+        }
+        self.timers.apply(0, pipeline, &decision.timers);
+        for effect in decision.effects {
+            if let Effect::TriggerJob(request) = effect {
+                let report = serde_json::json!({
+                    "pipelineId": request.pipeline_id, "scheduleId": request.execution.schedule(),
+                    "date": request.execution.date_text(), "runId": request.run_id, "status": "succeeded",
+                    "timestamp": (now + RUN_TAKES).to_rfc3339(),
+                });
+                self.sequence += 1;
+                let due = (now + RUN_TAKES, self.sequence);
+                self.reports
+                    .insert(due, (request.pipeline_id, serde_json::to_vec(&report)?));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires the timers due by `now` and takes the job reports due by then, in time order.
+    fn catch_up(&mut self, now: DateTime<Utc>) -> Result<u64> {
+        let mut handled = 0;
+        loop {
+            let report = self
+                .reports
+                .first_key_value()
+                .map(|((at, _), _)| *at)
+                .filter(|at| *at <= now);
+            let timer = self.timers.next_due().filter(|at| *at <= now);
+            let report_first = match (report, timer) {
+                (None, None) => return Ok(handled),
+                (Some(r), Some(t)) => r <= t,
+                (report, _) => report.is_some(),
+            };
+            if report_first {
+                let ((at, _), (pipeline, bytes)) = self.reports.pop_first().expect("a report due");
+                let record = decode_job(Some(pipeline.as_bytes()), Some(&bytes)).context("a job report")?;
+                self.handle(&pipeline, &Input::JobReported(record), "bench/jobs", at)?;
+            } else {
+                let timer = self.timers.pop_due(now, 1).pop().expect("a timer due");
+                let origin = timer_origin(&timer.pipeline, &timer.kind, timer.at);
+                self.handle(&timer.pipeline, &Input::TimerFired(timer.kind), &origin, now)?;
+            }
+            handled += 1;
+        }
+    }
+
+    /// Writes the batch to RocksDB and lets the store's cache hold the states it wrote, as
+    /// the processor does once a batch is durable.
+    fn write(&mut self) -> Result<()> {
+        self.store.write(std::mem::take(&mut self.batch))?;
+        for (pipeline, config) in self.configs.drain() {
+            self.store.config_written(&pipeline, &config);
+        }
+        for (pipeline, state) in self.states.drain() {
+            if let Some(state) = state {
+                self.store.remember(&pipeline, state);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Feeds `rate` readings a second for `seconds` simulated seconds; the figures per minute.
+fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
+    let pipelines = rate as usize;
+    let total = rate * seconds;
+    let days = (total / 2).div_ceil(pipelines as u64).div_ceil(24).max(7);
+    let settings = Settings {
+        retention: TimeDelta::days(days as i64 + 1),
+        ..Settings::default()
+    };
+    let dir = std::env::temp_dir().join(format!("sluice-bench-steady-{}-{rate}", std::process::id()));
+    let mut l = Loop {
+        store: PartitionStore::open(&dir, 0)?,
+        timers: TimerIndex::default(),
+        settings,
+        codec: Codec::json(),
+        topics: Topics::new("bench"),
+        batch: StoreBatch::default(),
+        states: HashMap::new(),
+        configs: HashMap::new(),
+        reports: BTreeMap::new(),
+        sequence: 0,
+    };
+    let start = Utc::now();
+    for i in 0..pipelines {
+        let id = workload::pipeline_id(i);
+        let config = serde_json::to_vec(&workload::config(&id, "http://127.0.0.1:9"))?;
+        let record = decode_config(Some(id.as_bytes()), Some(&config)).context("the bench config")?;
+        l.handle(&id, &Input::ConfigPublished(record), "bench/config", start)?;
+    }
+    l.write()?;
+    let dates: Vec<String> = (0..days)
+        .map(|d| (start.date_naive() - chrono::Days::new(d)).to_string())
+        .collect();
+    let mut minutes = vec![Minute::default(); seconds.div_ceil(60) as usize];
+    let mut batch_ends = start + BATCH_SPAN;
+    let mut reads = l.store.state_reads();
+    for n in 0..total {
+        let now = start + TimeDelta::microseconds((n as i64 * 1_000_000) / rate as i64);
+        let index = ((now - start).num_seconds() / 60) as usize;
+        if index > 0 && n % (rate * 60) == 0 {
+            let m = &minutes[index - 1];
+            eprintln!(
+                "[steady] {rate}/s, minute {index}: {:.1} µs per record, {} decoded reads",
+                m.micros_per_record(),
+                m.reads.decoded
+            );
+        }
+        let minute = &mut minutes[index];
+        // The record as a producer sent it (not Sluice's time).
+        let execution = n / 2;
+        let id = workload::pipeline_id(execution as usize % pipelines);
+        let slot = execution as usize / pipelines;
+        let (date, hour) = (&dates[(slot / 24) % dates.len()], (slot % 24) as u32);
+        let value = match n % 2 {
+            0 => workload::row_count(&id, 5000, date, Some(hour)),
+            _ => workload::trigger(&id, date, Some(hour)),
+        };
+        let bytes = serde_json::to_vec(&value)?;
+        let origin = format!("bench/sensors@{n}");
+
+        let started = Instant::now();
+        if now >= batch_ends {
+            l.write()?;
+            batch_ends = now + BATCH_SPAN;
+        }
+        minute.records += l.catch_up(now)?;
+        let reading = decode_sensor(Some(id.as_bytes()), Some(&bytes)).context("a reading")?;
+        l.handle(&id, &Input::SensorReceived(reading), &origin, now)?;
+        minute.records += 1;
+        minute.busy += started.elapsed();
+        let now_reads = l.store.state_reads();
+        minute.reads.cached += now_reads.cached - reads.cached;
+        minute.reads.decoded += now_reads.decoded - reads.decoded;
+        reads = now_reads;
+    }
+    l.write()?;
+    drop(l);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(minutes)
+}
+
+/// The steady scenario's report section.
+pub fn report(rates: &[u64], seconds: u64, out: &mut String) -> Result<Duration> {
+    let started = Instant::now();
+    let _ = writeln!(
+        out,
+        "\n## Sluice's own time per record at a steady rate (in process, no broker; {seconds} simulated s)\n\n\
+         One pipeline per reading a second, each trigger a new hourly execution (300 per pipeline \
+         after ten minutes); one partition, a real RocksDB store, the processor's state cache. \
+         µs per record: the time in Sluice's code (decode, state read, decide, encode, batch \
+         write, timers, job reports) ÷ records handled that simulated minute. Decoded: state reads \
+         the cache missed (the state decoded from its parts).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| readings/s | minute | records | µs per record | ÷ first minute | decoded reads | cached reads |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for &rate in rates {
+        let minutes = run(rate, seconds)?;
+        let first = minutes.first().map(Minute::micros_per_record).unwrap_or(1.0);
+        for (i, m) in minutes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {rate} | {} | {} | {:.1} | {:.2} | {} | {} |",
+                i + 1,
+                m.records,
+                m.micros_per_record(),
+                m.micros_per_record() / first,
+                m.reads.decoded,
+                m.reads.cached,
+            );
+        }
+        let last = minutes.last().map(Minute::micros_per_record).unwrap_or(1.0);
+        let busy: Duration = minutes.iter().map(|m| m.busy).sum();
+        let records: u64 = minutes.iter().map(|m| m.records).sum();
+        let _ = writeln!(
+            out,
+            "| {rate} | all | {records} | {:.1} | last ÷ first {:.2} | | |",
+            busy.as_secs_f64() * 1e6 / records.max(1) as f64,
+            last / first
+        );
+    }
+    Ok(started.elapsed())
+}
