@@ -11,7 +11,7 @@ use super::{merge, t0, Sim};
 use crate::core::events::{Event, EventType, EventType::*};
 use crate::core::lifecycle::{Decision, Effect, Execution, Input, Outbound, OutboundTopic, Phase, StateChange};
 use crate::core::records::{
-    decode_command, decode_sensor, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus,
+    decode_command, decode_sensor, CommandKind, CommandRecord, FailureCategory, JobRecord, JobStatus, Rejection,
 };
 use crate::core::timers::TimerKind;
 
@@ -540,6 +540,43 @@ fn rerun_rejected_when_no_sensor_data_changed_since_the_success() {
     assert_eq!(rejected.date.as_deref(), Some(DAY));
     assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
     assert_eq!(gold_run(&sim).manual_reruns_used, 0);
+    assert_eq!(run_ids(&sim), [RUN1]);
+}
+
+/// Records whose date names no execution (decoding makes a rerun's, a cancel's and a report's
+/// date canonical, so only a record made in process gets here): each is refused with the
+/// reason and dead-lettered, nothing opens or runs. Before execution ids were typed, such a
+/// rerun was accepted and did nothing.
+#[test]
+fn records_naming_no_execution_are_refused_with_the_reason() {
+    let mut sim = Sim::new();
+    let refused = |d: &Decision| (d.rejection, d.dead_letter.clone().unwrap_or_default());
+    // No config yet: a rerun names no schedule.
+    let d = command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(
+        refused(&d),
+        (Some(Rejection::Refused), "pipeline gold has no config".into())
+    );
+    sim.config(gold(json!({"job": {"maxManualReruns": 3}})));
+    succeed(&mut sim);
+    let mark = sim.events.len();
+    for kind in [CommandKind::Rerun, CommandKind::Cancel] {
+        let d = command(&mut sim, "gold", kind, "20261122");
+        let (rejection, reason) = refused(&d);
+        assert_eq!(rejection, Some(Rejection::Refused), "{kind:?}");
+        let expected = match kind {
+            CommandKind::Rerun => "\"20261122\" is not an execution date",
+            _ => "nothing to cancel: no execution 20261122 in progress",
+        };
+        assert_eq!(reason, expected, "{kind:?}");
+    }
+    let d = report(&mut sim, "gold", "2026-11-22T5", RUN1, JobStatus::Failed);
+    let (rejection, reason) = refused(&d);
+    assert_eq!(rejection, Some(Rejection::Refused));
+    assert_eq!(reason, "no execution stream/2026-11-22T5 of pipeline gold to report on");
+    assert_eq!(since(&sim, mark), [INPUT_REJECTED, INPUT_REJECTED, INPUT_REJECTED]);
+    assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
+    assert_eq!(sim.states["gold"].executions.len(), 1);
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
