@@ -313,7 +313,7 @@ pub fn sla_projection(state: &PipelineState, events: &[&Event]) -> Option<Projec
     let open = |date: &str| {
         (state.executions.values())
             .filter(|e| e.id.date_text() == date)
-            .all(|e| e.phase.is_open())
+            .all(|e| e.phase().is_open())
     };
     events.iter().rev().find_map(|e| {
         if !matches!(e.kind, EventType::SLA_AT_RISK | EventType::SLA_RECOVERED) {

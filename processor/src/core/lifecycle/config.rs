@@ -99,7 +99,7 @@ impl Decider<'_> {
             .state
             .executions
             .iter()
-            .filter(|(_, e)| !e.phase.is_completed() && !matches!(e.phase, Phase::Cancelled { .. }))
+            .filter(|(_, e)| !e.phase().is_completed() && !matches!(e.phase(), Phase::Cancelled { .. }))
             .filter(|(id, _)| config.as_ref().is_some_and(|c| day_excluded(c, id.date()).is_none()))
             .map(|(id, _)| id.clone())
             .collect();

@@ -79,7 +79,7 @@ impl Decider<'_> {
             .state
             .executions
             .values()
-            .filter(|e| matches!(e.phase, Phase::Succeeded { at } if at >= since))
+            .filter(|e| matches!(e.phase(), Phase::Succeeded { at } if *at >= since))
             .map(|e| (e.id.date(), run_id(self.pipeline_id, &e.id, e.attempt)))
             .collect();
         for (date, run_id) in done {

@@ -55,8 +55,9 @@ impl Decider<'_> {
             return;
         }
         let execution = self.state.executions.get(id);
-        // Ended, or its SLA already settled: nothing left to forecast.
-        if execution.is_some_and(|e| !e.phase.is_open() || e.sla.met || e.sla.breached) {
+        // Ended, or its SLA already settled: nothing left to forecast. (Its phase first: a
+        // success forecasts every date still owed, and an ended one need not be decoded.)
+        if execution.is_some_and(|e| !e.phase().is_open() || e.sla.met || e.sla.breached) {
             return;
         }
         let triggered_at = execution.and_then(|e| e.first_triggered_at);

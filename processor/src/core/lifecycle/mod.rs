@@ -21,6 +21,7 @@ mod dependencies;
 mod evaluation;
 mod evaluators;
 mod forecast;
+mod held;
 mod job;
 mod post_run;
 mod retention;
@@ -51,6 +52,7 @@ use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
 pub use evaluators::evaluator_run_id;
 pub use forecast::ForecastMarks;
+pub use held::HeldExecution;
 
 // For the read model (a pipeline's run history as the page charts it).
 pub(crate) use forecast::date_start;
@@ -69,7 +71,7 @@ pub struct PipelineState {
     pub sensors: BTreeMap<String, Shared<StoredSensor>>,
     /// Executions by [`ExecutionId`] (stored by its text form).
     #[serde(default)]
-    pub executions: BTreeMap<ExecutionId, Shared<Execution>>,
+    pub executions: BTreeMap<ExecutionId, HeldExecution>,
     /// Every timer this pipeline has pending, so a config change or a delete can cancel
     /// exactly what was armed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -99,7 +101,7 @@ impl PipelineState {
     pub fn awaits_trigger(&self, run_id: &str) -> bool {
         self.executions
             .values()
-            .any(|e| matches!(&e.phase, Phase::AwaitingTrigger { run_id: r } if r == run_id))
+            .any(|e| matches!(e.phase(), Phase::AwaitingTrigger { run_id: r } if r == run_id))
     }
 }
 
@@ -864,7 +866,7 @@ impl<'a> Decider<'a> {
     /// The executions awaiting their rules (`only` that one, when named).
     fn awaiting_rules(&self, only: Option<&ExecutionId>) -> Vec<ExecutionId> {
         (self.state.executions.iter())
-            .filter(|(id, e)| e.phase == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
+            .filter(|(id, e)| *e.phase() == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
             .map(|(id, _)| id.clone())
             .collect()
     }

@@ -180,16 +180,16 @@ impl Decider<'_> {
             .filter(|d| **d < day && (day - **d).num_days() <= INCLUSION_LOOKBACK_DAYS)
             .max()?;
         let id = ExecutionId::new(config.schedule_id(), ExecutionDate::daily(*recent));
-        let ended = (self.state.executions.get(&id)).is_some_and(|e| !e.phase.is_open() && !e.restart_on_trigger);
+        let ended = (self.state.executions.get(&id)).is_some_and(|e| !e.phase().is_open() && !e.restart_on_trigger);
         (!ended).then_some(*recent)
     }
 
     fn latest_completed_date(&self) -> Option<ExecutionDate> {
         self.state
             .executions
-            .values()
-            .filter(|e| e.phase.is_completed() || (e.phase.is_running() && e.baseline.is_some()))
-            .map(|e| e.id.date())
+            .iter()
+            .filter(|(_, e)| e.phase().is_completed() || (e.phase().is_running() && e.baseline.is_some()))
+            .map(|(id, _)| id.date())
             .max()
     }
 

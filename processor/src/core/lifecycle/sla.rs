@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 use serde_json::{json, Value};
 
 use super::schedule::dormant;
-use super::{detail, Decider, Execution};
+use super::{detail, Decider};
 use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
@@ -79,7 +79,7 @@ impl Decider<'_> {
         let hourly = matches!(deadline, Deadline::Hourly { .. });
         let next = next_date_due(now, config.schedule.timezone, hourly, |date| {
             let id = ExecutionId::new(config.schedule_id(), date);
-            let done = self.state.executions.get(&id).is_some_and(|e| e.phase.is_completed());
+            let done = self.state.executions.get(&id).is_some_and(|e| e.phase().is_completed());
             deadline_of(config, date).filter(|_| dormant(config, date.day).is_none() && !done)
         });
         if let Some((date, _)) = next {
@@ -136,8 +136,8 @@ impl Decider<'_> {
         // A daily deadline over a day run as hourly executions: each hour carries its own
         // alerts (naming the hour that is late), so the day itself says nothing.
         if !self.state.executions.contains_key(id) && date.hour.is_none() {
-            let hour_of_day = |e: &Execution| e.id.date().day == date.day && e.id.date().hour.is_some();
-            if self.state.executions.values().any(|e| hour_of_day(e)) {
+            let hour_of_day = |id: &ExecutionId| id.date().day == date.day && id.date().hour.is_some();
+            if self.state.executions.keys().any(hour_of_day) {
                 return None;
             }
         }

@@ -15,10 +15,11 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use super::Write;
 use crate::core::execution::ExecutionId;
-use crate::core::lifecycle::{Execution, PendingTimer, PipelineState, Shared, StoredSensor};
+use crate::core::lifecycle::{HeldExecution, PendingTimer, PipelineState, Shared, StoredSensor};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -211,15 +212,17 @@ fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s Pen
 /// An execution's part: the execution and the timers armed for it, in kind order.
 #[derive(PartialEq, Serialize)]
 struct ExecutionPart<'s> {
-    execution: &'s Shared<Execution>,
+    execution: &'s HeldExecution,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     timers: Vec<&'s PendingTimer>,
 }
 
-/// An execution's part as read.
+/// An execution's part as read: the execution is kept as its JSON, with only its phase read
+/// ([`HeldExecution`]), until a decision needs it.
 #[derive(Deserialize)]
-struct StoredExecution {
-    execution: Execution,
+struct StoredExecution<'a> {
+    #[serde(borrow)]
+    execution: &'a RawValue,
     #[serde(default)]
     timers: Vec<PendingTimer>,
 }
@@ -394,8 +397,9 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
+            let execution = HeldExecution::from_stored(part.execution.get().into()).map_err(bad)?;
             let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
-            state.executions.insert(id, part.execution.into());
+            state.executions.insert(id, execution);
             state.timers.extend(part.timers.into_iter().map(Shared::new));
         }
         SENSOR => {
@@ -413,8 +417,8 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::lifecycle::{Input, Settings};
-    use crate::core::records::{ConfigRecord, SensorReading};
+    use crate::core::lifecycle::{decide, Context, Decision, Effect, Execution, Input, Settings, StateChange};
+    use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
     use crate::core::replay::Engine;
     use crate::runtime::store::{PartitionStore, StoreBatch};
     use serde_json::{json, Value};
@@ -422,6 +426,11 @@ mod tests {
     /// An hourly pipeline with `executions` executions opened, as the decider leaves it:
     /// each with its readings and timers.
     fn hourly(executions: u32) -> PipelineState {
+        history(executions, None)
+    }
+
+    /// [`hourly`], each execution's job reported `reported` (if any).
+    fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z")
             .unwrap()
             .to_utc();
@@ -456,7 +465,25 @@ mod tests {
                 Input::SensorReceived(reading)
             };
             let _ = engine.handle(0, "p", &reading("rows", json!({"count": 5000})), "s");
-            let _ = engine.handle(0, "p", &reading("upstream", json!({"status": "ready"})), "s");
+            let decision = engine.handle(0, "p", &reading("upstream", json!({"status": "ready"})), "s");
+            let triggered = decision.unwrap().effects.into_iter().filter_map(|e| match e {
+                Effect::TriggerJob(request) => Some(request),
+                _ => None,
+            });
+            for request in triggered.filter(|_| reported.is_some()) {
+                let report = JobRecord {
+                    pipeline_id: "p".into(),
+                    schedule_id: request.execution.schedule().into(),
+                    date: request.execution.date_text().into(),
+                    run_id: request.run_id,
+                    status: reported.unwrap(),
+                    failure_category: None,
+                    message: None,
+                    metadata: None,
+                    timestamp: now,
+                };
+                let _ = engine.handle(0, "p", &Input::JobReported(report), "j").unwrap();
+            }
         }
         engine.states.remove("p").unwrap()
     }
@@ -551,6 +578,62 @@ mod tests {
             "the whole state is what used to be written: {}",
             whole(168)
         );
+    }
+
+    /// Issue 42: a pipeline's state read from its parts decoded every execution of its
+    /// history, so a record on a pipeline that had left the store's cache cost in proportion
+    /// to that history. A reading now decodes the executions it concerns, and decides as it
+    /// did on the whole state.
+    #[test]
+    fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole_state() {
+        let whole = history(48, Some(JobStatus::Succeeded));
+        assert!(whole.executions.values().all(|e| e.phase().is_completed()));
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        write(&mut store, |b| b.put_pipeline("p", &whole, true).unwrap());
+        drop(store);
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-25T09:00:00Z")
+            .unwrap()
+            .to_utc();
+        let ctx = Context {
+            now,
+            origin: "s",
+            settings: Settings::default(),
+        };
+        let reading = |key: &str, data: Value, day: u32, hour: u32| {
+            Input::SensorReceived(SensorReading {
+                pipeline_id: "p".into(),
+                key: key.into(),
+                data: data.as_object().unwrap().clone(),
+                date: chrono::NaiveDate::from_ymd_opt(2026, 11, day),
+                hour: Some(hour),
+                ..Default::default()
+            })
+        };
+        // A reading of the next hour, and a late one of an hour that ran (its data changed).
+        let next = reading("upstream", json!({"status": "ready"}), 25, 9);
+        let late = reading("rows", json!({"count": 7000}), 24, 3);
+        for (input, concerned) in [(next, 0), (late, 1)] {
+            let store = PartitionStore::open(dir.path(), 0).unwrap();
+            let read = store.stored("p").unwrap().unwrap().state;
+            assert!(read.executions.values().all(|e| !e.is_decoded()), "read as stored");
+            let decision = decide(&read, "p", &input, ctx);
+            let decoded: Vec<_> = (read.executions.iter())
+                .filter(|(_, e)| e.is_decoded())
+                .map(|(id, _)| id.to_string())
+                .collect();
+            assert_eq!(decoded.len(), concerned, "decoded for one reading: {decoded:?}");
+            let expected = decide(&whole, "p", &input, ctx);
+            let parts = |d: Decision| {
+                let state = match d.state {
+                    StateChange::Put(state) => Some(sorted(*state)),
+                    _ => None,
+                };
+                (state, d.events, d.effects, d.timers, d.records, d.dead_letter)
+            };
+            assert!(!decision.events.is_empty(), "{:?}", decision.notes);
+            assert!(parts(decision) == parts(expected), "decides as on the whole state");
+        }
     }
 
     fn execution_of(t: &PendingTimer) -> Option<ExecutionId> {
