@@ -718,15 +718,16 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         .map(|us| format!("{us:.0}"))
         .collect::<Vec<_>>()
         .join(", ");
-    // (seconds into the sending, latency in ms) of each execution measured.
-    let samples: Vec<(f64, f64)> = received
+    // (seconds into the sending, latency in ms if it arrived) of each execution started.
+    let mut first: HashMap<&str, Instant> = HashMap::new();
+    for (key, at) in &received {
+        first.entry(key.as_str()).or_insert(*at);
+    }
+    let samples: Vec<(f64, Option<f64>)> = sent
         .iter()
-        .filter_map(|(key, at)| {
-            let s = sent.get(key)?;
-            Some((
-                s.duration_since(start).as_secs_f64(),
-                at.saturating_duration_since(*s).as_secs_f64() * 1000.0,
-            ))
+        .map(|(key, s)| {
+            let latency = (first.get(key.as_str())).map(|at| at.saturating_duration_since(*s).as_secs_f64() * 1000.0);
+            (s.duration_since(start).as_secs_f64(), latency)
         })
         .collect();
     let (written, per_reading) = records_written(&run, total);
@@ -742,11 +743,13 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     let _ = writeln!(
         report,
         "\n## Latency ({} readings/s for {} s, {} pipelines)\n\n\
-         | what | p50 ms | p99 ms | max ms | p99 last {unit} ÷ first |\n| --- | ---: | ---: | ---: | ---: |\n\
+         | what | p50 ms | p99 ms | max ms | p99 last {unit} ÷ first | never arrived |\n| --- | ---: | ---: | ---: | ---: | ---: |\n\
          | pass-through at the same rate, record sent → copy received ({} of {total} records; the floor) | {} |\n\
          | the pass-through also writing {:.1} more records per reading to another topic, as sluice does ({} of {total}) | {} |\n\
          | sluice, trigger sent → VALIDATION_PASSED received ({} of {expected} executions) | {} |\n\n\
          All include two client hops: the bench producer's linger of 5 ms and the reader's fetch. \
+         A record or execution that never arrived (waited for up to 2 minutes after the last was sent) counts \
+         as ∞ in every percentile of its window and of the whole. \
          Records sluice wrote per reading sent: {written}.\n\n\
          p99 ms per {unit} of sending:\n\n\
          * pass-through: {}\n* pass-through writing as much as sluice: {}\n* sluice: {}\n\n\
@@ -770,9 +773,14 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     Ok(())
 }
 
-/// Latencies of one run, whole and per window of sending.
+/// Latencies of one run, whole and per window of sending. A sample that never arrived is
+/// censored: it counts as longer than any that did (∞), in its window and in the whole, so a
+/// run that loses records cannot show a better percentile for it.
 struct Latencies {
+    /// Samples that arrived.
     count: usize,
+    /// Samples that never arrived.
+    censored: usize,
     p50: f64,
     p99: f64,
     max: f64,
@@ -792,27 +800,31 @@ impl Latencies {
         }
     }
 
-    /// From (seconds into the sending, latency ms) samples.
-    fn of(samples: &[(f64, f64)], sizes: &Sizes) -> Latencies {
+    /// From (seconds into the sending, latency ms if it arrived) samples, one per record or
+    /// execution sent.
+    fn of(samples: &[(f64, Option<f64>)], sizes: &Sizes) -> Latencies {
         let (window, _) = Self::window(sizes);
         let mut by_window: Vec<Vec<f64>> = vec![Vec::new(); (sizes.latency_seconds / window) as usize + 1];
-        for (sent, latency) in samples {
+        let latency = |l: &Option<f64>| l.unwrap_or(f64::INFINITY);
+        for (sent, l) in samples {
             let w = ((*sent as u64 / window) as usize).min(by_window.len() - 1);
-            by_window[w].push(*latency);
+            by_window[w].push(latency(l));
         }
         let p99s: Vec<f64> = by_window
             .iter_mut()
             .filter(|l| !l.is_empty())
             .map(|l| percentiles(l).1)
             .collect();
-        let mut all: Vec<f64> = samples.iter().map(|(_, l)| *l).collect();
+        let mut all: Vec<f64> = samples.iter().map(|(_, l)| latency(l)).collect();
         let (p50, p99, max) = percentiles(&mut all);
+        let censored = samples.iter().filter(|(_, l)| l.is_none()).count();
         Latencies {
-            count: samples.len(),
+            count: samples.len() - censored,
+            censored,
             p50,
             p99,
             max,
-            per_window: p99s.iter().map(|p| format!("{p:.0}")).collect::<Vec<_>>().join(", "),
+            per_window: p99s.iter().map(|p| ms(*p, 0)).collect::<Vec<_>>().join(", "),
             drift: match (p99s.first(), p99s.last()) {
                 (Some(first), Some(last)) if *first > 0.0 => last / first,
                 _ => f64::NAN,
@@ -820,12 +832,24 @@ impl Latencies {
         }
     }
 
-    /// The table's cells: p50, p99, max, drift.
+    /// The table's cells: p50, p99, max, drift, never arrived.
     fn row(&self) -> String {
         format!(
-            "{:.1} | {:.1} | {:.1} | {:.2}",
-            self.p50, self.p99, self.max, self.drift
+            "{} | {} | {} | {:.2} | {}",
+            ms(self.p50, 1),
+            ms(self.p99, 1),
+            ms(self.max, 1),
+            self.drift,
+            self.censored
         )
+    }
+}
+
+/// Milliseconds with `decimals`, or ∞ for a censored sample.
+fn ms(value: f64, decimals: usize) -> String {
+    match value.is_finite() {
+        true => format!("{value:.decimals$}"),
+        false => "∞".into(),
     }
 }
 
@@ -849,7 +873,12 @@ fn records_written(run: &Run, readings: u64) -> (String, f64) {
 /// The floor under the latency: records at the same rate through the pass-through (same
 /// clients, same batching), writing `extra` more records per input to a side topic when
 /// given: (seconds into the sending, sent → copy received in ms) per record.
-fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes, extra: Option<f64>) -> Result<Vec<(f64, f64)>> {
+fn passthrough_latency(
+    args: &Args,
+    sluice: &Path,
+    sizes: &Sizes,
+    extra: Option<f64>,
+) -> Result<Vec<(f64, Option<f64>)>> {
     let base = Run::new(args, sluice, "latency-passthrough")?;
     let (input, output) = (base.topic("sensors"), base.topic("events"));
     let extra = extra.map(|per_input| passthrough::Extra {
@@ -880,18 +909,21 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes, extra: Option<
     stop_after.store(warm_ups + total, Ordering::Relaxed);
     let interval = Duration::from_secs_f64(1.0 / sizes.latency_rate as f64);
     let mut sent_at = Vec::with_capacity(total);
-    let mut latencies = Vec::with_capacity(total);
+    // Per record sent, ms to its first copy.
+    let mut latencies: Vec<Option<f64>> = vec![None; total];
+    let mut arrived = 0;
     let start = Instant::now();
-    let drain = |latencies: &mut Vec<(f64, f64)>, sent_at: &[Instant]| {
+    let mut drain = |latencies: &mut Vec<Option<f64>>, sent_at: &[Instant]| {
         while let Some(Ok(m)) = reader.poll(Duration::ZERO) {
             let n = m.key().and_then(|k| std::str::from_utf8(k).ok()?.parse::<usize>().ok());
-            if let Some(at) = n.and_then(|n| sent_at.get(n)) {
-                latencies.push((
-                    at.duration_since(start).as_secs_f64(),
-                    at.elapsed().as_secs_f64() * 1000.0,
-                ));
+            if let Some((n, at)) = n.and_then(|n| Some((n, sent_at.get(n)?))) {
+                if latencies[n].is_none() {
+                    latencies[n] = Some(at.elapsed().as_secs_f64() * 1000.0);
+                    arrived += 1;
+                }
             }
         }
+        arrived
     };
     for n in 0..total {
         kafka_io::send(&producer, &input, &n.to_string(), &serde_json::json!({"n": n}));
@@ -903,18 +935,21 @@ fn passthrough_latency(args: &Args, sluice: &Path, sizes: &Sizes, extra: Option<
             std::thread::sleep(wait);
         }
     }
-    kafka_io::flush_while(&producer, || drain(&mut latencies, &sent_at));
-    let _ = wait("every copy", Duration::from_secs(120), || {
+    kafka_io::flush_while(&producer, || {
         drain(&mut latencies, &sent_at);
-        latencies.len() >= total
+    });
+    let _ = wait("every copy", Duration::from_secs(120), || {
+        drain(&mut latencies, &sent_at) >= total
     });
     // Short of every copy, it would wait for records that never come: leave it.
-    if latencies.len() >= total {
+    if drain(&mut latencies, &sent_at) >= total {
         copier
             .join()
             .map_err(|_| anyhow::anyhow!("the pass-through panicked"))??;
     }
-    Ok(latencies)
+    Ok((sent_at.iter().map(|at| at.duration_since(start).as_secs_f64()))
+        .zip(latencies)
+        .collect())
 }
 
 /// Memory and state for many pipelines: their configs loaded, then a run of each, then a
@@ -1031,4 +1066,33 @@ fn main() -> Result<()> {
         std::fs::write(out, &report).with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record that never arrived counts as longer than any that did: losing the slow ones
+    /// cannot make a run look faster.
+    #[test]
+    fn samples_that_never_arrived_count_as_the_slowest() {
+        let sizes = Sizes::new(true);
+        // 100 samples a second over 2 s: the first second all arrive in 10 ms; in the second,
+        // 97 arrive in 10 ms, one in 50 ms, and two never do.
+        let mut samples: Vec<(f64, Option<f64>)> = (0..200).map(|n| (n as f64 / 100.0, Some(10.0))).collect();
+        samples[150].1 = Some(50.0);
+        samples[198].1 = None;
+        samples[199].1 = None;
+        let l = Latencies::of(&samples, &sizes);
+        assert_eq!((l.count, l.censored), (198, 2));
+        assert_eq!((l.p50, l.max), (10.0, f64::INFINITY));
+        assert_eq!(l.per_window, "10, ∞", "the second's p99 is a lost one");
+        assert_eq!(l.row(), "10.0 | 50.0 | ∞ | inf | 2");
+        let arrived: Vec<_> = samples.iter().filter(|(_, l)| l.is_some()).copied().collect();
+        assert_eq!(
+            Latencies::of(&arrived, &sizes).per_window,
+            "10, 10",
+            "dropping them would hide them"
+        );
+    }
 }
