@@ -11,7 +11,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
@@ -113,7 +113,12 @@ impl FromStr for ExecutionDate {
 
 impl fmt::Display for ExecutionDate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.day.format("%Y-%m-%d"))?;
+        // Every execution id is made through here: the digits directly for the four-digit
+        // years there are (chrono's `format` parses its pattern on every call).
+        match self.day.year() {
+            year @ 0..=9999 => write!(f, "{year:04}-{:02}-{:02}", self.day.month(), self.day.day())?,
+            _ => write!(f, "{}", self.day.format("%Y-%m-%d"))?,
+        }
         if let Some(hour) = self.hour {
             write!(f, "T{hour:02}")?;
         }
@@ -167,7 +172,17 @@ impl ExecutionId {
     /// The id of `schedule` and a date in text, which must be canonical: what a record
     /// decoded or a timer carries. `None` for any other text.
     pub fn of(schedule: &str, date: &str) -> Option<Self> {
-        Some(ExecutionId::new(schedule, ExecutionDate::canonical(date)?))
+        // `date` is canonical: it is the text `new` would format.
+        let date_text = date;
+        let date = ExecutionDate::canonical(date_text)?;
+        let mut text = String::with_capacity(schedule.len() + 1 + date_text.len());
+        text.push_str(schedule);
+        text.push(SEPARATOR);
+        text.push_str(date_text);
+        Some(ExecutionId {
+            text: text.into(),
+            date,
+        })
     }
 }
 

@@ -10,7 +10,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+use serde::{de, Deserialize, Deserializer, Serialize};
 
 use super::execution::{fields, ExecutionDate, ExecutionId};
 
@@ -18,7 +20,7 @@ use super::execution::{fields, ExecutionDate, ExecutionId};
 ///
 /// Execution timers carry their [`ExecutionId`] (stored as `scheduleId` and `date`); schedule
 /// timers carry the date they watch.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum TimerKind {
     /// Re-evaluate an execution's rules (its interval), or close its window.
@@ -156,6 +158,120 @@ impl TimerKind {
         }
     }
 }
+
+/// Read from its fields in one pass. Derived, an internally tagged enum whose variants
+/// flatten the execution id buffers every field twice before it builds anything; every timer
+/// of a state read from the store is decoded, so that cost a state read in proportion to
+/// its timers. Reads exactly what the derived `Serialize` writes (unknown fields ignored).
+impl<'de> Deserialize<'de> for TimerKind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Fields<'a> {
+            #[serde(borrow)]
+            kind: Cow<'a, str>,
+            #[serde(borrow, default)]
+            schedule_id: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            date: Option<Cow<'a, str>>,
+            #[serde(default)]
+            run_id: Option<String>,
+            #[serde(default)]
+            key: Option<String>,
+        }
+        let f = Fields::deserialize(deserializer)?;
+        let date = || -> Result<&str, D::Error> { f.date.as_deref().ok_or_else(|| de::Error::missing_field("date")) };
+        let day = || -> Result<ExecutionDate, D::Error> {
+            let text = date()?;
+            ExecutionDate::canonical(text)
+                .ok_or_else(|| de::Error::custom(format!("not a canonical execution date: {text:?}")))
+        };
+        let execution = || -> Result<ExecutionId, D::Error> {
+            let schedule = (f.schedule_id.as_deref()).ok_or_else(|| de::Error::missing_field("scheduleId"))?;
+            let text = date()?;
+            ExecutionId::of(schedule, text)
+                .ok_or_else(|| de::Error::custom(format!("not a canonical execution date: {text:?}")))
+        };
+        let field =
+            |value: &Option<String>, name: &'static str| value.clone().ok_or_else(|| de::Error::missing_field(name));
+        Ok(match &*f.kind {
+            "evaluate" => TimerKind::Evaluate {
+                execution: execution()?,
+            },
+            "cronTick" => TimerKind::CronTick,
+            "startCheck" => TimerKind::StartCheck { date: day()? },
+            "triggerDeadline" => TimerKind::TriggerDeadline { date: day()? },
+            "slaWarning" => TimerKind::SlaWarning {
+                execution: execution()?,
+            },
+            "slaBreach" => TimerKind::SlaBreach {
+                execution: execution()?,
+            },
+            "slaForecast" => TimerKind::SlaForecast {
+                execution: execution()?,
+            },
+            "evaluationSlaWarning" => TimerKind::EvaluationSlaWarning {
+                execution: execution()?,
+            },
+            "evaluationSlaBreach" => TimerKind::EvaluationSlaBreach {
+                execution: execution()?,
+            },
+            "relativeSlaWarning" => TimerKind::RelativeSlaWarning {
+                execution: execution()?,
+            },
+            "relativeSlaBreach" => TimerKind::RelativeSlaBreach {
+                execution: execution()?,
+            },
+            "jobPollWindow" => TimerKind::JobPollWindow {
+                execution: execution()?,
+                run_id: field(&f.run_id, "runId")?,
+            },
+            "jobStatusCheck" => TimerKind::JobStatusCheck {
+                execution: execution()?,
+                run_id: field(&f.run_id, "runId")?,
+            },
+            "staleSensorCheck" => TimerKind::StaleSensorCheck {
+                execution: execution()?,
+            },
+            "evaluatorDue" => TimerKind::EvaluatorDue {
+                execution: execution()?,
+                key: field(&f.key, "key")?,
+            },
+            "watchdog" => TimerKind::Watchdog {
+                execution: execution()?,
+            },
+            "postRunTimeout" => TimerKind::PostRunTimeout {
+                execution: execution()?,
+            },
+            "expire" => TimerKind::Expire {
+                execution: execution()?,
+            },
+            other => return Err(de::Error::unknown_variant(other, KINDS)),
+        })
+    }
+}
+
+/// The `kind` of every timer, as stored.
+const KINDS: &[&str] = &[
+    "evaluate",
+    "cronTick",
+    "startCheck",
+    "triggerDeadline",
+    "slaWarning",
+    "slaBreach",
+    "slaForecast",
+    "evaluationSlaWarning",
+    "evaluationSlaBreach",
+    "relativeSlaWarning",
+    "relativeSlaBreach",
+    "jobPollWindow",
+    "jobStatusCheck",
+    "staleSensorCheck",
+    "evaluatorDue",
+    "watchdog",
+    "postRunTimeout",
+    "expire",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimerOp {
@@ -308,6 +424,122 @@ impl fmt::Debug for TimerIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::execution::id;
+
+    /// Which variant `kind` is: exhaustive, so a new variant fails to compile here until it
+    /// is given a number (and [`one_of_each`] a sample).
+    fn variant(kind: &TimerKind) -> usize {
+        match kind {
+            TimerKind::Evaluate { .. } => 0,
+            TimerKind::CronTick => 1,
+            TimerKind::StartCheck { .. } => 2,
+            TimerKind::TriggerDeadline { .. } => 3,
+            TimerKind::SlaWarning { .. } => 4,
+            TimerKind::SlaBreach { .. } => 5,
+            TimerKind::SlaForecast { .. } => 6,
+            TimerKind::EvaluationSlaWarning { .. } => 7,
+            TimerKind::EvaluationSlaBreach { .. } => 8,
+            TimerKind::RelativeSlaWarning { .. } => 9,
+            TimerKind::RelativeSlaBreach { .. } => 10,
+            TimerKind::JobPollWindow { .. } => 11,
+            TimerKind::JobStatusCheck { .. } => 12,
+            TimerKind::StaleSensorCheck { .. } => 13,
+            TimerKind::EvaluatorDue { .. } => 14,
+            TimerKind::Watchdog { .. } => 15,
+            TimerKind::PostRunTimeout { .. } => 16,
+            TimerKind::Expire { .. } => 17,
+        }
+    }
+
+    fn one_of_each() -> Vec<TimerKind> {
+        let execution = id("a/b", "2026-03-08T05");
+        let date = execution.date();
+        let run_id = "r-1".to_string();
+        vec![
+            TimerKind::Evaluate {
+                execution: execution.clone(),
+            },
+            TimerKind::CronTick,
+            TimerKind::StartCheck { date },
+            TimerKind::TriggerDeadline { date: date.whole_day() },
+            TimerKind::SlaWarning {
+                execution: execution.clone(),
+            },
+            TimerKind::SlaBreach {
+                execution: execution.clone(),
+            },
+            TimerKind::SlaForecast {
+                execution: execution.clone(),
+            },
+            TimerKind::EvaluationSlaWarning {
+                execution: execution.clone(),
+            },
+            TimerKind::EvaluationSlaBreach {
+                execution: execution.clone(),
+            },
+            TimerKind::RelativeSlaWarning {
+                execution: execution.clone(),
+            },
+            TimerKind::RelativeSlaBreach {
+                execution: execution.clone(),
+            },
+            TimerKind::JobPollWindow {
+                execution: execution.clone(),
+                run_id: run_id.clone(),
+            },
+            TimerKind::JobStatusCheck {
+                execution: execution.clone(),
+                run_id,
+            },
+            TimerKind::StaleSensorCheck {
+                execution: execution.clone(),
+            },
+            TimerKind::EvaluatorDue {
+                execution: execution.clone(),
+                key: "k\"ey".into(),
+            },
+            TimerKind::Watchdog {
+                execution: execution.clone(),
+            },
+            TimerKind::PostRunTimeout {
+                execution: execution.clone(),
+            },
+            TimerKind::Expire { execution },
+        ]
+    }
+
+    #[test]
+    fn every_timer_kind_reads_back_as_written_and_nothing_else_reads() {
+        let kinds = one_of_each();
+        assert_eq!(
+            kinds.iter().map(variant).collect::<Vec<_>>(),
+            (0..KINDS.len()).collect::<Vec<_>>()
+        );
+        for kind in &kinds {
+            let text = kind.encode();
+            assert_eq!(TimerKind::decode(&text).as_ref(), Some(kind), "{text}");
+            let tag = serde_json::from_str::<serde_json::Value>(&text).unwrap()["kind"].clone();
+            assert_eq!(tag, KINDS[variant(kind)], "{text}");
+            // Without a field it needs, or with a date not in its canonical form, it does not.
+            let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            for field in ["date", "scheduleId", "runId", "key"] {
+                if let Some(present) = value.as_object_mut().unwrap().remove(field) {
+                    assert_eq!(TimerKind::decode(&value.to_string()), None, "{text} without {field}");
+                    value[field] = present;
+                }
+            }
+            if value.get("date").is_some() {
+                value["date"] = "2026-3-8".into();
+                assert_eq!(TimerKind::decode(&value.to_string()), None, "{value}");
+            }
+        }
+        assert_eq!(TimerKind::decode(r#"{"kind":"later"}"#), None);
+        assert_eq!(
+            TimerKind::decode(r#"{"kind":"cronTick","extra":1}"#),
+            Some(TimerKind::CronTick),
+            "unknown fields are ignored"
+        );
+    }
 
     fn kind(d: &str) -> TimerKind {
         TimerKind::Evaluate {

@@ -246,8 +246,12 @@ fn the_direct_reading_of_a_canonical_date_agrees_with_the_long_way() {
     let mut day = NaiveDate::from_ymd_opt(1999, 1, 1).unwrap();
     while day.year() < 2032 {
         for hour in [None, Some(0), Some(rng.u32(0..24)), Some(23)] {
-            let text = ExecutionDate { day, hour }.to_string();
+            let date = ExecutionDate { day, hour };
+            let text = date.to_string();
+            let chrono = day.format("%Y-%m-%d").to_string() + &hour.map(|h| format!("T{h:02}")).unwrap_or_default();
+            assert_eq!(text, chrono, "written directly as chrono writes it");
             assert_eq!(ExecutionDate::canonical(&text), canonical_the_long_way(&text), "{text}");
+            assert_eq!(ExecutionId::of("s", &text), Some(ExecutionId::new("s", date)));
             assert!(ExecutionDate::canonical(&text).is_some(), "{text}");
             // The same text with one byte changed reads the same both ways.
             let mut bytes = text.clone().into_bytes();
@@ -262,5 +266,16 @@ fn the_direct_reading_of_a_canonical_date_agrees_with_the_long_way() {
             }
         }
         day = day.succ_opt().unwrap();
+    }
+}
+
+#[test]
+fn dates_of_any_year_are_written_as_chrono_writes_them() {
+    for year in [-1, 0, 7, 999, 1000, 9999, 10000, 262_142] {
+        let day = NaiveDate::from_ymd_opt(year, 2, 3).unwrap();
+        assert_eq!(
+            ExecutionDate::daily(day).to_string(),
+            day.format("%Y-%m-%d").to_string()
+        );
     }
 }
