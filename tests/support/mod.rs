@@ -15,7 +15,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
@@ -104,6 +105,26 @@ fn add_partitions(consumer: &BaseConsumer, list: &mut TopicPartitionList, topic:
     }
 }
 
+/// The test producer's delivery reports: what the broker refused, to be asserted on.
+#[derive(Default)]
+pub struct Deliveries {
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, record)) = result {
+            let bytes = record.payload().map_or(0, <[u8]>::len);
+            let what = format!("{error}: {bytes} bytes to {}", record.topic());
+            self.failed.lock().unwrap().push(what);
+        }
+    }
+}
+
 /// One test's world: its own topic prefix, consumer group and state directory.
 pub struct World {
     pub name: String,
@@ -111,7 +132,7 @@ pub struct World {
     pub prefix: String,
     pub state: tempfile::TempDir,
     pub scratch: tempfile::TempDir,
-    producer: BaseProducer,
+    producer: BaseProducer<Deliveries>,
     events: BaseConsumer,
     seen: Vec<Event>,
     processor: Option<Child>,
@@ -160,14 +181,14 @@ impl World {
     }
 
     fn with_topics_on(name: &str, prefix: String, brokers: &str) -> Self {
-        let producer: BaseProducer = ClientConfig::new()
+        let producer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("partitioner", sluice::runtime::kafka::PARTITIONER)
             // One record per batch: tansu 0.6 answers a fetch that starts inside a
             // multi-record batch with nothing, so a processor restarted with its committed
             // offset there would never see the rest of the partition.
             .set("batch.num.messages", "1")
-            .create()
+            .create_with_context(Deliveries::default())
             .unwrap();
         let events = consumer_on(brokers, &format!("{prefix}reader"));
         let scratch = tempfile::tempdir().unwrap();
@@ -397,7 +418,7 @@ impl World {
             record = record.payload(v);
         }
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
-        self.producer.flush(Duration::from_secs(10)).unwrap();
+        self.flush(Duration::from_secs(10));
     }
 
     /// Produces `records` (topic without prefix, key, value) in order and waits once for all.
@@ -423,7 +444,19 @@ impl World {
                 }
             }
         }
-        self.producer.flush(Duration::from_secs(30)).unwrap();
+        self.flush(Duration::from_secs(30));
+    }
+
+    /// Waits for every record sent to be acknowledged, and fails the test on one the broker
+    /// refused: a flush alone returns once each has a delivery report, good or bad, so a lost
+    /// input would show as the processor never seeing it.
+    fn flush(&self, within: Duration) {
+        self.producer.flush(within).unwrap();
+        let failed = std::mem::take(&mut *self.producer.context().failed.lock().unwrap());
+        assert!(
+            failed.is_empty(),
+            "the broker refused records the test sent: {failed:?}"
+        );
     }
 
     /// Produces to an explicit partition with record headers.
@@ -441,7 +474,7 @@ impl World {
             .payload(value)
             .headers(headers);
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
-        self.producer.flush(Duration::from_secs(10)).unwrap();
+        self.flush(Duration::from_secs(10));
     }
 
     /// Produces to an explicit partition, whatever the key hashes to.
@@ -457,7 +490,7 @@ impl World {
             record = record.timestamp(at);
         }
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
-        self.producer.flush(Duration::from_secs(10)).unwrap();
+        self.flush(Duration::from_secs(10));
     }
 
     pub fn config(&self, config: &Value) {
