@@ -33,6 +33,12 @@ mod timers;
 mod triggers;
 mod workload;
 
+/// The processor's allocator (see its `main.rs`): the in-process scenarios (`steady`,
+/// `history`) time Sluice's code as the processor runs it, and glibc's malloc spends a
+/// share of that loop that grows with the heap's churn.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

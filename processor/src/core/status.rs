@@ -97,7 +97,7 @@ pub fn sensors(state: &PipelineState) -> Vec<SensorView> {
             SensorView {
                 key: key.to_string(),
                 scope: scope.map(str::to_string),
-                data: sensor.data.clone(),
+                data: (*sensor.data).clone(),
                 received_at: sensor.received_at,
                 timestamp: sensor.timestamp,
             }
@@ -161,7 +161,7 @@ pub fn evaluators(state: &PipelineState) -> Vec<EvaluatorView> {
                         expires_at: e.ttl.filter(|_| s.error.is_none()).map(|ttl| answered_at + ttl),
                         error: s.error.clone(),
                         failures: s.failures,
-                        data: s.data.clone(),
+                        data: (*s.data).clone(),
                     }
                 })
                 .collect(),

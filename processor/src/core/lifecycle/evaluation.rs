@@ -28,7 +28,7 @@ impl Decider<'_> {
         let config = self.config()?;
         let slots = self.read_slots(date);
         let readings = (slots.iter())
-            .map(|(k, sensor)| (k.to_string(), &sensor.data))
+            .map(|(k, sensor)| (k.to_string(), &*sensor.data))
             .collect();
         let now = self.moment();
         let mut verdict = rules::evaluate_all(config.validation.mode, &config.validation.rules, &readings, now);

@@ -52,7 +52,7 @@ use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
 pub use evaluators::evaluator_run_id;
 pub use forecast::ForecastMarks;
-pub use held::HeldExecution;
+pub use held::{HeldExecution, SensorData};
 
 // For the read model (a pipeline's run history as the page charts it).
 pub(crate) use forecast::date_start;
@@ -115,7 +115,7 @@ pub struct PendingTimer {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredSensor {
-    pub data: Map<String, Value>,
+    pub data: SensorData,
     pub received_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date: Option<NaiveDate>,
@@ -875,7 +875,7 @@ impl<'a> Decider<'a> {
     /// execution's date and hour, else to its day, else the undated latest reading.
     fn readings(&self, date: ExecutionDate) -> BTreeMap<String, &Map<String, Value>> {
         (self.read_slots(date).into_iter())
-            .map(|(k, sensor)| (k.to_string(), &sensor.data))
+            .map(|(k, sensor)| (k.to_string(), &*sensor.data))
             .collect()
     }
 

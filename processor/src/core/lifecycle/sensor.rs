@@ -17,7 +17,7 @@ impl Decider<'_> {
     pub(super) fn on_sensor(&mut self, reading: &SensorReading) {
         let now = self.now();
         let mut stored = StoredSensor {
-            data: reading.data.clone(),
+            data: reading.data.clone().into(),
             received_at: now,
             date: reading.date,
             hour: reading.hour,
@@ -39,7 +39,8 @@ impl Decider<'_> {
         // Counted from many writers (the earlier design's DynamoDB ADD): added to what is stored.
         stored.data = reading
             .merge
-            .apply(self.state.sensors.get(&slot).map(|s| &s.data), &stored.data);
+            .apply(self.state.sensors.get(&slot).map(|s| &*s.data), &stored.data)
+            .into();
         // The cadence goes on from this slot's last reading, else the key's latest elsewhere
         // (a new date's first reading).
         let before = (self.state.sensors.get(&slot).map(|s| &**s)).or_else(|| {

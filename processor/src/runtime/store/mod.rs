@@ -248,11 +248,13 @@ impl StateCache {
 /// A rough size of a decoded state in memory: enough to bound the cache, not to account it.
 /// The config counts too (its text and the typed view, about twice the text): the cache
 /// keeps it alive, and at a few executions it is most of a state. An execution no decision
-/// needed since it was read is its JSON ([`HeldExecution`](crate::core::lifecycle::HeldExecution)).
+/// needed since it was read is its JSON ([`HeldExecution`](crate::core::lifecycle::HeldExecution)),
+/// and so is a reading's data no rule read.
 fn estimated_size(state: &PipelineState) -> usize {
     let config = state.config.as_ref().map_or(0, |c| 3 * c.json().len());
     let executions: usize = state.executions.values().map(|e| e.estimated_size()).sum();
-    512 + config + executions + 768 * state.sensors.len() + 256 * state.timers.len()
+    let sensors: usize = state.sensors.values().map(|s| 256 + s.data.estimated_size()).sum();
+    512 + config + executions + sensors + 256 * state.timers.len()
 }
 
 /// Most parsed configs kept per partition; past it the cache starts over. The state cache

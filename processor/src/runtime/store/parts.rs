@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use super::Write;
 use crate::core::execution::ExecutionId;
-use crate::core::lifecycle::{HeldExecution, PendingTimer, PipelineState, Shared, StoredSensor};
+use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, Shared, StoredSensor};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -198,7 +198,7 @@ fn execution_part<'s>(state: &'s PipelineState, id: &ExecutionId) -> Option<Exec
         .map(|t| &**t)
         .collect();
     timers.sort_by(|a, b| a.timer.cmp(&b.timer));
-    Some(ExecutionPart { execution, timers })
+    Some(ExecutionPart::new(execution, timers))
 }
 
 /// The timer of `kind` in `state`, if it is a part of its own (no execution of `state` holds
@@ -209,18 +209,35 @@ fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s Pen
     (!held).then_some(&**timer)
 }
 
-/// An execution's part: the execution and the timers armed for it, in kind order.
+/// An execution's part: its phase, the execution and the timers armed for it, in kind order.
 #[derive(PartialEq, Serialize)]
 struct ExecutionPart<'s> {
+    /// The execution's phase (also inside it), so that a read learns it without scanning the
+    /// execution's JSON a second time.
+    phase: &'s Phase,
     execution: &'s HeldExecution,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     timers: Vec<&'s PendingTimer>,
 }
 
+impl<'s> ExecutionPart<'s> {
+    fn new(execution: &'s HeldExecution, timers: Vec<&'s PendingTimer>) -> Self {
+        let phase = execution.phase();
+        ExecutionPart {
+            phase,
+            execution,
+            timers,
+        }
+    }
+}
+
 /// An execution's part as read: the execution is kept as its JSON, with only its phase read
-/// ([`HeldExecution`]), until a decision needs it.
+/// ([`HeldExecution`]), until a decision needs it. A part written before parts recorded the
+/// phase has none: it is read from the execution.
 #[derive(Deserialize)]
 struct StoredExecution<'a> {
+    #[serde(default)]
+    phase: Option<Phase>,
     #[serde(borrow)]
     execution: &'a RawValue,
     #[serde(default)]
@@ -237,15 +254,7 @@ struct Layout<'s> {
 
 fn layout(state: &PipelineState) -> Layout<'_> {
     let mut executions: BTreeMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
-        .map(|(id, execution)| {
-            (
-                id,
-                ExecutionPart {
-                    execution,
-                    timers: Vec::new(),
-                },
-            )
-        })
+        .map(|(id, execution)| (id, ExecutionPart::new(execution, Vec::new())))
         .collect();
     let mut timers = BTreeMap::new();
     for t in &state.timers {
@@ -397,7 +406,7 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
-            let execution = HeldExecution::from_stored(part.execution.get().into()).map_err(bad)?;
+            let execution = HeldExecution::from_stored(part.execution.get().into(), part.phase).map_err(bad)?;
             let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
             state.executions.insert(id, execution);
             state.timers.extend(part.timers.into_iter().map(Shared::new));
@@ -623,6 +632,12 @@ mod tests {
                 .map(|(id, _)| id.to_string())
                 .collect();
             assert_eq!(decoded.len(), concerned, "decoded for one reading: {decoded:?}");
+            // Of the history's 96 readings, only the data of the concerned execution's.
+            let data: Vec<&String> = (read.sensors.iter())
+                .filter(|(_, s)| s.data.is_decoded())
+                .map(|(slot, _)| slot)
+                .collect();
+            assert_eq!(data.len(), 2 * concerned, "data decoded for one reading: {data:?}");
             let expected = decide(&whole, "p", &input, ctx);
             let parts = |d: Decision| {
                 let state = match d.state {
@@ -633,6 +648,37 @@ mod tests {
             };
             assert!(!decision.events.is_empty(), "{:?}", decision.notes);
             assert!(parts(decision) == parts(expected), "decides as on the whole state");
+        }
+    }
+
+    /// An execution's part records its phase beside it, so a read learns the phase without a
+    /// second scan of the execution; a part written before that still reads, its phase read
+    /// from the execution.
+    #[test]
+    fn an_execution_part_reads_with_its_phase_recorded_or_not() {
+        let state = history(2, Some(JobStatus::Succeeded));
+        let (id, execution) = state.executions.first_key_value().unwrap();
+        let part = execution_part(&state, id).unwrap();
+        let timers: Vec<PendingTimer> = part.timers.iter().map(|t| (*t).clone()).collect();
+        assert!(!timers.is_empty());
+        let mut written: Value = serde_json::to_value(&part).unwrap();
+        assert_eq!(written["phase"], written["execution"]["phase"]);
+        let suffix = [&[EXECUTION], id.to_string().as_bytes()].concat();
+        let read = |value: &Value| {
+            let mut read = PipelineState::default();
+            add_part(&mut read, &suffix, &serde_json::to_vec(value).unwrap()).unwrap();
+            read
+        };
+        let recorded = read(&written);
+        written.as_object_mut().unwrap().remove("phase");
+        let older = read(&written);
+        for read in [recorded, older] {
+            let held = &read.executions[id];
+            assert_eq!(held.phase(), execution.phase());
+            assert!(!held.is_decoded());
+            assert_eq!(**held, **execution);
+            let read_timers: Vec<PendingTimer> = read.timers.iter().map(|t| (**t).clone()).collect();
+            assert_eq!(read_timers, timers, "its timers");
         }
     }
 
@@ -823,7 +869,7 @@ mod tests {
                 }
                 5 => {
                     let sensor = StoredSensor {
-                        data: json!({"count": value}).as_object().unwrap().clone(),
+                        data: json!({"count": value}).as_object().unwrap().clone().into(),
                         received_at: at(value),
                         date: None,
                         hour: None,

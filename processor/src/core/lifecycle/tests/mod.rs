@@ -665,7 +665,7 @@ fn readings_with_merge_add_are_summed_until_the_rule_passes() {
         .values()
         .find(|s| s.data.contains_key("count"))
         .unwrap();
-    assert_eq!(stored.data, *json!({"count": 7}).as_object().unwrap());
+    assert_eq!(*stored.data, *json!({"count": 7}).as_object().unwrap());
     // An unknown mode is refused at decode (a dead letter), never guessed.
     let record = json!({"pipelineId": "gold", "key": "row-count", "data": {}, "merge": "max"});
     let refused = crate::core::records::decode_sensor(Some(b"gold"), Some(&serde_json::to_vec(&record).unwrap()));
