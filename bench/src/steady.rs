@@ -60,7 +60,7 @@ struct Loop {
     topics: Topics,
     batch: StoreBatch,
     /// States this batch changed (none: deleted), read before the store's.
-    states: HashMap<String, Option<PipelineState>>,
+    states: HashMap<String, Option<Arc<PipelineState>>>,
     /// Configs this batch stores.
     configs: HashMap<String, Arc<PipelineConfig>>,
     /// Job reports due, by when (with a tie-breaking sequence).
@@ -76,7 +76,7 @@ impl Loop {
             Some(state) => (state.clone().unwrap_or_default(), true),
             None => match self.store.stored(pipeline)? {
                 Some(stored) => (stored.state, stored.in_parts),
-                None => (PipelineState::default(), false),
+                None => (Arc::default(), false),
             },
         };
         let encoder = Encoder {
@@ -112,7 +112,7 @@ impl Loop {
                 if let Some(config) = config {
                     self.configs.insert(pipeline.to_string(), config);
                 }
-                self.states.insert(pipeline.to_string(), Some(*state));
+                self.states.insert(pipeline.to_string(), Some(Arc::from(state)));
             }
             StateChange::Delete => {
                 self.batch.delete_pipeline(pipeline, &state);

@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{Datelike, NaiveDate};
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
@@ -135,10 +136,12 @@ const SEPARATOR: char = '/';
 ///
 /// It keeps its text: equality, order and hash are the text's, so a map keyed by ids stores
 /// and serialises exactly as the map keyed by their text did (the store and the changelog
-/// hold those bytes), and a lookup by `&str` works through [`Borrow`].
+/// hold those bytes), and a lookup by `&str` works through [`Borrow`]. The text is shared:
+/// a decision's copy of a state copies every id of the history, and timers and scans clone
+/// them too.
 #[derive(Clone)]
 pub struct ExecutionId {
-    text: Box<str>,
+    text: Arc<str>,
     date: ExecutionDate,
 }
 

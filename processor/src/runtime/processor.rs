@@ -190,7 +190,7 @@ impl ConsumerContext for RebalanceContext {
 #[derive(Default)]
 struct Pending {
     /// Latest state per (partition, pipeline); `None` = deleted.
-    states: HashMap<(i32, String), Option<PipelineState>>,
+    states: HashMap<(i32, String), Option<Arc<PipelineState>>>,
     outputs: Vec<Output>,
     stores: BTreeMap<i32, StoreBatch>,
     commits: BTreeMap<(String, i32), i64>,
@@ -952,16 +952,16 @@ impl Processor {
     /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
     /// whether the store (with the batch) holds it in parts, which a write then only updates
     /// (a state not stored at all is written whole: its head too).
-    fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<(PipelineState, bool)> {
+    fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<(Arc<PipelineState>, bool)> {
         if let Some(state) = pending.states.get(&(p, pipeline.to_string())) {
             return Ok(match state {
                 Some(state) => (state.clone(), true),
-                None => (PipelineState::default(), false),
+                None => (Arc::default(), false),
             });
         }
         Ok(match self.stores[&p].stored(pipeline)? {
             Some(stored) => (stored.state, stored.in_parts),
-            None => (PipelineState::default(), false),
+            None => (Arc::default(), false),
         })
     }
 
@@ -1348,7 +1348,7 @@ impl Processor {
                     _ => None,
                 };
                 pending.stores.entry(p).or_default().put_state(writes, new_config)?;
-                Some(*state)
+                Some(Arc::from(state))
             }
             StateChange::Delete => {
                 pending.stores.entry(p).or_default().delete_pipeline(pipeline, before);
@@ -1371,7 +1371,7 @@ impl Processor {
 
     /// Tells the read models (and the stores' caches of decoded states) what a durable batch
     /// changed.
-    fn learn(&mut self, learned: Learned, states: HashMap<(i32, String), Option<PipelineState>>) -> Result<()> {
+    fn learn(&mut self, learned: Learned, states: HashMap<(i32, String), Option<Arc<PipelineState>>>) -> Result<()> {
         // The stores hold these states now: their next reads need not decode them.
         for ((p, pipeline), state) in states {
             if let (Some(store), Some(state)) = (self.stores.get(&p), state) {

@@ -133,10 +133,11 @@ pub struct PartitionStore {
 /// One write: a key and its value, `None` to delete it.
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
-/// A pipeline's state as read from the store.
+/// A pipeline's state as read from the store. Shared with the store's cache: a read of a
+/// cached state copies a pointer, not the maps of a week's history.
 #[derive(Clone)]
 pub struct Stored {
-    pub state: PipelineState,
+    pub state: Arc<PipelineState>,
     /// Whether the store holds it in parts: if not (a head from before parts), its next write
     /// writes every part.
     pub in_parts: bool,
@@ -480,7 +481,7 @@ impl PartitionStore {
     }
 
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
-        Ok(self.stored(pipeline)?.map(|s| s.state))
+        Ok(self.stored(pipeline)?.map(|s| Arc::unwrap_or_clone(s.state)))
     }
 
     /// A pipeline's state, and whether it is stored in parts (see [`parts`]).
@@ -508,7 +509,7 @@ impl PartitionStore {
 
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
     /// written by the caller): the next read need not decode it.
-    pub fn remember(&self, pipeline: &str, state: PipelineState) {
+    pub fn remember(&self, pipeline: &str, state: Arc<PipelineState>) {
         let stored = Stored { state, in_parts: true };
         self.states.lock().expect("state cache").insert(pipeline, stored);
     }
@@ -537,7 +538,10 @@ impl PartitionStore {
                 state.config = Some(config);
             }
         }
-        Ok(Some(Stored { state, in_parts }))
+        Ok(Some(Stored {
+            state: Arc::new(state),
+            in_parts,
+        }))
     }
 
     /// The config stored for `pipeline`, parsed once per distinct JSON.
@@ -825,7 +829,7 @@ mod tests {
 
     fn stored() -> Stored {
         Stored {
-            state: PipelineState::default(),
+            state: Arc::default(),
             in_parts: true,
         }
     }
@@ -985,7 +989,7 @@ mod tests {
         assert!(store.stored("absent").unwrap().is_none());
         assert_eq!(store.state_reads(), StateReads { cached: 1, decoded: 2 });
         // A state the batch just wrote is remembered: its next read is from the cache.
-        store.remember("p2", state);
+        store.remember("p2", state.into());
         store.stored("p2").unwrap().unwrap();
         assert_eq!(store.state_reads(), StateReads { cached: 2, decoded: 2 });
     }

@@ -431,6 +431,7 @@ mod tests {
     use crate::core::replay::Engine;
     use crate::runtime::store::{PartitionStore, StoreBatch};
     use serde_json::{json, Value};
+    use std::sync::Arc;
 
     /// An hourly pipeline with `executions` executions opened, as the decider leaves it:
     /// each with its readings and timers.
@@ -543,7 +544,7 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
-        assert_eq!(sorted(stored.state), sorted(state.clone()));
+        assert_eq!(sorted(Arc::unwrap_or_clone(stored.state)), sorted(state.clone()));
         assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
         let head = store.raw(&head_key("p")).unwrap().unwrap();
         assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
@@ -755,7 +756,7 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(!stored.in_parts);
-        assert_eq!(stored.state, whole);
+        assert_eq!(*stored.state, whole);
         assert!(!whole.timers.is_empty());
         let inline = store.timers().unwrap().len();
         assert_eq!(inline, whole.timers.len(), "the timers a head holds inline count");
@@ -765,7 +766,7 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
-        assert_eq!(sorted(stored.state), sorted(whole));
+        assert_eq!(sorted(Arc::unwrap_or_clone(stored.state)), sorted(whole));
         assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
         write(&mut store, |b| b.delete_pipeline("p", &next));
         assert!(store.stored("p").unwrap().is_none());
@@ -792,11 +793,11 @@ mod tests {
             b.put_pipeline("p", &state, false).unwrap();
             b.put_pipeline("q", &state, false).unwrap();
         });
-        assert_eq!(sorted(store.stored("p").unwrap().unwrap().state), sorted(state.clone()));
+        assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
         // What the caller says it wrote is what reads return, without decoding.
         let mut told = state.clone();
         told.dependents.insert("d".into(), "k".into());
-        store.remember("p", told.clone());
+        store.remember("p", told.clone().into());
         assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
         // A write of one of its parts (a restore's) is read from disk again.
         let (slot, reading) = state.sensors.iter().next().unwrap();
@@ -804,7 +805,7 @@ mod tests {
         write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
         assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
         // Another pipeline's writes leave it cached; a clear forgets everything.
-        store.remember("p", told.clone());
+        store.remember("p", told.clone().into());
         write(&mut store, |b| b.delete_pipeline("q", &state));
         assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
         assert!(store.pipeline("q").unwrap().is_none());
