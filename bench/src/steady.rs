@@ -34,6 +34,8 @@ use crate::workload;
 const RUN_TAKES: TimeDelta = TimeDelta::seconds(2);
 /// Simulated time one batch gathers: the processor's fetch wait.
 const BATCH_SPAN: TimeDelta = TimeDelta::milliseconds(10);
+/// When the simulated clock starts.
+const START: &str = "2026-11-02T12:00:00Z";
 
 /// One simulated minute's figures.
 #[derive(Default, Clone, Copy)]
@@ -202,7 +204,9 @@ fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
         reports: BTreeMap::new(),
         sequence: 0,
     };
-    let start = Utc::now();
+    // A fixed start, not the wall clock's: the timers that come due during the run (a
+    // deadline at an hour of the day, say) are then the same in every run.
+    let start = DateTime::parse_from_rfc3339(START).expect("a valid start").to_utc();
     for i in 0..pipelines {
         let id = workload::pipeline_id(i);
         let config = serde_json::to_vec(&workload::config(&id, "http://127.0.0.1:9"))?;
@@ -234,7 +238,7 @@ fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
         let slot = execution as usize / pipelines;
         let (date, hour) = (&dates[(slot / 24) % dates.len()], (slot % 24) as u32);
         let value = match n % 2 {
-            0 => workload::row_count(&id, 5000, date, Some(hour)),
+            0 => workload::row_count_at(&id, 5000, date, Some(hour), now),
             _ => workload::trigger(&id, date, Some(hour)),
         };
         let bytes = serde_json::to_vec(&value)?;

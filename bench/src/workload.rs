@@ -27,9 +27,20 @@ pub fn config(id: &str, target: &str) -> Value {
     })
 }
 
-/// A row-count reading for one execution (`date`, optional `hour`).
+/// A row-count reading for one execution (`date`, optional `hour`), updated now.
 pub fn row_count(id: &str, count: u64, date: &str, hour: Option<u32>) -> Value {
-    let updated = chrono::Utc::now().to_rfc3339();
+    row_count_at(id, count, date, hour, chrono::Utc::now())
+}
+
+/// [`row_count`], updated at `updated` (a simulated clock's time).
+pub fn row_count_at(
+    id: &str,
+    count: u64,
+    date: &str,
+    hour: Option<u32>,
+    updated: chrono::DateTime<chrono::Utc>,
+) -> Value {
+    let updated = updated.to_rfc3339();
     sensor(
         id,
         "row-count",
