@@ -430,6 +430,7 @@ impl Exposed {
         t.peer_clock_ahead("sluice-1", 0.2);
         t.restore_progress(0, 10, 0, 0.5);
         t.state_size(0, 4096);
+        t.state_reads(3, 1);
         t.rebalanced("assigned");
         t.forwarded("sluice.sensors");
         t.forwarded_duplicate("sluice.sensors");

@@ -32,6 +32,13 @@ pub struct RunArgs {
     /// Where per-partition RocksDB state lives.
     #[arg(long, env = "SLUICE_STATE_DIR", default_value = ".sluice/state")]
     state_dir: PathBuf,
+    /// MiB of decoded pipeline states kept in memory per partition owned (an estimate of
+    /// their size). A state the cache misses is decoded from its parts in RocksDB, at a cost
+    /// that follows the pipeline's history: raise it when `sluice_state_reads_total`'s
+    /// `decoded` reads are many and memory allows.
+    #[arg(long, env = "SLUICE_STATE_CACHE_MB", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    state_cache_mb: u32,
     /// Consumer group shared by every instance.
     #[arg(long, env = "SLUICE_GROUP", default_value = "sluice")]
     group: String,
@@ -305,6 +312,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         guarantee: args.guarantee,
         topics,
         state_dir: args.state_dir,
+        state_cache_bytes: (args.state_cache_mb as usize) << 20,
         batch_size: args.batch_size.max(1),
         effects: EffectSettings {
             max_concurrent: args.max_concurrent_triggers.max(1),

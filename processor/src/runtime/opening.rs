@@ -317,11 +317,13 @@ impl Opening {
     async fn open_store(&self) -> Result<PartitionStore> {
         let p = self.partition;
         self.retrying("opening the local state", || {
-            let dir = self.settings.state_dir.clone();
+            let (dir, cache) = (self.settings.state_dir.clone(), self.settings.state_cache_bytes);
             async move {
-                let opened = tokio::task::spawn_blocking(move || PartitionStore::open(&dir, p))
-                    .await
-                    .context("opening the store")?;
+                let opened = tokio::task::spawn_blocking(move || {
+                    PartitionStore::open(&dir, p).map(|store| store.with_state_cache(cache))
+                })
+                .await
+                .context("opening the store")?;
                 Ok(opened?)
             }
         })

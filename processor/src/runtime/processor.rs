@@ -91,6 +91,8 @@ pub struct Settings {
     pub static_member: Option<String>,
     pub topics: Topics,
     pub state_dir: PathBuf,
+    /// Bytes of decoded states each partition's store keeps (`--state-cache-mb`).
+    pub state_cache_bytes: usize,
     pub batch_size: usize,
     pub effects: EffectSettings,
     pub shutdown_grace: Duration,
@@ -546,6 +548,8 @@ impl Processor {
                 _ = heartbeat.tick() => {
                     for (p, store) in &self.stores {
                         self.telemetry.state_size(*p, store.estimated_bytes());
+                        let reads = store.take_state_reads();
+                        self.telemetry.state_reads(reads.cached, reads.decoded);
                     }
                 }
             }

@@ -67,6 +67,7 @@ pub struct Telemetry {
     restore_seconds: SecondsGauge,
     peer_clock_ahead: SecondsGauge,
     state_bytes: Gauge,
+    state_reads: Counter,
     partitions_owned: PlainGauge,
     rebalances: Counter,
 }
@@ -141,6 +142,10 @@ impl Telemetry {
             "state_bytes",
             "Estimated live size of an owned partition's state store on disk, by partition",
         );
+        let state_reads = r.counter(
+            "state_reads",
+            "Pipeline states read for a decision, by how: served from the store's cache of decoded states (cache), or decoded from their parts in RocksDB at a cost that follows the pipeline's history (decoded; raise --state-cache-mb when these are many)",
+        );
         let partitions_owned = r.plain_gauge("partitions_owned", "Input partitions assigned to this instance");
         let rebalances = r.counter(
             "rebalances",
@@ -201,6 +206,7 @@ impl Telemetry {
             restore_seconds,
             peer_clock_ahead,
             state_bytes,
+            state_reads,
             partitions_owned,
             rebalances,
         })
@@ -392,6 +398,16 @@ impl Telemetry {
     pub fn peer_clock_ahead(&self, peer: &str, seconds: f64) {
         self.peer_clock_ahead
             .set(vec![("peer", peer.to_string())], seconds.max(0.0));
+    }
+
+    /// State reads since the last call: `cached` from the cache of decoded states,
+    /// `decoded` from their parts.
+    pub fn state_reads(&self, cached: u64, decoded: u64) {
+        for (served, n) in [("cache", cached), ("decoded", decoded)] {
+            if n > 0 {
+                self.state_reads.add(vec![("served", served.to_string())], n);
+            }
+        }
     }
 
     pub fn state_size(&self, partition: i32, bytes: u64) {

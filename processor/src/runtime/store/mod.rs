@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
 use rocksdb::{
-    BlockBasedOptions, Cache, Direction, IteratorMode, Options, WriteBatch, WriteBufferManager, WriteOptions, DB,
+    BlockBasedOptions, Cache, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager,
+    WriteOptions, DB,
 };
 
 use crate::core::changelog::Lineage;
@@ -185,11 +186,11 @@ struct CachedState {
     slot: usize,
 }
 
-/// Estimated bytes of decoded state kept per partition (an instance holds one cache per
-/// partition it owns: 48 MiB at most with the default three). Kept full, as random
-/// eviction keeps it, this holds about what a 32 MiB cache that emptied when full held on
-/// average.
-const STATE_CACHE_BYTES: usize = 16 << 20;
+/// Estimated bytes of decoded state kept per partition by default (`--state-cache-mb`; an
+/// instance holds one cache per partition it owns: 48 MiB at most with the default three).
+/// Kept full, as random eviction keeps it, this holds about what a 32 MiB cache that
+/// emptied when full held on average.
+pub const STATE_CACHE_BYTES: usize = 16 << 20;
 
 impl Default for StateCache {
     fn default() -> Self {
@@ -476,6 +477,13 @@ impl PartitionStore {
         })
     }
 
+    /// The store, keeping up to `bytes` of decoded states (estimated) instead of
+    /// [`STATE_CACHE_BYTES`].
+    pub fn with_state_cache(self, bytes: usize) -> Self {
+        *self.states.lock().expect("state cache") = StateCache::new(bytes, fastrand::Rng::new());
+        self
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -507,6 +515,11 @@ impl PartitionStore {
         self.states.lock().expect("state cache").reads
     }
 
+    /// [`Self::state_reads`] since the last time this was called.
+    pub fn take_state_reads(&self) -> StateReads {
+        std::mem::take(&mut self.states.lock().expect("state cache").reads)
+    }
+
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
     /// written by the caller): the next read need not decode it.
     pub fn remember(&self, pipeline: &str, state: Arc<PipelineState>) {
@@ -522,14 +535,21 @@ impl PartitionStore {
             |e: String| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
         let mut state: PipelineState = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         let in_parts = parts::in_parts(&state);
+        // Read in place (no copy of each key and value) and only as far as the parts go.
         let prefix = parts::parts_prefix(pipeline);
-        for item in self.db.iterator(IteratorMode::From(&prefix, Direction::Forward)) {
-            let (key, value) = item.map_err(StoreError::db("reading a pipeline state", &self.path))?;
+        let mut bounded = ReadOptions::default();
+        bounded.set_iterate_upper_bound(parts::parts_end(pipeline));
+        let mut it = self.db.raw_iterator_opt(bounded);
+        it.seek(&prefix);
+        while let (Some(key), Some(value)) = (it.key(), it.value()) {
             let Some(suffix) = key.strip_prefix(prefix.as_slice()) else {
                 break;
             };
-            parts::add_part(&mut state, suffix, &value).map_err(corrupt)?;
+            parts::add_part(&mut state, suffix, value).map_err(corrupt)?;
+            it.next();
         }
+        it.status()
+            .map_err(StoreError::db("reading a pipeline state", &self.path))?;
         if state.config.is_none() {
             if let Some(json) = self.get("reading a pipeline config", &config_key(pipeline))? {
                 let config = self
@@ -992,6 +1012,36 @@ mod tests {
         store.remember("p2", state.into());
         store.stored("p2").unwrap().unwrap();
         assert_eq!(store.state_reads(), StateReads { cached: 2, decoded: 2 });
+        // Taken (for the metric), they count again from nothing.
+        assert_eq!(store.take_state_reads(), StateReads { cached: 2, decoded: 2 });
+        store.stored("p2").unwrap().unwrap();
+        assert_eq!(store.take_state_reads(), StateReads { cached: 1, decoded: 0 });
+    }
+
+    /// `--state-cache-mb`: a store keeps the states its cache has room for, and decodes the
+    /// others from their parts on every read.
+    #[test]
+    fn a_store_keeps_as_many_states_as_its_cache_has_room_for() {
+        let reads = |cache: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = PartitionStore::open(dir.path(), 0).unwrap().with_state_cache(cache);
+            let mut batch = StoreBatch::default();
+            for p in ["p1", "p2", "p3"] {
+                batch.put_pipeline(p, &PipelineState::default(), true).unwrap();
+            }
+            store.write(batch).unwrap();
+            for _ in 0..2 {
+                for p in ["p1", "p2", "p3"] {
+                    store.stored(p).unwrap().unwrap();
+                }
+            }
+            store.state_reads()
+        };
+        let one = estimated_size(&PipelineState::default());
+        assert_eq!(reads(1 << 20), StateReads { cached: 3, decoded: 3 });
+        // Room for one state: the second round finds at most one of the three.
+        assert!(reads(one).cached <= 1, "{:?}", reads(one));
+        assert_eq!(reads(one - 1), StateReads { cached: 0, decoded: 6 });
     }
 
     /// Keys to repair live as long as the checkpoint they came with: a reopening reads them

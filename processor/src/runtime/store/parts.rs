@@ -38,6 +38,14 @@ pub fn parts_prefix(pipeline: &str) -> Vec<u8> {
     key
 }
 
+/// The first key past every part of `pipeline`: the parts' prefix with its separator
+/// raised by one.
+pub fn parts_end(pipeline: &str) -> Vec<u8> {
+    let mut key = head_key(pipeline);
+    key.push(SEPARATOR + 1);
+    key
+}
+
 fn part_key(pipeline: &str, tag: u8, id: &str) -> Vec<u8> {
     let mut key = parts_prefix(pipeline);
     key.push(tag);
