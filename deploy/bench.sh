@@ -8,6 +8,10 @@
 #   deploy/bench.sh throughput latency # some scenarios
 #   SLUICE_BENCH_OUT=bench/results/million.md deploy/bench.sh --scale 1000000 --configs-only scale
 #                                      # elsewhere than latest.md: a million pipelines
+#   SLUICE_BROKER_STORAGE=sqlite SLUICE_BENCH_OUT=bench/results/latency-10min.md \
+#     deploy/bench.sh --latency-seconds 600 --latency-rate 100 latency
+#                                      # the 10-minute latency run, on the broker set-up that
+#                                      # holds a rate that long (see that file)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -45,6 +49,8 @@ trap cleanup EXIT
 # The local broker is tansu: sluice and the pass-through work around its known bugs.
 export SLUICE_BROKER_QUIRKS=tansu
 export SLUICE_COMMAND_CONFIG="$broker_dir/client.properties"
+# Where the harness starts the broker again, fresh, for each variant a scenario compares.
+export SLUICE_BENCH_BROKER_DIR="$broker_dir"
 out="${SLUICE_BENCH_OUT:-bench/results/latest.md}"
 mkdir -p "$(dirname "$out")"
 for scenario in "${scenarios[@]}"; do

@@ -7,7 +7,9 @@
 # Settings (environment):
 #   SLUICE_BROKER_PORT     port to listen on (default 9092; "auto" picks a free one)
 #   SLUICE_BROKER_DIR      where the pid file, log and sqlite data live (default .sluice/broker)
-#   SLUICE_BROKER_STORAGE  memory (default, fast) or sqlite (survives a broker restart)
+#   SLUICE_BROKER_STORAGE  memory (default, fast) or sqlite (survives a broker restart, and
+#                          holds a steady rate for longer: memory:// lists every stored batch
+#                          on every fetch and never deletes, so it slows within minutes)
 #   SLUICE_BROKER_LISTEN_PORT  tansu listens here and advertises SLUICE_BROKER_PORT, where
 #                          something else forwards to it (a test's proxy that cuts clients off)
 #   SLUICE_BROKER_USERS    "NAME:PASSWORD:MECHANISM ..." (scram256 or scram512): clients must
@@ -62,6 +64,23 @@ start_tansu() {
   await_ready tansu "$dir/tansu.log" 15 python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$listen),0.2)" || exit 1
 }
 
+# tansu 0.6's sqlite schema has no index on record headers, and every fetched record looks
+# its headers up: without one, a topic of records with headers (Sluice's events and
+# changelog) slows with every record stored. tansu made the schema on starting.
+index_headers() {
+  python3 - "$dir/tansu.db" <<'PY'
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], timeout=30)
+for _ in range(150):
+    if db.execute("select 1 from sqlite_master where type = 'table' and name = 'header'").fetchone():
+        db.execute("create index if not exists header_topition_offset on header (topition, offset_id)")
+        db.commit()
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit("tansu made no header table in " + sys.argv[1])
+PY
+}
+
 start() {
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     cat "$dir/address"
@@ -91,6 +110,7 @@ start() {
   else
     start_tansu
   fi
+  [[ "$storage" == sqlite ]] && index_headers
   if [[ "${SLUICE_BROKER_TLS:-}" == 1 ]]; then
     command -v stunnel4 >/dev/null 2>&1 || apt_install stunnel4
     make_certificates

@@ -36,14 +36,16 @@ pub fn send(producer: &BaseProducer, topic: &str, key: &str, value: &Value) {
 }
 
 /// Flushes the producer while calling `each` every millisecond: a latency measurement that
-/// stopped reading for a flush would stamp the last records received late.
-pub fn flush_while(producer: &BaseProducer, mut each: impl FnMut()) {
+/// stopped reading for a flush would stamp the last records received late. Gives up after
+/// two minutes: the records the broker has not taken by then (returned) never arrive, and a
+/// measurement counts them as such rather than failing the run.
+pub fn flush_while(producer: &BaseProducer, mut each: impl FnMut()) -> i32 {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while producer.in_flight_count() > 0 {
-        assert!(std::time::Instant::now() < deadline, "the broker takes the workload");
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
         producer.poll(Duration::from_millis(1));
         each();
     }
+    producer.in_flight_count()
 }
 
 pub fn flush(producer: &BaseProducer) {

@@ -54,7 +54,7 @@ use sluice::runtime::kafka::{Connection, Quirks};
 
 use measure::{http_get, metric, percentiles};
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 #[command(about = "Benchmarks Sluice against baselines on a real broker")]
 struct Args {
     /// Kafka bootstrap servers (deploy/bench.sh starts a local broker and sets this).
@@ -81,6 +81,16 @@ struct Args {
     /// --quick); runs over a minute report p99 per minute, e.g. 600 for the steady-rate run.
     #[arg(long)]
     latency_seconds: Option<u64>,
+    /// Readings a second the latency scenario sends (default 1000, or 100 with --quick): the
+    /// highest rate the broker holds for the whole run (see bench/results/latency-10min.md).
+    #[arg(long)]
+    latency_rate: Option<u64>,
+    /// The local broker's directory, which deploy/bench.sh starts it in: given, each variant
+    /// a scenario compares (sluice, the pass-through floor, the loaded pass-through) runs on a
+    /// fresh broker of its own, started again there with deploy/local-broker.sh (its settings
+    /// from the environment), so none inherits the records another stored.
+    #[arg(long, env = "SLUICE_BENCH_BROKER_DIR")]
+    broker_dir: Option<PathBuf>,
     /// Simulated seconds of the steady scenario (default 600, or 5 with --quick).
     #[arg(long)]
     steady_seconds: Option<u64>,
@@ -88,6 +98,10 @@ struct Args {
     /// 100,1000 with --quick).
     #[arg(long, value_delimiter = ',')]
     steady_rates: Vec<u64>,
+    /// The steady scenario's state cache, MiB (`sluice run --state-cache-mb`; default its
+    /// default, 16).
+    #[arg(long, default_value_t = sluice::runtime::store::STATE_CACHE_BYTES >> 20)]
+    steady_cache_mb: usize,
     /// Pipeline counts of the scale scenario (default 10000,100000, or 500 with --quick),
     /// e.g. 1000000 to measure a million.
     #[arg(long, value_delimiter = ',')]
@@ -267,7 +281,7 @@ impl Run {
         }
         Ok(Run {
             brokers: args.brokers.clone(),
-            kafka: Connection::plaintext(&args.brokers).with_quirks(args.broker_quirks),
+            kafka: connection(&args.brokers)?.with_quirks(args.broker_quirks),
             sluice: sluice.to_path_buf(),
             prefix,
             dir,
@@ -345,6 +359,49 @@ impl Drop for Run {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// How the harness's own Kafka clients (the pass-through baselines) connect: with the
+/// client settings sluice gets (`SLUICE_COMMAND_CONFIG`, as deploy/bench.sh sets it), so a
+/// baseline differs from sluice in what it does with records, not in how its clients talk.
+fn connection(brokers: &str) -> Result<Connection> {
+    let properties = match std::env::var_os("SLUICE_COMMAND_CONFIG") {
+        Some(path) => sluice::cli::client_properties::load(Path::new(&path))?,
+        None => Vec::new(),
+    };
+    Ok(Connection::new(brokers, &properties)?)
+}
+
+/// `args` on a fresh broker, when the bench runs its own (`--broker-dir`): the local broker
+/// stopped, its data removed and started again; else `args` as they are.
+fn fresh_broker(args: &Args) -> Result<Args> {
+    let Some(dir) = &args.broker_dir else {
+        return Ok(args.clone());
+    };
+    let script = repo().join("deploy/local-broker.sh");
+    let stopped = Command::new(&script)
+        .arg("stop")
+        .env("SLUICE_BROKER_DIR", dir)
+        .stdout(Stdio::null())
+        .status()?;
+    if !stopped.success() {
+        bail!("{} stop failed", script.display());
+    }
+    std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    let started = Command::new(&script)
+        .arg("start")
+        .env("SLUICE_BROKER_DIR", dir)
+        .env("SLUICE_BROKER_PORT", "auto")
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !started.status.success() {
+        bail!("{} start failed", script.display());
+    }
+    let brokers = String::from_utf8(started.stdout)?.trim().to_string();
+    Ok(Args {
+        brokers,
+        ..args.clone()
+    })
 }
 
 fn repo() -> PathBuf {
@@ -429,6 +486,8 @@ struct SluiceRound {
     in_batches: f64,
     in_commits: f64,
     peak_rss: f64,
+    /// Records sluice wrote (events, changelog, job requests) per record it read.
+    written_per_input: f64,
 }
 
 fn sluice_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str) -> Result<SluiceRound> {
@@ -450,18 +509,26 @@ fn sluice_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str) -> Resu
         in_batches: metric(&run.http, "sluice_batch_seconds_sum", ""),
         in_commits: metric(&run.http, "sluice_commit_seconds_sum", ""),
         peak_rss: measure::rss_mib(run.pid()).1,
+        written_per_input: records_written(&run, (sensors + sizes.throughput_pipelines) as u64).1,
     };
     run.stop();
     Ok(round)
 }
 
-/// The pass-through over the same backlog: records/s and batches.
-fn passthrough_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str) -> Result<(f64, usize)> {
+/// The pass-through over the same backlog, writing `per_input` records for each it reads
+/// (the copy and the rest to a side topic, as sluice writes events and changelog records):
+/// records/s and batches.
+fn passthrough_round(args: &Args, sluice: &Path, sizes: &Sizes, target: &str, per_input: f64) -> Result<(f64, usize)> {
     let base = Run::new(args, sluice, "passthrough")?;
     let n = produce_backlog(&base, sizes.throughput_pipelines, sizes.throughput_records, target);
     let total = n + sizes.throughput_pipelines;
     let inputs = [base.topic("config"), base.topic("sensors")];
-    let (elapsed, batches) = passthrough::run(&base.kafka, &inputs, &base.topic("events"), None, |n| n >= total)?;
+    let extra = passthrough::Extra {
+        topic: base.topic("changelog"),
+        per_input: (per_input - 1.0).max(0.0),
+    };
+    let (elapsed, batches) =
+        passthrough::run(&base.kafka, &inputs, &base.topic("events"), Some(extra), |n| n >= total)?;
     Ok((total as f64 / elapsed.as_secs_f64(), batches))
 }
 
@@ -478,15 +545,16 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     let mut peers: Vec<Vec<f64>> = vec![Vec::new(); PEERS.len()];
     let mut batches = 0;
     for _ in 0..sizes.rounds {
-        let round = sluice_round(args, sluice, sizes, &target.url)?;
+        let round = sluice_round(&fresh_broker(args)?, sluice, sizes, &target.url)?;
         ours.push(round.rate);
+        let per_input = round.written_per_input;
         rounds.push(round);
-        let (ceiling, b) = passthrough_round(args, sluice, sizes, &target.url)?;
+        let (ceiling, b) = passthrough_round(&fresh_broker(args)?, sluice, sizes, &target.url, per_input)?;
         ceilings.push(ceiling);
         batches = b;
         if let Some(python) = &args.python {
             for ((_, script), rates) in PEERS.iter().zip(&mut peers) {
-                rates.push(peer(args, sluice, sizes, python, script, &target.url)?);
+                rates.push(peer(&fresh_broker(args)?, sluice, sizes, python, script, &target.url)?);
             }
         }
     }
@@ -508,7 +576,9 @@ fn throughput(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) ->
     );
     let _ = writeln!(
         report,
-        "| pass-through consumer→producer (ceiling) | {ceiling:.0} | 1.00 | {} |",
+        "| pass-through consumer→producer writing {:.1} records per input (a copy of each, and more when sluice wrote more: it wrote {:.1}), with sluice's headers and its two awaited rounds per batch (the ceiling) | {ceiling:.0} | 1.00 | {} |",
+        typical.written_per_input.max(1.0),
+        typical.written_per_input,
         all(&ceilings)
     );
     let _ = writeln!(
@@ -704,7 +774,7 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
             std::thread::sleep(wait);
         }
     }
-    kafka_io::flush_while(&producer, || drain(&mut received));
+    let unsent = kafka_io::flush_while(&producer, || drain(&mut received));
     let expected = sent.len();
     let _ = wait("every VALIDATION_PASSED", Duration::from_secs(120), || {
         drain(&mut received);
@@ -739,16 +809,16 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     let (written, per_reading) = records_written(&run, total);
     run.stop();
     let ours = Latencies::of(&samples, sizes);
-    let floor = Latencies::of(&passthrough_latency(args, sluice, sizes, None)?, sizes);
+    let floor = Latencies::of(&passthrough_latency(&fresh_broker(args)?, sluice, sizes, None)?, sizes);
     // The control: the pass-through writing as many records per reading as sluice did,
     // the extra ones to a side topic. Its growth is the broker's, not the processor's.
     let loaded = Latencies::of(
-        &passthrough_latency(args, sluice, sizes, Some(per_reading - 1.0))?,
+        &passthrough_latency(&fresh_broker(args)?, sluice, sizes, Some(per_reading - 1.0))?,
         sizes,
     );
     let _ = writeln!(
         report,
-        "\n## Latency ({} readings/s for {} s, {} pipelines)\n\n\
+        "\n## Latency ({} readings/s for {} s, {} pipelines; broker storage {})\n\n\
          | what | p50 ms | p99 ms | max ms | p99 last {unit} ÷ first | never arrived |\n| --- | ---: | ---: | ---: | ---: | ---: |\n\
          | pass-through at the same rate, record sent → copy received ({} of {total} records; the floor) | {} |\n\
          | the pass-through also writing {:.1} more records per reading to another topic, as sluice does ({} of {total}) | {} |\n\
@@ -760,10 +830,11 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
          p99 ms per {unit} of sending:\n\n\
          * pass-through: {}\n* pass-through writing as much as sluice: {}\n* sluice: {}\n\n\
          Sluice's own µs per input record per {unit} (`sluice_record_busy_seconds`: its batches' time \
-         outside waits on the broker; the last window includes the drain): {own_us} (last ÷ first {own_drift:.2})",
+         outside waits on the broker; the last window includes the drain): {own_us} (last ÷ first {own_drift:.2}){}",
         sizes.latency_rate,
         sizes.latency_seconds,
         sizes.latency_pipelines,
+        std::env::var("SLUICE_BROKER_STORAGE").unwrap_or_else(|_| "memory".into()),
         floor.count,
         floor.row(),
         per_reading - 1.0,
@@ -774,6 +845,14 @@ fn latency(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
         floor.per_window,
         loaded.per_window,
         ours.per_window,
+        if unsent > 0 {
+            format!(
+                "\n\nThe broker had still not taken {unsent} of the readings two minutes after the last was queued: \
+                 it did not hold the rate (their executions count as never arrived)."
+            )
+        } else {
+            String::new()
+        },
         unit = Latencies::window(sizes).1,
     );
     Ok(())
@@ -941,7 +1020,8 @@ fn passthrough_latency(
             std::thread::sleep(wait);
         }
     }
-    kafka_io::flush_while(&producer, || {
+    // Records the broker never took count as never arrived.
+    let _unsent = kafka_io::flush_while(&producer, || {
         drain(&mut latencies, &sent_at);
     });
     let _ = wait("every copy", Duration::from_secs(120), || {
@@ -1025,6 +1105,9 @@ fn main() -> Result<()> {
     if let Some(seconds) = args.latency_seconds {
         sizes.latency_seconds = seconds.max(1);
     }
+    if let Some(rate) = args.latency_rate {
+        sizes.latency_rate = rate.max(1);
+    }
     if !args.scale.is_empty() {
         sizes.scale = args.scale.clone();
     }
@@ -1055,7 +1138,13 @@ fn main() -> Result<()> {
     );
     for scenario in chosen {
         let result = match scenario {
-            "steady" => steady::report(&sizes.steady_rates, sizes.steady_seconds, &mut report).map(|_| ()),
+            "steady" => steady::report(
+                &sizes.steady_rates,
+                sizes.steady_seconds,
+                args.steady_cache_mb,
+                &mut report,
+            )
+            .map(|_| ()),
             "history" => history::report(&sizes.history, sizes.history_rounds, &mut report).map(|_| ()),
             "throughput" => throughput(&args, &sluice, &sizes, &mut report),
             "latency" => latency(&args, &sluice, &sizes, &mut report),

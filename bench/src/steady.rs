@@ -183,7 +183,7 @@ impl Loop {
 }
 
 /// Feeds `rate` readings a second for `seconds` simulated seconds; the figures per minute.
-fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
+fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
     let pipelines = rate as usize;
     let total = rate * seconds;
     let days = (total / 2).div_ceil(pipelines as u64).div_ceil(24).max(7);
@@ -193,7 +193,7 @@ fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
     };
     let dir = std::env::temp_dir().join(format!("sluice-bench-steady-{}-{rate}", std::process::id()));
     let mut l = Loop {
-        store: PartitionStore::open(&dir, 0)?,
+        store: PartitionStore::open(&dir, 0)?.with_state_cache(cache_bytes),
         timers: TimerIndex::default(),
         settings,
         codec: Codec::json(),
@@ -266,13 +266,14 @@ fn run(rate: u64, seconds: u64) -> Result<Vec<Minute>> {
 }
 
 /// The steady scenario's report section.
-pub fn report(rates: &[u64], seconds: u64, out: &mut String) -> Result<Duration> {
+pub fn report(rates: &[u64], seconds: u64, cache_mb: usize, out: &mut String) -> Result<Duration> {
     let started = Instant::now();
     let _ = writeln!(
         out,
         "\n## Sluice's own time per record at a steady rate (in process, no broker; {seconds} simulated s)\n\n\
          One pipeline per reading a second, each trigger a new hourly execution (300 per pipeline \
-         after ten minutes); one partition, a real RocksDB store, the processor's state cache. \
+         after ten minutes); one partition, a real RocksDB store, the processor's state cache \
+         ({cache_mb} MiB, `--state-cache-mb`). \
          µs per record: the time in Sluice's code (decode, state read, decide, encode, batch \
          write, timers, job reports) ÷ records handled that simulated minute. Decoded: state reads \
          the cache missed (the state decoded from its parts).\n"
@@ -283,7 +284,7 @@ pub fn report(rates: &[u64], seconds: u64, out: &mut String) -> Result<Duration>
          | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for &rate in rates {
-        let minutes = run(rate, seconds)?;
+        let minutes = run(rate, seconds, cache_mb << 20)?;
         let first = minutes.first().map(Minute::micros_per_record).unwrap_or(1.0);
         for (i, m) in minutes.iter().enumerate() {
             let _ = writeln!(

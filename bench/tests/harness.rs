@@ -37,13 +37,10 @@ fn a_quick_run_reports_every_scenario() {
     ] {
         assert!(report.contains(section), "{report}");
     }
-    let ratio = report
-        .lines()
-        .find(|l| l.starts_with("| sluice, effectively-once"))
-        .and_then(|l| l.split('|').nth(3))
-        .and_then(|r| r.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("a throughput ratio in {report}"));
-    assert!(ratio > 0.0);
+    assert!(
+        cell(&report, "| sluice, effectively-once", 3) > 0.0,
+        "a throughput ratio"
+    );
     assert!(
         report.contains("(100 of 100 executions)"),
         "every execution measured: {report}"
@@ -73,11 +70,34 @@ fn a_quick_run_reports_every_scenario() {
         "every SLA breach measured: {report}"
     );
     assert!(report.contains("(100 calls,"), "every job triggered once: {report}");
+    // The fair ceilings: a Kafka → HTTP pass-through for the triggers, and a pass-through
+    // writing at least as many records per input as sluice did for the throughput.
+    assert!(
+        cell(&report, "| Kafka → HTTP pass-through", 2) > 0.0,
+        "a Kafka → HTTP ceiling"
+    );
+    let per_input = report
+        .lines()
+        .find_map(|l| l.strip_prefix("| pass-through consumer→producer writing "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("the throughput ceiling's records per input in {report}"));
+    assert!(per_input >= 1.0, "at least a copy of each input: {report}");
     // deploy/test.sh installs the Quix Streams baseline and names its Python.
     if std::env::var_os("SLUICE_BENCH_PYTHON").is_some() {
         assert!(report.contains("| Quix Streams"), "{report}");
     }
     let _ = std::fs::remove_file(out);
+}
+
+/// The number in column `n` (split at `|`) of the report's table row starting `row`.
+fn cell(report: &str, row: &str, n: usize) -> f64 {
+    report
+        .lines()
+        .find(|l| l.starts_with(row))
+        .and_then(|l| l.split('|').nth(n))
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("a figure in column {n} of {row:?} in {report}"))
 }
 
 fn tempfile_path() -> std::path::PathBuf {
