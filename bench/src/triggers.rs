@@ -18,7 +18,7 @@ use rdkafka::TopicPartitionList;
 use crate::measure::metric;
 use crate::passthrough::BATCH;
 use crate::target::Target;
-use crate::{kafka_io, produce_backlog, produce_readings, target, wait, workload, Args, Run, Sizes};
+use crate::{fresh_broker, kafka_io, produce_backlog, produce_readings, target, wait, workload, Args, Run, Sizes};
 
 /// `sluice run`'s default `--max-calls-per-target`: every benchmark job has the same host.
 const PER_TARGET: usize = 4;
@@ -28,10 +28,10 @@ pub fn run(args: &Args, sluice: &Path, sizes: &Sizes, report: &mut String) -> Re
     let target = target::start();
     let ceiling = client_ceiling(&target.url, jobs)?;
     target.reset();
-    let kafka_ceiling = kafka_http_ceiling(args, sluice, jobs, &target)?;
+    let kafka_ceiling = kafka_http_ceiling(&fresh_broker(args)?, sluice, jobs, &target)?;
     target.reset();
 
-    let mut run = Run::new(args, sluice, "triggers")?;
+    let mut run = Run::new(&fresh_broker(args)?, sluice, "triggers")?;
     let records = produce_backlog(&run, jobs, jobs * 2, &target.url);
     run.start("state")?;
     wait("every job triggered", Duration::from_secs(1800), || {
