@@ -763,8 +763,7 @@ impl PartitionStore {
             let Some(id) = key.strip_prefix(b"p/") else { break };
             if parts::is_head(key) {
                 ids.push(String::from_utf8_lossy(id).into_owned());
-                let past_parts = [parts::parts_prefix(&ids[ids.len() - 1]).as_slice(), &[u8::MAX]].concat();
-                it.seek(&past_parts);
+                it.seek(parts::parts_end(&ids[ids.len() - 1]));
             } else {
                 it.next();
             }
