@@ -1404,7 +1404,14 @@ fn timers_firing_through_sigkills_and_a_rebalance_double_nothing() {
 /// a later offset, as instances sharing the dead-letter topic can. The race is made again on
 /// fresh topics until it shows; then Sluice's history reader, told the broker is tansu,
 /// starts at offset 0 and reads every record, where the broker's beginning misses the first.
+///
+/// Not in the CI suite: it needs the broker's race to happen, and racing tansu with 900 KB
+/// records once cost a fresh machine its broker (AllBrokersDown) and the whole run. What it
+/// guards, that a history read on tansu starts at 0, is `tansu_workarounds_cost_kafka_nothing`
+/// (a unit test of the reader's start); this one shows the broker still needs it:
+/// `deploy/test.sh --test durability -- --ignored history_reads_miss_nothing`.
 #[test]
+#[ignore = "provokes a tansu race; run by hand with --ignored"]
 fn history_reads_miss_nothing_when_tansu_misplaces_a_partitions_beginning() {
     use sluice::runtime::kafka::{self, Connection, Quirks, Start};
 
