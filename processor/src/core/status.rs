@@ -171,7 +171,7 @@ pub fn evaluators(state: &PipelineState) -> Vec<EvaluatorView> {
 
 /// Every pending timer of `state`, soonest first.
 pub fn timers(state: &PipelineState) -> Vec<TimerSummary> {
-    let mut timers: Vec<TimerSummary> = state.timers.iter().map(|t| timer_summary(t)).collect();
+    let mut timers: Vec<TimerSummary> = state.timers.values().map(|t| timer_summary(t)).collect();
     timers.sort_by_key(|t| t.at);
     timers
 }
@@ -223,7 +223,7 @@ fn execution_summary(execution: &Execution) -> ExecutionSummary {
 pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     let mut executions: Vec<ExecutionSummary> = state.executions.values().map(|e| execution_summary(e)).collect();
     executions.sort_by(|a, b| b.date.cmp(&a.date).then_with(|| a.schedule_id.cmp(&b.schedule_id)));
-    let next_timer = state.timers.iter().min_by_key(|t| t.at).map(|t| timer_summary(t));
+    let next_timer = state.timers.values().min_by_key(|t| t.at).map(|t| timer_summary(t));
     let config = state.config.as_deref();
     PipelineSummary {
         pipeline_id: pipeline_id.to_string(),
@@ -635,20 +635,21 @@ mod tests {
             crate::core::execution::id("stream", "2026-11-20"),
             execution("2026-11-20", Phase::AwaitingJob { run_id: "run-7".into() }).into(),
         );
-        state.timers = vec![
+        state.timers = [
             PendingTimer {
                 timer: TimerKind::SlaBreach {
                     execution: crate::core::execution::id("stream", "2026-11-20"),
                 },
                 at: at(10),
-            }
-            .into(),
+            },
             PendingTimer {
                 timer: TimerKind::CronTick,
                 at: at(8),
-            }
-            .into(),
-        ];
+            },
+        ]
+        .into_iter()
+        .map(|t| (t.timer.clone(), t.into()))
+        .collect();
         let summary = summarize("gold", &state);
         assert!(!summary.configured);
         let states: Vec<_> = summary
@@ -672,7 +673,7 @@ mod tests {
         );
         let next = summary.next_timer.expect("a timer");
         assert_eq!((next.kind.as_str(), next.at, next.date), ("cronTick", at(8), None));
-        state.timers.remove(1);
+        state.timers.remove(&TimerKind::CronTick);
         let next = summarize("gold", &state).next_timer.expect("a timer");
         assert_eq!(
             (next.kind.as_str(), next.date.as_deref()),

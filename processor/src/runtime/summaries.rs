@@ -110,13 +110,10 @@ mod tests {
         // A changed state is summarized again.
         assert!(summaries.all(&stores).unwrap()[0].next_timer.is_none());
         let mut timed = PipelineState::default();
-        timed.timers.push(
-            PendingTimer {
-                timer: TimerKind::CronTick,
-                at: chrono::DateTime::UNIX_EPOCH,
-            }
-            .into(),
-        );
+        timed.arm(PendingTimer {
+            timer: TimerKind::CronTick,
+            at: chrono::DateTime::UNIX_EPOCH,
+        });
         write(stores.get_mut(&0).unwrap(), "a", Some(timed));
         summaries.changed(0, "a");
         assert!(summaries.all(&stores).unwrap()[0].next_timer.is_some());

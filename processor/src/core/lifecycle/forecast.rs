@@ -157,7 +157,7 @@ impl Decider<'_> {
         self.state.history.record(run);
         // The history grew: the dates whose SLA is still owed are forecast again (one may
         // have had too few runs on record to forecast at all).
-        let owed: Vec<ExecutionId> = (self.state.timers.iter())
+        let owed: Vec<ExecutionId> = (self.state.timers.values())
             .filter_map(|t| match &t.timer {
                 TimerKind::SlaBreach { execution } if execution != id => Some(execution.clone()),
                 _ => None,

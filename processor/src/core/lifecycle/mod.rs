@@ -47,7 +47,7 @@ use super::history::RunHistory;
 use super::limits::Limits;
 use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
-pub use super::shared::Shared;
+pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
 pub use evaluators::evaluator_run_id;
@@ -68,14 +68,14 @@ pub struct PipelineState {
     pub config: Option<Arc<PipelineConfig>>,
     /// The latest reading of each sensor key (kept even before a config arrives).
     #[serde(default)]
-    pub sensors: BTreeMap<String, Shared<StoredSensor>>,
+    pub sensors: SharedMap<String, Shared<StoredSensor>>,
     /// Executions by [`ExecutionId`] (stored by its text form).
     #[serde(default)]
-    pub executions: BTreeMap<ExecutionId, HeldExecution>,
-    /// Every timer this pipeline has pending, so a config change or a delete can cancel
-    /// exactly what was armed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub timers: Vec<Shared<PendingTimer>>,
+    pub executions: SharedMap<ExecutionId, HeldExecution>,
+    /// Every timer this pipeline has pending, by kind (one of each), so a config change or a
+    /// delete can cancel exactly what was armed. Stored as a list of timers.
+    #[serde(default, skip_serializing_if = "SharedMap::is_empty", with = "timer_list")]
+    pub timers: SharedMap<TimerKind, Shared<PendingTimer>>,
     /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependents: BTreeMap<String, String>,
@@ -93,7 +93,12 @@ pub struct PipelineState {
 impl PipelineState {
     /// When timer `kind` is due, if it is pending.
     pub fn due(&self, kind: &TimerKind) -> Option<DateTime<Utc>> {
-        self.timers.iter().find(|t| t.timer == *kind).map(|t| t.at)
+        self.timers.get(kind).map(|t| t.at)
+    }
+
+    /// Arms `timer`, replacing the one of its kind.
+    pub fn arm(&mut self, timer: PendingTimer) {
+        self.timers.insert(timer.timer.clone(), timer.into());
     }
 
     /// Whether run `run_id` was requested and no report of its trigger has come back: after
@@ -110,6 +115,29 @@ impl PipelineState {
 pub struct PendingTimer {
     pub timer: TimerKind,
     pub at: DateTime<Utc>,
+}
+
+/// [`PipelineState::timers`] as a whole state is written: a list of timers by when they are
+/// due, as versions that kept a list wrote it; read back, the last of a kind wins.
+mod timer_list {
+    use super::{PendingTimer, Shared, SharedMap, TimerKind};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        timers: &SharedMap<TimerKind, Shared<PendingTimer>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut list: Vec<&PendingTimer> = timers.values().map(|t| &**t).collect();
+        list.sort_by(|a, b| (a.at, &a.timer).cmp(&(b.at, &b.timer)));
+        s.collect_seq(list)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<SharedMap<TimerKind, Shared<PendingTimer>>, D::Error> {
+        let list = Vec::<PendingTimer>::deserialize(d)?;
+        Ok(list.into_iter().map(|t| (t.timer.clone(), t.into())).collect())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -689,7 +717,7 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
             // occurrence early and an early SLA timer cannot alert before its time.
             match d.state.due(kind) {
                 Some(due) if due <= ctx.now => {
-                    d.state.timers.retain(|t| t.timer != *kind);
+                    d.state.timers.remove(kind);
                     d.on_timer(kind, due)
                 }
                 Some(due) => d.notes.push(format!(
@@ -817,37 +845,22 @@ impl<'a> Decider<'a> {
     }
 
     fn set_timer(&mut self, kind: TimerKind, at: DateTime<Utc>) {
-        self.state.timers.retain(|t| t.timer != kind);
-        self.state.timers.push(
-            PendingTimer {
-                timer: kind.clone(),
-                at,
-            }
-            .into(),
-        );
-        self.state
-            .timers
-            .sort_by(|a, b| (a.at, &a.timer).cmp(&(b.at, &b.timer)));
+        self.state.arm(PendingTimer {
+            timer: kind.clone(),
+            at,
+        });
         self.timers.push(TimerOp::Set { kind, at });
     }
 
     fn cancel_timer(&mut self, kind: TimerKind) {
-        let before = self.state.timers.len();
-        self.state.timers.retain(|t| t.timer != kind);
-        if self.state.timers.len() != before {
+        if self.state.timers.remove(&kind).is_some() {
             self.timers.push(TimerOp::Cancel { kind });
         }
     }
 
     /// Cancels the pending timers `which` selects.
     fn cancel_timers(&mut self, which: impl Fn(&TimerKind) -> bool) {
-        let doomed: Vec<TimerKind> = self
-            .state
-            .timers
-            .iter()
-            .filter(|t| which(&t.timer))
-            .map(|t| t.timer.clone())
-            .collect();
+        let doomed: Vec<TimerKind> = (self.state.timers.keys()).filter(|kind| which(kind)).cloned().collect();
         for kind in doomed {
             self.cancel_timer(kind);
         }

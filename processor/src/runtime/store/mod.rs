@@ -844,7 +844,7 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::lifecycle::{PendingTimer, Shared};
+    use crate::core::lifecycle::PendingTimer;
 
     fn stored() -> Stored {
         Stored {
@@ -1109,9 +1109,10 @@ mod tests {
             execution: crate::core::execution::id("stream", date),
         };
         // Timers of executions the states do not hold: each is a part of its own.
-        let with_timer = |kind: TimerKind, at| PipelineState {
-            timers: vec![Shared::new(PendingTimer { timer: kind, at })],
-            ..PipelineState::default()
+        let with_timer = |kind: TimerKind, at| {
+            let mut state = PipelineState::default();
+            state.arm(PendingTimer { timer: kind, at });
+            state
         };
         let t1 = DateTime::from_timestamp(2_000_000_000, 0).unwrap();
         let t0 = DateTime::from_timestamp(1_000_000_000, 0).unwrap();

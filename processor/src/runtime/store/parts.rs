@@ -12,14 +12,14 @@
 //! after moves them to parts.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::Write;
 use crate::core::execution::ExecutionId;
-use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, Shared, StoredSensor};
+use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, StoredSensor};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -96,18 +96,11 @@ fn whole_writes(
     after: &PipelineState,
 ) -> Result<(), serde_json::Error> {
     let (before, after) = (layout(before), layout(after));
-    diff(out, pipeline, EXECUTION, &before.executions, &after.executions, |id| {
-        id.to_string()
-    })?;
-    diff(
-        out,
-        pipeline,
-        SENSOR,
-        &before.state.sensors,
-        &after.state.sensors,
-        String::clone,
-    )?;
-    diff(out, pipeline, TIMER, &before.timers, &after.timers, |kind| {
+    let executions = changed(&before.executions, &after.executions);
+    put(out, pipeline, EXECUTION, executions, |id| id.to_string())?;
+    let sensors = before.state.sensors.changes(&after.state.sensors);
+    put(out, pipeline, SENSOR, sensors, String::clone)?;
+    put(out, pipeline, TIMER, changed(&before.timers, &after.timers), |kind| {
         kind.encode()
     })
 }
@@ -125,23 +118,22 @@ fn touched_writes(
             .filter_map(|id| Some((*id, execution_part(state, id)?)))
             .collect()
     };
-    diff(
+    let (was, is) = (executions(before), executions(after));
+    put(out, pipeline, EXECUTION, changed(&was, &is), |id| id.to_string())?;
+    put(
         out,
         pipeline,
-        EXECUTION,
-        &executions(before),
-        &executions(after),
-        |id| id.to_string(),
+        SENSOR,
+        before.sensors.changes(&after.sensors),
+        String::clone,
     )?;
-    diff(out, pipeline, SENSOR, &before.sensors, &after.sensors, String::clone)?;
     let loose = |state| -> BTreeMap<&TimerKind, &PendingTimer> {
         (touched.loose.iter())
             .filter_map(|kind| Some((*kind, loose_timer(state, kind)?)))
             .collect()
     };
-    diff(out, pipeline, TIMER, &loose(before), &loose(after), |kind| {
-        kind.encode()
-    })
+    let (was, is) = (loose(before), loose(after));
+    put(out, pipeline, TIMER, changed(&was, &is), |kind| kind.encode())
 }
 
 /// What a decision may have changed between two states of a pipeline: the executions whose
@@ -160,7 +152,7 @@ impl<'s> Touched<'s> {
         let mut loose = BTreeSet::new();
         // Executions changed (an unchanged one is the same allocation), added or removed.
         let mut came_or_went = Vec::new();
-        for (key, was, is) in changed(&before.executions, &after.executions) {
+        for (key, was, is) in before.executions.changes(&after.executions) {
             if was.is_none() || is.is_none() {
                 came_or_went.push(key);
             }
@@ -168,22 +160,16 @@ impl<'s> Touched<'s> {
         }
         // An execution that came or went takes its timers into its part or out of it.
         for key in came_or_went {
-            for t in before.timers.iter().chain(&after.timers) {
-                if armed_for(&t.timer, key) {
-                    loose.insert(&t.timer);
+            for kind in before.timers.keys().chain(after.timers.keys()) {
+                if armed_for(kind, key) {
+                    loose.insert(kind);
                 }
             }
         }
         // Timers set, moved or cancelled (a kept one is the same allocation).
-        let held = |timers: &[Shared<PendingTimer>]| -> HashSet<*const PendingTimer> {
-            timers.iter().map(|t| std::ptr::from_ref::<PendingTimer>(t)).collect()
-        };
-        let (was, is) = (held(&before.timers), held(&after.timers));
-        let set = (after.timers.iter()).filter(|t| !was.contains(&std::ptr::from_ref::<PendingTimer>(t)));
-        let gone = (before.timers.iter()).filter(|t| !is.contains(&std::ptr::from_ref::<PendingTimer>(t)));
-        for t in set.chain(gone) {
-            loose.insert(&t.timer);
-            if let Some(id) = t.timer.execution() {
+        for (kind, _, _) in before.timers.changes(&after.timers) {
+            loose.insert(kind);
+            if let Some(id) = kind.execution() {
                 if before.executions.contains_key(id) || after.executions.contains_key(id) {
                     executions.insert(id);
                 }
@@ -201,18 +187,18 @@ fn armed_for(timer: &TimerKind, id: &ExecutionId) -> bool {
 /// The part of execution `id` in `state`, if it has that execution: as [`layout`] makes it.
 fn execution_part<'s>(state: &'s PipelineState, id: &ExecutionId) -> Option<ExecutionPart<'s>> {
     let execution = state.executions.get(id)?;
-    let mut timers: Vec<&PendingTimer> = (state.timers.iter())
+    // In kind order, as the map holds them.
+    let timers: Vec<&PendingTimer> = (state.timers.values())
         .filter(|t| armed_for(&t.timer, id))
         .map(|t| &**t)
         .collect();
-    timers.sort_by(|a, b| a.timer.cmp(&b.timer));
     Some(ExecutionPart::new(execution, timers))
 }
 
 /// The timer of `kind` in `state`, if it is a part of its own (no execution of `state` holds
-/// it): as [`layout`] makes it (the last of a kind wins).
+/// it): as [`layout`] makes it.
 fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s PendingTimer> {
-    let timer = state.timers.iter().rev().find(|t| t.timer == *kind)?;
+    let timer = state.timers.get(kind)?;
     let held = (kind.execution()).is_some_and(|id| state.executions.contains_key(id));
     (!held).then_some(&**timer)
 }
@@ -265,7 +251,7 @@ fn layout(state: &PipelineState) -> Layout<'_> {
         .map(|(id, execution)| (id, ExecutionPart::new(execution, Vec::new())))
         .collect();
     let mut timers = BTreeMap::new();
-    for t in &state.timers {
+    for t in state.timers.values() {
         let part = (t.timer.execution()).and_then(|id| executions.get_mut(id));
         match part {
             Some(part) => part.timers.push(&**t),
@@ -274,9 +260,6 @@ fn layout(state: &PipelineState) -> Layout<'_> {
             }
         }
     }
-    for part in executions.values_mut() {
-        part.timers.sort_by(|a, b| a.timer.cmp(&b.timer));
-    }
     Layout {
         state,
         executions,
@@ -284,17 +267,16 @@ fn layout(state: &PipelineState) -> Layout<'_> {
     }
 }
 
-/// Puts the entries of `after` that `before` lacks or holds otherwise; deletes the ones gone.
-/// `id` names an entry's part.
-fn diff<K: Ord, V: PartialEq + Serialize>(
+/// Puts the entries that `changes` says `after` lacks or holds otherwise; deletes the ones
+/// gone. `id` names an entry's part.
+fn put<K, V: Serialize>(
     out: &mut Vec<Write>,
     pipeline: &str,
     tag: u8,
-    before: &BTreeMap<K, V>,
-    after: &BTreeMap<K, V>,
+    changes: Vec<(&K, Option<&V>, Option<&V>)>,
     id: impl Fn(&K) -> String,
 ) -> Result<(), serde_json::Error> {
-    for (key, _, value) in changed(before, after) {
+    for (key, _, value) in changes {
         let value = value.map(serde_json::to_vec).transpose()?;
         out.push((part_key(pipeline, tag, &id(key)), value));
     }
@@ -396,7 +378,7 @@ pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> 
     let bad = |e: serde_json::Error| e.to_string();
     let Some(at) = rest.iter().position(|b| *b == SEPARATOR) else {
         let head: PipelineState = serde_json::from_slice(value).map_err(bad)?;
-        return Ok(head.timers.iter().map(|t| (**t).clone()).collect());
+        return Ok(head.timers.values().map(|t| (**t).clone()).collect());
     };
     match rest.get(at + 1) {
         Some(&EXECUTION) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
@@ -417,15 +399,15 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
             let execution = HeldExecution::from_stored(part.execution.get().into(), part.phase).map_err(bad)?;
             let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
             state.executions.insert(id, execution);
-            state.timers.extend(part.timers.into_iter().map(Shared::new));
+            for timer in part.timers {
+                state.arm(timer);
+            }
         }
         SENSOR => {
             let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
             state.sensors.insert(id.to_string(), sensor.into());
         }
-        TIMER => state
-            .timers
-            .push(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?.into()),
+        TIMER => state.arm(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
         other => return Err(format!("a part of unknown kind {:?}", other as char)),
     }
     Ok(())
@@ -535,12 +517,6 @@ mod tests {
             .sum()
     }
 
-    /// The same state, its timers in the order the store lists them.
-    fn sorted(mut state: PipelineState) -> PipelineState {
-        state.timers.sort_by_key(|t| t.timer.encode());
-        state
-    }
-
     #[test]
     fn a_state_in_parts_reads_back_as_written_and_lists_once() {
         let (_dir, mut store) = store();
@@ -552,7 +528,7 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
-        assert_eq!(sorted(Arc::unwrap_or_clone(stored.state)), sorted(state.clone()));
+        assert_eq!(Arc::unwrap_or_clone(stored.state), state.clone());
         assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
         let head = store.raw(&head_key("p")).unwrap().unwrap();
         assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
@@ -562,7 +538,7 @@ mod tests {
             .map(|t| (t.at, t.kind))
             .collect();
         timers.sort();
-        let mut expected: Vec<_> = state.timers.iter().map(|t| (t.at, t.timer.clone())).collect();
+        let mut expected: Vec<_> = state.timers.values().map(|t| (t.at, t.timer.clone())).collect();
         expected.sort();
         assert_eq!(timers, expected);
     }
@@ -650,7 +626,7 @@ mod tests {
             let expected = decide(&whole, "p", &input, ctx);
             let parts = |d: Decision| {
                 let state = match d.state {
-                    StateChange::Put(state) => Some(sorted(*state)),
+                    StateChange::Put(state) => Some(*state),
                     _ => None,
                 };
                 (state, d.events, d.effects, d.timers, d.records, d.dead_letter)
@@ -686,7 +662,7 @@ mod tests {
             assert_eq!(held.phase(), execution.phase());
             assert!(!held.is_decoded());
             assert_eq!(**held, **execution);
-            let read_timers: Vec<PendingTimer> = read.timers.iter().map(|t| (**t).clone()).collect();
+            let read_timers: Vec<PendingTimer> = read.timers.values().map(|t| (**t).clone()).collect();
             assert_eq!(read_timers, timers, "its timers");
         }
     }
@@ -701,12 +677,14 @@ mod tests {
         let mut after = before.clone();
         // An execution is pruned with its timers, a reading with it.
         let (gone, _) = after.executions.pop_first().unwrap();
-        after.timers.retain(|t| execution_of(t).as_ref() != Some(&gone));
+        after.timers.retain(|_, t| execution_of(t).as_ref() != Some(&gone));
         let slot = after.sensors.keys().next().unwrap().clone();
         after.sensors.remove(&slot);
         // Another execution's timer moves: that execution's part is written again.
-        after.timers[0].at += chrono::TimeDelta::minutes(5);
-        let moved = execution_of(&after.timers[0]).unwrap();
+        let held = |k: &&TimerKind| k.execution().is_some_and(|e| after.executions.contains_key(e));
+        let kind = after.timers.keys().find(held).unwrap().clone();
+        after.timers.get_mut(&kind).unwrap().at += chrono::TimeDelta::minutes(5);
+        let moved = execution_of(&after.timers[&kind]).unwrap();
         let writes = writes("p", Some(&before), &after).unwrap();
         let find = |writes: &[Write], tag: u8, id: &str| {
             (writes.iter())
@@ -721,7 +699,7 @@ mod tests {
         let mut orphaned = after.clone();
         orphaned.executions.remove(&moved);
         let writes = self::writes("p", Some(&after), &orphaned).unwrap();
-        let alone: Vec<&PendingTimer> = (orphaned.timers.iter())
+        let alone: Vec<&PendingTimer> = (orphaned.timers.values())
             .filter(|t| execution_of(t) == Some(moved.clone()))
             .map(|t| &**t)
             .collect();
@@ -737,7 +715,7 @@ mod tests {
             }
         }
         assert_eq!(batch_state.timers.len(), alone.len(), "a lone timer reads back");
-        let lone = (orphaned.timers.iter())
+        let lone = (orphaned.timers.values())
             .filter(|t| execution_of(t).is_none_or(|e| !orphaned.executions.contains_key(&e)))
             .count();
         assert!(lone >= alone.len());
@@ -774,7 +752,7 @@ mod tests {
         });
         let stored = store.stored("p").unwrap().unwrap();
         assert!(stored.in_parts);
-        assert_eq!(sorted(Arc::unwrap_or_clone(stored.state)), sorted(whole));
+        assert_eq!(Arc::unwrap_or_clone(stored.state), whole);
         assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
         write(&mut store, |b| b.delete_pipeline("p", &next));
         assert!(store.stored("p").unwrap().is_none());
@@ -801,7 +779,7 @@ mod tests {
             b.put_pipeline("p", &state, false).unwrap();
             b.put_pipeline("q", &state, false).unwrap();
         });
-        assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
+        assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
         // What the caller says it wrote is what reads return, without decoding.
         let mut told = state.clone();
         told.dependents.insert("d".into(), "k".into());
@@ -811,7 +789,7 @@ mod tests {
         let (slot, reading) = state.sensors.iter().next().unwrap();
         let value = serde_json::to_vec(reading).unwrap();
         write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
-        assert_eq!(sorted(store.pipeline("p").unwrap().unwrap()), sorted(state.clone()));
+        assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
         // Another pipeline's writes leave it cached; a clear forgets everything.
         store.remember("p", told.clone().into());
         write(&mut store, |b| b.delete_pipeline("q", &state));
@@ -862,19 +840,13 @@ mod tests {
                     }
                 }
                 3 => {
-                    let kind = kind(value, date);
-                    state.timers.retain(|t| t.timer != kind);
-                    state.timers.push(
-                        PendingTimer {
-                            timer: kind,
-                            at: at(value),
-                        }
-                        .into(),
-                    );
+                    state.arm(PendingTimer {
+                        timer: kind(value, date),
+                        at: at(value),
+                    });
                 }
                 4 => {
-                    let kind = kind(value, date);
-                    state.timers.retain(|t| t.timer != kind);
+                    state.timers.remove(&kind(value, date));
                 }
                 5 => {
                     let sensor = StoredSensor {

@@ -427,7 +427,7 @@ fn stale_run_when_a_lost_evaluation_timer_leaves_an_execution_hanging() {
     assert!(
         sim.states["gold"]
             .timers
-            .iter()
+            .values()
             .all(|t| matches!(t.timer, TimerKind::Expire { .. })),
         "{:?}",
         sim.states["gold"].timers
@@ -1941,6 +1941,6 @@ fn post_run_sensor_missing_is_never_reported_when_post_run_has_no_rules() {
     assert!(gold_run(&sim).baseline.is_none());
     assert!(!sim.states["gold"]
         .timers
-        .iter()
+        .values()
         .any(|t| matches!(t.timer, TimerKind::PostRunTimeout { .. })));
 }

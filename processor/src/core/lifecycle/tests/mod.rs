@@ -787,7 +787,7 @@ impl Sim {
         let listed: BTreeSet<(DateTime<Utc>, TimerKind)> = self
             .states
             .get(pipeline)
-            .map(|s| s.timers.iter().map(|t| (t.at, t.timer.clone())).collect())
+            .map(|s| s.timers.values().map(|t| (t.at, t.timer.clone())).collect())
             .unwrap_or_default();
         assert_eq!(scheduled, listed, "scheduled timers differ from the state's list");
     }
@@ -804,8 +804,16 @@ fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
     assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
     sim.advance(TimeDelta::days(2));
     let state = &sim.states["gold"];
-    assert!(state.executions.is_empty(), "{:?}", state.executions.keys());
-    assert!(state.sensors.is_empty(), "{:?}", state.sensors.keys());
+    assert!(
+        state.executions.is_empty(),
+        "{:?}",
+        state.executions.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        state.sensors.is_empty(),
+        "{:?}",
+        state.sensors.keys().collect::<Vec<_>>()
+    );
     assert!(state.timers.is_empty() && sim.timers.is_empty());
 
     // A re-delivered trigger for that forgotten date must not run the job again.
