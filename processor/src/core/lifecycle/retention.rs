@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use chrono::{NaiveDate, TimeDelta};
 
-use super::Decider;
+use super::{Decider, StoredSensor};
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::timers::TimerKind;
 
@@ -82,8 +82,13 @@ impl Decider<'_> {
     /// every hour) have no execution to expire with, and would fill the pipeline's
     /// `--max-sensors-per-pipeline` until it refused every new date.
     pub(super) fn prune_stale_readings(&mut self) {
-        let in_use = self.days_in_use();
         let oldest_kept = self.today() - self.retention();
+        let old = |s: &StoredSensor| s.date.is_some_and(|day| day < oldest_kept);
+        // Every new slot asks: the days in use are gathered only when a reading is that old.
+        if !self.state.sensors.values().any(|s| old(s)) {
+            return;
+        }
+        let in_use = self.days_in_use();
         let stale: Vec<String> = (self.state.sensors.iter())
             .filter(|(_, s)| (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&d.day)))
             .map(|(slot, _)| slot.clone())

@@ -11,15 +11,14 @@
 //! another's. A head written before parts holds them inline and still reads; the first write
 //! after moves them to parts.
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::Write;
 use crate::core::execution::ExecutionId;
-use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, StoredSensor};
+use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, SharedMap, StoredSensor};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -69,8 +68,9 @@ pub fn is_head(key: &[u8]) -> bool {
 /// head and every part are written.
 ///
 /// A decision touches a few executions, readings and timers of a history that can be a
-/// week long, and its copy of the state shares the rest ([`Shared`]): only what it touched
-/// is laid out and compared, so the cost follows the decision, not the history.
+/// week long, and its copy of the state shares the rest (each is a
+/// [`SharedMap`](crate::core::lifecycle::SharedMap)): only what it touched is laid out and
+/// compared, so the cost follows the decision, not the history.
 pub fn writes(
     pipeline: &str,
     before: Option<&PipelineState>,
@@ -96,11 +96,11 @@ fn whole_writes(
     after: &PipelineState,
 ) -> Result<(), serde_json::Error> {
     let (before, after) = (layout(before), layout(after));
-    let executions = changed(&before.executions, &after.executions);
+    let executions = before.executions.changes(&after.executions);
     put(out, pipeline, EXECUTION, executions, |id| id.to_string())?;
     let sensors = before.state.sensors.changes(&after.state.sensors);
     put(out, pipeline, SENSOR, sensors, String::clone)?;
-    put(out, pipeline, TIMER, changed(&before.timers, &after.timers), |kind| {
+    put(out, pipeline, TIMER, before.timers.changes(&after.timers), |kind| {
         kind.encode()
     })
 }
@@ -113,13 +113,13 @@ fn touched_writes(
     after: &PipelineState,
 ) -> Result<(), serde_json::Error> {
     let touched = Touched::between(before, after);
-    let executions = |state| -> BTreeMap<&ExecutionId, ExecutionPart> {
+    let executions = |state| -> SharedMap<&ExecutionId, ExecutionPart> {
         (touched.executions.iter())
             .filter_map(|id| Some((*id, execution_part(state, id)?)))
             .collect()
     };
     let (was, is) = (executions(before), executions(after));
-    put(out, pipeline, EXECUTION, changed(&was, &is), |id| id.to_string())?;
+    put(out, pipeline, EXECUTION, was.changes(&is), |id| id.to_string())?;
     put(
         out,
         pipeline,
@@ -127,13 +127,13 @@ fn touched_writes(
         before.sensors.changes(&after.sensors),
         String::clone,
     )?;
-    let loose = |state| -> BTreeMap<&TimerKind, &PendingTimer> {
+    let loose = |state| -> SharedMap<&TimerKind, &PendingTimer> {
         (touched.loose.iter())
             .filter_map(|kind| Some((*kind, loose_timer(state, kind)?)))
             .collect()
     };
     let (was, is) = (loose(before), loose(after));
-    put(out, pipeline, TIMER, changed(&was, &is), |kind| kind.encode())
+    put(out, pipeline, TIMER, was.changes(&is), |kind| kind.encode())
 }
 
 /// What a decision may have changed between two states of a pipeline: the executions whose
@@ -204,7 +204,7 @@ fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s Pen
 }
 
 /// An execution's part: its phase, the execution and the timers armed for it, in kind order.
-#[derive(PartialEq, Serialize)]
+#[derive(Clone, PartialEq, Serialize)]
 struct ExecutionPart<'s> {
     /// The execution's phase (also inside it), so that a read learns it without scanning the
     /// execution's JSON a second time.
@@ -242,15 +242,15 @@ struct StoredExecution<'a> {
 /// are): its executions with their timers, and the timers that go alone.
 struct Layout<'s> {
     state: &'s PipelineState,
-    executions: BTreeMap<&'s ExecutionId, ExecutionPart<'s>>,
-    timers: BTreeMap<&'s TimerKind, &'s PendingTimer>,
+    executions: SharedMap<&'s ExecutionId, ExecutionPart<'s>>,
+    timers: SharedMap<&'s TimerKind, &'s PendingTimer>,
 }
 
 fn layout(state: &PipelineState) -> Layout<'_> {
-    let mut executions: BTreeMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
+    let mut executions: SharedMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
         .map(|(id, execution)| (id, ExecutionPart::new(execution, Vec::new())))
         .collect();
-    let mut timers = BTreeMap::new();
+    let mut timers = SharedMap::new();
     for t in state.timers.values() {
         let part = (t.timer.execution()).and_then(|id| executions.get_mut(id));
         match part {
@@ -281,40 +281,6 @@ fn put<K, V: Serialize>(
         out.push((part_key(pipeline, tag, &id(key)), value));
     }
     Ok(())
-}
-
-/// The entries of two maps that differ, in key order: key, value before, value after. One
-/// pass over both in step, no lookups: the maps are a history, the changes a few entries.
-fn changed<'m, K: Ord, V: PartialEq>(
-    before: &'m BTreeMap<K, V>,
-    after: &'m BTreeMap<K, V>,
-) -> Vec<(&'m K, Option<&'m V>, Option<&'m V>)> {
-    let (mut old, mut new) = (before.iter().peekable(), after.iter().peekable());
-    let mut out = Vec::new();
-    loop {
-        let order = match (old.peek(), new.peek()) {
-            (None, None) => return out,
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (Some((a, _)), Some((b, _))) => a.cmp(b),
-        };
-        match order {
-            Ordering::Less => {
-                let (key, was) = old.next().expect("peeked");
-                out.push((key, Some(was), None));
-            }
-            Ordering::Greater => {
-                let (key, is) = new.next().expect("peeked");
-                out.push((key, None, Some(is)));
-            }
-            Ordering::Equal => {
-                let ((_, was), (key, is)) = (old.next().expect("peeked"), new.next().expect("peeked"));
-                if was != is {
-                    out.push((key, Some(was), Some(is)));
-                }
-            }
-        }
-    }
 }
 
 /// Deletes of every part `stored` has.
