@@ -197,18 +197,27 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
         }
     }
 
-    /// Keeps the entries `keep` accepts, visited in key order. A chunk that keeps all of
-    /// them stays shared.
+    /// Keeps the entries `keep` accepts, each asked once, in key order. A chunk that keeps
+    /// all of them stays shared.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
         let mut c = 0;
         while c < self.chunks.len() {
-            if self.chunks[c].iter().all(|(k, v)| keep(k, v)) {
+            let Some(first) = self.chunks[c].iter().position(|(k, v)| !keep(k, v)) else {
                 c += 1;
                 continue;
-            }
+            };
             let chunk = Arc::make_mut(&mut self.chunks[c]);
             let before = chunk.len();
-            chunk.retain(|(k, v)| keep(k, v));
+            // Those before `first` were kept and `first` was not: the rest are asked now.
+            let mut at = 0;
+            chunk.retain(|(k, v)| {
+                at += 1;
+                match (at - 1).cmp(&first) {
+                    Ordering::Less => true,
+                    Ordering::Equal => false,
+                    Ordering::Greater => keep(k, v),
+                }
+            });
             self.len -= before - chunk.len();
             if chunk.is_empty() {
                 self.chunks.remove(c);
@@ -440,7 +449,12 @@ mod tests {
                 }
             }
             Op::Retain(m) => {
-                map.retain(|k, _| k % m != 0);
+                let mut asked = Vec::new();
+                map.retain(|k, _| {
+                    asked.push(*k);
+                    k % m != 0
+                });
+                assert!(asked.iter().eq(model.keys()), "each entry asked once, in key order");
                 model.retain(|k, _| k % m != 0);
             }
             Op::PopFirst => assert_eq!(map.pop_first(), model.pop_first()),
