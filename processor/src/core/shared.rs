@@ -125,6 +125,30 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
         }
     }
 
+    pub fn get_key_value<Q: Ord + ?Sized>(&self, key: &Q) -> Option<(&K, &V)>
+    where
+        K: Borrow<Q>,
+    {
+        match self.find(key)? {
+            (c, Ok(i)) => Some((&self.chunks[c][i].0, &self.chunks[c][i].1)),
+            _ => None,
+        }
+    }
+
+    /// The entries from `start` on, in key order: a lookup, then a walk.
+    pub fn range_from<Q: Ord + ?Sized>(&self, start: &Q) -> Range<'_, K, V>
+    where
+        K: Borrow<Q>,
+    {
+        let (c, i) = match self.find(start) {
+            Some((c, Ok(i) | Err(i))) => (c, i),
+            None => (self.chunks.len(), 0),
+        };
+        let first = self.chunks.get(c).map_or(&[][..], |chunk| &chunk[i..]);
+        let rest = self.chunks.get(c + 1..).unwrap_or_default();
+        (first.iter().map(pair as Pair<K, V>)).chain(rest.iter().flat_map(chunk_entries as ChunkEntries<K, V>))
+    }
+
     pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
@@ -371,11 +395,18 @@ impl<K: Ord + Clone, V: Clone> FromIterator<(K, V)> for SharedMap<K, V> {
 /// The entries of a [`SharedMap`] in key order.
 pub type Iter<'m, K, V> =
     std::iter::FlatMap<std::slice::Iter<'m, Arc<Vec<(K, V)>>>, Entries<'m, K, V>, ChunkEntries<'m, K, V>>;
-type Entries<'m, K, V> = std::iter::Map<std::slice::Iter<'m, (K, V)>, fn(&'m (K, V)) -> (&'m K, &'m V)>;
+/// The entries of a [`SharedMap`] from a key on ([`SharedMap::range_from`]).
+pub type Range<'m, K, V> = std::iter::Chain<Entries<'m, K, V>, Iter<'m, K, V>>;
+type Entries<'m, K, V> = std::iter::Map<std::slice::Iter<'m, (K, V)>, Pair<'m, K, V>>;
+type Pair<'m, K, V> = fn(&'m (K, V)) -> (&'m K, &'m V);
 type ChunkEntries<'m, K, V> = fn(&'m Arc<Vec<(K, V)>>) -> Entries<'m, K, V>;
 
+fn pair<K, V>((k, v): &(K, V)) -> (&K, &V) {
+    (k, v)
+}
+
 fn chunk_entries<K, V>(chunk: &Arc<Vec<(K, V)>>) -> Entries<'_, K, V> {
-    chunk.iter().map(|(k, v)| (k, v))
+    chunk.iter().map(pair as Pair<K, V>)
 }
 
 impl<'m, K: Ord + Clone, V: Clone> IntoIterator for &'m SharedMap<K, V> {
@@ -467,7 +498,9 @@ mod tests {
         assert!(map.iter().rev().eq(model.iter().rev()));
         for k in 0..400 {
             assert_eq!(map.get(&k), model.get(&k));
+            assert_eq!(map.get_key_value(&k), model.get_key_value(&k));
             assert_eq!(map.contains_key(&k), model.contains_key(&k));
+            assert!(map.range_from(&k).eq(model.range(k..)), "from {k}");
         }
         for pair in map.chunks.windows(2) {
             assert!(

@@ -68,8 +68,7 @@ impl Decider<'_> {
             .iter_mut()
             .filter(|r| !r.passed && !seen.contains_key(r.key.as_str()))
         {
-            let latest = (self.state.sensors.iter())
-                .filter(|(slot, sensor)| sensor.key_in(slot) == result.key)
+            let latest = (self.state.readings_of(&result.key))
                 .filter_map(|(_, sensor)| sensor.scope().map(|scope| (sensor.received_at, scope)))
                 .max();
             if let Some((_, other)) = latest {

@@ -101,6 +101,22 @@ impl PipelineState {
         self.timers.insert(timer.timer.clone(), timer.into());
     }
 
+    /// The readings of sensor `key`, by slot: its undated reading, then those scoped to a
+    /// date. Looked up, not scanned: a key's slots sort together (`key`, then
+    /// `key@<scope>`), so this costs the key's readings, not the pipeline's.
+    pub fn readings_of<'s>(&'s self, key: &'s str) -> impl Iterator<Item = (&'s str, &'s StoredSensor)> + 's {
+        let scoped = format!("{key}@");
+        let slots = (self.sensors.get_key_value(key).into_iter()).chain(
+            self.sensors
+                .range_from(scoped.as_str())
+                .take_while(move |(slot, _)| slot.starts_with(&scoped)),
+        );
+        // A key may hold `@` itself: a slot under the prefix can be another key's.
+        slots
+            .filter(move |(slot, s)| s.key_in(slot) == key)
+            .map(|(slot, s)| (slot.as_str(), &**s))
+    }
+
     /// Whether run `run_id` was requested and no report of its trigger has come back: after
     /// a crash, such a trigger is requested again (with the same idempotency key).
     pub fn awaits_trigger(&self, run_id: &str) -> bool {

@@ -324,20 +324,14 @@ impl Decider<'_> {
     /// timestamped or received on it.
     fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: ExecutionDate) -> bool {
         let tz = config.schedule.timezone;
-        self.state.sensors.iter().any(|(slot, s)| {
-            s.key_in(slot) == sensor_key && super::sensor::execution_date(s, tz, s.received_at) == date
-        })
+        (self.state.readings_of(sensor_key)).any(|(_, s)| super::sensor::execution_date(s, tz, s.received_at) == date)
     }
 
     /// When the reading of `sensor_key` that `date`'s rules see arrived.
     fn readings_received_at(&self, sensor_key: &str, date: ExecutionDate) -> Option<DateTime<Utc>> {
         let (date, day) = (Some(date), Some(date.whole_day()));
-        self.state
-            .sensors
-            .iter()
-            .filter(|(slot, s)| {
-                s.key_in(slot) == sensor_key && (s.scope().is_none() || s.scope() == date || s.scope() == day)
-            })
+        (self.state.readings_of(sensor_key))
+            .filter(|(_, s)| s.scope().is_none() || s.scope() == date || s.scope() == day)
             .map(|(_, s)| s.received_at)
             .max()
     }

@@ -44,9 +44,8 @@ impl Decider<'_> {
         // The cadence goes on from this slot's last reading, else the key's latest elsewhere
         // (a new date's first reading).
         let before = (self.state.sensors.get(&slot).map(|s| &**s)).or_else(|| {
-            (self.state.sensors.iter())
-                .filter(|(s, sensor)| sensor.key_in(s) == reading.key)
-                .map(|(_, sensor)| &**sensor)
+            (self.state.readings_of(&reading.key))
+                .map(|(_, sensor)| sensor)
                 .max_by_key(|sensor| sensor.received_at)
         });
         stored.continue_cadence(before);

@@ -206,6 +206,37 @@ pub(crate) fn pipeline(max_retries: u32) -> Value {
 const RUN1: &str = "gold.stream.2026-11-22.1";
 const RUN2: &str = "gold.stream.2026-11-22.2";
 
+/// A key's readings are looked up by their slots' prefix, not found by scanning every slot:
+/// the lookup must find exactly what a scan by key finds, keys that share a prefix or hold
+/// `@` themselves included.
+#[test]
+fn a_keys_readings_are_those_a_scan_by_key_finds() {
+    let mut state = PipelineState::default();
+    let keys = ["rows", "rows-x", "rows@b", "row", "rowsy"];
+    for (n, key) in keys.iter().enumerate() {
+        for date in [None, chrono::NaiveDate::from_ymd_opt(2026, 11, 20 + n as u32)] {
+            for hour in [None, Some(3)] {
+                let sensor = StoredSensor {
+                    date,
+                    hour: date.and(hour),
+                    received_at: t0() + TimeDelta::minutes(n as i64),
+                    ..StoredSensor::default()
+                };
+                state.sensors.insert(sensor.slot(key), sensor.into());
+            }
+        }
+    }
+    for key in keys.iter().chain(&["rows@", "absent"]) {
+        let scanned: Vec<&str> = (state.sensors.iter())
+            .filter(|(slot, s)| s.key_in(slot) == *key)
+            .map(|(slot, _)| slot.as_str())
+            .collect();
+        let looked_up: Vec<&str> = state.readings_of(key).map(|(slot, _)| slot).collect();
+        assert_eq!(looked_up, scanned, "key {key}");
+    }
+    assert_eq!(state.readings_of("rows").count(), 3, "undated, a day, an hour");
+}
+
 #[test]
 fn happy_path_triggers_once_and_completes() {
     let mut sim = Sim::new();
