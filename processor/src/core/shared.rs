@@ -119,10 +119,7 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        match self.find(key)? {
-            (c, Ok(i)) => Some(&self.chunks[c][i].1),
-            _ => None,
-        }
+        self.get_key_value(key).map(|(_, v)| v)
     }
 
     pub fn get_key_value<Q: Ord + ?Sized>(&self, key: &Q) -> Option<(&K, &V)>
@@ -130,7 +127,7 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
         K: Borrow<Q>,
     {
         match self.find(key)? {
-            (c, Ok(i)) => Some((&self.chunks[c][i].0, &self.chunks[c][i].1)),
+            (c, Ok(i)) => Some(pair(&self.chunks[c][i])),
             _ => None,
         }
     }
