@@ -110,6 +110,10 @@ struct Args {
     /// pipelines, whose runs would hold the local broker's memory).
     #[arg(long)]
     configs_only: bool,
+    /// Pipelines of the timers scenario whose deadlines stay hours away, two timers pending
+    /// each (default 100000, or 500 with --quick), e.g. 500000 for a million timers pending.
+    #[arg(long)]
+    timer_pipelines: Option<usize>,
     /// Scenarios to run (default: all).
     #[arg(value_parser = SCENARIOS)]
     scenarios: Vec<String>,
@@ -1110,6 +1114,9 @@ fn main() -> Result<()> {
     }
     if !args.scale.is_empty() {
         sizes.scale = args.scale.clone();
+    }
+    if let Some(pipelines) = args.timer_pipelines {
+        sizes.timer_pipelines = pipelines;
     }
     if let Some(seconds) = args.steady_seconds {
         sizes.steady_seconds = seconds.max(1);

@@ -27,6 +27,7 @@ use rocksdb::{
     WriteOptions, DB,
 };
 
+use self::cache::RandomCache;
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
@@ -34,6 +35,7 @@ use crate::core::lifecycle::Effect;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
+mod cache;
 pub mod parts;
 
 /// What can go wrong with a partition's store, told apart by whether waiting mends it.
@@ -120,8 +122,8 @@ pub struct PartitionStore {
     path: PathBuf,
     /// Parsed configs by pipeline: a state read whose config JSON is the one a cached config
     /// was parsed from reuses it instead of validating it again (the most expensive part of
-    /// reading a state). Bounded by [`CONFIG_CACHE`].
-    configs: Mutex<HashMap<String, Arc<PipelineConfig>>>,
+    /// reading a state). Bounded by [`CONFIG_CACHE_BYTES`].
+    configs: Mutex<RandomCache<Arc<PipelineConfig>>>,
     /// Decoded states by pipeline, as stored: decoding a state from its parts costs in
     /// proportion to its history, and the loop reads a pipeline's state for every batch
     /// that touches it. Kept in step with every write (see [`StateCache`]).
@@ -152,21 +154,9 @@ pub struct StoredTimer {
     pub kind: TimerKind,
 }
 
-/// Decoded states by pipeline, bounded by an estimate of their size in memory: past
-/// [`STATE_CACHE_BYTES`] it evicts states at random until the new one fits.
-///
-/// At random, not least recently used: the loop visits pipelines in cycles (every hourly
-/// pipeline once an hour, a steady feed round the pipelines), and a cycle longer than the
-/// cache would make LRU miss every time; random eviction keeps about capacity ÷ cycle of
-/// the hits. It also never empties the cache at once, which made every pipeline decode its
-/// whole history in the same few batches (a latency spike each time it filled).
+/// Decoded states by pipeline (see [`RandomCache`]), and how reads were served.
 struct StateCache {
-    states: HashMap<String, CachedState>,
-    /// The cached pipelines, for picking one at random; each state knows its index here.
-    keys: Vec<String>,
-    bytes: usize,
-    budget: usize,
-    rng: fastrand::Rng,
+    states: RandomCache<Stored>,
     reads: StateReads,
 }
 
@@ -177,13 +167,6 @@ pub struct StateReads {
     pub cached: u64,
     /// Decoded from the store's parts (a cost in proportion to the pipeline's history).
     pub decoded: u64,
-}
-
-struct CachedState {
-    stored: Stored,
-    size: usize,
-    /// Where the pipeline is in [`StateCache::keys`].
-    slot: usize,
 }
 
 /// Estimated bytes of decoded state kept per partition by default (`--state-cache-mb`; an
@@ -201,48 +184,23 @@ impl Default for StateCache {
 impl StateCache {
     fn new(budget: usize, rng: fastrand::Rng) -> Self {
         StateCache {
-            states: HashMap::new(),
-            keys: Vec::new(),
-            bytes: 0,
-            budget,
-            rng,
+            states: RandomCache::new(budget, rng),
             reads: StateReads::default(),
         }
     }
 
     fn get(&self, pipeline: &str) -> Option<&Stored> {
-        self.states.get(pipeline).map(|cached| &cached.stored)
+        self.states.get(pipeline)
     }
 
     fn insert(&mut self, pipeline: &str, stored: Stored) {
-        self.remove(pipeline);
         let size = estimated_size(&stored.state);
-        while self.bytes + size > self.budget && !self.keys.is_empty() {
-            let victim = self.keys[self.rng.usize(..self.keys.len())].clone();
-            self.remove(&victim);
-        }
-        self.bytes += size;
-        let slot = self.keys.len();
-        self.keys.push(pipeline.to_string());
-        self.states
-            .insert(pipeline.to_string(), CachedState { stored, size, slot });
+        self.states.insert(pipeline, stored, size);
     }
 
     fn forget(&mut self, pipeline: &[u8]) {
         if let Ok(pipeline) = std::str::from_utf8(pipeline) {
-            self.remove(pipeline);
-        }
-    }
-
-    fn remove(&mut self, pipeline: &str) {
-        let Some(gone) = self.states.remove(pipeline) else {
-            return;
-        };
-        self.bytes -= gone.size;
-        self.keys.swap_remove(gone.slot);
-        // The last key moved into the freed slot.
-        if let Some(moved) = self.keys.get(gone.slot) {
-            self.states.get_mut(moved).expect("every key is cached").slot = gone.slot;
+            self.states.remove(pipeline);
         }
     }
 }
@@ -253,16 +211,24 @@ impl StateCache {
 /// needed since it was read is its JSON ([`HeldExecution`](crate::core::lifecycle::HeldExecution)),
 /// and so is a reading's data no rule read.
 fn estimated_size(state: &PipelineState) -> usize {
-    let config = state.config.as_ref().map_or(0, |c| 3 * c.json().len());
+    let config = state.config.as_deref().map_or(0, config_size);
     let executions: usize = state.executions.values().map(|e| e.estimated_size()).sum();
     let sensors: usize = state.sensors.values().map(|s| 256 + s.data.estimated_size()).sum();
     512 + config + executions + sensors + 256 * state.timers.len()
 }
 
-/// Most parsed configs kept per partition; past it the cache starts over. The state cache
-/// holds the configs of the states it keeps; this one saves parsing a config again when a
-/// state is decoded after it left that cache.
-const CONFIG_CACHE: usize = 10_000;
+/// A rough size of a parsed config in memory: its text and the typed view, about twice the
+/// text.
+fn config_size(config: &PipelineConfig) -> usize {
+    3 * config.json().len()
+}
+
+/// Estimated bytes of parsed configs kept per partition. The state cache holds the configs
+/// of the states it keeps; this one saves parsing a config again when a state is decoded
+/// after it left that cache. It was 10,000 configs whatever their size, and emptied when
+/// full: with 100,000 pipelines, 79 MB of an instance's 401 MB heap (heaptrack), and a
+/// cycle through more pipelines than it held found none of them.
+const CONFIG_CACHE_BYTES: usize = 8 << 20;
 
 fn config_key(pipeline: &str) -> Vec<u8> {
     [b"f/".as_slice(), pipeline.as_bytes()].concat()
@@ -445,11 +411,9 @@ fn options() -> Options {
     options
 }
 
-fn remember(cache: &mut HashMap<String, Arc<PipelineConfig>>, pipeline: &str, config: Arc<PipelineConfig>) {
-    if cache.len() >= CONFIG_CACHE && !cache.contains_key(pipeline) {
-        cache.clear();
-    }
-    cache.insert(pipeline.to_string(), config);
+fn remember(cache: &mut RandomCache<Arc<PipelineConfig>>, pipeline: &str, config: Arc<PipelineConfig>) {
+    let size = config_size(&config);
+    cache.insert(pipeline, config, size);
 }
 
 impl PartitionStore {
@@ -471,7 +435,7 @@ impl PartitionStore {
         Ok(PartitionStore {
             db,
             path,
-            configs: Mutex::default(),
+            configs: Mutex::new(RandomCache::new(CONFIG_CACHE_BYTES, fastrand::Rng::new())),
             states: Mutex::default(),
             applied,
         })
@@ -580,8 +544,10 @@ impl PartitionStore {
     /// Whether `config` is the one stored for `pipeline` (as read or written by this
     /// process): if so a state write need not write it again.
     pub fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
-        let cache = self.configs.lock().expect("config cache");
-        cache.get(pipeline).is_some_and(|held| Arc::ptr_eq(held, config))
+        let held = |c: Option<&Arc<PipelineConfig>>| c.is_some_and(|held| Arc::ptr_eq(held, config));
+        // A cached state is as stored, its config included (both caches follow every write).
+        held(self.configs.lock().expect("config cache").get(pipeline))
+            || held((self.states.lock().expect("state cache").get(pipeline)).and_then(|s| s.state.config.as_ref()))
     }
 
     /// Notes that `config` is being stored for `pipeline`.
@@ -750,7 +716,8 @@ impl PartitionStore {
         }
         self.db.write(batch).map_err(clearing())?;
         self.applied.clear();
-        *self.states.lock().expect("state cache") = StateCache::default();
+        self.states.lock().expect("state cache").states.clear();
+        self.configs.lock().expect("config cache").clear();
         Ok(())
     }
 
@@ -846,71 +813,6 @@ mod tests {
     use super::*;
     use crate::core::lifecycle::PendingTimer;
 
-    fn stored() -> Stored {
-        Stored {
-            state: Arc::default(),
-            in_parts: true,
-        }
-    }
-
-    /// The cache's own account of itself, checked against what it holds.
-    fn consistent(cache: &StateCache) {
-        assert_eq!(cache.keys.len(), cache.states.len());
-        for (slot, key) in cache.keys.iter().enumerate() {
-            assert_eq!(cache.states[key].slot, slot, "{key} knows its slot");
-        }
-        assert_eq!(cache.bytes, cache.states.values().map(|c| c.size).sum::<usize>());
-        assert!(cache.bytes <= cache.budget);
-    }
-
-    #[test]
-    fn a_full_state_cache_lets_go_of_one_state_at_a_time() {
-        let size = estimated_size(&PipelineState::default());
-        let mut cache = StateCache::new(10 * size, fastrand::Rng::with_seed(7));
-        for i in 0..10 {
-            cache.insert(&format!("p{i}"), stored());
-        }
-        consistent(&cache);
-        assert_eq!(cache.states.len(), 10, "ten fit");
-        // Past the budget, one goes for each that comes: never the whole cache at once.
-        for i in 10..1_000 {
-            cache.insert(&format!("p{i}"), stored());
-            consistent(&cache);
-            assert_eq!(cache.states.len(), 10);
-            assert!(cache.get(&format!("p{i}")).is_some(), "the newest is kept");
-        }
-        // Writing a cached pipeline again replaces it rather than counting it twice.
-        let kept = cache.keys[3].clone();
-        cache.insert(&kept, stored());
-        consistent(&cache);
-        assert_eq!(cache.states.len(), 10);
-        cache.forget(kept.as_bytes());
-        consistent(&cache);
-        assert!(cache.get(&kept).is_none());
-        assert_eq!(cache.states.len(), 9);
-    }
-
-    #[test]
-    fn a_state_cache_cycled_through_keeps_some_hits() {
-        // 100 pipelines visited in turn through a cache with room for 50: random eviction
-        // keeps some of each cycle (least-recently-used, and emptying when full, keep none).
-        let size = estimated_size(&PipelineState::default());
-        let mut cache = StateCache::new(50 * size, fastrand::Rng::with_seed(11));
-        let mut hits = 0;
-        for round in 0..20 {
-            for i in 0..100 {
-                let pipeline = format!("p{i}");
-                if cache.get(&pipeline).is_some() {
-                    hits += usize::from(round > 0);
-                } else {
-                    cache.insert(&pipeline, stored());
-                }
-            }
-        }
-        consistent(&cache);
-        assert!(hits > 19 * 100 / 5, "{hits} hits of 1900 visits after the first round");
-    }
-
     #[test]
     fn a_batch_writes_each_key_once_with_its_last_value() {
         let mut batch = StoreBatch::default();
@@ -946,20 +848,30 @@ mod tests {
         assert!(store.timers().unwrap().is_empty());
     }
 
-    #[test]
-    fn configs_are_stored_apart_once_and_parsed_once() {
-        let dir = tempfile::tempdir().unwrap();
+    fn test_config(id: &str, description: &str) -> Arc<PipelineConfig> {
         let raw = serde_json::json!({
-            "pipeline": {"id": "p1", "owner": "team"},
+            "pipeline": {"id": id, "owner": "team", "description": description},
             "schedule": {"trigger": {"key": "k", "check": "exists", "field": "x"}},
             "validation": {"trigger": "ALL", "rules": [{"key": "k", "check": "exists", "field": "x"}]},
             "job": {"type": "command", "config": {"command": "true"}}
         });
-        let config = Arc::new(crate::core::config::PipelineConfig::from_json(&raw).unwrap().config);
+        Arc::new(PipelineConfig::from_json(&raw).unwrap().config)
+    }
+
+    /// A config and a state that holds it.
+    fn configured(id: &str) -> (Arc<PipelineConfig>, PipelineState) {
+        let config = test_config(id, "");
         let state = PipelineState {
             config: Some(config.clone()),
             ..PipelineState::default()
         };
+        (config, state)
+    }
+
+    #[test]
+    fn configs_are_stored_apart_once_and_parsed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, state) = configured("p1");
         let mut store = PartitionStore::open(dir.path(), 0).unwrap();
         assert!(!store.holds_config("p1", &config));
         let mut batch = StoreBatch::default();
@@ -991,6 +903,38 @@ mod tests {
         batch.delete_pipeline("p1", &state);
         store.write(batch).unwrap();
         assert!(store.db.get(b"f/p1").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_config_a_cached_state_holds_is_known_stored_after_the_config_cache_let_it_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, state) = configured("p1");
+        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p1", &state, true).unwrap();
+        store.write(batch).unwrap();
+        store.config_written("p1", &config);
+        store.remember("p1", Arc::new(state.clone()));
+        store.configs.lock().unwrap().clear();
+        assert!(store.holds_config("p1", &config), "the cached state says it is stored");
+        // Once the state cache lets go too, the config is written again: never assumed.
+        let mut batch = StoreBatch::default();
+        batch.put_pipeline("p1", &state, false).unwrap();
+        store.write(batch).unwrap();
+        assert!(!store.holds_config("p1", &config));
+    }
+
+    #[test]
+    fn the_config_cache_keeps_to_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        let config = |i: usize| test_config(&format!("p{i}"), &"x".repeat(4096));
+        let one = config_size(&config(0));
+        for i in 0..2 * CONFIG_CACHE_BYTES / one {
+            store.config_written(&format!("p{i}"), &config(i));
+        }
+        let held = store.configs.lock().unwrap().len();
+        assert_eq!(held, CONFIG_CACHE_BYTES / one, "as many as fit, never emptied at once");
     }
 
     #[test]
