@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, Subcommand, ValueEnum};
 use futures::FutureExt;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -64,13 +64,11 @@ pub enum EventsCommand {
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
-    let consumer: BaseConsumer = kafka
-        .config(kafka::Role::Consumer)
+    let mut consumer = kafka.config(kafka::Role::Consumer);
+    consumer
         .set("group.id", "sluice-events-tail")
-        .set("enable.auto.commit", "false")
-        .create()
-        .context("creating consumer")?;
-    let consumer = kafka::Reader::new(consumer, kafka.quirks());
+        .set("enable.auto.commit", "false");
+    let consumer = kafka::Reader::create(&consumer, kafka.quirks()).context("creating consumer")?;
     let topic = topics.events.as_str();
     let counts = kafka::partition_counts(consumer.client(), &[topic])?;
     let partitions = counts[0].1 as i32;
@@ -177,8 +175,8 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
 }
 
 /// Per partition, the first offset whose record is at or after `time` (`None`: none yet).
-pub(crate) fn offsets_at(
-    consumer: &BaseConsumer,
+pub(crate) fn offsets_at<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     topic: &str,
     partitions: i32,
     time: DateTime<Utc>,

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -192,7 +192,7 @@ fn first_offsets_at(
 }
 
 /// Refuses to reset a group with members: a running processor would overwrite the reset.
-fn ensure_stopped(consumer: &BaseConsumer, group: &str) -> Result<()> {
+fn ensure_stopped<C: ConsumerContext>(consumer: &BaseConsumer<C>, group: &str) -> Result<()> {
     let groups = tokio::task::block_in_place(|| consumer.fetch_group_list(Some(group), kafka::METADATA_TIMEOUT))
         .with_context(|| format!("asking the broker about group {group}"))?;
     if let Some(g) = groups.groups().iter().find(|g| g.name() == group) {

@@ -909,27 +909,48 @@ pub fn read_span(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage
 
 /// A consumer for reading history: assigned partitions, no group offsets committed.
 pub fn reader(kafka: &Connection, name: &str) -> Result<Reader> {
-    let consumer = kafka
-        .config(Role::Consumer)
-        .set("group.id", name)
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .context("creating Kafka consumer")?;
-    Ok(Reader::new(consumer, kafka.quirks()))
+    Reader::create(
+        kafka
+            .config(Role::Consumer)
+            .set("group.id", name)
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", "read_committed"),
+        kafka.quirks(),
+    )
+    .context("creating Kafka consumer")
 }
 
 /// A consumer that reads partitions' history, knowing where a partition's history starts
 /// on its broker ([`Reader::range`]). It is the consumer otherwise (`Deref`).
 pub struct Reader {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Reading>,
     quirks: Quirks,
 }
 
+/// A reader's librdkafka context: errors are logged as every client's are, except a
+/// partition's end. A reader that asks to be told of it (`enable.partition.eof`) gets it
+/// from `poll`, and librdkafka reports it as a client error too: an ERROR line for each
+/// input topic every time a partition was opened.
+pub struct Reading;
+
+impl ClientContext for Reading {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PartitionEOF) => tracing::debug!("librdkafka: {error}: {reason}"),
+            _ => tracing::error!("librdkafka: {error}: {reason}"),
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Reading {}
+
 impl Reader {
-    pub fn new(consumer: BaseConsumer, quirks: Quirks) -> Reader {
-        Reader { consumer, quirks }
+    pub fn create(config: &ClientConfig, quirks: Quirks) -> rdkafka::error::KafkaResult<Reader> {
+        Ok(Reader {
+            consumer: config.create_with_context(Reading)?,
+            quirks,
+        })
     }
 
     /// Where `topic`'s partition `p` starts and where it ends: its low and high watermarks,
@@ -951,9 +972,9 @@ impl Quirks {
 }
 
 impl std::ops::Deref for Reader {
-    type Target = BaseConsumer;
+    type Target = BaseConsumer<Reading>;
 
-    fn deref(&self) -> &BaseConsumer {
+    fn deref(&self) -> &BaseConsumer<Reading> {
         &self.consumer
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
@@ -205,27 +205,28 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 
 /// A reader that reports reaching a partition's end, for [`holds`].
 fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<kafka::Reader> {
-    let consumer = kafka
-        .config(kafka::Role::Consumer)
-        .set("group.id", "sluice-restore")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "error")
-        // The end is told by a fetch that comes back empty, which the broker holds this
-        // long: librdkafka's default (500 ms) for each input topic was half of a restore of
-        // 100,000 pipelines (2.5 s between the changelog read and the partition opened).
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .context("creating the input tail reader")?;
-    Ok(kafka::Reader::new(consumer, kafka.quirks()))
+    kafka::Reader::create(
+        kafka
+            .config(kafka::Role::Consumer)
+            .set("group.id", "sluice-restore")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "error")
+            // The end is told by a fetch that comes back empty, which the broker holds this
+            // long: librdkafka's default (500 ms) for each input topic was half of a restore of
+            // 100,000 pipelines (2.5 s between the changelog read and the partition opened).
+            .set("fetch.wait.max.ms", "10"),
+        kafka.quirks(),
+    )
+    .context("creating the input tail reader")
 }
 
 /// Whether `topic`'s partition `p` holds a record at `offset` or after, read from its last
 /// record (`end` - 1, or `low`) on: `false` once the reader reaches the partition's end
 /// without one; an error (retried) when the broker does not answer. Reading, not the
 /// watermark alone, decides: tansu 0.6 reports the end of a multi-record batch short.
-fn holds(reader: &BaseConsumer, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> anyhow::Result<bool> {
+fn holds(reader: &kafka::Reader, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> anyhow::Result<bool> {
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, p, Offset::Offset((end - 1).max(low)))?;
     reader.assign(&list).context("assigning the input partition")?;
