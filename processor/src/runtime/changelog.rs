@@ -133,15 +133,11 @@ pub fn batch_of(message: &impl Message) -> Option<&[u8]> {
 
 /// A reader of changelog partitions it is assigned (no group membership, no commits).
 fn reader(kafka: &Connection) -> Result<kafka::Reader> {
+    // A checkpoint beyond the end means the changelog was recreated: say so, do not skip
+    // (the start out of range is an error).
     kafka::Reader::create(
-        kafka
-            .config(kafka::Role::Consumer)
-            .set("group.id", "sluice-restore")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
+        kafka::restore_reader(kafka)
             .set("enable.partition.eof", "false")
-            // A checkpoint beyond the end means the changelog was recreated: say so, do not skip.
-            .set("auto.offset.reset", "error")
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100"),
         kafka.quirks(),

@@ -921,6 +921,19 @@ pub fn reader(kafka: &Connection, name: &str) -> Result<Reader> {
     .context("creating Kafka consumer")
 }
 
+/// The settings of a reader of partitions it is assigned that never commits, as opening a
+/// partition reads its changelog and its inputs' ends: no group membership, no offsets
+/// stored, and a start out of range an error, never a jump.
+pub fn restore_reader(kafka: &Connection) -> ClientConfig {
+    let mut config = kafka.config(Role::Consumer);
+    config
+        .set("group.id", "sluice-restore")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error");
+    config
+}
+
 /// A consumer that reads partitions' history, knowing where a partition's history starts
 /// on its broker ([`Reader::range`]). It is the consumer otherwise (`Deref`).
 pub struct Reader {

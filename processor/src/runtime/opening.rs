@@ -206,13 +206,8 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 /// A reader that reports reaching a partition's end, for [`holds`].
 fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<kafka::Reader> {
     kafka::Reader::create(
-        kafka
-            .config(kafka::Role::Consumer)
-            .set("group.id", "sluice-restore")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
+        kafka::restore_reader(kafka)
             .set("enable.partition.eof", "true")
-            .set("auto.offset.reset", "error")
             // The end is told by a fetch that comes back empty, which the broker holds this
             // long: librdkafka's default (500 ms) for each input topic was half of a restore of
             // 100,000 pipelines (2.5 s between the changelog read and the partition opened).
