@@ -64,11 +64,14 @@ pub enum EventsCommand {
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailArgs) -> Result<ExitCode> {
-    let mut consumer = kafka.config(kafka::Role::Consumer);
-    consumer
-        .set("group.id", "sluice-events-tail")
-        .set("enable.auto.commit", "false");
-    let consumer = kafka::Reader::create(&consumer, kafka.quirks()).context("creating consumer")?;
+    let consumer = kafka::Reader::create(
+        kafka
+            .config(kafka::Role::Consumer)
+            .set("group.id", "sluice-events-tail")
+            .set("enable.auto.commit", "false"),
+        kafka.quirks(),
+    )
+    .context("creating consumer")?;
     let topic = topics.events.as_str();
     let counts = kafka::partition_counts(consumer.client(), &[topic])?;
     let partitions = counts[0].1 as i32;

@@ -996,6 +996,43 @@ impl std::ops::Deref for Reader {
 mod tests {
     use super::*;
 
+    /// A reader's partition end, which `poll` reports to it, is logged at debug; any other
+    /// client error still at error.
+    #[test]
+    fn a_readers_partition_end_is_not_logged_as_an_error() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            Reading.error(KafkaError::Global(RDKafkaErrorCode::PartitionEOF), "reached the end");
+            Reading.error(KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "all brokers down");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let line = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(line("reached the end").contains("DEBUG"), "{text}");
+        assert!(line("all brokers down").contains("ERROR"), "{text}");
+    }
+
     fn props(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }

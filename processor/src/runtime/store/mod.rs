@@ -928,10 +928,11 @@ mod tests {
     fn the_config_cache_keeps_to_its_budget() {
         let dir = tempfile::tempdir().unwrap();
         let store = PartitionStore::open(dir.path(), 0).unwrap();
-        let config = |i: usize| test_config(&format!("p{i}"), &"x".repeat(4096));
+        // Ids of one length: every config the same size, so the count that fits is exact.
+        let config = |i: usize| test_config(&format!("p{i:06}"), &"x".repeat(4096));
         let one = config_size(&config(0));
         for i in 0..2 * CONFIG_CACHE_BYTES / one {
-            store.config_written(&format!("p{i}"), &config(i));
+            store.config_written(&format!("p{i:06}"), &config(i));
         }
         let held = store.configs.lock().unwrap().len();
         assert_eq!(held, CONFIG_CACHE_BYTES / one, "as many as fit, never emptied at once");
