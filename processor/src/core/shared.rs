@@ -169,21 +169,36 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
         let c = match self.chunk_of(&key) {
             Some(c) => c,
             None if self.chunks.is_empty() => {
-                self.chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+                // Grown as entries come: most states hold a few executions and readings, and a
+                // chunk made for 64 was most of a cached state's memory.
+                self.chunks.push(Arc::new(Vec::new()));
                 0
             }
             None => self.chunks.len() - 1,
         };
         let chunk = Arc::make_mut(&mut self.chunks[c]);
-        match chunk.binary_search_by(|(k, _)| k.cmp(&key)) {
+        let i = match chunk.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(i) => return Some(std::mem::replace(&mut chunk[i].1, value)),
-            Err(i) => chunk.insert(i, (key, value)),
-        }
+            Err(i) => i,
+        };
         self.len += 1;
-        if chunk.len() > CHUNK {
-            let upper = chunk.split_off(chunk.len() / 2);
-            self.chunks.insert(c + 1, Arc::new(upper));
+        if chunk.len() < CHUNK {
+            if chunk.len() == chunk.capacity() {
+                // Doubling, but never past a full chunk (a chunk copied on write is exact).
+                let grown = (2 * chunk.len()).clamp(4, CHUNK);
+                chunk.reserve_exact(grown - chunk.len());
+            }
+            chunk.insert(i, (key, value));
+            return None;
         }
+        // Full: split before inserting, so no chunk's allocation grows past CHUNK entries.
+        let half = CHUNK / 2;
+        let mut upper = chunk.split_off(half);
+        match i <= half {
+            true => chunk.insert(i, (key, value)),
+            false => upper.insert(i - half, (key, value)),
+        }
+        self.chunks.insert(c + 1, Arc::new(upper));
         None
     }
 
@@ -506,6 +521,10 @@ mod tests {
             );
         }
         assert!(map.chunks.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
+        assert!(
+            map.chunks.iter().all(|c| c.capacity() <= CHUNK),
+            "no chunk allocates past a full one"
+        );
     }
 
     proptest! {
@@ -540,6 +559,20 @@ mod tests {
             let read: SharedMap<u16, u32> = serde_json::from_str(&json).unwrap();
             same(&read, &model);
         }
+    }
+
+    /// Most states hold a few executions and readings: their maps allocate for those, not
+    /// for a full chunk each.
+    #[test]
+    fn a_small_map_allocates_for_what_it_holds() {
+        let mut map: SharedMap<u32, u32> = SharedMap::new();
+        map.insert(1, 1);
+        assert!(map.chunks[0].capacity() <= 4, "{}", map.chunks[0].capacity());
+        for k in 2..=CHUNK as u32 {
+            map.insert(k, k);
+        }
+        assert_eq!(map.chunks.len(), 1);
+        assert_eq!(map.chunks[0].capacity(), CHUNK, "grown to a full chunk, not past it");
     }
 
     /// What sharing buys: a copy shares every chunk, a change copies one, and telling what

@@ -295,43 +295,25 @@ pub struct DueTimer {
     pub kind: TimerKind,
 }
 
+/// A pipeline's pending timers, ordered by (due, kind): the first is the next to fire.
+type PipelineTimers = Vec<(DateTime<Utc>, TimerKind)>;
+
 /// The pending timers across partitions: what the runtime's partition stores hold, or what a
-/// replay has armed. Ordered by (due, partition, pipeline, kind), so timers due at the same
-/// moment always fire in the same order.
+/// replay has armed. They fire in (due, partition, pipeline, kind) order, so timers due at
+/// the same moment always fire in the same order.
 ///
-/// Both indexes share one allocation per timer, its [`Name`]: an instance may hold millions
-/// of timers, and each index keeping its own copy of the strings doubled what they cost.
+/// An instance may hold millions of timers, so they are kept by pipeline: each pipeline's
+/// name once, its timers in a short list earliest first, and only its earliest in the order
+/// of what fires next. One entry per timer in two maps, each naming its pipeline and kind,
+/// cost about 325 bytes a timer (heaptrack: 97 MB of 342 with 100,000 pipelines); this about
+/// half.
 #[derive(Default)]
 pub struct TimerIndex {
-    by_due: BTreeSet<(DateTime<Utc>, Arc<Name>)>,
-    by_name: HashMap<Arc<Name>, DateTime<Utc>>,
-}
-
-/// What names a pending timer: setting the same name again moves it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Name {
-    partition: i32,
-    pipeline: Box<str>,
-    kind: TimerKind,
-}
-
-impl Name {
-    fn new(partition: i32, pipeline: &str, kind: &TimerKind) -> Name {
-        Name {
-            partition,
-            pipeline: pipeline.into(),
-            kind: kind.clone(),
-        }
-    }
-
-    fn due(self, at: DateTime<Utc>) -> DueTimer {
-        DueTimer {
-            at,
-            partition: self.partition,
-            pipeline: self.pipeline.into(),
-            kind: self.kind,
-        }
-    }
+    /// By partition, then pipeline: its pending timers.
+    partitions: HashMap<i32, HashMap<Arc<str>, PipelineTimers>>,
+    /// Each pipeline's earliest timer: when it is due, and whose.
+    next: BTreeSet<(DateTime<Utc>, i32, Arc<str>)>,
+    len: usize,
 }
 
 impl TimerIndex {
@@ -343,12 +325,23 @@ impl TimerIndex {
         kind: &TimerKind,
         at: DateTime<Utc>,
     ) -> Option<DateTime<Utc>> {
-        let name = Arc::new(Name::new(partition, pipeline, kind));
-        let previous = self.by_name.insert(name.clone(), at);
-        if let Some(previous) = previous {
-            self.by_due.remove(&(previous, name.clone()));
-        }
-        self.by_due.insert((at, name));
+        let pipelines = self.partitions.entry(partition).or_default();
+        let name = match pipelines.get_key_value(pipeline) {
+            Some((name, _)) => name.clone(),
+            None => {
+                let name: Arc<str> = pipeline.into();
+                pipelines.insert(name.clone(), Vec::new());
+                name
+            }
+        };
+        let timers = pipelines.get_mut(pipeline).expect("inserted above");
+        let earliest = timers.first().map(|(at, _)| *at);
+        let previous = (timers.iter().position(|(_, k)| k == kind)).map(|i| timers.remove(i).0);
+        let i = timers.partition_point(|(a, k)| (a, k) < (&at, kind));
+        timers.insert(i, (at, kind.clone()));
+        let now_earliest = timers.first().map(|(at, _)| *at);
+        self.len += usize::from(previous.is_none());
+        self.moved(partition, name, earliest, now_earliest);
         previous
     }
 
@@ -369,29 +362,82 @@ impl TimerIndex {
 
     /// Removes a timer; returns its due time if it was set.
     pub fn cancel(&mut self, partition: i32, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
-        let (name, at) = self.by_name.remove_entry(&Name::new(partition, pipeline, kind))?;
-        self.by_due.remove(&(at, name));
+        let pipelines = self.partitions.get_mut(&partition)?;
+        let (name, timers) = pipelines.get_key_value(pipeline)?;
+        let (name, i) = (name.clone(), timers.iter().position(|(_, k)| k == kind)?);
+        let timers = pipelines.get_mut(pipeline).expect("found above");
+        let earliest = timers.first().map(|(at, _)| *at);
+        let (at, _) = timers.remove(i);
+        let now_earliest = timers.first().map(|(at, _)| *at);
+        if timers.is_empty() {
+            pipelines.remove(pipeline);
+        }
+        self.len -= 1;
+        self.moved(partition, name, earliest, now_earliest);
         Some(at)
     }
 
+    /// A pipeline's earliest timer moved from `was` to `is`: so does its place in `next`.
+    fn moved(&mut self, partition: i32, name: Arc<str>, was: Option<DateTime<Utc>>, is: Option<DateTime<Utc>>) {
+        if was == is {
+            return;
+        }
+        if let Some(was) = was {
+            self.next.remove(&(was, partition, name.clone()));
+        }
+        if let Some(is) = is {
+            self.next.insert((is, partition, name));
+        }
+    }
+
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
-        self.by_due.first().map(|(at, _)| *at)
+        self.next.first().map(|(at, ..)| *at)
     }
 
     /// Every pending timer, earliest first.
     pub fn iter(&self) -> impl Iterator<Item = DueTimer> + '_ {
-        (self.by_due.iter()).map(|(at, name)| Name::clone(name).due(*at))
+        let mut all: Vec<DueTimer> = (self.partitions.iter())
+            .flat_map(|(p, pipelines)| {
+                pipelines.iter().flat_map(move |(name, timers)| {
+                    timers.iter().map(move |(at, kind)| DueTimer {
+                        at: *at,
+                        partition: *p,
+                        pipeline: name.to_string(),
+                        kind: kind.clone(),
+                    })
+                })
+            })
+            .collect();
+        all.sort_unstable();
+        all.into_iter()
     }
 
-    /// Removes and returns every timer due at or before `now`, earliest first.
+    /// Removes and returns every timer due at or before `now`, earliest first, at most
+    /// `limit`.
     pub fn pop_due(&mut self, now: DateTime<Utc>, limit: usize) -> Vec<DueTimer> {
         let mut due = Vec::new();
         while due.len() < limit {
-            match self.by_due.first() {
-                Some((at, _)) if *at <= now => {
-                    let (at, name) = self.by_due.pop_first().expect("first exists");
-                    self.by_name.remove(&name);
-                    due.push(Arc::unwrap_or_clone(name).due(at));
+            match self.next.first() {
+                Some((at, ..)) if *at <= now => {
+                    let (at, partition, name) = self.next.pop_first().expect("first exists");
+                    let pipelines = self.partitions.get_mut(&partition).expect("indexed");
+                    let timers = pipelines.get_mut(&*name).expect("indexed");
+                    let (_, kind) = timers.remove(0);
+                    match timers.first() {
+                        Some((next, _)) => {
+                            self.next.insert((*next, partition, name.clone()));
+                        }
+                        None => {
+                            pipelines.remove(&*name);
+                        }
+                    }
+                    self.len -= 1;
+                    due.push(DueTimer {
+                        at,
+                        partition,
+                        pipeline: name.to_string(),
+                        kind,
+                    });
                 }
                 _ => break,
             }
@@ -401,16 +447,18 @@ impl TimerIndex {
 
     /// Forgets the timers of a partition this instance no longer owns.
     pub fn drop_partition(&mut self, partition: i32) {
-        self.by_due.retain(|(_, name)| name.partition != partition);
-        self.by_name.retain(|name, _| name.partition != partition);
+        if let Some(pipelines) = self.partitions.remove(&partition) {
+            self.len -= pipelines.values().map(Vec::len).sum::<usize>();
+            self.next.retain(|(_, p, _)| *p != partition);
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.by_due.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_due.is_empty()
+        self.len == 0
     }
 }
 
@@ -423,6 +471,10 @@ impl fmt::Debug for TimerIndex {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
     use super::*;
     use crate::core::execution::id;
 
@@ -544,6 +596,72 @@ mod tests {
     fn kind(d: &str) -> TimerKind {
         TimerKind::Evaluate {
             execution: crate::core::execution::id("stream", d),
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(i32, u8, u8, i64),
+        Cancel(i32, u8, u8),
+        Pop(i64, usize),
+        Drop(i32),
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let op = prop_oneof![
+            4 => (0..3i32, 0..4u8, 0..4u8, 0..20i64).prop_map(|(p, n, k, at)| Op::Set(p, n, k, at)),
+            2 => (0..3i32, 0..4u8, 0..4u8).prop_map(|(p, n, k)| Op::Cancel(p, n, k)),
+            1 => (0..20i64, 1..4usize).prop_map(|(now, limit)| Op::Pop(now, limit)),
+            1 => (0..3i32).prop_map(Op::Drop),
+        ];
+        proptest::collection::vec(op, 0..80)
+    }
+
+    proptest! {
+        /// The index answers as a map of every timer by its name, fired in (due, partition,
+        /// pipeline, kind) order, does: the order timers fire in is part of a replay's output.
+        #[test]
+        fn the_index_fires_in_the_order_a_map_of_every_timer_would(ops in ops()) {
+            let t = |s| DateTime::from_timestamp(s, 0).unwrap();
+            let kind = |k: u8| self::kind(&format!("2026-11-2{k}"));
+            let name = |n: u8| format!("p{n}");
+            let mut index = TimerIndex::default();
+            let mut model: BTreeMap<(i32, String, TimerKind), DateTime<Utc>> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Set(p, n, k, at) => prop_assert_eq!(
+                        index.set(p, &name(n), &kind(k), t(at)),
+                        model.insert((p, name(n), kind(k)), t(at))
+                    ),
+                    Op::Cancel(p, n, k) => prop_assert_eq!(
+                        index.cancel(p, &name(n), &kind(k)),
+                        model.remove(&(p, name(n), kind(k)))
+                    ),
+                    Op::Pop(now, limit) => {
+                        let mut due: Vec<DueTimer> = (model.iter())
+                            .filter(|(_, at)| **at <= t(now))
+                            .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.clone(), kind: k.clone() })
+                            .collect();
+                        due.sort();
+                        due.truncate(limit);
+                        for d in &due {
+                            model.remove(&(d.partition, d.pipeline.clone(), d.kind.clone()));
+                        }
+                        prop_assert_eq!(index.pop_due(t(now), limit), due);
+                    }
+                    Op::Drop(p) => {
+                        index.drop_partition(p);
+                        model.retain(|(q, ..), _| *q != p);
+                    }
+                }
+                prop_assert_eq!(index.len(), model.len());
+                prop_assert_eq!(index.next_due(), model.values().min().copied());
+                let mut all: Vec<DueTimer> = (model.iter())
+                    .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.clone(), kind: k.clone() })
+                    .collect();
+                all.sort();
+                prop_assert_eq!(index.iter().collect::<Vec<_>>(), all);
+            }
         }
     }
 

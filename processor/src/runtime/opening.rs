@@ -237,6 +237,20 @@ fn holds(reader: &kafka::Reader, topic: &str, p: i32, (low, end): (i64, i64), of
     bail!("{topic} partition {p}: its end not reached in {CONFIRM_WITHIN:?}, to tell whether the state (applied up to offset {offset}) is ahead of the topic")
 }
 
+/// What [`scan`] reads: the store back, its journaled triggers and its pending timers.
+type Scanned = Result<(PartitionStore, Vec<(String, Effect)>, Vec<StoredTimer>)>;
+
+/// Reads the journaled triggers and the pending timers of a restored store, off the
+/// runtime's threads: with 100,000 pipelines, half a second of each partition's opening,
+/// which the inputs' check and the acceptance wait on the broker beside.
+fn scan(store: PartitionStore) -> tokio::task::JoinHandle<Scanned> {
+    tokio::task::spawn_blocking(move || {
+        let journaled = store.effects()?;
+        let timers = store.timers()?;
+        Ok((store, journaled, timers))
+    })
+}
+
 /// One partition's opening, run as a task.
 struct Opening {
     settings: Arc<Settings>,
@@ -255,16 +269,26 @@ impl Opening {
         // told from any earlier owner's by its epoch (see core::changelog).
         let (key, value) = changelog::fence(&self.settings.instance, self.settings.clock.now());
         let fence = self.write_control(&key, &value).await?;
-        let (mut store, mut restored) = self.restore(store, fence).await?;
+        // The input tail reader connects while the changelog is read (the restore waits on
+        // the broker): a client's start was a third of a second after each restore.
+        let warming = self.warm_tail_reader();
+        let (store, mut restored) = self.restore(store, fence).await?;
+        let warm = std::sync::Mutex::new(warming.await.ok().and_then(|r| r.ok()));
         let applied: Vec<(String, i64)> = (self.settings.topics.inputs().iter())
             .filter_map(|t| Some((t.to_string(), store.applied_offset(t)?)))
             .collect();
+        // The journaled triggers and timers are read meanwhile (nothing below writes them).
+        let scanning = scan(store);
         let jobs_end = self
-            .retrying("checking the inputs against the state", || self.check_inputs(&applied))
+            .retrying("checking the inputs against the state", || {
+                let reader = warm.lock().expect("not poisoned").take();
+                self.check_inputs(&applied, reader)
+            })
             .await?;
         // Which of the previous epoch's batches count, before any batch of this one.
         let (key, value) = changelog::acceptance(restored.lineage);
         let accepted = self.write_control(&key, &value).await?;
+        let (mut store, journaled, timers) = scanning.await.context("reading the journaled triggers and timers")??;
         let mut writer = Writer::fenced_at(fence);
         // Another owner may have opened the partition after this one's fence (this process
         // was paused meanwhile): its fence, between this one's and the acceptance, is seen
@@ -300,8 +324,6 @@ impl Opening {
             start.set_repairs(keys);
         }
         store.write(start)?;
-        let journaled = store.effects()?;
-        let timers = store.timers()?;
         Ok(Opened {
             store,
             restored,
@@ -369,12 +391,27 @@ impl Opening {
         }
     }
 
-    /// Checks that no input partition ends before what the store applied of it (see
-    /// [`InputAhead`]); returns where the jobs topic's partition ends now.
-    async fn check_inputs(&self, applied: &[(String, i64)]) -> Result<i64> {
-        let (settings, applied, p) = (self.settings.clone(), applied.to_vec(), self.partition);
+    /// A tail reader connected to the broker (the jobs topic's end asked once), for
+    /// [`Self::check_inputs`]; `Err` leaves the check to make its own.
+    fn warm_tail_reader(&self) -> tokio::task::JoinHandle<anyhow::Result<kafka::Reader>> {
+        let (settings, p) = (self.settings.clone(), self.partition);
         tokio::task::spawn_blocking(move || {
             let reader = tail_reader(&settings.kafka)?;
+            reader.range(&settings.topics.jobs, p)?;
+            Ok(reader)
+        })
+    }
+
+    /// Checks that no input partition ends before what the store applied of it (see
+    /// [`InputAhead`]); returns where the jobs topic's partition ends now. Reads with
+    /// `reader` if given, else with a new one.
+    async fn check_inputs(&self, applied: &[(String, i64)], reader: Option<kafka::Reader>) -> Result<i64> {
+        let (settings, applied, p) = (self.settings.clone(), applied.to_vec(), self.partition);
+        tokio::task::spawn_blocking(move || {
+            let reader = match reader {
+                Some(reader) => reader,
+                None => tail_reader(&settings.kafka)?,
+            };
             let mut jobs_end = 0;
             for topic in settings.topics.inputs() {
                 let (low, end) = reader

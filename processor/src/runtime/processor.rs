@@ -757,9 +757,15 @@ impl Processor {
             self.timers.set(p, &t.pipeline, &t.kind, t.at);
         }
         let found = journaled.into_iter().map(|(_, effect)| effect);
-        for (run_id, until) in self.journaled.found(p, found, jobs_end, self.time.now()) {
-            info!(partition = p, run_id, until = %until,
+        let left = self.journaled.found(p, found, jobs_end, self.time.now());
+        for (run_id, until) in &left {
+            debug!(partition = p, run_id, until = %until,
                 "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
+        }
+        // One line, not one per trigger: a crash in a busy hour leaves tens of thousands.
+        if let Some(latest) = left.iter().map(|(_, until)| until).max() {
+            info!(partition = p, triggers = left.len(), latest = %latest,
+                "journaled triggers whose calls may still be under way at the previous owner: each is left to it until its release, a report, or its deadline");
         }
         info!(
             partition = p,

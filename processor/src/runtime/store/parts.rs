@@ -327,7 +327,8 @@ pub fn in_parts(head: &PipelineState) -> bool {
     head.executions.is_empty() && head.sensors.is_empty() && head.timers.is_empty()
 }
 
-/// An execution's part read for its timers only (the execution is skipped, not built).
+/// An execution's part, or a head, read for its timers only (the rest is skipped, not
+/// built): a head's inline timers are the same list under the same name.
 #[derive(Deserialize)]
 struct ExecutionTimers {
     #[serde(default)]
@@ -342,13 +343,11 @@ pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> 
         return Ok(Vec::new());
     };
     let bad = |e: serde_json::Error| e.to_string();
-    let Some(at) = rest.iter().position(|b| *b == SEPARATOR) else {
-        let head: PipelineState = serde_json::from_slice(value).map_err(bad)?;
-        return Ok(head.timers.values().map(|t| (**t).clone()).collect());
-    };
-    match rest.get(at + 1) {
-        Some(&EXECUTION) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
-        Some(&TIMER) => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
+    // `None`: the head, whose timers (written before parts) are inline.
+    let tag = rest.iter().position(|b| *b == SEPARATOR).map(|at| rest.get(at + 1));
+    match tag {
+        None | Some(Some(&EXECUTION)) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
+        Some(Some(&TIMER)) => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
         _ => Ok(Vec::new()),
     }
 }
