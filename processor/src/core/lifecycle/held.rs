@@ -25,14 +25,16 @@ use super::{Execution, Phase};
 #[derive(Clone)]
 pub struct HeldExecution(Arc<Held>);
 
+/// The execution is boxed in both forms: inline it was 384 bytes of every execution held as
+/// its JSON, decoded or not (most of a week's history never is).
 enum Held {
-    Decoded(Execution),
+    Decoded(Box<Execution>),
     /// As the store holds it: the execution's JSON, its phase read ahead, and the execution
     /// once something needed it.
     Stored {
         json: Box<str>,
         phase: Phase,
-        decoded: OnceLock<Execution>,
+        decoded: OnceLock<Box<Execution>>,
     },
 }
 
@@ -86,7 +88,7 @@ impl HeldExecution {
 
 impl From<Execution> for HeldExecution {
     fn from(execution: Execution) -> Self {
-        HeldExecution(Arc::new(Held::Decoded(execution)))
+        HeldExecution(Arc::new(Held::Decoded(Box::new(execution))))
     }
 }
 
@@ -112,7 +114,7 @@ impl Deref for HeldExecution {
                 if e.phase != *phase {
                     corrupt(&"is not in the phase recorded beside it");
                 }
-                e
+                Box::new(e)
             }),
         }
     }
