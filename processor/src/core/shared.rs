@@ -229,7 +229,10 @@ impl<K: Ord + Clone, V: Clone> SharedMap<K, V> {
             && self.chunks[c].len() + self.chunks[next].len() <= CHUNK
         {
             let upper = self.chunks.remove(next);
-            Arc::make_mut(&mut self.chunks[c]).extend(upper.iter().cloned());
+            let chunk = Arc::make_mut(&mut self.chunks[c]);
+            // Exactly: doubling could take a merged chunk's allocation past a full one.
+            chunk.reserve_exact(upper.len());
+            chunk.extend(upper.iter().cloned());
         }
     }
 
