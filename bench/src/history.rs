@@ -99,6 +99,10 @@ impl Pipeline {
 /// Per-stage cost of one reading, µs (median of `rounds`).
 struct Costs {
     decode: f64,
+    /// Bytes the decoded state holds on the heap (its config included), and the store's
+    /// cache's estimate of it.
+    held: isize,
+    estimate: usize,
     decide: f64,
     diff: f64,
     summary: f64,
@@ -132,6 +136,12 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
     let mut batch = StoreBatch::default();
     batch.put_pipeline(&p.id, &p.state, true)?;
     store.write(batch)?;
+    // What a decoded state holds, and what the cache thinks it does (a fresh store: no
+    // config parsed yet, so its config counts, as the estimate counts it).
+    drop(store);
+    store = PartitionStore::open(&dir, 0)?;
+    let (state, held) = crate::measure::heap_held_by(|| store.stored(&p.id));
+    let estimate = state?.map_or(0, |s| sluice::runtime::store::estimated_size(&s.state));
     let mut decodes = Vec::new();
     for _ in 0..rounds {
         // Reopened each round (not timed): nothing cached.
@@ -160,6 +170,8 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
     });
     Ok(Costs {
         decode,
+        held,
+        estimate,
         decide: decide_cost,
         diff,
         summary,
@@ -173,8 +185,8 @@ pub fn report(sizes: &[usize], rounds: usize, out: &mut String) -> Result<Durati
     let _ = writeln!(
         out,
         "\n## Cost of a reading as the history grows (in process, one pipeline; median of {rounds})\n\n\
-         | executions | decide µs | writes µs | decide + writes µs | ÷ first | decode µs | ÷ first | summary µs |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+         | executions | decide µs | writes µs | decide + writes µs | ÷ first | decode µs | ÷ first | summary µs | decoded KiB | cache's estimate ÷ decoded |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut first = None;
     for &n in sizes {
@@ -183,13 +195,15 @@ pub fn report(sizes: &[usize], rounds: usize, out: &mut String) -> Result<Durati
         let (hot_base, decode_base) = *first.get_or_insert((hot, c.decode));
         let _ = writeln!(
             out,
-            "| {n} | {:.1} | {:.1} | {hot:.1} | {:.2} | {:.1} | {:.2} | {:.1} |",
+            "| {n} | {:.1} | {:.1} | {hot:.1} | {:.2} | {:.1} | {:.2} | {:.1} | {:.1} | {:.2} |",
             c.decide,
             c.diff,
             hot / hot_base,
             c.decode,
             c.decode / decode_base,
             c.summary,
+            c.held as f64 / 1024.0,
+            c.estimate as f64 / c.held.max(1) as f64,
         );
     }
     let _ = writeln!(
@@ -197,7 +211,10 @@ pub fn report(sizes: &[usize], rounds: usize, out: &mut String) -> Result<Durati
         "\ndecide: the decider on the next reading; writes: the parts that decision writes (decide + \
          writes is what every reading costs the loop); decode: the state read from its parts in \
          RocksDB, only on a miss of the store's cache of decoded states; summary: the operator \
-         page's summary of the state, made when a list asks for a pipeline changed since."
+         page's summary of the state, made when a list asks for a pipeline changed since; \
+         decoded KiB: the heap a state read from the store holds (bytes asked of the allocator, \
+         its parsed config included), which the store's cache of decoded states estimates to \
+         keep to its budget."
     );
     Ok(started.elapsed())
 }

@@ -35,9 +35,10 @@ mod workload;
 
 /// The processor's allocator (see its `main.rs`): the in-process scenarios (`steady`,
 /// `history`) time Sluice's code as the processor runs it, and glibc's malloc spends a
-/// share of that loop that grows with the heap's churn.
+/// share of that loop that grows with the heap's churn. Counted where a scenario asks
+/// (`history`: what a decoded state holds).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: measure::Counting<mimalloc::MiMalloc> = measure::Counting::new(mimalloc::MiMalloc);
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -1,7 +1,9 @@
 //! What the harness reads off a running processor and the machine.
 
+use std::alloc::{GlobalAlloc, Layout};
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::time::Duration;
 
 /// p50, p99 and max of `samples` (milliseconds), or zeros for none.
@@ -66,6 +68,62 @@ pub fn dir_size(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+/// An allocator that can count the bytes its heap holds, for figures of what a value costs
+/// (the history scenario's decoded states). Counting is off until [`count_heap`]: the
+/// timed scenarios pay one relaxed load per allocation.
+pub struct Counting<A> {
+    inner: A,
+}
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static HEAP: AtomicIsize = AtomicIsize::new(0);
+
+impl<A> Counting<A> {
+    pub const fn new(inner: A) -> Self {
+        Counting { inner }
+    }
+}
+
+fn counted(bytes: isize) {
+    if COUNTING.load(Ordering::Relaxed) {
+        HEAP.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is passed to `inner` unchanged; the counter only observes sizes.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size() as isize);
+        unsafe { self.inner.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        counted(layout.size() as isize);
+        unsafe { self.inner.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        counted(-(layout.size() as isize));
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        counted(new_size as isize - layout.size() as isize);
+        unsafe { self.inner.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// What `f` leaves allocated on the heap (bytes asked for, net of what it freed), with what
+/// it returns: run while nothing else allocates.
+pub fn heap_held_by<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    COUNTING.store(true, Ordering::Relaxed);
+    let before = HEAP.load(Ordering::Relaxed);
+    let value = f();
+    let held = HEAP.load(Ordering::Relaxed) - before;
+    COUNTING.store(false, Ordering::Relaxed);
+    (value, held)
 }
 
 #[cfg(test)]

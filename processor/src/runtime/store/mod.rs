@@ -210,7 +210,7 @@ impl StateCache {
 /// keeps it alive, and at a few executions it is most of a state. An execution no decision
 /// needed since it was read is its JSON ([`HeldExecution`](crate::core::lifecycle::HeldExecution)),
 /// and so is a reading's data no rule read.
-fn estimated_size(state: &PipelineState) -> usize {
+pub fn estimated_size(state: &PipelineState) -> usize {
     let config = state.config.as_deref().map_or(0, config_size);
     let executions: usize = state.executions.values().map(|e| e.estimated_size()).sum();
     let sensors: usize = state.sensors.values().map(|s| 256 + s.data.estimated_size()).sum();
