@@ -71,7 +71,7 @@ pub fn dir_size(dir: &Path) -> u64 {
 }
 
 /// An allocator that can count the bytes its heap holds, for figures of what a value costs
-/// (the history scenario's decoded states). Counting is off until [`count_heap`]: the
+/// (the history scenario's decoded states). Counting is off but within [`heap_held_by`]: the
 /// timed scenarios pay one relaxed load per allocation.
 pub struct Counting<A> {
     inner: A,
