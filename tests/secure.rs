@@ -174,6 +174,63 @@ fn a_wrong_password_or_an_untrusted_certificate_stops_a_command_at_once_saying_w
     }
 }
 
+/// A client properties file as Confluent Cloud's console writes it for Java clients (the
+/// brokers in it, a single-quoted JAAS entry, `acks=all`, a serializer class), with a PEM
+/// trust store for this broker's CA: taken unchanged, with no `--brokers` and no config file.
+#[test]
+fn a_confluent_style_client_properties_file_is_all_a_command_needs() {
+    let s = Secure::new("properties");
+    let file = |name: &str, password: &str| {
+        let path = s.dir.path().join(format!("{name}.properties"));
+        std::fs::write(
+            &path,
+            format!(
+                "# Required connection configs for Kafka producer, consumer, and admin\n\
+                 bootstrap.servers={}\nsecurity.protocol=SASL_SSL\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username='{}' password='{password}';\n\
+                 sasl.mechanism=SCRAM-SHA-512\nclient.dns.lookup=use_all_dns_ips\nsession.timeout.ms=45000\nacks=all\n\
+                 ssl.truststore.type=PEM\nssl.truststore.location={}\n\
+                 key.serializer=org.apache.kafka.common.serialization.StringSerializer\n",
+                s.brokers, s.user, s.ca
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let run = |properties: &Path| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")) {
+            command.env_remove(k);
+        }
+        let args = [
+            "--broker-quirks",
+            "tansu",
+            "--topic-prefix",
+            &s.prefix,
+            "--command-config",
+        ];
+        let out = (command.current_dir(repo()).args(args).arg(properties))
+            .args(["topics", "apply", "--dir", "topics"])
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, out, err) = run(&file("good", &s.password));
+    assert_eq!(
+        code,
+        Some(0),
+        "topics apply with the properties file alone\n{out}\n{err}"
+    );
+    assert!(err.contains("key.serializer"), "the skipped setting is named\n{err}");
+    assert!(!out.contains(&s.password) && !err.contains(&s.password));
+    // The file's credentials are the ones used: a wrong password in it is refused.
+    let wrong = format!("not-{}", s.password);
+    let (code, out, err) = run(&file("wrong", &wrong));
+    assert_ne!(code, Some(0), "a wrong password in the file must fail\n{out}\n{err}");
+    assert!(err.contains("SASL") && !err.contains(&wrong), "{err}");
+}
+
 #[test]
 fn the_help_never_shows_environment_values() {
     let secret = "hunter2-in-a-url";

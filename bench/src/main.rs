@@ -371,7 +371,7 @@ impl Drop for Run {
 /// baseline differs from sluice in what it does with records, not in how its clients talk.
 fn connection(brokers: &str) -> Result<Connection> {
     let properties = match std::env::var_os("SLUICE_COMMAND_CONFIG") {
-        Some(path) => sluice::cli::client_properties::load(Path::new(&path))?,
+        Some(path) => sluice::cli::client_properties::load(Path::new(&path))?.kafka,
         None => Vec::new(),
     };
     Ok(Connection::new(brokers, &properties)?)

@@ -27,6 +27,7 @@ use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde_json::Value;
 
+use crate::cli::client_properties::{ClientProperties, RegistryProperties};
 use crate::core::records::CommandKind;
 use crate::runtime::codec::{Codec, Family, Formats, Registry, RegistrySettings};
 use crate::runtime::kafka::{self, Connection, Quirks};
@@ -45,18 +46,15 @@ pub(crate) struct Cli {
     /// `[kafka]` table of librdkafka properties. Flags and the environment override it.
     #[arg(long, global = true, env = "SLUICE_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Kafka bootstrap servers.
-    #[arg(
-        long,
-        visible_alias = "bootstrap-server",
-        global = true,
-        env = "SLUICE_BROKERS",
-        default_value = "localhost:9092"
-    )]
-    brokers: String,
-    /// A Java client properties file, as Kafka's own tools take (`security.protocol`,
-    /// `sasl.mechanism`, `sasl.jaas.config` with PLAIN or SCRAM credentials, timeouts): read
-    /// over the config file's `[kafka]` table, under `--kafka-property`.
+    /// Kafka bootstrap servers [default: `bootstrap.servers` of --command-config, else
+    /// localhost:9092].
+    #[arg(long, visible_alias = "bootstrap-server", global = true, env = "SLUICE_BROKERS")]
+    brokers: Option<String>,
+    /// A Java client properties file, as Kafka's own tools take and Confluent Cloud's
+    /// console hands out (`bootstrap.servers`, `security.protocol`, `sasl.jaas.config` with
+    /// PLAIN or SCRAM credentials, PKCS#12 key stores, `schema.registry.url` and
+    /// `basic.auth.*`): read over the config file's `[kafka]` table, under
+    /// `--kafka-property` and the `--schema-registry-*` flags.
     #[arg(long, global = true, env = "SLUICE_COMMAND_CONFIG", value_name = "FILE")]
     command_config: Option<PathBuf>,
     /// A librdkafka property for every Kafka client (TLS, SASL, timeouts), e.g.
@@ -118,16 +116,15 @@ pub(crate) struct Cli {
     /// `false` for a governed registry: Sluice registers nothing, and writes with each
     /// subject's latest version (Confluent's `auto.register.schemas=false` with
     /// `use.latest.version=true`), stopping at startup if that version cannot hold Sluice's
-    /// records.
+    /// records [default: --command-config's `auto.register.schemas`, else true].
     #[arg(
         long,
         global = true,
         env = "SLUICE_SCHEMA_REGISTRY_AUTO_REGISTER",
         value_name = "BOOL",
-        default_value_t = true,
         action = clap::ArgAction::Set
     )]
-    schema_registry_auto_register: bool,
+    schema_registry_auto_register: Option<bool>,
     #[command(subcommand)]
     command: Command,
 }
@@ -239,11 +236,20 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
     let topics = Topics::new(&cli.topic_prefix);
     // The command line's properties after the files': the last value of a name is the one used.
     let mut properties = file_properties;
-    if let Some(path) = &cli.command_config {
-        properties.extend(client_properties::load(path)?);
+    let client = match &cli.command_config {
+        Some(path) => client_properties::load(path)?,
+        None => ClientProperties::default(),
+    };
+    if !client.skipped.is_empty() {
+        tracing::warn!(
+            skipped = ?client.skipped,
+            "--command-config: skipping Java serializer settings (Sluice's record formats are set with --format)"
+        );
     }
+    properties.extend(client.kafka);
     properties.extend(cli.kafka_properties.iter().cloned());
-    let kafka = &Connection::new(&cli.brokers, &properties)?.with_quirks(cli.broker_quirks);
+    let brokers = (cli.brokers.clone().or(client.bootstrap_servers)).unwrap_or_else(|| "localhost:9092".into());
+    let kafka = &Connection::new(&brokers, &properties)?.with_quirks(cli.broker_quirks);
     let offline = matches!(
         cli.command,
         Command::Status(_)
@@ -256,7 +262,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
         tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
     }
     let formats = Formats::parse(&cli.formats).map_err(anyhow::Error::msg)?;
-    let codec = Codec::with_registry(formats, registry(&cli)?);
+    let codec = Codec::with_registry(formats, registry(&cli, client.registry)?);
     match cli.command {
         Command::Run(args) => run::command(kafka, topics, codec, args).await,
         Command::Topics { command } => topics::run(kafka, &topics, command).await,
@@ -275,21 +281,39 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
     }
 }
 
-/// The schema registry the flags name, with its credentials read; none without a URL.
-fn registry(cli: &Cli) -> Result<Option<Registry>> {
-    let Some(url) = &cli.schema_registry_url else {
-        if cli.schema_registry_basic_auth_user_info.is_some() || cli.schema_registry_bearer_token.is_some() {
-            anyhow::bail!("schema registry credentials are given without --schema-registry-url");
+/// The schema registry the flags name, else the one `--command-config` names (`file`),
+/// with its credentials read; none without a URL. A flag's credentials replace the file's
+/// (one credential is used, so they are not mixed).
+fn registry(cli: &Cli, file: RegistryProperties) -> Result<Option<Registry>> {
+    registry_settings(cli, file)?
+        .map(|s| Registry::connect(&s))
+        .transpose()
+        .map_err(Into::into)
+}
+
+fn registry_settings(cli: &Cli, file: RegistryProperties) -> Result<Option<RegistrySettings>> {
+    let flag_credentials =
+        cli.schema_registry_basic_auth_user_info.is_some() || cli.schema_registry_bearer_token.is_some();
+    let (basic_auth_user_info, bearer_token) = match flag_credentials {
+        true => (
+            cli.schema_registry_basic_auth_user_info.clone(),
+            cli.schema_registry_bearer_token.clone(),
+        ),
+        false => (file.basic_auth_user_info, file.bearer_token),
+    };
+    let Some(url) = cli.schema_registry_url.clone().or(file.url) else {
+        if basic_auth_user_info.is_some() || bearer_token.is_some() {
+            anyhow::bail!("schema registry credentials are given without --schema-registry-url (or schema.registry.url in --command-config)");
         }
         return Ok(None);
     };
     let settings = RegistrySettings {
-        url: url.clone(),
-        basic_auth_user_info: cli.schema_registry_basic_auth_user_info.clone(),
-        bearer_token: cli.schema_registry_bearer_token.clone(),
-        auto_register: cli.schema_registry_auto_register,
+        url,
+        basic_auth_user_info,
+        bearer_token,
+        auto_register: (cli.schema_registry_auto_register.or(file.auto_register)).unwrap_or(true),
     };
-    Ok(Some(Registry::connect(&settings)?))
+    Ok(Some(settings))
 }
 
 /// Publishes one record of `family` in the format `codec` writes it.
@@ -347,11 +371,11 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_registry_flags() {
+    fn the_schema_registry_flags_over_the_client_properties_file() {
         let parse = |args: &[&str]| Cli::try_parse_from([&["sluice"], args, &["status"]].concat()).unwrap();
+        let none = RegistryProperties::default;
         let cli = parse(&[]);
-        assert!(cli.schema_registry_auto_register, "auto-registers by default");
-        assert!(registry(&cli).unwrap().is_none());
+        assert!(registry(&cli, none()).unwrap().is_none());
         let cli = parse(&[
             "--schema-registry-url",
             "http://127.0.0.1:8081",
@@ -360,14 +384,44 @@ mod tests {
             "--schema-registry-bearer-token",
             "t0ken",
         ]);
-        assert!(!cli.schema_registry_auto_register);
-        let shown = format!("{:?}", registry(&cli).unwrap().unwrap());
+        let shown = format!("{:?}", registry(&cli, none()).unwrap().unwrap());
         assert!(shown.contains("bearer") && !shown.contains("t0ken"), "{shown}");
+        let settings = registry_settings(&cli, none()).unwrap().unwrap();
+        assert!(!settings.auto_register);
         let cli = parse(&["--schema-registry-basic-auth-user-info", "u:hunter2"]);
-        let e = registry(&cli).unwrap_err().to_string();
+        let e = registry(&cli, none()).unwrap_err().to_string();
         assert!(
             e.contains("without --schema-registry-url") && !e.contains("hunter2"),
             "{e}"
         );
+        // The file's registry, auto-registering by default; the flags win over it, and a
+        // flag's credential replaces the file's rather than joining it.
+        let file = || RegistryProperties {
+            url: Some("https://sr.example".into()),
+            basic_auth_user_info: Some("file:secret".into()),
+            bearer_token: None,
+            auto_register: None,
+        };
+        let settings = registry_settings(&parse(&[]), file()).unwrap().unwrap();
+        assert_eq!(settings.url, "https://sr.example");
+        assert_eq!(settings.basic_auth_user_info.as_deref(), Some("file:secret"));
+        assert!(settings.auto_register, "auto-registers by default");
+        let cli = parse(&[
+            "--schema-registry-url",
+            "https://other.example",
+            "--schema-registry-bearer-token",
+            "t",
+        ]);
+        let settings = registry_settings(&cli, file()).unwrap().unwrap();
+        assert_eq!(settings.url, "https://other.example");
+        assert_eq!(
+            (settings.basic_auth_user_info, settings.bearer_token.as_deref()),
+            (None, Some("t"))
+        );
+        let governed = RegistryProperties {
+            auto_register: Some(false),
+            ..file()
+        };
+        assert!(!registry_settings(&parse(&[]), governed).unwrap().unwrap().auto_register);
     }
 }

@@ -55,7 +55,8 @@ pub enum Quirks {
 }
 
 /// Properties Sluice sets itself, per client, for its guarantees (ordering, co-partitioning,
-/// idempotence, offsets): a value given for one would be overridden, so it is refused.
+/// idempotence, offsets): a value given for one would be overridden, so it is refused,
+/// unless it is the value Sluice sets everywhere ([`SLUICES_OWN_VALUES`]).
 const OWNED_PROPERTIES: &[&str] = &[
     "group.id",
     "group.instance.id",
@@ -71,10 +72,25 @@ const OWNED_PROPERTIES: &[&str] = &[
     "enable.partition.eof",
 ];
 
+/// Owned properties whose value is the same in every client Sluice makes, with the values
+/// that mean it (case aside): a file written for Kafka's tools that sets one of these
+/// (Confluent Cloud's template says `acks=all`) is taken as it is, since it asks for what
+/// Sluice does anyway.
+const SLUICES_OWN_VALUES: &[(&str, &[&str])] = &[
+    ("acks", &["all", "-1"]),
+    ("enable.idempotence", &["true"]),
+    ("enable.auto.commit", &["false"]),
+    ("isolation.level", &["read_committed"]),
+];
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectionError {
     #[error("kafka property {0}: Sluice sets it itself (its guarantees depend on it)")]
     Owned(String),
+    #[error(
+        "kafka property {name}: Sluice sets it to {ours} (its guarantees depend on it); remove it, or give that value"
+    )]
+    OwnedOtherwise { name: String, ours: &'static str },
     #[error("kafka property bootstrap.servers: give the brokers with --brokers (or `brokers` in the config file)")]
     Bootstrap,
     #[error("kafka property {0:?}: expected NAME=VALUE, with a librdkafka property name")]
@@ -98,7 +114,16 @@ impl Connection {
                 return Err(ConnectionError::Bootstrap);
             }
             if OWNED_PROPERTIES.contains(&name) {
-                return Err(ConnectionError::Owned(name.to_string()));
+                match SLUICES_OWN_VALUES.iter().find(|(owned, _)| *owned == name) {
+                    Some((_, ours)) if ours.iter().any(|v| v.eq_ignore_ascii_case(value.trim())) => continue,
+                    Some((_, ours)) => {
+                        return Err(ConnectionError::OwnedOtherwise {
+                            name: name.to_string(),
+                            ours: ours[0],
+                        })
+                    }
+                    None => return Err(ConnectionError::Owned(name.to_string())),
+                }
             }
             resolved.push((name.to_string(), resolve(name, value)?));
         }
@@ -1277,7 +1302,21 @@ mod tests {
         let e = Connection::new("b", &props(&[("enable.idempotence", "false")]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("enable.idempotence") && e.contains("sets it itself"), "{e}");
+        assert!(e.contains("enable.idempotence") && e.contains("sets it to true"), "{e}");
+        let e = Connection::new("b", &props(&[("group.id", "mine")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("group.id") && e.contains("sets it itself"), "{e}");
+        // Sluice's own value, as Kafka tools' files write it, is taken and left to Sluice.
+        let same = [
+            ("acks", "-1"),
+            ("enable.idempotence", "TRUE"),
+            ("isolation.level", "read_committed"),
+        ];
+        let kafka = Connection::new("b", &props(&[("acks", "all"), same[0], same[1], same[2]])).unwrap();
+        assert!(kafka.properties.is_empty(), "{:?}", kafka.properties);
+        let e = Connection::new("b", &props(&[("acks", "1")])).unwrap_err().to_string();
+        assert!(e.contains("acks") && e.contains("sets it to all"), "{e}");
         let e = Connection::new("b", &props(&[("sasl.password", "${file:/nonexistent/pw}")]))
             .unwrap_err()
             .to_string();
