@@ -9,7 +9,7 @@ use std::process::Command;
 
 use prometheus_client::metrics::MetricType;
 use serde_json::Value as Json;
-use serde_yaml_ng::Value as Yaml;
+use serde_json::Value as Yaml;
 use sluice::core::events::EventType;
 use sluice::runtime::instances::PeerPattern;
 use sluice::runtime::telemetry::Telemetry;
@@ -24,9 +24,7 @@ fn read(path: &str) -> String {
 
 fn yaml_documents(path: &str) -> Vec<Yaml> {
     let text = read(path);
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{path}: {e}")))
-        .collect()
+    sluice::core::config::yaml::from_str_multiple(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// `sluice ARGS --help`: its text, and whether clap accepted the arguments.
@@ -63,13 +61,11 @@ fn declared_env() -> BTreeSet<String> {
 /// `env` lists.
 fn env_names(node: &Yaml, out: &mut BTreeSet<String>) {
     match node {
-        Yaml::Mapping(map) => {
+        Yaml::Object(map) => {
             for (k, v) in map {
                 match (k.as_str(), v) {
-                    (Some("environment"), Yaml::Mapping(env)) => {
-                        out.extend(env.keys().filter_map(|k| k.as_str().map(str::to_string)));
-                    }
-                    (Some("env"), Yaml::Sequence(env)) => {
+                    ("environment", Yaml::Object(env)) => out.extend(env.keys().cloned()),
+                    ("env", Yaml::Array(env)) => {
                         out.extend(env.iter().filter_map(|e| e["name"].as_str().map(str::to_string)));
                     }
                     _ => {}
@@ -77,7 +73,7 @@ fn env_names(node: &Yaml, out: &mut BTreeSet<String>) {
                 env_names(v, out);
             }
         }
-        Yaml::Sequence(items) => items.iter().for_each(|i| env_names(i, out)),
+        Yaml::Array(items) => items.iter().for_each(|i| env_names(i, out)),
         _ => {}
     }
 }
@@ -145,7 +141,7 @@ fn every_sluice_setting_in_the_deploy_files_exists() {
 #[test]
 fn compose_runs_commands_the_binary_has_on_the_ports_it_serves() {
     let compose = &yaml_documents("deploy/compose.yaml")[0];
-    let services = compose["services"].as_mapping().unwrap();
+    let services = compose["services"].as_object().unwrap();
     for name in [
         "kafka",
         "schema-registry",
@@ -174,7 +170,7 @@ fn compose_runs_commands_the_binary_has_on_the_ports_it_serves() {
         }
     }
     let alerts: Vec<&str> = compose["services"]["alerts"]["command"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|c| c.as_str().unwrap())
@@ -212,7 +208,7 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
     assert_eq!(set["spec"]["serviceName"].as_str(), Some(service_name));
     let container = &set["spec"]["template"]["spec"]["containers"][0];
     let env: Vec<(&str, &str)> = container["env"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap_or("")))
@@ -248,7 +244,7 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
         .find(|d| d["kind"].as_str() == Some("Deployment"))
         .expect("the alerts Deployment");
     let args: Vec<&str> = alerts["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap())
@@ -265,8 +261,8 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
     }
     let pipelines = tempfile::tempdir().unwrap();
     let map = &yaml_documents("deploy/k8s/base/configmap-pipelines.yaml")[0];
-    for (name, text) in map["data"].as_mapping().unwrap() {
-        std::fs::write(pipelines.path().join(name.as_str().unwrap()), text.as_str().unwrap()).unwrap();
+    for (name, text) in map["data"].as_object().unwrap() {
+        std::fs::write(pipelines.path().join(name), text.as_str().unwrap()).unwrap();
     }
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["config", "validate"])
@@ -286,15 +282,15 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
     let mut settings_files = 0;
     for dir in ["deploy/k8s", "deploy/k8s/base", "deploy/k8s/overlays/production"] {
         let kustomization = &yaml_documents(&format!("{dir}/kustomization.yaml"))[0];
-        for resource in kustomization["resources"].as_sequence().unwrap() {
+        for resource in kustomization["resources"].as_array().unwrap() {
             let resource = resource.as_str().unwrap();
             assert!(repo().join(dir).join(resource).exists(), "{dir}: {resource}");
         }
         let generated = kustomization["configMapGenerator"]
-            .as_sequence()
+            .as_array()
             .into_iter()
             .flatten()
-            .flat_map(|g| g["files"].as_sequence().into_iter().flatten());
+            .flat_map(|g| g["files"].as_array().into_iter().flatten());
         for file in generated {
             let file = repo().join(dir).join(file.as_str().unwrap());
             assert!(file.exists(), "{}", file.display());
@@ -336,9 +332,9 @@ fn connect_sinks_read_the_events_topic_into_the_documented_table() {
         .iter()
         .map(|f| f["name"].as_str().unwrap())
         .collect();
-    let topics: Yaml = serde_yaml_ng::from_str(&read("topics/topics.yaml")).unwrap();
+    let topics: Yaml = sluice::core::config::yaml::from_str(&read("topics/topics.yaml")).unwrap();
     assert!(topics["topics"]
-        .as_sequence()
+        .as_array()
         .unwrap()
         .iter()
         .any(|t| t["name"].as_str() == Some("events")));
@@ -886,19 +882,19 @@ fn alert_rules_name_metrics_the_processor_exposes_and_readme_sections() {
     // The pods' job: the Service the ServiceMonitor scrapes them through (it sets no jobLabel).
     let monitor = &yaml_documents("deploy/k8s/base/servicemonitor.yaml")[0];
     assert!(monitor["spec"]["jobLabel"].is_null());
-    let selector = monitor["spec"]["selector"]["matchLabels"].as_mapping().unwrap();
+    let selector = monitor["spec"]["selector"]["matchLabels"].as_object().unwrap();
     let service = yaml_documents("deploy/k8s/base/service.yaml")
         .into_iter()
         .find(|s| {
-            let labels = s["metadata"]["labels"].as_mapping().unwrap();
+            let labels = s["metadata"]["labels"].as_object().unwrap();
             selector.iter().all(|(k, v)| labels.get(k) == Some(v))
         })
         .expect("the Service the ServiceMonitor selects");
     let job = service["metadata"]["name"].as_str().unwrap().to_string();
 
     let mut alerts = BTreeSet::new();
-    for group in rules["groups"].as_sequence().expect("groups") {
-        for rule in group["rules"].as_sequence().expect("rules") {
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
             let name = rule["alert"].as_str().expect("an alert (no recording rules here)");
             let place = format!("{path}: {name}");
             assert!(alerts.insert(name.to_string()), "{place}: defined twice");
@@ -948,8 +944,8 @@ fn alert_rules_name_metrics_the_processor_exposes_and_readme_sections() {
                 &readme,
                 &mut problems,
             );
-            for (key, text) in rule["annotations"].as_mapping().into_iter().flatten() {
-                let (key, text) = (key.as_str().unwrap_or(""), text.as_str().unwrap_or(""));
+            for (key, text) in rule["annotations"].as_object().into_iter().flatten() {
+                let (key, text) = (key.as_str(), text.as_str().unwrap_or(""));
                 // Template labels are ones the alert's series carry.
                 for part in text.split("$labels.").skip(1) {
                     let label: String = part.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();

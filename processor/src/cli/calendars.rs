@@ -371,12 +371,12 @@ fn parse_file(
     errors: &mut Vec<CalendarError>,
     warnings: &mut Vec<CalendarWarning>,
 ) -> Option<Calendar> {
-    let value = match serde_yaml_ng::from_str::<Value>(text) {
+    let value = match crate::core::config::yaml::from_str::<Value>(text) {
         Ok(v) => v,
         Err(e) => {
             errors.push(CalendarError::Yaml {
                 file: file.to_path_buf(),
-                message: e.to_string(),
+                message: e,
             });
             return None;
         }

@@ -232,7 +232,9 @@ pub fn load_definitions(dir: &Path) -> Result<Vec<TopicDefinition>> {
     let mut defs: Vec<TopicDefinition> = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-        let parsed: TopicFile = serde_yaml_ng::from_str(&text).with_context(|| format!("{}", file.display()))?;
+        let parsed: TopicFile = crate::core::config::yaml::from_str(&text)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("{}", file.display()))?;
         for def in parsed.topics {
             if def.partitions < 1 {
                 bail!("{}: topic {}: partitions must be at least 1", file.display(), def.name);

@@ -9,6 +9,7 @@ mod job;
 mod model;
 mod reader;
 mod skipped;
+pub mod yaml;
 
 pub use job::{
     AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,

@@ -67,7 +67,7 @@ pub struct Parsed {
 
 /// Parses YAML text into the JSON form used on the topic.
 pub fn yaml_to_json(text: &str) -> Result<Value, Problem> {
-    serde_yaml_ng::from_str::<Value>(text).map_err(|e| Problem {
+    crate::core::config::yaml::from_str::<Value>(text).map_err(|e| Problem {
         path: String::new(),
         reason: format!("not valid YAML: {e}"),
     })
