@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::core::events::{Event, EventType};
 use crate::core::hints::hint_of;
+use crate::runtime::backoff::Backoff;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::processor::shutdown_signal;
@@ -366,7 +367,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
         let event = match message.payload() {
             None => None,
             Some(payload) => {
-                let mut backoff = Duration::from_millis(200);
+                let mut backoff = Backoff::outage();
                 loop {
                     match codec.decode(Family::Events, payload).await {
                         Ok(json) => break serde_json::from_slice::<Event>(&json).map_err(|e| e.to_string()).ok(),
@@ -377,9 +378,8 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
                             tokio::select! {
                                 // Uncommitted: the event is read again on restart.
                                 _ = &mut stop => return Ok(ExitCode::SUCCESS),
-                                _ = tokio::time::sleep(backoff) => {}
+                                _ = backoff.wait() => {}
                             }
-                            backoff = (backoff * 2).min(Duration::from_secs(10));
                         }
                         Err(e) => {
                             warn!(%at, error = %e, "skipping an undecodable event");
@@ -427,7 +427,8 @@ async fn deliver(
         info!(pipeline = %event.pipeline_id, event = event.kind.name(), "suppressed: the SLA is already breached");
         return Ok(());
     }
-    let mut backoff = Duration::from_secs(1);
+    // A target that keeps failing is asked again at most once a minute.
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
     loop {
         let attempt = match sink {
             Sink::Slack { api, channel, token } => {
@@ -469,13 +470,12 @@ async fn deliver(
                 break;
             }
             Err(Outcome::Retry { reason, after }) => {
-                let wait = after.unwrap_or(backoff);
+                let wait = after.unwrap_or_else(|| backoff.next_wait());
                 warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, wait_ms = wait.as_millis() as u64, "delivery failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = stop.as_mut() => bail!("stopped while retrying a delivery (it is sent again on the next start)"),
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(60));
             }
         }
     }

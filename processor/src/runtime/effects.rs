@@ -56,6 +56,7 @@ use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
+use crate::runtime::backoff::Backoff;
 
 /// Infrastructure failures in a row that open a target's circuit.
 pub const BREAKER_THRESHOLD: u32 = 5;
@@ -737,7 +738,7 @@ impl Work {
                 serde_json::to_vec(&json).expect("records serialise")
             }
         };
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::outage();
         loop {
             match self
                 .producer
@@ -747,8 +748,7 @@ impl Work {
                 Ok(_) => return self.telemetry.record_out(topic, 1),
                 Err(e) => {
                     warn!(run_id = %r.run_id, error = %e, "could not write a {} record; retrying", family.name());
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.wait().await;
                 }
             }
         }

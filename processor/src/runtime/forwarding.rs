@@ -2,7 +2,6 @@
 //! the rules): reading the mark on a copy, and making the copy of a record.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::message::{Headers, Message, OwnedMessage};
@@ -69,14 +68,13 @@ async fn end_of<C: ConsumerContext + 'static>(
     topic: &str,
     partition: i32,
 ) -> i64 {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = crate::runtime::backoff::Backoff::outage();
     loop {
         match tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)) {
             Ok((_, high)) => return high,
             Err(e) => {
                 warn!(%topic, partition, error = %e, "looking up where a forwarded copy's partition ends, to check its mark; the batch waits");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                backoff.wait().await;
             }
         }
     }

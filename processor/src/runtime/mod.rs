@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod api;
+pub mod backoff;
 pub mod changelog;
 pub mod clock;
 pub mod codec;

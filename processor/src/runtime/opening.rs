@@ -29,6 +29,7 @@ use super::store::{PartitionStore, StoreBatch, StoredTimer};
 use super::telemetry::Telemetry;
 use crate::core::changelog::{Checked, Writer};
 use crate::core::lifecycle::Effect;
+use crate::runtime::backoff::Backoff;
 
 /// Restores running at once: each holds a consumer with its fetch buffers.
 const CONCURRENT_RESTORES: usize = 4;
@@ -356,7 +357,7 @@ impl Opening {
     /// store moves into each blocking attempt and back out of it.
     async fn restore(&self, mut store: PartitionStore, fence: i64) -> Result<(PartitionStore, Restored)> {
         let p = self.partition;
-        let mut backoff = Backoff::default();
+        let mut backoff = backoff();
         loop {
             self.check_cancelled()?;
             let settings = self.settings.clone();
@@ -459,7 +460,7 @@ impl Opening {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let mut backoff = Backoff::default();
+        let mut backoff = backoff();
         loop {
             self.check_cancelled()?;
             match attempt().await {
@@ -482,24 +483,12 @@ impl Opening {
             return Err(e);
         };
         warn!(partition = self.partition, error = %format!("{e:#}"), "{what} failed; retrying (the other partitions go on meanwhile)");
-        tokio::time::sleep(backoff.next()).await;
+        backoff.wait().await;
         Ok(())
     }
 }
 
-/// Waits between attempts: from half a second, doubling, up to ten seconds.
-struct Backoff(Duration);
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff(Duration::from_millis(500))
-    }
-}
-
-impl Backoff {
-    fn next(&mut self) -> Duration {
-        let wait = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(10));
-        wait
-    }
+/// Waits between attempts: bounded by half a second, doubling up to ten seconds.
+fn backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(10))
 }

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::api::{self, Query};
+use super::backoff::Backoff;
 use super::changelog;
 use super::clock::{wake_in, Clock, Monotonic};
 use super::codec::Codec;
@@ -691,7 +692,7 @@ impl Processor {
     /// the assignment was lost meanwhile (an outage, or a pause).
     async fn read_changelog(&self, p: i32, ranges: &[std::ops::Range<i64>]) -> Option<Vec<Entry>> {
         let topic = &self.settings.topics.changelog;
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::outage();
         loop {
             let read = tokio::task::block_in_place(|| changelog::read_ranges(&self.settings.kafka, topic, p, ranges));
             match read {
@@ -699,8 +700,7 @@ impl Processor {
                 Err(_) if self.consumer.assignment_lost() => return None,
                 Err(e) => {
                     warn!(partition = p, error = %format!("{e:#}"), ?ranges, "could not read another writer's changelog records: the batch waits until they are read");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.wait().await;
                 }
             }
         }
@@ -1145,7 +1145,7 @@ impl Processor {
     async fn read(&self, kind: InputTopic, message: &OwnedMessage) -> (String, Input) {
         let telemetry = self.telemetry.clone();
         let mut waiting = None;
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::outage();
         loop {
             let codec = &self.settings.codec;
             match read_input(codec, kind, message, self.partitions, &self.settings.decider.limits).await {
@@ -1159,8 +1159,7 @@ impl Processor {
                         error = %e,
                         "the record cannot be read until the schema registry answers; the batch waits"
                     );
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.wait().await;
                 }
             }
         }
@@ -1614,7 +1613,7 @@ impl Processor {
     async fn produce_all(&mut self, outputs: &mut [Output]) -> Result<Vec<(i32, i64)>> {
         let mut delivered = vec![(0, 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::outage();
         while !todo.is_empty() {
             let mark = self.telemetry.broker_mark();
             let results = futures::future::join_all(todo.iter().map(|i| self.send(&outputs[*i]))).await;
@@ -1652,8 +1651,7 @@ impl Processor {
             todo = failed;
             if transient {
                 self.telemetry.broker_down();
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                backoff.wait().await;
             } else {
                 self.telemetry.broker_ok_since(mark);
             }
@@ -1686,7 +1684,7 @@ impl Processor {
         flush: &Flush,
         offsets: Option<&TopicPartitionList>,
     ) -> Result<Vec<(i32, i64)>> {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::outage();
         loop {
             let transactional = |r: KafkaResult<()>| r.map_err(runtime_error::Error::of_transaction);
             let producer = self.producer.current();
@@ -1719,8 +1717,7 @@ impl Processor {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
                     self.telemetry.broker_down();
                     let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    backoff.wait().await;
                 }
             }
         }

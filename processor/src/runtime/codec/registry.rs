@@ -336,7 +336,7 @@ impl Registry {
             return Ok(writer.id);
         }
         let started = Instant::now();
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = crate::runtime::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
             let attempt = match self.auto_register {
                 true => self.register(subject, text, schema).await,
@@ -344,7 +344,8 @@ impl Registry {
             };
             match attempt {
                 Err(e) if e.is_transient() => {
-                    if started.elapsed() + backoff > self.patience {
+                    let wait = backoff.next_wait();
+                    if started.elapsed() + wait > self.patience {
                         return Err(RegistryError::GaveUp {
                             subject: subject.to_string(),
                             seconds: started.elapsed().as_secs(),
@@ -352,8 +353,7 @@ impl Registry {
                         });
                     }
                     tracing::warn!(subject, error = %e, "the schema registry cannot answer yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(wait).await;
                 }
                 other => return other,
             }
