@@ -3,6 +3,7 @@
 
 mod alerts;
 mod api;
+mod aws_credentials;
 mod bad_input;
 mod cli;
 mod evaluators;

@@ -139,6 +139,8 @@ pub struct World {
     log: PathBuf,
     /// Extra environment for the processors this world starts (secrets, say).
     pub env: Vec<(String, String)>,
+    /// Variables of this process's environment the processors do not inherit.
+    pub unset_env: Vec<String>,
     /// `--allow-env` names: which of those `${env:NAME}` may read ([`World::secret`]).
     pub allow_env: Vec<String>,
     /// `--allow-target` ranges (SSRF guard): loopback by default, since the tests' job
@@ -205,6 +207,7 @@ impl World {
             processor: None,
             log,
             env: Vec::new(),
+            unset_env: Vec::new(),
             allow_env: Vec::new(),
             allow_targets: "127.0.0.0/8".into(),
             codec: None,
@@ -268,6 +271,9 @@ impl World {
             .open(&self.log)
             .unwrap();
         let mut command = sluice_on(&self.brokers);
+        for name in &self.unset_env {
+            command.env_remove(name);
+        }
         command.envs(self.env.iter().map(|(k, v)| (k, v)));
         match self.allow_targets.is_empty() {
             true => command.env_remove("SLUICE_ALLOW_TARGETS"),

@@ -792,3 +792,29 @@ fn keys_of_every_section_are_read_in_any_case() {
         );
     }
 }
+
+#[test]
+fn an_aws_job_may_name_a_role_to_assume_and_a_malformed_one_is_a_problem() {
+    let glue = |role: Value| with_job("glue", json!({"jobName": "agg", "roleArn": role}));
+    let parsed = parsed(glue(json!("arn:aws:iam::123456789012:role/etl-runner")));
+    let warned = warnings(&parsed);
+    assert!(!warned.iter().any(|w| w.contains("roleArn")), "a known key: {warned:?}");
+    let aws = parsed.config.job.config.settings().aws().unwrap();
+    assert_eq!(
+        aws.role_arn.as_ref().unwrap().as_deref(),
+        Some("arn:aws:iam::123456789012:role/etl-runner")
+    );
+    for bad in [
+        json!("etl-runner"),
+        json!("arn:aws:iam::123456789012:user/bob"),
+        json!("arn:aws:iam::12345:role/x"),
+        json!("arn:aws:s3:::bucket"),
+        json!(5),
+    ] {
+        let found = problems(glue(bad.clone()));
+        assert!(
+            found.iter().any(|p| p.contains("roleArn") && p.contains("IAM role")),
+            "{bad}: {found:?}"
+        );
+    }
+}

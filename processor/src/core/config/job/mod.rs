@@ -7,6 +7,7 @@
 //! no client picks a setting out of a `Value`.
 
 mod read;
+pub(crate) use read::is_role_arn;
 mod settings;
 
 use chrono::TimeDelta;

@@ -264,7 +264,8 @@ impl Fields<'_> {
             .collect()
     }
 
-    /// `region` (null is not a region) and `endpointUrl` (a blank one is not a URL).
+    /// `region` (null is not a region), `endpointUrl` (a blank one is not a URL) and
+    /// `roleArn` (an IAM role's ARN).
     fn aws(&self) -> AwsEndpoint {
         let region = match self.0.get("region") {
             None => Ok(None),
@@ -276,6 +277,29 @@ impl Fields<'_> {
             Some(Value::String(url)) if !url.trim().is_empty() => Ok(Some(url.clone())),
             Some(_) => Err(Unusable::of("endpointUrl", "must be a URL")),
         };
-        AwsEndpoint { region, endpoint_url }
+        let role_arn = match self.0.get("roleArn") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(arn)) if is_role_arn(arn) => Ok(Some(arn.clone())),
+            Some(_) => Err(Unusable::of(
+                "roleArn",
+                "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)",
+            )),
+        };
+        AwsEndpoint {
+            region,
+            endpoint_url,
+            role_arn,
+        }
     }
+}
+
+/// `arn:PARTITION:iam::ACCOUNT:role/NAME`, bounded as IAM bounds it (2,048 characters).
+pub(crate) fn is_role_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    matches!(parts[..], ["arn", partition, "iam", "", account, resource]
+        if partition.starts_with("aws")
+            && account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit())
+            && resource.strip_prefix("role/").is_some_and(|name| !name.is_empty()))
+        && arn.len() <= 2048
+        && !arn.contains(char::is_whitespace)
 }

@@ -242,6 +242,8 @@ pub struct AwsEndpoint {
     pub region: Setting<Option<String>>,
     /// `None`: the environment's endpoint, else the service's public one.
     pub endpoint_url: Setting<Option<String>>,
+    /// `roleArn`: a role the calls assume. `None`: the processor's own credentials.
+    pub role_arn: Setting<Option<String>>,
 }
 
 impl JobSettings {
@@ -304,7 +306,11 @@ impl JobSettings {
         };
         found.push(self.headers().and_then(|h| h.as_ref().err()));
         if let Some(aws) = self.aws() {
-            found.extend([aws.region.as_ref().err(), aws.endpoint_url.as_ref().err()]);
+            found.extend([
+                aws.region.as_ref().err(),
+                aws.endpoint_url.as_ref().err(),
+                aws.role_arn.as_ref().err(),
+            ]);
         }
         found.into_iter().flatten().collect()
     }

@@ -332,7 +332,29 @@ impl Reader {
                 self.required_string(config, "topic", path);
             }
         }
+        let aws = [
+            JobKind::Glue,
+            JobKind::Emr,
+            JobKind::EmrServerless,
+            JobKind::StepFunction,
+            JobKind::Lambda,
+        ];
+        if aws.contains(&kind) {
+            self.role_arn(config);
+        }
         self.common_checks(config);
+    }
+
+    /// An AWS job's `roleArn`, if set: an IAM role's ARN.
+    fn role_arn(&mut self, config: &Map<String, Value>) {
+        match config.get("roleArn") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(arn)) if crate::core::config::job::is_role_arn(arn) => {}
+            Some(_) => self.problem(
+                "job.config.roleArn",
+                "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)",
+            ),
+        }
     }
 
     fn http_checks(&mut self, config: &Map<String, Value>) {
@@ -576,6 +598,7 @@ fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'stat
                 "jobTimeoutMinutes",
                 "region",
                 "endpointUrl",
+                "roleArn",
                 "timeout",
             ],
             &[],
@@ -590,6 +613,7 @@ fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'stat
                 "arguments",
                 "region",
                 "endpointUrl",
+                "roleArn",
                 "timeout",
             ],
             &[],
@@ -604,12 +628,20 @@ fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'stat
                 "jobTimeoutMinutes",
                 "region",
                 "endpointUrl",
+                "roleArn",
                 "timeout",
             ],
             &[("jobName", "name")],
         ),
         JobKind::StepFunction => (
-            &["stateMachineArn", "input", "region", "endpointUrl", "timeout"],
+            &[
+                "stateMachineArn",
+                "input",
+                "region",
+                "endpointUrl",
+                "roleArn",
+                "timeout",
+            ],
             &[("arguments", "input")],
         ),
         JobKind::Lambda => (
@@ -619,6 +651,7 @@ fn job_config_keys(kind: JobKind) -> (&'static [&'static str], &'static [(&'stat
                 "invocationType",
                 "region",
                 "endpointUrl",
+                "roleArn",
                 "timeout",
             ],
             &[],

@@ -38,7 +38,7 @@ const ACTIONS: [&str; 4] = ["CONTINUE", "CANCEL_AND_WAIT", "TERMINATE_CLUSTER", 
 pub(super) async fn trigger(call: &Call<'_>, job: &EmrJob) -> Result<Outcome, CallError> {
     let cluster = job.cluster_id.as_str();
     let (step, named_after_run) = step(usable(&job.step)?, call.run_id())?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let name = step["Name"].as_str().unwrap_or_default();
     if named_after_run {
         if let Some(step_id) = existing_step(&api, cluster, name).await? {
@@ -59,7 +59,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &EmrJob) -> Result<Outcome, Ca
 pub(super) async fn status(call: &Call<'_>, job: &EmrJob, handle: &Value) -> Result<Outcome, CallError> {
     let cluster = handle_field(handle, "clusterId")?;
     let step_id = handle_field(handle, "stepId")?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let input = json!({ "ClusterId": cluster, "StepId": step_id });
     let answer = api.json(JSON, "ElasticMapReduce.DescribeStep", &input).await?;
     let Some(status) = answer.get("Step").and_then(|s| s.get("Status")) else {

@@ -36,7 +36,7 @@ const NAME_LIMIT: usize = 256;
 pub(super) async fn trigger(call: &Call<'_>, job: &EmrServerlessJob) -> Result<Outcome, CallError> {
     let application = job.application_id.as_str();
     let input = start_input(call, job)?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let path = format!("/applications/{}/jobruns", label(application));
     let answer = api.rest("StartJobRun", Method::POST, &path, Some(&input)).await?;
     let run_id = answer
@@ -54,7 +54,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &EmrServerlessJob) -> Result<O
 pub(super) async fn status(call: &Call<'_>, job: &EmrServerlessJob, handle: &Value) -> Result<Outcome, CallError> {
     let application = handle_field(handle, "applicationId")?;
     let run_id = handle_field(handle, "jobRunId")?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let path = format!("/applications/{}/jobruns/{}", label(application), label(run_id));
     let answer = api.rest("GetJobRun", Method::GET, &path, None).await?;
     let run = &answer["jobRun"];

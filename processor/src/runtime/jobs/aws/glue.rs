@@ -58,7 +58,7 @@ const EVIDENCE_CHARS: usize = 200;
 pub(super) async fn trigger(call: &Call<'_>, job: &GlueJob) -> Result<Outcome, CallError> {
     let job_name = &job.job_name;
     let input = start_input(call, job)?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let answer = api.json(JSON, "AWSGlue.StartJobRun", &input).await?;
     let run_id = answer
         .get("JobRunId")
@@ -70,7 +70,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &GlueJob) -> Result<Outcome, C
 pub(super) async fn status(call: &Call<'_>, job: &GlueJob, handle: &Value) -> Result<Outcome, CallError> {
     let job_name = handle_field(handle, "jobName")?;
     let run_id = handle_field(handle, "jobRunId")?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let input = json!({ "JobName": job_name, "RunId": run_id, "PredecessorsIncluded": false });
     let answer = api.json(JSON, "AWSGlue.GetJobRun", &input).await?;
     let run = &answer["JobRun"];
@@ -97,7 +97,7 @@ pub(super) async fn status(call: &Call<'_>, job: &GlueJob, handle: &Value) -> Re
 /// Evidence in a SUCCEEDED run's logs that it failed, quoted; `None` when there is none or
 /// the logs cannot be read.
 async fn failure_evidence(call: &Call<'_>, job: &GlueJob, group: &str, run_id: &str) -> Option<String> {
-    let api = Api::new(call, &job.aws, &LOGS).ok()?;
+    let api = Api::new(call, &job.aws, &LOGS).await.ok()?;
     let first_match = |stream: String, pattern: &str| {
         let input = json!({
             "logGroupName": group,

@@ -42,7 +42,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &LambdaJob) -> Result<Outcome,
     let invocation = *usable(&job.invocation_type)?;
     let sync = invocation == InvocationType::RequestResponse;
     let body = payload(call, job);
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let path = format!("/2015-03-31/functions/{}/invocations", label(function));
     let headers = [
         ("content-type", "application/json".to_string()),

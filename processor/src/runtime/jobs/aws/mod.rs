@@ -12,17 +12,20 @@
 //!   loopback or link-local endpoint (moto, LocalStack) must be allowed with `--allow-target`.
 //! - `timeout`: the per-request HTTP timeout in seconds, as for every job type.
 //!
-//! Credentials come from the processor's environment only: `AWS_ACCESS_KEY_ID`,
-//! `AWS_SECRET_ACCESS_KEY` and, for temporary credentials, `AWS_SESSION_TOKEN`. Instance
-//! profiles, container credentials, IRSA / web identity, SSO and shared credential files are
-//! not supported yet. Credentials never appear in a handle or a message: answers are
-//! scrubbed of them before they are quoted.
+//! - `roleArn`: a role to assume (with STS) for this job's calls, from the processor's own
+//!   credentials.
+//!
+//! Credentials come from the AWS SDKs' default provider chain ([`credentials`]: the
+//! environment, profiles and SSO, web identity / IRSA, EKS Pod Identity, ECS and instance
+//! metadata), refreshed before they expire. Credentials never appear in a handle or a
+//! message: answers are scrubbed of them before they are quoted.
 //!
 //! Errors: transport failures, 5xx, 408, 429 and the throttling / capacity error codes in
 //! [`RETRYABLE_CODES`] are [`CallError::Infra`] (retried with backoff); every other error
 //! answer (validation, not found, access denied) is [`CallError::Permanent`]. Messages name
 //! the service, the operation, the HTTP status and the AWS error type and message.
 
+mod credentials;
 mod emr;
 mod emr_serverless;
 mod glue;
@@ -270,6 +273,16 @@ impl std::fmt::Debug for Keys {
     }
 }
 
+impl From<&Credentials> for Keys {
+    fn from(c: &Credentials) -> Keys {
+        Keys {
+            access_key_id: c.access_key_id().to_string(),
+            secret_access_key: c.secret_access_key().to_string(),
+            session_token: c.session_token().map(str::to_string),
+        }
+    }
+}
+
 impl Keys {
     /// Replaces every credential in `text` (an answer about to be quoted) by `[redacted]`.
     fn redact(&self, text: &str) -> String {
@@ -340,32 +353,6 @@ fn public_endpoint(service: &Service, region: &str) -> String {
     format!("https://{}.{region}.{suffix}", service.prefix)
 }
 
-/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and the optional `AWS_SESSION_TOKEN`.
-fn credentials(env: Env<'_>) -> Result<Keys, CallError> {
-    match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
-        (Some(access_key_id), Some(secret_access_key)) => Ok(Keys {
-            access_key_id: access_key_id.trim().to_string(),
-            secret_access_key: secret_access_key.trim().to_string(),
-            session_token: env("AWS_SESSION_TOKEN").map(|t| t.trim().to_string()),
-        }),
-        (access, secret) => {
-            let missing: Vec<&str> = [
-                access.is_none().then_some("AWS_ACCESS_KEY_ID"),
-                secret.is_none().then_some("AWS_SECRET_ACCESS_KEY"),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            Err(CallError::Permanent(format!(
-                "no AWS credentials: {} not set in the processor's environment (AWS jobs sign with \
-                 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and, for temporary credentials, AWS_SESSION_TOKEN; \
-                 instance profiles, container and web-identity credentials are not supported yet)",
-                missing.join(" and ")
-            )))
-        }
-    }
-}
-
 /// The SigV4 headers (`authorization`, `x-amz-date`, `x-amz-security-token`) for a request
 /// whose other signed headers are `headers`. The host is signed from the URL, as the
 /// client sends it.
@@ -434,10 +421,11 @@ pub(crate) struct Api<'c, 'a> {
 }
 
 impl<'c, 'a> Api<'c, 'a> {
-    pub fn new(call: &'c Call<'a>, aws: &AwsEndpoint, service: &'static Service) -> Result<Self, CallError> {
+    pub async fn new(call: &'c Call<'a>, aws: &AwsEndpoint, service: &'static Service) -> Result<Self, CallError> {
         let region = region(aws, &process_env)?;
         let endpoint = endpoint(service, &region, aws, &process_env)?;
-        let keys = credentials(&process_env)?;
+        let role = usable(&aws.role_arn)?.as_deref();
+        let keys = Keys::from(&credentials::credentials(role, &region).await?);
         Ok(Api {
             call,
             service,
@@ -863,36 +851,6 @@ mod tests {
         assert!(endpoint(&GLUE, "us-east-1", &aws(json!({"endpointUrl": 5})), &env).is_err());
     }
 
-    #[test]
-    fn credentials_come_from_the_environment_and_their_absence_is_named() {
-        let env = env_of(&[("AWS_ACCESS_KEY_ID", "AKID"), ("AWS_SECRET_ACCESS_KEY", "secret")]);
-        let keys = credentials(&env).unwrap();
-        assert_eq!(keys.session_token, None);
-        let env = env_of(&[
-            ("AWS_ACCESS_KEY_ID", "AKID"),
-            ("AWS_SECRET_ACCESS_KEY", "secret"),
-            ("AWS_SESSION_TOKEN", "token"),
-        ]);
-        assert_eq!(credentials(&env).unwrap().session_token.as_deref(), Some("token"));
-        let e = credentials(&env_of(&[("AWS_ACCESS_KEY_ID", "AKID")])).unwrap_err();
-        match e {
-            CallError::Permanent(m) => {
-                assert!(m.contains("AWS_SECRET_ACCESS_KEY not set"), "{m}");
-                assert!(!m.contains("AKID"), "{m}");
-            }
-            other => panic!("{other:?}"),
-        }
-        let e = credentials(&env_of(&[])).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY not set"),
-            "{e}"
-        );
-    }
-
-    /// Signature vectors produced by botocore 1.44's `SigV4Auth` for the same requests at
-    /// the same instant (its clock patched), so the headers we sign and the URL forms we use
-    /// (a port, a percent-encoded ARN in the path) match what AWS computes.
     #[test]
     fn signs_as_botocore_does() {
         let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);

@@ -45,7 +45,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &StepFunctionJob) -> Result<Ou
         Some(other) => other.to_string(),
     };
     let name = execution_name(call.run_id());
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let start = json!({ "stateMachineArn": machine, "name": name, "input": input });
     let answer = api.json_call(JSON, "AWSStepFunctions.StartExecution", &start).await?;
     let (arn, adopted) = match answer.error() {
@@ -85,7 +85,7 @@ pub(super) async fn trigger(call: &Call<'_>, job: &StepFunctionJob) -> Result<Ou
 
 pub(super) async fn status(call: &Call<'_>, job: &StepFunctionJob, handle: &Value) -> Result<Outcome, CallError> {
     let arn = handle_field(handle, "executionArn")?;
-    let api = Api::new(call, &job.aws, &SERVICE)?;
+    let api = Api::new(call, &job.aws, &SERVICE).await?;
     let answer = api
         .json(
             JSON,
