@@ -71,12 +71,14 @@ ensure_venv() {
 }
 
 # quix_python: the Python of the virtualenv the benchmark's Quix Streams baseline runs in
-# (pinned), installed when missing.
+# (pinned), installed when missing. The tests use it too: confluent-kafka (a dependency of
+# Quix Streams) and wheel, with which the producer helper's test pip-installs
+# clients/python from the checkout without reaching an index.
 QUIX_VERSION=3.28.1
 quix_python() {
   local venv="$HOME/.cache/sluice/quix-venv"
-  ensure_venv "$venv" "import quixstreams; assert quixstreams.__version__ == '$QUIX_VERSION'" \
-    "quixstreams==$QUIX_VERSION"
+  ensure_venv "$venv" "import quixstreams, wheel; assert quixstreams.__version__ == '$QUIX_VERSION'" \
+    "quixstreams==$QUIX_VERSION" wheel
   echo "$venv/bin/python"
 }
 

@@ -345,29 +345,41 @@ fn the_graph_draws_the_processors_today() {
     w.stop();
 }
 
+/// Serves `w` on a loopback port with a `read` and a `write` token (their files in `dir`,
+/// the read file with a comment line), and waits until `pipeline`'s config is accepted:
+/// ready means restored, not caught up with the inputs. The address and the read token's
+/// file.
+fn serve_with_tokens(
+    w: &mut World,
+    dir: &std::path::Path,
+    pipeline: &str,
+    read: &str,
+    write: &str,
+) -> (String, std::path::PathBuf) {
+    let (read_file, write_file) = (dir.join("read"), dir.join("write"));
+    std::fs::write(&read_file, format!("# readers\n{read}\n")).unwrap();
+    std::fs::write(&write_file, format!("{write}\n")).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let files = [
+        "--api-token-file",
+        read_file.to_str().unwrap(),
+        "--api-write-token-file",
+        write_file.to_str().unwrap(),
+    ];
+    w.serve(&addr, &files);
+    w.wait_for(pipeline, "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+    });
+    (addr, read_file)
+}
+
 #[test]
 fn tokens_guard_the_api_and_only_a_write_token_reruns() {
     let mut w = World::new("auth");
     w.config(&pipeline("auth1", command_job("true", 0)));
     let dir = tempfile::tempdir().unwrap();
     let (read, write) = ("read-token-for-the-tests-0001", "write-token-for-the-tests-0002");
-    let (read_file, write_file) = (dir.path().join("read"), dir.path().join("write"));
-    std::fs::write(&read_file, format!("# readers\n{read}\n")).unwrap();
-    std::fs::write(&write_file, format!("{write}\n")).unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
-    w.serve(
-        &addr,
-        &[
-            "--api-token-file",
-            read_file.to_str().unwrap(),
-            "--api-write-token-file",
-            write_file.to_str().unwrap(),
-        ],
-    );
-    // Ready means restored, not caught up with the inputs: the config is read after.
-    w.wait_for("auth1", "CONFIG_ACCEPTED", |es| {
-        es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
-    });
+    let (addr, read_file) = serve_with_tokens(&mut w, dir.path(), "auth1", read, write);
     let bearer = |t: &str| format!("Bearer {t}");
     let get = |path: &str, token: Option<&str>| {
         let auth = token.map(bearer);
@@ -538,4 +550,64 @@ fn a_forged_instance_record_gets_no_request_and_no_token() {
         "the forged instance got requests"
     );
     assert!(w.log().contains("no --peer admits"), "the forged record is logged");
+}
+
+/// A producer that cannot speak Kafka (a Lambda, an Airflow task) posts its readings over
+/// HTTP with a write token: they are checked as the processor checks them, published
+/// keyed by pipeline, and start the run, whose job is called once. A batch with one bad
+/// reading publishes nothing.
+#[test]
+fn readings_posted_over_http_start_the_run_and_a_bad_batch_publishes_nothing() {
+    let target = support::http_target();
+    let mut w = World::new("ingest");
+    let job = json!({"type": "http", "config": {"url": target.url}, "maxRetries": 0});
+    w.config(&pipeline("ingest1", job));
+    let dir = tempfile::tempdir().unwrap();
+    let (read, write) = ("read-token-for-the-ingest-0001", "write-token-for-the-ingest-0002");
+    let (addr, _) = serve_with_tokens(&mut w, dir.path(), "ingest1", read, write);
+    let post = |token: &str, body: &Value| {
+        let auth = format!("Bearer {token}");
+        let (status, answer) = http_request(
+            &addr,
+            "POST",
+            "/api/sensors",
+            &[("Authorization", &auth), ("Content-Type", "application/json")],
+            &body.to_string(),
+        )
+        .unwrap();
+        (
+            status,
+            serde_json::from_str::<Value>(&answer).unwrap_or(Value::String(answer)),
+        )
+    };
+    let rows = json!({"pipelineId": "ingest1", "key": "row-count", "data": {"count": 5000}});
+    let ready = json!({"pipelineId": "ingest1", "key": "upstream", "data": {"status": "ready"}});
+    let (status, answer) = post(read, &json!([rows]));
+    assert_eq!(status, 403, "a read token may not publish: {answer}");
+    // One bad reading (no key) refuses the batch: the good one is not published either.
+    let (status, answer) = post(write, &json!([ready, {"pipelineId": "ingest1", "data": {}}]));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["problems"][0]["index"], json!(1), "{answer}");
+    let (status, answer) = post(write, &rows);
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["published"].as_array().map(Vec::len), Some(1), "{answer}");
+    // Had the refused batch's good reading been published, the run would start now.
+    let (status, answer) = post(write, &json!([ready]));
+    assert_eq!(status, 202, "{answer}");
+    w.wait_for("ingest1", "JOB_TRIGGERED", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_TRIGGERED)
+    });
+    assert_eq!(target.requests.lock().unwrap().len(), 1, "the job called once");
+    // In the partition's order: the refused batch left nothing before the row count.
+    let records = w.wait_for_sensor_records("ingest1", |rs| rs.len() >= 2);
+    let keys: Vec<&str> = records.iter().map(|r| r["key"].as_str().unwrap_or("")).collect();
+    assert_eq!(
+        keys,
+        ["row-count", "upstream"],
+        "only the accepted readings: {records:?}"
+    );
+    assert!(
+        records.iter().all(|r| r["timestamp"].is_string()),
+        "stamped: {records:?}"
+    );
 }

@@ -9,6 +9,7 @@ mod cli;
 mod evaluators;
 mod formats;
 mod interlock;
+mod producers;
 mod replay;
 mod secure;
 mod support;

@@ -12,7 +12,7 @@ use clap::Args;
 use super::args::{parse_delta, parse_std_duration, DeciderArgs};
 use crate::core::config::JobKind;
 use crate::runtime::access::{self, Access};
-use crate::runtime::api::{self, Api, Commands};
+use crate::runtime::api::{self, Api, Publishing};
 use crate::runtime::clock::Clock;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::effects::Settings as EffectSettings;
@@ -245,7 +245,8 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         (Family::Commands, t.commands.as_str()),
     ];
     settings.codec.prepare(&families).await?;
-    let (commands_topic, codec) = (settings.topics.commands.clone(), settings.codec.clone());
+    let (commands_topic, sensors_topic) = (settings.topics.commands.clone(), settings.topics.sensors.clone());
+    let codec = settings.codec.clone();
     let processor = Processor::start(settings, telemetry.clone())?;
     if let Some(HttpOptions {
         addr,
@@ -281,12 +282,13 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         ));
         // The probes and the page's static files are open; the data needs a token when tokens
         // are set (see runtime::access).
-        let commands = Commands {
+        let publishing = Publishing {
             producer: kafka::RenewableProducer::new(&kafka)?,
-            topic: commands_topic,
             codec,
+            commands: commands_topic,
+            sensors: sensors_topic,
         };
-        let api = Api::new(processor.queries(), directory, &instance, access.clone(), commands)?;
+        let api = Api::new(processor.queries(), directory, &instance, access.clone(), publishing)?;
         let guarded = http_server::metrics_route(telemetry.clone())
             .merge(api::routes(api))
             .route_layer(axum::middleware::from_fn_with_state(access, access::guard));

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::args::parse_var;
 use super::publish;
-use crate::core::records::{decode_sensor, SensorRecord};
+use crate::core::records::{producer_reading, SensorRecord};
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::topics::Topics;
@@ -132,13 +132,8 @@ where
 
 /// One line as a sensor record, or why the processor would reject it.
 fn sensor_line(line: &str) -> Result<SensorRecord, String> {
-    let mut record: SensorRecord = serde_json::from_str(line).map_err(|e| format!("not a sensor record: {e}"))?;
-    if record.timestamp.is_none() {
-        record.timestamp = Some(now());
-    }
-    let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-    decode_sensor(Some(record.pipeline_id.as_bytes()), Some(&json)).map_err(|e| e.to_string())?;
-    Ok(record)
+    let value: Value = serde_json::from_str(line).map_err(|e| format!("not a sensor record: {e}"))?;
+    producer_reading(value, chrono::Utc::now())
 }
 
 /// `field=value`: JSON scalars keep their type, anything else is a string.

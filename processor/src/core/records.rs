@@ -403,6 +403,20 @@ fn parse_hour(v: &Value) -> Option<u32> {
     (hour < 24).then_some(hour as u32)
 }
 
+/// A reading from a producer that does not write the sensors topic itself (`sluice sensor
+/// put -`, `POST /api/sensors`): `value` as a sensor record, checked as the processor checks
+/// one ([`decode_sensor`]), stamped `now` when it carries no `timestamp`. `Err` says why the
+/// processor would refuse it, so that nothing is published that it would dead-letter.
+pub fn producer_reading(value: Value, now: DateTime<Utc>) -> Result<SensorRecord, String> {
+    let mut record: SensorRecord = serde_json::from_value(value).map_err(|e| format!("not a sensor record: {e}"))?;
+    if record.timestamp.is_none() {
+        record.timestamp = Some(Value::String(now.to_rfc3339()));
+    }
+    let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+    decode_sensor(Some(record.pipeline_id.as_bytes()), Some(&json)).map_err(|e| e.to_string())?;
+    Ok(record)
+}
+
 pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorReading, InputError> {
     let record: SensorRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;

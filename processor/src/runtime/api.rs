@@ -2,8 +2,9 @@
 //! every instance), `GET /api/graph` (their `dependsOn` graph for a date) and
 //! `GET /api/pipelines/{id}` (config, latest sensors, executions, pending timers, run history,
 //! SLA forecast, recent events), whichever instance is asked; `POST /api/pipelines/{id}/rerun` and
-//! `/cancel` publish the command to `sluice.commands` for a token allowed to write (see
-//! [`super::access`]).
+//! `/cancel` publish the command to `sluice.commands`, and `POST /api/sensors` publishes
+//! readings to `sluice.sensors` (for producers that cannot speak Kafka), for a token allowed
+//! to write (see [`super::access`]).
 //!
 //! The processor owns its state and answers [`Query`]s between batches, so a reader never
 //! sees half a batch. A pipeline of a partition this instance does not own is forwarded to the
@@ -35,7 +36,7 @@ use super::summaries::Summaries;
 use crate::core::execution::ExecutionDate;
 use crate::core::graph;
 use crate::core::partitioning::partition_for;
-use crate::core::records::{CommandKind, CommandRecord};
+use crate::core::records::{producer_reading, CommandKind, CommandRecord, SensorRecord};
 use crate::core::status::{self, PipelineSummary};
 
 /// What the processor's answers are read from: its stores and read models, lent for one
@@ -149,24 +150,40 @@ pub struct Api {
     pub instance: String,
     pub client: reqwest::Client,
     pub access: Arc<Access>,
-    /// Where reruns and cancels go.
-    pub commands: Arc<Commands>,
+    /// Where reruns, cancels and readings go.
+    pub publishing: Arc<Publishing>,
 }
 
-/// The commands topic and how to write to it.
-pub struct Commands {
+/// The topics the API writes to and how: commands (reruns, cancels) and sensor readings,
+/// each keyed by its pipeline as the processor's inputs are.
+pub struct Publishing {
     pub producer: kafka::RenewableProducer,
-    pub topic: String,
     pub codec: Codec,
+    pub commands: String,
+    pub sensors: String,
 }
 
-impl Commands {
-    /// Publishes `record`, keyed by its pipeline; returns where it landed.
-    async fn publish(&self, record: &CommandRecord) -> anyhow::Result<(i32, i64)> {
+impl Publishing {
+    /// Publishes a command; returns where it landed.
+    async fn command(&self, record: &CommandRecord) -> anyhow::Result<(i32, i64)> {
         let json = serde_json::to_value(record)?;
-        let value = self.codec.encode(Family::Commands, &self.topic, &json)?;
-        let key = record.pipeline_id.as_bytes();
-        Ok(self.producer.send(&self.topic, Some(key), Some(&value), &[]).await?)
+        self.publish(Family::Commands, &self.commands, &record.pipeline_id, &json)
+            .await
+    }
+
+    /// Publishes a reading; returns where it landed.
+    async fn reading(&self, record: &SensorRecord) -> anyhow::Result<(i32, i64)> {
+        let json = serde_json::to_value(record)?;
+        self.publish(Family::Sensors, &self.sensors, &record.pipeline_id, &json)
+            .await
+    }
+
+    async fn publish(&self, family: Family, topic: &str, pipeline: &str, json: &Value) -> anyhow::Result<(i32, i64)> {
+        let value = self.codec.encode(family, topic, json)?;
+        Ok(self
+            .producer
+            .send(topic, Some(pipeline.as_bytes()), Some(&value), &[])
+            .await?)
     }
 }
 
@@ -176,7 +193,7 @@ impl Api {
         directory: Arc<Directory>,
         instance: &str,
         access: Arc<Access>,
-        commands: Commands,
+        publishing: Publishing,
     ) -> anyhow::Result<Api> {
         let client = reqwest::Client::builder()
             .timeout(PEER_TIMEOUT)
@@ -190,7 +207,7 @@ impl Api {
             instance: instance.to_string(),
             client,
             access,
-            commands: Arc::new(commands),
+            publishing: Arc::new(publishing),
         })
     }
 
@@ -228,6 +245,7 @@ pub fn routes(api: Api) -> Router {
         .route("/api/pipelines/{id}/events/{event}", get(event))
         .route("/api/pipelines/{id}/rerun", post(rerun))
         .route("/api/pipelines/{id}/cancel", post(cancel))
+        .route("/api/sensors", post(sensors))
         .with_state(api)
 }
 
@@ -523,28 +541,21 @@ async fn command(
     body: Bytes,
     kind: CommandKind,
 ) -> Response {
-    if !api.access.allows_writes() {
-        return error(
-            StatusCode::FORBIDDEN,
-            "the API is read-only: start `sluice run` with --api-write-token-file to allow reruns and cancels",
-        );
-    }
-    if grant != Grant::Write {
-        return error(StatusCode::FORBIDDEN, "this token may read but not rerun or cancel");
+    if let Some(refused) = refuses_writes(&api, grant) {
+        return refused;
     }
     let record = match command_record(&api, &id, kind, &body) {
         Ok(record) => record,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    let commands = &api.commands;
-    match commands.publish(&record).await {
+    match api.publishing.command(&record).await {
         Ok((partition, offset)) => (
             StatusCode::ACCEPTED,
             json_type(),
             json!({
                 "command": kind.name(),
                 "pipelineId": id,
-                "topic": commands.topic,
+                "topic": api.publishing.commands,
                 "partition": partition,
                 "offset": offset,
                 "answer": "the pipeline's owner answers on the events topic (RERUN_ACCEPTED, RERUN_REJECTED or RUN_CANCELLED)",
@@ -553,6 +564,103 @@ async fn command(
         )
             .into_response(),
         Err(e) => error(StatusCode::BAD_GATEWAY, &format!("publishing the {} command: {e:#}", kind.name())),
+    }
+}
+
+/// Why a request that writes (a command, a reading) is refused, if it is: the API is
+/// read-only, or the token may only read.
+fn refuses_writes(api: &Api, grant: Grant) -> Option<Response> {
+    if !api.access.allows_writes() {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the API is read-only: start `sluice run` with --api-write-token-file to allow reruns, cancels and readings",
+        ));
+    }
+    (grant != Grant::Write).then(|| error(StatusCode::FORBIDDEN, "this token may read but not write"))
+}
+
+/// Most readings one `POST /api/sensors` takes.
+pub const MAX_READINGS: usize = 1_000;
+
+/// `POST /api/sensors`: readings from producers that cannot speak Kafka (a Lambda, an
+/// Airflow task, a shell script), in the sensors topic's JSON form: one record, or an array
+/// of at most [`MAX_READINGS`]. Each is checked as the processor checks it, and stamped with
+/// the processor's time when it has no `timestamp`; one that fails refuses the whole request
+/// (400, naming each by its index), so a request is published whole or not at all, and
+/// nothing is published that the processor would dead-letter. 202 says where each landed.
+async fn sensors(api: State<Api>, grant: Extension<Grant>, body: Bytes) -> Response {
+    let (State(api), Extension(grant)) = (api, grant);
+    if let Some(refused) = refuses_writes(&api, grant) {
+        return refused;
+    }
+    let records = match readings(&body, api.directory.now()) {
+        Ok(records) => records,
+        Err(Refused::Body(why)) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(Refused::Readings(problems)) => {
+            let problems: Vec<Value> = (problems.into_iter())
+                .map(|(index, reason)| json!({"index": index, "reason": reason}))
+                .collect();
+            let body =
+                json!({"error": "readings the processor would refuse; none was published", "problems": problems});
+            return (StatusCode::BAD_REQUEST, json_type(), body.to_string()).into_response();
+        }
+    };
+    let publishing = &api.publishing;
+    let sent = futures::future::join_all(records.iter().map(|r| publishing.reading(r))).await;
+    let mut landed = Vec::new();
+    let mut failed = Vec::new();
+    for (index, (record, result)) in records.iter().zip(sent).enumerate() {
+        match result {
+            Ok((partition, offset)) => landed.push(json!({
+                "index": index, "pipelineId": record.pipeline_id, "partition": partition, "offset": offset,
+            })),
+            Err(e) => failed.push(json!({"index": index, "reason": format!("{e:#}")})),
+        }
+    }
+    let status = match failed.is_empty() {
+        true => StatusCode::ACCEPTED,
+        // The broker took some and not others: say which, so a retry can send the rest.
+        false => StatusCode::BAD_GATEWAY,
+    };
+    let body = json!({"published": landed, "failed": failed, "topic": publishing.sensors});
+    (status, json_type(), body.to_string()).into_response()
+}
+
+/// Why a `POST /api/sensors` body is refused.
+#[derive(Debug)]
+enum Refused {
+    /// Not JSON, not an object or array, or too many readings.
+    Body(String),
+    /// Readings the processor would refuse: (index, why).
+    Readings(Vec<(usize, String)>),
+}
+
+/// The readings a `POST /api/sensors` body holds, each checked and stamped at `now`.
+fn readings(body: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Vec<SensorRecord>, Refused> {
+    let shape = "the body must be a sensor record ({\"pipelineId\", \"key\", \"data\", \"date\"?, \"hour\"?, \"timestamp\"?}) or an array of them";
+    let values = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(values)) => values,
+        Ok(value @ Value::Object(_)) => vec![value],
+        Ok(_) => return Err(Refused::Body(shape.into())),
+        Err(e) => return Err(Refused::Body(format!("{shape}: {e}"))),
+    };
+    if values.is_empty() || values.len() > MAX_READINGS {
+        return Err(Refused::Body(format!(
+            "{} readings: send 1 to {MAX_READINGS} per request",
+            values.len()
+        )));
+    }
+    let mut records = Vec::new();
+    let mut problems = Vec::new();
+    for (index, value) in values.into_iter().enumerate() {
+        match producer_reading(value, now) {
+            Ok(record) => records.push(record),
+            Err(why) => problems.push((index, why)),
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(records),
+        false => Err(Refused::Readings(problems)),
     }
 }
 
@@ -592,4 +700,65 @@ fn error(status: StatusCode, message: &str) -> Response {
 /// Which partition of `partitions` holds `pipeline` (the inputs' key hash).
 pub fn partition_of(pipeline: &str, partitions: i32) -> i32 {
     partition_for(pipeline.as_bytes(), partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339("2026-11-27T08:00:00Z")
+            .unwrap()
+            .to_utc()
+    }
+
+    #[test]
+    fn a_reading_or_an_array_of_them_is_taken_stamped_with_the_processors_time() {
+        let one = br#"{"pipelineId": "p", "key": "rows", "data": {"count": 5}, "date": "2026-11-26"}"#;
+        let records = readings(one, now()).unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].timestamp, Some(json!("2026-11-27T08:00:00+00:00")));
+        let many = json!([
+            {"pipelineId": "p", "key": "rows", "data": {"count": 5}},
+            {"pipelineId": "q", "key": "ready", "data": {}, "timestamp": "2026-11-27T07:00:00Z"},
+        ]);
+        let records = readings(many.to_string().as_bytes(), now()).unwrap();
+        assert_eq!(
+            records[1].timestamp,
+            Some(json!("2026-11-27T07:00:00Z")),
+            "its own kept"
+        );
+    }
+
+    #[test]
+    fn one_reading_the_processor_would_refuse_refuses_the_request_naming_it() {
+        let body = json!([
+            {"pipelineId": "p", "key": "rows", "data": {}},
+            {"pipelineId": "p", "key": "", "data": {}},
+            {"pipelineId": "p", "key": "rows", "hour": "07"},
+            {"key": "rows"},
+        ]);
+        let Err(Refused::Readings(problems)) = readings(body.to_string().as_bytes(), now()) else {
+            panic!("accepted")
+        };
+        let indexes: Vec<usize> = problems.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, vec![1, 2, 3], "{problems:?}");
+        assert!(problems[1].1.contains("date"), "{problems:?}");
+        for (body, says) in [
+            (b"not json".to_vec(), "must be a sensor record"),
+            (b"[]".to_vec(), "0 readings"),
+            (b"5".to_vec(), "must be a sensor record"),
+            (
+                json!(vec![json!({"pipelineId": "p", "key": "k"}); MAX_READINGS + 1])
+                    .to_string()
+                    .into_bytes(),
+                "1001 readings",
+            ),
+        ] {
+            match readings(&body, now()) {
+                Err(Refused::Body(why)) => assert!(why.contains(says), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
