@@ -21,7 +21,7 @@ use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use serde_json::Value as Json;
 
-pub use registry::{Registry, RegistryError, RegistrySettings};
+pub use registry::{Framed, Registry, RegistryError, RegistrySettings};
 
 /// The record families with a public schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -265,8 +265,11 @@ impl Codec {
             [0, a, b, c, d, datum @ ..] => {
                 let id = u32::from_be_bytes([*a, *b, *c, *d]);
                 let registry = self.registry.as_ref().ok_or(CodecError::NoRegistry { id })?;
-                let writer = registry.schema(id).await?;
-                read(&writer, reader, datum)?
+                match registry.framed(id).await? {
+                    Framed::Avro(writer) => read(&writer, reader, datum)?,
+                    // Confluent's JSON Schema serializer: the JSON after the framing.
+                    Framed::Json => return Ok(Cow::Borrowed(datum)),
+                }
             }
             [0xC3, 0x01, rest @ ..] if rest.len() >= 8 => {
                 let header = family.single_object_header();

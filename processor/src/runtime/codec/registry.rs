@@ -17,7 +17,7 @@
 //! 5xx, 408 or 429 is worth waiting out ([`RegistryError::is_transient`]): startup retries it
 //! for [`STARTUP_PATIENCE`], the processor as long as it lasts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,7 +59,7 @@ pub enum RegistryError {
     Unauthorized { what: String, status: u16, message: String },
     #[error("the schema with id {id} from the registry is not valid Avro: {reason}")]
     BadSchema { id: u32, reason: String },
-    #[error("{what} in the schema registry is a {schema_type} schema; Sluice reads and writes Avro only")]
+    #[error("{what} in the schema registry is a {schema_type} schema; Sluice writes Avro, and reads Avro and JSON Schema (Protobuf is not read yet)")]
     NotAvro { what: String, schema_type: String },
     #[error(
         "subject {subject:?} has no version in the schema registry ({message}); with --schema-registry-auto-register false, register Sluice's schema (schemas/*.avsc) under it first"
@@ -269,6 +269,18 @@ pub struct Registry {
     client: reqwest::Client,
     writers: Arc<Mutex<HashMap<String, Writer>>>,
     schemas: Arc<Mutex<HashMap<u32, Arc<Schema>>>>,
+    /// Ids the registry says hold JSON Schemas: records framed with one are JSON.
+    json_schemas: Arc<Mutex<HashSet<u32>>>,
+}
+
+/// What a record framed with a schema id holds after its five bytes of framing.
+#[derive(Debug, Clone)]
+pub enum Framed {
+    /// An Avro datum written with this schema.
+    Avro(Arc<Schema>),
+    /// JSON text (Confluent's JSON Schema serializer): the id was checked, the text is read
+    /// as any JSON record is.
+    Json,
 }
 
 impl std::fmt::Debug for Registry {
@@ -317,6 +329,7 @@ impl Registry {
             client,
             writers: Arc::default(),
             schemas: Arc::default(),
+            json_schemas: Arc::default(),
         })
     }
 
@@ -449,19 +462,27 @@ impl Registry {
         self.schemas.lock().expect("registry cache").insert(id, schema);
     }
 
-    /// The writer schema with `id`.
-    pub async fn schema(&self, id: u32) -> Result<Arc<Schema>, RegistryError> {
+    /// What a record framed with schema `id` holds: an Avro datum with its writer schema,
+    /// or JSON (a JSON Schema id).
+    pub async fn framed(&self, id: u32) -> Result<Framed, RegistryError> {
         if let Some(schema) = self.schemas.lock().expect("registry cache").get(&id) {
-            return Ok(schema.clone());
+            return Ok(Framed::Avro(schema.clone()));
+        }
+        if self.json_schemas.lock().expect("registry cache").contains(&id) {
+            return Ok(Framed::Json);
         }
         let url = format!("{}/schemas/ids/{id}", self.url);
         let (status, answer, message) = self.call(self.client.get(&url)).await?;
         match status {
+            200 if answer["schemaType"].as_str() == Some("JSON") => {
+                self.json_schemas.lock().expect("registry cache").insert(id);
+                Ok(Framed::Json)
+            }
             200 => {
                 check_avro(&answer, || format!("the schema with id {id}"))?;
                 let schema = Arc::new(parse(&answer, id)?);
                 self.schemas.lock().expect("registry cache").insert(id, schema.clone());
-                Ok(schema)
+                Ok(Framed::Avro(schema))
             }
             // The registry's own "not found" (error code 40403): a 404 without one is
             // something else answering (a wrong URL), not a verdict on the id.
@@ -713,6 +734,7 @@ mod tests {
             ("GET", "/schemas/ids/7") => ok(json!({"schema": Family::Events.schema_text()})),
             ("GET", "/schemas/ids/8") => ok(json!({"schema": evolved()})),
             ("GET", "/schemas/ids/10") => ok(json!({"schemaType": "PROTOBUF", "schema": PROTO})),
+            ("GET", "/schemas/ids/11") => ok(json!({"schemaType": "JSON", "schema": r#"{"type": "object"}"#})),
             ("GET", p) if p.starts_with("/schemas/ids/") => (
                 StatusCode::NOT_FOUND,
                 json!({"error_code": 40403, "message": "Schema not found"}).to_string(),
@@ -1005,6 +1027,31 @@ mod tests {
         );
         let reason = rejected(read(&codec, framed(99, &[0; 8])).await);
         assert!(reason.contains("no schema with id 99"), "{reason}");
+
+        // Confluent's JSON Schema serializer: a registered JSON Schema id, then JSON. Read as
+        // the reading it is; the id is asked of the registry once. Framed with an id the
+        // registry lacks, the same JSON is bad input.
+        let json_reading = br#"{"pipelineId": "p", "key": "rows", "data": {"count": 7}}"#;
+        for _ in 0..2 {
+            let (pipeline, input) = read(&codec, framed(11, json_reading)).await.unwrap();
+            assert_eq!(pipeline, "p");
+            let Input::SensorReceived(reading) = input else {
+                panic!("{input:?}")
+            };
+            assert_eq!(reading.data["count"], json!(7));
+        }
+        let asked = fake
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.contains("/schemas/ids/11"))
+            .count();
+        assert_eq!(asked, 1, "the id's type is kept");
+        let reason = rejected(read(&codec, framed(98, json_reading)).await);
+        assert!(reason.contains("no schema with id 98"), "{reason}");
+        let reason = rejected(read(&codec, framed(11, b"not json")).await);
+        assert!(!reason.is_empty());
 
         // A valid reading written with schema 8; the registry goes down before it is read:
         // not the record's fault, so no rejection, until the registry is back.
