@@ -378,3 +378,66 @@ fn validate_names_the_days_skipped_that_the_earlier_design_ran() {
     assert!(calendar.ends_with(&format!("skips 2 days in the next 365 days that the earlier design ran (it applied no holiday calendar): {soon}, {later}")), "{calendar}");
     assert!(said("schedule.include.dates").contains("(1 ahead)"));
 }
+
+/// GitOps: the folder is the whole truth. `config apply --prune` deletes what left it (the
+/// plan printed first; `--dry-run` only prints it), `config delete` deletes by id and
+/// refuses an id the topic does not hold; the owner drops each deleted pipeline.
+#[test]
+fn apply_prune_and_delete_remove_pipelines_that_left_the_folder() {
+    use sluice::core::events::EventType::CONFIG_ACCEPTED;
+    let mut w = World::new("prune");
+    let folder = tempfile::tempdir().unwrap();
+    let write = |id: &str| {
+        let config = crate::support::pipeline(id, crate::support::command_job("true", 0));
+        std::fs::write(folder.path().join(format!("{id}.yaml")), config.to_string()).unwrap();
+    };
+    for id in ["prune-a", "prune-b", "prune-c"] {
+        write(id);
+    }
+    let dir = folder.path().to_str().unwrap().to_string();
+    let (brokers, prefix) = (w.brokers.clone(), w.prefix.clone());
+    let sluice = |args: &[&str]| {
+        let out = sluice_on(&brokers)
+            .args(args)
+            .args(["--topic-prefix", &prefix])
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, out, err) = sluice(&["config", "apply", &dir]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    w.start();
+    let deleted = |es: &[sluice::core::events::Event], id: &str| {
+        es.iter()
+            .any(|e| e.kind == CONFIG_ACCEPTED && e.pipeline_id == id && e.detail.get("deleted") == Some(&json!(true)))
+    };
+    for id in ["prune-a", "prune-b", "prune-c"] {
+        w.wait_for(id, "CONFIG_ACCEPTED", |es| es.iter().any(|e| e.kind == CONFIG_ACCEPTED));
+    }
+
+    // prune-c leaves the folder: a dry run plans its deletion and deletes nothing.
+    std::fs::remove_file(folder.path().join("prune-c.yaml")).unwrap();
+    let (code, out, err) = sluice(&["config", "apply", &dir, "--prune", "--dry-run", "--output", "json"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["delete"], json!(["prune-c"]), "{plan}");
+    assert_eq!(plan["published"], json!(false));
+    assert!(err.contains("plan: delete 1"), "{err}");
+    let (code, out, err) = sluice(&["config", "apply", &dir, "--prune"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("deleted prune-c"), "{out}");
+    w.wait_for("prune-c", "its deletion", |es| deleted(es, "prune-c"));
+
+    // By id: an unknown one refuses the whole command; then prune-b alone.
+    let (code, _, err) = sluice(&["config", "delete", "prune-b", "prune-zzz"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("not on") && err.contains("prune-zzz"), "{err}");
+    let (code, out, err) = sluice(&["config", "delete", "prune-b"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let events = w.wait_for("prune-b", "its deletion", |es| deleted(es, "prune-b"));
+    assert!(!deleted(&events, "prune-a"), "the rest stays");
+    // Deleted pipelines are no longer on the topic: deleting again is refused.
+    let (code, _, err) = sluice(&["config", "delete", "prune-c"]);
+    assert_eq!(code, Some(1), "{err}");
+}

@@ -1,14 +1,18 @@
-//! `sluice config validate|apply`: pipeline YAML files read from a folder, archetypes
+//! `sluice config validate|apply|delete`: pipeline YAML files read from a folder, archetypes
 //! merged in, calendars and deployment variables resolved, every problem reported, and the
-//! configs published to the config topic only when there is none. `replay --pipelines`
-//! reads configs the same way.
+//! configs published to the config topic only when there is none; `apply --prune` and
+//! `delete` remove pipelines (a tombstone on the config topic: the owner drops the
+//! pipeline's state and timers), with the plan printed first. `replay --pipelines` reads
+//! configs the same way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Subcommand;
+use rdkafka::consumer::Consumer;
+use rdkafka::Message;
 use serde_json::{json, Value};
 
 use super::archetypes::{self, Archetypes, Merged};
@@ -57,8 +61,28 @@ pub enum ConfigCommand {
         /// pipelines folder.
         #[arg(long, value_name = "DIR")]
         archetypes: Option<PathBuf>,
+        /// Also delete the pipelines the config topic holds that DIR no longer has (GitOps:
+        /// the folder is the whole truth). The plan is printed first.
+        #[arg(long)]
+        prune: bool,
+        /// Print the plan (what would be applied and deleted) and publish nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// `json`: one JSON document on stdout (what was published, where; or the problems),
         /// the readable lines on stderr.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Delete pipelines: a tombstone for each on the config topic, and the owner drops its
+    /// state, timers and subscriptions (CONFIG_ACCEPTED with `deleted: true`). An id the
+    /// topic does not hold is an error, and then nothing is deleted.
+    Delete {
+        #[arg(required = true, value_name = "PIPELINE")]
+        ids: Vec<String>,
+        /// Print the plan and delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// `json`: one JSON document on stdout, the readable lines on stderr.
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
@@ -84,15 +108,27 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: ConfigCommand) ->
             vars,
             calendars,
             archetypes,
+            prune,
+            dry_run,
             output,
         } => {
             let folders = Folders {
                 calendars: calendars.as_deref(),
                 archetypes: archetypes.as_deref(),
             };
-            apply(&dir, folders, &vars.into_iter().collect(), kafka, topics, output).await
+            let how = Publish { prune, dry_run, output };
+            apply(&dir, folders, &vars.into_iter().collect(), kafka, topics, how).await
         }
+        ConfigCommand::Delete { ids, dry_run, output } => delete(&ids, kafka, topics, dry_run, output).await,
     }
+}
+
+/// How `config apply` publishes.
+#[derive(Clone, Copy)]
+struct Publish {
+    prune: bool,
+    dry_run: bool,
+    output: Output,
 }
 
 /// The folders beside the pipelines that configs draw on (`--calendars`, `--archetypes`;
@@ -521,14 +557,52 @@ async fn apply(
     vars: &BTreeMap<String, String>,
     kafka: &Connection,
     topics: &Topics,
-    output: Output,
+    how: Publish,
 ) -> Result<ExitCode> {
-    let Some(configs) = publishable_configs(dir, folders, vars, Progress::for_output(output))? else {
+    let output = how.output;
+    let progress = Progress::for_output(output);
+    let Some(configs) = publishable_configs(dir, folders, vars, progress)? else {
         if output == Output::Json {
-            println!("{}", json!({"published": false, "applied": []}));
+            println!("{}", json!({"published": false, "applied": [], "deleted": []}));
         }
         return Ok(ExitCode::FAILURE);
     };
+    // Pipelines the topic holds that the folder no longer names.
+    let gone: Vec<String> = match how.prune {
+        true => {
+            let named: BTreeSet<&str> = configs.iter().map(|(_, id, _)| id.as_str()).collect();
+            let held = applied_pipelines(kafka, &topics.config)?;
+            held.into_iter().filter(|id| !named.contains(id.as_str())).collect()
+        }
+        false => Vec::new(),
+    };
+    let ids: Vec<&str> = configs.iter().map(|(_, id, _)| id.as_str()).collect();
+    progress.say(format!("plan: apply {} ({})", ids.len(), ids.join(", ")));
+    if how.prune {
+        progress.say(match gone.is_empty() {
+            true => format!(
+                "plan: delete none (every pipeline on {} is in {})",
+                topics.config,
+                dir.display()
+            ),
+            false => format!(
+                "plan: delete {} no longer in {}: {}",
+                gone.len(),
+                dir.display(),
+                gone.join(", ")
+            ),
+        });
+    }
+    if how.dry_run {
+        progress.say("dry run: nothing published".into());
+        if output == Output::Json {
+            println!(
+                "{}",
+                json!({"published": false, "dryRun": true, "apply": ids, "delete": gone})
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let producer = kafka::producer(kafka)?;
     let mut applied = Vec::new();
     for (path, id, json) in &configs {
@@ -543,10 +617,94 @@ async fn apply(
             })),
         }
     }
+    let deleted = tombstones(&producer, &gone, topics, output).await?;
     if output == Output::Json {
-        println!("{}", json!({"published": true, "applied": applied}));
+        println!("{}", json!({"published": true, "applied": applied, "deleted": deleted}));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `config delete`: a tombstone for each of `ids`, once every one is on the config topic.
+async fn delete(
+    ids: &[String],
+    kafka: &Connection,
+    topics: &Topics,
+    dry_run: bool,
+    output: Output,
+) -> Result<ExitCode> {
+    let progress = Progress::for_output(output);
+    let held = applied_pipelines(kafka, &topics.config)?;
+    let unknown: Vec<&str> = ids
+        .iter()
+        .map(String::as_str)
+        .filter(|id| !held.contains(*id))
+        .collect();
+    if !unknown.is_empty() {
+        eprintln!(
+            "error: not on {}: {} (nothing was deleted; `sluice status` lists the pipelines)",
+            topics.config,
+            unknown.join(", ")
+        );
+        if output == Output::Json {
+            println!("{}", json!({"deleted": [], "unknown": unknown}));
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    progress.say(format!("plan: delete {} ({})", ids.len(), ids.join(", ")));
+    if dry_run {
+        progress.say("dry run: nothing deleted".into());
+        if output == Output::Json {
+            println!("{}", json!({"deleted": [], "dryRun": true, "delete": ids}));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let producer = kafka::producer(kafka)?;
+    let deleted = tombstones(&producer, ids, topics, output).await?;
+    if output == Output::Json {
+        println!("{}", json!({"deleted": deleted}));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Publishes a tombstone for each of `ids` to the config topic; what was deleted, where.
+async fn tombstones(producer: &kafka::Producer, ids: &[String], topics: &Topics, output: Output) -> Result<Vec<Value>> {
+    let mut deleted = Vec::new();
+    for id in ids {
+        let (partition, offset) = kafka::send(producer, &topics.config, Some(id.as_bytes()), None, &[]).await?;
+        match output {
+            Output::Table => println!("deleted {id} from {}", topics.config),
+            Output::Json => deleted.push(json!({
+                "pipelineId": id, "topic": topics.config, "partition": partition, "offset": offset,
+            })),
+        }
+    }
+    Ok(deleted)
+}
+
+/// The pipelines the config topic holds now: each key's latest record, a tombstone
+/// removing it (read to the topic's end, as the processor restores it).
+fn applied_pipelines(kafka: &Connection, topic: &str) -> Result<BTreeSet<String>> {
+    let reader = kafka::reader(kafka, "sluice-config-plan")?;
+    let partitions = tokio::task::block_in_place(|| kafka::partition_counts((*reader).client(), &[topic]))?;
+    let starts: Vec<kafka::Start> = (0..partitions[0].1 as i32)
+        .map(|partition| kafka::Start {
+            topic: topic.to_string(),
+            partition,
+            offset: 0,
+        })
+        .collect();
+    let records = tokio::task::block_in_place(|| kafka::read_span(&reader, &starts))?;
+    let mut held = BTreeSet::new();
+    for m in &records {
+        let Some(key) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+            continue;
+        };
+        match m.payload() {
+            Some(_) => held.insert(key.to_string()),
+            None => held.remove(key),
+        };
+    }
+    Ok(held)
 }
 
 /// The configs of `dir` as `config apply` publishes them (file, pipeline id, JSON with
