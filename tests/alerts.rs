@@ -222,3 +222,85 @@ fn the_webhook_sink_retries_until_the_receiver_takes_the_event() {
     assert_eq!(calls[1].json()["eventId"], "e1");
     assert_eq!(calls[0].body, calls[1].body);
 }
+
+/// PagerDuty (Events API v2, a loopback server answering as it does): a failure opens the
+/// execution's incident, an event PagerDuty refuses (400) is skipped without holding up the
+/// rest, a throttled one is sent again, and the run's success resolves the same incident.
+/// Only the quiet default set is sent (no SLA warning).
+#[test]
+fn pagerduty_incidents_open_on_failure_and_resolve_on_success() {
+    let w = World::new("pagerduty");
+    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
+    let record = seen.clone();
+    let url = serve(move |r| {
+        let mut all = record.lock().unwrap();
+        all.push(r.clone());
+        let body = r.json();
+        match (all.len(), body["payload"]["class"].as_str()) {
+            (_, Some("STALE_RUN")) => (400, json!({"status": "invalid event", "errors": ["bad"]}).to_string()),
+            (1, _) => (429, json!({"status": "throttled"}).to_string()),
+            _ => (
+                202,
+                json!({"status": "success", "dedup_key": body["dedup_key"]}).to_string(),
+            ),
+        }
+    });
+    publish_event(&w, "p1", "SLA_WARNING", "2026-11-21");
+    publish_event(&w, "p2", "JOB_FAILED", "2026-11-21");
+    publish_event(&w, "p3", "STALE_RUN", "2026-11-21");
+    publish_event(&w, "p4", "JOB_COMPLETED", "2026-11-21");
+    let key_file = w.scratch.path().join("routing-key");
+    std::fs::write(&key_file, "R0UTINGKEY-for-tests\n").unwrap();
+    let log = w.scratch.path().join("pagerduty.log");
+    let child = alerts(
+        &w,
+        &[
+            "pagerduty",
+            "--url",
+            &format!("{url}/v2/enqueue"),
+            "--routing-key-file",
+            key_file.to_str().unwrap(),
+            "--ui-url",
+            "https://sluice.example",
+        ],
+        &[],
+        &log,
+    );
+    let resolved = || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.json()["event_action"] == "resolve")
+    };
+    wait_until(
+        "the incident resolved",
+        Duration::from_secs(60),
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+        resolved,
+    );
+    stop(child);
+    let calls: Vec<Value> = seen.lock().unwrap().iter().map(|r| r.json()).collect();
+    let actions: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            let class = c["payload"]["class"].as_str().unwrap_or("-");
+            (c["event_action"].as_str().unwrap_or(""), class)
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("trigger", "JOB_FAILED"),
+            ("trigger", "JOB_FAILED"),
+            ("trigger", "STALE_RUN"),
+            ("resolve", "-")
+        ],
+        "no SLA warning; the 429 sent again; the 400 skipped"
+    );
+    assert!(calls.iter().all(|c| c["dedup_key"] == "sluice/gold/daily/2026-11-21"));
+    assert_eq!(calls[1]["routing_key"], "R0UTINGKEY-for-tests");
+    assert_eq!(calls[1]["links"][0]["href"], "https://sluice.example/pipelines/gold");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("PagerDuty refused the event"), "{logged}");
+    assert!(!logged.contains("R0UTINGKEY"), "the key is never logged");
+}

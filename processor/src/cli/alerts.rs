@@ -1,10 +1,11 @@
-//! `sluice alerts slack|webhook`: a consumer of the events topic that tells people.
+//! `sluice alerts slack|webhook|pagerduty`: a consumer of the events topic that tells people.
 //!
 //! Slack gets one Block Kit message per event through `chat.postMessage`, threaded per
 //! execution (pipeline, schedule, date): the first message of an execution starts the
 //! thread, the rest reply in it. Thread ids and SLA-breach marks live in RocksDB under
 //! `--state-dir`, so a restart keeps threading and suppression. A webhook gets the event's
-//! JSON. Both retry while the receiver is throttling or failing (honouring `Retry-After`)
+//! JSON. PagerDuty gets Events API v2 events, one incident per execution: failures and
+//! breaches trigger it, a completed run or a met SLA resolves it. Each retries while the receiver is throttling or failing (honouring `Retry-After`)
 //! and commit an event's offset only once it is delivered or deliberately skipped, so a
 //! crash re-sends rather than loses.
 
@@ -89,6 +90,45 @@ pub enum AlertsCommand {
     Slack(SlackArgs),
     /// POST each event's JSON to a URL.
     Webhook(WebhookArgs),
+    /// Open and resolve PagerDuty incidents (Events API v2), one per pipeline execution.
+    Pagerduty(PagerDutyArgs),
+}
+
+/// What `alerts pagerduty` sends when `--type` is not given: what should wake someone
+/// (failures, breaches, exhaustion, missed schedules, stale runs), and what resolves it.
+pub const PAGERDUTY_TYPES: &[&str] = &[
+    "SLA_BREACH",
+    "EVALUATION_SLA_BREACH",
+    "JOB_FAILED",
+    "JOB_TIMEOUT",
+    "RETRY_EXHAUSTED",
+    "INFRA_FAILURE",
+    "VALIDATION_EXHAUSTED",
+    "POST_RUN_FAILED",
+    "SCHEDULE_MISSED",
+    "IRREGULAR_SCHEDULE_MISSED",
+    "STALE_RUN",
+    "JOB_COMPLETED",
+    "SLA_MET",
+];
+
+#[derive(Args)]
+pub struct PagerDutyArgs {
+    /// A file holding the integration's routing key (else PAGERDUTY_ROUTING_KEY).
+    #[arg(long, value_name = "FILE")]
+    routing_key_file: Option<PathBuf>,
+    /// The Events API's enqueue URL (EU accounts: https://events.eu.pagerduty.com/v2/enqueue).
+    #[arg(
+        long,
+        env = "SLUICE_PAGERDUTY_URL",
+        default_value = "https://events.pagerduty.com/v2/enqueue"
+    )]
+    url: String,
+    /// The operator page's base URL: each incident links to its pipeline's page.
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    ui_url: Option<String>,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 #[derive(Args)]
@@ -158,19 +198,25 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-fn slack_token(file: Option<&Path>) -> Result<Secret> {
-    let token = match file {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?
+/// A sink's secret, from `file` (the `flag` that named it) or the environment's `variable`;
+/// `what` names it in messages, `hint` says what it must be. Trimmed; empty is an error.
+fn secret(file: Option<&Path>, flag: &str, variable: &str, what: &str, hint: &str) -> Result<Secret> {
+    let value = match file {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {flag} {}", path.display()))?,
+        None => {
+            std::env::var(variable).with_context(|| format!("no {what}: set {variable} or pass {flag} FILE{hint}"))?
         }
-        None => std::env::var("SLACK_BOT_TOKEN")
-            .context("no Slack token: set SLACK_BOT_TOKEN or pass --token-file FILE (a bot token with chat:write)")?,
     };
-    let token = token.trim().to_string();
-    if token.is_empty() {
-        bail!("the Slack token is empty");
+    let value = value.trim().to_string();
+    if value.is_empty() {
+        bail!("the {what} is empty");
     }
-    Ok(Secret(token))
+    Ok(Secret(value))
+}
+
+fn slack_token(file: Option<&Path>) -> Result<Secret> {
+    let hint = " (a bot token with chat:write)";
+    secret(file, "--token-file", "SLACK_BOT_TOKEN", "Slack token", hint)
 }
 
 /// Where an event is delivered.
@@ -184,6 +230,95 @@ enum Sink {
         url: String,
         headers: Vec<(String, String)>,
     },
+    PagerDuty {
+        url: String,
+        routing_key: Secret,
+        ui_url: Option<String>,
+    },
+}
+
+/// The routing key, from `file` or PAGERDUTY_ROUTING_KEY.
+fn routing_key(file: Option<&Path>) -> Result<Secret> {
+    let hint = " (an Events API v2 integration key)";
+    secret(
+        file,
+        "--routing-key-file",
+        "PAGERDUTY_ROUTING_KEY",
+        "PagerDuty routing key",
+        hint,
+    )
+}
+
+/// Whether `event` resolves its execution's incident rather than raising it.
+fn resolves(event: &Event) -> bool {
+    matches!(event.kind, EventType::JOB_COMPLETED | EventType::SLA_MET)
+}
+
+/// PagerDuty's limit on a summary.
+const SUMMARY_LIMIT: usize = 1024;
+
+/// An Events API v2 event for `event`: deduplicated per execution ([`thread_key`]), so the
+/// failures and breaches of one run update one incident and its success resolves it.
+/// Every text is a JSON string (nothing a job wrote can break the payload), the summary cut
+/// to PagerDuty's limit.
+pub fn pagerduty_event(routing_key: &str, event: &Event, ui_url: Option<&str>) -> Value {
+    let dedup_key = format!("sluice/{}", thread_key(event));
+    if resolves(event) {
+        return json!({"routing_key": routing_key, "event_action": "resolve", "dedup_key": dedup_key});
+    }
+    let severity = match event.kind {
+        EventType::SLA_BREACH
+        | EventType::EVALUATION_SLA_BREACH
+        | EventType::RETRY_EXHAUSTED
+        | EventType::VALIDATION_EXHAUSTED
+        | EventType::INFRA_FAILURE => "critical",
+        EventType::JOB_FAILED | EventType::JOB_TIMEOUT | EventType::POST_RUN_FAILED => "error",
+        _ => "warning",
+    };
+    let when = [event.schedule_id.as_deref(), event.date.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut summary = format!(
+        "{} · {} · {when}: {}",
+        event.kind.name(),
+        event.pipeline_id,
+        event.message
+    );
+    if summary.len() > SUMMARY_LIMIT {
+        let mut cut = SUMMARY_LIMIT - 3;
+        while !summary.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        summary.truncate(cut);
+        summary.push_str("...");
+    }
+    let mut details = event.detail.clone();
+    details.insert("eventId".into(), json!(event.event_id));
+    details.extend(event.run_id.as_ref().map(|r| ("runId".to_string(), json!(r))));
+    details.extend(event.attempt.map(|a| ("attempt".to_string(), json!(a))));
+    let mut body = json!({
+        "routing_key": routing_key,
+        "event_action": "trigger",
+        "dedup_key": dedup_key,
+        "payload": {
+            "summary": summary,
+            "source": format!("sluice/{}", event.pipeline_id),
+            "severity": severity,
+            "timestamp": event.timestamp,
+            "component": event.pipeline_id,
+            "class": event.kind.name(),
+            "custom_details": details,
+        },
+    });
+    if let Some(ui) = ui_url {
+        body["links"] = json!([{
+            "href": format!("{}/pipelines/{}", ui.trim_end_matches('/'), event.pipeline_id),
+            "text": format!("{} in Sluice", event.pipeline_id),
+        }]);
+    }
+    body
 }
 
 /// The execution an event belongs to: its Slack thread.
@@ -311,9 +446,22 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
                 "sluice-alerts-webhook",
             )
         }
+        AlertsCommand::Pagerduty(args) => (
+            Sink::PagerDuty {
+                url: args.url,
+                routing_key: routing_key(args.routing_key_file.as_deref())?,
+                ui_url: args.ui_url,
+            },
+            args.common,
+            "sluice-alerts-pagerduty",
+        ),
+    };
+    let defaults = match sink {
+        Sink::PagerDuty { .. } => PAGERDUTY_TYPES,
+        _ => DEFAULT_TYPES,
     };
     let types = if common.types.is_empty() {
-        DEFAULT_TYPES
+        defaults
             .iter()
             .map(|t| EventType::parse(t).expect("a known type"))
             .collect()
@@ -461,6 +609,20 @@ async fn deliver(
                 }
                 webhook_outcome(request.send().await)
             }
+            Sink::PagerDuty {
+                url,
+                routing_key,
+                ui_url,
+            } => {
+                let body = pagerduty_event(&routing_key.0, event, ui_url.as_deref());
+                let sent = client
+                    .post(url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                pagerduty_outcome(sent).await
+            }
         };
         match attempt {
             Ok(()) => break,
@@ -547,6 +709,30 @@ async fn slack_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<Optio
     })
 }
 
+/// PagerDuty's answer: 202 taken; 429 and 5xx retried; 400 an event it will never take
+/// (skipped, its reason logged); 401/403/404 a routing key or URL to fix.
+async fn pagerduty_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
+    let response = sent.map_err(|e| Outcome::Retry {
+        reason: format!("PagerDuty unreachable: {e}"),
+        after: None,
+    })?;
+    let status = response.status();
+    let after = retry_after(&response);
+    let answer = response.text().await.unwrap_or_default();
+    let answer: String = answer.chars().take(500).collect();
+    match status.as_u16() {
+        200..=299 => Ok(()),
+        408 | 429 | 500..=599 => Err(Outcome::Retry {
+            reason: format!("PagerDuty answered HTTP {status}"),
+            after,
+        }),
+        400 => Err(Outcome::Skip(format!("PagerDuty refused the event (HTTP 400): {answer}"))),
+        _ => Err(Outcome::Fatal(format!(
+            "PagerDuty refuses events (HTTP {status}): check --routing-key-file (an Events API v2 integration key) and --url"
+        ))),
+    }
+}
+
 fn webhook_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
     let response = sent.map_err(|e| Outcome::Retry {
         reason: format!("webhook unreachable: {e}"),
@@ -592,6 +778,43 @@ mod tests {
         assert!(!suppressed(&event(EventType::SLA_WARNING), false));
         assert!(!suppressed(&breach, true));
         assert!(DEFAULT_TYPES.iter().all(|t| EventType::parse(t).is_some()));
+    }
+
+    #[test]
+    fn pagerduty_gets_one_incident_per_execution_raised_by_failures_and_resolved_by_success() {
+        let breach = event(EventType::SLA_BREACH);
+        let raised = pagerduty_event("R0UTING", &breach, Some("https://sluice.example/"));
+        assert_eq!(raised["event_action"], "trigger");
+        assert_eq!(raised["routing_key"], "R0UTING");
+        assert_eq!(raised["dedup_key"], "sluice/gold/daily/2026-11-21");
+        assert_eq!(raised["payload"]["severity"], "critical");
+        assert_eq!(raised["payload"]["class"], "SLA_BREACH");
+        assert_eq!(raised["payload"]["source"], "sluice/gold");
+        assert!(raised["payload"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("SLA_BREACH · gold · daily 2026-11-21: "));
+        assert_eq!(raised["links"][0]["href"], "https://sluice.example/pipelines/gold");
+        let failed = pagerduty_event("R0UTING", &event(EventType::JOB_FAILED), None);
+        assert_eq!(
+            (failed["payload"]["severity"].as_str(), failed.get("links")),
+            (Some("error"), None)
+        );
+        let done = pagerduty_event("R0UTING", &event(EventType::JOB_COMPLETED), None);
+        assert_eq!(done["event_action"], "resolve");
+        assert_eq!(done["dedup_key"], raised["dedup_key"], "the same incident");
+        // A job's text is data in a JSON string, cut to PagerDuty's limit on a character.
+        let mut noisy = event(EventType::JOB_FAILED);
+        noisy.message = format!("\"}}]{}", "é".repeat(2000));
+        let body = pagerduty_event("R0UTING", &noisy, None);
+        let summary = body["payload"]["summary"].as_str().unwrap();
+        assert!(
+            summary.len() <= SUMMARY_LIMIT && summary.ends_with("..."),
+            "{}",
+            summary.len()
+        );
+        assert!(serde_json::from_str::<Value>(&body.to_string()).is_ok());
+        assert!(PAGERDUTY_TYPES.iter().all(|t| EventType::parse(t).is_some()));
     }
 
     #[test]
