@@ -588,8 +588,7 @@ pub const MAX_READINGS: usize = 1_000;
 /// the processor's time when it has no `timestamp`; one that fails refuses the whole request
 /// (400, naming each by its index), so a request is published whole or not at all, and
 /// nothing is published that the processor would dead-letter. 202 says where each landed.
-async fn sensors(api: State<Api>, grant: Extension<Grant>, body: Bytes) -> Response {
-    let (State(api), Extension(grant)) = (api, grant);
+async fn sensors(State(api): State<Api>, Extension(grant): Extension<Grant>, body: Bytes) -> Response {
     if let Some(refused) = refuses_writes(&api, grant) {
         return refused;
     }

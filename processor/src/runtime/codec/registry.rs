@@ -537,14 +537,8 @@ impl Registry {
 
     fn unreachable(&self, e: reqwest::Error) -> RegistryError {
         let timeout = e.is_timeout();
-        let e = e.without_url();
-        let mut reason = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            reason.push_str(": ");
-            reason.push_str(&cause.to_string());
-            source = cause.source();
-        }
+        // With its causes, as `a: b: c`.
+        let mut reason = format!("{:#}", anyhow::Error::new(e.without_url()));
         if timeout {
             reason.push_str(&format!(" (no answer within {} s)", TIMEOUT.as_secs()));
         }

@@ -7,7 +7,7 @@
 //! no client picks a setting out of a `Value`.
 
 mod read;
-pub(crate) use read::is_role_arn;
+pub(crate) use read::{is_role_arn, NOT_A_ROLE_ARN};
 mod settings;
 
 use chrono::TimeDelta;

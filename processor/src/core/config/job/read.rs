@@ -280,10 +280,7 @@ impl Fields<'_> {
         let role_arn = match self.0.get("roleArn") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(arn)) if is_role_arn(arn) => Ok(Some(arn.clone())),
-            Some(_) => Err(Unusable::of(
-                "roleArn",
-                "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)",
-            )),
+            Some(_) => Err(Unusable::of("roleArn", NOT_A_ROLE_ARN)),
         };
         AwsEndpoint {
             region,
@@ -292,6 +289,9 @@ impl Fields<'_> {
         }
     }
 }
+
+/// What a `roleArn` that [`is_role_arn`] refuses is told.
+pub(crate) const NOT_A_ROLE_ARN: &str = "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)";
 
 /// `arn:PARTITION:iam::ACCOUNT:role/NAME`, bounded as IAM bounds it (2,048 characters).
 pub(crate) fn is_role_arn(arn: &str) -> bool {

@@ -350,10 +350,7 @@ impl Reader {
         match config.get("roleArn") {
             None | Some(Value::Null) => {}
             Some(Value::String(arn)) if crate::core::config::job::is_role_arn(arn) => {}
-            Some(_) => self.problem(
-                "job.config.roleArn",
-                "must be an IAM role's ARN (arn:aws:iam::ACCOUNT:role/NAME)",
-            ),
+            Some(_) => self.problem("job.config.roleArn", crate::core::config::job::NOT_A_ROLE_ARN),
         }
     }
 

@@ -161,31 +161,22 @@ pub(crate) async fn credentials(role: Option<&str>, region: &str) -> Result<Cred
 /// (permanent); a provider that failed or timed out (the metadata endpoint, STS) may answer
 /// on a later try. Provider errors name no secret.
 fn refusal(e: CredentialsError, role: Option<&str>) -> CallError {
-    let cause = with_sources(&e);
     let role = role.map(|arn| format!(" (to assume {arn})")).unwrap_or_default();
-    match e {
-        CredentialsError::CredentialsNotLoaded(_) => CallError::Permanent(format!(
+    let (none, misconfigured) = (
+        matches!(e, CredentialsError::CredentialsNotLoaded(_)),
+        matches!(e, CredentialsError::InvalidConfiguration(_)),
+    );
+    // With its causes, as `a: b: c`.
+    let cause = format!("{:#}", anyhow::Error::new(e));
+    match (none, misconfigured) {
+        (true, _) => CallError::Permanent(format!(
             "no AWS credentials{role}: the default chain found none (the environment's AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
              the shared config and credentials files, web identity (AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN), \
              EKS Pod Identity or ECS container credentials, EC2 instance metadata): {cause}"
         )),
-        CredentialsError::InvalidConfiguration(_) => {
-            CallError::Permanent(format!("the AWS credentials are misconfigured{role}: {cause}"))
-        }
+        (_, true) => CallError::Permanent(format!("the AWS credentials are misconfigured{role}: {cause}")),
         _ => CallError::Infra(format!("could not get AWS credentials{role}: {cause}")),
     }
-}
-
-/// An error with its causes, as `a: b: c`.
-fn with_sources(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
@@ -222,23 +213,11 @@ mod tests {
         (issuer, issued)
     }
 
-    #[derive(Debug)]
-    struct Shared(Arc<Issuer>);
-
-    impl ProvideCredentials for Shared {
-        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
-        where
-            Self: 'a,
-        {
-            self.0.provide_credentials()
-        }
-    }
-
     #[tokio::test]
     async fn temporary_credentials_are_kept_until_five_minutes_before_they_expire() {
         let hour = Duration::from_secs(3600);
         let (issuer, t0) = issuer(Some(hour));
-        let kept = Kept::new(Shared(issuer.clone()));
+        let kept = Kept::new(issuer.clone() as Arc<dyn ProvideCredentials>);
         let key = |c: Credentials| c.access_key_id().to_string();
         assert_eq!(key(kept.get(t0).await.unwrap()), "AKID0");
         assert_eq!(key(kept.get(t0 + Duration::from_secs(54 * 60)).await.unwrap()), "AKID0");
@@ -259,7 +238,7 @@ mod tests {
     #[tokio::test]
     async fn credentials_without_an_expiry_are_fetched_once() {
         let (issuer, t0) = issuer(None);
-        let kept = Kept::new(Shared(issuer.clone()));
+        let kept = Kept::new(issuer.clone() as Arc<dyn ProvideCredentials>);
         for days in [0, 1, 400] {
             kept.get(t0 + Duration::from_secs(days * 86_400)).await.unwrap();
         }
