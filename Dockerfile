@@ -23,8 +23,6 @@ RUN apt-get update \
  && useradd --uid 10001 --home-dir /var/lib/sluice --create-home sluice
 COPY --from=builder /usr/local/bin/sluice /usr/local/bin/sluice
 COPY topics/topics.yaml /etc/sluice/topics/topics.yaml
-COPY examples/pipelines /etc/sluice/pipelines
-COPY examples/calendars /etc/sluice/calendars
 USER 10001
 VOLUME /var/lib/sluice
 ENV SLUICE_STATE_DIR=/var/lib/sluice \

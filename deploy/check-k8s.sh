@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Renders every kustomization under deploy/k8s (the base and the overlays) without kubectl
-# and validates what they render: the Kubernetes schemas (strict, with kubernetes-validate),
+# Renders every kustomization under deploy/k8s (the base and the overlays) with the real
+# kustomize (deploy/install-kustomize.sh) and validates what they render: the Kubernetes schemas (strict, with kubernetes-validate),
 # the ServiceMonitor's structure, the references between objects, the restricted Pod
 # Security Standard and Sluice's settings file (deploy/check_k8s.py says what exactly).
 # Exits 1 naming every problem. The first run installs its Python packages into a virtualenv
-# under ${SLUICE_CACHE:-$HOME/.cache/sluice}; later runs reuse it and need no network
-# (`--install-only`: that and no more).
+# and kustomize under ${SLUICE_CACHE:-$HOME/.cache/sluice}; later runs reuse them and need no
+# network (`--install-only`: that and no more).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=deploy/service.sh
@@ -21,6 +21,7 @@ if ! "$venv/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/d
   echo "k8s check: needs Python 3.11 or newer (tomllib); $venv has $("$venv/bin/python" --version 2>&1)" >&2
   exit 1
 fi
+kustomize="$(deploy/install-kustomize.sh)"
 [[ "${1:-}" == --install-only ]] && exit 0
-echo "k8s check: rendering and validating deploy/k8s" >&2
-"$venv/bin/python" deploy/check_k8s.py deploy/k8s
+echo "k8s check: rendering deploy/k8s with $kustomize and validating it" >&2
+KUSTOMIZE="$kustomize" "$venv/bin/python" deploy/check_k8s.py deploy/k8s

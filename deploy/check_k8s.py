@@ -1,15 +1,10 @@
-"""Renders every kustomization under deploy/k8s without kubectl and checks what it renders.
+"""Renders every kustomization under deploy/k8s with the real kustomize and checks what it
+renders.
 
-Run by deploy/check-k8s.sh (which makes the virtualenv with PyYAML and kubernetes-validate);
+Run by deploy/check-k8s.sh (which makes the virtualenv with PyYAML and kubernetes-validate,
+installs kustomize with deploy/install-kustomize.sh and passes its path in KUSTOMIZE);
 usage: check_k8s.py [K8S_DIR] checks, and exits 1 naming every problem found, 0 when there
-is none; check_k8s.py --render DIR prints what `kubectl kustomize DIR` would (no checks).
-
-Rendering covers the part of kustomize these manifests use, and refuses the rest rather than
-render something kubectl would not: `resources` (files, and directories holding a
-kustomization), `namespace`, `images`, `replicas`, `configMapGenerator` (files and literals;
-create, replace or merge) and `patches` given by `path` as strategic merge patches (lists
-merged by their Kubernetes merge key where this script knows it). Generated ConfigMaps get a
-content-hash suffix, and the pods' references to them follow, as with kustomize.
+is none.
 
 Checks, for each rendered kustomization:
 - every Kubernetes object against the Kubernetes OpenAPI schemas of the versions in
@@ -31,10 +26,10 @@ Secrets are not applied from the repository: a Secret a pod names must be define
 `*.example.yaml` beside the manifests, with every key the pods read.
 """
 
-import copy
-import hashlib
 import json
+import os
 import re
+import subprocess
 import sys
 import tomllib
 from functools import cache
@@ -47,39 +42,7 @@ from kubernetes_validate import utils as kv
 
 K8S_VERSIONS = ["1.30", "1.37"]
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-KUSTOMIZATION_KEYS = {
-    "apiVersion",
-    "kind",
-    "resources",
-    "namespace",
-    "images",
-    "replicas",
-    "configMapGenerator",
-    "patches",
-}
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "CustomResourceDefinition",
-    "PersistentVolume",
-    "StorageClass",
-    "PriorityClass",
-    "IngressClass",
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-}
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod"}
-# Lists a strategic merge patch merges item by item, by this key (Kubernetes' patchMergeKey),
-# and lists it replaces whole. Any other list in a patch is refused: merge it here first.
-MERGE_KEYS = {
-    "containers": "name",
-    "initContainers": "name",
-    "env": "name",
-    "volumes": "name",
-    "volumeMounts": "mountPath",
-}
-REPLACED_LISTS = {"args", "command", "accessModes", "drop", "add"}
 # The volume types the restricted Pod Security Standard allows.
 RESTRICTED_VOLUMES = {
     "configMap",
@@ -143,11 +106,20 @@ class RenderError(Exception):
     pass
 
 
-class Generated:
-    """Names of the ConfigMaps a build generated: they get a hash suffix at the end."""
-
-    def __init__(self):
-        self.names = set()
+def build(directory):
+    """The objects `kustomize build DIRECTORY` renders (a list of dicts): the real kustomize,
+    whose path deploy/check-k8s.sh passes in KUSTOMIZE."""
+    kustomize = os.environ.get("KUSTOMIZE", "kustomize")
+    try:
+        done = subprocess.run([kustomize, "build", str(directory)], capture_output=True, text=True)
+    except OSError as e:
+        raise RenderError(f"running {kustomize}: {e} (deploy/install-kustomize.sh installs it)") from e
+    if done.returncode != 0:
+        raise RenderError(f"kustomize build: {done.stderr.strip()}")
+    try:
+        return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+    except yaml.YAMLError as e:
+        raise RenderError(f"kustomize build printed YAML PyYAML cannot read: {e}") from e
 
 
 def load_yaml_documents(path):
@@ -165,253 +137,8 @@ def kustomization_file(directory):
     return None
 
 
-def ident(doc):
-    meta = doc.get("metadata") or {}
-    return (doc.get("kind"), meta.get("namespace"), meta.get("name"))
-
-
 def show(doc):
     return f"{doc.get('kind')}/{(doc.get('metadata') or {}).get('name')}"
-
-
-def inside(path, root):
-    """Whether `path` is `root` or below it (kustomize's file load restriction)."""
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
-
-
-def build(directory, visited=(), generated=None):
-    """The objects kustomize would render from `directory` (a list of dicts)."""
-    directory = directory.resolve()
-    top = generated is None
-    generated = generated or Generated()
-    for root in visited:
-        # kustomize: "cycle detected: candidate root X contains visited root Y".
-        if inside(root, directory):
-            raise RenderError(
-                f"{directory}: contains {root}, which uses it as a base: kustomize refuses "
-                "a base that holds its overlay (move the overlay out of the base's directory)"
-            )
-    visited = visited + (directory,)
-    path = kustomization_file(directory)
-    if path is None:
-        raise RenderError(f"{directory}: no kustomization.yaml")
-    docs = load_yaml_documents(path)
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise RenderError(f"{path}: expected one mapping")
-    k = docs[0]
-    unknown = set(k) - KUSTOMIZATION_KEYS
-    if unknown:
-        raise RenderError(
-            f"{path}: {', '.join(sorted(unknown))}: not rendered by deploy/check_k8s.py "
-            "(extend it, or use the fields it knows)"
-        )
-    if k.get("kind", "Kustomization") != "Kustomization":
-        raise RenderError(f"{path}: kind must be Kustomization")
-
-    objects = []
-    for resource in k.get("resources") or []:
-        target = directory / resource
-        if target.is_dir():
-            objects.extend(build(target, visited, generated))
-        elif target.is_file():
-            if not inside(target, directory):
-                raise RenderError(
-                    f"{path}: resource {resource} is not in or below {directory} "
-                    "(kustomize's load restriction)"
-                )
-            for doc in load_yaml_documents(target):
-                if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
-                    raise RenderError(f"{target}: a document without apiVersion and kind")
-                objects.append(doc)
-        else:
-            raise RenderError(f"{path}: resource {resource} does not exist")
-
-    for gen in k.get("configMapGenerator") or []:
-        generate_configmap(path, directory, gen, objects, generated)
-
-    seen = set()
-    for doc in objects:
-        if ident(doc) in seen:
-            raise RenderError(f"{path}: {show(doc)} is defined twice")
-        seen.add(ident(doc))
-
-    for patch in k.get("patches") or []:
-        apply_patch(path, directory, patch, objects)
-
-    namespace = k.get("namespace")
-    if namespace:
-        for doc in objects:
-            if doc["kind"] == "Namespace":
-                if doc["metadata"]["name"] != namespace:
-                    raise RenderError(
-                        f"{path}: namespace {namespace}, but it defines Namespace "
-                        f"{doc['metadata']['name']}"
-                    )
-            elif doc["kind"] not in CLUSTER_SCOPED:
-                doc.setdefault("metadata", {})["namespace"] = namespace
-
-    for image in k.get("images") or []:
-        unknown = set(image) - {"name", "newName", "newTag", "digest"}
-        if unknown or "name" not in image:
-            raise RenderError(f"{path}: images: entry {image} (name, newName, newTag, digest)")
-        if not any(set_image(doc, image) for doc in objects):
-            raise RenderError(f"{path}: images: no container uses image {image['name']}")
-
-    for entry in k.get("replicas") or []:
-        if set(entry) != {"name", "count"}:
-            raise RenderError(f"{path}: replicas: entry {entry} (name and count)")
-        matched = [
-            d
-            for d in objects
-            if d["kind"] in {"Deployment", "StatefulSet", "ReplicaSet"}
-            and d["metadata"]["name"] == entry["name"]
-        ]
-        if not matched:
-            raise RenderError(f"{path}: replicas: no Deployment or StatefulSet {entry['name']}")
-        for d in matched:
-            d["spec"]["replicas"] = entry["count"]
-
-    if top:
-        add_hash_suffixes(objects, generated)
-    return objects
-
-
-def generate_configmap(path, directory, gen, objects, generated):
-    unknown = set(gen) - {"name", "behavior", "files", "literals"}
-    if unknown or "name" not in gen:
-        raise RenderError(
-            f"{path}: configMapGenerator: {', '.join(sorted(unknown)) or 'no name'} "
-            "(this script renders name, behavior, files and literals)"
-        )
-    data = {}
-    for entry in gen.get("files") or []:
-        key, _, file = entry.rpartition("=") if "=" in entry else ("", "", entry)
-        source = directory / file
-        if not inside(source, directory):
-            raise RenderError(f"{path}: {entry}: not in or below {directory}")
-        try:
-            data[key or PurePosixPath(file).name] = source.read_text()
-        except OSError as e:
-            raise RenderError(f"{path}: configMapGenerator {gen['name']}: {e}") from e
-    for entry in gen.get("literals") or []:
-        key, sep, value = entry.partition("=")
-        if not sep:
-            raise RenderError(f"{path}: literal {entry!r} is not KEY=VALUE")
-        data[key] = value
-    behavior = gen.get("behavior", "create")
-    existing = [
-        d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == gen["name"]
-    ]
-    if behavior == "create":
-        if existing:
-            raise RenderError(f"{path}: ConfigMap {gen['name']} exists: use behavior replace or merge")
-        objects.append(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}, "data": data}
-        )
-        generated.names.add(gen["name"])
-    elif behavior in {"replace", "merge"}:
-        if len(existing) != 1:
-            raise RenderError(f"{path}: behavior {behavior}: no ConfigMap {gen['name']} to change")
-        if behavior == "replace":
-            existing[0]["data"] = data
-        else:
-            existing[0].setdefault("data", {}).update(data)
-    else:
-        raise RenderError(f"{path}: behavior {behavior!r} (create, replace or merge)")
-
-
-def add_hash_suffixes(objects, generated):
-    """ConfigMap NAME becomes NAME-HASH (hash of its contents), references follow."""
-    renamed = {}
-    for doc in objects:
-        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] in generated.names:
-            name = doc["metadata"]["name"]
-            # Kustomize's scheme: sha256 of the JSON of kind, name and data, 10 hex digits
-            # with a few letters swapped for ones that spell no words.
-            text = json.dumps(
-                {"kind": "ConfigMap", "name": name, "data": doc.get("data") or {}},
-                sort_keys=True,
-                separators=(",", ":"),
-                ensure_ascii=False,
-            )
-            for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
-                text = text.replace(char, escaped)
-            digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-            digest = digest.translate(str.maketrans("013ae", "ghkmt"))
-            renamed[(doc["metadata"].get("namespace"), name)] = f"{name}-{digest}"
-            doc["metadata"]["name"] = f"{name}-{digest}"
-    for doc in objects:
-        namespace = doc.get("metadata", {}).get("namespace")
-        for spec in pod_specs(doc):
-            for ref in configmap_refs(spec):
-                new = renamed.get((namespace, ref["name"]))
-                if new:
-                    ref["name"] = new
-
-
-def strategic_merge(base, patch, where):
-    if not isinstance(patch, dict) or not isinstance(base, dict):
-        return copy.deepcopy(patch)
-    result = dict(base)
-    for key, value in patch.items():
-        if key.startswith("$"):
-            raise RenderError(f"{where}.{key}: patch directives are not rendered here")
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, list):
-            if key in MERGE_KEYS:
-                result[key] = merge_list(base.get(key) or [], value, MERGE_KEYS[key], f"{where}.{key}")
-            elif key in REPLACED_LISTS:
-                result[key] = copy.deepcopy(value)
-            else:
-                raise RenderError(
-                    f"{where}.{key}: a list whose strategic merge this script does not know "
-                    "(see MERGE_KEYS in deploy/check_k8s.py)"
-                )
-        elif isinstance(value, dict) and isinstance(base.get(key), dict):
-            result[key] = strategic_merge(base[key], value, f"{where}.{key}")
-        else:
-            result[key] = copy.deepcopy(value)
-    return result
-
-
-def merge_list(base, patch, key, where):
-    result = [copy.deepcopy(item) for item in base]
-    for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            raise RenderError(f"{where}: every item needs {key}")
-        for i, old in enumerate(result):
-            if old.get(key) == item[key]:
-                result[i] = strategic_merge(old, item, f"{where}[{item[key]}]")
-                break
-        else:
-            result.append(copy.deepcopy(item))
-    return result
-
-
-def apply_patch(path, directory, patch, objects):
-    if set(patch) != {"path"}:
-        raise RenderError(f"{path}: patches: {patch}: only `path:` patches are rendered here")
-    file = directory / patch["path"]
-    if not inside(file, directory):
-        raise RenderError(f"{path}: patch {patch['path']} is not in or below {directory}")
-    for doc in load_yaml_documents(file):
-        group = doc.get("apiVersion", "").rpartition("/")[0]
-        name = (doc.get("metadata") or {}).get("name")
-        targets = [
-            i
-            for i, o in enumerate(objects)
-            if o["kind"] == doc.get("kind")
-            and o["metadata"].get("name") == name
-            and o["apiVersion"].rpartition("/")[0] == group
-        ]
-        if len(targets) != 1:
-            raise RenderError(f"{file}: patches {doc.get('kind')}/{name}, which the build has not")
-        objects[targets[0]] = strategic_merge(objects[targets[0]], doc, f"{file}: {show(doc)}")
 
 
 def split_image(image):
@@ -421,21 +148,6 @@ def split_image(image):
     if colon > name.rfind("/"):
         return name[:colon], name[colon + 1 :], digest
     return name, "", digest
-
-
-def set_image(doc, entry):
-    changed = False
-    for spec in pod_specs(doc):
-        for c in containers(spec):
-            name, tag, digest = split_image(c.get("image", ""))
-            if name != entry["name"]:
-                continue
-            name = entry.get("newName", name)
-            tag = str(entry.get("newTag", tag))
-            digest = entry.get("digest", digest)
-            c["image"] = name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
-            changed = True
-    return changed
 
 
 def pod_specs(doc):
@@ -903,13 +615,6 @@ def crate_version(repo):
 
 def main():
     here = Path(__file__).resolve().parent
-    if len(sys.argv) == 3 and sys.argv[1] == "--render":
-        try:
-            print(yaml.safe_dump_all(build(Path(sys.argv[2])), sort_keys=False), end="")
-        except RenderError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        return 0
     k8s = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else here / "k8s"
     repo = here.parent
     version = crate_version(repo)

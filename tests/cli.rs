@@ -118,6 +118,11 @@ fn topics_apply_creates_verifies_and_reports_drift() {
     assert_eq!(code, Some(1));
     assert!(out.contains(&format!("{prefix}config: exists, matches")), "{out}");
     assert!(out.contains(&format!("{prefix}events: drift")), "{out}");
+    // A setup step that goes on to publish the pipelines: the same report, exit 0.
+    let (code, out, err) = apply_with(&["--drift", "warn"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(&format!("{prefix}events: drift")), "{out}");
+    assert!(err.contains("warning: 1 existing topic(s) differ"), "{err}");
     // Declared now, replication is checked against what the broker has.
     let (code, out, _) = apply_with(&["--replication-factor", "2", "--min-insync-replicas", "1"]);
     assert_eq!(code, Some(1));

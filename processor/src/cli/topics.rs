@@ -28,7 +28,18 @@ pub enum TopicsCommand {
         /// matches, drift with the differences, unchecked with the reason).
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
+        /// What drift in existing topics does: `fail` (exit 1) or `warn` (report it and
+        /// exit 0, so a setup step goes on to publish the pipelines).
+        #[arg(long, value_enum, default_value_t = Drift::Fail)]
+        drift: Drift,
     },
+}
+
+/// `topics apply --drift`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Drift {
+    Fail,
+    Warn,
 }
 
 pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) -> Result<ExitCode> {
@@ -37,6 +48,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         replication_factor,
         min_insync_replicas,
         output,
+        drift,
     } = command;
     let fallback = Replication {
         factor: replication_factor,
@@ -59,11 +71,17 @@ pub async fn run(kafka: &Connection, topics: &Topics, command: TopicsCommand) ->
         Output::Json => println!("{}", reports_json(&reports, &topics.prefix)),
     }
     if drifted > 0 {
+        let level = match drift {
+            Drift::Fail => "error",
+            Drift::Warn => "warning",
+        };
         eprintln!(
-            "error: {drifted} existing topic(s) differ from {}; Sluice does not change existing topics' configs: alter them with your Kafka tools (kafka-configs --alter --entity-type topics --entity-name NAME --add-config KEY=VALUE), or change the definitions",
+            "{level}: {drifted} existing topic(s) differ from {}; Sluice does not change existing topics' configs: alter them with your Kafka tools (kafka-configs --alter --entity-type topics --entity-name NAME --add-config KEY=VALUE), or change the definitions",
             dir.display()
         );
-        return Ok(ExitCode::FAILURE);
+        if drift == Drift::Fail {
+            return Ok(ExitCode::FAILURE);
+        }
     }
     if output == Output::Table {
         println!("{} topics ready under prefix {:?}", defs.len(), topics.prefix);
