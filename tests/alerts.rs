@@ -304,3 +304,197 @@ fn pagerduty_incidents_open_on_failure_and_resolve_on_success() {
     assert!(logged.contains("PagerDuty refused the event"), "{logged}");
     assert!(!logged.contains("R0UTINGKEY"), "the key is never logged");
 }
+
+/// Publishes an event of `pipeline` (schedule daily, one date) with `message`.
+fn publish_for(w: &World, pipeline: &str, id: &str, kind: &str, message: &str) {
+    let event = json!({
+        "eventId": id, "type": kind, "category": "job", "pipelineId": pipeline,
+        "scheduleId": "daily", "date": "2026-11-21", "timestamp": "2026-11-21T06:00:00Z",
+        "message": message,
+    });
+    w.produce("events", Some(pipeline), Some(&serde_json::to_vec(&event).unwrap()));
+}
+
+/// A loopback target that keeps what it was sent and answers with `answer`.
+fn recording(answer: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<Request>>>) {
+    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
+    let record = seen.clone();
+    let url = serve(move |r| {
+        record.lock().unwrap().push(r.clone());
+        answer(r)
+    });
+    (url, seen)
+}
+
+#[test]
+fn routes_send_by_owner_and_a_target_that_refuses_or_fails_holds_up_no_other() {
+    let w = World::new("routes");
+    // The owners, as `config apply` publishes them (the forwarder reads only the owner).
+    for (id, owner) in [("gold", "analytics-team"), ("silver", "finance")] {
+        let config = json!({"pipeline": {"id": id, "owner": owner}});
+        w.produce("config", Some(id), Some(&serde_json::to_vec(&config).unwrap()));
+    }
+    let (team_url, team) = recording(|_| (200, "ok".into()));
+    let (ops_url, ops) = recording(|r| match r.body.contains("STALE_RUN") {
+        true => (422, json!({"message": "Request body is not processable"}).to_string()),
+        false => (202, json!({"result": "Request will be processed"}).to_string()),
+    });
+    let (broken_url, broken) = recording(|_| (503, "down".into()));
+    let secret = |name: &str, value: &str| {
+        let path = w.scratch.path().join(name);
+        std::fs::write(&path, value).unwrap();
+        path.display().to_string()
+    };
+    let routes = w.scratch.path().join("routes.yaml");
+    std::fs::write(
+        &routes,
+        format!(
+            r#"
+targets:
+  team: {{type: slack-webhook, urlFile: "{}", mention: "<!subteam^S1>"}}
+  ops: {{type: opsgenie, apiKeyFile: "{}", url: "{ops_url}"}}
+  broken: {{type: webhook, url: "{broken_url}/hook"}}
+routes:
+  - owner: analytics-team
+    to: [team, ops, broken]
+unmatched: [team]
+"#,
+            secret("team-webhook", &format!("{team_url}/services/T1/B1/xyz\n")),
+            secret("opsgenie-key", "G3NIEKEY-for-tests"),
+        ),
+    )
+    .unwrap();
+    publish_for(
+        &w,
+        "gold",
+        "g1",
+        "JOB_FAILED",
+        "exit 1: <!channel> & <https://evil.example|click>",
+    );
+    publish_for(&w, "gold", "g2", "STALE_RUN", "no word from the job");
+    publish_for(&w, "gold", "g3", "JOB_COMPLETED", "done");
+    publish_for(&w, "silver", "s1", "SLA_BREACH", "late");
+    let port = crate::support::free_port();
+    let http = format!("127.0.0.1:{port}");
+    let log = w.scratch.path().join("route.log");
+    let child = alerts(
+        &w,
+        &[
+            "route",
+            "--routes",
+            routes.to_str().unwrap(),
+            "--give-up-after",
+            "2s",
+            "--http",
+            &http,
+            "--ui-url",
+            "https://sluice.example",
+        ],
+        &[],
+        &log,
+    );
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    // The failing target's two events give up and are dead-lettered, the refused one too.
+    let letters = w.dead_letters(3);
+    let posted = |seen: &Arc<Mutex<Vec<Request>>>| seen.lock().unwrap().len();
+    wait_until(
+        "the team's three alerts and the closed alert",
+        Duration::from_secs(60),
+        text,
+        || posted(&team) >= 3 && posted(&ops) >= 3,
+    );
+    let metrics = crate::support::http_get(&http, "/metrics").expect("metrics").1;
+    let ready = crate::support::http_get(&http, "/readyz").expect("readyz");
+    stop(child);
+
+    // Slack: its own payload (no raw event), the owner's pipeline mentioned, the unmatched
+    // pipeline's breach to the catch-all, no success, the job's text unable to mention or link.
+    let team: Vec<Value> = team.lock().unwrap().iter().map(|r| r.json()).collect();
+    let texts: Vec<&str> = team.iter().map(|m| m["text"].as_str().unwrap()).collect();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    // One pipeline's in order; the other pipeline's may be in another partition.
+    let gold: Vec<&str> = texts.iter().copied().filter(|t| t.contains("· gold")).collect();
+    let silver: Vec<&str> = texts.iter().copied().filter(|t| t.contains("· silver")).collect();
+    assert!(
+        gold[0].starts_with("<!subteam^S1> :x: JOB_FAILED · gold"),
+        "{}",
+        gold[0]
+    );
+    assert!(
+        gold[0].contains("&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;"),
+        "{}",
+        gold[0]
+    );
+    assert!(gold[1].contains("STALE_RUN · gold"), "{}", gold[1]);
+    assert!(silver[0].contains("SLA_BREACH · silver"), "{silver:?}");
+    assert!(team
+        .iter()
+        .all(|m| m.get("type").is_none() && m.get("eventId").is_none()));
+    let gold_first = team
+        .iter()
+        .find(|m| m["text"].as_str().unwrap().contains("JOB_FAILED"))
+        .unwrap();
+    let context = gold_first["blocks"].to_string();
+    assert!(context.contains("https://sluice.example/pipelines/gold"), "{context}");
+    // Opsgenie: created with its key, the refused one dead-lettered, closed by the success.
+    let ops = ops.lock().unwrap();
+    let calls: Vec<(&str, &str)> = ops.iter().map(|r| (r.path.as_str(), r.query.as_str())).collect();
+    assert_eq!(
+        calls,
+        [
+            ("/v2/alerts", ""),
+            ("/v2/alerts", ""),
+            (
+                "/v2/alerts/sluice%2Fgold%2Fdaily%2F2026-11-21/close",
+                "identifierType=alias"
+            )
+        ]
+    );
+    assert_eq!(ops[0].headers["authorization"], "GenieKey G3NIEKEY-for-tests");
+    let created = ops[0].json();
+    assert_eq!(
+        (created["alias"].as_str(), created["priority"].as_str()),
+        (Some("sluice/gold/daily/2026-11-21"), Some("P2"))
+    );
+    // The failing target was tried, then gave up; it held up neither other target.
+    assert!(broken.lock().unwrap().len() >= 2);
+    let mut reasons: Vec<(String, String)> = letters
+        .iter()
+        .map(|(_, headers)| {
+            let get = |k: &str| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            (get("alert.target"), get("error"))
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons[0].0 == "broken" && reasons[0].1.contains("still failing after"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].0 == "broken", "{reasons:?}");
+    assert!(
+        reasons[2].0 == "ops" && reasons[2].1.contains("HTTP 422"),
+        "{reasons:?}"
+    );
+    // Probes and metrics.
+    assert_eq!(ready.0, 200, "{}", ready.1);
+    assert!(
+        metrics.contains(r#"sluice_alerts_delivered_total{target="team"} 3"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"sluice_alerts_dead_lettered_total{target="broken",reason="gave_up"} 2"#),
+        "{metrics}"
+    );
+    let logged = text();
+    assert!(
+        !logged.contains("G3NIEKEY") && !logged.contains("/services/T1"),
+        "no secret is logged"
+    );
+}

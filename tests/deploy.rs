@@ -45,6 +45,7 @@ fn declared_env() -> BTreeSet<String> {
         &["run"][..],
         &["alerts", "slack"],
         &["alerts", "webhook"],
+        &["alerts", "route"],
         &["topics", "apply"],
         &["status"],
     ] {
@@ -332,6 +333,31 @@ fn kubernetes_manifests_agree_with_each_other_and_the_binary() {
         }
     }
     assert_eq!(settings_files, 2, "the base's sluice.toml and the production overlay's");
+    // The alert routes files are ones `alerts route` takes, and every secret they read is a
+    // key of the Secret, mounted where they look.
+    let secret = &yaml_documents("deploy/k8s/base/secret.example.yaml")[0];
+    for file in [
+        "deploy/k8s/base/alert-routes.yaml",
+        "deploy/k8s/overlays/production/alert-routes.yaml",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["alerts", "route", "--check", "--routes", file])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && said.contains("targets:"), "{file}: {said}");
+        let routes = &yaml_documents(file)[0];
+        for (name, target) in routes["targets"].as_object().unwrap() {
+            for (field, value) in target.as_object().unwrap().iter().filter(|(k, _)| k.ends_with("File")) {
+                let key = value.as_str().unwrap().strip_prefix("/run/secrets/sluice/");
+                assert!(
+                    key.is_some_and(|k| secret["stringData"].get(k).is_some()),
+                    "{file}: target {name}'s {field} is not a key of secret.example.yaml under /run/secrets/sluice"
+                );
+            }
+        }
+    }
     // kustomize takes no folders: a pipeline or calendar file not named by the generator
     // would never be published.
     for folder in ["pipelines", "calendars"] {

@@ -158,7 +158,8 @@ enum Command {
     Rerun(rerun::ExecutionCommandArgs),
     /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
     Cancel(rerun::ExecutionCommandArgs),
-    /// Tell people: post lifecycle events to Slack (threaded per execution) or a webhook.
+    /// Tell people: post lifecycle events to Slack (threaded per execution), webhooks,
+    /// PagerDuty or Opsgenie, routed by owner, pipeline and type.
     Alerts {
         #[command(subcommand)]
         command: alerts::AlertsCommand,
@@ -256,7 +257,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
             | Command::Config {
                 command: config::ConfigCommand::Validate { .. }
             }
-    );
+    ) || matches!(&cli.command, Command::Alerts { command } if command.offline());
     if !offline {
         let check = kafka.clone();
         tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;

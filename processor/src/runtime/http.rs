@@ -54,7 +54,7 @@ async fn readyz(State(telemetry): State<Arc<Telemetry>>) -> Response {
 }
 
 /// 200 `{"status":"ok"}`, or 503 with the status and the reason, as JSON.
-fn probe(result: Result<(), String>, failed: &str) -> Response {
+pub(crate) fn probe(result: Result<(), String>, failed: &str) -> Response {
     let (status, body) = match result {
         Ok(()) => (StatusCode::OK, json!({"status": "ok"})),
         Err(reason) => (

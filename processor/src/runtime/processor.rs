@@ -1755,7 +1755,7 @@ fn omit_value(output: &mut Output) {
 /// The dead letter of `message`: its key, value and headers as they were, with the reason
 /// and where it was read. One that would be over `largest` bytes goes without its value
 /// (and, if still over, without the producer's headers), saying so: it must fit the broker.
-fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str, largest: usize) -> Output {
+pub(crate) fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str, largest: usize) -> Output {
     let mut headers = vec![
         ("error".to_string(), reason.as_bytes().to_vec()),
         ("source.topic".to_string(), message.topic().as_bytes().to_vec()),

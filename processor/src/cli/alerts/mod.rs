@@ -1,4 +1,7 @@
-//! `sluice alerts slack|webhook|pagerduty`: a consumer of the events topic that tells people.
+//! `sluice alerts slack|webhook|pagerduty|route`: consumers of the events topic that tell
+//! people. `route` reads a routes file (`routes.rs`) and sends each event to the targets its
+//! routes name; the others send everything of the chosen types to one target. Each target
+//! is forwarded by `forward.rs`.
 //!
 //! Slack gets one Block Kit message per event through `chat.postMessage`, threaded per
 //! execution (pipeline, schedule, date): the first message of an execution starts the
@@ -9,26 +12,31 @@
 //! and commit an event's offset only once it is delivered or deliberately skipped, so a
 //! crash re-sends rather than loses.
 
+mod forward;
+pub mod routes;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use futures::FutureExt;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::Message;
 use rocksdb::DB;
 use serde_json::{json, Value};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::cli::args::parse_std_duration;
 use crate::core::events::{Event, EventType};
 use crate::core::hints::hint_of;
 use crate::runtime::backoff::Backoff;
-use crate::runtime::codec::{Codec, Family};
-use crate::runtime::kafka::{self, Connection};
-use crate::runtime::processor::shutdown_signal;
+use crate::runtime::codec::Codec;
+use crate::runtime::kafka::Connection;
 use crate::runtime::topics::Topics;
+use forward::{Settings, Target, Wants};
+use routes::{Routes, TargetSpec};
 
 /// What is sent when `--type` is not given: the earlier design's alerted set (interlock
 /// `deploy/terraform/eventbridge.tf` lines 82-128, the `alert_events` rule) restricted to the
@@ -92,6 +100,32 @@ pub enum AlertsCommand {
     Webhook(WebhookArgs),
     /// Open and resolve PagerDuty incidents (Events API v2), one per pipeline execution.
     Pagerduty(PagerDutyArgs),
+    /// Send each event to the targets a routes file names for its pipeline's owner, its id
+    /// and its type (Slack, Slack incoming webhooks, webhooks, PagerDuty, Opsgenie).
+    Route(RouteArgs),
+}
+
+impl AlertsCommand {
+    /// Whether the command needs no broker (`route --check`).
+    pub fn offline(&self) -> bool {
+        matches!(self, AlertsCommand::Route(args) if args.check)
+    }
+}
+
+#[derive(Args)]
+pub struct RouteArgs {
+    /// The routes file (YAML): `targets`, `routes` and `unmatched` (see the README, Alerts).
+    #[arg(long, env = "SLUICE_ALERT_ROUTES", value_name = "FILE")]
+    routes: PathBuf,
+    /// Check the routes file (targets, routes, types) and print what it sends where, then
+    /// exit: reads no secret and no topic (for a repository's CI).
+    #[arg(long)]
+    check: bool,
+    /// The operator page's base URL: each alert links to its pipeline's page.
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    ui_url: Option<String>,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 /// What `alerts pagerduty` sends when `--type` is not given: what should wake someone
@@ -118,11 +152,7 @@ pub struct PagerDutyArgs {
     #[arg(long, value_name = "FILE")]
     routing_key_file: Option<PathBuf>,
     /// The Events API's enqueue URL (EU accounts: https://events.eu.pagerduty.com/v2/enqueue).
-    #[arg(
-        long,
-        env = "SLUICE_PAGERDUTY_URL",
-        default_value = "https://events.pagerduty.com/v2/enqueue"
-    )]
+    #[arg(long, env = "SLUICE_PAGERDUTY_URL", default_value = PAGERDUTY_URL)]
     url: String,
     /// The operator page's base URL: each incident links to its pipeline's page.
     #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
@@ -149,6 +179,14 @@ pub struct CommonArgs {
     /// Where thread ids and breach marks are kept (RocksDB).
     #[arg(long, env = "SLUICE_ALERTS_STATE_DIR", default_value = ".sluice/alerts")]
     state_dir: PathBuf,
+    /// How long an event the target keeps failing (5xx, unreachable) is retried before it
+    /// is dead-lettered with the last reason, so later events are not held up for ever.
+    #[arg(long, default_value = "1h", value_parser = parse_std_duration)]
+    give_up_after: Duration,
+    /// Serve /healthz, /readyz (every target running) and /metrics (delivered, failed,
+    /// dead-lettered, lag per target) on this address.
+    #[arg(long, env = "SLUICE_ALERTS_HTTP", value_name = "ADDR")]
+    http: Option<SocketAddr>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -169,13 +207,20 @@ pub struct SlackArgs {
     #[arg(
         long,
         env = "SLUICE_SLACK_API",
-        default_value = "https://slack.com/api",
+        default_value = SLACK_API,
         hide_default_value = false
     )]
     api: String,
+    /// The operator page's base URL: each message links to its pipeline's page.
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    ui_url: Option<String>,
     #[command(flatten)]
     common: CommonArgs,
 }
+
+const SLACK_API: &str = "https://slack.com/api";
+const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+const OPSGENIE_URL: &str = "https://api.opsgenie.com";
 
 #[derive(Args)]
 pub struct WebhookArgs {
@@ -219,13 +264,16 @@ fn slack_token(file: Option<&Path>) -> Result<Secret> {
     secret(file, "--token-file", "SLACK_BOT_TOKEN", "Slack token", hint)
 }
 
-/// Where an event is delivered.
+/// Where an event is delivered, with what each message carries beside the event.
 enum Sink {
     Slack {
         api: String,
         channel: String,
         token: Secret,
+        extras: Extras,
     },
+    /// A Slack incoming webhook: the URL is the secret; no threads.
+    SlackWebhook { url: Secret, extras: Extras },
     Webhook {
         url: String,
         headers: Vec<(String, String)>,
@@ -235,6 +283,24 @@ enum Sink {
         routing_key: Secret,
         ui_url: Option<String>,
     },
+    Opsgenie {
+        url: String,
+        api_key: Secret,
+        ui_url: Option<String>,
+    },
+}
+
+/// What a Slack message adds to the event: a mention (a user group, `<!here>`) on what needs
+/// a person, and a link to the pipeline's page.
+#[derive(Default, Clone)]
+struct Extras {
+    mention: Option<String>,
+    ui_url: Option<String>,
+}
+
+/// The pipeline's page under the operator page's base URL.
+fn page_link(ui_url: &str, event: &Event) -> String {
+    format!("{}/pipelines/{}", ui_url.trim_end_matches('/'), event.pipeline_id)
 }
 
 /// The routing key, from `file` or PAGERDUTY_ROUTING_KEY.
@@ -314,11 +380,76 @@ pub fn pagerduty_event(routing_key: &str, event: &Event, ui_url: Option<&str>) -
     });
     if let Some(ui) = ui_url {
         body["links"] = json!([{
-            "href": format!("{}/pipelines/{}", ui.trim_end_matches('/'), event.pipeline_id),
+            "href": page_link(ui, event),
             "text": format!("{} in Sluice", event.pipeline_id),
         }]);
     }
     body
+}
+
+/// Opsgenie's limit on an alert's message (longer is cut by Opsgenie itself) and alias.
+const OPSGENIE_MESSAGE_LIMIT: usize = 130;
+
+/// The Opsgenie request for `event`: the path under the API's base URL and the body. One
+/// alert per execution (its alias, as PagerDuty's dedup key): failures and breaches create
+/// it (Opsgenie counts repeats of an open alias), a success closes it.
+pub fn opsgenie_request(event: &Event, ui_url: Option<&str>) -> (String, Value) {
+    let alias = format!("sluice/{}", thread_key(event));
+    if resolves(event) {
+        let path = format!("/v2/alerts/{}/close?identifierType=alias", percent_encode(&alias));
+        let note = format!("{}: {}", event.kind.name(), event.message);
+        return (path, json!({"source": "sluice", "note": clip_chars(&note, 25_000)}));
+    }
+    let priority = match event.kind {
+        EventType::SLA_BREACH
+        | EventType::EVALUATION_SLA_BREACH
+        | EventType::RETRY_EXHAUSTED
+        | EventType::VALIDATION_EXHAUSTED
+        | EventType::INFRA_FAILURE => "P1",
+        EventType::JOB_FAILED | EventType::JOB_TIMEOUT | EventType::POST_RUN_FAILED => "P2",
+        _ => "P3",
+    };
+    let message = format!("{} · {}", event.kind.name(), event.pipeline_id);
+    let mut details = serde_json::Map::new();
+    details.insert("eventId".into(), json!(event.event_id));
+    for (k, v) in [
+        ("schedule", &event.schedule_id),
+        ("date", &event.date),
+        ("runId", &event.run_id),
+    ] {
+        if let Some(v) = v {
+            details.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(ui) = ui_url {
+        details.insert("page".into(), json!(page_link(ui, event)));
+    }
+    let body = json!({
+        "message": clip_chars(&message, OPSGENIE_MESSAGE_LIMIT),
+        "alias": alias,
+        "description": clip_chars(&event.message, 15_000),
+        "priority": priority,
+        "source": "sluice",
+        "entity": event.pipeline_id,
+        "tags": ["sluice", event.kind.name()],
+        "details": details,
+    });
+    ("/v2/alerts".to_string(), body)
+}
+
+/// `text` cut to at most `limit` characters.
+fn clip_chars(text: &str, limit: usize) -> String {
+    text.chars().take(limit).collect()
+}
+
+/// `text` made one URL path segment.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The execution an event belongs to: its Slack thread.
@@ -363,8 +494,10 @@ fn mrkdwn_escape(text: &str) -> String {
 }
 
 /// The Block Kit message for `event` (`text` is the notification and fallback); `thread` is
-/// the execution's thread, if its first message is already posted.
-pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Value {
+/// the execution's thread, if its first message is already posted. `channel` is `None` for
+/// an incoming webhook, which posts where it was made for. The event's own texts (a job's
+/// error output, an orchestrator's message) are escaped: they cannot mention or link.
+fn slack_message(channel: Option<&str>, event: &Event, thread: Option<&str>, extras: &Extras) -> Value {
     let icon = match event.kind {
         EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH | EventType::EVALUATION_SLA_BREACH => ":rotating_light:",
         EventType::SLA_WARNING | EventType::RELATIVE_SLA_WARNING | EventType::EVALUATION_SLA_WARNING => ":warning:",
@@ -384,11 +517,19 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
         _ => String::new(),
     };
     let hint = hint_of(event).map(|h| format!("→ {}", mrkdwn_escape(&h)));
+    let message = mrkdwn_escape(&event.message);
+    let pipeline = mrkdwn_escape(&event.pipeline_id);
+    let execution = mrkdwn_escape(&execution);
+    // A mention only on what needs a person, never on a success or a warning.
+    let mention = extras
+        .mention
+        .as_deref()
+        .filter(|_| routes::QUIET_TYPES.contains(&event.kind))
+        .map(|m| format!("{m} "))
+        .unwrap_or_default();
     let mut text = format!(
-        "{icon} {} · {}{execution}: {}",
-        event.kind.name(),
-        event.pipeline_id,
-        event.message
+        "{mention}{icon} {} · {pipeline}{execution}: {message}",
+        event.kind.name()
     );
     if let Some(hint) = &hint {
         text.push('\n');
@@ -406,18 +547,23 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
         event.timestamp.timestamp(),
         event.timestamp.to_rfc3339()
     ));
+    if let Some(ui) = &extras.ui_url {
+        context.push(format!("<{}|pipeline page>", page_link(ui, event)));
+    }
     let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn",
-        "text": format!("{icon} *{}* · *{}*{execution}\n{}", event.kind.name(), event.pipeline_id, event.message)}})];
+        "text": format!("{mention}{icon} *{}* · *{pipeline}*{execution}\n{message}", event.kind.name())}})];
     if let Some(hint) = &hint {
         blocks.push(json!({"type": "section", "text": {"type": "mrkdwn", "text": hint}}));
     }
     blocks.push(json!({"type": "context", "elements": [{"type": "mrkdwn", "text": context.join(" · ")}]}));
     let mut message = json!({
-        "channel": channel,
         "text": text,
         "blocks": blocks,
         "unfurl_links": false,
     });
+    if let Some(channel) = channel {
+        message["channel"] = json!(channel);
+    }
     if let Some(ts) = thread {
         message["thread_ts"] = json!(ts);
         if broadcasts(event) {
@@ -429,11 +575,16 @@ pub fn slack_message(channel: &str, event: &Event, thread: Option<&str>) -> Valu
 
 pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: AlertsCommand) -> Result<ExitCode> {
     let (sink, common, default_group) = match command {
+        AlertsCommand::Route(args) => return route(kafka, topics, codec, args).await,
         AlertsCommand::Slack(args) => (
             Sink::Slack {
                 api: args.api.trim_end_matches('/').to_string(),
                 channel: args.channel,
                 token: slack_token(args.token_file.as_deref())?,
+                extras: Extras {
+                    mention: None,
+                    ui_url: args.ui_url,
+                },
             },
             args.common,
             "sluice-alerts-slack",
@@ -472,78 +623,106 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Al
             .map(|t| EventType::parse(t).with_context(|| format!("unknown event type {t:?} in --type")))
             .collect::<Result<Vec<_>>>()?
     };
-    std::fs::create_dir_all(&common.state_dir)
-        .with_context(|| format!("creating --state-dir {}", common.state_dir.display()))?;
-    let state = DB::open_default(&common.state_dir)
-        .with_context(|| format!("opening the alert state in {}", common.state_dir.display()))?;
-    let group = common.group.unwrap_or_else(|| default_group.to_string());
-    let consumer: StreamConsumer = kafka
-        .config(kafka::Role::Consumer)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set(
-            "auto.offset.reset",
-            match common.from {
-                From::Beginning => "earliest",
-                From::End => "latest",
-            },
-        )
-        .create()
-        .context("creating the events consumer")?;
-    kafka::partition_counts(consumer.client(), &[topics.events.as_str()])?;
-    consumer
-        .subscribe(&[topics.events.as_str()])
-        .context("subscribing to the events topic")?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .context("building the HTTP client")?;
-    info!(topic = %topics.events, %group, "sending alerts");
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
-    loop {
-        let message = tokio::select! {
-            _ = &mut stop => {
-                // Leave with the offsets of what was delivered committed, and leave the group
-                // at once (on drop) so a restart takes the partitions back without a wait.
-                let _ = consumer.commit_consumer_state(CommitMode::Sync);
-                return Ok(ExitCode::SUCCESS);
-            }
-            m = consumer.recv() => m.context("reading events")?,
-        };
-        let at = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
-        let event = match message.payload() {
-            None => None,
-            Some(payload) => {
-                let mut backoff = Backoff::outage();
-                loop {
-                    match codec.decode(Family::Events, payload).await {
-                        Ok(json) => break serde_json::from_slice::<Event>(&json).map_err(|e| e.to_string()).ok(),
-                        // Not the event's fault (the schema registry is down or refuses the
-                        // credentials): wait for it rather than lose an alert.
-                        Err(e) if !e.blames_record() => {
-                            warn!(%at, error = %e, "the schema registry cannot answer for an event; retrying");
-                            tokio::select! {
-                                // Uncommitted: the event is read again on restart.
-                                _ = &mut stop => return Ok(ExitCode::SUCCESS),
-                                _ = backoff.wait() => {}
-                            }
-                        }
-                        Err(e) => {
-                            warn!(%at, error = %e, "skipping an undecodable event");
-                            break None;
-                        }
-                    }
-                }
-            }
-        };
-        if let Some(event) = event.filter(|e| types.contains(&e.kind)) {
-            deliver(&client, &sink, &state, &event, &mut stop).await?;
-        }
-        consumer
-            .commit_message(&message, CommitMode::Async)
-            .with_context(|| format!("committing {at}"))?;
+    let target = Target {
+        name: default_group.trim_start_matches("sluice-alerts-").to_string(),
+        sink,
+        wants: Box::new(move |e: &Event| types.contains(&e.kind)),
+        group: common.group.clone().unwrap_or_else(|| default_group.to_string()),
+        state_dir: common.state_dir.clone(),
+    };
+    forward::run(kafka, topics, codec, vec![target], settings(&common), None).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn settings(common: &CommonArgs) -> Settings {
+    Settings {
+        from: common.from,
+        give_up_after: common.give_up_after,
+        http: common.http,
     }
+}
+
+/// `alerts route`: one forwarder per target of the routes file, each in its own consumer
+/// group (`GROUP.TARGET`) with its own state (`STATE_DIR/TARGET`).
+async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteArgs) -> Result<ExitCode> {
+    if !args.common.types.is_empty() {
+        bail!("--type does not apply to `alerts route`: each route names its `types`");
+    }
+    let routes = Arc::new(Routes::read(&args.routes)?);
+    if args.check {
+        println!("{}: {}", args.routes.display(), routes.describe());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let owners = routes
+        .needs_owners()
+        .then(|| Arc::new(RwLock::new(routes::Owners::new())));
+    let group = args.common.group.clone().unwrap_or_else(|| "sluice-alerts".to_string());
+    let mut targets = Vec::new();
+    for (name, spec) in &routes.targets {
+        let sink = sink_of(name, spec, args.ui_url.clone())?;
+        let (routes, owners, target) = (routes.clone(), owners.clone(), name.clone());
+        let wants: Wants = Box::new(move |e: &Event| match &owners {
+            Some(owners) => routes.sends(&target, e, &owners.read().expect("not poisoned")),
+            None => routes.sends(&target, e, &routes::Owners::new()),
+        });
+        targets.push(Target {
+            name: name.clone(),
+            sink,
+            wants,
+            group: format!("{group}.{name}"),
+            state_dir: args.common.state_dir.join(name),
+        });
+    }
+    forward::run(kafka, topics, codec, targets, settings(&args.common), owners).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The sink of a routes file's target, its secrets read from their files.
+fn sink_of(name: &str, spec: &TargetSpec, ui_url: Option<String>) -> Result<Sink> {
+    let read = |path: &Path, what: &str| -> Result<Secret> {
+        let flag = format!("target {name}'s {what}");
+        secret(Some(path), &flag, "", what, "")
+    };
+    Ok(match spec {
+        TargetSpec::Slack {
+            channel,
+            token_file,
+            mention,
+            api,
+        } => Sink::Slack {
+            api: api.as_deref().unwrap_or(SLACK_API).trim_end_matches('/').to_string(),
+            channel: channel.clone(),
+            token: read(token_file, "tokenFile")?,
+            extras: Extras {
+                mention: mention.clone(),
+                ui_url,
+            },
+        },
+        TargetSpec::SlackWebhook { url_file, mention } => Sink::SlackWebhook {
+            url: read(url_file, "urlFile")?,
+            extras: Extras {
+                mention: mention.clone(),
+                ui_url,
+            },
+        },
+        TargetSpec::Webhook { url, headers } => Sink::Webhook {
+            url: url.clone(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| header(&format!("{k}={v}")))
+                .collect::<Result<_>>()?,
+        },
+        TargetSpec::Pagerduty { routing_key_file, url } => Sink::PagerDuty {
+            url: url.clone().unwrap_or_else(|| PAGERDUTY_URL.to_string()),
+            routing_key: read(routing_key_file, "routingKeyFile")?,
+            ui_url,
+        },
+        TargetSpec::Opsgenie { api_key_file, url } => Sink::Opsgenie {
+            url: url.as_deref().unwrap_or(OPSGENIE_URL).trim_end_matches('/').to_string(),
+            api_key: read(api_key_file, "apiKeyFile")?,
+            ui_url,
+        },
+    })
 }
 
 fn header(spec: &str) -> Result<(String, String)> {
@@ -560,30 +739,56 @@ fn header(spec: &str) -> Result<(String, String)> {
     Ok((name.trim().to_string(), value))
 }
 
-/// Sends one event, retrying until it is delivered, deliberately skipped, or the sink says
-/// it can never work (an error that names the fix).
+/// What became of one event at its target.
+enum Delivery {
+    Delivered,
+    /// Not sent: an SLA warning after the execution's breach.
+    Suppressed,
+    /// The target refused it for good (a 400): to be dead-lettered. `failures`: attempts.
+    Refused {
+        reason: String,
+        failures: u64,
+    },
+    /// Still failing at the deadline: to be dead-lettered so later events go on.
+    GaveUp {
+        reason: String,
+        failures: u64,
+    },
+    /// Stopped while retrying: uncommitted, sent again on the next start.
+    Stopped,
+}
+
+/// Sends one event, retrying until it is delivered, refused, `give_up_at` passes, or the
+/// sink says it can never work (an error that names the fix).
 async fn deliver(
     client: &reqwest::Client,
     sink: &Sink,
     state: &DB,
     event: &Event,
-    stop: &mut std::pin::Pin<&mut impl std::future::Future>,
-) -> Result<()> {
+    give_up_at: Instant,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Delivery> {
     let thread_key = thread_key(event);
     let breach_key = format!("b/{thread_key}");
     if suppressed(event, state.get(&breach_key)?.is_some()) {
         info!(pipeline = %event.pipeline_id, event = event.kind.name(), "suppressed: the SLA is already breached");
-        return Ok(());
+        return Ok(Delivery::Suppressed);
     }
     // A target that keeps failing is asked again at most once a minute.
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+    let mut failures = 0;
     loop {
         let attempt = match sink {
-            Sink::Slack { api, channel, token } => {
+            Sink::Slack {
+                api,
+                channel,
+                token,
+                extras,
+            } => {
                 let thread = state
                     .get(format!("t/{thread_key}"))?
                     .map(|t| String::from_utf8_lossy(&t).into_owned());
-                let body = slack_message(channel, event, thread.as_deref());
+                let body = slack_message(Some(channel), event, thread.as_deref(), extras);
                 let sent = client
                     .post(format!("{api}/chat.postMessage"))
                     .bearer_auth(&token.0)
@@ -598,6 +803,16 @@ async fn deliver(
                         .map_err(|e| Outcome::Fatal(format!("keeping the thread id: {e}"))),
                     _ => Ok(()),
                 })
+            }
+            Sink::SlackWebhook { url, extras } => {
+                let body = slack_message(None, event, None, extras);
+                let sent = client
+                    .post(&url.0)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json; charset=utf-8")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                slack_webhook_outcome(sent).await
             }
             Sink::Webhook { url, headers } => {
                 let mut request = client
@@ -621,22 +836,51 @@ async fn deliver(
                     .body(body.to_string())
                     .send()
                     .await;
-                pagerduty_outcome(sent).await
+                incident_outcome(
+                    "PagerDuty",
+                    "--routing-key-file (an Events API v2 integration key) and --url",
+                    sent,
+                )
+                .await
+            }
+            Sink::Opsgenie { url, api_key, ui_url } => {
+                let (path, body) = opsgenie_request(event, ui_url.as_deref());
+                let sent = client
+                    .post(format!("{url}{path}"))
+                    .header(reqwest::header::AUTHORIZATION, format!("GenieKey {}", api_key.0))
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                incident_outcome(
+                    "Opsgenie",
+                    "the target's apiKeyFile (an API integration key) and url",
+                    sent,
+                )
+                .await
             }
         };
         match attempt {
             Ok(()) => break,
             Err(Outcome::Fatal(e)) => bail!("{e}"),
             Err(Outcome::Skip(reason)) => {
-                warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, "not delivered; skipped");
-                break;
+                warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, "refused by the target");
+                return Ok(Delivery::Refused {
+                    reason,
+                    failures: failures + 1,
+                });
             }
             Err(Outcome::Retry { reason, after }) => {
+                failures += 1;
                 let wait = after.unwrap_or_else(|| backoff.next_wait());
+                if Instant::now() + wait > give_up_at {
+                    let reason = format!("still failing after {failures} attempts: {reason}");
+                    return Ok(Delivery::GaveUp { reason, failures });
+                }
                 warn!(pipeline = %event.pipeline_id, event = event.kind.name(), %reason, wait_ms = wait.as_millis() as u64, "delivery failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = stop.as_mut() => bail!("stopped while retrying a delivery (it is sent again on the next start)"),
+                    _ = stop.wait_for(|s| *s) => return Ok(Delivery::Stopped),
                 }
             }
         }
@@ -644,9 +888,7 @@ async fn deliver(
     if marks_breach(event) {
         state.put(&breach_key, b"1")?;
     }
-    // Keep `stop` usable by the caller after a select on it here.
-    let _ = stop.as_mut().now_or_never();
-    Ok(())
+    Ok(Delivery::Delivered)
 }
 
 enum Outcome {
@@ -709,11 +951,12 @@ async fn slack_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<Optio
     })
 }
 
-/// PagerDuty's answer: 202 taken; 429 and 5xx retried; 400 an event it will never take
-/// (skipped, its reason logged); 401/403/404 a routing key or URL to fix.
-async fn pagerduty_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
+/// PagerDuty's and Opsgenie's answer: 2xx taken; 408, 429 and 5xx retried; 400 and 422 an
+/// event it will never take (refused, its reason kept); anything else a key or URL to fix
+/// (`check` says which).
+async fn incident_outcome(service: &str, check: &str, sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
     let response = sent.map_err(|e| Outcome::Retry {
-        reason: format!("PagerDuty unreachable: {e}"),
+        reason: format!("{service} unreachable: {e}"),
         after: None,
     })?;
     let status = response.status();
@@ -723,12 +966,41 @@ async fn pagerduty_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(
     match status.as_u16() {
         200..=299 => Ok(()),
         408 | 429 | 500..=599 => Err(Outcome::Retry {
-            reason: format!("PagerDuty answered HTTP {status}"),
+            reason: format!("{service} answered HTTP {status}"),
             after,
         }),
-        400 => Err(Outcome::Skip(format!("PagerDuty refused the event (HTTP 400): {answer}"))),
+        400 | 422 => Err(Outcome::Skip(format!(
+            "{service} refused the event (HTTP {status}): {answer}"
+        ))),
         _ => Err(Outcome::Fatal(format!(
-            "PagerDuty refuses events (HTTP {status}): check --routing-key-file (an Events API v2 integration key) and --url"
+            "{service} refuses events (HTTP {status}): check {check}"
+        ))),
+    }
+}
+
+/// A Slack incoming webhook's answer: 200 `ok`; 429 and 5xx retried; 400 (`invalid_payload`
+/// and the like) refused; 403, 404 and 410 (revoked, removed, archived) a URL to replace.
+async fn slack_webhook_outcome(sent: reqwest::Result<reqwest::Response>) -> Result<(), Outcome> {
+    let response = sent.map_err(|e| Outcome::Retry {
+        reason: format!("Slack unreachable: {e}"),
+        after: None,
+    })?;
+    let status = response.status();
+    let after = retry_after(&response);
+    let answer: String = response.text().await.unwrap_or_default().chars().take(200).collect();
+    match status.as_u16() {
+        200..=299 => Ok(()),
+        429 => Err(Outcome::Retry {
+            reason: "rate limited by Slack".into(),
+            after: after.or(Some(Duration::from_secs(1))),
+        }),
+        500..=599 => Err(Outcome::Retry {
+            reason: format!("Slack answered HTTP {status}"),
+            after,
+        }),
+        400 => Err(Outcome::Skip(format!("Slack refused the message (HTTP 400): {answer}"))),
+        _ => Err(Outcome::Fatal(format!(
+            "Slack refuses the incoming webhook (HTTP {status}: {answer}): make a new one and put its URL in the target's urlFile"
         ))),
     }
 }
@@ -761,7 +1033,7 @@ mod tests {
     fn messages_thread_per_execution_and_warnings_after_a_breach_are_dropped() {
         let breach = event(EventType::SLA_BREACH);
         assert_eq!(thread_key(&breach), "gold/daily/2026-11-21");
-        let m = slack_message("C1", &breach, Some("171.5"));
+        let m = slack_message(Some("C1"), &breach, Some("171.5"), &Extras::default());
         assert_eq!(m["thread_ts"], "171.5");
         assert_eq!(m["channel"], "C1");
         assert!(m["text"]
@@ -773,11 +1045,61 @@ mod tests {
             context.contains("run `gold.daily.2026-11-21.2`") && context.contains("attempt 2"),
             "{context}"
         );
-        assert!(slack_message("C1", &breach, None).get("thread_ts").is_none());
+        assert!(slack_message(Some("C1"), &breach, None, &Extras::default())
+            .get("thread_ts")
+            .is_none());
         assert!(suppressed(&event(EventType::SLA_WARNING), true));
         assert!(!suppressed(&event(EventType::SLA_WARNING), false));
         assert!(!suppressed(&breach, true));
         assert!(DEFAULT_TYPES.iter().all(|t| EventType::parse(t).is_some()));
+    }
+
+    #[test]
+    fn opsgenie_gets_one_alert_per_execution_created_by_failures_and_closed_by_success() {
+        let (path, created) = opsgenie_request(&event(EventType::SLA_BREACH), Some("https://sluice.example/"));
+        assert_eq!(path, "/v2/alerts");
+        assert_eq!(created["alias"], "sluice/gold/daily/2026-11-21");
+        assert_eq!(created["priority"], "P1");
+        assert_eq!(created["entity"], "gold");
+        assert_eq!(created["details"]["page"], "https://sluice.example/pipelines/gold");
+        assert_eq!(
+            opsgenie_request(&event(EventType::JOB_FAILED), None).1["priority"],
+            "P2"
+        );
+        let mut long = event(EventType::JOB_FAILED);
+        long.pipeline_id = "p".repeat(500);
+        let message = opsgenie_request(&long, None).1["message"].as_str().unwrap().to_string();
+        assert_eq!(message.chars().count(), OPSGENIE_MESSAGE_LIMIT);
+        let (path, closed) = opsgenie_request(&event(EventType::JOB_COMPLETED), None);
+        assert_eq!(
+            path,
+            "/v2/alerts/sluice%2Fgold%2Fdaily%2F2026-11-21/close?identifierType=alias"
+        );
+        assert_eq!(closed["source"], "sluice");
+        assert!(closed.get("priority").is_none());
+    }
+
+    #[test]
+    fn a_webhook_message_has_no_channel_and_mentions_only_what_needs_a_person() {
+        let extras = Extras {
+            mention: Some("<!subteam^S1>".into()),
+            ui_url: Some("https://sluice.example".into()),
+        };
+        let failed = slack_message(None, &event(EventType::JOB_FAILED), None, &extras);
+        assert!(failed.get("channel").is_none());
+        assert!(failed["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("<!subteam^S1> :x: JOB_FAILED"));
+        assert!(failed["blocks"]
+            .to_string()
+            .contains("<https://sluice.example/pipelines/gold|pipeline page>"));
+        let done = slack_message(None, &event(EventType::JOB_COMPLETED), None, &extras);
+        assert!(!done["text"].as_str().unwrap().contains("subteam"));
+        let mut hostile = event(EventType::JOB_FAILED);
+        hostile.message = "<!everyone> <https://x|y> & more".into();
+        let text = slack_message(None, &hostile, None, &Extras::default())["text"].to_string();
+        assert!(!text.contains("<!everyone>") && !text.contains("<https://x"), "{text}");
     }
 
     #[test]
@@ -868,7 +1190,7 @@ mod tests {
     #[test]
     fn the_hint_has_its_own_block_and_ends_the_fallback_text() {
         let failed = with(EventType::RETRY_EXHAUSTED, json!({}));
-        let m = slack_message("C1", &failed, None);
+        let m = slack_message(Some("C1"), &failed, None, &Extras::default());
         let hint = "→ check the job's logs and fix the cause, then rerun: `sluice rerun gold 2026-11-21`";
         assert!(
             m["text"].as_str().unwrap().ends_with(&format!("\n{hint}")),
@@ -881,11 +1203,11 @@ mod tests {
         );
         assert_eq!(m["blocks"][2]["type"], "context");
         // No hint, no hint block; mrkdwn control characters in a hint are made literal.
-        let completed = slack_message("C1", &event(EventType::JOB_COMPLETED), None);
+        let completed = slack_message(Some("C1"), &event(EventType::JOB_COMPLETED), None, &Extras::default());
         assert_eq!(completed["blocks"].as_array().unwrap().len(), 2);
         assert!(!completed["text"].as_str().unwrap().contains('→'));
         let odd = with(EventType::RERUN_REJECTED, json!({"rejection": "<!channel> & more"}));
-        let text = slack_message("C1", &odd, None)["blocks"][1]["text"]["text"].clone();
+        let text = slack_message(Some("C1"), &odd, None, &Extras::default())["blocks"][1]["text"]["text"].clone();
         assert_eq!(text, "→ nothing was started — &lt;!channel&gt; &amp; more");
     }
 
@@ -893,14 +1215,14 @@ mod tests {
     fn only_a_breach_or_an_ended_run_replying_in_a_thread_is_broadcast_to_the_channel() {
         use EventType::*;
         for kind in [SLA_BREACH, RELATIVE_SLA_BREACH, RETRY_EXHAUSTED, VALIDATION_EXHAUSTED] {
-            let reply = slack_message("C1", &event(kind), Some("171.5"));
+            let reply = slack_message(Some("C1"), &event(kind), Some("171.5"), &Extras::default());
             assert_eq!(reply["reply_broadcast"], true, "{kind:?}");
             // The thread's first message is in the channel already.
-            let first = slack_message("C1", &event(kind), None);
+            let first = slack_message(Some("C1"), &event(kind), None, &Extras::default());
             assert!(first.get("reply_broadcast").is_none(), "{kind:?}");
         }
         for kind in [SLA_WARNING, JOB_FAILED, INFRA_FAILURE, SLA_MET, JOB_COMPLETED] {
-            let reply = slack_message("C1", &event(kind), Some("171.5"));
+            let reply = slack_message(Some("C1"), &event(kind), Some("171.5"), &Extras::default());
             assert!(reply.get("reply_broadcast").is_none(), "{kind:?}");
         }
     }

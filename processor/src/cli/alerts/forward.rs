@@ -1,0 +1,455 @@
+//! The forwarding loop of every `sluice alerts` command: one consumer per target, so a target
+//! that is down or refusing holds up only its own alerts. Each target reads the events topic
+//! in its own consumer group, delivers in partition order (a pipeline's events are in one
+//! partition, so they arrive in order) and commits an event only once it is delivered or
+//! dead-lettered. An event the target refuses (a 400), or keeps failing past
+//! `--give-up-after`, goes to the dead-letter topic with the reason and the rest go on.
+//!
+//! `--http` serves `/healthz`, `/readyz` (every target running) and `/metrics`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Message};
+use rocksdb::DB;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::routes::Owners;
+use super::{deliver, Delivery, From, Sink};
+use crate::core::events::Event;
+use crate::runtime::backoff::Backoff;
+use crate::runtime::codec::{Codec, Family};
+use crate::runtime::instruments::{Counter, Gauge, Registrar};
+use crate::runtime::kafka::{self, Connection, Producer};
+use crate::runtime::processor::{dead_letter, shutdown_signal};
+use crate::runtime::telemetry::METRICS_CONTENT_TYPE;
+use crate::runtime::topics::Topics;
+
+/// A dead letter must fit the broker's default record size.
+const DEAD_LETTER_LIMIT: usize = 1_000_000;
+/// How often each target's lag (events not yet delivered) is measured.
+const LAG_EVERY: Duration = Duration::from_secs(15);
+/// How often the pipelines' owners are read again from the config topic.
+const OWNERS_EVERY: Duration = Duration::from_secs(30);
+
+/// Decides whether a target gets an event.
+pub type Wants = Box<dyn Fn(&Event) -> bool + Send + Sync>;
+
+/// One place events go.
+pub struct Target {
+    pub name: String,
+    pub sink: Sink,
+    pub wants: Wants,
+    pub group: String,
+    pub state_dir: PathBuf,
+}
+
+/// What every target shares.
+pub struct Settings {
+    pub from: From,
+    pub give_up_after: Duration,
+    pub http: Option<SocketAddr>,
+}
+
+/// The forwarder's metrics, labelled by target.
+struct Metrics {
+    registrar: Registrar,
+    delivered: Counter,
+    failed: Counter,
+    dead_lettered: Counter,
+    lag: Gauge,
+    up: Gauge,
+    /// Why each stopped target stopped (readiness names them).
+    stopped: Mutex<HashMap<String, String>>,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut r = Registrar::new(opentelemetry::global::meter("sluice-alerts"));
+        Metrics {
+            delivered: r.counter("alerts_delivered", "Events the target took, by target"),
+            failed: r.counter(
+                "alerts_failed_attempts",
+                "Deliveries the target failed or refused (each attempt), by target",
+            ),
+            dead_lettered: r.counter(
+                "alerts_dead_lettered",
+                "Events written to the dead-letter topic instead of the target, by target and reason (refused, gave_up)",
+            ),
+            lag: r.gauge(
+                "alerts_lag",
+                "Events in the events topic the target's consumer group has not yet handled",
+            ),
+            up: r.gauge(
+                "alerts_target_up",
+                "1 while the target's forwarder runs, 0 once it stopped on an error that needs a person",
+            ),
+            stopped: Mutex::default(),
+            registrar: r,
+        }
+    }
+
+    fn target(name: &str) -> Vec<(&'static str, String)> {
+        vec![("target", name.to_string())]
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        let stopped = self.stopped.lock().expect("not poisoned");
+        if stopped.is_empty() {
+            return Ok(());
+        }
+        let mut why: Vec<String> = stopped.iter().map(|(t, e)| format!("{t}: {e}")).collect();
+        why.sort();
+        Err(format!("targets stopped: {}", why.join("; ")))
+    }
+}
+
+/// Forwards to every target until a shutdown signal; fails only when every target stopped.
+pub async fn run(
+    kafka: &Connection,
+    topics: &Topics,
+    codec: &Codec,
+    targets: Vec<Target>,
+    settings: Settings,
+    owners: Option<Arc<RwLock<Owners>>>,
+) -> Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    if let Some(address) = settings.http {
+        serve(address, metrics.clone()).await?;
+    }
+    if let Some(owners) = &owners {
+        follow_owners(kafka, &topics.config, owners.clone(), stop.clone()).await?;
+    }
+    let producer = kafka::producer(kafka)?;
+    let mut tasks = tokio::task::JoinSet::new();
+    let count = targets.len();
+    for target in targets {
+        let forwarder = Forwarder {
+            consumer: consumer(kafka, topics, &target.group, settings.from)?,
+            state: open_state(&target.state_dir)?,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .context("building the HTTP client")?,
+            codec: codec.clone(),
+            producer: producer.clone(),
+            dlq: topics.dlq.clone(),
+            events: topics.events.clone(),
+            metrics: metrics.clone(),
+            give_up_after: settings.give_up_after,
+            target,
+        };
+        metrics.up.set(Metrics::target(&forwarder.target.name), 1);
+        info!(topic = %topics.events, target = %forwarder.target.name, group = %forwarder.target.group, "sending alerts");
+        let stop = stop.clone();
+        tasks.spawn(async move { forwarder.run(stop).await });
+    }
+    let mut failures = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.context("an alert forwarder panicked")? {
+            failures.push(e);
+        }
+    }
+    match failures.len() {
+        0 => Ok(()),
+        // One target's lone error is the command's error (a single-sink command exits on it).
+        1 if count == 1 => Err(failures.remove(0)),
+        _ => Err(anyhow::anyhow!(
+            "every target stopped: {}",
+            failures.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("; ")
+        )),
+    }
+}
+
+fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: From) -> Result<StreamConsumer> {
+    let consumer: StreamConsumer = kafka
+        .config(kafka::Role::Consumer)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set(
+            "auto.offset.reset",
+            match from {
+                From::Beginning => "earliest",
+                From::End => "latest",
+            },
+        )
+        .create()
+        .context("creating the events consumer")?;
+    kafka::partition_counts(consumer.client(), &[topics.events.as_str()])?;
+    consumer
+        .subscribe(&[topics.events.as_str()])
+        .context("subscribing to the events topic")?;
+    Ok(consumer)
+}
+
+fn open_state(dir: &PathBuf) -> Result<DB> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the alert state folder {}", dir.display()))?;
+    DB::open_default(dir).with_context(|| format!("opening the alert state in {}", dir.display()))
+}
+
+struct Forwarder {
+    target: Target,
+    consumer: StreamConsumer,
+    state: DB,
+    client: reqwest::Client,
+    codec: Codec,
+    producer: Producer,
+    dlq: String,
+    events: String,
+    metrics: Arc<Metrics>,
+    give_up_after: Duration,
+}
+
+impl Forwarder {
+    async fn run(self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let name = self.target.name.clone();
+        let result = self.forward(&mut stop).await;
+        if let Err(e) = &result {
+            warn!(target = %name, error = format!("{e:#}"), "the target's forwarder stopped");
+            self.metrics.up.set(Metrics::target(&name), 0);
+            let mut stopped = self.metrics.stopped.lock().expect("not poisoned");
+            stopped.insert(name, format!("{e:#}"));
+        }
+        // Leave with the offsets of what was delivered committed, and leave the group at
+        // once (on drop) so a restart takes the partitions back without a wait.
+        let _ = self.consumer.commit_consumer_state(CommitMode::Sync);
+        result
+    }
+
+    async fn forward(&self, stop: &mut watch::Receiver<bool>) -> Result<()> {
+        // Measured after the first event, then every LAG_EVERY.
+        let mut lag_at = Instant::now().checked_sub(LAG_EVERY).unwrap_or_else(Instant::now);
+        loop {
+            let message = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                m = self.consumer.recv() => m.context("reading events")?,
+            };
+            let Some(event) = self.decode(&message, stop).await else {
+                return Ok(());
+            };
+            if let Some(event) = event.filter(|e| (self.target.wants)(e)) {
+                let give_up_at = Instant::now() + self.give_up_after;
+                match deliver(&self.client, &self.target.sink, &self.state, &event, give_up_at, stop).await? {
+                    Delivery::Delivered => self.metrics.delivered.add(Metrics::target(&self.target.name), 1),
+                    Delivery::Suppressed => {}
+                    Delivery::Stopped => return Ok(()),
+                    Delivery::Refused { reason, failures } | Delivery::GaveUp { reason, failures } => {
+                        self.metrics.failed.add(Metrics::target(&self.target.name), failures);
+                        self.dead_letter(&message, &reason).await?;
+                    }
+                }
+            }
+            self.consumer
+                .commit_message(&message, CommitMode::Async)
+                .with_context(|| format!("committing {}", at(&message)))?;
+            if lag_at.elapsed() >= LAG_EVERY {
+                lag_at = Instant::now();
+                self.measure_lag();
+            }
+        }
+    }
+
+    /// The event of `message`; `Some(None)` for one to pass over (no payload, not an event),
+    /// `None` when stopped while the schema registry was away.
+    async fn decode(&self, message: &BorrowedMessage<'_>, stop: &mut watch::Receiver<bool>) -> Option<Option<Event>> {
+        let payload = message.payload()?;
+        let mut backoff = Backoff::outage();
+        loop {
+            match self.codec.decode(Family::Events, payload).await {
+                Ok(json) => return Some(serde_json::from_slice::<Event>(&json).ok()),
+                // Not the event's fault (the schema registry is down or refuses the
+                // credentials): wait for it rather than lose an alert.
+                Err(e) if !e.blames_record() => {
+                    warn!(at = %at(message), error = %e, "the schema registry cannot answer for an event; retrying");
+                    tokio::select! {
+                        // Uncommitted: the event is read again on restart.
+                        _ = stop.wait_for(|s| *s) => return None,
+                        _ = backoff.wait() => {}
+                    }
+                }
+                Err(e) => {
+                    warn!(at = %at(message), error = %e, "skipping an undecodable event");
+                    return Some(None);
+                }
+            }
+        }
+    }
+
+    /// The event, as it was, to the dead-letter topic with why the target did not take it.
+    async fn dead_letter(&self, message: &BorrowedMessage<'_>, reason: &str) -> Result<()> {
+        let name = &self.target.name;
+        let reason = format!("alert target {name}: {reason}");
+        let mut letter = dead_letter(&self.dlq, &message.detach(), &reason, DEAD_LETTER_LIMIT);
+        letter.headers.push(("alert.target".into(), name.as_bytes().to_vec()));
+        let headers: Vec<(&str, &[u8])> = letter.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+        let mut backoff = Backoff::outage();
+        loop {
+            match kafka::send(
+                &self.producer,
+                &letter.topic,
+                letter.key.as_deref(),
+                letter.value.as_deref(),
+                &headers,
+            )
+            .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!(target = %name, error = %e, "writing an alert's dead letter failed; retrying");
+                    backoff.wait().await;
+                }
+            }
+        }
+        let kind = if reason.contains("still failing after") {
+            "gave_up"
+        } else {
+            "refused"
+        };
+        let mut labels = Metrics::target(name);
+        labels.push(("reason", kind.to_string()));
+        self.metrics.dead_lettered.add(labels, 1);
+        warn!(target = %name, %reason, at = %at(message), "not delivered: dead-lettered");
+        Ok(())
+    }
+
+    /// Events of the assigned partitions not yet handled: the high watermark less the
+    /// position. Blocking broker calls, a few a minute.
+    fn measure_lag(&self) {
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        let mut lag = 0i64;
+        for element in assignment.elements() {
+            let partition = element.partition();
+            let high = tokio::task::block_in_place(|| {
+                self.consumer
+                    .fetch_watermarks(&self.events, partition, Duration::from_secs(5))
+                    .map(|(_, high)| high)
+            });
+            let position = positions
+                .find_partition(&self.events, partition)
+                .and_then(|p| p.offset().to_raw())
+                .filter(|o| *o >= 0);
+            if let (Ok(high), Some(position)) = (high, position) {
+                lag += (high - position).max(0);
+            }
+        }
+        self.metrics.lag.set(Metrics::target(&self.target.name), lag);
+    }
+}
+
+fn at(message: &BorrowedMessage<'_>) -> String {
+    format!("{}/{}@{}", message.topic(), message.partition(), message.offset())
+}
+
+async fn serve(address: SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+    let app = Router::new()
+        .route(
+            "/healthz",
+            get(|| async { crate::runtime::http::probe(Ok(()), "unhealthy") }),
+        )
+        .route(
+            "/readyz",
+            get(|State(m): State<Arc<Metrics>>| async move { crate::runtime::http::probe(m.readiness(), "not ready") }),
+        )
+        .route("/metrics", get(encode))
+        .with_state(metrics);
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("listening on --http {address}"))?;
+    info!(%address, "serving /healthz, /readyz and /metrics");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            warn!(error = %e, "the alerts' HTTP endpoints stopped");
+        }
+    });
+    Ok(())
+}
+
+async fn encode(State(metrics): State<Arc<Metrics>>) -> Response {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &metrics.registrar.registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], body).into_response(),
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Reads every pipeline's owner from the config topic before the first event is routed,
+/// then again every [`OWNERS_EVERY`] from where it stopped (records since then only).
+async fn follow_owners(
+    kafka: &Connection,
+    topic: &str,
+    owners: Arc<RwLock<Owners>>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let reader = kafka::reader(kafka, "sluice-alerts-owners")?;
+    let topic = topic.to_string();
+    let partitions = tokio::task::block_in_place(|| kafka::partition_counts((*reader).client(), &[topic.as_str()]))?;
+    let mut next: Vec<kafka::Start> = (0..partitions[0].1 as i32)
+        .map(|partition| kafka::Start {
+            topic: topic.clone(),
+            partition,
+            offset: 0,
+        })
+        .collect();
+    let read = move |next: &mut Vec<kafka::Start>, owners: &RwLock<Owners>| -> Result<()> {
+        let records = kafka::read_span(&reader, next)?;
+        let mut owners = owners.write().expect("not poisoned");
+        for m in &records {
+            if let Some(start) = next.iter_mut().find(|s| s.partition == m.partition()) {
+                start.offset = start.offset.max(m.offset() + 1);
+            }
+            let Some(id) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+                continue;
+            };
+            let owner = m
+                .payload()
+                .and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+                .and_then(|v| v["pipeline"]["owner"].as_str().map(str::to_string));
+            match owner {
+                Some(owner) => owners.insert(id.to_string(), owner),
+                None => owners.remove(id),
+            };
+        }
+        Ok(())
+    };
+    tokio::task::block_in_place(|| read(&mut next, &owners)).context("reading the pipelines' owners")?;
+    info!(
+        pipelines = owners.read().expect("not poisoned").len(),
+        "read the pipelines' owners"
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(OWNERS_EVERY) => {}
+            }
+            if let Err(e) = tokio::task::block_in_place(|| read(&mut next, &owners)) {
+                warn!(
+                    error = format!("{e:#}"),
+                    "reading the pipelines' owners again failed; routing by what was read before"
+                );
+            }
+        }
+    });
+    Ok(())
+}
