@@ -4,7 +4,7 @@
 # and nothing else.
 FROM rust:1.94-bookworm AS builder
 RUN apt-get update \
- && apt-get install -y --no-install-recommends clang libclang-dev cmake pkg-config libssl-dev \
+ && apt-get install -y --no-install-recommends clang libclang-dev cmake pkg-config libssl-dev libcurl4-openssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -18,7 +18,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --home-dir /var/lib/sluice --create-home sluice
 COPY --from=builder /usr/local/bin/sluice /usr/local/bin/sluice

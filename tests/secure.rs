@@ -246,3 +246,79 @@ fn the_help_never_shows_environment_values() {
     assert!(help.contains("SLUICE_SCHEMA_REGISTRY_URL"), "{help}");
     assert!(!help.contains(secret), "{help}");
 }
+
+/// Confluent Cloud's OAuth `client.properties` (client credentials against an identity
+/// provider's token endpoint) works unchanged: librdkafka, built with curl, asks the token
+/// endpoint (a loopback one speaking OAuth 2.0's client credentials grant) for a token with
+/// the file's client id, secret and scope. What the broker then does with the token is not
+/// shown: tansu takes no OAUTHBEARER.
+#[test]
+fn an_oauth_client_properties_file_fetches_its_token_from_the_identity_provider() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<crate::support::Request>>> = Arc::default();
+    let record = seen.clone();
+    // A JWT (unsigned: librdkafka reads its subject and expiry, the broker would check it).
+    let jwt = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJzbHVpY2UtYXBwIiwiaWF0IjoxNzk1MDAwMDAwLCJleHAiOjQxMDI0NDQ4MDB9.c2ln";
+    let idp = crate::support::serve(move |r| {
+        record.lock().unwrap().push(r.clone());
+        let token = serde_json::json!({"access_token": jwt, "token_type": "bearer", "expires_in": 3600});
+        (200, token.to_string())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let properties = dir.path().join("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "bootstrap.servers={}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n\
+             sasl.oauthbearer.token.endpoint.url={idp}/oauth2/v1/token\n\
+             sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler\n\
+             sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \\\n  \
+             clientId='sluice-app' \\\n  scope='kafka' \\\n  clientSecret='s3cr=et' \\\n  \
+             extension_logicalCluster='lkc-abc12' \\\n  extension_identityPoolId='pool-XyZ';\n",
+            crate::support::brokers()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")) {
+        command.env_remove(k);
+    }
+    let log = dir.path().join("stderr.log");
+    let mut child = command
+        .current_dir(repo())
+        .args(["--topic-prefix", "it-oauth.", "--command-config"])
+        .arg(&properties)
+        .args(["topics", "apply", "--dir", "topics"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the token request",
+        Duration::from_secs(30),
+        || std::fs::read_to_string(&log).unwrap_or_default(),
+        || !seen.lock().unwrap().is_empty(),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let request = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        (request.method.as_str(), request.path.as_str()),
+        ("POST", "/oauth2/v1/token")
+    );
+    // RFC 6749 client credentials: the client authenticates with HTTP Basic.
+    assert_eq!(
+        request.headers.get("authorization").map(String::as_str),
+        Some("Basic c2x1aWNlLWFwcDpzM2NyPWV0"),
+        "{}",
+        request.raw
+    );
+    assert!(
+        request.body.contains("grant_type=client_credentials"),
+        "{}",
+        request.body
+    );
+    assert!(request.body.contains("scope=kafka"), "{}", request.body);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(!logged.contains("s3cr=et"), "the client secret is never logged");
+}

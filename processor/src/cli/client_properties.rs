@@ -115,12 +115,16 @@ fn parse(input: impl std::io::Read) -> Result<ClientProperties, (usize, String)>
             .filter(|n| n.starts_with("basic.auth."));
         match registry_name.unwrap_or(&name) {
             "bootstrap.servers" => out.bootstrap_servers = Some(value),
-            "sasl.jaas.config" => {
-                let (user, password) = jaas_credentials(&value).map_err(|m| at(format!("sasl.jaas.config: {m}")))?;
-                registry_auth.sasl = Some(format!("{user}:{password}"));
-                out.kafka.push(("sasl.username".into(), user));
-                out.kafka.push(("sasl.password".into(), password));
-            }
+            "sasl.jaas.config" => match jaas_login(&value).map_err(|m| at(format!("sasl.jaas.config: {m}")))? {
+                Login::Password { user, password } => {
+                    registry_auth.sasl = Some(format!("{user}:{password}"));
+                    out.kafka.push(("sasl.username".into(), user));
+                    out.kafka.push(("sasl.password".into(), password));
+                }
+                Login::Oidc(settings) => out.kafka.extend(settings),
+            },
+            // What librdkafka's `sasl.oauthbearer.method=oidc` does itself.
+            "sasl.login.callback.handler.class" if value.trim().ends_with(".OAuthBearerLoginCallbackHandler") => {}
             "schema.registry.url" => out.registry.url = Some(value),
             "basic.auth.credentials.source" => registry_auth.basic_source = Some((line, value)),
             "basic.auth.user.info" => registry_auth.user_info = Some(value),
@@ -331,22 +335,59 @@ impl Store {
     }
 }
 
-/// `username` and `password` of a PLAIN or SCRAM login module.
-fn jaas_credentials(jaas: &str) -> Result<(String, String), String> {
+/// What a `sasl.jaas.config` logs in with.
+enum Login {
+    /// A PLAIN or SCRAM login module's `username` and `password`.
+    Password { user: String, password: String },
+    /// Kafka's `OAuthBearerLoginModule` with the client credentials grant (as Confluent
+    /// Cloud's OAuth template has it): librdkafka's OIDC settings. The token endpoint is
+    /// `sasl.oauthbearer.token.endpoint.url`, which both clients name alike.
+    Oidc(Vec<(String, String)>),
+}
+
+fn jaas_login(jaas: &str) -> Result<Login, String> {
     let entry = jaas::parse(jaas)?;
     let module = entry.module.as_str();
-    if !(module.ends_with("PlainLoginModule") || module.ends_with("ScramLoginModule")) {
+    let option = |name: &str| entry.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let required = |name: &str| option(name).ok_or_else(|| format!("{module} has no {name}"));
+    if module.ends_with("PlainLoginModule") || module.ends_with("ScramLoginModule") {
+        return Ok(Login::Password {
+            user: required("username")?,
+            password: required("password")?,
+        });
+    }
+    if !module.ends_with(".OAuthBearerLoginModule") {
         return Err(format!(
-            "login module {module} is not supported: give PLAIN or SCRAM credentials, or set librdkafka's sasl.* properties (OAUTHBEARER: sasl.oauthbearer.*)"
+            "login module {module} is not supported: give PLAIN, SCRAM or OAUTHBEARER (client credentials) credentials, or set librdkafka's sasl.* properties"
         ));
     }
-    let option = |name: &str| -> Result<String, String> {
-        let found = entry.options.iter().find(|(k, _)| k == name);
-        found
-            .map(|(_, v)| v.clone())
-            .ok_or_else(|| format!("{module} has no {name}"))
-    };
-    Ok((option("username")?, option("password")?))
+    if option("unsecuredLoginStringClaim_sub").is_some() {
+        return Err("an unsecured OAUTHBEARER login (unsecuredLoginStringClaim_sub) is for tests only; give clientId and clientSecret".into());
+    }
+    let mut settings = vec![
+        ("sasl.oauthbearer.method".to_string(), "oidc".to_string()),
+        ("sasl.oauthbearer.client.id".to_string(), required("clientId")?),
+        ("sasl.oauthbearer.client.secret".to_string(), required("clientSecret")?),
+    ];
+    if let Some(scope) = option("scope") {
+        settings.push(("sasl.oauthbearer.scope".into(), scope));
+    }
+    // SASL extensions (Confluent Cloud's logicalCluster and identityPoolId).
+    let extensions: Vec<String> = entry
+        .options
+        .iter()
+        .filter_map(|(k, v)| Some(format!("{}={v}", k.strip_prefix("extension_")?)))
+        .collect();
+    if !extensions.is_empty() {
+        settings.push(("sasl.oauthbearer.extensions".into(), extensions.join(",")));
+    }
+    let known = |k: &str| ["clientId", "clientSecret", "scope"].contains(&k) || k.starts_with("extension_");
+    if let Some((unknown, _)) = entry.options.iter().find(|(k, _)| !known(k)) {
+        return Err(format!(
+            "{module}: option {unknown} has no librdkafka equivalent (it takes clientId, clientSecret, scope and extension_*)"
+        ));
+    }
+    Ok(Login::Oidc(settings))
 }
 
 /// `sasl.jaas.config` as Kafka reads it (`JaasConfig`, over Java's `StreamTokenizer`): a
@@ -666,6 +707,44 @@ client.dns.lookup use_all_dns_ips
         let (_, e) =
             parsed("sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler\n")
                 .unwrap_err();
+        assert!(e.contains("Java client setting"), "{e}");
+    }
+
+    #[test]
+    fn confluent_clouds_oauth_template_becomes_librdkafkas_oidc_settings() {
+        let template = "security.protocol=SASL_SSL\n\
+            sasl.mechanism=OAUTHBEARER\n\
+            sasl.oauthbearer.token.endpoint.url=https://idp.example/oauth2/v1/token\n\
+            sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler\n\
+            sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \\\n  \
+              clientId='sluice-app' \\\n  scope='kafka' \\\n  clientSecret='s3cr=et' \\\n  \
+              extension_logicalCluster='lkc-abc12' \\\n  extension_identityPoolId='pool-XyZ';\n";
+        let read = parsed(template).unwrap();
+        assert_eq!(
+            read.kafka,
+            pairs(&[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "OAUTHBEARER"),
+                (
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "https://idp.example/oauth2/v1/token"
+                ),
+                ("sasl.oauthbearer.method", "oidc"),
+                ("sasl.oauthbearer.client.id", "sluice-app"),
+                ("sasl.oauthbearer.client.secret", "s3cr=et"),
+                ("sasl.oauthbearer.scope", "kafka"),
+                (
+                    "sasl.oauthbearer.extensions",
+                    "logicalCluster=lkc-abc12,identityPoolId=pool-XyZ"
+                ),
+            ])
+        );
+        let (_, e) = parsed(
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId=a clientSecret=b unsecuredLoginStringClaim_sub=x;\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("unsecured"), "{e}");
+        let (_, e) = parsed("sasl.login.callback.handler.class=com.example.MyHandler\n").unwrap_err();
         assert!(e.contains("Java client setting"), "{e}");
     }
 
