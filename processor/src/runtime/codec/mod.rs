@@ -9,6 +9,7 @@
 
 pub mod avro;
 pub mod connect;
+pub mod protobuf;
 pub mod registry;
 
 use std::borrow::Cow;
@@ -145,6 +146,8 @@ pub enum CodecError {
     Schema { family: &'static str, reason: String },
     #[error("undecodable Avro: {0}")]
     Avro(String),
+    #[error("undecodable Protobuf (schema id {id}): {reason}")]
+    Protobuf { id: u32, reason: String },
     #[error("the record is framed for a schema registry (schema id {id}); run with --schema-registry-url to read it")]
     NoRegistry { id: u32 },
     #[error(
@@ -269,6 +272,12 @@ impl Codec {
                     Framed::Avro(writer) => read(&writer, reader, datum)?,
                     // Confluent's JSON Schema serializer: the JSON after the framing.
                     Framed::Json => return Ok(Cow::Borrowed(datum)),
+                    // Confluent's Protobuf serializer: the message, as its JSON.
+                    Framed::Protobuf(schema) => {
+                        return protobuf::to_json(&schema, datum)
+                            .map(Cow::Owned)
+                            .map_err(|reason| CodecError::Protobuf { id, reason })
+                    }
                 }
             }
             [0xC3, 0x01, rest @ ..] if rest.len() >= 8 => {

@@ -26,12 +26,16 @@ use apache_avro::Schema;
 use serde_json::{json, Value};
 
 use super::super::kafka::{self, ConnectionError};
+use super::protobuf::{self, Protobuf};
 
 const BASIC_AUTH_FLAG: &str = "--schema-registry-basic-auth-user-info";
 const BEARER_FLAG: &str = "--schema-registry-bearer-token";
 
 /// How long one request to the registry may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most files a Protobuf schema may reference (directly or through each other).
+const MAX_REFERENCES: usize = 64;
 
 /// How long registering (or looking up) Sluice's schemas retries a registry that is down
 /// before giving up with the reason.
@@ -59,7 +63,9 @@ pub enum RegistryError {
     Unauthorized { what: String, status: u16, message: String },
     #[error("the schema with id {id} from the registry is not valid Avro: {reason}")]
     BadSchema { id: u32, reason: String },
-    #[error("{what} in the schema registry is a {schema_type} schema; Sluice writes Avro, and reads Avro and JSON Schema (Protobuf is not read yet)")]
+    #[error("the Protobuf schema with id {id} from the registry does not compile: {reason}")]
+    BadProtobuf { id: u32, reason: String },
+    #[error("{what} in the schema registry is a {schema_type} schema; Sluice writes Avro (it reads Avro, JSON Schema and Protobuf records)")]
     NotAvro { what: String, schema_type: String },
     #[error(
         "subject {subject:?} has no version in the schema registry ({message}); with --schema-registry-auto-register false, register Sluice's schema (schemas/*.avsc) under it first"
@@ -104,7 +110,10 @@ impl RegistryError {
     pub fn blames_record(&self) -> bool {
         matches!(
             self,
-            RegistryError::UnknownId { .. } | RegistryError::BadSchema { .. } | RegistryError::NotAvro { .. }
+            RegistryError::UnknownId { .. }
+                | RegistryError::BadSchema { .. }
+                | RegistryError::BadProtobuf { .. }
+                | RegistryError::NotAvro { .. }
         )
     }
 }
@@ -271,6 +280,8 @@ pub struct Registry {
     schemas: Arc<Mutex<HashMap<u32, Arc<Schema>>>>,
     /// Ids the registry says hold JSON Schemas: records framed with one are JSON.
     json_schemas: Arc<Mutex<HashSet<u32>>>,
+    /// Protobuf schemas by id, compiled.
+    protobuf: Arc<Mutex<HashMap<u32, Arc<Protobuf>>>>,
 }
 
 /// What a record framed with a schema id holds after its five bytes of framing.
@@ -281,6 +292,8 @@ pub enum Framed {
     /// JSON text (Confluent's JSON Schema serializer): the id was checked, the text is read
     /// as any JSON record is.
     Json,
+    /// Message indexes and a Protobuf message (Confluent's Protobuf serializer).
+    Protobuf(Arc<Protobuf>),
 }
 
 impl std::fmt::Debug for Registry {
@@ -330,6 +343,7 @@ impl Registry {
             writers: Arc::default(),
             schemas: Arc::default(),
             json_schemas: Arc::default(),
+            protobuf: Arc::default(),
         })
     }
 
@@ -471,12 +485,23 @@ impl Registry {
         if self.json_schemas.lock().expect("registry cache").contains(&id) {
             return Ok(Framed::Json);
         }
+        if let Some(schema) = self.protobuf.lock().expect("registry cache").get(&id) {
+            return Ok(Framed::Protobuf(schema.clone()));
+        }
         let url = format!("{}/schemas/ids/{id}", self.url);
         let (status, answer, message) = self.call(self.client.get(&url)).await?;
         match status {
             200 if answer["schemaType"].as_str() == Some("JSON") => {
                 self.json_schemas.lock().expect("registry cache").insert(id);
                 Ok(Framed::Json)
+            }
+            200 if answer["schemaType"].as_str() == Some("PROTOBUF") => {
+                let references = self.references(&answer, id).await?;
+                let text = answer["schema"].as_str().unwrap_or_default();
+                let schema =
+                    protobuf::compile(text, references).map_err(|reason| RegistryError::BadProtobuf { id, reason })?;
+                self.protobuf.lock().expect("registry cache").insert(id, schema.clone());
+                Ok(Framed::Protobuf(schema))
             }
             200 => {
                 check_avro(&answer, || format!("the schema with id {id}"))?;
@@ -489,6 +514,39 @@ impl Registry {
             404 if answer.get("error_code").is_some() => Err(RegistryError::UnknownId { id }),
             _ => Err(self.failure(format!("fetching the schema with id {id}"), status, message)),
         }
+    }
+
+    /// The texts of the files a schema's `references` name (import name → text), and of
+    /// theirs, each fetched once; at most [`MAX_REFERENCES`].
+    async fn references(&self, answer: &Value, id: u32) -> Result<HashMap<String, String>, RegistryError> {
+        let mut texts = HashMap::new();
+        let mut wanted: Vec<Value> = answer["references"].as_array().cloned().unwrap_or_default();
+        while let Some(reference) = wanted.pop() {
+            let name = reference["name"].as_str().unwrap_or_default().to_string();
+            if texts.contains_key(&name) {
+                continue;
+            }
+            if texts.len() >= MAX_REFERENCES {
+                let reason = format!("more than {MAX_REFERENCES} referenced schemas");
+                return Err(RegistryError::BadProtobuf { id, reason });
+            }
+            let (Some(subject), Some(version)) = (reference["subject"].as_str(), reference["version"].as_i64()) else {
+                let reason = format!("a reference without subject and version: {reference}");
+                return Err(RegistryError::BadProtobuf { id, reason });
+            };
+            let url = format!("{}/subjects/{}/versions/{version}", self.url, encode(subject));
+            let (status, found, message) = self.call(self.client.get(&url)).await?;
+            if status != 200 {
+                return Err(self.failure(
+                    format!("fetching {subject} version {version}, which schema {id} references"),
+                    status,
+                    message,
+                ));
+            }
+            wanted.extend(found["references"].as_array().cloned().unwrap_or_default());
+            texts.insert(name, found["schema"].as_str().unwrap_or_default().to_string());
+        }
+        Ok(texts)
     }
 
     /// `subject`'s writer, once [`Self::prepare`]d.
@@ -691,7 +749,9 @@ mod tests {
         schema.to_string()
     }
 
-    const PROTO: &str = "syntax = \"proto3\"; message Sensor { string key = 1; }";
+    /// A producer's own Protobuf schema for readings, as Confluent's serializer registers it.
+    const PROTO: &str = "syntax = \"proto3\"; package acme; import \"google/protobuf/struct.proto\";
+        message Reading { string pipeline_id = 1; string key = 2; google.protobuf.Struct data = 3; }";
 
     async fn answer(State(fake): State<Fake>, method: Method, uri: Uri, headers: HeaderMap) -> (StatusCode, String) {
         let path = uri.path().to_string();
@@ -1014,11 +1074,21 @@ mod tests {
             Ok((_, Input::Rejected { reason, .. })) => reason,
             other => panic!("not rejected: {other:?}"),
         };
-        let reason = rejected(read(&codec, framed(10, &[0; 8])).await);
-        assert!(
-            reason.contains("schema with id 10") && reason.contains("PROTOBUF schema"),
-            "{reason}"
+        // Confluent's Protobuf serializer: message indexes, then the message. Read as the
+        // reading it is; bytes that are no such message are bad input naming why.
+        let schema = protobuf::compile(PROTO, HashMap::new()).unwrap();
+        let reading = r#"{"pipelineId": "p", "key": "rows", "data": {"count": 7}}"#;
+        let datum = protobuf::framed_for_tests(&schema, &[], reading);
+        let (pipeline, input) = read(&codec, framed(10, &datum)).await.unwrap();
+        let Input::SensorReceived(reading) = input else {
+            panic!("{input:?}")
+        };
+        assert_eq!(
+            (pipeline.as_str(), reading.key.as_str(), &reading.data["count"]),
+            ("p", "rows", &json!(7.0))
         );
+        let reason = rejected(read(&codec, framed(10, &[0, 0x0a, 0xff])).await);
+        assert!(reason.contains("undecodable Protobuf (schema id 10)"), "{reason}");
         let reason = rejected(read(&codec, framed(99, &[0; 8])).await);
         assert!(reason.contains("no schema with id 99"), "{reason}");
 
