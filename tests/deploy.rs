@@ -468,6 +468,7 @@ impl Exposed {
         t.record_in("sluice.sensors");
         t.record_out("sluice.events", 1);
         t.event("SLA_BREACH");
+        t.sla_breach("SLA_BREACH", "gold", "analytics-team");
         t.dead_letter("sluice.sensors", "invalid");
         t.consumer_lag("sluice.sensors", 0, 5);
         t.effect_outcome("http", "succeeded", 0.1);

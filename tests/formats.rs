@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice::core::events::EventType::*;
-use sluice::runtime::codec::{Codec, Family, Formats, Registry, RegistrySettings};
+use sluice::runtime::codec::{protobuf, Codec, Family, Formats, Registry, RegistrySettings};
 
 use crate::support::{command_job, day, pipeline, serve, sluice_on, wait_until, World};
 
@@ -166,10 +166,11 @@ fn avro_with_a_registry_end_to_end() {
 }
 
 /// A registry that requires basic auth, the processor's credential read from a file (as Kafka
-/// properties can be): its schemas are registered and its events framed with it; records
-/// framed with an unknown id or with a Protobuf schema's id are dead-lettered with the
-/// reason; a reading whose writer schema must be fetched while the registry answers 503
-/// waits for it instead of being dead-lettered.
+/// properties can be): its schemas are registered and its events framed with it; a reading
+/// framed by Confluent's Protobuf serializer is read (it passes validation); records framed
+/// with an unknown id, or with the Protobuf schema's id but not its message, are
+/// dead-lettered with the reason; a reading whose writer schema must be fetched while the
+/// registry answers 503 waits for it instead of being dead-lettered.
 #[test]
 fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
     const PASSWORD: &str = "reg-pw-8f3k";
@@ -178,13 +179,12 @@ fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
         ..Fake::default()
     };
     // Other producers' schemas: Sluice's sensor schema under their subject (id 1), and a
-    // Protobuf one (id 2).
+    // Protobuf one of their own (id 2).
+    const PROTO: &str = "syntax = \"proto3\"; package acme; import \"google/protobuf/struct.proto\";
+        message Reading { string pipeline_id = 1; string key = 2; google.protobuf.Struct data = 3; string date = 4; }";
     fake.subjects.lock().unwrap().extend([
         ("other-value".to_string(), Family::Sensors.schema_text().to_string()),
-        (
-            "proto-value".to_string(),
-            "syntax = \"proto3\"; message M {}".to_string(),
-        ),
+        ("proto-value".to_string(), PROTO.to_string()),
     ]);
     let url = registry_for(&fake);
     let mut w = World::new("registry-auth");
@@ -207,8 +207,14 @@ fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
     w.start_with(&pipeline("reg-p", command_job("true", 0)));
 
     w.produce("sensors", Some("reg-p"), Some(&[0, 0, 0, 0, 99, 0]));
-    w.produce("sensors", Some("reg-p"), Some(&[0, 0, 0, 0, 2, 0]));
-    w.sensor("reg-p", "row-count", json!({"count": 1500}));
+    // Framed with the Protobuf schema's id, but not a Reading (a length past its end).
+    w.produce("sensors", Some("reg-p"), Some(&[0, 0, 0, 0, 2, 0, 0x0a, 0xff]));
+    // The row count as a Protobuf producer writes it.
+    let schema = protobuf::compile(PROTO, Default::default()).unwrap();
+    let row_count = json!({"pipelineId": "reg-p", "key": "row-count", "data": {"count": 1500}, "date": day()});
+    let mut framed_proto = vec![0, 0, 0, 0, 2];
+    framed_proto.extend(protobuf::frame(&schema, &[], &row_count.to_string()).unwrap());
+    w.produce("sensors", Some("reg-p"), Some(&framed_proto));
     // The trigger reading as another producer writes it (schema id 1), while the registry is down.
     fake.outage.store(true, Ordering::SeqCst);
     let reading = json!({"pipelineId": "reg-p", "key": "upstream", "data": {"status": "ready"}, "date": day()});
@@ -245,10 +251,7 @@ fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
         .map(|(_, headers)| headers.iter().find(|(k, _)| k == "error").unwrap().1.as_str())
         .collect();
     assert!(reasons[0].contains("no schema with id 99"), "{reasons:?}");
-    assert!(
-        reasons[1].contains("schema with id 2") && reasons[1].contains("PROTOBUF"),
-        "{reasons:?}"
-    );
+    assert!(reasons[1].contains("undecodable Protobuf (schema id 2)"), "{reasons:?}");
 
     // Every request carried the credential; the events went out framed (the reader fetched
     // their schema by id); the password shows nowhere in the log.

@@ -704,7 +704,11 @@ fn sla_breach_is_published_at_the_deadline() {
     let mut w = World::new("sla");
     let deadline = w.next_minute_in(DEADLINE_LEAD);
     let date = deadline.format("%Y-%m-%d").to_string();
-    w.start_with(&sla_pipeline("sla", deadline));
+    let mut config = sla_pipeline("sla", deadline);
+    config["pipeline"]["owner"] = json!("analytics-team");
+    w.config(&config);
+    let http = format!("127.0.0.1:{}", support::free_port());
+    w.serve(&http, &[]);
     w.sensor_on("sla", "row-count", json!({"count": 1}), Some(&date));
     w.sensor_on("sla", "upstream", json!({"status": "ready"}), Some(&date));
     barrier(&mut w, "sla", 1);
@@ -721,6 +725,10 @@ fn sla_breach_is_published_at_the_deadline() {
         &[CONFIG_ACCEPTED, INPUT_REJECTED, SLA_WARNING, SLA_BREACH, INPUT_REJECTED],
     );
     assert_sla_alerts(&events, &date, deadline);
+    // The breach is counted with its pipeline and owner, for alert rules routed by owner.
+    let (_, metrics) = support::http_get(&http, "/metrics").expect("metrics");
+    let series = r#"sluice_sla_breaches_total{type="SLA_BREACH",pipeline="sla",owner="analytics-team"} 1"#;
+    assert!(metrics.contains(series), "{metrics}");
 }
 
 /// SLA_AT_RISK and SLA_RECOVERED through the real processor and broker. Three past dates

@@ -89,6 +89,16 @@ event_types! {
     JOB_REPORT_AFTER_END => Job,
 }
 
+impl EventType {
+    /// A missed deadline: of the run (`SLA_BREACH`), of a relative SLA, or of evaluation.
+    pub fn is_sla_breach(self) -> bool {
+        matches!(
+            self,
+            EventType::SLA_BREACH | EventType::RELATIVE_SLA_BREACH | EventType::EVALUATION_SLA_BREACH
+        )
+    }
+}
+
 /// The family an event belongs to, so consumers can route without a list of types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -221,6 +221,8 @@ enum Route {
 #[derive(Default)]
 struct Learned {
     events: Vec<Event>,
+    /// The owner (`pipeline.owner`, empty if none) of each event's pipeline, by pipeline.
+    owners: HashMap<String, String>,
     /// Pipelines whose state changed (their summaries are stale).
     changed: HashSet<(i32, String)>,
     /// Configs the batch writes, by partition and pipeline.
@@ -1291,6 +1293,14 @@ impl Processor {
         }
         self.log_events(&decision.events);
         pending.outputs.extend(events);
+        if decision.events.iter().any(|e| e.kind.is_sla_breach()) {
+            // A breach never changes the config: the one in force before it names the owner.
+            let owner = before.state.config.as_ref().and_then(|c| c.owner.clone());
+            pending
+                .learned
+                .owners
+                .insert(pipeline.to_string(), owner.unwrap_or_default());
+        }
         pending.learned.events.extend(decision.events);
         if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
             let kind = decision.rejection.map_or("unknown", Rejection::as_str);
@@ -1389,6 +1399,10 @@ impl Processor {
         }
         for event in learned.events {
             self.telemetry.event(event.kind.name());
+            if event.kind.is_sla_breach() {
+                let owner = learned.owners.get(&event.pipeline_id).map_or("", String::as_str);
+                self.telemetry.sla_breach(event.kind.name(), &event.pipeline_id, owner);
+            }
             self.recent.push(event);
         }
         for (p, pipeline) in learned.changed {

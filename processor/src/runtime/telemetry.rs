@@ -50,6 +50,7 @@ pub struct Telemetry {
     records_in: Counter,
     records_out: Counter,
     events: Counter,
+    sla_breaches: Counter,
     dead_letters: Counter,
     batch_seconds: PlainSeconds,
     record_seconds: PlainSeconds,
@@ -86,6 +87,10 @@ impl Telemetry {
         let records_in = r.counter("records_in", "Records consumed, by topic");
         let records_out = r.counter("records_out", "Records produced, by topic");
         let events = r.counter("events", "Lifecycle events published, by type");
+        let sla_breaches = r.counter(
+            "sla_breaches",
+            "SLA breaches published, by type, pipeline and its owner (one series per pipeline that breached: for alert routing by owner)",
+        );
         let dead_letters = r.counter(
             "dead_letters",
             "Records that could not be processed and went to the dead-letter topic, by input topic and reason",
@@ -189,6 +194,7 @@ impl Telemetry {
             records_in,
             records_out,
             events,
+            sla_breaches,
             dead_letters,
             batch_seconds,
             record_seconds,
@@ -312,6 +318,16 @@ impl Telemetry {
 
     pub fn event(&self, kind: &str) {
         self.events.add(vec![("type", kind.to_string())], 1);
+    }
+
+    /// An SLA breach of `pipeline`, whose config names `owner` (empty: none).
+    pub fn sla_breach(&self, kind: &str, pipeline: &str, owner: &str) {
+        let labels = vec![
+            ("type", kind.to_string()),
+            ("pipeline", pipeline.to_string()),
+            ("owner", owner.to_string()),
+        ];
+        self.sla_breaches.add(labels, 1);
     }
 
     pub fn forwarded(&self, topic: &str) {

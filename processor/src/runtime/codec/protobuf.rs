@@ -124,17 +124,13 @@ fn zigzag(input: &mut &[u8]) -> Result<i64, String> {
     Err("the message indexes end early".into())
 }
 
-/// A record as Confluent's serializer frames it (without magic byte and id): `indexes`
-/// then the message `json` says, in binary.
-#[cfg(test)]
-pub(crate) fn framed_for_tests(schema: &Protobuf, indexes: &[i64], json: &str) -> Vec<u8> {
-    let path: Vec<usize> = if indexes.is_empty() {
-        vec![0]
-    } else {
-        indexes.iter().map(|i| *i as usize).collect()
-    };
-    let descriptor = schema.message(&path).unwrap();
-    let message = DynamicMessage::deserialize(descriptor, &mut serde_json::Deserializer::from_str(json)).unwrap();
+/// A record as Confluent's Protobuf serializer frames it, without the magic byte and id:
+/// the message `indexes` (empty: the short form for the file's first message), then the
+/// message `json` describes, in binary. What a producer writes; Sluice reads it.
+pub fn frame(schema: &Protobuf, indexes: &[usize], json: &str) -> Result<Vec<u8>, String> {
+    let descriptor = schema.message(if indexes.is_empty() { &[0] } else { indexes })?;
+    let mut reader = serde_json::Deserializer::from_str(json);
+    let message = DynamicMessage::deserialize(descriptor, &mut reader).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let mut varint = |n: i64| {
         let mut v = ((n << 1) ^ (n >> 63)) as u64;
@@ -150,10 +146,10 @@ pub(crate) fn framed_for_tests(schema: &Protobuf, indexes: &[i64], json: &str) -
     };
     varint(indexes.len() as i64);
     for i in indexes {
-        varint(*i);
+        varint(*i as i64);
     }
     out.extend(prost::Message::encode_to_vec(&message));
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -181,7 +177,7 @@ message Other { string x = 1; }
         let schema = compile(SENSOR, HashMap::new()).unwrap();
         let reading = r#"{"pipelineId": "gold", "key": "orders-count", "data": {"count": 5000, "ok": true},
                           "date": "2026-11-27", "sequence": "9007199254740993"}"#;
-        let record = framed_for_tests(&schema, &[0, 0], reading);
+        let record = frame(&schema, &[0, 0], reading).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&to_json(&schema, &record).unwrap()).unwrap();
         assert_eq!(
             json,
@@ -189,9 +185,9 @@ message Other { string x = 1; }
                                "date": "2026-11-27", "sequence": 9007199254740993_i64})
         );
         // The file's first message, framed with the short form (a lone 0).
-        let first = framed_for_tests(&schema, &[], "{}");
+        let first = frame(&schema, &[], "{}").unwrap();
         assert_eq!((first[0], to_json(&schema, &first).unwrap()), (0, b"{}".to_vec()));
-        let second = framed_for_tests(&schema, &[1], r#"{"x": "y"}"#);
+        let second = frame(&schema, &[1], r#"{"x": "y"}"#).unwrap();
         assert_eq!(to_json(&schema, &second).unwrap(), br#"{"x":"y"}"#);
     }
 
@@ -223,7 +219,7 @@ message Other { string x = 1; }
             references,
         )
         .unwrap();
-        let record = framed_for_tests(&with, &[], r#"{"b": {"n": 3}}"#);
+        let record = frame(&with, &[], r#"{"b": {"n": 3}}"#).unwrap();
         assert_eq!(to_json(&with, &record).unwrap(), br#"{"b":{"n":3}}"#);
     }
 }

@@ -1078,7 +1078,7 @@ mod tests {
         // reading it is; bytes that are no such message are bad input naming why.
         let schema = protobuf::compile(PROTO, HashMap::new()).unwrap();
         let reading = r#"{"pipelineId": "p", "key": "rows", "data": {"count": 7}}"#;
-        let datum = protobuf::framed_for_tests(&schema, &[], reading);
+        let datum = protobuf::frame(&schema, &[], reading).unwrap();
         let (pipeline, input) = read(&codec, framed(10, &datum)).await.unwrap();
         let Input::SensorReceived(reading) = input else {
             panic!("{input:?}")
