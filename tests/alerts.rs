@@ -182,16 +182,9 @@ fn slack_threads_per_execution_retries_429_suppresses_warnings_after_a_breach_an
 #[test]
 fn the_webhook_sink_retries_until_the_receiver_takes_the_event() {
     let w = World::new("webhook");
-    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
-    let record = seen.clone();
-    let url = serve(move |r| {
-        let mut all = record.lock().unwrap();
-        all.push(r.clone());
-        if all.len() == 1 {
-            (503, "{}".into())
-        } else {
-            (204, String::new())
-        }
+    let (url, seen) = recording(|n, _| match n {
+        1 => (503, "{}".into()),
+        _ => (204, String::new()),
     });
     publish_event(&w, "e1", "SLA_BREACH", "2026-11-21");
     let log = w.scratch.path().join("webhook.log");
@@ -230,13 +223,9 @@ fn the_webhook_sink_retries_until_the_receiver_takes_the_event() {
 #[test]
 fn pagerduty_incidents_open_on_failure_and_resolve_on_success() {
     let w = World::new("pagerduty");
-    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
-    let record = seen.clone();
-    let url = serve(move |r| {
-        let mut all = record.lock().unwrap();
-        all.push(r.clone());
+    let (url, seen) = recording(|n, r| {
         let body = r.json();
-        match (all.len(), body["payload"]["class"].as_str()) {
+        match (n, body["payload"]["class"].as_str()) {
             (_, Some("STALE_RUN")) => (400, json!({"status": "invalid event", "errors": ["bad"]}).to_string()),
             (1, _) => (429, json!({"status": "throttled"}).to_string()),
             _ => (
@@ -302,6 +291,11 @@ fn pagerduty_incidents_open_on_failure_and_resolve_on_success() {
     assert_eq!(calls[1]["links"][0]["href"], "https://sluice.example/pipelines/gold");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("PagerDuty refused the event"), "{logged}");
+    // Not lost: the refused event is on the dead-letter topic with PagerDuty's reason.
+    let letters = w.dead_letters(1);
+    let header = |k: &str| letters[0].1.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(header("alert.target").as_deref(), Some("pagerduty"));
+    assert!(header("error").is_some_and(|e| e.contains("HTTP 400")), "{letters:?}");
     assert!(!logged.contains("R0UTINGKEY"), "the key is never logged");
 }
 
@@ -315,13 +309,17 @@ fn publish_for(w: &World, pipeline: &str, id: &str, kind: &str, message: &str) {
     w.produce("events", Some(pipeline), Some(&serde_json::to_vec(&event).unwrap()));
 }
 
-/// A loopback target that keeps what it was sent and answers with `answer`.
-fn recording(answer: impl Fn(&Request) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<Request>>>) {
+/// A loopback target that keeps what it was sent and answers with `answer`, given how many
+/// requests it has had (this one included).
+fn recording(
+    answer: impl Fn(usize, &Request) -> (u16, String) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<Request>>>) {
     let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
     let record = seen.clone();
     let url = serve(move |r| {
-        record.lock().unwrap().push(r.clone());
-        answer(r)
+        let mut all = record.lock().unwrap();
+        all.push(r.clone());
+        answer(all.len(), r)
     });
     (url, seen)
 }
@@ -334,12 +332,12 @@ fn routes_send_by_owner_and_a_target_that_refuses_or_fails_holds_up_no_other() {
         let config = json!({"pipeline": {"id": id, "owner": owner}});
         w.produce("config", Some(id), Some(&serde_json::to_vec(&config).unwrap()));
     }
-    let (team_url, team) = recording(|_| (200, "ok".into()));
-    let (ops_url, ops) = recording(|r| match r.body.contains("STALE_RUN") {
+    let (team_url, team) = recording(|_, _| (200, "ok".into()));
+    let (ops_url, ops) = recording(|_, r| match r.body.contains("STALE_RUN") {
         true => (422, json!({"message": "Request body is not processable"}).to_string()),
         false => (202, json!({"result": "Request will be processed"}).to_string()),
     });
-    let (broken_url, broken) = recording(|_| (503, "down".into()));
+    let (broken_url, broken) = recording(|_, _| (503, "down".into()));
     let secret = |name: &str, value: &str| {
         let path = w.scratch.path().join(name);
         std::fs::write(&path, value).unwrap();

@@ -249,9 +249,13 @@ impl Forwarder {
                     Delivery::Delivered => self.metrics.delivered.add(Metrics::target(&self.target.name), 1),
                     Delivery::Suppressed => {}
                     Delivery::Stopped => return Ok(()),
-                    Delivery::Refused { reason, failures } | Delivery::GaveUp { reason, failures } => {
+                    Delivery::Refused { reason, failures } => {
                         self.metrics.failed.add(Metrics::target(&self.target.name), failures);
-                        self.dead_letter(&message, &reason).await?;
+                        self.dead_letter(&message, &reason, "refused").await?;
+                    }
+                    Delivery::GaveUp { reason, failures } => {
+                        self.metrics.failed.add(Metrics::target(&self.target.name), failures);
+                        self.dead_letter(&message, &reason, "gave_up").await?;
                     }
                 }
             }
@@ -292,7 +296,8 @@ impl Forwarder {
     }
 
     /// The event, as it was, to the dead-letter topic with why the target did not take it.
-    async fn dead_letter(&self, message: &BorrowedMessage<'_>, reason: &str) -> Result<()> {
+    /// `kind` labels the metric: `refused` or `gave_up`.
+    async fn dead_letter(&self, message: &BorrowedMessage<'_>, reason: &str, kind: &str) -> Result<()> {
         let name = &self.target.name;
         let reason = format!("alert target {name}: {reason}");
         let mut letter = dead_letter(&self.dlq, &message.detach(), &reason, DEAD_LETTER_LIMIT);
@@ -316,11 +321,6 @@ impl Forwarder {
                 }
             }
         }
-        let kind = if reason.contains("still failing after") {
-            "gave_up"
-        } else {
-            "refused"
-        };
         let mut labels = Metrics::target(name);
         labels.push(("reason", kind.to_string()));
         self.metrics.dead_lettered.add(labels, 1);

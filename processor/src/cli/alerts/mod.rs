@@ -653,18 +653,15 @@ async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteAr
         println!("{}: {}", args.routes.display(), routes.describe());
         return Ok(ExitCode::SUCCESS);
     }
-    let owners = routes
-        .needs_owners()
-        .then(|| Arc::new(RwLock::new(routes::Owners::new())));
+    // Read from the config topic only when a route names an owner.
+    let owners = Arc::new(RwLock::new(routes::Owners::new()));
+    let follow = routes.needs_owners().then(|| owners.clone());
     let group = args.common.group.clone().unwrap_or_else(|| "sluice-alerts".to_string());
     let mut targets = Vec::new();
     for (name, spec) in &routes.targets {
         let sink = sink_of(name, spec, args.ui_url.clone())?;
         let (routes, owners, target) = (routes.clone(), owners.clone(), name.clone());
-        let wants: Wants = Box::new(move |e: &Event| match &owners {
-            Some(owners) => routes.sends(&target, e, &owners.read().expect("not poisoned")),
-            None => routes.sends(&target, e, &routes::Owners::new()),
-        });
+        let wants: Wants = Box::new(move |e: &Event| routes.sends(&target, e, &owners.read().expect("not poisoned")));
         targets.push(Target {
             name: name.clone(),
             sink,
@@ -673,7 +670,7 @@ async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteAr
             state_dir: args.common.state_dir.join(name),
         });
     }
-    forward::run(kafka, topics, codec, targets, settings(&args.common), owners).await?;
+    forward::run(kafka, topics, codec, targets, settings(&args.common), follow).await?;
     Ok(ExitCode::SUCCESS)
 }
 
