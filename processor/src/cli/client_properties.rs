@@ -107,8 +107,28 @@ fn parse(input: impl std::io::Read) -> Result<ClientProperties, (usize, String)>
     let mut out = ClientProperties::default();
     let mut stores = Stores::default();
     let mut registry_auth = RegistryAuth::default();
+    let msk_iam = entries.iter().any(|(_, name, value)| is_msk_iam(name, value));
     for (line, name, value) in entries {
         let at = |message: String| (line, message);
+        if msk_iam {
+            match name.as_str() {
+                // Set once below, whichever form the file takes.
+                "sasl.mechanism" => continue,
+                "sasl.jaas.config" => {
+                    let (settings, skipped) =
+                        msk_iam_login(&value).map_err(|m| at(format!("sasl.jaas.config: {m}")))?;
+                    out.kafka.extend(settings);
+                    out.skipped.extend(skipped);
+                    continue;
+                }
+                "sasl.login.callback.handler.class" | "sasl.client.callback.handler.class"
+                    if value.trim().starts_with(MSK_IAM_PACKAGE) =>
+                {
+                    continue
+                }
+                _ => {}
+            }
+        }
         // Confluent's older clients prefix the registry's own settings with its name.
         let registry_name = name
             .strip_prefix("schema.registry.")
@@ -159,6 +179,9 @@ fn parse(input: impl std::io::Read) -> Result<ClientProperties, (usize, String)>
                 out.kafka.push((name, value));
             }
         }
+    }
+    if msk_iam {
+        out.kafka.push(("sasl.mechanism".into(), "AWS_MSK_IAM".into()));
     }
     out.kafka.extend(stores.into_librdkafka()?);
     registry_auth.resolve(&mut out.registry)?;
@@ -333,6 +356,58 @@ impl Store {
         }
         .to_string())
     }
+}
+
+/// The package of AWS's MSK IAM library for Java (`aws-msk-iam-auth`).
+const MSK_IAM_PACKAGE: &str = "software.amazon.msk.auth.iam.";
+
+/// Whether a property asks for AWS MSK IAM, in either of the forms AWS documents: the
+/// `AWS_MSK_IAM` mechanism with `IAMLoginModule`, or OAUTHBEARER with
+/// `IAMOAuthBearerLoginCallbackHandler`.
+fn is_msk_iam(name: &str, value: &str) -> bool {
+    let value = value.trim();
+    match name {
+        "sasl.mechanism" => value.eq_ignore_ascii_case("AWS_MSK_IAM"),
+        "sasl.jaas.config" | "sasl.login.callback.handler.class" | "sasl.client.callback.handler.class" => {
+            value.starts_with(MSK_IAM_PACKAGE)
+        }
+        _ => false,
+    }
+}
+
+/// librdkafka's (name, value) pairs, and the Java options skipped (named).
+type Translated = (Vec<(String, String)>, Vec<String>);
+
+/// The settings of an MSK IAM login module's options, and the options skipped (named).
+/// Credentials come from the AWS default chain, as for the AWS jobs, never from the file.
+fn msk_iam_login(jaas: &str) -> Result<Translated, String> {
+    let entry = jaas::parse(jaas)?;
+    let module = entry.module.as_str();
+    if !(module == "software.amazon.msk.auth.iam.IAMLoginModule" || module.ends_with(".OAuthBearerLoginModule")) {
+        return Err(format!(
+            "login module {module} with AWS MSK IAM: give software.amazon.msk.auth.iam.IAMLoginModule"
+        ));
+    }
+    let (mut settings, mut skipped) = (Vec::new(), Vec::new());
+    for (option, value) in &entry.options {
+        match option.as_str() {
+            "awsRoleArn" => settings.push(("aws.msk.iam.role.arn".to_string(), value.clone())),
+            // Sluice's own retries, session name and STS endpoint serve instead.
+            "awsRoleSessionName" | "awsStsRegion" | "awsDebugCreds" | "awsMaxRetries" | "awsMaxBackOffTimeMs" => {
+                skipped.push(format!("{option} (sasl.jaas.config)"))
+            }
+            "awsProfileName" => {
+                return Err("awsProfileName: set AWS_PROFILE in Sluice's environment instead".into())
+            }
+            "awsRoleAccessKeyId" | "awsRoleSecretAccessKey" | "awsRoleSessionToken" => {
+                return Err(format!(
+                    "{option}: Sluice takes AWS credentials from the default chain (environment, profile, web identity, container or instance credentials), not from this file"
+                ))
+            }
+            other => return Err(format!("{module}: option {other} is not one Sluice knows")),
+        }
+    }
+    Ok((settings, skipped))
 }
 
 /// What a `sasl.jaas.config` logs in with.
@@ -704,10 +779,49 @@ client.dns.lookup use_all_dns_ips
             parsed("key.serializer=org.apache.kafka.common.serialization.StringSerializer\nlinger.ms=5\n").unwrap();
         assert_eq!(read.skipped, vec!["key.serializer".to_string()]);
         assert_eq!(read.kafka, pairs(&[("linger.ms", "5")]));
-        let (_, e) =
-            parsed("sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler\n")
-                .unwrap_err();
+        let (_, e) = parsed("sasl.client.callback.handler.class=com.example.Handler\n").unwrap_err();
         assert!(e.contains("Java client setting"), "{e}");
+    }
+
+    #[test]
+    fn awss_msk_iam_properties_in_either_form_become_sluices_msk_iam_settings() {
+        let iam_form = "security.protocol=SASL_SSL\n\
+            sasl.mechanism=AWS_MSK_IAM\n\
+            sasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required \\\n  \
+              awsRoleArn=\"arn:aws:iam::123456789012:role/sluice\" awsDebugCreds=true;\n\
+            sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler\n";
+        let read = parsed(iam_form).unwrap();
+        assert_eq!(
+            read.kafka,
+            pairs(&[
+                ("security.protocol", "SASL_SSL"),
+                ("aws.msk.iam.role.arn", "arn:aws:iam::123456789012:role/sluice"),
+                ("sasl.mechanism", "AWS_MSK_IAM"),
+            ])
+        );
+        assert_eq!(read.skipped, vec!["awsDebugCreds (sasl.jaas.config)".to_string()]);
+        // The OAUTHBEARER form, its lines in another order: the same setting.
+        let oauth_form =
+            "sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler\n\
+            sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;\n\
+            sasl.mechanism=OAUTHBEARER\n\
+            security.protocol=SASL_SSL\n";
+        assert_eq!(
+            parsed(oauth_form).unwrap().kafka,
+            pairs(&[("security.protocol", "SASL_SSL"), ("sasl.mechanism", "AWS_MSK_IAM")])
+        );
+        let keys = "sasl.mechanism=AWS_MSK_IAM\n\
+            sasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required awsRoleAccessKeyId=AKIA awsRoleSecretAccessKey=hunter2;\n";
+        let (line, e) = parsed(keys).unwrap_err();
+        assert!(
+            line == 2 && e.contains("default chain") && !e.contains("hunter2"),
+            "{line}: {e}"
+        );
+        let (_, e) = parsed(
+            "sasl.mechanism=AWS_MSK_IAM\nsasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required awsProfileName=dev;\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("AWS_PROFILE"), "{e}");
     }
 
     #[test]

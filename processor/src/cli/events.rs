@@ -69,7 +69,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
             .config(kafka::Role::Consumer)
             .set("group.id", "sluice-events-tail")
             .set("enable.auto.commit", "false"),
-        kafka.quirks(),
+        kafka,
     )
     .context("creating consumer")?;
     let topic = topics.events.as_str();

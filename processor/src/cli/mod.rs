@@ -244,7 +244,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
     if !client.skipped.is_empty() {
         tracing::warn!(
             skipped = ?client.skipped,
-            "--command-config: skipping Java serializer settings (Sluice's record formats are set with --format)"
+            "--command-config: skipping Java client settings with no meaning here (Sluice's record formats are set with --format)"
         );
     }
     properties.extend(client.kafka);
@@ -259,6 +259,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
             }
     ) || matches!(&cli.command, Command::Alerts { command } if command.offline());
     if !offline {
+        kafka.sign_in().await?;
         let check = kafka.clone();
         tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
     }

@@ -143,11 +143,13 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
             list.add_partition_offset(topic, plan.partition, Offset::Offset(*at))?;
         }
     }
-    let committer = kafka
-        .config(kafka::Role::Consumer)
-        .set("group.id", &args.group)
-        .set("enable.auto.commit", "false")
-        .create::<BaseConsumer>()
+    let committer: BaseConsumer<kafka::Plain> = kafka
+        .consumer(
+            kafka
+                .config(kafka::Role::Consumer)
+                .set("group.id", &args.group)
+                .set("enable.auto.commit", "false"),
+        )
         .context("creating Kafka consumer")?;
     tokio::task::block_in_place(|| committer.commit(&list, CommitMode::Sync))
         .with_context(|| format!("committing the offsets of group {}", args.group))?;

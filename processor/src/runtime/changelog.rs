@@ -140,7 +140,7 @@ fn reader(kafka: &Connection) -> Result<kafka::Reader> {
             .set("enable.partition.eof", "false")
             .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "100"),
-        kafka.quirks(),
+        kafka,
     )
     .context("creating the changelog reader")
 }

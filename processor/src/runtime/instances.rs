@@ -293,13 +293,14 @@ pub async fn run(
     }
 }
 
-fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(RenewableProducer, StreamConsumer)> {
+fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(RenewableProducer, StreamConsumer<kafka::Plain>)> {
     let producer = RenewableProducer::new(kafka)?;
-    let consumer: StreamConsumer = kafka
-        .config(kafka::Role::Consumer)
-        .set("group.id", "sluice-instance-directory")
-        .set("enable.auto.commit", "false")
-        .create()?;
+    let consumer: StreamConsumer<kafka::Plain> = kafka.consumer(
+        kafka
+            .config(kafka::Role::Consumer)
+            .set("group.id", "sluice-instance-directory")
+            .set("enable.auto.commit", "false"),
+    )?;
     kafka::partition_counts(consumer.client(), &[topic])?;
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, 0, kafka.beginning())?;

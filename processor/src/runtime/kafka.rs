@@ -5,17 +5,18 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::{Client, ClientContext, DefaultClientContext};
+use rdkafka::client::{Client, ClientContext, OAuthToken};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::info;
 
+use super::msk_iam::{self, MskIam};
 use super::topics::{TopicDefinition, Topics};
 
 pub const PARTITIONER: &str = "murmur2_random";
@@ -31,6 +32,8 @@ pub struct Connection {
     pub brokers: String,
     properties: Vec<(String, String)>,
     quirks: Quirks,
+    /// Signs the OAUTHBEARER tokens of `sasl.mechanism=AWS_MSK_IAM`.
+    msk_iam: Option<std::sync::Arc<MskIam>>,
 }
 
 /// Workarounds for a broker that speaks Kafka's protocol with known bugs, chosen with
@@ -97,14 +100,58 @@ pub enum ConnectionError {
     Malformed(String),
     #[error("kafka property {property}: {source_desc}")]
     Secret { property: String, source_desc: String },
+    #[error(
+        "sasl.mechanism=AWS_MSK_IAM: no region: the brokers' host names name none; set aws.msk.iam.region (or AWS_REGION)"
+    )]
+    MskIamRegion,
+    #[error("kafka property {0}: it is for sasl.mechanism=AWS_MSK_IAM, which is not set")]
+    MskIamUnused(String),
+}
+
+/// `sasl.mechanism`'s value for AWS MSK IAM, and the properties only it takes.
+const MSK_IAM: &str = "AWS_MSK_IAM";
+const MSK_IAM_REGION: &str = "aws.msk.iam.region";
+const MSK_IAM_ROLE: &str = "aws.msk.iam.role.arn";
+
+#[derive(Default)]
+struct MskIamSettings {
+    on: bool,
+    region: Option<String>,
+    role: Option<String>,
+}
+
+impl MskIamSettings {
+    fn signer(self, brokers: &str) -> Result<Option<std::sync::Arc<MskIam>>, ConnectionError> {
+        if !self.on {
+            return match (self.region, self.role) {
+                (Some(_), _) => Err(ConnectionError::MskIamUnused(MSK_IAM_REGION.into())),
+                (_, Some(_)) => Err(ConnectionError::MskIamUnused(MSK_IAM_ROLE.into())),
+                _ => Ok(None),
+            };
+        }
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let region = self
+            .region
+            .or_else(|| msk_iam::region_of(brokers))
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .ok_or(ConnectionError::MskIamRegion)?;
+        Ok(Some(std::sync::Arc::new(MskIam::new(region, self.role))))
+    }
 }
 
 impl Connection {
     /// `properties`: librdkafka's names and values, where a value of `${env:NAME}` or
     /// `${file:PATH}` is read from that environment variable or file (a trailing newline
     /// dropped), so secrets need not be written on a command line or in a file under review.
+    ///
+    /// `sasl.mechanism=AWS_MSK_IAM` (Java's name for it) is AWS MSK IAM authentication:
+    /// librdkafka speaks OAUTHBEARER with tokens Sluice signs ([`MskIam`]), in the region
+    /// `aws.msk.iam.region` names, else the brokers' host names, else `AWS_REGION` /
+    /// `AWS_DEFAULT_REGION`, with the role `aws.msk.iam.role.arn` if given.
     pub fn new(brokers: &str, properties: &[(String, String)]) -> Result<Connection, ConnectionError> {
         let mut resolved = Vec::new();
+        let mut msk = MskIamSettings::default();
         for (name, value) in properties {
             let name = name.trim();
             if name.is_empty() || name.contains(char::is_whitespace) {
@@ -125,13 +172,50 @@ impl Connection {
                     None => return Err(ConnectionError::Owned(name.to_string())),
                 }
             }
-            resolved.push((name.to_string(), resolve(name, value)?));
+            let value = resolve(name, value)?;
+            match name {
+                // Not librdkafka's: Sluice signs the tokens and librdkafka sends them.
+                "sasl.mechanism" | "sasl.mechanisms" => {
+                    msk.on = value.trim().eq_ignore_ascii_case(MSK_IAM);
+                    let mechanism = if msk.on { "OAUTHBEARER" } else { value.as_str() };
+                    resolved.push((name.to_string(), mechanism.to_string()));
+                }
+                MSK_IAM_REGION => msk.region = Some(value),
+                MSK_IAM_ROLE => msk.role = Some(value),
+                _ => resolved.push((name.to_string(), value)),
+            }
         }
         Ok(Connection {
             brokers: brokers.to_string(),
             properties: resolved,
             quirks: Quirks::None,
+            msk_iam: msk.signer(brokers)?,
         })
+    }
+
+    /// Before the first client is made: fetches the credentials that AWS MSK IAM tokens
+    /// are signed with, and keeps them fresh (nothing to do for other mechanisms).
+    pub async fn sign_in(&self) -> Result<()> {
+        match &self.msk_iam {
+            Some(msk) => msk.start().await.map_err(anyhow::Error::msg),
+            None => Ok(()),
+        }
+    }
+
+    /// A consumer of `config` (made from [`Connection::config`]) that needs no context of
+    /// its own, its first token given.
+    pub fn consumer<T>(&self, config: &ClientConfig) -> rdkafka::error::KafkaResult<T>
+    where
+        T: rdkafka::config::FromClientConfigAndContext<Plain> + Consumer<Plain>,
+    {
+        let consumer: T = config.create_with_context(Plain { tokens: self.tokens() })?;
+        self.tokens().sign_in(consumer.client());
+        Ok(consumer)
+    }
+
+    /// What every client of this connection answers librdkafka's token requests with.
+    pub fn tokens(&self) -> Tokens {
+        Tokens(self.msk_iam.clone())
     }
 
     /// The values of the secret properties (passwords, keys, tokens): what job reports must
@@ -168,6 +252,7 @@ impl Connection {
             brokers: brokers.to_string(),
             properties: Vec::new(),
             quirks: Quirks::None,
+            msk_iam: None,
         }
     }
 
@@ -241,18 +326,112 @@ impl Role {
     }
 }
 
+/// What a client answers librdkafka's requests for an OAUTHBEARER token with: a token
+/// Sluice signs (AWS MSK IAM), or none (librdkafka's own OIDC handler never asks).
+#[derive(Clone, Default)]
+pub struct Tokens(Option<std::sync::Arc<MskIam>>);
+
+/// The principal a signed token is sent for: MSK takes the caller from the signature.
+const TOKEN_PRINCIPAL: &str = "sluice";
+
+impl Tokens {
+    /// A token for librdkafka, signed now.
+    pub fn generate(&self) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        let msk = self.0.as_ref().ok_or(
+            "no OAUTHBEARER token to give: set sasl.oauthbearer.method=oidc (and its settings), or sasl.mechanism=AWS_MSK_IAM",
+        )?;
+        let token = msk.token(std::time::SystemTime::now())?;
+        let lifetime_ms = token
+            .expires
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Ok(OAuthToken {
+            token: token.value,
+            principal_name: TOKEN_PRINCIPAL.into(),
+            lifetime_ms,
+        })
+    }
+
+    /// Gives `client` a fresh token at once. librdkafka asks for tokens through the
+    /// client's queue, which only a poll serves: a client that is not polled yet, or only
+    /// ever asked for metadata and watermarks, would otherwise never connect.
+    pub fn sign_in<C: ClientContext>(&self, client: &Client<C>) {
+        if self.0.is_none() {
+            return;
+        }
+        let token = match self.generate() {
+            Ok(token) => token,
+            Err(e) => return tracing::warn!("AWS MSK IAM: {e}"),
+        };
+        let (Ok(value), Ok(principal)) = (
+            std::ffi::CString::new(token.token),
+            std::ffi::CString::new(token.principal_name),
+        ) else {
+            return;
+        };
+        let mut error = [0 as std::ffi::c_char; 512];
+        // SAFETY: `client` is alive for the call; the strings and the error buffer outlive
+        // it, and librdkafka copies what it keeps. No extensions are passed.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_oauthbearer_set_token(
+                client.native_ptr(),
+                value.as_ptr(),
+                token.lifetime_ms,
+                principal.as_ptr(),
+                std::ptr::null_mut(),
+                0,
+                error.as_mut_ptr(),
+                error.len(),
+            )
+        };
+        if code != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            // SAFETY: librdkafka writes a NUL-terminated message into the buffer.
+            let message = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+            tracing::warn!(
+                "AWS MSK IAM: librdkafka refused the token: {}",
+                message.to_string_lossy()
+            );
+        }
+    }
+}
+
+/// A client context that logs librdkafka's errors, for clients that need nothing else.
+#[derive(Clone, Default)]
+pub struct Plain {
+    pub tokens: Tokens,
+}
+
+impl ClientContext for Plain {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate()
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Plain {}
+
 /// Keeps the last error librdkafka reported: a refused password or an untrusted certificate
 /// shows there, where a metadata call only times out.
 #[derive(Default)]
-struct LastError(std::sync::Mutex<Option<(RDKafkaErrorCode, String)>>);
+struct LastError {
+    last: std::sync::Mutex<Option<(RDKafkaErrorCode, String)>>,
+    tokens: Tokens,
+}
 
 impl rdkafka::consumer::ConsumerContext for LastError {}
 
 impl ClientContext for LastError {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate()
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::error!("librdkafka: {error}: {reason}");
         if let Some(code) = error.rdkafka_error_code() {
-            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, reason.to_string()));
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, reason.to_string()));
         }
     }
 }
@@ -271,14 +450,23 @@ fn refused(code: RDKafkaErrorCode, reason: &str) -> bool {
 pub fn check_connection(kafka: &Connection) -> Result<()> {
     let consumer: BaseConsumer<LastError> = kafka
         .config(Role::Consumer)
-        .create_with_context(LastError::default())
+        .create_with_context(LastError {
+            tokens: kafka.tokens(),
+            ..LastError::default()
+        })
         .context("creating a Kafka client (check the kafka properties)")?;
+    kafka.tokens().sign_in(consumer.client());
     let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
     loop {
         let attempt = consumer.fetch_metadata(None, Duration::from_secs(1));
         // Errors arrive as events, which a poll serves (the consumer has no partitions).
         let _ = consumer.poll(Duration::from_millis(100));
-        let last = consumer.context().0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let last = consumer
+            .context()
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         match (attempt, last) {
             (Ok(_), _) => return Ok(()),
             (Err(_), Some((code, reason))) if refused(code, &reason) => {
@@ -429,6 +617,7 @@ pub type Producer = FutureProducer<Watch>;
 #[derive(Clone, Default)]
 pub struct Watch {
     on_brokers_down: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+    tokens: Tokens,
 }
 
 impl Watch {
@@ -436,28 +625,45 @@ impl Watch {
     pub fn on_brokers_down(f: impl Fn() + Send + Sync + 'static) -> Self {
         Self {
             on_brokers_down: Some(std::sync::Arc::new(f)),
+            tokens: Tokens::default(),
+        }
+    }
+
+    /// The same watch, its clients signing in to `kafka`.
+    fn of(self, kafka: &Connection) -> Self {
+        Self {
+            tokens: kafka.tokens(),
+            ..self
         }
     }
 }
 
 impl ClientContext for Watch {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::error!("librdkafka: {error}: {reason}");
         if let (Some(RDKafkaErrorCode::AllBrokersDown), Some(f)) = (error.rdkafka_error_code(), &self.on_brokers_down) {
             f();
         }
     }
+
+    fn generate_oauth_token(&self, _: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate()
+    }
 }
 
 /// An idempotent producer that waits for all replicas.
 pub fn producer(kafka: &Connection) -> Result<Producer> {
-    create_producer(&producer_config(kafka), &Watch::default())
+    create_producer(&producer_config(kafka), &Watch::default().of(kafka))
 }
 
 fn create_producer(config: &ClientConfig, watch: &Watch) -> Result<Producer> {
-    config
+    let producer: Producer = config
         .create_with_context(watch.clone())
-        .context("creating Kafka producer")
+        .context("creating Kafka producer")?;
+    watch.tokens.sign_in(producer.client());
+    Ok(producer)
 }
 
 /// How many records in a row, over at least [`REFUSAL_SPAN`], the broker refuses a producer
@@ -509,12 +715,12 @@ struct Generation {
 impl RenewableProducer {
     /// An idempotent producer with Sluice's settings.
     pub fn new(kafka: &Connection) -> Result<Self> {
-        Self::with_config(producer_config(kafka), Watch::default())
+        Self::with_config(producer_config(kafka), Watch::default().of(kafka))
     }
 
     /// [`RenewableProducer::new`], its clients (this one and any that replace it) watched.
     pub fn watched(kafka: &Connection, watch: Watch) -> Result<Self> {
-        Self::with_config(producer_config(kafka), watch)
+        Self::with_config(producer_config(kafka), watch.of(kafka))
     }
 
     fn with_config(config: ClientConfig, watch: Watch) -> Result<Self> {
@@ -618,7 +824,7 @@ impl RenewableProducer {
 /// holds the processor's jobs partitions up. On Kafka, reports finished together share a
 /// request.
 pub fn report_producer(kafka: &Connection) -> Result<RenewableProducer> {
-    RenewableProducer::with_config(report_producer_config(kafka), Watch::default())
+    RenewableProducer::with_config(report_producer_config(kafka), Watch::default().of(kafka))
 }
 
 fn report_producer_config(kafka: &Connection) -> ClientConfig {
@@ -631,8 +837,11 @@ fn report_producer_config(kafka: &Connection) -> ClientConfig {
 
 /// A transactional producer: a new one with the same `id` fences the old one out.
 pub fn transactional_producer(kafka: &Connection, id: &str, watch: &Watch) -> Result<Producer> {
-    create_producer(producer_config(kafka).set("transactional.id", id), watch)
-        .context("creating transactional Kafka producer")
+    create_producer(
+        producer_config(kafka).set("transactional.id", id),
+        &watch.clone().of(kafka),
+    )
+    .context("creating transactional Kafka producer")
 }
 
 /// Codec of every record Sluice produces (events, changelog, dead letters, reports) unless
@@ -710,8 +919,11 @@ pub struct TopicReport {
 /// Creates the missing topics of `defs`, checks every partition count (a difference is an
 /// error: it would break co-partitioning) and reports config drift of existing topics.
 pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
-    let admin: AdminClient<DefaultClientContext> =
-        kafka.config(Role::Producer).create().context("creating admin client")?;
+    let admin: AdminClient<Plain> = kafka
+        .config(Role::Producer)
+        .create_with_context(Plain { tokens: kafka.tokens() })
+        .context("creating admin client")?;
+    kafka.tokens().sign_in(admin.inner());
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
     let created = create_topics(&admin, defs, &names).await?;
     let replicas = check_partitions(&admin, defs, &names)?;
@@ -750,7 +962,7 @@ pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefi
 
 /// Creates the topics of `defs` (named `names`) that do not exist; returns those it created.
 async fn create_topics(
-    admin: &AdminClient<DefaultClientContext>,
+    admin: &AdminClient<Plain>,
     defs: &[TopicDefinition],
     names: &[String],
 ) -> Result<HashSet<String>> {
@@ -794,11 +1006,7 @@ async fn create_topics(
 
 /// Fails when a topic's partition count differs from its definition's; returns each topic's
 /// replica count (the largest of its partitions').
-fn check_partitions(
-    admin: &AdminClient<DefaultClientContext>,
-    defs: &[TopicDefinition],
-    names: &[String],
-) -> Result<Vec<usize>> {
+fn check_partitions(admin: &AdminClient<Plain>, defs: &[TopicDefinition], names: &[String]) -> Result<Vec<usize>> {
     let mut counts = Vec::new();
     for (name, def) in names.iter().zip(defs) {
         let replicas = replicas_per_partition(admin.inner(), name)?;
@@ -941,7 +1149,7 @@ pub fn reader(kafka: &Connection, name: &str) -> Result<Reader> {
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
             .set("isolation.level", "read_committed"),
-        kafka.quirks(),
+        kafka,
     )
     .context("creating Kafka consumer")
 }
@@ -970,9 +1178,17 @@ pub struct Reader {
 /// partition's end. A reader that asks to be told of it (`enable.partition.eof`) gets it
 /// from `poll`, and librdkafka reports it as a client error too: an ERROR line for each
 /// input topic every time a partition was opened.
-pub struct Reading;
+pub struct Reading {
+    tokens: Tokens,
+}
 
 impl ClientContext for Reading {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate()
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::PartitionEOF) => tracing::debug!("librdkafka: {error}: {reason}"),
@@ -984,16 +1200,22 @@ impl ClientContext for Reading {
 impl rdkafka::consumer::ConsumerContext for Reading {}
 
 impl Reader {
-    pub fn create(config: &ClientConfig, quirks: Quirks) -> rdkafka::error::KafkaResult<Reader> {
+    /// A reader made with `config`, of `kafka`'s brokers.
+    pub fn create(config: &ClientConfig, kafka: &Connection) -> rdkafka::error::KafkaResult<Reader> {
+        let tokens = kafka.tokens();
+        let consumer: BaseConsumer<Reading> = config.create_with_context(Reading { tokens })?;
         Ok(Reader {
-            consumer: config.create_with_context(Reading)?,
-            quirks,
+            consumer,
+            quirks: kafka.quirks(),
         })
     }
 
     /// Where `topic`'s partition `p` starts and where it ends: its low and high watermarks,
     /// except that on tansu it starts at 0 (see [`Quirks::Tansu`]).
     pub fn range(&self, topic: &str, p: i32) -> Result<(i64, i64), KafkaError> {
+        // A reader kept between reads (the page's recent events) serves no token requests
+        // while idle: it gets a fresh token before it asks the brokers again.
+        self.consumer.context().tokens.sign_in(self.consumer.client());
         let (low, high) = self.consumer.fetch_watermarks(topic, p, METADATA_TIMEOUT)?;
         Ok((self.quirks.first_offset(low), high))
     }
@@ -1044,8 +1266,14 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            Reading.error(KafkaError::Global(RDKafkaErrorCode::PartitionEOF), "reached the end");
-            Reading.error(KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "all brokers down");
+            Reading {
+                tokens: Tokens::default(),
+            }
+            .error(KafkaError::Global(RDKafkaErrorCode::PartitionEOF), "reached the end");
+            Reading {
+                tokens: Tokens::default(),
+            }
+            .error(KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "all brokers down");
         });
         let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         let line = |needle: &str| {
@@ -1083,6 +1311,66 @@ mod tests {
         assert_eq!(kafka.quirks().first_offset(42), 42);
         assert_eq!(tansu.beginning(), Offset::Offset(0));
         assert_eq!(tansu.quirks().first_offset(42), 0);
+    }
+
+    #[test]
+    fn aws_msk_iam_is_oauthbearer_with_tokens_sluice_signs_in_the_brokers_region() {
+        let msk_brokers = "b-1.orders.abc.c2.kafka.eu-west-1.amazonaws.com:9098";
+        let role = "arn:aws:iam::123456789012:role/sluice";
+        let kafka = Connection::new(
+            msk_brokers,
+            &props(&[
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "AWS_MSK_IAM"),
+                ("aws.msk.iam.role.arn", role),
+            ]),
+        )
+        .unwrap();
+        let config = kafka.config(Role::Consumer);
+        assert_eq!(config.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(config.get("aws.msk.iam.role.arn"), None, "not a librdkafka property");
+        let msk = kafka.msk_iam.as_ref().unwrap();
+        assert_eq!((msk.region.as_str(), msk.role.as_deref()), ("eu-west-1", Some(role)));
+        // No credentials fetched yet: librdkafka is told why, not handed a bad token.
+        let refused = kafka.tokens().generate().err().unwrap().to_string();
+        assert!(refused.contains("no AWS credentials"), "{refused}");
+        msk.hold(aws_credential_types::Credentials::new("AKID", "s", None, None, "test"));
+        let token = kafka.tokens().generate().unwrap();
+        assert_eq!(token.principal_name, "sluice");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        assert!(
+            (token.lifetime_ms - now_ms - 900_000).abs() < 5_000,
+            "{}",
+            token.lifetime_ms
+        );
+
+        // A region given wins over the brokers'.
+        let given = Connection::new(
+            msk_brokers,
+            &props(&[("sasl.mechanism", "aws_msk_iam"), ("aws.msk.iam.region", "us-east-2")]),
+        )
+        .unwrap();
+        assert_eq!(given.msk_iam.unwrap().region, "us-east-2");
+        // The last mechanism given is the one used; settings for MSK IAM without it are refused.
+        let replaced = Connection::new(
+            msk_brokers,
+            &props(&[("sasl.mechanism", "AWS_MSK_IAM"), ("sasl.mechanism", "SCRAM-SHA-512")]),
+        )
+        .unwrap();
+        assert!(replaced.msk_iam.is_none());
+        assert_eq!(
+            replaced.config(Role::Producer).get("sasl.mechanism"),
+            Some("SCRAM-SHA-512")
+        );
+        assert!(matches!(
+            Connection::new("b:9092", &props(&[("aws.msk.iam.role.arn", role)])),
+            Err(ConnectionError::MskIamUnused(p)) if p == "aws.msk.iam.role.arn"
+        ));
+        // Other mechanisms have no token to give.
+        assert!(Connection::plaintext("b:9092").tokens().generate().is_err());
     }
 
     #[test]

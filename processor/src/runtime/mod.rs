@@ -17,6 +17,7 @@ pub mod instances;
 pub mod instruments;
 pub mod jobs;
 pub mod kafka;
+pub mod msk_iam;
 pub mod observability;
 pub mod opening;
 pub mod outputs;

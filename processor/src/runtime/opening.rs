@@ -213,7 +213,7 @@ fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<kafka::Reader> {
             // long: librdkafka's default (500 ms) for each input topic was half of a restore of
             // 100,000 pipelines (2.5 s between the changelog read and the partition opened).
             .set("fetch.wait.max.ms", "10"),
-        kafka.quirks(),
+        kafka,
     )
     .context("creating the input tail reader")
 }

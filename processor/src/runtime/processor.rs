@@ -126,9 +126,16 @@ struct RebalanceContext {
     in_flight: Arc<InFlight>,
     /// How long a revocation waits for them.
     grace: Duration,
+    tokens: kafka::Tokens,
 }
 
 impl ClientContext for RebalanceContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _: Option<&str>) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        self.tokens.generate()
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`): the consumer lag it
     /// measures per partition, from the high watermark its fetches see.
     fn stats(&self, statistics: rdkafka::Statistics) {
@@ -353,8 +360,10 @@ impl Processor {
                 telemetry: telemetry.clone(),
                 in_flight: in_flight.clone(),
                 grace: settings.shutdown_grace,
+                tokens: settings.kafka.tokens(),
             })
             .context("creating Kafka consumer")?;
+        settings.kafka.tokens().sign_in(consumer.client());
         let (partitions, events_copartitioned) = check_topics(&consumer, &settings.topics)?;
         // Recent events can be read back per partition only when the events topic is
         // partitioned like the inputs.

@@ -177,19 +177,21 @@ pub async fn run(
     }
 }
 
-fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: From) -> Result<StreamConsumer> {
-    let consumer: StreamConsumer = kafka
-        .config(kafka::Role::Consumer)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set(
-            "auto.offset.reset",
-            match from {
-                From::Beginning => "earliest",
-                From::End => "latest",
-            },
+fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: From) -> Result<StreamConsumer<kafka::Plain>> {
+    let consumer: StreamConsumer<kafka::Plain> = kafka
+        .consumer(
+            kafka
+                .config(kafka::Role::Consumer)
+                .set("group.id", group)
+                .set("enable.auto.commit", "false")
+                .set(
+                    "auto.offset.reset",
+                    match from {
+                        From::Beginning => "earliest",
+                        From::End => "latest",
+                    },
+                ),
         )
-        .create()
         .context("creating the events consumer")?;
     kafka::partition_counts(consumer.client(), &[topics.events.as_str()])?;
     consumer
@@ -205,7 +207,7 @@ fn open_state(dir: &PathBuf) -> Result<DB> {
 
 struct Forwarder {
     target: Target,
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<kafka::Plain>,
     state: DB,
     client: reqwest::Client,
     codec: Codec,

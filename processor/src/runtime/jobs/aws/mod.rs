@@ -25,7 +25,7 @@
 //! answer (validation, not found, access denied) is [`CallError::Permanent`]. Messages name
 //! the service, the operation, the HTTP status and the AWS error type and message.
 
-mod credentials;
+pub(crate) mod credentials;
 mod emr;
 mod emr_serverless;
 mod glue;
