@@ -340,7 +340,7 @@ impl Tokens {
         let msk = self.0.as_ref().ok_or(
             "no OAUTHBEARER token to give: set sasl.oauthbearer.method=oidc (and its settings), or sasl.mechanism=AWS_MSK_IAM",
         )?;
-        let token = msk.token(std::time::SystemTime::now())?;
+        let token = msk.token_now()?;
         let lifetime_ms = token
             .expires
             .duration_since(std::time::UNIX_EPOCH)

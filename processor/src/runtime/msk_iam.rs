@@ -91,6 +91,12 @@ impl MskIam {
         *self.held.write().unwrap_or_else(|e| e.into_inner()) = Some(credentials);
     }
 
+    /// A token signed now, by the machine's clock, not the processor's (`--clock-offset`):
+    /// MSK judges a signature's time by its own.
+    pub fn token_now(&self) -> Result<Token, TokenError> {
+        self.token(SystemTime::now())
+    }
+
     /// A token signed at `now` with the held credentials.
     pub fn token(&self, now: SystemTime) -> Result<Token, TokenError> {
         let held = self.held.read().unwrap_or_else(|e| e.into_inner());
