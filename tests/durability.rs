@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
 use sluice::core::PipelineState;
 use sluice::runtime::store::{PartitionStore, StoreBatch};
-use support::{day, free_port, http_get, pipeline, scripted_server, serve, wait_until, World};
+use support::{day, free_port, http_get, pipeline, scripted_server, serve, wait_until, OwnBroker, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
 /// records, plus 200 configs and the 400 job reports the processor's executor writes.
@@ -637,45 +637,6 @@ fn wipe(dir: &Path) {
     }
 }
 
-/// A broker of this test's own, reached through [`Partition`]: tansu listens on `listen`
-/// and advertises `port`, where the proxy forwards to it.
-struct OwnBroker {
-    dir: tempfile::TempDir,
-    port: u16,
-    listen: u16,
-}
-
-impl OwnBroker {
-    fn start(&self) -> String {
-        let out = Command::new(support::repo().join("deploy/local-broker.sh"))
-            .arg("start")
-            .env("SLUICE_BROKER_DIR", self.dir.path())
-            .env("SLUICE_BROKER_PORT", self.port.to_string())
-            .env("SLUICE_BROKER_LISTEN_PORT", self.listen.to_string())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        let _ = Command::new(support::repo().join("deploy/local-broker.sh"))
-            .arg("stop")
-            .env("SLUICE_BROKER_DIR", self.dir.path())
-            .status();
-        // The broker's own log, for a failing test's post-mortem (as World keeps its own).
-        if let Some(dir) = support::kept_logs_dir() {
-            let _ = std::fs::create_dir_all(&dir);
-            let kept = Path::new(&dir).join(format!("tansu-{}.log", self.port));
-            if std::fs::copy(self.dir.path().join("tansu.log"), &kept).is_ok() {
-                eprintln!("the broker's log is kept at {}", kept.display());
-            }
-        }
-    }
-}
-
 /// A TCP proxy between the clients and the broker that can cut every client off and let
 /// them back: what a client sees of a network partition, or of a broker restart that keeps
 /// its producer state (as Kafka's does). tansu itself is not restarted: its SQLite engine,
@@ -744,11 +705,7 @@ fn wait_probe(addr: &str, path: &str, want: u16, w: &World) {
 #[test]
 fn the_broker_cut_off_and_back_mid_run() {
     reference();
-    let broker = OwnBroker {
-        dir: tempfile::tempdir().unwrap(),
-        port: free_port(),
-        listen: free_port(),
-    };
+    let broker = OwnBroker::new();
     let partition = Partition::start(broker.port, broker.listen);
     let brokers = broker.start();
     let mut w = World::on_broker("broker-away", &brokers);

@@ -9,6 +9,7 @@ mod cli;
 mod evaluators;
 mod formats;
 mod interlock;
+mod msk_iam;
 mod producers;
 mod replay;
 mod secure;

@@ -1100,3 +1100,52 @@ pub fn http_request(
     let body = response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
     Some((status, body))
 }
+
+/// A broker of a test's own, reached through a proxy of the test's: tansu listens on
+/// `listen` and advertises `port`, where the proxy forwards to it.
+pub struct OwnBroker {
+    dir: tempfile::TempDir,
+    pub port: u16,
+    pub listen: u16,
+}
+
+impl OwnBroker {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> OwnBroker {
+        OwnBroker {
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            listen: free_port(),
+        }
+    }
+
+    /// Starts tansu; its bootstrap address (the proxy's).
+    pub fn start(&self) -> String {
+        let out = Command::new(repo().join("deploy/local-broker.sh"))
+            .arg("start")
+            .env("SLUICE_BROKER_DIR", self.dir.path())
+            .env("SLUICE_BROKER_PORT", self.port.to_string())
+            .env("SLUICE_BROKER_LISTEN_PORT", self.listen.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("deploy/local-broker.sh"))
+            .arg("stop")
+            .env("SLUICE_BROKER_DIR", self.dir.path())
+            .status();
+        // The broker's own log, for a failing test's post-mortem (as World keeps its own).
+        if let Some(dir) = kept_logs_dir() {
+            let _ = std::fs::create_dir_all(&dir);
+            let kept = Path::new(&dir).join(format!("tansu-{}.log", self.port));
+            if std::fs::copy(self.dir.path().join("tansu.log"), &kept).is_ok() {
+                eprintln!("the broker's log is kept at {}", kept.display());
+            }
+        }
+    }
+}

@@ -1204,6 +1204,7 @@ impl Reader {
     pub fn create(config: &ClientConfig, kafka: &Connection) -> rdkafka::error::KafkaResult<Reader> {
         let tokens = kafka.tokens();
         let consumer: BaseConsumer<Reading> = config.create_with_context(Reading { tokens })?;
+        consumer.context().tokens.sign_in(consumer.client());
         Ok(Reader {
             consumer,
             quirks: kafka.quirks(),
