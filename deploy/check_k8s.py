@@ -406,6 +406,9 @@ class Checker:
         pod_sc = spec.get("securityContext") or {}
         if spec.get("automountServiceAccountToken") is not False:
             self.problem(doc, "automountServiceAccountToken: false (Sluice does not call the Kubernetes API)")
+        account = spec.get("serviceAccountName")
+        if account and not self.find("ServiceAccount", account, namespace):
+            self.problem(doc, f"serviceAccountName {account}: no ServiceAccount in the build")
         for field in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(field):
                 self.problem(doc, f"{field}: not allowed (restricted Pod Security Standard)")
