@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use std::process::Stdio;
-
-use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, Instances, OwnBroker};
+use crate::support::{one_job_over, repo, OwnBroker};
 
 const ACCESS_KEY: &str = "AKIAMSKTEST0001";
 const SECRET_KEY: &str = "msk/secret+key=do-not-log";
@@ -419,42 +417,14 @@ fn the_processor_runs_over_msk_iam_every_connection_signed() {
         "topics apply over MSK IAM\n{out}\n{err}\n{:?}",
         verdicts.lock().unwrap()
     );
-    let pipelines = dir.path().join("pipelines");
-    std::fs::create_dir_all(&pipelines).unwrap();
-    std::fs::write(
-        pipelines.join("msk-gold.yaml"),
-        serde_json::to_string(&pipeline("msk-gold", command_job("true", 0))).unwrap(),
-    )
-    .unwrap();
-    let (code, out, err, _) = call(&["config", "apply", pipelines.to_str().unwrap()]);
-    assert_eq!(code, Some(0), "{out}\n{err}");
-
-    let log = dir.path().join("run.log");
-    let addr = format!("127.0.0.1:{}", free_port());
     let state = dir.path().join("state");
-    let all = with(&["run", "--http", &addr, "--state-dir", state.to_str().unwrap()]);
-    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
-    let processor = sluice(&properties, &CREDENTIALS, &refs)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let _processor = Instances(vec![processor]);
+    let start = |args: &[&str]| {
+        let all = with(&[args, &["--state-dir", state.to_str().unwrap()]].concat());
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        sluice(&properties, &CREDENTIALS, &refs)
+    };
+    let (_processor, _, log) = one_job_over(dir.path(), "msk-gold", &call, &start);
     let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
-    wait_until(
-        "the processor ready over MSK IAM",
-        Duration::from_secs(60),
-        log_tail,
-        || http_get(&addr, "/readyz").is_some_and(|(status, _)| status == 200),
-    );
-    for (key, field) in [("row-count", "count=5000"), ("upstream", "status=ready")] {
-        let (code, out, err, _) = call(&["sensor", "put", "msk-gold", key, field]);
-        assert_eq!(code, Some(0), "{out}\n{err}");
-    }
-    wait_until("the job completed", Duration::from_secs(60), log_tail, || {
-        http_get(&addr, "/api/pipelines/msk-gold")
-            .is_some_and(|(status, body)| status == 200 && body.contains("JOB_COMPLETED"))
-    });
     let (_, events, err, _) = call(&["events", "tail", "--output", "json"]);
     assert!(events.contains("JOB_COMPLETED"), "{events}\n{err}");
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{command_job, free_port, http_get, pipeline, repo, wait_until, Instances};
+use crate::support::{http_get, one_job_over, repo, wait_until};
 
 struct Secure {
     brokers: String,
@@ -91,40 +91,10 @@ fn the_processor_runs_over_tls_and_sasl_and_never_shows_the_password() {
     let config = s.config("good", &s.password, true);
     let (code, out, err, _) = s.run(&config, &["topics", "apply", "--dir", "topics"]);
     assert_eq!(code, Some(0), "topics apply over SASL_SSL\n{out}\n{err}");
-    let pipelines = s.dir.path().join("pipelines");
-    std::fs::create_dir_all(&pipelines).unwrap();
-    std::fs::write(
-        pipelines.join("secure-gold.yaml"),
-        serde_json::to_string(&pipeline("secure-gold", command_job("true", 0))).unwrap(),
-    )
-    .unwrap();
-    let (code, out, err, _) = s.run(&config, &["config", "apply", pipelines.to_str().unwrap()]);
-    assert_eq!(code, Some(0), "{out}\n{err}");
-
-    let log = s.dir.path().join("run.log");
-    let addr = format!("127.0.0.1:{}", free_port());
-    let processor = s
-        .sluice(&config, &["run", "--http", &addr])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let _processor = Instances(vec![processor]);
-    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
-    wait_until(
-        "the processor ready on the secure broker",
-        Duration::from_secs(60),
-        log_tail,
-        || http_get(&addr, "/readyz").is_some_and(|(status, _)| status == 200),
-    );
-    for (key, field) in [("row-count", "count=5000"), ("upstream", "status=ready")] {
-        let (code, out, err, _) = s.run(&config, &["sensor", "put", "secure-gold", key, field]);
-        assert_eq!(code, Some(0), "{out}\n{err}");
-    }
-    wait_until("the job completed", Duration::from_secs(60), log_tail, || {
-        http_get(&addr, "/api/pipelines/secure-gold")
-            .is_some_and(|(status, body)| status == 200 && body.contains("JOB_COMPLETED"))
+    let (_processor, addr, log) = one_job_over(s.dir.path(), "secure-gold", &|args| s.run(&config, args), &|args| {
+        s.sluice(&config, args)
     });
+    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // Everything Sluice printed or published: the log (at debug), the events, the API, the
     // metrics and the help (with the config file in force).

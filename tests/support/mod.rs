@@ -1149,3 +1149,49 @@ impl Drop for OwnBroker {
         }
     }
 }
+
+/// A command's end: exit code, stdout, stderr and how long it took.
+pub type Ran = (Option<i32>, String, String, Duration);
+
+/// One whole run over a connection a test sets up (TLS and SASL, MSK IAM): the pipeline `id`
+/// published with `call` (which runs a `sluice` command to its end), the processor spawned
+/// with `start` (given `run --http ADDR`) logging to `dir/run.log`, its two sensors put and
+/// its job seen completed. Returns the processor (stopped when dropped), its API address and
+/// its log.
+pub fn one_job_over(
+    dir: &Path,
+    id: &str,
+    call: &dyn Fn(&[&str]) -> Ran,
+    start: &dyn Fn(&[&str]) -> Command,
+) -> (Instances, String, PathBuf) {
+    let pipelines = dir.join("pipelines");
+    std::fs::create_dir_all(&pipelines).unwrap();
+    std::fs::write(
+        pipelines.join(format!("{id}.yaml")),
+        serde_json::to_string(&pipeline(id, command_job("true", 0))).unwrap(),
+    )
+    .unwrap();
+    let (code, out, err, _) = call(&["config", "apply", pipelines.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let log = dir.join("run.log");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let processor = start(&["run", "--http", &addr])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let processor = Instances(vec![processor]);
+    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the processor ready", Duration::from_secs(60), log_tail, || {
+        http_get(&addr, "/readyz").is_some_and(|(status, _)| status == 200)
+    });
+    for (key, field) in [("row-count", "count=5000"), ("upstream", "status=ready")] {
+        let (code, out, err, _) = call(&["sensor", "put", id, key, field]);
+        assert_eq!(code, Some(0), "{out}\n{err}");
+    }
+    wait_until("the job completed", Duration::from_secs(60), log_tail, || {
+        http_get(&addr, &format!("/api/pipelines/{id}"))
+            .is_some_and(|(status, body)| status == 200 && body.contains("JOB_COMPLETED"))
+    });
+    (processor, addr, log)
+}
