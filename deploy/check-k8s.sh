@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renders every kustomization under deploy/k8s (the base and the overlays) with the real
-# kustomize (deploy/install-kustomize.sh) and validates what they render: the Kubernetes schemas (strict, with kubernetes-validate),
+# kustomize (deploy/install-kustomize.sh), and the Helm chart deploy/helm/sluice with the real
+# Helm (deploy/install-helm.sh), and validates what they render: the Kubernetes schemas (strict, with kubernetes-validate),
 # the ServiceMonitor's structure, the references between objects, the restricted Pod
 # Security Standard and Sluice's settings file (deploy/check_k8s.py says what exactly).
 # Exits 1 naming every problem. The first run installs its Python packages into a virtualenv
@@ -22,6 +23,7 @@ if ! "$venv/bin/python" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/d
   exit 1
 fi
 kustomize="$(deploy/install-kustomize.sh)"
+helm="$(PYTHON="$venv/bin/python" deploy/install-helm.sh)"
 [[ "${1:-}" == --install-only ]] && exit 0
-echo "k8s check: rendering deploy/k8s with $kustomize and validating it" >&2
-KUSTOMIZE="$kustomize" "$venv/bin/python" deploy/check_k8s.py deploy/k8s
+echo "k8s check: rendering deploy/k8s with $kustomize and deploy/helm with $helm, and validating them" >&2
+KUSTOMIZE="$kustomize" HELM="$helm" "$venv/bin/python" deploy/check_k8s.py deploy/k8s

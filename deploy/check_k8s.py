@@ -1,5 +1,5 @@
-"""Renders every kustomization under deploy/k8s with the real kustomize and checks what it
-renders.
+"""Renders every kustomization under deploy/k8s with the real kustomize, and the Helm chart
+under deploy/helm, and checks what they render.
 
 Run by deploy/check-k8s.sh (which makes the virtualenv with PyYAML and kubernetes-validate,
 installs kustomize with deploy/install-kustomize.sh and passes its path in KUSTOMIZE);
@@ -22,6 +22,11 @@ Checks, for each rendered kustomization:
   base's images tagged with the crate's version);
 - sluice.toml (SLUICE_CONFIG): TOML, and every `${env:NAME}` it names is set in each
   container that reads it.
+The Helm chart (deploy/helm/sluice, rendered with the real Helm whose path deploy/check-k8s.sh
+passes in HELM) gets the same checks, with its default values and with
+examples/production.yaml, and must render the same objects as its kustomize twin (the base,
+and the production overlay): the same kinds, names and fields, but for kustomize's hash
+suffixes on generated ConfigMaps, Helm's checksum and hook annotations, and namespaces.
 Secrets are not applied from the repository: a Secret a pod names must be defined in a
 `*.example.yaml` beside the manifests, with every key the pods read.
 """
@@ -120,6 +125,93 @@ def build(directory):
         return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
     except yaml.YAMLError as e:
         raise RenderError(f"kustomize build printed YAML PyYAML cannot read: {e}") from e
+
+
+def render_chart(chart, args):
+    """The objects `helm template sluice CHART ARGS...` renders: the real Helm, whose path
+    deploy/check-k8s.sh passes in HELM."""
+    helm = os.environ.get("HELM", "helm")
+    try:
+        done = subprocess.run([helm, "template", "sluice", str(chart), *args], capture_output=True, text=True)
+    except OSError as e:
+        raise RenderError(f"running {helm}: {e} (deploy/install-helm.sh installs it)") from e
+    if done.returncode != 0:
+        raise RenderError(f"helm template: {done.stderr.strip()}")
+    try:
+        return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+    except yaml.YAMLError as e:
+        raise RenderError(f"helm template printed YAML PyYAML cannot read: {e}") from e
+
+
+# A ConfigMap kustomize generated, named with the hash of its contents.
+HASHED_CONFIGMAP = re.compile(r"\b(sluice-(?:settings|pipelines|calendars|alert-routes))-[a-z0-9]{10}\b")
+# Annotations only Helm's render has: checksums that roll pods (kustomize's hashed names do
+# that), and the setup Job's hook.
+HELM_ONLY_ANNOTATIONS = ("checksum/", "helm.sh/")
+
+
+def comparable(objects):
+    """The objects by (kind, name), as a kustomization and the chart should both render them:
+    no Namespace, no namespaces, generated ConfigMaps by their unhashed names, no Helm-only
+    annotations."""
+
+    def strip(node):
+        if isinstance(node, dict):
+            meta = node.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("namespace", None)
+                kept = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(HELM_ONLY_ANNOTATIONS)}
+                if kept:
+                    meta["annotations"] = kept
+                else:
+                    meta.pop("annotations", None)
+            for v in node.values():
+                strip(v)
+        elif isinstance(node, list):
+            for v in node:
+                strip(v)
+
+    out = {}
+    for o in objects:
+        if o.get("kind") == "Namespace":
+            continue
+        o = json.loads(HASHED_CONFIGMAP.sub(r"\1", json.dumps(o)))
+        strip(o)
+        out[(o["kind"], o["metadata"]["name"])] = o
+    return out
+
+
+def first_difference(a, b, path="."):
+    """Where two rendered objects first differ, and how (None when they are the same)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}{k}: only in the {'chart' if k in b else 'kustomization'}"
+            found = first_difference(a[k], b[k], f"{path}{k}.")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items in the kustomization, {len(b)} in the chart"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}[{i}].")
+            if found:
+                return found
+        return None
+    return None if a == b else f"{path}: {a!r} in the kustomization, {b!r} in the chart"
+
+
+def twin_problems(label, kustomized, charted):
+    """What differs between a kustomization's render and the chart's."""
+    k, c = comparable(kustomized), comparable(charted)
+    problems = [f"{label}: {kind}/{name} only in the kustomization" for kind, name in sorted(set(k) - set(c))]
+    problems += [f"{label}: {kind}/{name} only in the chart" for kind, name in sorted(set(c) - set(k))]
+    for key in sorted(set(k) & set(c)):
+        found = first_difference(k[key], c[key])
+        if found:
+            problems.append(f"{label}: {key[0]}/{key[1]} differs at {found}")
+    return problems
 
 
 def load_yaml_documents(path):
@@ -636,9 +728,16 @@ def main():
                 examples[doc["metadata"]["name"]] = doc
         print(f"example {path.relative_to(repo)}: checked", flush=True)
 
+    def check(label, objects, pinned):
+        found = Checker(label, objects, examples, pinned).run()
+        problems.extend(found)
+        kinds = ", ".join(show(o) for o in objects)
+        print(f"render {label}: {len(objects)} objects ({kinds}): {len(found)} problems", flush=True)
+
     roots = sorted({p.parent for name in KUSTOMIZATION_NAMES for p in k8s.rglob(name)})
     if not roots:
         problems.append(f"{k8s}: no kustomization")
+    rendered = {}
     for root in roots:
         label = str(root.relative_to(repo))
         try:
@@ -647,13 +746,41 @@ def main():
             problems.append(f"{label}: {e}")
             print(f"render {label}: FAILED", flush=True)
             continue
+        rendered[root] = objects
         # The base itself (no image transformation) pins the crate's version.
         is_overlay = bool(yaml.safe_load(kustomization_file(root).read_text()).get("images"))
-        checker = Checker(label, objects, examples, None if is_overlay else version)
-        found = checker.run()
-        problems.extend(found)
-        kinds = ", ".join(show(o) for o in objects)
-        print(f"render {label}: {len(objects)} objects ({kinds}): {len(found)} problems", flush=True)
+        check(label, objects, None if is_overlay else version)
+
+    # The chart, with its defaults (the base's twin, pinned to the crate's version as the
+    # base is) and with the production example (the production overlay's twin).
+    chart = here / "helm" / "sluice"
+    production = k8s / "overlays" / "production"
+    cases = [
+        ("defaults", [], k8s / "base", version),
+        (
+            "examples/production.yaml",
+            [
+                "-f", str(chart / "examples" / "production.yaml"),
+                "--set-file", f"settings={production / 'sluice.toml'}",
+                "--set-file", f"alertRoutes={production / 'alert-routes.yaml'}",
+            ],
+            production,
+            None,
+        ),
+    ]
+    for name, args, twin, pinned in cases:
+        label = f"{chart.relative_to(repo)} ({name})"
+        try:
+            objects = render_chart(chart, args)
+        except RenderError as e:
+            problems.append(f"{label}: {e}")
+            print(f"render {label}: FAILED", flush=True)
+            continue
+        check(label, objects, pinned)
+        if twin in rendered:
+            found = twin_problems(f"{label} against {twin.relative_to(repo)}", rendered[twin], objects)
+            problems.extend(found)
+            print(f"compare {label} with {twin.relative_to(repo)}: {len(found)} differences", flush=True)
 
     if problems:
         print(f"\n{len(problems)} problems in the Kubernetes manifests:", file=sys.stderr)
@@ -661,7 +788,8 @@ def main():
             print(f"  {p}", file=sys.stderr)
         return 1
     print(
-        f"Kubernetes manifests: {len(roots)} kustomizations rendered; schemas of Kubernetes "
+        f"Kubernetes manifests: {len(roots)} kustomizations and the Helm chart ({len(cases)} value sets, "
+        "each the same objects as its kustomize twin) rendered; schemas of Kubernetes "
         f"{' and '.join(K8S_VERSIONS)} (strict), references, pod security: no problems"
     )
     return 0
