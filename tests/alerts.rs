@@ -496,3 +496,39 @@ unmatched: [team]
         "no secret is logged"
     );
 }
+
+/// A pipeline applied while `alerts route` runs is routed by its owner from its first event:
+/// the event of a pipeline whose config was not read yet makes the forwarder read the config
+/// topic at once, instead of sending it to `unmatched` until its next read (30 s later).
+#[test]
+fn a_pipeline_applied_while_routing_is_routed_by_its_owner_from_its_first_event() {
+    let w = World::new("routes-late");
+    let (team_url, team) = recording(|_, _| (200, "ok".into()));
+    let (rest_url, rest) = recording(|_, _| (200, "ok".into()));
+    let routes = w.scratch.path().join("routes.yaml");
+    std::fs::write(
+        &routes,
+        format!(
+            "targets:\n  team: {{type: webhook, url: \"{team_url}/hook\"}}\n  rest: {{type: webhook, url: \"{rest_url}/hook\"}}\n\
+             routes:\n  - owner: analytics-team\n    to: [team]\nunmatched: [rest]\n"
+        ),
+    )
+    .unwrap();
+    let log = w.scratch.path().join("route.log");
+    let child = alerts(&w, &["route", "--routes", routes.to_str().unwrap()], &[], &log);
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the owners read", Duration::from_secs(30), text, || {
+        text().contains("read the pipelines' owners")
+    });
+    let config = json!({"pipeline": {"id": "late", "owner": "analytics-team"}});
+    w.produce("config", Some("late"), Some(&serde_json::to_vec(&config).unwrap()));
+    publish_for(&w, "late", "l1", "JOB_FAILED", "exit 1");
+    wait_until("the owner's alert", Duration::from_secs(20), text, || {
+        !team.lock().unwrap().is_empty()
+    });
+    stop(child);
+    let sent: Vec<Value> = team.lock().unwrap().iter().map(|r| r.json()).collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["pipelineId"], "late", "{sent:?}");
+    assert!(rest.lock().unwrap().is_empty(), "not sent to unmatched");
+}

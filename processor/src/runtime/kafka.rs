@@ -398,7 +398,7 @@ impl Tokens {
 /// A client context that logs librdkafka's errors, for clients that need nothing else.
 #[derive(Clone, Default)]
 pub struct Plain {
-    pub tokens: Tokens,
+    tokens: Tokens,
 }
 
 impl ClientContext for Plain {

@@ -122,7 +122,7 @@ pub async fn run(
     codec: &Codec,
     targets: Vec<Target>,
     settings: Settings,
-    owners: Option<Arc<RwLock<Owners>>>,
+    owners: Option<Arc<OwnersBook>>,
 ) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
     let (stop_tx, stop) = watch::channel(false);
@@ -395,12 +395,106 @@ async fn encode(State(metrics): State<Arc<Metrics>>) -> Response {
     }
 }
 
-/// Reads every pipeline's owner from the config topic before the first event is routed,
-/// then again every [`OWNERS_EVERY`] from where it stopped (records since then only).
+/// The pipelines' owners, read from the config topic: before the first event is routed,
+/// then every [`OWNERS_EVERY`], and at once (at most every [`OWNERS_AT_ONCE_EVERY`]) when an
+/// event names a pipeline whose config was not read yet. A pipeline applied while the
+/// forwarder runs is then routed by its owner from its first event, not sent to `unmatched`
+/// until the next periodic read.
+#[derive(Default)]
+pub struct OwnersBook {
+    known: RwLock<Known>,
+    follower: std::sync::Mutex<Option<Follower>>,
+}
+
+/// What the config topic said so far: each pipeline's owner, and every pipeline it named
+/// (with an owner or not, or deleted), whose events need no read at once.
+#[derive(Default)]
+struct Known {
+    owners: Owners,
+    seen: std::collections::HashSet<String>,
+}
+
+/// Reads the config records since the last read: (pipeline, its owner if it has one).
+type ReadMore = Box<dyn FnMut() -> Result<Vec<(String, Option<String>)>> + Send>;
+
+struct Follower {
+    read_more: ReadMore,
+    last: Option<std::time::Instant>,
+}
+
+/// The least time between two reads made at once for unknown pipelines: events of a
+/// pipeline that never had a config (deleted before its events were routed) cost one read
+/// of the config topic's tail per this, not one per event.
+const OWNERS_AT_ONCE_EVERY: Duration = Duration::from_secs(2);
+
+impl OwnersBook {
+    /// The owners read so far.
+    pub fn owners(&self) -> std::sync::RwLockReadGuard<'_, impl std::ops::Deref<Target = Owners>> {
+        self.known.read().expect("not poisoned")
+    }
+
+    /// Before `pipeline`'s event is routed at `now`: reads the config topic at once if it
+    /// never named the pipeline (and is followed, and was not read at once just now).
+    pub fn look_up(&self, pipeline: &str, now: std::time::Instant) {
+        if self.known.read().expect("not poisoned").seen.contains(pipeline) {
+            return;
+        }
+        let mut follower = self.follower.lock().expect("not poisoned");
+        let Some(f) = follower.as_mut() else { return };
+        if f.last.is_some_and(|at| now.duration_since(at) < OWNERS_AT_ONCE_EVERY) {
+            return;
+        }
+        f.last = Some(now);
+        if let Err(e) = self.read_with(f) {
+            warn!(
+                error = format!("{e:#}"),
+                pipeline, "reading the owner of a new pipeline failed; routing by what was read before"
+            );
+        }
+    }
+
+    /// Follows the config topic with `read_more`, reading once now.
+    fn follow(&self, read_more: ReadMore) -> Result<()> {
+        let mut follower = self.follower.lock().expect("not poisoned");
+        let f = follower.insert(Follower { read_more, last: None });
+        self.read_with(f)
+    }
+
+    /// Reads what the config topic holds since the last read.
+    fn read_more(&self) -> Result<()> {
+        match self.follower.lock().expect("not poisoned").as_mut() {
+            Some(f) => self.read_with(f),
+            None => Ok(()),
+        }
+    }
+
+    fn read_with(&self, f: &mut Follower) -> Result<()> {
+        let records = (f.read_more)()?;
+        let mut known = self.known.write().expect("not poisoned");
+        for (id, owner) in records {
+            match owner {
+                Some(owner) => known.owners.insert(id.clone(), owner),
+                None => known.owners.remove(&id),
+            };
+            known.seen.insert(id);
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Known {
+    type Target = Owners;
+    fn deref(&self) -> &Owners {
+        &self.owners
+    }
+}
+
+/// Follows the config topic into `book`: read before the first event is routed, then again
+/// every [`OWNERS_EVERY`] from where it stopped (records since then only).
 async fn follow_owners(
     kafka: &Connection,
     topic: &str,
-    owners: Arc<RwLock<Owners>>,
+    book: Arc<OwnersBook>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
     let reader = kafka::reader(kafka, "sluice-alerts-owners")?;
@@ -413,9 +507,9 @@ async fn follow_owners(
             offset: 0,
         })
         .collect();
-    let read = move |next: &mut Vec<kafka::Start>, owners: &RwLock<Owners>| -> Result<()> {
-        let records = kafka::read_span(&reader, next)?;
-        let mut owners = owners.write().expect("not poisoned");
+    let read_more: ReadMore = Box::new(move || {
+        let records = tokio::task::block_in_place(|| kafka::read_span(&reader, &next))?;
+        let mut read = Vec::with_capacity(records.len());
         for m in &records {
             if let Some(start) = next.iter_mut().find(|s| s.partition == m.partition()) {
                 start.offset = start.offset.max(m.offset() + 1);
@@ -427,25 +521,19 @@ async fn follow_owners(
                 .payload()
                 .and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
                 .and_then(|v| v["pipeline"]["owner"].as_str().map(str::to_string));
-            match owner {
-                Some(owner) => owners.insert(id.to_string(), owner),
-                None => owners.remove(id),
-            };
+            read.push((id.to_string(), owner));
         }
-        Ok(())
-    };
-    tokio::task::block_in_place(|| read(&mut next, &owners)).context("reading the pipelines' owners")?;
-    info!(
-        pipelines = owners.read().expect("not poisoned").len(),
-        "read the pipelines' owners"
-    );
+        Ok(read)
+    });
+    book.follow(read_more).context("reading the pipelines' owners")?;
+    info!(pipelines = book.owners().len(), "read the pipelines' owners");
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = tokio::time::sleep(OWNERS_EVERY) => {}
             }
-            if let Err(e) = tokio::task::block_in_place(|| read(&mut next, &owners)) {
+            if let Err(e) = book.read_more() {
                 warn!(
                     error = format!("{e:#}"),
                     "reading the pipelines' owners again failed; routing by what was read before"
@@ -454,4 +542,73 @@ async fn follow_owners(
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    type Records = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+    /// A book following a config topic whose new records are `topic`'s; how many reads it made.
+    fn followed(topic: &Records) -> (OwnersBook, Arc<AtomicUsize>) {
+        let (book, reads) = (OwnersBook::default(), Arc::new(AtomicUsize::new(0)));
+        let (pending, counted) = (topic.clone(), reads.clone());
+        book.follow(Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(pending.lock().unwrap().drain(..).collect())
+        }))
+        .unwrap();
+        (book, reads)
+    }
+
+    fn record(topic: &Records, id: &str, owner: Option<&str>) {
+        topic.lock().unwrap().push((id.into(), owner.map(Into::into)));
+    }
+
+    #[test]
+    fn a_new_pipelines_first_event_reads_its_owner_at_once_and_unknown_ones_cost_a_read_per_interval() {
+        let topic: Records = Arc::default();
+        record(&topic, "gold", Some("analytics"));
+        let (book, reads) = followed(&topic);
+        let owner = |id: &str| book.owners().get(id).cloned();
+        assert_eq!(
+            (owner("gold").as_deref(), reads.load(Ordering::SeqCst)),
+            (Some("analytics"), 1)
+        );
+        let t0 = Instant::now();
+        book.look_up("gold", t0);
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "a known pipeline needs no read");
+        // Applied after the first read: its first event reads it.
+        record(&topic, "late", Some("finance"));
+        book.look_up("late", t0);
+        assert_eq!(
+            (owner("late").as_deref(), reads.load(Ordering::SeqCst)),
+            (Some("finance"), 2)
+        );
+        // A pipeline the topic never names: one read per interval, not one per event.
+        book.look_up("ghost", t0 + Duration::from_secs(1));
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        book.look_up("ghost", t0 + OWNERS_AT_ONCE_EVERY + Duration::from_millis(1));
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+        // A pipeline without an owner, or deleted, is known: no read for its events.
+        record(&topic, "plain", None);
+        record(&topic, "late", None);
+        book.read_more().unwrap();
+        book.look_up("plain", t0 + Duration::from_secs(60));
+        book.look_up("late", t0 + Duration::from_secs(60));
+        assert_eq!(reads.load(Ordering::SeqCst), 4);
+        assert_eq!((owner("plain"), owner("late")), (None, None));
+    }
+
+    #[test]
+    fn a_book_that_follows_nothing_never_reads() {
+        let book = OwnersBook::default();
+        book.look_up("gold", Instant::now());
+        book.read_more().unwrap();
+        assert!(book.owners().is_empty());
+    }
 }

@@ -18,7 +18,7 @@ pub mod routes;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -654,14 +654,17 @@ async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteAr
         return Ok(ExitCode::SUCCESS);
     }
     // Read from the config topic only when a route names an owner.
-    let owners = Arc::new(RwLock::new(routes::Owners::new()));
+    let owners = Arc::new(forward::OwnersBook::default());
     let follow = routes.needs_owners().then(|| owners.clone());
     let group = args.common.group.clone().unwrap_or_else(|| "sluice-alerts".to_string());
     let mut targets = Vec::new();
     for (name, spec) in &routes.targets {
         let sink = sink_of(name, spec, args.ui_url.clone())?;
         let (routes, owners, target) = (routes.clone(), owners.clone(), name.clone());
-        let wants: Wants = Box::new(move |e: &Event| routes.sends(&target, e, &owners.read().expect("not poisoned")));
+        let wants: Wants = Box::new(move |e: &Event| {
+            owners.look_up(&e.pipeline_id, std::time::Instant::now());
+            routes.sends(&target, e, &owners.owners())
+        });
         targets.push(Target {
             name: name.clone(),
             sink,
