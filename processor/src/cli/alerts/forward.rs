@@ -253,11 +253,15 @@ impl Forwarder {
                     Delivery::Stopped => return Ok(()),
                     Delivery::Refused { reason, failures } => {
                         self.metrics.failed.add(Metrics::target(&self.target.name), failures);
-                        self.dead_letter(&message, &reason, "refused").await?;
+                        if !self.dead_letter(&message, &reason, "refused", stop).await {
+                            return Ok(());
+                        }
                     }
                     Delivery::GaveUp { reason, failures } => {
                         self.metrics.failed.add(Metrics::target(&self.target.name), failures);
-                        self.dead_letter(&message, &reason, "gave_up").await?;
+                        if !self.dead_letter(&message, &reason, "gave_up", stop).await {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -297,9 +301,17 @@ impl Forwarder {
         }
     }
 
-    /// The event, as it was, to the dead-letter topic with why the target did not take it.
-    /// `kind` labels the metric: `refused` or `gave_up`.
-    async fn dead_letter(&self, message: &BorrowedMessage<'_>, reason: &str, kind: &str) -> Result<()> {
+    /// The event, as it was, to the dead-letter topic with why the target did not take it,
+    /// retried while the broker is away; false when stopped first (the event then stays
+    /// uncommitted, and is handled again on restart). `kind` labels the metric: `refused` or
+    /// `gave_up`.
+    async fn dead_letter(
+        &self,
+        message: &BorrowedMessage<'_>,
+        reason: &str,
+        kind: &str,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
         let name = &self.target.name;
         let reason = format!("alert target {name}: {reason}");
         let mut letter = dead_letter(&self.dlq, &message.detach(), &reason, DEAD_LETTER_LIMIT);
@@ -307,19 +319,25 @@ impl Forwarder {
         let headers: Vec<(&str, &[u8])> = letter.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
         let mut backoff = Backoff::outage();
         loop {
-            match kafka::send(
+            let send = kafka::send(
                 &self.producer,
                 &letter.topic,
                 letter.key.as_deref(),
                 letter.value.as_deref(),
                 &headers,
-            )
-            .await
-            {
+            );
+            let sent = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return false,
+                sent = send => sent,
+            };
+            match sent {
                 Ok(_) => break,
                 Err(e) => {
                     warn!(target = %name, error = %e, "writing an alert's dead letter failed; retrying");
-                    backoff.wait().await;
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return false,
+                        _ = backoff.wait() => {}
+                    }
                 }
             }
         }
@@ -327,7 +345,7 @@ impl Forwarder {
         labels.push(("reason", kind.to_string()));
         self.metrics.dead_lettered.add(labels, 1);
         warn!(target = %name, %reason, at = %at(message), "not delivered: dead-lettered");
-        Ok(())
+        true
     }
 
     /// Events of the assigned partitions not yet handled: the high watermark less the
