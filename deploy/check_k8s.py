@@ -111,36 +111,34 @@ class RenderError(Exception):
     pass
 
 
-def build(directory):
-    """The objects `kustomize build DIRECTORY` renders (a list of dicts): the real kustomize,
-    whose path deploy/check-k8s.sh passes in KUSTOMIZE."""
-    kustomize = os.environ.get("KUSTOMIZE", "kustomize")
+def render(command, installer):
+    """The objects a render command prints (a list of dicts), or a RenderError saying why
+    there are none; `installer` is the script that installs the command's tool."""
     try:
-        done = subprocess.run([kustomize, "build", str(directory)], capture_output=True, text=True)
+        done = subprocess.run(command, capture_output=True, text=True)
     except OSError as e:
-        raise RenderError(f"running {kustomize}: {e} (deploy/install-kustomize.sh installs it)") from e
+        raise RenderError(f"running {command[0]}: {e} ({installer} installs it)") from e
+    what = f"{Path(command[0]).name} {command[1]}"
     if done.returncode != 0:
-        raise RenderError(f"kustomize build: {done.stderr.strip()}")
+        raise RenderError(f"{what}: {done.stderr.strip()}")
     try:
         return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
     except yaml.YAMLError as e:
-        raise RenderError(f"kustomize build printed YAML PyYAML cannot read: {e}") from e
+        raise RenderError(f"{what} printed YAML PyYAML cannot read: {e}") from e
+
+
+def build(directory):
+    """The objects `kustomize build DIRECTORY` renders: the real kustomize, whose path
+    deploy/check-k8s.sh passes in KUSTOMIZE."""
+    kustomize = os.environ.get("KUSTOMIZE", "kustomize")
+    return render([kustomize, "build", str(directory)], "deploy/install-kustomize.sh")
 
 
 def render_chart(chart, args):
     """The objects `helm template sluice CHART ARGS...` renders: the real Helm, whose path
     deploy/check-k8s.sh passes in HELM."""
     helm = os.environ.get("HELM", "helm")
-    try:
-        done = subprocess.run([helm, "template", "sluice", str(chart), *args], capture_output=True, text=True)
-    except OSError as e:
-        raise RenderError(f"running {helm}: {e} (deploy/install-helm.sh installs it)") from e
-    if done.returncode != 0:
-        raise RenderError(f"helm template: {done.stderr.strip()}")
-    try:
-        return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
-    except yaml.YAMLError as e:
-        raise RenderError(f"helm template printed YAML PyYAML cannot read: {e}") from e
+    return render([helm, "template", "sluice", str(chart), *args], "deploy/install-helm.sh")
 
 
 # A ConfigMap kustomize generated, named with the hash of its contents.
