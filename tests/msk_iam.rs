@@ -15,31 +15,66 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use crate::support::{one_job_over, repo, OwnBroker};
+use crate::support::{free_port, http_get, one_job_over, repo, wait_until, Instances, OwnBroker};
 
 const ACCESS_KEY: &str = "AKIAMSKTEST0001";
 const SECRET_KEY: &str = "msk/secret+key=do-not-log";
 const SESSION_TOKEN: &str = "FwoGZXIvYXdzEMSK//session+token=";
 const REGION: &str = "eu-west-1";
 
-/// What the broker made of each connection's token: the access key it was signed with, or
-/// what was wrong (no token at all included).
-type Verdicts = Arc<Mutex<Vec<Result<String, String>>>>;
+/// What the broker made of each connection's token, when: the session token it was signed
+/// with, or what was wrong (no token at all included).
+type Verdicts = Arc<Mutex<Vec<(Instant, Result<String, String>)>>>;
 
-/// A broker that takes SASL/OAUTHBEARER and checks MSK IAM tokens; its address and verdicts.
-/// With an `upstream` (a tansu port), a connection whose token verifies is then forwarded
-/// to it as it is: a real broker behind MSK IAM. Without one, every login is refused,
-/// saying what the token was found to be.
-fn msk_broker(listener: TcpListener, upstream: Option<u16>) -> Verdicts {
-    let verdicts: Verdicts = Arc::default();
-    let seen = verdicts.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let seen = seen.clone();
-            std::thread::spawn(move || serve(stream, upstream, &seen));
+/// Whether a session token is one the credentials' issuer handed out and has not expired.
+type Sessions = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// A broker that takes SASL/OAUTHBEARER and checks MSK IAM tokens. With an `upstream` (a
+/// tansu port), a connection whose token verifies is then forwarded to it as it is: a real
+/// broker behind MSK IAM. Without one, every login is refused, saying what the token was
+/// found to be.
+struct MskBroker {
+    verdicts: Verdicts,
+    /// The connections forwarded, for [`MskBroker::cut`].
+    forwarded: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl MskBroker {
+    fn start(listener: TcpListener, upstream: Option<u16>, sessions: Sessions) -> MskBroker {
+        let broker = MskBroker {
+            verdicts: Arc::default(),
+            forwarded: Arc::default(),
+        };
+        let (verdicts, forwarded) = (broker.verdicts.clone(), broker.forwarded.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (verdicts, forwarded, sessions) = (verdicts.clone(), forwarded.clone(), sessions.clone());
+                std::thread::spawn(move || serve(stream, upstream, &verdicts, &forwarded, &*sessions));
+            }
+        });
+        broker
+    }
+
+    /// What the broker made of the tokens it was sent, in order.
+    fn verdicts(&self) -> Vec<Result<String, String>> {
+        self.verdicts.lock().unwrap().iter().map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Closes every forwarded connection, as a broker restart would: clients connect, and
+    /// sign in, again.
+    fn cut(&self) {
+        for c in self.forwarded.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
         }
-    });
-    verdicts
+    }
+}
+
+/// The one session token of the static credentials.
+fn static_session() -> Sessions {
+    Arc::new(|token: &str| match token == SESSION_TOKEN {
+        true => Ok(()),
+        false => Err("not the session token of the credentials".into()),
+    })
 }
 
 /// One request or response: its size prefix, then its bytes.
@@ -59,13 +94,19 @@ fn write_frame(stream: &mut TcpStream, body: &[u8]) -> Option<()> {
 
 /// Answers one connection's requests until it is authenticated (then forwards it) or the
 /// client hangs up.
-fn serve(mut stream: TcpStream, upstream: Option<u16>, verdicts: &Verdicts) {
+fn serve(
+    mut stream: TcpStream,
+    upstream: Option<u16>,
+    verdicts: &Verdicts,
+    forwarded: &Mutex<Vec<TcpStream>>,
+    sessions: &(dyn Fn(&str) -> Result<(), String> + Send + Sync),
+) {
     let mut broker = upstream.map(|port| TcpStream::connect(("127.0.0.1", port)).unwrap());
     loop {
         let Some(request) = read_frame(&mut stream) else { return };
         let mut r = Reader(&request);
         let (api_key, version, correlation) = (r.i16(), r.i16(), r.i32());
-        let _client_id = r.string();
+        let client_id = r.string();
         let mut body = correlation.to_be_bytes().to_vec();
         let mut authenticated = false;
         match (api_key, broker.as_mut()) {
@@ -113,16 +154,17 @@ fn serve(mut stream: TcpStream, upstream: Option<u16>, verdicts: &Verdicts) {
                     .split('\u{1}')
                     .find_map(|kv| kv.strip_prefix("auth=Bearer "))
                     .ok_or_else(|| "no bearer token".to_string())
-                    .and_then(check_token);
+                    .and_then(|token| check_token(token, sessions));
                 authenticated = verdict.is_ok() && upstream.is_some();
                 let refusal = match &verdict {
                     _ if authenticated => None,
-                    Ok(key) => Some(format!(
-                        "test broker: MSK IAM token verified for {key}; no cluster here"
+                    Ok(_) => Some(format!(
+                        "test broker: MSK IAM token verified for {ACCESS_KEY}; no cluster here"
                     )),
                     Err(why) => Some(format!("test broker: MSK IAM token refused: {why}")),
                 };
-                verdicts.lock().unwrap().push(verdict);
+                let verdict = verdict.map_err(|e| format!("{e} [{client_id:?}]"));
+                verdicts.lock().unwrap().push((Instant::now(), verdict));
                 // SASL_AUTHENTICATION_FAILED with what the broker found, or success.
                 match refusal {
                     Some(said) => {
@@ -137,10 +179,8 @@ fn serve(mut stream: TcpStream, upstream: Option<u16>, verdicts: &Verdicts) {
                 }
             }
             (other, _) => {
-                verdicts
-                    .lock()
-                    .unwrap()
-                    .push(Err(format!("request {other} before authenticating")));
+                let refused = Err(format!("request {other} before authenticating"));
+                verdicts.lock().unwrap().push((Instant::now(), refused));
                 return;
             }
         }
@@ -148,6 +188,7 @@ fn serve(mut stream: TcpStream, upstream: Option<u16>, verdicts: &Verdicts) {
             return;
         }
         if let Some(broker) = broker.take_if(|_| authenticated) {
+            forwarded.lock().unwrap().push(stream.try_clone().unwrap());
             return forward(stream, broker);
         }
     }
@@ -197,8 +238,9 @@ fn short_string(s: &str) -> Vec<u8> {
     out
 }
 
-/// Checks an MSK IAM token as MSK does; the access key it was signed with, or what is wrong.
-fn check_token(token: &str) -> Result<String, String> {
+/// Checks an MSK IAM token as MSK does: its session token (which `sessions` checks), or what
+/// is wrong.
+fn check_token(token: &str, sessions: &(dyn Fn(&str) -> Result<(), String> + Send + Sync)) -> Result<String, String> {
     let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .map_err(|e| format!("not base64url: {e}"))?;
@@ -223,12 +265,13 @@ fn check_token(token: &str) -> Result<String, String> {
         ("X-Amz-Algorithm", "AWS4-HMAC-SHA256"),
         ("X-Amz-Expires", "900"),
         ("X-Amz-SignedHeaders", "host"),
-        ("X-Amz-Security-Token", SESSION_TOKEN),
     ] {
         if param(name)? != want {
             return Err(format!("{name} is not {want}"));
         }
     }
+    let session = param("X-Amz-Security-Token")?;
+    sessions(&session).map_err(|why| format!("X-Amz-Security-Token: {why}"))?;
     let date = param("X-Amz-Date")?;
     let signed_at = chrono::NaiveDateTime::parse_from_str(&date, "%Y%m%dT%H%M%SZ")
         .map_err(|e| format!("X-Amz-Date {date}: {e}"))?
@@ -265,7 +308,7 @@ fn check_token(token: &str) -> Result<String, String> {
     }
     let expected = hex(&hmac_sha256(&key, to_sign.as_bytes()));
     match param("X-Amz-Signature")? == expected {
-        true => Ok(ACCESS_KEY.to_string()),
+        true => Ok(session),
         false => Err("the signature does not match".into()),
     }
 }
@@ -335,7 +378,7 @@ const CREDENTIALS: [(&str, &str); 4] = [
 fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_credentials() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let broker = listener.local_addr().unwrap().to_string();
-    let verdicts = msk_broker(listener, None);
+    let broker_check = MskBroker::start(listener, None, static_session());
     let dir = tempfile::tempdir().unwrap();
     let properties = dir.path().join("client.properties");
     // As AWS documents it for Kafka's Java clients, but plaintext (the test broker has no TLS).
@@ -350,10 +393,10 @@ fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_
     .unwrap();
     let apply = ["--topic-prefix", "it-msk.", "topics", "apply", "--dir", "topics"];
     let (code, _, stderr, took) = run(&properties, &CREDENTIALS, &apply);
-    let seen = verdicts.lock().unwrap().clone();
+    let seen = broker_check.verdicts();
     assert!(!seen.is_empty(), "the broker was sent no token\n{stderr}");
     assert!(
-        seen.iter().all(|v| v.as_deref() == Ok(ACCESS_KEY)),
+        seen.iter().all(|v| v.as_deref() == Ok(SESSION_TOKEN)),
         "{seen:?}\n{stderr}"
     );
     // The broker's refusal stops the command at once, in its words.
@@ -370,14 +413,14 @@ fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_
 
     // Without credentials anywhere in the chain: refused before any client is made, saying
     // where it looked.
-    let before = verdicts.lock().unwrap().len();
+    let before = broker_check.verdicts().len();
     let (code, _, stderr, _) = run(&properties, &[("AWS_REGION", REGION)], &apply);
     assert_ne!(code, Some(0));
     assert!(
         stderr.contains("AWS MSK IAM") && stderr.contains("no AWS credentials"),
         "{stderr}"
     );
-    assert_eq!(verdicts.lock().unwrap().len(), before, "no token was sent");
+    assert_eq!(broker_check.verdicts().len(), before, "no token was sent");
 }
 
 /// The processor and its commands over MSK IAM in the OAUTHBEARER form AWS documents: tansu
@@ -389,7 +432,7 @@ fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_
 fn the_processor_runs_over_msk_iam_every_connection_signed() {
     let tansu = OwnBroker::new();
     let listener = TcpListener::bind(("127.0.0.1", tansu.port)).unwrap();
-    let verdicts = msk_broker(listener, Some(tansu.listen));
+    let broker = MskBroker::start(listener, Some(tansu.listen), static_session());
     let brokers = tansu.start();
     let dir = tempfile::tempdir().unwrap();
     let properties = dir.path().join("client.properties");
@@ -415,7 +458,7 @@ fn the_processor_runs_over_msk_iam_every_connection_signed() {
         code,
         Some(0),
         "topics apply over MSK IAM\n{out}\n{err}\n{:?}",
-        verdicts.lock().unwrap()
+        broker.verdicts()
     );
     let state = dir.path().join("state");
     let start = |args: &[&str]| {
@@ -428,7 +471,7 @@ fn the_processor_runs_over_msk_iam_every_connection_signed() {
     let (_, events, err, _) = call(&["events", "tail", "--output", "json"]);
     assert!(events.contains("JOB_COMPLETED"), "{events}\n{err}");
 
-    let seen = verdicts.lock().unwrap().clone();
+    let seen = broker.verdicts();
     let refused: Vec<&String> = seen.iter().filter_map(|v| v.as_ref().err()).collect();
     assert!(refused.is_empty(), "connections without a good token: {refused:?}");
     // topics apply, config apply, the processor's clients, two sensor puts and the tail
@@ -437,4 +480,121 @@ fn the_processor_runs_over_msk_iam_every_connection_signed() {
     for text in [log_tail(), events] {
         assert!(!text.contains(SECRET_KEY) && !text.contains(SESSION_TOKEN));
     }
+}
+
+/// Credentials that expire within a minute, as a container credentials endpoint (ECS, EKS
+/// Pod Identity) may hand out: the processor fetches new ones before the held ones expire,
+/// and its clients take fresh tokens as librdkafka asks for them. Once the first
+/// credentials have expired, the broker cuts every connection: each client connects again,
+/// and signs in with a session that is still live.
+#[test]
+fn a_running_processor_signs_in_again_with_fresh_credentials_after_the_first_expired() {
+    use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+    // The session tokens the endpoint handed out, with their expiry.
+    type Issued = Arc<Mutex<Vec<(String, DateTime<Utc>)>>>;
+    let issued: Issued = Arc::default();
+    let record = issued.clone();
+    let endpoint = crate::support::serve(move |_| {
+        let mut all = record.lock().unwrap();
+        let token = format!("session-{}", all.len() + 1);
+        let expires = Utc::now() + TimeDelta::seconds(30);
+        all.push((token.clone(), expires));
+        let credentials = serde_json::json!({
+            "AccessKeyId": ACCESS_KEY, "SecretAccessKey": SECRET_KEY, "Token": token,
+            "Expiration": expires.to_rfc3339_opts(SecondsFormat::Secs, true),
+        });
+        (200, credentials.to_string())
+    });
+    let known = issued.clone();
+    let sessions: Sessions =
+        Arc::new(
+            move |token: &str| match known.lock().unwrap().iter().find(|(t, _)| t == token) {
+                None => Err("not a session the credentials endpoint issued".into()),
+                Some((_, at)) if *at <= Utc::now() => Err(format!("{token} expired at {at}")),
+                Some(_) => Ok(()),
+            },
+        );
+    let tansu = OwnBroker::new();
+    let listener = TcpListener::bind(("127.0.0.1", tansu.port)).unwrap();
+    let broker = MskBroker::start(listener, Some(tansu.listen), sessions);
+    let brokers = tansu.start();
+    let dir = tempfile::tempdir().unwrap();
+    let properties = dir.path().join("client.properties");
+    std::fs::write(
+        &properties,
+        format!(
+            "bootstrap.servers={brokers}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=AWS_MSK_IAM\n\
+             session.timeout.ms=10000\nmessage.timeout.ms=30000\ncompression.type=none\n"
+        ),
+    )
+    .unwrap();
+    let uri = format!("{endpoint}/v2/credentials");
+    let aws = [
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", uri.as_str()),
+        ("AWS_REGION", REGION),
+    ];
+    let prefix = ["--broker-quirks", "tansu", "--topic-prefix", "it-msk-long."];
+    let (code, out, err, _) = run(
+        &properties,
+        &aws,
+        &[&prefix[..], &["topics", "apply", "--dir", "topics"]].concat(),
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}\n{:?}", broker.verdicts());
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    let state = dir.path().join("state");
+    let log = dir.path().join("run.log");
+    let args = [
+        &prefix[..],
+        &["run", "--http", &addr, "--state-dir", state.to_str().unwrap()],
+    ]
+    .concat();
+    let processor = sluice(&properties, &aws, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _processor = Instances(vec![processor]);
+    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
+    let ready = || http_get(&addr, "/readyz").is_some_and(|(status, _)| status == 200);
+    wait_until(
+        "the processor ready over MSK IAM",
+        Duration::from_secs(60),
+        log_tail,
+        ready,
+    );
+    // The processor's first credentials are the endpoint's first since it started.
+    let first = issued.lock().unwrap().len() - 1;
+    wait_until(
+        "the processor's first credentials expired, and new ones fetched",
+        Duration::from_secs(90),
+        log_tail,
+        || {
+            let issued = issued.lock().unwrap();
+            issued.len() >= first + 3 && issued[first].1 + TimeDelta::seconds(1) < Utc::now()
+        },
+    );
+    let cut_at = Instant::now();
+    broker.cut();
+    let signed_after = || {
+        let verdicts = broker.verdicts.lock().unwrap();
+        verdicts.iter().filter(|(at, v)| *at > cut_at && v.is_ok()).count()
+    };
+    wait_until(
+        "the processor's clients signed in again",
+        Duration::from_secs(60),
+        log_tail,
+        || signed_after() >= 2 && ready(),
+    );
+    let refused: Vec<String> = broker.verdicts().into_iter().filter_map(Result::err).collect();
+    assert!(refused.is_empty(), "connections refused: {refused:?}\n{}", log_tail());
+    let stale = format!("session-{}", first + 1);
+    let verdicts = broker.verdicts.lock().unwrap();
+    let after: Vec<&String> = verdicts
+        .iter()
+        .filter(|(at, _)| *at > cut_at)
+        .filter_map(|(_, v)| v.as_ref().ok())
+        .collect();
+    assert!(!after.iter().any(|s| **s == stale), "{after:?}");
+    assert!(!log_tail().contains(SECRET_KEY));
 }

@@ -1083,6 +1083,16 @@ pub struct Start {
 /// watermark short of the end after multi-record batches; control records of transactions
 /// end a partition through the consumer's position.
 pub fn read_span(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
+    let read = read_assigned(consumer, starts);
+    // Nothing fetched ahead for partitions no one reads until the next call: a reader kept
+    // between reads (the page's recent events, the alert routes' owners) then holds no
+    // broker connection open meanwhile, which it would have to sign in to again (MSK IAM)
+    // without being polled for a fresh token.
+    let _ = consumer.unassign();
+    read
+}
+
+fn read_assigned(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
     let mut list = TopicPartitionList::new();
     let mut ends: BTreeMap<(String, i32), (i64, bool)> = BTreeMap::new();
     for s in starts {

@@ -22,9 +22,12 @@ use crate::runtime::jobs::aws::credentials::credentials;
 
 /// How long a token is good for: what AWS's signers use, and the most MSK accepts.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(900);
-/// How often the held credentials are checked: they are fetched again only in the last
-/// five minutes before they expire ([`credentials`] keeps them), so this is cheap.
+/// How often the held credentials are checked at most: they are fetched again only in the
+/// last five minutes before they expire ([`credentials`] keeps them), so this is cheap.
+/// Credentials that expire sooner are checked at half their remaining life, at least
+/// every [`CHECK_AT_LEAST`].
 const CHECK_EVERY: Duration = Duration::from_secs(60);
+const CHECK_AT_LEAST: Duration = Duration::from_secs(1);
 const SIGNING_NAME: &str = "kafka-cluster";
 
 /// A signed token, and when it stops being good (librdkafka asks again before then).
@@ -47,6 +50,8 @@ pub struct MskIam {
 pub enum TokenError {
     #[error("AWS MSK IAM: no AWS credentials fetched yet")]
     NoCredentials,
+    #[error("AWS MSK IAM: the AWS credentials held expired and none could be fetched since")]
+    Expired,
     #[error("AWS MSK IAM: cannot sign the token: {0}")]
     Unsignable(String),
 }
@@ -68,7 +73,11 @@ impl MskIam {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(CHECK_EVERY).await;
+                let wait = match weak.upgrade() {
+                    Some(this) => this.next_check(SystemTime::now()),
+                    None => return,
+                };
+                tokio::time::sleep(wait).await;
                 let Some(this) = weak.upgrade() else { return };
                 if let Err(e) = this.fetch().await {
                     tracing::warn!(error = %e, "AWS MSK IAM: could not refresh the AWS credentials; signing with those held until they expire");
@@ -84,6 +93,21 @@ impl MskIam {
             .map_err(|e| format!("AWS MSK IAM: {e}"))?;
         self.hold(fetched);
         Ok(())
+    }
+
+    /// How long after `now` the held credentials are to be checked again: every
+    /// [`CHECK_EVERY`], or at half their remaining life if that is sooner, so that
+    /// short-lived credentials are replaced before they expire.
+    fn next_check(&self, now: SystemTime) -> Duration {
+        let held = self.held.read().unwrap_or_else(|e| e.into_inner());
+        let remaining = held
+            .as_ref()
+            .and_then(Credentials::expiry)
+            .map(|at| at.duration_since(now).unwrap_or_default());
+        match remaining {
+            Some(left) => (left / 2).clamp(CHECK_AT_LEAST, CHECK_EVERY),
+            None => CHECK_EVERY,
+        }
     }
 
     /// Holds `credentials` to sign with (what a fetch does; tests give their own).
@@ -108,6 +132,9 @@ impl MskIam {
 /// The token for `credentials` in `region` at `now`. It expires with the signature, or with
 /// the credentials if they expire first (a session token past its expiry signs nothing).
 pub fn sign_token(credentials: &Credentials, region: &str, now: SystemTime) -> Result<Token, TokenError> {
+    if credentials.expiry().is_some_and(|at| at <= now) {
+        return Err(TokenError::Expired);
+    }
     let unsignable = |e: &dyn std::fmt::Display| TokenError::Unsignable(e.to_string());
     let url = format!("https://kafka.{region}.amazonaws.com/?Action=kafka-cluster%3AConnect");
     let identity = credentials.clone().into();
@@ -225,6 +252,41 @@ mod tests {
         let token = sign_token(&long, "us-east-1", now).unwrap();
         assert_eq!(token.expires, now + TOKEN_LIFETIME);
         assert_eq!(param(&decoded(&token), "X-Amz-Security-Token"), None);
+    }
+
+    #[test]
+    fn short_lived_credentials_are_checked_before_they_expire_and_expired_ones_sign_nothing() {
+        let now = at(1_795_773_600);
+        let msk = MskIam::new("us-east-1".into(), None);
+        assert_eq!(msk.next_check(now), CHECK_EVERY, "nothing held yet");
+        let expiring = |secs| {
+            Credentials::new(
+                "AKID",
+                "s",
+                Some("t".into()),
+                Some(now + Duration::from_secs(secs)),
+                "test",
+            )
+        };
+        msk.hold(expiring(3600));
+        assert_eq!(msk.next_check(now), CHECK_EVERY);
+        msk.hold(expiring(40));
+        assert_eq!(
+            msk.next_check(now),
+            Duration::from_secs(20),
+            "half their remaining life"
+        );
+        msk.hold(expiring(1));
+        assert_eq!(msk.next_check(now), CHECK_AT_LEAST);
+        msk.hold(Credentials::new("AKID", "s", None, None, "test"));
+        assert_eq!(msk.next_check(now), CHECK_EVERY, "permanent keys");
+        // A token is never signed with expired credentials (librdkafka would refuse it).
+        msk.hold(expiring(1));
+        assert!(msk.token(now).is_ok());
+        assert!(matches!(
+            msk.token(now + Duration::from_secs(1)),
+            Err(TokenError::Expired)
+        ));
     }
 
     #[test]

@@ -103,8 +103,11 @@ impl TailReader {
                 })
                 .await;
                 let messages = match read {
+                    // Kept while more reads wait (partitions open in bursts), then let go: an
+                    // idle client is not polled, so it could not take fresh MSK IAM tokens,
+                    // and its broker connections would outlive their sign-in.
                     Ok(Ok((c, messages))) => {
-                        consumer = Some(c);
+                        consumer = (!asked.is_empty()).then_some(c);
                         messages
                     }
                     Ok(Err(e)) => Err(e),
