@@ -30,6 +30,12 @@ const CHECK_EVERY: Duration = Duration::from_secs(60);
 const CHECK_AT_LEAST: Duration = Duration::from_secs(1);
 const SIGNING_NAME: &str = "kafka-cluster";
 
+/// The machine's time, not the processor's (`--clock-offset`): AWS judges a signature's
+/// time, and credentials' expiry, by its own.
+fn machine_now() -> SystemTime {
+    SystemTime::now()
+}
+
 /// A signed token, and when it stops being good (librdkafka asks again before then).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Token {
@@ -74,7 +80,7 @@ impl MskIam {
         tokio::spawn(async move {
             loop {
                 let wait = match weak.upgrade() {
-                    Some(this) => this.next_check(SystemTime::now()),
+                    Some(this) => this.next_check(machine_now()),
                     None => return,
                 };
                 tokio::time::sleep(wait).await;
@@ -115,10 +121,9 @@ impl MskIam {
         *self.held.write().unwrap_or_else(|e| e.into_inner()) = Some(credentials);
     }
 
-    /// A token signed now, by the machine's clock, not the processor's (`--clock-offset`):
-    /// MSK judges a signature's time by its own.
+    /// A token signed now ([`machine_now`]).
     pub fn token_now(&self) -> Result<Token, TokenError> {
-        self.token(SystemTime::now())
+        self.token(machine_now())
     }
 
     /// A token signed at `now` with the held credentials.
