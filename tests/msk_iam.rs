@@ -374,23 +374,42 @@ const CREDENTIALS: [(&str, &str); 4] = [
     ("AWS_REGION", REGION),
 ];
 
+/// The login lines of AWS's documented `client.properties` for Java clients, in its two
+/// forms.
+const IAM_LOGIN: &str = "sasl.mechanism=AWS_MSK_IAM\n\
+    sasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required;\n\
+    sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler\n";
+const OAUTHBEARER_LOGIN: &str = "sasl.mechanism=OAUTHBEARER\n\
+    sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;\n\
+    sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler\n";
+
+/// A `client.properties` in `dir` for `brokers` with `login`, plaintext (the test broker has
+/// no TLS), with the local broker's client settings (deploy/local-broker.sh's).
+fn properties_file(dir: &std::path::Path, brokers: &str, login: &str) -> std::path::PathBuf {
+    let path = dir.join("client.properties");
+    let settings = "session.timeout.ms=10000\nmessage.timeout.ms=30000\ncompression.type=none\n";
+    let text = format!("bootstrap.servers={brokers}\nsecurity.protocol=SASL_PLAINTEXT\n{login}{settings}");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A tansu broker of the test's own behind an [`MskBroker`] that checks sessions with
+/// `sessions`; the bootstrap address is the checking broker's.
+fn msk_over_tansu(sessions: Sessions) -> (OwnBroker, MskBroker, String) {
+    let tansu = OwnBroker::new();
+    let listener = TcpListener::bind(("127.0.0.1", tansu.port)).unwrap();
+    let broker = MskBroker::start(listener, Some(tansu.listen), sessions);
+    let brokers = tansu.start();
+    (tansu, broker, brokers)
+}
+
 #[test]
 fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_credentials() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let broker = listener.local_addr().unwrap().to_string();
     let broker_check = MskBroker::start(listener, None, static_session());
     let dir = tempfile::tempdir().unwrap();
-    let properties = dir.path().join("client.properties");
-    // As AWS documents it for Kafka's Java clients, but plaintext (the test broker has no TLS).
-    std::fs::write(
-        &properties,
-        format!(
-            "bootstrap.servers={broker}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=AWS_MSK_IAM\n\
-             sasl.jaas.config=software.amazon.msk.auth.iam.IAMLoginModule required;\n\
-             sasl.client.callback.handler.class=software.amazon.msk.auth.iam.IAMClientCallbackHandler\n"
-        ),
-    )
-    .unwrap();
+    let properties = properties_file(dir.path(), &broker, IAM_LOGIN);
     let apply = ["--topic-prefix", "it-msk.", "topics", "apply", "--dir", "topics"];
     let (code, _, stderr, took) = run(&properties, &CREDENTIALS, &apply);
     let seen = broker_check.verdicts();
@@ -430,22 +449,9 @@ fn awss_msk_iam_properties_send_a_token_msk_would_verify_signed_with_the_chains_
 /// token signed with the chain's credentials.
 #[test]
 fn the_processor_runs_over_msk_iam_every_connection_signed() {
-    let tansu = OwnBroker::new();
-    let listener = TcpListener::bind(("127.0.0.1", tansu.port)).unwrap();
-    let broker = MskBroker::start(listener, Some(tansu.listen), static_session());
-    let brokers = tansu.start();
+    let (_tansu, broker, brokers) = msk_over_tansu(static_session());
     let dir = tempfile::tempdir().unwrap();
-    let properties = dir.path().join("client.properties");
-    std::fs::write(
-        &properties,
-        format!(
-            "bootstrap.servers={brokers}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=OAUTHBEARER\n\
-             sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;\n\
-             sasl.login.callback.handler.class=software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler\n\
-             session.timeout.ms=10000\nmessage.timeout.ms=30000\ncompression.type=none\n"
-        ),
-    )
-    .unwrap();
+    let properties = properties_file(dir.path(), &brokers, OAUTHBEARER_LOGIN);
     let common = ["--broker-quirks", "tansu", "--topic-prefix", "it-msk-run."];
     let with = |args: &[&str]| -> Vec<String> { common.iter().chain(args).map(|a| a.to_string()).collect() };
     let call = |args: &[&str]| {
@@ -514,20 +520,9 @@ fn a_running_processor_signs_in_again_with_fresh_credentials_after_the_first_exp
                 Some(_) => Ok(()),
             },
         );
-    let tansu = OwnBroker::new();
-    let listener = TcpListener::bind(("127.0.0.1", tansu.port)).unwrap();
-    let broker = MskBroker::start(listener, Some(tansu.listen), sessions);
-    let brokers = tansu.start();
+    let (_tansu, broker, brokers) = msk_over_tansu(sessions);
     let dir = tempfile::tempdir().unwrap();
-    let properties = dir.path().join("client.properties");
-    std::fs::write(
-        &properties,
-        format!(
-            "bootstrap.servers={brokers}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=AWS_MSK_IAM\n\
-             session.timeout.ms=10000\nmessage.timeout.ms=30000\ncompression.type=none\n"
-        ),
-    )
-    .unwrap();
+    let properties = properties_file(dir.path(), &brokers, "sasl.mechanism=AWS_MSK_IAM\n");
     let uri = format!("{endpoint}/v2/credentials");
     let aws = [
         ("AWS_CONTAINER_CREDENTIALS_FULL_URI", uri.as_str()),
