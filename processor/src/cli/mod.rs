@@ -259,7 +259,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
             }
     ) || matches!(&cli.command, Command::Alerts { command } if command.offline());
     if !offline {
-        kafka.sign_in().await?;
+        kafka.start_tokens().await?;
         let check = kafka.clone();
         tokio::task::spawn_blocking(move || kafka::check_connection(&check)).await??;
     }

@@ -195,7 +195,7 @@ impl Connection {
 
     /// Before the first client is made: fetches the credentials that AWS MSK IAM tokens
     /// are signed with, and keeps them fresh (nothing to do for other mechanisms).
-    pub async fn sign_in(&self) -> Result<()> {
+    pub async fn start_tokens(&self) -> Result<()> {
         match &self.msk_iam {
             Some(msk) => msk.start().await.map_err(anyhow::Error::msg),
             None => Ok(()),
