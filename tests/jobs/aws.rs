@@ -569,8 +569,9 @@ async fn emr_serverless_run_is_started_then_succeeds() {
     );
 }
 
+/// A cancelled job run fails TRANSIENT, as Interlock categorised it (a retry may pass).
 #[tokio::test]
-async fn emr_serverless_cancelled_run_fails_permanently() {
+async fn emr_serverless_cancelled_run_fails_transient_as_in_interlock() {
     let application = emr_application().await;
     let job = Job::new(JobKind::EmrServerless, serverless_config(&application));
     let (_, handle) = job.started().await;
@@ -579,7 +580,7 @@ async fn emr_serverless_cancelled_run_fails_permanently() {
     setup_rest("emr-serverless", REGION, Method::DELETE, &path, None).await;
     let outcome = job.status(&handle).await.unwrap();
     assert_eq!(outcome.status, JobStatus::Failed, "{outcome:?}");
-    assert_eq!(outcome.category, Some(FailureCategory::Permanent));
+    assert_eq!(outcome.category, None, "TRANSIENT");
     assert_eq!(outcome.metadata.unwrap()["state"], "CANCELLED");
 }
 
@@ -698,8 +699,9 @@ async fn step_function_execution_past_its_timeout_is_timed_out() {
     assert_eq!(done.category, Some(FailureCategory::Timeout));
 }
 
+/// A stopped (ABORTED) execution fails TRANSIENT, as Interlock categorised it.
 #[tokio::test]
-async fn step_function_stopped_execution_fails_permanently() {
+async fn step_function_stopped_execution_fails_transient_as_in_interlock() {
     let machine = state_machine(wait_then_pass(60)).await;
     let job = Job::new(JobKind::StepFunction, json!({"stateMachineArn": machine}));
     let (_, handle) = job.started().await;
@@ -714,7 +716,7 @@ async fn step_function_stopped_execution_fails_permanently() {
     // DescribeExecution is eventually consistent): a check or two may still see it running.
     let outcome = last(&job.settle(&handle).await).clone();
     assert_eq!(outcome.status, JobStatus::Failed, "{outcome:?}");
-    assert_eq!(outcome.category, Some(FailureCategory::Permanent));
+    assert_eq!(outcome.category, None, "TRANSIENT");
     assert_eq!(outcome.metadata.unwrap()["state"], "ABORTED");
 }
 
@@ -948,5 +950,53 @@ fn step_function_runs_end_to_end_through_the_processor() {
             "{text}"
         );
     }
+    w.stop();
+}
+
+/// A synchronous Lambda that runs longer than the usual 30-second try (45 s here, with no
+/// `timeout` in its config and no trigger retries): its call's deadline covers what Lambda
+/// allows a function (15 minutes), so the call is not cut while the function runs, the run
+/// completes with the function's answer, and the function is invoked once. Before, the
+/// deadline (30 s a try, plus 10 s) cut it: INFRA_FAILURE while it still ran, and the next
+/// trigger sensor invoked it again. Lambda's Invoke is served on loopback (moto's answers at
+/// once, whatever the function).
+#[test]
+fn a_synchronous_lambda_longer_than_a_try_is_not_cut_while_it_runs() {
+    use sluice::core::events::EventType::*;
+    let invoked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = invoked.clone();
+    let lambda = support::serve(move |request| {
+        if request.method != "POST" || request.path != "/2015-03-31/functions/slow-report/invocations" {
+            return (404, r#"{"Type": "User", "Message": "not found"}"#.into());
+        }
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_secs(45));
+        (200, r#"{"rows": 1234}"#.into())
+    });
+    let job = json!({"type": "lambda", "maxRetries": 0,
+        "triggerRetry": {"interval": "200ms", "backoffRate": 2, "maxAttempts": 0},
+        "config": {"functionName": "slow-report", "endpointUrl": lambda, "region": REGION}});
+    let mut w = support::World::new("lambda-long");
+    w.start_with(&support::pipeline("slow", job));
+    w.sensor("slow", "row-count", json!({"count": 5000}));
+    w.sensor("slow", "upstream", json!({"status": "ready"}));
+    let events = w.wait_for_until(
+        "slow",
+        "the function's answer",
+        std::time::Instant::now() + std::time::Duration::from_secs(120),
+        |es| {
+            es.iter()
+                .any(|e| matches!(e.kind, JOB_COMPLETED | INFRA_FAILURE | JOB_FAILED))
+        },
+    );
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
+        "{:?}",
+        events.last().map(|e| &e.message)
+    );
+    assert!(events[3].message.contains("1234"), "{}", events[3].message);
+    assert_eq!(invoked.load(std::sync::atomic::Ordering::SeqCst), 1);
     w.stop();
 }

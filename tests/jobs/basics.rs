@@ -367,46 +367,91 @@ fn kafka_jobs_publish_a_request_and_the_runner_reports_back() {
     w.stop();
 }
 
+/// A status API that fails for longer than a check's retries (503), or refuses the question
+/// (403: Sluice's identity may not read runs), while the trigger sensor keeps arriving: the
+/// run goes on (JOB_STATUS_UNKNOWN, the refusal as something a person must fix), nothing
+/// starts a second copy, and the job's own answer, once the API is back, ends the run. As
+/// Interlock's `checkjob.go` kept polling; before, the first was INFRA_FAILURE and the next
+/// trigger sensor started attempt 2 beside the running job, the second a PERMANENT failure
+/// that `maxCodeRetries` retried at once.
 #[test]
-fn a_status_check_that_keeps_failing_and_a_request_that_times_out_end_with_infra_failure() {
+fn a_status_check_that_cannot_ask_never_ends_the_run_nor_starts_a_second_copy() {
     let server = scripted_server();
-    server.script("/status", &[(503, r#"{"error": "status service down"}"#)]);
+    server.script("/down-status", &[(503, r#"{"error": "status service down"}"#)]);
+    server.script(
+        "/denied-status",
+        &[(403, r#"{"message": "not authorized to read runs"}"#)],
+    );
+    let mut w = World::new("status-unknown");
+    let job = |name: &str| {
+        quick(json!({"type": "http", "maxRetries": 3, "maxCodeRetries": 2, "config": {
+            "url": format!("{}/{name}-start", server.base),
+            "statusUrl": format!("{}/{name}-status", server.base)}}))
+    };
+    w.config(&pipeline("denied", job("denied")));
+    w.start_with(&pipeline("down", job("down")));
+    for id in ["down", "denied"] {
+        go(&w, id);
+        w.wait_for(id, "the unknown status", |es| {
+            es.iter().any(|e| e.kind == JOB_STATUS_UNKNOWN)
+        });
+        // The producer keeps sending its trigger, as hourly producers do; then a reading no
+        // rule reads, whose UNKNOWN_SENSOR shows every reading before it was handled.
+        for _ in 0..3 {
+            w.sensor(id, "upstream", json!({"status": "ready"}));
+        }
+        w.sensor(id, "handled-up-to-here", json!({}));
+        w.wait_for(id, "the barrier", |es| es.iter().any(|e| e.kind == UNKNOWN_SENSOR));
+    }
+    let starts = |name: &str| server.requests_to(&format!("POST /{name}-start")).len();
+    assert_eq!((starts("down"), starts("denied")), (1, 1), "one start each");
+    assert!(
+        server.requests_to("GET /down-status").len() >= 3,
+        "the first check and its retries"
+    );
+    // The status API answers again: the job's own outcome ends each run.
+    for name in ["down", "denied"] {
+        server.script(&format!("/{name}-status"), &[(200, r#"{"status": "succeeded"}"#)]);
+    }
+    for (id, category, action) in [("down", "INFRA", false), ("denied", "PERMANENT", true)] {
+        let events = w.wait_for(id, "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+        let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                CONFIG_ACCEPTED,
+                VALIDATION_PASSED,
+                JOB_TRIGGERED,
+                JOB_STATUS_UNKNOWN,
+                UNKNOWN_SENSOR,
+                JOB_COMPLETED
+            ],
+            "{id}"
+        );
+        let unknown = last(&events, JOB_STATUS_UNKNOWN);
+        assert_eq!(unknown.detail["failureCategory"], category, "{id}");
+        assert_eq!(unknown.detail["actionNeeded"], action, "{id}");
+        assert_eq!(last(&events, JOB_COMPLETED).attempt, Some(1), "{id}");
+    }
+    assert_eq!((starts("down"), starts("denied")), (1, 1), "still one start each");
+    w.stop();
+}
+
+/// A trigger whose request outlasts the job's own `timeout` (1 s) on every try: its retries
+/// spent, the run ends with INFRA_FAILURE naming the timeout.
+#[test]
+fn a_request_that_times_out_ends_with_infra_failure() {
     // An endpoint that answers after 3 s, past the job's 1 s request timeout.
     let slow = crate::support::serve(|_| {
         std::thread::sleep(Duration::from_secs(3));
         (200, "{}".into())
     });
     let mut w = World::new("http-infra");
-    let polled = quick(json!({"type": "http", "maxRetries": 3, "config": {
-        "url": format!("{}/start", server.base), "statusUrl": format!("{}/status", server.base)}}));
     let mut late =
         quick(json!({"type": "http", "maxRetries": 3, "config": {"url": format!("{slow}/start"), "timeout": 1}}));
     late["triggerRetry"]["maxAttempts"] = json!(1);
-    w.config(&pipeline("late", late));
-    w.start_with(&pipeline("polled", polled));
-    go(&w, "polled");
+    w.start_with(&pipeline("late", late));
     go(&w, "late");
-    let events = w.wait_for("polled", "infra failure", |es| {
-        es.iter().any(|e| e.kind == INFRA_FAILURE)
-    });
-    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
-    assert_eq!(
-        kinds,
-        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, INFRA_FAILURE]
-    );
-    let failure = last(&events, INFRA_FAILURE);
-    assert!(
-        failure.message.contains("status check failed 3 time(s)"),
-        "{}",
-        failure.message
-    );
-    assert_eq!(
-        server.requests_to("GET /status").len(),
-        3,
-        "the first check and two retries"
-    );
-    assert_eq!(server.requests_to("POST /start").len(), 1, "no job retry for an outage");
-
     let events = w.wait_for("late", "infra failure", |es| es.iter().any(|e| e.kind == INFRA_FAILURE));
     let failure = last(&events, INFRA_FAILURE);
     assert!(

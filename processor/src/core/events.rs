@@ -87,6 +87,8 @@ event_types! {
     EVALUATION_SLA_WARNING => Sla,
     EVALUATION_SLA_BREACH => Sla,
     JOB_REPORT_AFTER_END => Job,
+    JOB_STATUS_UNKNOWN => Job,
+    DRY_RUN_WOULD_REPORT => DryRun,
 }
 
 impl EventType {
@@ -193,7 +195,7 @@ mod tests {
         for t in EventType::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), Value::String(t.name().to_string()));
         }
-        assert_eq!(EventType::ALL.len(), 53);
+        assert_eq!(EventType::ALL.len(), 55);
     }
 
     #[test]

@@ -142,7 +142,7 @@ pub fn action_hint(event: &Event) -> Option<String> {
                     "nothing reads {sensor}: if it is a misspelling of {meant}, fix the producer's key (or the rule's)"
                 ),
                 None => format!(
-                    "nothing reads {sensor}: a producer publishing for the wrong pipeline, or a rule that should read it; `anomalies.unknownSensors: false` silences this"
+                    "nothing reads {sensor}: a producer publishing for the wrong pipeline, or a rule that should read it; list it in `anomalies.expectedSensors` (`*` matches any run of characters), or `anomalies.unknownSensors: false` silences this"
                 ),
             }
         }
@@ -188,6 +188,12 @@ pub fn action_hint(event: &Event) -> Option<String> {
             format!("check the job's logs and fix the cause, then rerun: {rerun}")
         }
         JOB_POLL_EXHAUSTED => "no outcome within the poll window: check the job in its orchestrator".into(),
+        JOB_STATUS_UNKNOWN if flag("actionNeeded") == Some(true) => {
+            "the job system refused Sluice's status check: give Sluice's identity access to the run's status (Glue: glue:GetJobRun) or check the run still exists there; the run is checked again until its poll window closes, and no second copy starts".into()
+        }
+        JOB_STATUS_UNKNOWN => {
+            "nothing to do unless it persists: the job system's status API did not answer; the run is checked again, backing off, and no second copy starts".into()
+        }
         INFRA_FAILURE => format!(
             "the job's target could not be reached or refused the call: check it and Sluice's access to it, then rerun: {rerun}"
         ),

@@ -30,6 +30,7 @@ pub mod shared;
 pub mod status;
 pub mod template;
 pub mod timers;
+pub mod wildcard;
 
 pub use lifecycle::{decide, Decision, Input, PipelineState};
 

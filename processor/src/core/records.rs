@@ -134,17 +134,24 @@ pub enum Merge {
     /// The reading is the sensor's whole state.
     #[default]
     Replace,
-    /// As DynamoDB's `UpdateItem` with `ADD` (numbers) and `SET` (the rest), which producers
-    /// of the earlier design used to count from many writers: each number is added to the
-    /// stored one, other fields are set, and fields the reading leaves out are kept.
+    /// As DynamoDB's `UpdateItem` with `ADD` (numbers, sets) and `SET` (the rest), which
+    /// producers of the earlier design used to count, and to collect (the hours of a day
+    /// that finished), from many writers: each number is added to the stored one, a list is
+    /// joined to the stored list as a set (members it lacks appended, in order), other fields
+    /// are set, and fields the reading leaves out are kept.
     Add,
 }
 
 impl Merge {
-    /// `data` as it stands once `reading` has met `stored` (the slot's data, if any).
-    pub fn apply(self, stored: Option<&Map<String, Value>>, reading: &Map<String, Value>) -> Map<String, Value> {
+    /// `data` as it stands once `reading` has met `stored` (the slot's data, if any); why
+    /// not, when a set would grow past [`MAX_SET_MEMBERS`].
+    pub fn apply(
+        self,
+        stored: Option<&Map<String, Value>>,
+        reading: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, String> {
         let (Merge::Add, Some(stored)) = (self, stored) else {
-            return reading.clone();
+            return Ok(reading.clone());
         };
         let mut merged = stored.clone();
         for (name, value) in reading {
@@ -157,13 +164,32 @@ impl Merge {
                         .and_then(|(a, b)| serde_json::Number::from_f64(a + b))
                         .map(Value::Number),
                 },
+                (Some(Value::Array(stored)), Value::Array(added)) => {
+                    let mut union = stored.clone();
+                    for member in added {
+                        if !union.contains(member) {
+                            union.push(member.clone());
+                        }
+                    }
+                    if union.len() > MAX_SET_MEMBERS {
+                        return Err(format!(
+                            "merge add: {name} would hold {} members, more than the {MAX_SET_MEMBERS} a set may",
+                            union.len()
+                        ));
+                    }
+                    Some(Value::Array(union))
+                }
                 _ => None,
             };
             merged.insert(name.clone(), sum.unwrap_or_else(|| value.clone()));
         }
-        merged
+        Ok(merged)
     }
 }
+
+/// The most members a list built with `merge: add` may hold (the hours of a day, the
+/// partitions of a table): a producer adding new members forever is refused, not stored.
+pub const MAX_SET_MEMBERS: usize = 10_000;
 
 /// What [`SensorRecord::source`] says of the readings Sluice's evaluators write.
 pub const EVALUATOR_SOURCE: &str = "evaluator";
@@ -194,6 +220,10 @@ pub enum JobStatus {
     /// Not a run's state: an executor that lost the run's partition stopped making or
     /// retrying its trigger, which the run's next owner may now request again.
     Released,
+    /// Not a run's state: Sluice's executor could not ask the job system how a running job
+    /// is doing (its status API down, throttling, or refusing the question). The job may
+    /// still be running, so this never ends it: JOB_STATUS_UNKNOWN, and the checks go on.
+    Unknown,
 }
 
 impl JobStatus {
@@ -204,6 +234,7 @@ impl JobStatus {
             JobStatus::Failed => "failed",
             JobStatus::Timeout => "timeout",
             JobStatus::Released => "released",
+            JobStatus::Unknown => "unknown",
         }
     }
 }

@@ -175,6 +175,38 @@ fn check_value(check: &Check, name: &str, seen: &Value, moment: Moment) -> Optio
             Some(actual) if cmp.holds(actual, *threshold) => None,
             Some(actual) => Some(format!("{name} is {actual} but must be {} {threshold}", cmp.symbol())),
         },
+        Check::Size(cmp, threshold) => match seen {
+            Value::Array(members) if cmp.holds(members.len() as f64, *threshold) => None,
+            Value::Array(members) => Some(format!(
+                "{name} has {} members but must have {} {threshold}",
+                members.len(),
+                cmp.symbol()
+            )),
+            other => Some(format!("{name} is {} which is not a list", render(other))),
+        },
+        Check::ContainsAll(expected) => match seen {
+            Value::Array(members) => {
+                let missing: Vec<String> = (expected.iter())
+                    .filter(|want| !members.iter().any(|m| same_member(m, want)))
+                    .map(render)
+                    .collect();
+                (!missing.is_empty()).then(|| {
+                    let shown = missing.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+                    let more = missing.len().saturating_sub(10);
+                    let more = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{name} lacks {} of {} members: {shown}{more}",
+                        missing.len(),
+                        expected.len()
+                    )
+                })
+            }
+            other => Some(format!("{name} is {} which is not a list", render(other))),
+        },
         Check::Age(bound, limit) => match as_timestamp(seen) {
             None => Some(format!(
                 "{name} is {} which is not a timestamp (RFC 3339 or epoch seconds/millis)",
@@ -206,6 +238,15 @@ fn check_value(check: &Check, name: &str, seen: &Value, moment: Moment) -> Optio
                 })
             }
         },
+    }
+}
+
+/// Whether a list member is the expected one: numbers by value (`5` is `5.0`), anything
+/// else as written (`"05"` is not `5`).
+fn same_member(member: &Value, expected: &Value) -> bool {
+    match (member, expected) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        _ => member == expected,
     }
 }
 

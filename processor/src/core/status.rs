@@ -374,6 +374,10 @@ pub fn rule_sentence(rule: &Rule) -> String {
             format!("{subject} is less than {} old", format_duration(*age))
         }
         Check::Age(AgeBound::OlderThan, age) => format!("{subject} is more than {} old", format_duration(*age)),
+        Check::Size(comparison, threshold) => {
+            format!("{subject} has {} {} members", comparison.symbol(), number(*threshold))
+        }
+        Check::ContainsAll(members) => format!("{subject} holds all {} expected members", members.len()),
     }
 }
 

@@ -5,9 +5,10 @@
 //! Around every call to a job target ([`super::jobs`]) the executor puts:
 //! - **retries** with exponential backoff for infrastructure failures ([`CallError::Infra`]:
 //!   unreachable, 5xx, throttling, concurrency limits), per the request's policy (triggers
-//!   30 s ×2, 3 retries; status checks 2 s ×2, 3 retries, by default). Spent, the run is
-//!   reported failed with category INFRA, which the decider turns into INFRA_FAILURE. These
-//!   retries never spend the job's own `maxRetries`;
+//!   30 s ×2, 3 retries; status checks 2 s ×2, 3 retries, by default). Spent, a trigger is
+//!   reported failed with category INFRA, which the decider turns into INFRA_FAILURE; a
+//!   status check is reported `unknown` (the job may still run: the decider checks again,
+//!   backing off). These retries never spend the job's own `maxRetries`;
 //! - **bounded concurrency**: at most `max_concurrent` calls at once, and at most
 //!   `per_target` to any one target (a host, a Glue job, a state machine), so a burst of
 //!   pipelines cannot exceed a target's limits or let one target take every slot;
@@ -259,6 +260,14 @@ impl Executor {
         starts
     }
 
+    /// The runs of `run_ids` ended: their calls in flight stop trying again.
+    pub fn end(&self, run_ids: &[String]) {
+        let told = self.in_flight.end(run_ids);
+        if told > 0 {
+            info!(told, "calls of runs that ended told to stop trying again");
+        }
+    }
+
     /// Waits for in-flight effects, at most `grace`; then releases the triggers still in
     /// flight (see [`Self::let_go`]).
     pub async fn drain(&mut self, grace: Duration) {
@@ -310,6 +319,33 @@ fn failed_at_once(outcome: &Outcome) -> bool {
         && outcome.category != Some(FailureCategory::Permanent)
 }
 
+/// A call that got no answer: the target refused the question (PERMANENT) or could not be
+/// asked until the retries were spent (INFRA).
+#[derive(Debug)]
+struct NoAnswer {
+    category: FailureCategory,
+    message: String,
+    metadata: Option<Value>,
+}
+
+impl NoAnswer {
+    /// For a trigger: the run failed to start (INFRA_FAILURE, or a PERMANENT failure).
+    fn failed(self) -> Outcome {
+        Outcome {
+            metadata: self.metadata,
+            ..Outcome::failed(Some(self.category), self.message)
+        }
+    }
+
+    /// For a status check: the job's status is unknown, never its outcome.
+    fn unknown(self) -> Outcome {
+        Outcome {
+            metadata: self.metadata,
+            ..Outcome::unknown(self.category, self.message)
+        }
+    }
+}
+
 /// How long released triggers get to stop and write their `released` reports.
 pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
@@ -320,13 +356,19 @@ enum Stopped {
     Released,
     /// Its deadline came.
     Deadline,
+    /// Its run ended (cancelled, its poll window closed, stale, the pipeline deleted): a
+    /// failing trigger or command is not tried again.
+    Ended,
 }
 
-/// When a trigger's call stops: at its deadline, or when its partition is let go. Status
-/// checks and evaluators have neither ([`Stop::never`]).
+/// What a trigger in flight is told: nothing yet, or why to stop (the first reason stands).
+type Signal = Option<Stopped>;
+
+/// When a trigger's call stops: at its deadline, when its partition is let go or when its
+/// run ends. Status checks and evaluators have none of these ([`Stop::never`]).
 struct Stop {
     deadline: Option<Instant>,
-    release: Option<watch::Receiver<bool>>,
+    release: Option<watch::Receiver<Signal>>,
 }
 
 impl Stop {
@@ -337,57 +379,80 @@ impl Stop {
         }
     }
 
-    fn at(deadline: Option<Instant>, release: Option<watch::Receiver<bool>>) -> Self {
+    fn at(deadline: Option<Instant>, release: Option<watch::Receiver<Signal>>) -> Self {
         Stop { deadline, release }
     }
 
     /// Whether the call has to stop now.
     fn now(&self) -> Option<Stopped> {
-        if self.release.as_ref().is_some_and(|r| *r.borrow()) {
-            return Some(Stopped::Released);
+        if let Some(why) = self.release.as_ref().and_then(|r| *r.borrow()) {
+            return Some(why);
         }
         self.deadline
             .filter(|d| *d <= Instant::now())
             .map(|_| Stopped::Deadline)
     }
 
+    /// Resolves when the call's run has ended (never, for a call that has no run to end).
+    async fn ended(&mut self) {
+        let ended = match &mut self.release {
+            Some(release) => release.wait_for(|r| *r == Some(Stopped::Ended)).await.is_ok(),
+            None => false,
+        };
+        if !ended {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Resolves when the call has to stop.
     async fn reached(&mut self) -> Stopped {
         let deadline = self.deadline;
-        let released = async {
+        let told = async {
             let told = match &mut self.release {
-                Some(release) => release.wait_for(|r| *r).await.is_ok(),
-                None => false,
+                Some(release) => release.wait_for(|r| r.is_some()).await.ok().and_then(|r| *r),
+                None => None,
             };
-            // A sender gone (the run no longer in flight) releases nothing.
-            if !told {
-                std::future::pending::<()>().await;
+            // A sender gone (the run no longer in flight) stops nothing.
+            match told {
+                Some(why) => why,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = released => Stopped::Released,
+            why = told => why,
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => Stopped::Deadline,
         }
     }
+}
+
+/// Tells a call in flight to stop for `why`, unless it was told already; whether it was.
+fn tell(release: &watch::Sender<Signal>, why: Stopped) -> bool {
+    release.send_if_modified(|signal| match signal {
+        Some(_) => false,
+        None => {
+            *signal = Some(why);
+            true
+        }
+    })
 }
 
 /// The run ids of the triggers in flight, with the input partition of their pipeline and
 /// the switch that releases them.
 #[derive(Default)]
 pub struct InFlight {
-    runs: Mutex<HashMap<String, (i32, watch::Sender<bool>)>>,
+    runs: Mutex<HashMap<String, (i32, watch::Sender<Signal>)>>,
     finished: Condvar,
 }
 
 impl InFlight {
     /// Registers a call for `run_id`: what tells it it was released; `None` when one is in
     /// flight already.
-    fn start(&self, run_id: &str, partition: i32) -> Option<watch::Receiver<bool>> {
+    fn start(&self, run_id: &str, partition: i32) -> Option<watch::Receiver<Signal>> {
         let mut runs = self.runs.lock().unwrap();
         if runs.contains_key(run_id) {
             return None;
         }
-        let (release, released) = watch::channel(false);
+        let (release, released) = watch::channel(None);
         runs.insert(run_id.to_string(), (partition, release));
         Some(released)
     }
@@ -418,7 +483,15 @@ impl InFlight {
     fn release_where(&self, which: impl Fn(i32) -> bool) -> usize {
         let runs = self.runs.lock().unwrap();
         let told = runs.values().filter(|(p, _)| which(*p));
-        told.filter(|(_, release)| !release.send_replace(true)).count()
+        told.filter(|(_, release)| tell(release, Stopped::Released)).count()
+    }
+
+    /// Tells the calls of `run_ids` in flight that their runs ended: a failing trigger or
+    /// command is not tried again ([`Stopped::Ended`]). Returns how many were told.
+    pub fn end(&self, run_ids: &[String]) -> usize {
+        let runs = self.runs.lock().unwrap();
+        let told = run_ids.iter().filter_map(|run| runs.get(run));
+        told.filter(|(_, release)| tell(release, Stopped::Ended)).count()
     }
 
     /// Blocks until no trigger of `partitions` is in flight (their reports are written), or
@@ -471,6 +544,7 @@ impl Work {
         } else {
             self.with_retries("trigger", r.retry, &call, stop, true, || jobs::trigger(&call))
                 .await
+                .unwrap_or_else(NoAnswer::failed)
         };
         Some(outcome.redacted(&redactor))
     }
@@ -498,15 +572,26 @@ impl Work {
                 )
                 .with("tries", json!(tries))
             }
+            Stopped::Ended => {
+                info!(run_id = %self.request.run_id, tries, "{what} not tried again: its run ended");
+                let error = last_error.map_or_else(String::new, |e| format!(": {e}"));
+                Outcome::failed(
+                    None,
+                    format!("{what} not tried again after {tries} tries: its run ended{error}"),
+                )
+                .with("tries", json!(tries))
+            }
         }
     }
 
-    /// One status check of a running job.
+    /// One status check of a running job. A check that could not ask (its retries spent,
+    /// the question refused, the job type turned off, a secret unreadable) reports the
+    /// status `unknown`, never a failure: the job may still be running (JOB_STATUS_UNKNOWN).
     async fn check(&self, handle: &Value) -> Option<Outcome> {
         let r = &self.request;
         let (config, redactor) = match self.prepare() {
             Ok(prepared) => prepared,
-            Err(reason) => return Some(Outcome::failed(Some(FailureCategory::Permanent), reason)),
+            Err(reason) => return Some(Outcome::unknown(FailureCategory::Permanent, reason)),
         };
         let call = self.call(&config, &redactor);
         let outcome = self
@@ -514,7 +599,7 @@ impl Work {
                 jobs::status(&call, handle)
             })
             .await;
-        Some(outcome.redacted(&redactor))
+        Some(outcome.unwrap_or_else(NoAnswer::unknown).redacted(&redactor))
     }
 
     /// The request's job config with its secrets resolved, and what to redact from its
@@ -545,7 +630,8 @@ impl Work {
     /// With `failures_retried` (triggers), an answer that the job failed at once (a Lambda
     /// function error, a synchronous run that failed, but not a PERMANENT refusal) is tried
     /// again too, as the earlier design's state machine retried any trigger error; spent,
-    /// the last failure is the outcome.
+    /// the last failure is the outcome. No answer at all (refused, or retries spent on
+    /// infrastructure errors) is [`NoAnswer`]: the caller says what that means for the run.
     #[allow(clippy::too_many_arguments)]
     async fn with_retries<F, Fut>(
         &self,
@@ -555,7 +641,7 @@ impl Work {
         stop: &mut Stop,
         failures_retried: bool,
         attempt: F,
-    ) -> Outcome
+    ) -> Result<Outcome, NoAnswer>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Outcome, CallError>>,
@@ -567,7 +653,7 @@ impl Work {
         loop {
             let answer = match self.limits.call_until(&target, &attempt, stop).await {
                 Ok(answer) => answer,
-                Err(why) => return self.stopped(why, what, retries, last_error.as_deref()),
+                Err(why) => return Ok(self.stopped(why, what, retries, last_error.as_deref())),
             };
             let (error, failure) = match answer {
                 Ok(outcome) if failures_retried && failed_at_once(&outcome) => {
@@ -577,9 +663,13 @@ impl Work {
                         .unwrap_or_else(|| outcome.status.as_str().to_string());
                     (format!("the job failed at once: {said}"), Some(outcome))
                 }
-                Ok(outcome) => return outcome,
+                Ok(outcome) => return Ok(outcome),
                 Err(CallError::Permanent(reason)) => {
-                    return Outcome::failed(Some(FailureCategory::Permanent), format!("{what} refused: {reason}"))
+                    return Err(NoAnswer {
+                        category: FailureCategory::Permanent,
+                        message: format!("{what} refused: {reason}"),
+                        metadata: None,
+                    })
                 }
                 Err(CallError::Infra(reason)) => (reason, None),
             };
@@ -590,21 +680,20 @@ impl Work {
                     last_error = Some(error);
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        why = stop.reached() => return self.stopped(why, what, retries, last_error.as_deref()),
+                        why = stop.reached() => return Ok(self.stopped(why, what, retries, last_error.as_deref())),
                     }
                 }
                 None => {
                     let tries = retries;
                     warn!(run_id = %r.run_id, target, error = %error, tries, "{what} failed; retries spent");
                     if let Some(failure) = failure {
-                        return failure.with("tries", json!(tries));
+                        return Ok(failure.with("tries", json!(tries)));
                     }
-                    return Outcome::failed(
-                        Some(FailureCategory::Infra),
-                        format!("{what} failed {tries} time(s), retries spent: {error}"),
-                    )
-                    .with("target", json!(target))
-                    .with("tries", json!(tries));
+                    return Err(NoAnswer {
+                        category: FailureCategory::Infra,
+                        message: format!("{what} failed {tries} time(s), retries spent: {error}"),
+                        metadata: Some(json!({"target": target, "tries": tries})),
+                    });
                 }
             }
         }
@@ -690,11 +779,22 @@ impl Work {
                 return outcome;
             }
             retries += 1;
+            // A run that ended meanwhile (cancelled, its poll window closed) is never run again.
+            let ended = || {
+                info!(run_id = %self.request.run_id, tries = retries, "command not run again: its run ended");
+                outcome.clone().with("tries", json!(retries))
+            };
+            if stop.now() == Some(Stopped::Ended) {
+                return ended();
+            }
             match self.request.retry.delay(retries) {
                 Some(wait) => {
                     warn!(run_id = %self.request.run_id, retry = retries, wait_ms = wait.as_millis() as u64,
                         error = outcome.message.as_deref().unwrap_or_default(), "command failed; running it again");
-                    tokio::time::sleep(wait).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.ended() => return ended(),
+                    }
                 }
                 None => return outcome.with("tries", json!(retries)),
             }
@@ -1025,10 +1125,10 @@ mod tests {
         let three = in_flight.start("p.s.d.1", 3).unwrap();
         let four = in_flight.start("q.s.d.1", 4).unwrap();
         assert_eq!(in_flight.release(&[3, 5]), 1);
-        assert!(*three.borrow() && !*four.borrow());
+        assert!(three.borrow().is_some() && four.borrow().is_none());
         assert_eq!(in_flight.release(&[3]), 0, "told once");
         assert_eq!(in_flight.release_all(), 1);
-        assert!(*four.borrow());
+        assert!(four.borrow().is_some());
     }
 
     /// A trigger of an `http` job, with the default retry policy (30 s, ×2, 3 retries).
@@ -1091,18 +1191,19 @@ mod tests {
             let call = work.call(&config, &redactor);
             work.with_retries("trigger", work.request.retry, &call, &mut stop, true, attempt)
                 .await
+                .unwrap_or_else(NoAnswer::failed)
         })
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_released_trigger_makes_no_further_try_and_says_so() {
         let (tries, attempt) = failing(Duration::ZERO);
-        let (release, released) = watch::channel(false);
+        let (release, released) = watch::channel(None);
         let task = retrying(work(), attempt, Stop::at(None, Some(released)));
         // The first try failed; the retry waits its 30 s backoff.
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(tries.load(SeqCst), 1);
-        release.send_replace(true);
+        release.send_replace(Some(Stopped::Released));
         let outcome = task.await.unwrap();
         assert_eq!(outcome.status, JobStatus::Released, "{outcome:?}");
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -1112,16 +1213,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_try_being_made_when_released_runs_to_its_answer_and_is_the_last() {
         let (tries, attempt) = failing(Duration::from_secs(20));
-        let (release, released) = watch::channel(false);
+        let (release, released) = watch::channel(None);
         let task = retrying(work(), attempt, Stop::at(None, Some(released)));
         tokio::time::sleep(Duration::from_secs(5)).await;
-        release.send_replace(true);
+        release.send_replace(Some(Stopped::Released));
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(!task.is_finished(), "the try in progress is not cut");
         let outcome = task.await.unwrap();
         assert_eq!((outcome.status, tries.load(SeqCst)), (JobStatus::Released, 1));
         // A try that answers is reported as it answered, released or not.
-        let (release, released) = watch::channel(false);
+        let (release, released) = watch::channel(None);
         let slow_success = || {
             async {
                 tokio::time::sleep(Duration::from_secs(20)).await;
@@ -1131,8 +1232,31 @@ mod tests {
         };
         let task = retrying(work(), slow_success, Stop::at(None, Some(released)));
         tokio::time::sleep(Duration::from_secs(5)).await;
-        release.send_replace(true);
+        release.send_replace(Some(Stopped::Released));
         assert_eq!(task.await.unwrap().status, JobStatus::Succeeded);
+    }
+
+    /// A trigger the job fails at once, whose run ends (cancelled) while it waits to try
+    /// again: no further try, and its report says why; told through [`InFlight::end`].
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_trigger_whose_run_ended_is_not_tried_again() {
+        let in_flight = InFlight::default();
+        let error = Outcome::failed(None, "function error (Unhandled): boom");
+        let (tries, attempt) = answering(vec![error]);
+        let told = in_flight.start("p.s.d.1", 0).unwrap();
+        let task = retrying(work(), attempt, Stop::at(None, Some(told)));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(tries.load(SeqCst), 1);
+        assert_eq!(in_flight.end(&["other.run".into(), "p.s.d.1".into()]), 1);
+        let outcome = task.await.unwrap();
+        assert_eq!(outcome.status, JobStatus::Failed);
+        assert!(
+            outcome.message.as_deref().unwrap().contains("its run ended"),
+            "{outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(tries.load(SeqCst), 1, "no retry after the run ended");
+        assert_eq!(in_flight.end(&["p.s.d.1".into()]), 0, "told once");
     }
 
     /// An attempt answering `answers` in turn (the last repeating), counting its tries.

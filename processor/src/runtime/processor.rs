@@ -206,6 +206,8 @@ struct Pending {
     commits: BTreeMap<(String, i32), i64>,
     /// Effects with the input partition of their pipeline.
     effects: Vec<(i32, Effect)>,
+    /// Runs that ended in the batch: their calls still in flight stop trying again.
+    ended_runs: Vec<String>,
     /// What the read models learn once the batch is durable (never before: a batch that
     /// fails or loses its partitions must not show in the API).
     learned: Learned,
@@ -1336,6 +1338,7 @@ impl Processor {
             }
             pending.effects.push((p, effect));
         }
+        pending.ended_runs.extend(decision.ended_runs);
         Ok(())
     }
 
@@ -1487,6 +1490,7 @@ impl Processor {
                     flush.on_committed();
                 }
                 Action::StartEffects => {
+                    self.executor.end(&std::mem::take(&mut pending.ended_runs));
                     for (p, effect) in std::mem::take(&mut pending.effects) {
                         self.executor.spawn(effect, p);
                     }

@@ -26,6 +26,10 @@ pub enum Check {
     Equals(Value),
     Compare(Comparison, f64),
     Age(AgeBound, TimeDelta),
+    /// How many members a list (a set built with `merge: add`) has: `size_gte` and kin.
+    Size(Comparison, f64),
+    /// The list holds every one of these members (`contains_all`): "all 24 hours are in".
+    ContainsAll(Vec<Value>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,10 +294,13 @@ pub struct PipelineConfig {
 
 /// `anomalies`: SENSOR_FLAPPING (off unless configured), UNKNOWN_SENSOR and
 /// STALE_SENSOR_WARNING (on unless switched off).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Anomalies {
     pub flapping: Option<Flapping>,
     pub unknown_sensors: bool,
+    /// Keys (`*` matches any run of characters) that no rule reads but whose producers are
+    /// expected (`machine_*_status`): never UNKNOWN_SENSOR.
+    pub expected_sensors: Vec<String>,
     pub stale_sensors: bool,
 }
 
@@ -302,6 +309,7 @@ impl Default for Anomalies {
         Anomalies {
             flapping: None,
             unknown_sensors: true,
+            expected_sensors: Vec::new(),
             stale_sensors: true,
         }
     }

@@ -818,3 +818,22 @@ fn an_aws_job_may_name_a_role_to_assume_and_a_malformed_one_is_a_problem() {
         );
     }
 }
+
+#[test]
+fn two_calendars_named_in_one_config_both_apply() {
+    let mut c = minimal();
+    c["exclusions"] = json!({"calendar": {"name": "us-holidays", "dates": ["2026-11-26"]}});
+    c["schedule"]["exclude"] =
+        json!({"holidays": {"name": "uk-holidays", "days": ["saturday"], "dates": ["2026-12-26"]}});
+    let config = parsed(c.clone()).config;
+    let calendar = config.exclusions.calendar.as_ref().unwrap();
+    assert_eq!(calendar.name, "us-holidays+uk-holidays");
+    let day = |d: &str| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
+    for excluded in ["2026-11-26", "2026-12-26", "2026-11-28"] {
+        assert!(config.exclusions.excludes(day(excluded)).is_some(), "{excluded}");
+    }
+    assert!(config.exclusions.excludes(day("2026-11-27")).is_none());
+    // The same calendar named twice is one.
+    c["schedule"]["exclude"] = json!({"holidays": {"name": "us-holidays", "dates": ["2026-11-26"]}});
+    assert_eq!(parsed(c).config.exclusions.calendar.unwrap().name, "us-holidays");
+}

@@ -6,7 +6,8 @@
 //!   values seen. With `holdFor`, passing rules do not trigger until the flapping key's
 //!   rules have kept their result that long.
 //! - Unknown: a sensor key no trigger, rule, dependency or post-run rule reads (a typo, a
-//!   phantom producer); once per key and day, naming the nearest known key.
+//!   phantom producer) and `expectedSensors` does not name; once per key and day, naming the
+//!   nearest known key.
 //! - Stale: a rule's sensor silent for more than twice its usual interval (the median of
 //!   its last intervals, learned from its arrivals) while the execution validates; once per
 //!   key and execution, before the window closes.
@@ -24,6 +25,7 @@ use crate::core::events::EventType;
 use crate::core::execution::ExecutionId;
 use crate::core::rules::Verdict;
 use crate::core::timers::TimerKind;
+use crate::core::wildcard::wildcard;
 
 /// How many arrival intervals a sensor reading keeps: its cadence.
 pub const CADENCE_SAMPLES: usize = 10;
@@ -83,6 +85,9 @@ impl Decider<'_> {
         }
         // Every sensor comes through here: the common case allocates nothing.
         if config.input_keys().chain(config.post_run_keys()).any(|k| k == key) {
+            return;
+        }
+        if config.anomalies.expected_sensors.iter().any(|p| wildcard(p, key)) {
             return;
         }
         let mut known: Vec<&str> = config.input_keys().chain(config.post_run_keys()).collect();

@@ -207,6 +207,7 @@ impl Decider<'_> {
         e.retries_used = 0;
         e.code_retries_used = 0;
         e.infra_failures = 0;
+        e.trigger_releases = 0;
         e.restart_on_trigger = false;
         e.post_run_seen = false;
         e.enter(Phase::AwaitingRules, now);

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::evaluators::{judge_unusable, unusable_readings};
 use super::job::job_request;
+use super::schedule::STALE_GRACE;
 use super::{detail, run_id, Decider, Effect, Phase, StoredSensor};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
 use crate::core::events::EventType;
@@ -183,11 +184,16 @@ impl Decider<'_> {
         self.enter(id, Phase::AwaitingTrigger { run_id });
         match request {
             Ok(request) => {
-                self.effects.push(Effect::TriggerJob(request.made_from(now)));
+                let request = request.made_from(now);
                 // The trigger's outcome arrives as a record; if none ever does, the run is stale.
-                // The executor may spend the trigger retry policy first.
+                // The executor may spend the trigger retry policy first, and a call may last
+                // until its deadline (a synchronous Lambda runs its function meanwhile): the
+                // watchdog never closes a run whose call may still be going.
                 let retries = chrono::TimeDelta::from_std(config.job.trigger_retry.total()).unwrap_or_default();
-                self.set_watchdog(id, now + TRIGGER_REPORT_TIMEOUT + retries);
+                let reported_by = now + TRIGGER_REPORT_TIMEOUT + retries;
+                let called_by = request.deadline.map(|d| d + STALE_GRACE).unwrap_or(reported_by);
+                self.effects.push(Effect::TriggerJob(request));
+                self.set_watchdog(id, reported_by.max(called_by));
             }
             Err(reason) => {
                 let message = format!("job not triggered: {reason}");

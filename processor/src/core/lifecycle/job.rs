@@ -1,15 +1,24 @@
 //! JOB_TRIGGERED / JOB_COMPLETED / JOB_FAILED / JOB_TIMEOUT / RETRY_EXHAUSTED /
-//! JOB_POLL_EXHAUSTED / INFRA_FAILURE / STALE_RUN, and in a dry run DRY_RUN_COMPLETED /
-//! DRY_RUN_WOULD_RETRY / DRY_RUN_RETRY_EXHAUSTED: reports on `sluice.jobs` move a run
-//! forward; status checks are timers; the poll window and the watchdog make sure no run is
-//! left hanging.
+//! JOB_POLL_EXHAUSTED / JOB_STATUS_UNKNOWN / INFRA_FAILURE / STALE_RUN, and in a dry run
+//! DRY_RUN_COMPLETED / DRY_RUN_WOULD_RETRY / DRY_RUN_RETRY_EXHAUSTED: reports on
+//! `sluice.jobs` move a run forward; status checks are timers; the poll window and the
+//! watchdog make sure no run is left hanging.
+//!
+//! A status check that could not ask (the job system's status API down, throttling, a
+//! refused question) is never the job's outcome: the job may still be running, and ending
+//! the run would let the next trigger start a second copy beside it. As Interlock's
+//! `checkjob.go` kept polling, the checks go on, backing off, until the job answers or the
+//! poll window closes (JOB_POLL_EXHAUSTED, never retried).
 
+use chrono::TimeDelta;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{detail, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS};
-use crate::core::config::{JobConfig, PipelineConfig, RenderError};
+use super::{
+    detail, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS, MAX_TRIGGER_RELEASES,
+};
+use crate::core::config::{JobConfig, JobKind, PipelineConfig, RenderError};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
@@ -50,6 +59,18 @@ impl Decider<'_> {
             return;
         }
         let triggering = matches!(execution.phase, Phase::AwaitingTrigger { .. });
+        if record.status == JobStatus::Unknown {
+            match triggering {
+                true => self
+                    .notes
+                    .push(format!("run {}: a status check before its start", record.run_id)),
+                false => self.status_unknown(id, record),
+            }
+            return;
+        }
+        if record.status != JobStatus::Released {
+            self.status_answered(id);
+        }
         let info = report_detail(record);
         if let Some(handle) = record.metadata.as_ref().and_then(|m| m.get("handle")) {
             if let Some(e) = self.state.executions.get_mut(id) {
@@ -73,7 +94,85 @@ impl Decider<'_> {
                 }
                 self.job_succeeded(id, record, info);
             }
-            JobStatus::Failed | JobStatus::Timeout => self.job_failed(id, record, info),
+            JobStatus::Failed | JobStatus::Timeout => {
+                // The trigger itself failed: the call answered the failure (a synchronous
+                // job), or the command the trigger runs ended so.
+                let command = self.config().is_some_and(|c| c.job.config.kind() == JobKind::Command);
+                self.job_failed(id, record, info, triggering || command)
+            }
+            JobStatus::Unknown => unreachable!("handled above"),
+        }
+    }
+
+    /// JOB_STATUS_UNKNOWN: a status check of the running job could not ask its job system,
+    /// its own retries spent, or the question was refused (PERMANENT: permissions, a run the
+    /// target no longer knows). The run goes on; the next check backs off. Told once per run
+    /// (a flapping status API does not repeat it), and again when the target refuses the
+    /// question (a person must act).
+    fn status_unknown(&mut self, id: &ExecutionId, record: &JobRecord) {
+        let now = self.now();
+        let Some(interval) = self.config().map(|c| c.job.poll_interval) else {
+            return;
+        };
+        let Some(e) = self.state.executions.get_mut(id) else {
+            return;
+        };
+        let category = record.failure_category.unwrap_or(FailureCategory::Infra);
+        e.unanswered_checks = e.unanswered_checks.saturating_add(1);
+        let failures = e.unanswered_checks;
+        let tell = match e.unknown_told {
+            None => true,
+            Some(told) => told != category && category == FailureCategory::Permanent,
+        };
+        if tell {
+            e.unknown_told = Some(category);
+        }
+        let next_check = now + status_check_backoff(interval, failures);
+        let check = TimerKind::JobStatusCheck {
+            execution: id.clone(),
+            run_id: record.run_id.clone(),
+        };
+        self.set_timer(check, next_check);
+        let reason = record
+            .message
+            .clone()
+            .unwrap_or_else(|| "the job system did not answer".into());
+        if !tell {
+            self.notes.push(format!(
+                "run {}: status check {failures} in a row unanswered ({reason}); next at {}",
+                record.run_id,
+                next_check.to_rfc3339()
+            ));
+            return;
+        }
+        let refused = category == FailureCategory::Permanent;
+        let mut info = report_detail(record);
+        info.insert("failureCategory".into(), json!(category));
+        info.insert("unansweredChecks".into(), json!(failures));
+        info.insert("nextCheckAt".into(), json!(next_check));
+        info.insert("actionNeeded".into(), json!(refused));
+        let message = match refused {
+            true => format!(
+                "the job system refused the status check of run {}: {reason}; the run goes on (the job may still be running) and is checked again until its poll window closes",
+                record.run_id
+            ),
+            false => format!(
+                "the status of run {} could not be checked: {reason}; the run goes on (the job may still be running) and is checked again, backing off, until its poll window closes",
+                record.run_id
+            ),
+        };
+        self.emit(EventType::JOB_STATUS_UNKNOWN, Some(id), message, info);
+    }
+
+    /// A report answered how the run is doing: a streak of unanswered checks ends.
+    fn status_answered(&mut self, id: &ExecutionId) {
+        if let Some(e) = self.state.executions.get_mut(id) {
+            if e.unanswered_checks > 0 {
+                let n = e.unanswered_checks;
+                self.notes
+                    .push(format!("the job system answers again after {n} unanswered check(s)"));
+            }
+            e.unanswered_checks = 0;
         }
     }
 
@@ -101,6 +200,8 @@ impl Decider<'_> {
         self.enter(id, Phase::AwaitingJob { run_id });
         if let Some(e) = self.state.executions.get_mut(id) {
             e.first_triggered_at.get_or_insert(now);
+            e.unanswered_checks = 0;
+            e.unknown_told = None;
         }
         self.set_timer(poll, now + poll_window);
         // A trigger that answered with a handle is watched by status checks; one without
@@ -151,7 +252,12 @@ impl Decider<'_> {
         }
     }
 
-    fn job_failed(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>) {
+    /// JOB_FAILED / JOB_TIMEOUT, and RETRY_EXHAUSTED once the budget is spent. A trigger
+    /// that kept failing (`trigger_failed`) then releases a sensor-started date as Interlock
+    /// released its trigger lock: the next trigger sensor that holds starts it again, at most
+    /// [`MAX_TRIGGER_RELEASES`] times. The job has ended (the function answered, the command
+    /// exited), so nothing runs beside a new attempt.
+    fn job_failed(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>, trigger_failed: bool) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -187,12 +293,20 @@ impl Decider<'_> {
             self.enter(id, Phase::AwaitingRules);
             self.begin_window(id);
         } else {
-            let detail = detail([
+            let released = if trigger_failed { self.release_date(id) } else { None };
+            let mut detail = detail([
                 ("budget", json!(budget)),
                 ("limit", json!(limit)),
                 ("used", json!(spent)),
+                ("restartOnTrigger", json!(released.is_some())),
             ]);
-            let message = format!("no retries left: {budget} ({limit}) is spent");
+            let mut message = format!("no retries left: {budget} ({limit}) is spent");
+            if let Some(n) = released {
+                detail.insert("triggerReleases".into(), json!(n));
+                message.push_str(&format!(
+                    "; the trigger failed, so the date is released: the next trigger sensor starts it again (release {n} of {MAX_TRIGGER_RELEASES})"
+                ));
+            }
             self.emit_for_run(EventType::RETRY_EXHAUSTED, id, &record.run_id, message, detail);
         }
     }
@@ -250,6 +364,20 @@ impl Decider<'_> {
         info.insert("restartOnTrigger".into(), json!(e.restart_on_trigger));
         info.insert("infraFailures".into(), json!(e.infra_failures));
         self.emit_for_run(EventType::INFRA_FAILURE, id, &record.run_id, reason, info);
+    }
+
+    /// Releases a sensor-started date whose trigger kept failing for its next trigger
+    /// sensor; how many releases that makes, or `None` when it stays closed (a cron
+    /// pipeline, or [`MAX_TRIGGER_RELEASES`] reached).
+    fn release_date(&mut self, id: &ExecutionId) -> Option<u32> {
+        let sensor_started = self.config().is_some_and(|c| c.schedule.sensor_started());
+        let e = self.state.executions.get_mut(id)?;
+        if !sensor_started || e.trigger_releases >= MAX_TRIGGER_RELEASES {
+            return None;
+        }
+        e.trigger_releases += 1;
+        e.restart_on_trigger = true;
+        Some(e.trigger_releases)
     }
 
     /// Ends an execution as failed: nothing moves it along any more.
@@ -351,7 +479,7 @@ impl Decider<'_> {
         };
         let mut info = report_detail(record);
         match record.status {
-            JobStatus::Running | JobStatus::Released => {
+            JobStatus::Running | JobStatus::Released | JobStatus::Unknown => {
                 self.notes
                     .push(format!("dry run: {} {}", record.run_id, record.status.as_str()))
             }
@@ -401,6 +529,19 @@ impl Decider<'_> {
         }
         hasher.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// The most a status check backs off after checks that could not ask: the job's end is
+/// noticed at most this late once its job system answers again.
+pub const MAX_STATUS_CHECK_BACKOFF: TimeDelta = TimeDelta::minutes(5);
+
+/// When the next status check comes after `failures` in a row that could not ask: the poll
+/// interval doubled per failure, up to [`MAX_STATUS_CHECK_BACKOFF`] (or the interval, when
+/// that is longer). Deterministic: the executor's own retries within a check add jitter.
+pub fn status_check_backoff(interval: TimeDelta, failures: u32) -> TimeDelta {
+    let cap = interval.max(MAX_STATUS_CHECK_BACKOFF);
+    let factor = 1i32 << failures.min(16);
+    interval.checked_mul(factor).map_or(cap, |d| d.min(cap))
 }
 
 fn report_detail(record: &JobRecord) -> Map<String, Value> {

@@ -40,12 +40,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
-use super::events::{clip, event_id, Event, EventType, REASON_LIMIT};
+use super::events::{clip, event_id, Category, Event, EventType, REASON_LIMIT};
 use super::execution::{fields, ExecutionDate, ExecutionId};
 use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
-use super::records::{CommandRecord, ConfigRecord, JobRecord, Rejection, SensorReading};
+use super::records::{CommandRecord, ConfigRecord, FailureCategory, JobRecord, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
@@ -257,10 +257,14 @@ pub struct Execution {
     /// Runs this execution lost to INFRA_FAILURE (the target unreachable, retries spent).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub infra_failures: u32,
-    /// Ended by an outage, and its date not closed: the next trigger sensor that holds starts
-    /// it again (see [`MAX_INFRA_RESTARTS`]).
+    /// Ended by an outage, or by a trigger that kept failing, and its date not closed: the
+    /// next trigger sensor that holds starts it again (see [`MAX_INFRA_RESTARTS`],
+    /// [`MAX_TRIGGER_RELEASES`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restart_on_trigger: bool,
+    /// Times a trigger that kept failing released this date for the next trigger sensor.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trigger_releases: u32,
     /// LATE_DATA_ARRIVAL was told for the last completion (once per completion).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub late_data_told: bool,
@@ -291,6 +295,14 @@ pub struct Execution {
     /// a Databricks run id, an ARN); none for jobs that report by themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_handle: Option<Value>,
+    /// Status checks of the current run in a row that could not ask its job system; an
+    /// answer resets it. The next check backs off by it (`job::status_check_backoff`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unanswered_checks: u32,
+    /// What JOB_STATUS_UNKNOWN last told about the current run: told once per run, and
+    /// again only when the target refuses the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_told: Option<FailureCategory>,
 }
 
 fn epoch() -> DateTime<Utc> {
@@ -410,6 +422,11 @@ impl Phase {
 /// sensor start it again; after that, the date stays closed until a rerun.
 pub const MAX_INFRA_RESTARTS: u32 = 3;
 
+/// How many times a trigger that kept failing (its retries and `maxRetries` spent) may
+/// release its date for the next trigger sensor, as Interlock released its trigger lock;
+/// after that, the date stays closed until a rerun.
+pub const MAX_TRIGGER_RELEASES: u32 = 3;
+
 impl Execution {
     pub fn new(id: ExecutionId, now: DateTime<Utc>, window: TimeDelta) -> Self {
         Execution {
@@ -429,6 +446,7 @@ impl Execution {
             drift_reruns_used: 0,
             infra_failures: 0,
             restart_on_trigger: false,
+            trigger_releases: 0,
             late_data_told: false,
             unreported_run: None,
             completed_inputs: None,
@@ -438,6 +456,8 @@ impl Execution {
             stale: Vec::new(),
             post_run_seen: false,
             job_handle: None,
+            unanswered_checks: 0,
+            unknown_told: None,
         }
     }
 
@@ -563,9 +583,7 @@ pub struct TriggerRequest {
     pub deadline: Option<DateTime<Utc>>,
 }
 
-/// How long one try of a trigger may take unless `job.config.timeout` says: the job
-/// clients' per-request timeout.
-pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub use super::config::DEFAULT_TRY_TIMEOUT;
 
 /// A trigger's allowance, on top of its tries and backoffs, for waiting for a concurrency
 /// slot or a target's circuit to close.
@@ -590,14 +608,15 @@ impl TriggerRequest {
         self.config.kind()
     }
 
-    /// The longest a trigger's call may take: every try at its timeout and every backoff of
-    /// the retry policy, plus [`SLOT_ALLOWANCE`]. A command is one try (it starts the
-    /// process and reports it running; its own `timeout` bounds the run, not the call).
+    /// The longest a trigger's call may take: every try at its timeout (what the job type
+    /// can take to answer: [`JobConfig::try_timeout`]) and every backoff of the retry
+    /// policy, plus [`SLOT_ALLOWANCE`]. A command is one try (it starts the process and
+    /// reports it running; its own `timeout` bounds the run, not the call).
     pub fn call_budget(&self) -> std::time::Duration {
         match self.kind() {
             JobKind::Command => DEFAULT_TRY_TIMEOUT + SLOT_ALLOWANCE,
             _ => {
-                let try_timeout = (self.config.timeout()).map_or(DEFAULT_TRY_TIMEOUT, std::time::Duration::from_secs);
+                let try_timeout = self.config.try_timeout();
                 try_timeout * (self.retry.max_attempts + 1) + self.retry.total() + SLOT_ALLOWANCE
             }
         }
@@ -686,6 +705,10 @@ pub struct Decision {
     pub rejection: Option<Rejection>,
     /// Worth a log line, not an event (e.g. a duplicate report that changes nothing).
     pub notes: Vec<String>,
+    /// Runs that ended here (their job's outcome, a cancel, the poll window, a stale run,
+    /// the pipeline deleted): whatever call of theirs the runtime still makes (a failing
+    /// trigger or command it would try again) stops, and is never made again.
+    pub ended_runs: Vec<String>,
 }
 
 /// Where an input came from (`topic/partition@offset`, or the timer's identity and due
@@ -761,6 +784,7 @@ struct Decider<'a> {
     dead_letter: Option<String>,
     rejection: Option<Rejection>,
     notes: Vec<String>,
+    ended_runs: Vec<String>,
     delete: bool,
 }
 
@@ -778,11 +802,20 @@ impl<'a> Decider<'a> {
             dead_letter: None,
             rejection: None,
             notes: Vec::new(),
+            ended_runs: Vec::new(),
             delete: false,
         }
     }
 
-    fn finish(self) -> Decision {
+    fn finish(mut self) -> Decision {
+        if self.delete {
+            let open = self
+                .before
+                .executions
+                .values()
+                .filter_map(|e| e.phase.run_id().map(str::to_string));
+            self.ended_runs.extend(open);
+        }
         let state = if self.delete {
             StateChange::Delete
         } else if self.state == *self.before {
@@ -799,6 +832,7 @@ impl<'a> Decider<'a> {
             dead_letter: self.dead_letter,
             rejection: self.rejection,
             notes: self.notes,
+            ended_runs: self.ended_runs,
         }
     }
 
@@ -815,6 +849,9 @@ impl<'a> Decider<'a> {
         message: impl Into<String>,
         detail: Map<String, Value>,
     ) {
+        let Some((kind, message, detail)) = self.as_dry_run(kind, message.into(), detail) else {
+            return;
+        };
         let execution = exec.and_then(|id| self.state.executions.get(id));
         let schedule_id = exec.map(|id| id.schedule().to_string());
         let date = exec.map(|id| id.date_text().to_string());
@@ -834,7 +871,7 @@ impl<'a> Decider<'a> {
             run_id: execution.and_then(|e| e.phase.run_id().map(str::to_string)),
             attempt: execution.map(|e| e.attempt).filter(|a| *a > 0),
             timestamp: self.now(),
-            message: message.into(),
+            message,
             detail,
         };
         self.events.push(hints::with_action_hint(event));
@@ -850,6 +887,40 @@ impl<'a> Decider<'a> {
 
     fn config(&self) -> Option<&PipelineConfig> {
         self.state.config.as_deref()
+    }
+
+    /// A dry run pages no one, as Interlock's sent only DRY_RUN_* events and
+    /// PIPELINE_EXCLUDED: any other event it would publish about its pipeline's runs is
+    /// DRY_RUN_WOULD_REPORT, naming the real type in `detail.wouldReport` with the real
+    /// message and detail. What is about the config or an input record (CONFIG_*,
+    /// INPUT_REJECTED) is published as it is; VALIDATION_PASSED is not published at all
+    /// (DRY_RUN_WOULD_TRIGGER, right after it, says it). One gate, so no new event type can
+    /// leak.
+    fn as_dry_run(
+        &mut self,
+        kind: EventType,
+        message: String,
+        mut detail: Map<String, Value>,
+    ) -> Option<(EventType, String, Map<String, Value>)> {
+        let passes = !self.config().is_some_and(|c| c.dry_run)
+            || kind.category() == Category::DryRun
+            || matches!(
+                kind,
+                EventType::PIPELINE_EXCLUDED
+                    | EventType::CONFIG_ACCEPTED
+                    | EventType::CONFIG_REJECTED
+                    | EventType::INPUT_REJECTED
+            );
+        if passes {
+            return Some((kind, message, detail));
+        }
+        if kind == EventType::VALIDATION_PASSED {
+            self.notes.push(format!("dry run: {message}"));
+            return None;
+        }
+        detail.insert("wouldReport".into(), Value::from(kind.name()));
+        let message = format!("dry run: Sluice would report {}: {message}", kind.name());
+        Some((EventType::DRY_RUN_WOULD_REPORT, message, detail))
     }
 
     /// The event type to publish: the real one, or its dry-run counterpart.
@@ -930,7 +1001,13 @@ impl<'a> Decider<'a> {
     fn enter(&mut self, id: &ExecutionId, phase: Phase) {
         let now = self.now();
         if let Some(e) = self.state.executions.get_mut(id) {
+            let ended = e
+                .phase
+                .run_id()
+                .filter(|run| phase.run_id() != Some(*run))
+                .map(str::to_string);
             e.enter(phase, now);
+            self.ended_runs.extend(ended);
         }
         self.arm_expiry(id);
     }

@@ -37,10 +37,13 @@ impl Decider<'_> {
         }
         let slot = stored.slot(&reading.key);
         // Counted from many writers (the earlier design's DynamoDB ADD): added to what is stored.
-        stored.data = reading
-            .merge
-            .apply(self.state.sensors.get(&slot).map(|s| &*s.data), &stored.data)
-            .into();
+        match (reading.merge).apply(self.state.sensors.get(&slot).map(|s| &*s.data), &stored.data) {
+            Ok(merged) => stored.data = merged.into(),
+            Err(reason) => {
+                self.reject(&format!("sensor {}", reading.key), &reason, Rejection::TooLarge);
+                return;
+            }
+        }
         // The cadence goes on from this slot's last reading, else the key's latest elsewhere
         // (a new date's first reading).
         let before = (self.state.sensors.get(&slot).map(|s| &**s)).or_else(|| {

@@ -4,8 +4,10 @@
 //! Absolute SLAs are per date, not per run, so they are armed whether or not any data ever
 //! arrives: a cron pipeline arms them when its occurrence opens the execution, a sensor-driven
 //! one keeps a chain of timers running from one date's deadline to the next. Alert hygiene:
-//! no warning at or after the deadline, nothing after completion, SLA_MET only when a job ran
-//! and finished before the deadline, each alert at most once per execution.
+//! no warning at or after the deadline, nothing after completion, nothing after a failure
+//! that ended the date (the failure was the alert, as Interlock cancelled its SLA schedules
+//! when a run ended), SLA_MET only when a job ran and finished before the deadline, each
+//! alert at most once per execution.
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use chrono_tz::Tz;
@@ -129,7 +131,7 @@ impl Decider<'_> {
             return None;
         }
         if let Some(e) = self.state.executions.get(id) {
-            if e.phase.is_completed() || e.sla.breached || matches!(e.phase, super::Phase::Cancelled { .. }) {
+            if e.phase.is_completed() || e.sla.breached || failure_told(e) {
                 return None;
             }
         }
@@ -172,7 +174,7 @@ impl Decider<'_> {
             return;
         };
         let already = alerted(breach, execution.sla.relative_warned, execution.sla.relative_breached);
-        if execution.phase.is_completed() || already || matches!(execution.phase, super::Phase::Cancelled { .. }) {
+        if execution.phase.is_completed() || already || failure_told(execution) {
             return;
         }
         let Some(first) = execution.first_sensor_at else {
@@ -376,4 +378,18 @@ fn back_hours(date: ExecutionDate, hours: u32) -> ExecutionDate {
 /// breach, and neither repeats.
 pub(super) fn alerted(breach: bool, warned: bool, breached: bool) -> bool {
     breached || (!breach && warned)
+}
+
+/// Whether `execution` ended without success and for good (failed, exhausted or cancelled,
+/// and no trigger sensor will start it again): what ended it was the alert, so no SLA alert
+/// follows, as Interlock cancelled its SLA schedules when a run ended. A date released for
+/// its next trigger sensor may still be late, and so may a stale run (Sluice lost track of
+/// it; Interlock's watchdog left its SLA schedules in place too).
+fn failure_told(execution: &super::Execution) -> bool {
+    use super::Phase;
+    let ended = matches!(
+        execution.phase,
+        Phase::Failed { .. } | Phase::ValidationExhausted { .. } | Phase::Cancelled { .. }
+    );
+    ended && !execution.restart_on_trigger
 }

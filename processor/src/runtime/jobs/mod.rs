@@ -106,6 +106,16 @@ impl Outcome {
         }
     }
 
+    /// A status check that could not ask how the job is doing: see [`JobStatus::Unknown`].
+    pub fn unknown(category: FailureCategory, message: impl Into<String>) -> Self {
+        Outcome {
+            status: JobStatus::Unknown,
+            category: Some(category),
+            message: Some(message.into()),
+            metadata: None,
+        }
+    }
+
     /// The outcome with `redactor`'s secrets replaced in its message and metadata, but for
     /// the handle: status checks need it as the target gave it (and it holds no secret).
     pub fn redacted(mut self, redactor: &Redactor) -> Self {

@@ -16,6 +16,14 @@ use serde_json::Value;
 
 use crate::core::template::TemplateError;
 
+/// How long one try of a trigger may take unless `job.config.timeout` says: the job
+/// clients' per-request timeout.
+pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a synchronous Lambda invocation (RequestResponse) may take unless
+/// `job.config.timeout` says: Lambda's 15-minute maximum and a margin.
+pub const LAMBDA_SYNC_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60 + 30);
+
 pub use settings::{
     AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
     GlueJob, Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob, LambdaJob, StepFunctionJob,
@@ -222,6 +230,23 @@ impl JobConfig {
     /// `timeout`, the per-request timeout in seconds, when one is set.
     pub fn timeout(&self) -> Option<u64> {
         self.timeout
+    }
+
+    /// How long one try of this job's trigger may take: `timeout` when set, else what the
+    /// job type can legitimately take to answer. A synchronous Lambda invocation lasts as
+    /// long as the function (up to Lambda's 15 minutes), every other trigger answers once
+    /// the job is started ([`DEFAULT_TRY_TIMEOUT`]). A deadline built on this never cuts a
+    /// call that is still within the job's own limits.
+    pub fn try_timeout(&self) -> std::time::Duration {
+        if let Some(seconds) = self.timeout {
+            return std::time::Duration::from_secs(seconds);
+        }
+        match &self.settings {
+            JobSettings::Lambda(job) if job.invocation_type == Ok(InvocationType::RequestResponse) => {
+                LAMBDA_SYNC_TRY_TIMEOUT
+            }
+            _ => DEFAULT_TRY_TIMEOUT,
+        }
     }
 
     /// The JSON the settings were read from (parsed again): what a journaled trigger stores.

@@ -13,7 +13,11 @@ use crate::core::config::model::{
 use crate::core::config::JobKind;
 use crate::core::duration::parse_duration;
 use crate::core::history::{DEFAULT_MIN_RUNS, HISTORY_RUNS};
+use crate::core::records::bounds::SENSOR_KEY_BYTES as MAX_KEY_PATTERN;
 use crate::core::rules;
+
+/// The most members a `contains_all` rule may list.
+const MAX_MEMBERS: usize = 1_000;
 use crate::core::schedule::Cron;
 
 /// The shortest `every`: each is a call to someone else's service.
@@ -497,13 +501,18 @@ impl Reader {
         }
     }
 
-    /// `anomalies: {flapping: {changes, window, holdFor}, unknownSensors, staleSensors}`.
+    /// `anomalies: {flapping: {changes, window, holdFor}, unknownSensors, expectedSensors,
+    /// staleSensors}`.
     fn anomalies(&mut self, root: &Map<String, Value>) -> Anomalies {
         let path = "anomalies";
         let Some(map) = self.section(root, path, "") else {
             return Anomalies::default();
         };
-        let map = &self.fields(map, path, &["flapping", "unknownSensors", "staleSensors"]);
+        let map = &self.fields(
+            map,
+            path,
+            &["flapping", "unknownSensors", "expectedSensors", "staleSensors"],
+        );
         let flapping = self.section(map, "flapping", path).map(|f| {
             let path = "anomalies.flapping";
             let f = &self.fields(f, path, &["changes", "window", "holdFor"]);
@@ -516,6 +525,21 @@ impl Reader {
         Anomalies {
             flapping,
             unknown_sensors: self.boolean_or(map, "unknownSensors", path, true),
+            expected_sensors: self.each(map, "expectedSensors", path, |r, item, at| match item {
+                Value::String(pattern) if !pattern.is_empty() && pattern.len() <= MAX_KEY_PATTERN => {
+                    Some(pattern.clone())
+                }
+                other => {
+                    let found = describe(other);
+                    r.problem(
+                        at,
+                        format!(
+                            "must be a sensor key or a pattern with * (1 to {MAX_KEY_PATTERN} bytes), found {found}"
+                        ),
+                    );
+                    None
+                }
+            }),
             stale_sensors: self.boolean_or(map, "staleSensors", path, true),
         }
     }
@@ -723,10 +747,15 @@ impl Reader {
             "lte" => (self.comparison(Comparison::Lte, "lte", value, &value_path), "lte"),
             "age_lt" => (self.age(AgeBound::YoungerThan, "age_lt", value, &value_path), "age_lt"),
             "age_gt" => (self.age(AgeBound::OlderThan, "age_gt", value, &value_path), "age_gt"),
+            "size_gt" => (self.size(Comparison::Gt, "size_gt", value, &value_path), "size_gt"),
+            "size_gte" => (self.size(Comparison::Gte, "size_gte", value, &value_path), "size_gte"),
+            "size_lt" => (self.size(Comparison::Lt, "size_lt", value, &value_path), "size_lt"),
+            "size_lte" => (self.size(Comparison::Lte, "size_lte", value, &value_path), "size_lte"),
+            "contains_all" => (self.contains_all(value, &value_path), "contains_all"),
             other => {
                 self.problem(
                     &join(path, "check"),
-                    format!("{other:?} is not a check (exists, equals, gt, gte, lt, lte, age_lt, age_gt)"),
+                    format!("{other:?} is not a check (exists, equals, gt, gte, lt, lte, age_lt, age_gt, size_gt, size_gte, size_lt, size_lte, contains_all)"),
                 );
                 (None, "?")
             }
@@ -765,6 +794,36 @@ impl Reader {
             );
         }
         Some(Check::Compare(cmp, threshold?))
+    }
+
+    fn size(&mut self, cmp: Comparison, name: &str, value: Option<&Value>, value_path: &str) -> Option<Check> {
+        match self.comparison(cmp, name, value, value_path)? {
+            Check::Compare(cmp, threshold) => Some(Check::Size(cmp, threshold)),
+            _ => None,
+        }
+    }
+
+    /// `contains_all`: a list of the members the field's list must hold (strings, numbers
+    /// or booleans, at most [`MAX_MEMBERS`]).
+    fn contains_all(&mut self, value: Option<&Value>, value_path: &str) -> Option<Check> {
+        let scalar = |v: &Value| matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_));
+        match value {
+            Some(Value::Array(members))
+                if !members.is_empty() && members.len() <= MAX_MEMBERS && members.iter().all(scalar) =>
+            {
+                Some(Check::ContainsAll(members.clone()))
+            }
+            other => {
+                let found = other.map(describe).unwrap_or("nothing");
+                self.problem(
+                    value_path,
+                    format!(
+                        "contains_all needs a list of 1 to {MAX_MEMBERS} strings, numbers or booleans, found {found}"
+                    ),
+                );
+                None
+            }
+        }
     }
 
     fn age(&mut self, bound: AgeBound, name: &str, value: Option<&Value>, value_path: &str) -> Option<Check> {
@@ -846,7 +905,7 @@ impl Reader {
         };
         let schedule = &respelt(schedule, &SCHEDULE_FIELDS);
         if let Some(calendar) = self.calendar(schedule, "calendar", "schedule", variables) {
-            out.calendar.get_or_insert(calendar);
+            out.calendar = Some(both_calendars(out.calendar.take(), calendar));
         }
         if let Some(map) = self.section(schedule, "exclude", "schedule") {
             let map = &self.fields(map, "schedule.exclude", &["weekends", "holidays", "dates"]);
@@ -854,7 +913,7 @@ impl Reader {
                 out.days.extend([Weekday::Sat, Weekday::Sun]);
             }
             if let Some(calendar) = self.calendar(map, "holidays", "schedule.exclude", variables) {
-                out.calendar.get_or_insert(calendar);
+                out.calendar = Some(both_calendars(out.calendar.take(), calendar));
             }
             out.dates.extend(self.dates(map, "dates", "schedule.exclude"));
         }
@@ -952,4 +1011,23 @@ fn parse_clock(text: &str) -> Option<ClockTime> {
     }
     let (hour, minute) = (h.parse().ok()?, m.parse().ok()?);
     (hour < 24 && minute < 60).then_some(ClockTime { hour, minute })
+}
+
+/// `extra` added to the calendar already named, so that every calendar a config names
+/// applies (a day any of them excludes is skipped), never only the first: named as both
+/// (`us-holidays+uk-holidays`), with the days and dates of both. The same name twice is one.
+fn both_calendars(first: Option<Calendar>, extra: Calendar) -> Calendar {
+    let Some(mut first) = first else { return extra };
+    if first.name == extra.name {
+        return first;
+    }
+    first.name = format!("{}+{}", first.name, extra.name);
+    first.resolved &= extra.resolved;
+    first.days.extend(extra.days);
+    first.days.sort_by_key(|d| d.num_days_from_monday());
+    first.days.dedup();
+    first.dates.extend(extra.dates);
+    first.dates.sort();
+    first.dates.dedup();
+    first
 }

@@ -148,6 +148,20 @@ fn unknown_sensor_once_per_key_and_day_naming_the_key_it_likely_meant() {
 }
 
 #[test]
+fn unknown_sensor_is_not_told_for_keys_the_pipeline_expects() {
+    // The IoT example's machines each publish a status no rule reads.
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"expectedSensors": ["machine_*_status", "heartbeat"]})));
+    for key in ["machine_01_status", "machine_12_status", "heartbeat"] {
+        sim.sensor("gold", key, json!({"ok": true}));
+    }
+    assert!(sim.of(UNKNOWN_SENSOR).is_empty(), "{:?}", sim.types());
+    // A key the patterns do not name still is.
+    sim.sensor("gold", "machine_01_temp", json!({"c": 40}));
+    assert_eq!(sim.of(UNKNOWN_SENSOR).len(), 1);
+}
+
+#[test]
 fn unknown_sensor_counts_post_run_and_dependency_keys_as_known() {
     let mut sim = Sim::new();
     let mut config = gold(json!({}));

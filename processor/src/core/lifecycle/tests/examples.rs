@@ -66,6 +66,8 @@ fn passing(rule: &Rule, now: DateTime<Utc>) -> Value {
         Check::Compare(Comparison::Lt | Comparison::Lte, n) => json!(n - 1.0),
         Check::Age(AgeBound::YoungerThan, _) => json!(now.to_rfc3339()),
         Check::Age(AgeBound::OlderThan, age) => json!((now - *age - TimeDelta::hours(1)).to_rfc3339()),
+        Check::Size(_, n) => json!(vec![0; *n as usize + 1]),
+        Check::ContainsAll(members) => json!(members),
     }
 }
 

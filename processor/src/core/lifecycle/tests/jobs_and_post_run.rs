@@ -367,6 +367,172 @@ fn retry_exhausted_names_max_code_retries_for_permanent_failures() {
     assert_eq!(run_ids(&sim), [RUN1, RUN2]);
 }
 
+/// `gold` as a synchronous Lambda (its call is the run) with one retry to spend.
+fn lambda_gold() -> Value {
+    gold(json!({"job": {"type": "lambda", "maxRetries": 1, "config": {"functionName": "report"}}}))
+}
+
+#[test]
+fn retry_exhausted_by_a_failing_trigger_releases_the_date_for_the_next_trigger_sensor() {
+    let mut sim = Sim::new();
+    sim.config(lambda_gold());
+    start(&mut sim);
+    // The function fails at once (the executor's own tries spent), twice: the retry, then
+    // the budget is spent. As Interlock released its trigger lock, the date is not closed.
+    sim.job("gold", RUN1, JobStatus::Failed, None);
+    let mark = sim.events.len();
+    sim.job("gold", RUN2, JobStatus::Failed, None);
+    assert_eq!(since(&sim, mark), [JOB_FAILED, RETRY_EXHAUSTED]);
+    let exhausted = last(&sim, RETRY_EXHAUSTED);
+    assert_eq!(exhausted.detail["restartOnTrigger"], json!(true));
+    assert_eq!(exhausted.detail["triggerReleases"], json!(1));
+    assert!(exhausted.message.contains("release 1 of 3"), "{}", exhausted.message);
+    // A row count changes nothing; the next trigger sensor starts the date again.
+    sim.sensor("gold", "row-count", json!({"count": 2500}));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(run_ids(&sim), [RUN1, RUN2, RUN3]);
+    // Bounded: after three releases the date stays closed until a rerun.
+    for attempt in 3..=5 {
+        sim.job(
+            "gold",
+            &format!("gold.stream.2026-11-22.{attempt}"),
+            JobStatus::Failed,
+            None,
+        );
+        sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    }
+    assert_eq!(run_ids(&sim).len(), 5);
+    assert_eq!(last(&sim, RETRY_EXHAUSTED).detail["restartOnTrigger"], json!(false));
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+}
+
+#[test]
+fn retry_exhausted_by_a_job_that_ran_and_failed_closes_the_date() {
+    // A Databricks run that started, then failed: the job ran, the date stays closed.
+    let mut sim = watched_databricks_run();
+    for run in [RUN1, RUN2, RUN3] {
+        report_with(
+            &mut sim,
+            run,
+            JobStatus::Running,
+            None,
+            json!({"handle": {"runId": 42}}),
+        );
+        report_with(&mut sim, run, JobStatus::Failed, None, json!({}));
+    }
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    assert_eq!(last(&sim, RETRY_EXHAUSTED).detail["restartOnTrigger"], json!(false));
+    assert_eq!(run_ids(&sim).len(), 3);
+}
+
+#[test]
+fn a_run_that_ends_while_its_call_may_retry_is_named_for_the_runtime() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"job": {"maxRetries": 2}})));
+    start(&mut sim);
+    sim.job("gold", RUN1, JobStatus::Running, None);
+    // Cancelled while its command runs (and may be run again after a failure).
+    let cancelled = command(&mut sim, "gold", CommandKind::Cancel, DAY);
+    assert_eq!(cancelled.ended_runs, [RUN1]);
+    // A job's own end names its run too; an input that ends nothing names none.
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    assert!(sim
+        .sensor("gold", "row-count", json!({"count": 3000}))
+        .ended_runs
+        .is_empty());
+    assert_eq!(sim.job("gold", RUN1, JobStatus::Succeeded, None).ended_runs, [RUN1]);
+    // Deleting the pipeline ends whatever ran.
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    let deleted = sim.input(
+        "gold",
+        Input::ConfigPublished(crate::core::records::ConfigRecord::Delete {
+            pipeline_id: "gold".into(),
+        }),
+    );
+    assert_eq!(deleted.ended_runs, [RUN1]);
+}
+
+#[test]
+fn a_synchronous_lambdas_call_and_its_watchdog_cover_what_the_function_may_take() {
+    let mut sim = Sim::new();
+    sim.config(lambda_gold());
+    start(&mut sim);
+    let request = sim.triggers()[0].clone();
+    let fifteen_minutes = std::time::Duration::from_secs(15 * 60);
+    let tries = request.retry.max_attempts + 1;
+    assert!(
+        request.call_budget() > fifteen_minutes * tries,
+        "{:?}",
+        request.call_budget()
+    );
+    // Nothing closes the run while a try may still be running the function.
+    let deadline = request.deadline.expect("a trigger has a deadline");
+    sim.advance(deadline - sim.now);
+    assert!(
+        matches!(gold_run(&sim).phase, Phase::AwaitingTrigger { .. }),
+        "{:?}",
+        sim.types()
+    );
+    sim.job("gold", RUN1, JobStatus::Succeeded, None);
+    assert_eq!(*sim.types().last().unwrap(), JOB_COMPLETED);
+    // An asynchronous invocation answers at once, and an explicit timeout is the try's.
+    for (config, seconds) in [
+        (json!({"functionName": "report", "invocationType": "Event"}), 30),
+        (json!({"functionName": "report", "timeout": 120}), 120),
+        (json!({"command": "run", "timeout": 7200}), 7200),
+    ] {
+        let kind = if config.get("command").is_some() {
+            "command"
+        } else {
+            "lambda"
+        };
+        let mut sim = Sim::new();
+        sim.config(gold(json!({"job": {"type": kind, "config": config}})));
+        start(&mut sim);
+        let try_timeout = sim.triggers()[0].config.try_timeout();
+        assert_eq!(try_timeout, std::time::Duration::from_secs(seconds), "{kind}");
+    }
+}
+
+#[test]
+fn no_sla_breach_after_a_failure_that_ended_the_date() {
+    // A Databricks run that failed for good at 08:00, and a window that closed unpassed:
+    // each failure was the alert; the 10:00 deadline says nothing more.
+    let sla = json!({"deadline": "10:00", "deadlineDay": "dataDate", "expectedDuration": "30m"});
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"sla": sla, "job": {"type": "databricks",
+        "config": {"host": "https://dbc.example", "jobId": 7, "token": "t"}}})));
+    start(&mut sim);
+    still_running(&mut sim);
+    report_with(&mut sim, RUN1, JobStatus::Failed, None, json!({}));
+    assert_eq!(*sim.types().last().unwrap(), RETRY_EXHAUSTED);
+    let mut exhausted = Sim::new();
+    exhausted.config(gold(json!({"sla": sla})));
+    exhausted.sensor("gold", "upstream", json!({"status": "ready"}));
+    for sim in [&mut sim, &mut exhausted] {
+        sim.advance(TimeDelta::hours(4));
+        let told: Vec<_> = sim
+            .types()
+            .into_iter()
+            .filter(|k| k.category() == crate::core::events::Category::Sla)
+            .collect();
+        assert!(told.is_empty(), "{:?}", sim.types());
+    }
+    assert!(exhausted.types().contains(&VALIDATION_EXHAUSTED));
+    // Still running at the deadline: the breach is told.
+    let mut late = Sim::new();
+    late.config(gold(json!({"sla": sla, "job": {"jobPollWindowSeconds": 14400}})));
+    start(&mut late);
+    late.job("gold", RUN1, JobStatus::Running, None);
+    late.advance(TimeDelta::hours(2));
+    assert!(late.types().contains(&SLA_BREACH), "{:?}", late.types());
+}
+
 // ---- STALE_RUN ----
 
 #[test]
@@ -1149,25 +1315,72 @@ fn dry(deadline: &str) -> Value {
     }))
 }
 
-/// Real events a dry run must never publish.
-const REAL: [EventType; 12] = [
-    JOB_TRIGGERED,
-    JOB_COMPLETED,
-    JOB_FAILED,
-    RETRY_EXHAUSTED,
-    SLA_WARNING,
-    SLA_BREACH,
-    SLA_MET,
-    LATE_DATA_ARRIVAL,
-    RERUN_ACCEPTED,
-    RERUN_REJECTED,
-    POST_RUN_DRIFT,
-    POST_RUN_BASELINE_CAPTURED,
-];
+/// What a dry run may publish besides its DRY_RUN_* events: as Interlock's, nothing that
+/// pages anyone.
+fn allowed_in_a_dry_run(kind: EventType) -> bool {
+    kind.category() == crate::core::events::Category::DryRun
+        || matches!(
+            kind,
+            PIPELINE_EXCLUDED | CONFIG_ACCEPTED | CONFIG_REJECTED | INPUT_REJECTED
+        )
+}
 
 fn assert_no_real_events(sim: &Sim) {
-    let real: Vec<EventType> = sim.types().into_iter().filter(|k| REAL.contains(k)).collect();
+    let real: Vec<EventType> = sim.types().into_iter().filter(|k| !allowed_in_a_dry_run(*k)).collect();
     assert!(real.is_empty(), "a dry run published {real:?}");
+}
+
+/// The types a dry run would have reported (DRY_RUN_WOULD_REPORT's `wouldReport`).
+fn would_report(sim: &Sim) -> Vec<String> {
+    let told = sim.of(DRY_RUN_WOULD_REPORT).into_iter();
+    told.map(|e| e.detail["wouldReport"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn dry_run_would_report_what_a_live_run_would_alert_and_pages_no_one() {
+    // Rules that never pass, a cron time nothing starts by, a trigger deadline, a sensor no
+    // rule reads: each a real alert in a live run.
+    let mut sim = Sim::new();
+    sim.config(gold(json!({"dryRun": true,
+        "schedule": {"evaluation": {"window": "1h", "interval": "5m"}, "time": "09:00",
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready",
+                "deadline": "10:00"}}})));
+    sim.sensor("gold", "row-count", json!({"count": 10}));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.sensor("gold", "rows-typo", json!({"count": 10}));
+    sim.advance(TimeDelta::hours(4));
+    assert_no_real_events(&sim);
+    let told = would_report(&sim);
+    for kind in ["VALIDATION_EXHAUSTED", "UNKNOWN_SENSOR"] {
+        assert!(told.iter().any(|t| t == kind), "{kind} not in {told:?}");
+    }
+    let exhausted = sim
+        .of(DRY_RUN_WOULD_REPORT)
+        .into_iter()
+        .find(|e| e.detail["wouldReport"] == "VALIDATION_EXHAUSTED");
+    let exhausted = exhausted.unwrap();
+    assert!(
+        exhausted
+            .message
+            .starts_with("dry run: Sluice would report VALIDATION_EXHAUSTED"),
+        "{}",
+        exhausted.message
+    );
+    assert!(
+        exhausted.detail.get("actionHint").is_none(),
+        "nothing for a person to do"
+    );
+    // The same pipeline live raises the real alert.
+    let mut live = Sim::new();
+    live.config(gold(
+        json!({"schedule": {"evaluation": {"window": "1h", "interval": "5m"},
+        "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"}}}),
+    ));
+    live.sensor("gold", "row-count", json!({"count": 10}));
+    live.sensor("gold", "upstream", json!({"status": "ready"}));
+    live.advance(TimeDelta::hours(2));
+    assert!(live.types().contains(&VALIDATION_EXHAUSTED), "{:?}", live.types());
 }
 
 #[test]
@@ -1177,19 +1390,14 @@ fn dry_run_would_trigger_with_no_effect_and_no_real_events() {
     start(&mut sim);
     assert_eq!(
         sim.types(),
-        [
-            CONFIG_ACCEPTED,
-            VALIDATION_PASSED,
-            DRY_RUN_WOULD_TRIGGER,
-            DRY_RUN_SLA_PROJECTION
-        ]
+        [CONFIG_ACCEPTED, DRY_RUN_WOULD_TRIGGER, DRY_RUN_SLA_PROJECTION]
     );
     assert_eq!(last(&sim, DRY_RUN_WOULD_TRIGGER).detail["jobType"], json!("command"));
     assert!(sim.triggers().is_empty());
     assert!(matches!(gold_run(&sim).phase, Phase::WouldHaveTriggered { .. }));
     // Past the deadline and a whole day on: no SLA alert, no stale run.
     sim.advance(TimeDelta::days(1));
-    assert_eq!(sim.events.len(), 4, "{:?}", sim.types());
+    assert_eq!(sim.events.len(), 3, "{:?}", sim.types());
     assert!(sim.only_expiry_left(), "{:?}", sim.timers);
     assert_no_real_events(&sim);
 }
@@ -1867,24 +2075,125 @@ fn infra_failure_ends_the_run_without_spending_job_retries() {
                 )
                 .is_none()
     );
+}
 
-    // While the job runs, a status check that could not be made ends it the same way.
+/// `gold` as a Databricks job checked every minute, with a 10-minute poll window and
+/// retries to spare, its first run started and watched.
+fn watched_databricks_run() -> Sim {
     let mut sim = Sim::new();
-    sim.config(gold(json!({"job": {"maxRetries": 2}})));
+    sim.config(gold(
+        json!({"job": {"type": "databricks", "pollInterval": "1m", "maxRetries": 2,
+        "maxCodeRetries": 1, "jobPollWindowSeconds": 600,
+        "config": {"host": "https://dbc.example", "jobId": 7, "token": "${env:DATABRICKS_TOKEN}"}}}),
+    ));
     start(&mut sim);
-    report_with(&mut sim, RUN1, JobStatus::Running, None, json!({"handle": "h"}));
-    report_with(
-        &mut sim,
-        RUN1,
-        JobStatus::Failed,
-        Some(FailureCategory::Infra),
-        json!({}),
-    );
+    still_running(&mut sim);
+    sim
+}
+
+/// A status check of `run_id` that could not ask (`category`: INFRA, retries spent, or
+/// PERMANENT, the question refused).
+fn unanswered(sim: &mut Sim, run_id: &str, category: FailureCategory) -> Decision {
+    report_with(sim, run_id, JobStatus::Unknown, Some(category), json!({}))
+}
+
+#[test]
+fn job_status_unknown_never_ends_a_run_and_the_trigger_starts_no_second_copy() {
+    let mut sim = watched_databricks_run();
+    sim.advance(TimeDelta::minutes(1));
+    let mark = sim.events.len();
+    unanswered(&mut sim, RUN1, FailureCategory::Infra);
+    assert_eq!(since(&sim, mark), [JOB_STATUS_UNKNOWN]);
+    let told = last(&sim, JOB_STATUS_UNKNOWN);
+    assert_eq!(told.run_id.as_deref(), Some(RUN1));
+    assert_eq!(told.detail["failureCategory"], json!("INFRA"));
+    assert_eq!(told.detail["actionNeeded"], json!(false));
+    assert!(told.detail["actionHint"].as_str().unwrap().contains("no second copy"));
+    assert!(gold_run(&sim).phase.is_running(), "{:?}", gold_run(&sim).phase);
+    // The trigger sensor keeps arriving while the status API is down: nothing starts.
+    for _ in 0..3 {
+        sim.sensor("gold", "upstream", json!({"status": "ready"}));
+        unanswered(&mut sim, RUN1, FailureCategory::Infra);
+    }
+    assert_eq!(since(&sim, mark), [JOB_STATUS_UNKNOWN], "told once per run");
+    assert_eq!(run_ids(&sim), [RUN1]);
+    assert_eq!((gold_run(&sim).retries_used, gold_run(&sim).code_retries_used), (0, 0));
+    // The job answers again: its own outcome ends the run, as always.
+    report_with(&mut sim, RUN1, JobStatus::Succeeded, None, json!({}));
+    assert_eq!(since(&sim, mark), [JOB_STATUS_UNKNOWN, JOB_COMPLETED]);
+    assert_eq!(gold_run(&sim).attempt, 1);
+}
+
+#[test]
+fn job_status_unknown_when_refused_needs_a_person_and_the_poll_window_still_ends_the_run() {
+    let mut sim = watched_databricks_run();
+    let mark = sim.events.len();
+    unanswered(&mut sim, RUN1, FailureCategory::Infra);
+    // IAM lacks the permission to ask: told again, as something a person must fix.
+    unanswered(&mut sim, RUN1, FailureCategory::Permanent);
+    unanswered(&mut sim, RUN1, FailureCategory::Permanent);
+    assert_eq!(since(&sim, mark), [JOB_STATUS_UNKNOWN, JOB_STATUS_UNKNOWN]);
+    let refused = last(&sim, JOB_STATUS_UNKNOWN);
+    assert_eq!(refused.detail["actionNeeded"], json!(true));
+    assert!(refused.detail["actionHint"]
+        .as_str()
+        .unwrap()
+        .contains("glue:GetJobRun"));
     assert_eq!(
-        sim.types(),
-        [CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, INFRA_FAILURE]
+        gold_run(&sim).code_retries_used,
+        0,
+        "a refused question spends no retry"
     );
-    assert_eq!(sim.due("gold", &check_timer(RUN1)), None);
+    // Unanswered to the end: the poll window closes the run, never retried.
+    sim.advance(TimeDelta::seconds(600));
+    assert_eq!(
+        since(&sim, mark),
+        [JOB_STATUS_UNKNOWN, JOB_STATUS_UNKNOWN, JOB_POLL_EXHAUSTED]
+    );
+    assert!(matches!(gold_run(&sim).phase, Phase::Failed { .. }));
+    sim.sensor("gold", "upstream", json!({"status": "ready"}));
+    sim.advance(TimeDelta::hours(2));
+    assert_eq!(run_ids(&sim), [RUN1], "no second copy beside a job that may still run");
+}
+
+#[test]
+fn status_checks_back_off_while_unanswered_and_return_to_the_interval_once_answered() {
+    let mut sim = watched_databricks_run();
+    let due = |sim: &Sim| sim.due("gold", &check_timer(RUN1)).map(|at| at - sim.now);
+    for want in [2, 4, 5, 5] {
+        unanswered(&mut sim, RUN1, FailureCategory::Infra);
+        assert_eq!(due(&sim), Some(TimeDelta::minutes(want)));
+    }
+    // An answer ends the streak: the next failure backs off from the start again.
+    still_running(&mut sim);
+    unanswered(&mut sim, RUN1, FailureCategory::Infra);
+    assert_eq!(due(&sim), Some(TimeDelta::minutes(2)));
+    // The checks keep coming while the run is unanswered.
+    let checks = status_checks(&sim).len();
+    sim.advance(TimeDelta::minutes(2));
+    assert_eq!(status_checks(&sim).len(), checks + 1);
+}
+
+#[test]
+fn status_check_backoff_doubles_up_to_five_minutes_or_the_interval() {
+    use crate::core::lifecycle::job::status_check_backoff;
+    let minute = TimeDelta::minutes(1);
+    let waits: Vec<_> = (1..=5).map(|n| status_check_backoff(minute, n).num_seconds()).collect();
+    assert_eq!(waits, [120, 240, 300, 300, 300]);
+    assert_eq!(status_check_backoff(TimeDelta::seconds(10), 1), TimeDelta::seconds(20));
+    assert_eq!(status_check_backoff(TimeDelta::minutes(10), 3), TimeDelta::minutes(10));
+    assert_eq!(status_check_backoff(minute, u32::MAX), TimeDelta::minutes(5));
+}
+
+#[test]
+fn an_unknown_status_before_the_job_started_changes_nothing() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    let mark = sim.events.len();
+    unanswered(&mut sim, RUN1, FailureCategory::Infra);
+    assert!(since(&sim, mark).is_empty());
+    assert!(matches!(gold_run(&sim).phase, Phase::AwaitingTrigger { .. }));
 }
 
 // ---- per-period sensor keys (producers written for the earlier design) ----

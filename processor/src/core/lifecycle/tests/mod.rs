@@ -538,7 +538,7 @@ fn dry_run_reports_instead_of_triggering() {
     sim.config(config);
     sim.sensor("gold", "row-count", json!({"count": 2000}));
     sim.sensor("gold", "upstream", json!({"status": "ready"}));
-    assert_eq!(sim.types(), [CONFIG_ACCEPTED, VALIDATION_PASSED, DRY_RUN_WOULD_TRIGGER]);
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, DRY_RUN_WOULD_TRIGGER]);
     assert!(sim.triggers().is_empty());
 }
 
@@ -701,6 +701,85 @@ fn readings_with_merge_add_are_summed_until_the_rule_passes() {
     let record = json!({"pipelineId": "gold", "key": "row-count", "data": {}, "merge": "max"});
     let refused = crate::core::records::decode_sensor(Some(b"gold"), Some(&serde_json::to_vec(&record).unwrap()));
     assert!(refused.unwrap_err().to_string().contains("not a merge mode"));
+}
+
+/// The earlier design's daily fan-in (interlock-aws-example `daily_sensor`): each hour that
+/// finishes is ADDed to a string set on the day's `daily-status` sensor. `merge: add` joins
+/// lists as sets, and a `size_gte` (or `contains_all`) rule says "all 24 hours": the daily
+/// run starts with the 24th distinct hour, not before, whatever arrives twice.
+#[test]
+fn merge_add_collects_a_set_and_the_daily_run_starts_with_its_24th_hour() {
+    let hours: Vec<String> = (0..24).map(|h| format!("{h:02}")).collect();
+    for rule in [
+        json!({"key": "daily-status", "check": "size_gte", "field": "completed_hours", "value": 24}),
+        json!({"key": "daily-status", "check": "contains_all", "field": "completed_hours", "value": hours}),
+    ] {
+        let mut sim = Sim::new();
+        sim.config(json!({
+            "pipeline": {"id": "gold", "owner": "analytics"},
+            "schedule": {"trigger": rule.clone(), "evaluation": {"window": "30m", "interval": "5m"}},
+            "validation": {"rules": [rule.clone()]},
+            "job": {"type": "command", "config": {"command": "agg ${DATE}"}}
+        }));
+        let add = |sim: &mut Sim, hour: &str| {
+            let record = json!({"pipelineId": "gold", "key": "daily-status", "date": "2026-11-22",
+                "merge": "add", "data": {"completed_hours": [hour], "date": "20261122"}});
+            let bytes = serde_json::to_vec(&record).unwrap();
+            let reading = crate::core::records::decode_sensor(Some(b"gold"), Some(&bytes)).unwrap();
+            sim.input("gold", Input::SensorReceived(reading));
+        };
+        for hour in &hours[..23] {
+            add(&mut sim, hour);
+            add(&mut sim, "05"); // re-delivered: a set holds it once
+        }
+        assert!(sim.triggers().is_empty(), "{rule}: 23 hours: not yet");
+        let stored = sim.states["gold"]
+            .sensors
+            .values()
+            .find(|s| s.data.contains_key("completed_hours"))
+            .unwrap();
+        assert_eq!(stored.data["completed_hours"].as_array().unwrap().len(), 23);
+        add(&mut sim, "23");
+        assert_eq!(sim.triggers().len(), 1, "{rule}: all 24 hours");
+    }
+    // What fails says what is missing.
+    let mut sim = Sim::new();
+    let rule = json!({"key": "daily-status", "check": "contains_all", "field": "completed_hours", "value": ["00", "01", "02"]});
+    sim.config(json!({
+        "pipeline": {"id": "gold", "owner": "analytics"},
+        "schedule": {"trigger": {"key": "go", "check": "exists"}, "evaluation": {"window": "30m", "interval": "5m"}},
+        "validation": {"rules": [rule]},
+        "job": {"type": "command", "config": {"command": "agg"}}
+    }));
+    sim.sensor("gold", "daily-status", json!({"completed_hours": ["01"]}));
+    sim.sensor("gold", "go", json!({}));
+    sim.advance(TimeDelta::minutes(30));
+    let exhausted = sim.of(EventType::VALIDATION_EXHAUSTED);
+    let reason = serde_json::to_string(&exhausted[0].detail).unwrap();
+    assert!(
+        reason.contains("lacks 2 of 3 members") && reason.contains("02"),
+        "{reason}"
+    );
+}
+
+/// A producer adding new members forever is refused once a set would pass its bound.
+#[test]
+fn merge_add_refuses_a_set_past_its_bound() {
+    let stored: serde_json::Map<String, Value> =
+        json!({"ids": (0..crate::core::records::MAX_SET_MEMBERS).collect::<Vec<_>>()})
+            .as_object()
+            .unwrap()
+            .clone();
+    let more = json!({"ids": [-1]}).as_object().unwrap().clone();
+    let refused = crate::core::records::Merge::Add
+        .apply(Some(&stored), &more)
+        .unwrap_err();
+    assert!(refused.contains("more than the 10000"), "{refused}");
+    let same = json!({"ids": [0, 1]}).as_object().unwrap().clone();
+    assert!(
+        crate::core::records::Merge::Add.apply(Some(&stored), &same).is_ok(),
+        "nothing new: still fits"
+    );
 }
 
 // ---- Helpers for the schedule and SLA scenarios (tests/schedule_and_sla.rs) ----

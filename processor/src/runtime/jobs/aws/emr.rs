@@ -13,15 +13,15 @@
 //! always added.
 //!
 //! States: PENDING, RUNNING and CANCEL_PENDING are running; COMPLETED succeeded; FAILED
-//! failed (TRANSIENT, with EMR's failure reason and log file); CANCELLED failed PERMANENT
-//! (cancelled on purpose, or by an earlier step's `actionOnFailure`); INTERRUPTED failed
-//! TRANSIENT (the cluster went away under the step: a retry on a healthy cluster may pass).
+//! failed (TRANSIENT, with EMR's failure reason and log file); CANCELLED failed TRANSIENT, as
+//! Interlock categorised it (an earlier step's `actionOnFailure` cancels the steps after it:
+//! a retry may pass); INTERRUPTED failed TRANSIENT (the cluster went away under the step: a
+//! retry on a healthy cluster may pass).
 
 use serde_json::{json, Value};
 
 use super::{handle_field, Api, Service};
 use crate::core::config::{EmrJob, EmrStep};
-use crate::core::records::FailureCategory;
 use crate::runtime::jobs::{usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
@@ -149,8 +149,7 @@ fn outcome(state: &str, status: &Value, step_id: &str, handle: &Value) -> Outcom
     }
     match state {
         "COMPLETED" => Outcome::succeeded(said),
-        "FAILED" | "INTERRUPTED" => Outcome::failed(None, said),
-        "CANCELLED" => Outcome::failed(Some(FailureCategory::Permanent), said),
+        "FAILED" | "INTERRUPTED" | "CANCELLED" => Outcome::failed(None, said),
         // PENDING, RUNNING, CANCEL_PENDING, and whatever EMR adds.
         _ => Outcome::running(handle.clone()),
     }
@@ -259,7 +258,11 @@ mod tests {
             "s-1",
             &handle,
         );
-        assert_eq!(cancelled.category, Some(FailureCategory::Permanent));
+        assert_eq!(
+            (cancelled.status, cancelled.category),
+            (JobStatus::Failed, None),
+            "TRANSIENT, as Interlock"
+        );
         assert_eq!(cancelled.message.as_deref(), Some("EMR step s-1 CANCELLED: by user"));
         let interrupted = outcome("INTERRUPTED", &json!({}), "s-1", &handle);
         assert_eq!((interrupted.status, interrupted.category), (JobStatus::Failed, None));

@@ -12,15 +12,15 @@
 //! job run back instead of a second one.
 //!
 //! States: SUBMITTED, PENDING, SCHEDULED, RUNNING and QUEUED are running; SUCCESS
-//! succeeded; FAILED failed (TRANSIENT, with `stateDetails`); CANCELLING and CANCELLED
-//! failed PERMANENT (cancelled on purpose: the run ends cancelled whatever comes next).
+//! succeeded; FAILED and CANCELLED failed (TRANSIENT, with `stateDetails`, as Interlock
+//! categorised both). CANCELLING is running, as in Interlock: the run is still stopping, and a
+//! retry now would start beside it.
 
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 
 use super::{fit, handle_field, label, Api, Service};
 use crate::core::config::EmrServerlessJob;
-use crate::core::records::FailureCategory;
 use crate::runtime::jobs::{usable, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
@@ -104,9 +104,8 @@ fn outcome(state: &str, details: Option<&str>, run_id: &str, handle: &Value) -> 
     };
     match state {
         "SUCCESS" => Outcome::succeeded(said),
-        "FAILED" => Outcome::failed(None, said),
-        "CANCELLING" | "CANCELLED" => Outcome::failed(Some(FailureCategory::Permanent), said),
-        // SUBMITTED, PENDING, SCHEDULED, RUNNING, QUEUED, and whatever EMR adds.
+        "FAILED" | "CANCELLED" => Outcome::failed(None, said),
+        // SUBMITTED, PENDING, SCHEDULED, RUNNING, QUEUED, CANCELLING, and whatever EMR adds.
         _ => Outcome::running(handle.clone()),
     }
 }
@@ -138,13 +137,18 @@ mod tests {
             failed.message.as_deref(),
             Some("EMR Serverless job run 00r FAILED: Job failed, please check complete logs")
         );
-        for state in ["CANCELLING", "CANCELLED"] {
-            let o = outcome(state, None, "00r", &handle);
-            assert_eq!(
-                (o.status, o.category),
-                (JobStatus::Failed, Some(FailureCategory::Permanent))
-            );
-        }
+        let cancelled = outcome("CANCELLED", None, "00r", &handle);
+        assert_eq!(
+            (cancelled.status, cancelled.category),
+            (JobStatus::Failed, None),
+            "TRANSIENT, as Interlock"
+        );
+        let stopping = outcome("CANCELLING", None, "00r", &handle);
+        assert_eq!(
+            stopping.status,
+            JobStatus::Running,
+            "still stopping: nothing may start beside it"
+        );
     }
 
     #[test]

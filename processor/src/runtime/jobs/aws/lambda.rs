@@ -12,14 +12,14 @@
 //!   (with the answer's tail); with it, failed TRANSIENT with the error payload's type and
 //!   message, or timed out when Lambda says the function timed out. Such a call lasts as long
 //!   as the function, so without a `timeout` in the config the request may take up to
-//!   [`SYNC_TIMEOUT`] (Lambda's 15-minute maximum and a margin), not the usual 30 seconds.
+//!   [`LAMBDA_SYNC_TRY_TIMEOUT`](crate::core::config::LAMBDA_SYNC_TRY_TIMEOUT) (Lambda's
+//!   15-minute maximum and a margin), not the usual 30 seconds; the trigger's deadline
+//!   covers it ([`crate::core::lifecycle::TriggerRequest::call_budget`]).
 //! - Event queues the invocation: 202 succeeded ("invoked asynchronously").
 //!
 //! Invoke has no idempotency key: a trigger retried after a lost answer (a timeout, a crash
 //! mid-call) invokes the function again, and Lambda itself retries failed Event invocations.
 //! Functions should be idempotent on the run id in their payload.
-
-use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -34,8 +34,6 @@ pub(super) static SERVICE: Service = Service {
     signing_name: "lambda",
     env_id: "LAMBDA",
 };
-/// The per-request timeout of a RequestResponse invocation when the config sets none.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(15 * 60 + 30);
 
 pub(super) async fn trigger(call: &Call<'_>, job: &LambdaJob) -> Result<Outcome, CallError> {
     let function = job.function_name.as_str();
@@ -48,7 +46,8 @@ pub(super) async fn trigger(call: &Call<'_>, job: &LambdaJob) -> Result<Outcome,
         ("content-type", "application/json".to_string()),
         ("x-amz-invocation-type", invocation.as_str().to_string()),
     ];
-    let timeout = (sync && call.config.timeout().is_none()).then_some(SYNC_TIMEOUT);
+    // A synchronous call lasts as long as the function: its try timeout covers that.
+    let timeout = sync.then(|| call.config.try_timeout());
     let answer = api.send(Method::POST, &path, &headers, body, timeout).await?;
     if let Some(error) = answer.error() {
         return Err(error.into_call_error(&api.what("Invoke")));

@@ -17,14 +17,13 @@
 //! start is reported succeeded at once (fire-and-forget).
 //!
 //! States: RUNNING and PENDING_REDRIVE are running; SUCCEEDED succeeded (with the output's
-//! tail); FAILED failed (TRANSIENT, with the error and cause); TIMED_OUT timed out; ABORTED
-//! failed PERMANENT (stopped on purpose).
+//! tail); FAILED and ABORTED failed (TRANSIENT, with the error and cause, as Interlock
+//! categorised both: a retry may pass); TIMED_OUT timed out.
 
 use serde_json::{json, Value};
 
 use super::{fit, handle_field, Api, Service};
 use crate::core::config::StepFunctionJob;
-use crate::core::records::FailureCategory;
 use crate::runtime::jobs::{tail, Call, CallError, Outcome};
 
 pub(super) static SERVICE: Service = Service {
@@ -156,9 +155,8 @@ fn outcome(state: &str, execution: &Value, handle: &Value) -> Outcome {
             }
             Outcome::succeeded(said)
         }
-        "FAILED" => Outcome::failed(None, said),
+        "FAILED" | "ABORTED" => Outcome::failed(None, said),
         "TIMED_OUT" => Outcome::timed_out(said),
-        "ABORTED" => Outcome::failed(Some(FailureCategory::Permanent), said),
         // RUNNING, PENDING_REDRIVE, and whatever Step Functions adds.
         _ => Outcome::running(handle.clone()),
     }
@@ -226,7 +224,8 @@ mod tests {
         let aborted = outcome("ABORTED", &json!({"name": "n1"}), &handle);
         assert_eq!(
             (aborted.status, aborted.category),
-            (JobStatus::Failed, Some(FailureCategory::Permanent))
+            (JobStatus::Failed, None),
+            "TRANSIENT, as Interlock"
         );
     }
 }
