@@ -463,6 +463,108 @@ fn a_request_that_times_out_ends_with_infra_failure() {
     w.stop();
 }
 
+/// Lines of the file a test's command appends to: the runs that reached the target.
+fn runs_recorded(file: &std::path::Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |text| text.lines().count())
+}
+
+/// A command job that records each run it makes in a file, then fails: the folder (kept
+/// while the test runs), the file, and the job.
+fn recorded_failure() -> (tempfile::TempDir, std::path::PathBuf, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let job = quick(command_job(&format!("echo run >> {}; exit 1", file.display()), 0));
+    (dir, file, job)
+}
+
+/// A command that keeps failing (its tries and `maxRetries` spent) releases its date as
+/// Interlock released its trigger lock: RETRY_EXHAUSTED says so, and the next trigger sensor
+/// runs it again. Counted where the runs land: the file the command appends to.
+#[test]
+fn a_trigger_that_keeps_failing_releases_the_date_for_the_next_trigger_sensor() {
+    let (_dir, file, mut job) = recorded_failure();
+    let mut w = World::new("trigger-release");
+    job["triggerRetry"]["maxAttempts"] = json!(0);
+    w.start_with(&pipeline("rel", job));
+    go(&w, "rel");
+    let events = w.wait_for("rel", "the first exhaustion", |es| {
+        es.iter().any(|e| e.kind == RETRY_EXHAUSTED)
+    });
+    assert_eq!(last(&events, RETRY_EXHAUSTED).detail["restartOnTrigger"], json!(true));
+    assert_eq!(runs_recorded(&file), 1);
+    w.sensor("rel", "upstream", json!({"status": "ready"}));
+    w.wait_for("rel", "the second exhaustion", |es| {
+        es.iter().filter(|e| e.kind == RETRY_EXHAUSTED).count() == 2
+    });
+    assert_eq!(
+        runs_recorded(&file),
+        2,
+        "the next trigger sensor ran the date again, once"
+    );
+    w.stop();
+}
+
+/// A failing command whose run is cancelled while the executor waits to run it again is
+/// never run again: the run's end reaches the executor, which gives the retry up.
+#[test]
+fn a_failing_command_is_not_run_again_after_its_run_was_cancelled() {
+    let (_dir, file, mut job) = recorded_failure();
+    let mut w = World::new("cancel-retry");
+    job["triggerRetry"] = json!({"interval": "20s", "backoffRate": 1, "maxAttempts": 2});
+    w.start_with(&pipeline("cr", job));
+    go(&w, "cr");
+    wait_until(
+        "the first run",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || runs_recorded(&file) == 1,
+    );
+    w.command("cr", &json!({"pipelineId": "cr", "command": "cancel", "date": day()}));
+    w.wait_for("cr", "the cancel", |es| es.iter().any(|e| e.kind == RUN_CANCELLED));
+    wait_until(
+        "the executor to give the retry up",
+        Duration::from_secs(30),
+        || w.log_tail(),
+        || w.log().contains("command not run again: its run ended"),
+    );
+    assert_eq!(runs_recorded(&file), 1, "the retry 20 s later never ran");
+    w.stop();
+}
+
+/// A dry run shadowing a live orchestrator pages no one: its rules never pass, a sensor no
+/// rule reads arrives, and what a live run would alert on (VALIDATION_EXHAUSTED,
+/// UNKNOWN_SENSOR) is published as DRY_RUN_WOULD_REPORT; no real alert type, no call.
+#[test]
+fn a_dry_run_whose_rules_never_pass_publishes_only_dry_run_events() {
+    let server = scripted_server();
+    let mut w = World::new("dry-quiet");
+    let mut config = pipeline(
+        "dry",
+        quick(json!({"type": "http", "config": {"url": format!("{}/start", server.base)}})),
+    );
+    config["dryRun"] = json!(true);
+    config["schedule"]["evaluation"] = json!({"window": "5s", "interval": "1s"});
+    w.start_with(&config);
+    w.sensor("dry", "row-count", json!({"count": 10}));
+    w.sensor("dry", "upstream", json!({"status": "ready"}));
+    w.sensor("dry", "rows-typo", json!({"count": 10}));
+    let events = w.wait_for("dry", "what the dry run would report", |es| {
+        let told = |kind: &str| {
+            es.iter()
+                .any(|e| e.kind == DRY_RUN_WOULD_REPORT && e.detail["wouldReport"] == kind)
+        };
+        told("VALIDATION_EXHAUSTED") && told("UNKNOWN_SENSOR")
+    });
+    let real: Vec<_> = events
+        .iter()
+        .map(|e| e.kind)
+        .filter(|k| k.category() != sluice::core::events::Category::DryRun && *k != CONFIG_ACCEPTED)
+        .collect();
+    assert!(real.is_empty(), "a dry run published {real:?}");
+    assert!(server.requests_to("POST /start").is_empty(), "nothing called");
+    w.stop();
+}
+
 /// The body of a recorded raw request (what follows the head).
 fn body_of(raw: &str) -> &str {
     raw.split_once("\r\n\r\n").map(|(_, body)| body).unwrap_or("")
