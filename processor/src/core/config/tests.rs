@@ -837,3 +837,35 @@ fn two_calendars_named_in_one_config_both_apply() {
     c["schedule"]["exclude"] = json!({"holidays": {"name": "us-holidays", "dates": ["2026-11-26"]}});
     assert_eq!(parsed(c).config.exclusions.calendar.unwrap().name, "us-holidays");
 }
+
+#[test]
+fn validate_names_where_a_sensor_started_pipeline_dates_runs_otherwise_than_the_earlier_design() {
+    let mut c = minimal();
+    c["schedule"]["timezone"] = json!("America/New_York");
+    c["exclusions"] = json!({"days": ["saturday", "sunday"]});
+    let said = warnings(&parsed(c.clone()));
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("schedule.timezone") && w.contains("America/New_York")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|w| w.starts_with("exclusions") && w.contains("data date")),
+        "{said:?}"
+    );
+    // In UTC, without exclusions, or run by a cron (dated by its occurrence): nothing to say.
+    let mut utc = minimal();
+    utc["schedule"]["timezone"] = json!("UTC");
+    assert!(!warnings(&parsed(utc))
+        .iter()
+        .any(|w| w.starts_with("schedule.timezone") || w.starts_with("exclusions")));
+    c["schedule"] = json!({"cron": "0 8 * * *", "timezone": "America/New_York"});
+    let said = warnings(&parsed(c));
+    assert!(
+        !said
+            .iter()
+            .any(|w| w.starts_with("schedule.timezone") || w.starts_with("exclusions")),
+        "{said:?}"
+    );
+}

@@ -74,6 +74,9 @@ impl Reader {
         if dry_run && schedule.as_ref().is_some_and(|s| s.trigger.is_none()) {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
         }
+        if let Some(schedule) = schedule.as_ref().filter(|s| s.sensor_started()) {
+            self.differences_in_dating(schedule.timezone, &exclusions);
+        }
 
         Some(PipelineConfig {
             id: id?,
@@ -90,6 +93,28 @@ impl Reader {
             anomalies,
             json: Box::default(),
         })
+    }
+
+    /// Where a sensor-started pipeline dates its runs otherwise than the earlier design did,
+    /// said so that a migrating user sees it at `config validate` (issue 59, item 8): an
+    /// undated reading takes its date in the schedule's zone (Interlock: UTC), and an
+    /// exclusion applies to the data date (Interlock: the day the run started).
+    fn differences_in_dating(&mut self, zone: Tz, exclusions: &Exclusions) {
+        if zone != Tz::UTC {
+            self.warn(
+                "schedule.timezone",
+                format!(
+                    "a reading without a date is dated in {zone}: between midnight there and midnight UTC it is for another day than the earlier design gave it (UTC). Send `date` with each reading to say which"
+                ),
+            );
+        }
+        let excludes = exclusions.calendar.is_some() || !exclusions.days.is_empty() || !exclusions.dates.is_empty();
+        if excludes {
+            self.warn(
+                "exclusions",
+                "apply to the data date of a run: a run that processes yesterday's data on Monday is Sunday's, which a weekend exclusion skips; the earlier design excluded by the day the run started",
+            );
+        }
     }
 
     fn identity(&mut self, root: &Map<String, Value>) -> Identity {
