@@ -413,8 +413,13 @@ fn a_status_check_that_cannot_ask_never_ends_the_run_nor_starts_a_second_copy() 
     for name in ["down", "denied"] {
         server.script(&format!("/{name}-status"), &[(200, r#"{"status": "succeeded"}"#)]);
     }
+    // Each run's checks have backed off meanwhile, by at most 5 minutes (its next check may be
+    // that far): wait for the check after the longest backoff, not the usual minute.
+    let backed_off = Instant::now() + Duration::from_secs(6 * 60);
     for (id, category, action) in [("down", "INFRA", false), ("denied", "PERMANENT", true)] {
-        let events = w.wait_for(id, "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+        let events = w.wait_for_until(id, "completion", backed_off, |es| {
+            es.iter().any(|e| e.kind == JOB_COMPLETED)
+        });
         let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
