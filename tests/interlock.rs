@@ -227,3 +227,89 @@ fn config_validate_reports_every_interlock_difference() {
         "{stderr}"
     );
 }
+
+/// Interlock's dating, by default: an undated trigger takes its date in UTC whatever the
+/// schedule's zone (`ResolveExecutionDate` on Lambda's clock), exclusions are checked
+/// against the day the trigger arrives there (`IsExcluded(cfg, now)`), and its producers'
+/// numeric `date` and one-digit `hour` in the data make a daily run of the day named.
+/// `undatedReadings: timezone` with `excludeBy: dataDate` is Sluice's other rule. Counted
+/// at the target: each command appends its run id to a file.
+#[test]
+fn undated_triggers_are_dated_in_utc_and_exclusions_follow_the_day_they_arrive() {
+    // A zone whose date is not UTC's for the next hour: 12 hours behind before 11:00 UTC,
+    // 14 ahead after.
+    let now = Utc::now();
+    let (zone, ahead) = if now.hour() < 11 {
+        ("Etc/GMT+12", -12)
+    } else {
+        ("Etc/GMT-14", 14)
+    };
+    let utc_day = today();
+    let local_day = (now + TimeDelta::hours(ahead)).date_naive();
+    assert_ne!(utc_day, local_day);
+    let dir = tempfile::tempdir().unwrap();
+    let runs = |id: &str| std::fs::read_to_string(dir.path().join(id)).unwrap_or_default();
+    let config = |id: &str, patch: Value| {
+        let command = format!("echo ${{RUN_ID}} >> {}", dir.path().join(id).display());
+        let mut c = pipeline(id, command_job(&command, 0));
+        c["validation"]["rules"] = json!([]);
+        c["schedule"]["timezone"] = json!(zone);
+        for (k, v) in patch.as_object().unwrap() {
+            match k.as_str() {
+                "schedule" => c["schedule"]
+                    .as_object_mut()
+                    .unwrap()
+                    .extend(v.as_object().unwrap().clone()),
+                _ => c[k] = v.clone(),
+            }
+        }
+        c
+    };
+    let mut w = World::new("dating");
+    // The UTC date is excluded, not the day the trigger arrives in its zone: it runs.
+    w.config(&config("utc", json!({"exclusions": {"dates": [utc_day.to_string()]}})));
+    // The day it arrives is excluded: passed over.
+    w.config(&config(
+        "wall",
+        json!({"exclusions": {"dates": [local_day.to_string()]}}),
+    ));
+    // Sluice's other rule: dated in the zone, excluded by that date.
+    let local = json!({"schedule": {"undatedReadings": "timezone", "excludeBy": "dataDate"}});
+    w.config(&config("local", local));
+    w.start_with(&config("numeric", json!({})));
+    for id in ["utc", "wall", "local"] {
+        sensor_record(&w, id, "upstream", json!({"status": "ready"}));
+    }
+    let compact: u64 = utc_day.format("%Y%m%d").to_string().parse().unwrap();
+    sensor_record(
+        &w,
+        "numeric",
+        "upstream",
+        json!({"status": "ready", "date": compact, "hour": 5}),
+    );
+
+    for (id, date) in [("utc", utc_day), ("local", local_day), ("numeric", utc_day)] {
+        let events = w.wait_for(id, "completion", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+        let completed = events.iter().find(|e| e.kind == JOB_COMPLETED).unwrap();
+        assert_eq!(completed.date.as_deref(), Some(date.to_string().as_str()), "{id}");
+        assert_eq!(
+            runs(id),
+            format!("{id}.stream.{date}.1\n"),
+            "{id}: one daily run of {date}"
+        );
+    }
+    let events = w.wait_for("wall", "the exclusion", |es| {
+        es.iter().any(|e| e.kind == PIPELINE_EXCLUDED)
+    });
+    let excluded = events.iter().find(|e| e.kind == PIPELINE_EXCLUDED).unwrap();
+    assert_eq!(excluded.date.as_deref(), Some(utc_day.to_string().as_str()));
+    assert!(
+        excluded.detail["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("arrived on {local_day}")),
+        "{excluded:?}"
+    );
+    assert_eq!(runs("wall"), "", "nothing ran on the excluded day");
+    w.stop();
+}

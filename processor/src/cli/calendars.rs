@@ -701,7 +701,7 @@ mod tests {
         calendars.resolve(&mut config, Variables::MustBeResolved);
         let parsed = config::parse(&config, Variables::MustBeResolved).unwrap();
         assert!(
-            !parsed.warnings.iter().any(|w| w.path.starts_with("schedule.exclude")),
+            !parsed.warnings.iter().any(|w| w.path.starts_with("schedule.exclude.")),
             "{:?}",
             parsed.warnings
         );

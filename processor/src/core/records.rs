@@ -515,6 +515,13 @@ fn sensor_date(record: &SensorRecord) -> Result<Option<NaiveDate>, InputError> {
                 None => Err(InputError::invalid("date", format!("{s:?} is not YYYY-MM-DD"))),
             },
         },
+        // A producer of the earlier design wrote `date: 20261127` as a number, which it took
+        // for no date at all (today's): the date it names is what was meant.
+        Some(Value::Number(n)) if in_data => n
+            .as_u64()
+            .and_then(|n| NaiveDate::parse_from_str(&format!("{n:08}"), "%Y%m%d").ok())
+            .map(Some)
+            .ok_or_else(|| InputError::invalid("date", format!("{n} is not YYYYMMDD"))),
         Some(other) => Err(InputError::invalid("date", format!("{other} is not YYYY-MM-DD"))),
     }
 }
@@ -533,12 +540,21 @@ fn day_of_timestamp(text: &str) -> Option<NaiveDate> {
 }
 
 /// The hour a sensor record names, in its own field or in its data (see [`sensor_date`]).
+/// In the data, only two digits name an hour, as the earlier design read it (interlock
+/// `ResolveExecutionDate`): its producers' `hour: 5` or `"5"` scoped a daily run, and
+/// still does.
 fn sensor_hour(record: &SensorRecord) -> Result<Option<u32>, InputError> {
-    match record.hour.as_ref().or_else(|| record.data.get("hour")) {
+    let (hour, in_data) = match &record.hour {
+        Some(hour) => (Some(hour), false),
+        None => (record.data.get("hour"), true),
+    };
+    match hour {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => Ok(Some(parse_hour(v).ok_or_else(|| {
-            InputError::invalid("hour", format!("{v} is not an hour 00-23"))
-        })?)),
+        Some(v) => {
+            let hour = parse_hour(v).ok_or_else(|| InputError::invalid("hour", format!("{v} is not an hour 00-23")))?;
+            let two_digits = matches!(v, Value::String(s) if s.len() == 2);
+            Ok((two_digits || !in_data).then_some(hour))
+        }
     }
 }
 
@@ -760,9 +776,42 @@ mod tests {
         assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 4));
         assert!(sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-03T23:30:00Z"}"#).is_err());
         assert!(sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"yesterday"}}"#).is_err());
-        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"20260303","hour":"7"}}"#).unwrap();
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":"20260303","hour":"07"}}"#).unwrap();
         assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 3));
         assert_eq!(r.hour, Some(7));
+    }
+
+    /// The earlier design's producers wrote `date` and `hour` in the data, in forms it read
+    /// its own way (interlock `ResolveExecutionDate`): only a two-digit string is an hour
+    /// there; a number or one digit left the run daily. A numeric date names its day.
+    #[test]
+    fn dates_and_hours_in_the_data_read_as_the_earlier_design_read_them() {
+        let day = NaiveDate::from_ymd_opt(2026, 3, 3);
+        for data in [
+            r#"{"date":"2026-03-03","hour":7}"#,
+            r#"{"date":"2026-03-03","hour":"7"}"#,
+            r#"{"date":20260303,"hour":7}"#,
+        ] {
+            let r = sensor(&format!(r#"{{"pipelineId":"p1","key":"k","data":{data}}}"#)).unwrap();
+            assert_eq!((r.date, r.hour), (day, None), "{data}");
+        }
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","data":{"date":20260303,"hour":"07"}}"#).unwrap();
+        assert_eq!((r.date, r.hour), (day, Some(7)));
+        // The record's own fields are Sluice's: a number is an hour there.
+        let r = sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-03","hour":7}"#).unwrap();
+        assert_eq!((r.date, r.hour), (day, Some(7)));
+        // Not a day or an hour at all: refused, not run as today's.
+        for data in [
+            r#"{"date":2026033}"#,
+            r#"{"date":20261399}"#,
+            r#"{"date":-1}"#,
+            r#"{"hour":"24"}"#,
+        ] {
+            assert!(
+                sensor(&format!(r#"{{"pipelineId":"p1","key":"k","data":{data}}}"#)).is_err(),
+                "{data}"
+            );
+        }
         let r = sensor(r#"{"pipelineId":"p1","key":"k","date":"2026-03-04","timestamp":1772582400}"#).unwrap();
         assert_eq!(r.date, NaiveDate::from_ymd_opt(2026, 3, 4));
         assert_eq!(r.timestamp.unwrap().to_rfc3339(), "2026-03-04T00:00:00+00:00");

@@ -19,8 +19,8 @@ pub use job::{
 };
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
-    INCLUSION_LOOKBACK_DAYS,
+    Evaluator, ExcludeBy, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime,
+    UndatedReadings, Validation, INCLUSION_LOOKBACK_DAYS,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
 pub use skipped::days_skipped_unlike_interlock;

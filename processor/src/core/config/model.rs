@@ -138,6 +138,35 @@ pub struct Schedule {
     pub evaluation: Evaluation,
     pub include_dates: Vec<NaiveDate>,
     pub expected_start: Option<ClockTime>,
+    /// `schedule.undatedReadings`: the zone a reading without a date is dated in.
+    pub undated_readings: UndatedReadings,
+    /// `schedule.excludeBy`: which day a trigger sensor's exclusions are checked against.
+    pub exclude_by: ExcludeBy,
+}
+
+/// The zone in which a reading that names no date takes its date (from its timestamp, else
+/// when it arrived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UndatedReadings {
+    /// UTC, as the earlier design dated them (interlock `ResolveExecutionDate` on Lambda's
+    /// UTC clock), whatever `schedule.timezone` says. The default, so its configs and
+    /// producers keep their dates.
+    #[default]
+    Utc,
+    /// `schedule.timezone`.
+    Timezone,
+}
+
+/// Which day decides whether a trigger sensor may start a run on an excluded day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExcludeBy {
+    /// The day the trigger arrives, in `schedule.timezone`, as the earlier design checked
+    /// its sensor triggers (interlock `IsExcluded(cfg, now)`): a run on Monday for Sunday's
+    /// data runs, one on Saturday for Friday's does not. The default.
+    #[default]
+    RunDay,
+    /// The run's data date: Sunday's data is never processed under a weekend exclusion.
+    DataDate,
 }
 
 /// Which day a daily (`HH:MM`) SLA deadline falls on.
@@ -158,6 +187,14 @@ impl Schedule {
     /// execution and the cron time only checks that something started.
     pub fn sensor_started(&self) -> bool {
         self.trigger.is_some() || self.cron.is_none()
+    }
+
+    /// The zone an undated reading is dated in (see [`UndatedReadings`]).
+    pub fn undated_zone(&self) -> Tz {
+        match self.undated_readings {
+            UndatedReadings::Utc => Tz::UTC,
+            UndatedReadings::Timezone => self.timezone,
+        }
     }
 }
 

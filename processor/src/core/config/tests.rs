@@ -1,4 +1,5 @@
 use chrono::{TimeDelta, Weekday};
+use chrono_tz::Tz;
 use serde_json::{json, Value};
 
 use super::*;
@@ -840,32 +841,53 @@ fn two_calendars_named_in_one_config_both_apply() {
 
 #[test]
 fn validate_names_where_a_sensor_started_pipeline_dates_runs_otherwise_than_the_earlier_design() {
+    let said_on = |c: &Value, path: &str| -> Vec<String> {
+        warnings(&parsed(c.clone()))
+            .into_iter()
+            .filter(|w| w.starts_with(path))
+            .collect()
+    };
     let mut c = minimal();
     c["schedule"]["timezone"] = json!("America/New_York");
     c["exclusions"] = json!({"days": ["saturday", "sunday"]});
-    let said = warnings(&parsed(c.clone()));
+    // The defaults are the earlier design's rules: said, with how to choose the other.
+    let zone = said_on(&c, "schedule.undatedReadings");
     assert!(
-        said.iter()
-            .any(|w| w.starts_with("schedule.timezone") && w.contains("America/New_York")),
-        "{said:?}"
+        zone.len() == 1 && zone[0].contains("in UTC, as the earlier design did"),
+        "{zone:?}"
     );
-    assert!(
-        said.iter()
-            .any(|w| w.starts_with("exclusions") && w.contains("data date")),
-        "{said:?}"
-    );
+    let by = said_on(&c, "schedule.excludeBy");
+    assert!(by.len() == 1 && by[0].contains("day a trigger arrives"), "{by:?}");
+    let config = parsed(c.clone()).config;
+    assert_eq!(config.schedule.undated_zone(), Tz::UTC);
+    assert_eq!(config.schedule.exclude_by, ExcludeBy::RunDay);
+    // Chosen as the earlier design did: nothing to say.
+    c["schedule"]["undatedReadings"] = json!("utc");
+    c["schedule"]["excludeBy"] = json!("runDay");
+    assert!(said_on(&c, "schedule.undatedReadings").is_empty());
+    assert!(said_on(&c, "schedule.excludeBy").is_empty());
+    // Chosen otherwise: named as a difference.
+    c["schedule"]["undatedReadings"] = json!("timezone");
+    c["schedule"]["excludeBy"] = json!("dataDate");
+    assert!(said_on(&c, "schedule.undatedReadings")[0].contains("the earlier design dated it in UTC"));
+    assert!(said_on(&c, "schedule.excludeBy")[0].contains("data date"));
+    let config = parsed(c.clone()).config;
+    assert_eq!(config.schedule.undated_zone(), chrono_tz::America::New_York);
+    assert_eq!(config.schedule.exclude_by, ExcludeBy::DataDate);
     // In UTC, without exclusions, or run by a cron (dated by its occurrence): nothing to say.
     let mut utc = minimal();
     utc["schedule"]["timezone"] = json!("UTC");
-    assert!(!warnings(&parsed(utc))
-        .iter()
-        .any(|w| w.starts_with("schedule.timezone") || w.starts_with("exclusions")));
+    assert!(said_on(&utc, "schedule.undatedReadings").is_empty());
+    assert!(said_on(&utc, "schedule.excludeBy").is_empty());
     c["schedule"] = json!({"cron": "0 8 * * *", "timezone": "America/New_York"});
-    let said = warnings(&parsed(c));
+    assert!(said_on(&c, "schedule.").is_empty(), "{:?}", said_on(&c, "schedule."));
+    // A choice that is neither is an error.
+    let mut wrong = minimal();
+    wrong["schedule"]["undatedReadings"] = json!("local");
+    wrong["schedule"]["excludeBy"] = json!("today");
+    let err = parse(&wrong, Variables::MayBeUnresolved).unwrap_err().to_string();
     assert!(
-        !said
-            .iter()
-            .any(|w| w.starts_with("schedule.timezone") || w.starts_with("exclusions")),
-        "{said:?}"
+        err.contains("must be utc or timezone") && err.contains("must be runDay or dataDate"),
+        "{err}"
     );
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde_json::json;
 
 use super::{detail, Decider, Execution, Phase};
-use crate::core::config::{ClockTime, Deadline, PipelineConfig};
+use crate::core::config::{ClockTime, Deadline, ExcludeBy, PipelineConfig};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules;
@@ -94,7 +94,8 @@ impl Decider<'_> {
                 .push(format!("cron occurrence {date}: execution {id} exists"));
             return;
         }
-        if self.exclude(&config, &id) {
+        if let Some(reason) = day_excluded(&config, id.date()) {
+            self.exclude(&id, reason, false);
             return;
         }
         let late = now - due;
@@ -244,8 +245,29 @@ impl Decider<'_> {
             return None;
         }
         let id = ExecutionId::new(config.schedule_id(), date);
-        if let Some(existing) = self.state.executions.get(&id) {
-            if existing.restart_on_trigger && self.trigger_holds(&config, sensor_key, date) {
+        let holds = self.trigger_holds(&config, sensor_key, date);
+        let existing = self.state.executions.get(&id);
+        // Passed over on an excluded run day: the trigger on a later day may start it.
+        let passed_over = existing.is_some_and(|e| matches!(e.phase, Phase::Skipped { .. }) && e.restart_on_trigger);
+        if holds && (existing.is_none() || passed_over || existing.is_some_and(|e| e.restart_on_trigger)) {
+            if let Some(reason) = self.trigger_excluded(&config, date) {
+                if passed_over {
+                    self.notes
+                        .push(format!("trigger for {date} passed over again: {reason}"));
+                } else if existing.is_none() {
+                    self.exclude(&id, reason, config.schedule.exclude_by == ExcludeBy::RunDay);
+                } else {
+                    self.notes.push(format!("{id} is not started again today: {reason}"));
+                }
+                return None;
+            }
+        }
+        if passed_over && holds {
+            // Opened afresh below, over the record of the day it was passed over.
+            self.cancel_timers(|t| t.execution() == Some(&id));
+        }
+        if let Some(existing) = self.state.executions.get(&id).filter(|_| !(passed_over && holds)) {
+            if existing.restart_on_trigger && holds {
                 // An outage ended it: the trigger starts it again, its rules first.
                 if let Some(e) = self.state.executions.get_mut(&id) {
                     e.restart_on_trigger = false;
@@ -260,14 +282,26 @@ impl Decider<'_> {
             ));
             return None;
         }
-        if !self.trigger_holds(&config, sensor_key, date) {
-            return None;
-        }
-        if self.exclude(&config, &id) {
+        if !holds {
             return None;
         }
         self.open_execution(&id, Some(self.now()));
         Some(id)
+    }
+
+    /// Why a trigger sensor may not start `date` now: not an inclusion date, or excluded by
+    /// the day [`ExcludeBy`] names (the day the trigger arrives, by default).
+    fn trigger_excluded(&self, config: &PipelineConfig, date: ExecutionDate) -> Option<String> {
+        match config.schedule.exclude_by {
+            ExcludeBy::DataDate => day_excluded(config, date),
+            ExcludeBy::RunDay => {
+                let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
+                not_included(config, date.day).or_else(|| {
+                    (config.exclusions.excludes(today))
+                        .map(|reason| format!("the trigger arrived on {today}: {reason}"))
+                })
+            }
+        }
     }
 
     /// TRIGGER_RECOVERED: a config arrived (or changed) and stored sensors already satisfy its
@@ -279,20 +313,21 @@ impl Decider<'_> {
         if !config.schedule.sensor_started() {
             return;
         }
-        let today = self.now().with_timezone(&config.schedule.timezone).date_naive();
+        let zone = config.schedule.undated_zone();
+        let today = self.now().with_timezone(&zone).date_naive();
         let mut dates: Vec<ExecutionDate> = self
             .state
             .sensors
             .iter()
             .filter(|(slot, s)| starts_on(&config, s.key_in(slot)))
-            .map(|(_, s)| super::sensor::execution_date(s, config.schedule.timezone, s.received_at))
+            .map(|(_, s)| super::sensor::execution_date(s, zone, s.received_at))
             .filter(|date| date.day >= today)
             .collect();
         dates.sort();
         dates.dedup();
         for date in dates {
             let id = ExecutionId::new(config.schedule_id(), date);
-            if !self.state.executions.contains_key(&id) && day_excluded(&config, date).is_none() {
+            if !self.state.executions.contains_key(&id) && self.trigger_excluded(&config, date).is_none() {
                 self.recover(&config, &id);
             }
         }
@@ -323,7 +358,7 @@ impl Decider<'_> {
     /// Whether a stored reading of `sensor_key` belongs to `date`: scoped to it, else
     /// timestamped or received on it.
     fn has_reading_for(&self, config: &PipelineConfig, sensor_key: &str, date: ExecutionDate) -> bool {
-        let tz = config.schedule.timezone;
+        let tz = config.schedule.undated_zone();
         (self.state.readings_of(sensor_key)).any(|(_, s)| super::sensor::execution_date(s, tz, s.received_at) == date)
     }
 
@@ -346,13 +381,12 @@ impl Decider<'_> {
         }
     }
 
-    /// PIPELINE_EXCLUDED when `date` is dormant; the date is kept as skipped so the same day
-    /// is reported once.
-    fn exclude(&mut self, config: &PipelineConfig, id: &ExecutionId) -> bool {
-        let Some(reason) = day_excluded(config, id.date()) else {
-            return false;
-        };
-        let execution = Execution::skipped(id.clone(), self.now(), reason.clone());
+    /// PIPELINE_EXCLUDED: `id` is dormant for `reason`. The date is kept as skipped so the
+    /// same day is reported once; `passed_over`: only for today (the trigger arrived on an
+    /// excluded day), so a trigger on a later day may still start it.
+    fn exclude(&mut self, id: &ExecutionId, reason: String, passed_over: bool) {
+        let mut execution = Execution::skipped(id.clone(), self.now(), reason.clone());
+        execution.restart_on_trigger = passed_over;
         self.state.executions.insert(id.clone(), execution.into());
         self.arm_expiry(id);
         let message = format!("{} is dormant ({reason}): nothing runs", id.date());
@@ -362,7 +396,6 @@ impl Decider<'_> {
             message,
             detail([("reason", json!(reason))]),
         );
-        true
     }
 
     /// Opens an execution: SLA timers, the watchdog, and the first evaluation.
@@ -430,11 +463,13 @@ pub(super) fn day_excluded(config: &PipelineConfig, date: ExecutionDate) -> Opti
 
 /// Why `day` is dormant (see [`day_excluded`]).
 pub(super) fn dormant(config: &PipelineConfig, day: NaiveDate) -> Option<String> {
+    not_included(config, day).or_else(|| config.exclusions.excludes(day))
+}
+
+/// Why `day` is not one of the pipeline's inclusion dates, when it has some.
+fn not_included(config: &PipelineConfig, day: NaiveDate) -> Option<String> {
     let include = &config.schedule.include_dates;
-    if !include.is_empty() && !include.contains(&day) {
-        return Some(format!("{day} is not one of the inclusion dates"));
-    }
-    config.exclusions.excludes(day)
+    (!include.is_empty() && !include.contains(&day)).then(|| format!("{day} is not one of the inclusion dates"))
 }
 
 /// The next expected-start check after `now`: at `schedule.time` each day, or (irregular

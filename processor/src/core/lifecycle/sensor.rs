@@ -76,7 +76,7 @@ impl Decider<'_> {
             return;
         };
         self.check_unknown(&config, &reading.key);
-        let mut date = execution_date(&stored, config.schedule.timezone, now);
+        let mut date = execution_date(&stored, config.schedule.undated_zone(), now);
         if stored.scope().is_none() {
             if let Some(inclusion) = self.recent_inclusion_date(&config, date.day) {
                 self.notes.push(format!(
@@ -233,7 +233,7 @@ impl Decider<'_> {
 }
 
 /// The execution date a sensor scopes: its own date (and hour), else the day of its
-/// timestamp, else today, in the schedule's timezone.
+/// timestamp, else today, in `tz` (the schedule's [`undated_zone`](crate::core::config::Schedule::undated_zone)).
 pub(super) fn execution_date(sensor: &StoredSensor, tz: chrono_tz::Tz, now: DateTime<Utc>) -> ExecutionDate {
     sensor.scope().unwrap_or_else(|| {
         let day = sensor.timestamp.unwrap_or(now).with_timezone(&tz).date_naive();

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 use super::{describe, join, respelt, Reader, Variables, MAX_PIPELINE_ID_LEN};
 use crate::core::config::model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
-    Evaluator, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime, Validation,
+    Evaluator, ExcludeBy, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime,
+    UndatedReadings, Validation,
 };
 use crate::core::config::JobKind;
 use crate::core::duration::parse_duration;
@@ -38,7 +39,7 @@ const ROOT_FIELDS: [&str; 11] = [
     "archetype",
 ];
 
-const SCHEDULE_FIELDS: [&str; 8] = [
+const SCHEDULE_FIELDS: [&str; 10] = [
     "cron",
     "timezone",
     "trigger",
@@ -47,6 +48,8 @@ const SCHEDULE_FIELDS: [&str; 8] = [
     "time",
     "exclude",
     "calendar",
+    "undatedReadings",
+    "excludeBy",
 ];
 
 /// `pipeline: {id, owner, description}`.
@@ -75,7 +78,7 @@ impl Reader {
             self.problem("dryRun", "dry-run needs schedule.trigger (sensor-driven evaluation)");
         }
         if let Some(schedule) = schedule.as_ref().filter(|s| s.sensor_started()) {
-            self.differences_in_dating(schedule.timezone, &exclusions);
+            self.differences_in_dating(root, schedule, &exclusions);
         }
 
         Some(PipelineConfig {
@@ -95,25 +98,67 @@ impl Reader {
         })
     }
 
-    /// Where a sensor-started pipeline dates its runs otherwise than the earlier design did,
-    /// said so that a migrating user sees it at `config validate` (issue 59, item 8): an
-    /// undated reading takes its date in the schedule's zone (Interlock: UTC), and an
-    /// exclusion applies to the data date (Interlock: the day the run started).
-    fn differences_in_dating(&mut self, zone: Tz, exclusions: &Exclusions) {
+    /// Where a sensor-started pipeline's dating rules matter, `config validate` names the
+    /// rule in force and the other (issue 59, item 8): the earlier design dated undated
+    /// readings in UTC and checked exclusions against the day a trigger arrived, which are
+    /// the defaults; a pipeline that chose otherwise is told it differs from it.
+    fn differences_in_dating(&mut self, root: &Map<String, Value>, schedule: &Schedule, exclusions: &Exclusions) {
+        let written = root
+            .get("schedule")
+            .and_then(Value::as_object)
+            .map(|m| respelt(m, &SCHEDULE_FIELDS));
+        let chosen = |key: &str| written.as_ref().is_some_and(|m| m.contains_key(key));
+        let zone = schedule.timezone;
         if zone != Tz::UTC {
-            self.warn(
-                "schedule.timezone",
-                format!(
-                    "a reading without a date is dated in {zone}: between midnight there and midnight UTC it is for another day than the earlier design gave it (UTC). Send `date` with each reading to say which"
+            match schedule.undated_readings {
+                UndatedReadings::Timezone => self.warn(
+                    "schedule.undatedReadings",
+                    format!("a reading without a date is dated in {zone}; the earlier design dated it in UTC, so between midnight there and midnight UTC it is for another day"),
                 ),
-            );
+                UndatedReadings::Utc if !chosen("undatedReadings") => self.warn(
+                    "schedule.undatedReadings",
+                    format!("a reading without a date is dated in UTC, as the earlier design did, not in {zone}: set `undatedReadings: timezone` to date it in {zone}, or `utc` to say so"),
+                ),
+                UndatedReadings::Utc => {}
+            }
         }
         let excludes = exclusions.calendar.is_some() || !exclusions.days.is_empty() || !exclusions.dates.is_empty();
         if excludes {
-            self.warn(
-                "exclusions",
-                "apply to the data date of a run: a run that processes yesterday's data on Monday is Sunday's, which a weekend exclusion skips; the earlier design excluded by the day the run started",
-            );
+            match schedule.exclude_by {
+                ExcludeBy::DataDate => self.warn(
+                    "schedule.excludeBy",
+                    "exclusions apply to the data date of a run: a run on Monday for Sunday's data is skipped under a weekend exclusion; the earlier design checked the day the trigger arrived",
+                ),
+                ExcludeBy::RunDay if !chosen("excludeBy") => self.warn(
+                    "schedule.excludeBy",
+                    "exclusions apply to the day a trigger arrives, as the earlier design did: a run on Monday for Sunday's data runs, one on Saturday for Friday's does not. Set `excludeBy: dataDate` to exclude by the data date, or `runDay` to say so",
+                ),
+                ExcludeBy::RunDay => {}
+            }
+        }
+    }
+
+    /// `schedule.undatedReadings: utc | timezone`.
+    fn undated_readings(&mut self, map: &Map<String, Value>) -> UndatedReadings {
+        match self.string(map, "undatedReadings", "schedule").as_deref() {
+            None | Some("utc" | "UTC") => UndatedReadings::Utc,
+            Some("timezone") => UndatedReadings::Timezone,
+            Some(other) => {
+                self.problem("schedule.undatedReadings", format!("{other:?} must be utc or timezone"));
+                UndatedReadings::Utc
+            }
+        }
+    }
+
+    /// `schedule.excludeBy: runDay | dataDate`.
+    fn exclude_by(&mut self, map: &Map<String, Value>) -> ExcludeBy {
+        match self.string(map, "excludeBy", "schedule").as_deref() {
+            None | Some("runDay") => ExcludeBy::RunDay,
+            Some("dataDate") => ExcludeBy::DataDate,
+            Some(other) => {
+                self.problem("schedule.excludeBy", format!("{other:?} must be runDay or dataDate"));
+                ExcludeBy::RunDay
+            }
         }
     }
 
@@ -185,6 +230,8 @@ impl Reader {
             evaluation,
             include_dates,
             expected_start,
+            undated_readings: self.undated_readings(map),
+            exclude_by: self.exclude_by(map),
         };
         self.something_starts(root, map, &schedule);
         Some(schedule)

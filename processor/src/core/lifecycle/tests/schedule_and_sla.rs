@@ -286,6 +286,54 @@ fn pipeline_excluded_on_an_excluded_weekday() {
     assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22");
 }
 
+/// Interlock's rule, the default: a trigger's exclusions are checked against the day it
+/// arrives (in the schedule's zone), not the data date it names.
+#[test]
+fn a_trigger_on_an_excluded_day_passes_over_its_date_and_a_later_day_starts_it() {
+    let mut sim = Sim::starting_at(at("2026-11-21T15:00:00Z")); // Saturday in New York
+    sim.config(stream(json!({"exclusions": {"days": ["saturday", "sunday"]}})));
+    ready_on(&mut sim, "2026-11-20"); // Friday's data, on Saturday
+    assert_eq!(sim.types(), [CONFIG_ACCEPTED, PIPELINE_EXCLUDED]);
+    assert_eq!(sim.events[1].date.as_deref(), Some("2026-11-20"));
+    let reason = sim.events[1].detail["reason"].as_str().unwrap();
+    assert!(reason.contains("arrived on 2026-11-21"), "{reason}");
+    sim.advance(TimeDelta::hours(1));
+    ready_on(&mut sim, "2026-11-20"); // told once
+    assert_eq!(sim.types().len(), 2);
+    assert!(sim.triggers().is_empty());
+
+    sim.advance_to(at("2026-11-23T15:00:00Z")); // Monday
+    ready_on(&mut sim, "2026-11-22"); // Sunday's data runs on Monday
+    ready_on(&mut sim, "2026-11-20"); // and Friday's, passed over on Saturday, starts now
+    let dates: Vec<_> = sim.triggers().iter().map(|t| t.execution.date_text()).collect();
+    assert_eq!(dates, ["2026-11-22", "2026-11-20"]);
+    assert_eq!(
+        sim.types(),
+        [CONFIG_ACCEPTED, PIPELINE_EXCLUDED, VALIDATION_PASSED, VALIDATION_PASSED]
+    );
+}
+
+/// An undated reading takes its date in UTC, as Interlock's did, unless the pipeline says
+/// `undatedReadings: timezone`.
+#[test]
+fn an_undated_reading_is_dated_in_utc_unless_the_pipeline_dates_it_in_its_zone() {
+    // 21:00 on the 26th in New York is the 27th in UTC.
+    for (choice, date) in [
+        (None, "2026-11-27"),
+        (Some("timezone"), "2026-11-26"),
+        (Some("utc"), "2026-11-27"),
+    ] {
+        let mut sim = Sim::starting_at(at("2026-11-27T02:00:00Z"));
+        let patch = match choice {
+            Some(c) => json!({"schedule": {"undatedReadings": c}}),
+            None => json!({}),
+        };
+        sim.config(stream(patch));
+        ready(&mut sim);
+        assert_eq!(sim.triggers()[0].execution.date_text(), date, "{choice:?}");
+    }
+}
+
 #[test]
 fn pipeline_excluded_once_per_date() {
     let mut sim = Sim::starting_at(at("2026-11-21T15:00:00Z"));
@@ -301,7 +349,8 @@ fn pipeline_excluded_once_per_date() {
 #[test]
 fn pipeline_excluded_on_an_excluded_date() {
     let mut sim = Sim::starting_at(at("2026-11-26T15:00:00Z")); // Thursday
-    sim.config(stream(json!({"exclusions": {"dates": ["2026-11-26"]}})));
+    let by_date = json!({"schedule": {"excludeBy": "dataDate"}, "exclusions": {"dates": ["2026-11-26"]}});
+    sim.config(stream(by_date));
     ready(&mut sim);
     assert_eq!(sim.types(), [CONFIG_ACCEPTED, PIPELINE_EXCLUDED]);
     assert_eq!(sim.events[1].date.as_deref(), Some("2026-11-26"));
@@ -318,7 +367,9 @@ fn pipeline_excluded_on_an_excluded_date() {
 fn pipeline_excluded_by_a_resolved_calendar() {
     let mut sim = Sim::starting_at(at("2026-11-22T15:00:00Z")); // Sunday
     let calendar = json!({"name": "us-holidays", "days": ["sunday"], "dates": ["2026-11-26"]});
-    sim.config(stream(json!({"exclusions": {"calendar": calendar}})));
+    sim.config(stream(
+        json!({"schedule": {"excludeBy": "dataDate"}, "exclusions": {"calendar": calendar}}),
+    ));
     ready(&mut sim); // a calendar weekday
     ready_on(&mut sim, "2026-11-26"); // a calendar date
     ready_on(&mut sim, "2026-11-23"); // Monday
