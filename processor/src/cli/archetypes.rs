@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
+use super::traits;
 use crate::core::config::{self, Problem};
 
 /// The rule lists that merge by sensor key.
@@ -53,18 +54,33 @@ impl Archetypes {
             .collect();
         files.sort();
         for file in files {
-            let name = file
+            let stem = file
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            match read(&file) {
-                Ok(_) if archetypes.by_name.contains_key(&name) => {
-                    errors.push(format!("{}: archetype {name:?} is defined twice", file.display()));
+            let value = match read(&file) {
+                Ok(value) => value,
+                Err(reason) => {
+                    errors.push(format!("{}: {reason}", file.display()));
+                    continue;
                 }
-                Ok(value) => {
-                    archetypes.by_name.insert(name, value);
+            };
+            // A trait archetype is known by its `name`, as the earlier variant registered it.
+            let name = match traits::is_trait_archetype(&value) {
+                true => value.get("name").and_then(Value::as_str).map_or(stem, str::to_string),
+                false => stem,
+            };
+            match archetypes.by_name.entry(name) {
+                std::collections::btree_map::Entry::Occupied(taken) => {
+                    errors.push(format!(
+                        "{}: archetype {:?} is defined twice",
+                        file.display(),
+                        taken.key()
+                    ));
                 }
-                Err(reason) => errors.push(format!("{}: {reason}", file.display())),
+                std::collections::btree_map::Entry::Vacant(free) => {
+                    free.insert(value);
+                }
             }
         }
         match errors.is_empty() {
@@ -77,19 +93,31 @@ impl Archetypes {
         self.by_name.keys().map(String::as_str).collect()
     }
 
+    /// The archetype file called `name`.
+    pub fn get(&self, name: &str) -> Result<&Value, Problem> {
+        self.by_name.get(name).ok_or_else(|| {
+            let known = match self.by_name.is_empty() {
+                true => "none".to_string(),
+                false => self.names().join(", "),
+            };
+            problem(format!("unknown archetype {name:?} (known: {known})"))
+        })
+    }
+
     /// Merges the archetype `json` names into it; `Ok(None)` when it names none. A problem
     /// is about the `archetype` field.
     pub fn resolve(&self, json: &mut Value) -> Result<Option<Merged>, Problem> {
         let Some(name) = named(json) else {
             return Ok(None);
         };
-        let Some(archetype) = self.by_name.get(&name) else {
-            let known = match self.by_name.is_empty() {
-                true => "none".to_string(),
-                false => self.names().join(", "),
-            };
-            return Err(problem(format!("unknown archetype {name:?} (known: {known})")));
-        };
+        let archetype = self.get(&name)?;
+        if traits::is_trait_archetype(archetype) {
+            let inherited = traits::gate(json, &name, archetype)?;
+            return Ok(Some(Merged {
+                archetype: name,
+                inherited,
+            }));
+        }
         let mut inherited = Vec::new();
         let mut merged = merge(archetype, json, "", &mut inherited);
         merged["archetype"] = json!({"name": name});
@@ -120,6 +148,10 @@ fn read(file: &Path) -> Result<Value, String> {
     let Some(map) = value.as_object() else {
         return Err("must be a mapping of pipeline fields".into());
     };
+    if traits::is_trait_archetype(&value) {
+        traits::check_archetype(&value)?;
+        return Ok(value);
+    }
     for field in ["pipeline", "archetype"] {
         if map.contains_key(field) {
             return Err(format!(

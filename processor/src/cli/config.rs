@@ -19,6 +19,7 @@ use super::archetypes::{self, Archetypes, Merged};
 use super::args::parse_var;
 use super::calendars::{self, Calendars, ResolveError};
 use super::events::Output;
+use super::traits;
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::limits::Limits;
 use crate::core::template;
@@ -226,15 +227,37 @@ fn load_archetypes(pipelines: &Path, flag: Option<&Path>, progress: Progress) ->
     }
 }
 
-/// Merges the archetype `json` names into it; a problem goes to `file`.
+/// Merges the archetype `json` names into it, reading a pipeline of the earlier variant's
+/// trait form as Sluice's first (see [`traits`]); a problem goes to `file`.
 fn merge_archetype(json: &mut Value, source: &ArchetypeSource, file: &mut LoadedFile) {
+    let name = archetypes::named(json);
+    let unavailable = |name: &str, why: &str| Problem {
+        path: "archetype".into(),
+        reason: format!("archetype {name:?} cannot be resolved: {why}"),
+    };
+    if traits::is_trait_pipeline(json) {
+        let archetype = match (name.as_deref(), source) {
+            (None, _) => None,
+            (Some(name), ArchetypeSource::Loaded(archetypes)) => match archetypes.get(name) {
+                Ok(archetype) => Some((name, archetype)),
+                Err(problem) => return file.problems.push(problem),
+            },
+            (Some(name), ArchetypeSource::Unavailable(why)) => return file.problems.push(unavailable(name, why)),
+        };
+        let translated = traits::translate(json, archetype);
+        file.warnings.extend(translated.warnings);
+        file.problems.extend(translated.problems);
+        file.merged = name.map(|archetype| Merged {
+            archetype,
+            inherited: translated.inherited,
+        });
+        *json = translated.config;
+        return;
+    }
     let result = match source {
         ArchetypeSource::Loaded(archetypes) => archetypes.resolve(json),
-        ArchetypeSource::Unavailable(why) => match archetypes::named(json) {
-            Some(name) => Err(Problem {
-                path: "archetype".into(),
-                reason: format!("archetype {name:?} cannot be resolved: {why}"),
-            }),
+        ArchetypeSource::Unavailable(why) => match name {
+            Some(name) => Err(unavailable(&name, why)),
             None => Ok(None),
         },
     };

@@ -19,6 +19,7 @@ pub mod sensor;
 pub mod settings_file;
 pub mod status;
 pub mod topics;
+pub mod traits;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -275,6 +275,10 @@ pub fn decides(mode: Mode, results: &[RuleResult]) -> bool {
         _ if deciding.peek().is_none() && !results.is_empty() => true,
         Mode::All => deciding.all(|r| r.passed),
         Mode::Any => deciding.any(|r| r.passed),
+        Mode::Majority => {
+            let (passed, total) = deciding.fold((0, 0), |(p, t), r| (p + usize::from(r.passed), t + 1));
+            passed * 2 >= total
+        }
     }
 }
 

@@ -415,6 +415,7 @@ pub fn config_sentences(config: &PipelineConfig) -> Vec<String> {
     let mode = match config.validation.mode {
         Mode::All => "all rules must pass",
         Mode::Any => "one rule must pass",
+        Mode::Majority => "at least half of the rules must pass",
     };
     out.push(format!(
         "Rules are checked on every sensor and every {} for {} after a run starts; {mode}.",

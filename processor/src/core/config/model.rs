@@ -17,6 +17,9 @@ use crate::core::schedule::Cron;
 pub enum Mode {
     All,
     Any,
+    /// At least half of the deciding rules, rounded up: the earlier AWS variant's
+    /// `majority-pass` readiness rule.
+    Majority,
 }
 
 /// What a rule checks. The expected value is parsed here, once.

@@ -212,3 +212,25 @@ fn a_timestamp_in_the_future_never_satisfies_an_age_check() {
     let sensors = BTreeMap::from([("s".to_string(), data)]);
     assert!(!evaluate(&young, &sensors, strict).passed);
 }
+
+#[test]
+fn majority_needs_half_of_the_deciding_rules_rounded_up() {
+    let result = |passed: bool, severity: Severity| RuleResult {
+        key: "k".into(),
+        check: "exists".into(),
+        field: None,
+        passed,
+        seen: None,
+        reason: None,
+        severity,
+    };
+    let of = |passes: &[bool]| -> Vec<RuleResult> { passes.iter().map(|p| result(*p, Severity::Error)).collect() };
+    assert!(decides(Mode::Majority, &of(&[true, true, false])));
+    assert!(decides(Mode::Majority, &of(&[true, false])));
+    assert!(!decides(Mode::Majority, &of(&[true, false, false])));
+    // Warn rules do not count either way.
+    let mut results = of(&[true, false, false]);
+    results.push(result(true, Severity::Warn));
+    results.push(result(true, Severity::Warn));
+    assert!(!decides(Mode::Majority, &results));
+}

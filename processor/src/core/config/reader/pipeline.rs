@@ -628,8 +628,9 @@ impl Reader {
             None => Mode::All,
             Some(m) if m == "ALL" => Mode::All,
             Some(m) if m == "ANY" => Mode::Any,
+            Some(m) if m == "MAJORITY" => Mode::Majority,
             Some(m) => {
-                self.problem("validation.trigger", format!("{m:?} must be ALL or ANY"));
+                self.problem("validation.trigger", format!("{m:?} must be ALL, ANY or MAJORITY"));
                 Mode::All
             }
         };
