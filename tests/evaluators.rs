@@ -236,3 +236,96 @@ fn an_evaluator_the_ssrf_guard_refuses_is_a_sensor_error_not_a_crash() {
         &[CONFIG_ACCEPTED, VALIDATION_PASSED, JOB_TRIGGERED, JOB_COMPLETED],
     );
 }
+
+/// The earlier AWS variant's files through `config apply` on the real broker: an archetype
+/// with `requiredTraits` and two trait-format pipelines (`id`, `archetype`, `traits` with
+/// relative evaluator paths, a flat `trigger`, one daily window). Each trait is asked with the
+/// variant's input at `EVALUATOR_BASE_URL`; the pipeline whose `record-count` trait answers
+/// FAIL is held (VALIDATION_EXHAUSTED naming it) and never calls its job, the other runs.
+/// Counted at the target.
+#[test]
+fn trait_format_pipelines_load_and_their_required_traits_hold_the_run() {
+    let target = http_target();
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+    let seen = asked.clone();
+    let base = serve(move |request| {
+        let input: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
+        seen.lock().unwrap().push(json!({"path": request.path, "input": input}));
+        let status = match (request.path.as_str(), input["pipelineId"].as_str()) {
+            ("/evaluate/upstream-dependency", _) | ("/evaluate/record-count", Some("runs")) => "PASS",
+            ("/evaluate/record-count", _) => "FAIL",
+            _ => return (404, "{}".into()),
+        };
+        (200, json!({"status": status, "value": {"objects": 3}}).to_string())
+    });
+    let root = tempfile::tempdir().unwrap();
+    let (pipelines, archetypes) = (root.path().join("pipelines"), root.path().join("archetypes"));
+    std::fs::create_dir_all(&pipelines).unwrap();
+    std::fs::create_dir_all(&archetypes).unwrap();
+    std::fs::write(
+        archetypes.join("gold.yaml"),
+        "name: gold-etl\nrequiredTraits:\n  - {type: upstream-dependency, defaultConfig: {tableName: '${TABLE_NAME}'}, defaultTimeout: 10, defaultTtl: 300}\n  - {type: record-count, defaultConfig: {bucket: '${BUCKET_NAME}', minObjects: 1}, defaultTimeout: 10}\nreadinessRule: {type: all-required-pass}\n",
+    )
+    .unwrap();
+    for id in ["runs", "held"] {
+        let file = format!(
+            "id: {id}\nname: {id} ETL\narchetype: gold-etl\ntraits:\n  - {{type: upstream-dependency, evaluator: evaluate/upstream-dependency, config: {{upstreamPipeline: silver}}}}\n  - {{type: record-count, evaluator: evaluate/record-count, config: {{prefix: silver/{id}/}}}}\ntrigger: {{type: http, url: '{}', method: POST}}\nschedules: [{{name: daily, after: '00:00', deadline: '00:01'}}]\n",
+            target.url
+        );
+        std::fs::write(pipelines.join(format!("{id}.yaml")), file).unwrap();
+    }
+    let mut w = World::new("traits");
+    let out = sluice_on(&w.brokers)
+        .args([
+            "config",
+            "apply",
+            pipelines.to_str().unwrap(),
+            "--topic-prefix",
+            &w.prefix,
+        ])
+        .args([
+            "--var",
+            &format!("EVALUATOR_BASE_URL={base}"),
+            "--var",
+            "TABLE_NAME=runs-table",
+        ])
+        .args(["--var", "BUCKET_NAME=lake"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    w.start();
+    for id in ["runs", "held"] {
+        w.wait_for(id, "CONFIG_ACCEPTED", |es| es.iter().any(|e| e.kind == CONFIG_ACCEPTED));
+        w.rerun(id, crate::support::day(), "the variant's hourly run, by hand");
+    }
+    let events = w.wait_for("runs", "JOB_TRIGGERED", |es| es.iter().any(|e| e.kind == JOB_TRIGGERED));
+    assert!(events.iter().any(|e| e.kind == VALIDATION_PASSED));
+    let events = w.wait_for("held", "VALIDATION_EXHAUSTED", |es| {
+        es.iter().any(|e| e.kind == VALIDATION_EXHAUSTED)
+    });
+    let exhausted = events.iter().find(|e| e.kind == VALIDATION_EXHAUSTED).unwrap();
+    let failing: Vec<&Value> = (exhausted.detail["results"].as_array().unwrap().iter())
+        .filter(|r| r["passed"] == json!(false))
+        .map(|r| &r["key"])
+        .collect();
+    assert_eq!(failing, [&json!("record-count")], "{:?}", exhausted.detail);
+    assert!(!events.iter().any(|e| e.kind == JOB_TRIGGERED));
+    assert_eq!(
+        target.requests.lock().unwrap().len(),
+        1,
+        "only the pipeline whose traits passed ran"
+    );
+    // The variant's input: the pipeline's config keys over the archetype's, variables given.
+    let asked = asked.lock().unwrap().clone();
+    let input = (asked.iter())
+        .find(|a| a["path"] == json!("/evaluate/record-count") && a["input"]["pipelineId"] == json!("runs"))
+        .map(|a| a["input"].clone());
+    assert_eq!(
+        input,
+        Some(json!({"pipelineId": "runs", "traitType": "record-count",
+                    "config": {"bucket": "lake", "minObjects": 1, "prefix": "silver/runs/"}})),
+        "{asked:#?}"
+    );
+    w.stop();
+}
