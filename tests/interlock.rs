@@ -313,3 +313,74 @@ fn undated_triggers_are_dated_in_utc_and_exclusions_follow_the_day_they_arrive()
     assert_eq!(runs("wall"), "", "nothing ran on the excluded day");
     w.stop();
 }
+
+/// Interlock ran any date; Sluice forgets a date after the retention and then refuses its
+/// readings and a plain rerun (it cannot know whether the date ran), so last month is run
+/// on purpose: `sluice backfill PIPELINE FROM TO`. Each date is one execution, its readings
+/// count once it is open, and its run ids are new (`.b<millis>.1`): counted at the target,
+/// each date ran once, and a second backfill of an unchanged date is refused.
+#[test]
+fn a_backfill_runs_dates_older_than_the_retention_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let mut w = World::new("backfill");
+    let command = format!("echo ${{RUN_ID}} >> {}", file.display());
+    w.start_with(&pipeline("bf", command_job(&command, 0)));
+    w.wait_for("bf", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    let first = today() - TimeDelta::days(40);
+    let second = first.succ_opt().unwrap();
+    let (first_s, second_s) = (first.to_string(), second.to_string());
+    // Before: the old date's reading is refused, and so is a plain rerun.
+    w.sensor_on("bf", "upstream", json!({"status": "ready"}), Some(&first_s));
+    w.rerun("bf", &first_s, "last month");
+    let events = w.wait_for("bf", "the refusals", |es| {
+        es.iter().any(|e| e.kind == INPUT_REJECTED) && es.iter().any(|e| e.kind == RERUN_REJECTED)
+    });
+    let refused = events.iter().find(|e| e.kind == RERUN_REJECTED).unwrap();
+    assert!(
+        refused.detail["rejection"]
+            .as_str()
+            .unwrap()
+            .contains("sluice backfill"),
+        "{refused:?}"
+    );
+    let backfill = |w: &World| {
+        let out = crate::support::sluice_on(&w.brokers)
+            .args(["backfill", "bf", &first_s, &second_s, "--reason", "last month"])
+            .args(["--topic-prefix", &w.prefix])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    backfill(&w);
+    w.wait_for("bf", "two backfills accepted", |es| {
+        es.iter().filter(|e| e.kind == RERUN_ACCEPTED).count() == 2
+    });
+    for date in [&first_s, &second_s] {
+        w.sensor_on("bf", "upstream", json!({"status": "ready"}), Some(date));
+        w.sensor_on("bf", "row-count", json!({"count": 1500}), Some(date));
+    }
+    w.wait_for("bf", "both dates completed", |es| {
+        es.iter().filter(|e| e.kind == JOB_COMPLETED).count() == 2
+    });
+    let runs = std::fs::read_to_string(&file).unwrap();
+    let mut dates: Vec<&str> = runs.lines().map(|l| l.split('.').nth(2).unwrap()).collect();
+    dates.sort();
+    assert_eq!(dates, [first_s.as_str(), second_s.as_str()], "{runs}");
+    for line in runs.lines() {
+        let tag = line.split('.').nth(3).unwrap();
+        assert!(
+            tag.starts_with('b') && tag[1..].parse::<i64>().is_ok() && line.ends_with(".1"),
+            "{line}"
+        );
+    }
+    // Again, with nothing changed: refused, nothing runs.
+    backfill(&w);
+    w.wait_for("bf", "the second backfill refused", |es| {
+        es.iter().filter(|e| e.kind == RERUN_REJECTED).count() == 3
+    });
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), runs);
+    w.stop();
+}

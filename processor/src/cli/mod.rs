@@ -157,6 +157,9 @@ enum Command {
     /// Ask for an execution to run again: RERUN_ACCEPTED or RERUN_REJECTED (with the reason)
     /// follows on the events topic.
     Rerun(rerun::ExecutionCommandArgs),
+    /// Start each date from FROM to TO on purpose, older than the execution retention too
+    /// (a rerun with `backfill`): RERUN_ACCEPTED or RERUN_REJECTED follows for each.
+    Backfill(rerun::BackfillArgs),
     /// Stop evaluating or watching an execution: RUN_CANCELLED follows on the events topic.
     Cancel(rerun::ExecutionCommandArgs),
     /// Tell people: post lifecycle events to Slack (threaded per execution), webhooks,
@@ -273,6 +276,7 @@ async fn dispatch(cli: Cli, file_properties: Vec<(String, String)>) -> Result<Ex
         Command::Sensor { command } => sensor::run(kafka, &topics, &codec, command).await,
         Command::Job { command } => job::run(kafka, &topics, &codec, command).await,
         Command::Rerun(args) => rerun::run(kafka, &topics, &codec, CommandKind::Rerun, args).await,
+        Command::Backfill(args) => rerun::backfill(kafka, &topics, &codec, args).await,
         Command::Cancel(args) => rerun::run(kafka, &topics, &codec, CommandKind::Cancel, args).await,
         Command::Status(args) => status::run(args).await,
         Command::Replay(args) => replay::run(kafka, &topics, &codec, args).await,

@@ -118,7 +118,7 @@ impl Limits {
         let longest = RunVariables {
             pipeline: &config.id,
             execution: &id,
-            run_id: &run_id(&config.id, &id, u32::MAX),
+            run_id: &run_id(&config.id, &id, u32::MAX, Some(i64::MAX)),
         };
         if let Ok(expanded) = render_run(&config.job.config.json(), &longest) {
             let bytes = expanded.to_string().len();

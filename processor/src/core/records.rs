@@ -315,6 +315,10 @@ pub struct CommandRecord {
     /// code, rerun yesterday"); still within `maxManualReruns`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// `rerun`: a backfill, which may start a date older than the execution retention (one
+    /// Sluice no longer knows whether it ran): deliberately, with run ids of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfill: bool,
 }
 
 fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {

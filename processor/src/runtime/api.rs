@@ -522,6 +522,9 @@ struct ExecutionRequest {
     /// `rerun`: although no input changed.
     #[serde(default)]
     force: bool,
+    /// `rerun`: of a date older than the execution retention, on purpose.
+    #[serde(default)]
+    backfill: bool,
 }
 
 async fn rerun(api: State<Api>, id: Path<String>, grant: Extension<Grant>, body: Bytes) -> Response {
@@ -667,7 +670,7 @@ fn readings(body: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Vec<Senso
 /// one (a bad request).
 fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result<CommandRecord, String> {
     let request: ExecutionRequest = serde_json::from_slice(body).map_err(|e| {
-        format!("the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?, \"force\"?}}: {e}")
+        format!("the body must be JSON {{\"date\": \"YYYY-MM-DD\", \"schedule\"?, \"reason\"?, \"requestedBy\"?, \"force\"?, \"backfill\"?}}: {e}")
     })?;
     let Ok(date) = request.date.parse::<ExecutionDate>() else {
         return Err(format!(
@@ -685,6 +688,7 @@ fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result
         subscriber: None,
         key: None,
         force: request.force && kind == CommandKind::Rerun,
+        backfill: request.backfill && kind == CommandKind::Rerun,
     })
 }
 

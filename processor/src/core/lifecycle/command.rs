@@ -61,7 +61,12 @@ impl Decider<'_> {
         if record.force {
             info.insert("force".into(), json!(true));
         }
-        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&id, limit, record.force));
+        // A date Sluice has forgotten, started on purpose: its runs get their own ids.
+        let forgotten = !self.state.executions.contains_key(&id) && self.beyond_retention(id.date());
+        if record.backfill {
+            info.insert("backfill".into(), json!(true));
+        }
+        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&id, limit, record));
         if let Some(refusal) = refusal {
             info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
@@ -89,7 +94,13 @@ impl Decider<'_> {
             return;
         }
         match existing {
-            None => self.open_execution(&id, None),
+            None => {
+                self.open_execution(&id, None);
+                let at = self.now().timestamp_millis();
+                if let Some(e) = self.state.executions.get_mut(&id).filter(|_| forgotten) {
+                    e.backfill = Some(at);
+                }
+            }
             Some((_, phase)) => {
                 // A date that never started has no SLA timers yet.
                 let never_started = matches!(phase, Phase::Skipped { .. });
@@ -104,15 +115,16 @@ impl Decider<'_> {
         }
     }
 
-    /// Why execution `id` may not be rerun, within `limit` manual reruns.
-    fn rerun_refusal(&self, id: &ExecutionId, limit: u32, force: bool) -> Option<String> {
+    /// Why execution `id` may not be rerun as `record` asks, within `limit` manual reruns.
+    fn rerun_refusal(&self, id: &ExecutionId, limit: u32, record: &CommandRecord) -> Option<String> {
         let config = self.config()?;
+        let force = record.force;
         match self.state.executions.get(id) {
             // Reruns are how the earlier design's runbooks start a date that never ran (a
             // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
-            // the date could have run.
+            // the date could have run, or, older than the retention, when it is a backfill.
             None => self
-                .unrunnable_date(id.date())
+                .unrunnable_date(id.date(), record.backfill)
                 .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {id}"))),
             Some(e) if e.phase.is_open() => Some(format!("execution {id} is still in progress ({})", e.phase.name())),
             // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
@@ -135,8 +147,9 @@ impl Decider<'_> {
     }
 
     /// Why no run can be started for `date`, which has no execution: dormant, in the
-    /// future, or older than the retention (a run may have happened and been forgotten).
-    fn unrunnable_date(&self, date: ExecutionDate) -> Option<String> {
+    /// future, or older than the retention (a run may have happened and been forgotten)
+    /// unless this is a `backfill`.
+    fn unrunnable_date(&self, date: ExecutionDate, backfill: bool) -> Option<String> {
         let config = self.config()?;
         if let Some(reason) = day_excluded(config, date) {
             return Some(format!("{date} is dormant: {reason}"));
@@ -145,8 +158,10 @@ impl Decider<'_> {
         if date.day > today {
             return Some(format!("{date} is in the future"));
         }
-        if self.beyond_retention(date) {
-            return Some(format!("{date} is older than the execution retention"));
+        if self.beyond_retention(date) && !backfill {
+            return Some(format!(
+                "{date} is older than the execution retention: whether it ran is forgotten; `sluice backfill` starts it on purpose"
+            ));
         }
         None
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{run_id, Decider, Outbound, OutboundTopic, Phase};
+use super::{Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{CommandKind, CommandRecord};
@@ -80,7 +80,7 @@ impl Decider<'_> {
             .executions
             .values()
             .filter(|e| matches!(e.phase(), Phase::Succeeded { at } if *at >= since))
-            .map(|e| (e.id.date(), run_id(self.pipeline_id, &e.id, e.attempt)))
+            .map(|e| (e.id.date(), e.run_id(self.pipeline_id)))
             .collect();
         for (date, run_id) in done {
             self.publish_completion(&subscriber, &key, date, &run_id);

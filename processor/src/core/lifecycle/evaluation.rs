@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::evaluators::{judge_unusable, unusable_readings};
 use super::job::job_request;
 use super::schedule::STALE_GRACE;
-use super::{detail, run_id, Decider, Effect, Phase, StoredSensor};
+use super::{detail, Decider, Effect, Phase, StoredSensor};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
@@ -177,7 +177,7 @@ impl Decider<'_> {
         };
         execution.attempt += 1;
         execution.job_handle = None;
-        let run_id = run_id(pipeline_id, id, execution.attempt);
+        let run_id = execution.run_id(pipeline_id);
         let request = job_request(pipeline_id, &config, execution, &run_id)
             .map_err(|e| format!("job config does not render: {e}"));
         // Awaiting the trigger first, so that an INFRA_FAILURE names the run it refused.

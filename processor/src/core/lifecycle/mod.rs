@@ -303,6 +303,11 @@ pub struct Execution {
     /// again only when the target refuses the question.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown_told: Option<FailureCategory>,
+    /// A backfill of a date older than the retention: when it was accepted (milliseconds
+    /// since the epoch). It marks every run id of the execution, so none repeats one the
+    /// job system saw for the date before Sluice forgot it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<i64>,
 }
 
 fn epoch() -> DateTime<Utc> {
@@ -458,7 +463,13 @@ impl Execution {
             job_handle: None,
             unanswered_checks: 0,
             unknown_told: None,
+            backfill: None,
         }
+    }
+
+    /// The run id of this execution's current attempt (see [`run_id`]).
+    pub fn run_id(&self, pipeline_id: &str) -> String {
+        run_id(pipeline_id, &self.id, self.attempt, self.backfill)
     }
 
     /// A date on which nothing runs, kept so the same date is not reported twice.
@@ -475,13 +486,15 @@ impl Execution {
 }
 
 /// The run id of one attempt: unique per attempt, stable across re-deliveries, and usable
-/// as an idempotency key by job targets.
-pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32) -> String {
-    format!(
-        "{pipeline_id}.{}.{}.{attempt}",
-        execution.schedule(),
-        execution.date_text()
-    )
+/// as an idempotency key by job targets. A backfilled execution's carry `b<millis>` (when
+/// the backfill was accepted) before the attempt: the date may have run before Sluice
+/// forgot it, under the same attempt numbers.
+pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32, backfill: Option<i64>) -> String {
+    let (schedule, date) = (execution.schedule(), execution.date_text());
+    match backfill {
+        None => format!("{pipeline_id}.{schedule}.{date}.{attempt}"),
+        Some(at) => format!("{pipeline_id}.{schedule}.{date}.b{at}.{attempt}"),
+    }
 }
 
 /// Something that happened, handed to the decider.
@@ -595,7 +608,7 @@ impl TriggerRequest {
         TriggerRequest {
             pipeline_id: pipeline_id.to_string(),
             execution: execution.clone(),
-            run_id: run_id(pipeline_id, execution, attempt),
+            run_id: run_id(pipeline_id, execution, attempt, None),
             attempt,
             config,
             retry: RetryPolicy::trigger(),

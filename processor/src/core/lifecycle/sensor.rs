@@ -129,9 +129,11 @@ impl Decider<'_> {
             );
             return Some((Rejection::Invalid, why));
         }
-        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d)) {
+        // A backfill of the date keeps its execution: its readings count for it.
+        let kept = |d: ExecutionDate| (self.state.executions.keys()).any(|id| id.date().day == d.day);
+        if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d) && !kept(*d)) {
             let why = format!(
-                "sensor {key:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one"
+                "sensor {key:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one (`sluice backfill` starts the date on purpose)"
             );
             return Some((Rejection::Refused, why));
         }

@@ -200,6 +200,7 @@ fn run_history_keeps_each_dates_first_success_measured_from_its_first_trigger() 
         subscriber: None,
         key: None,
         force: false,
+        backfill: false,
     };
     sim.input("gold", Input::CommandReceived(rerun));
     assert_eq!(sim.of(RERUN_ACCEPTED).len(), 1, "{:?}", sim.types());

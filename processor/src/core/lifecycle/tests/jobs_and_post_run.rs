@@ -136,6 +136,7 @@ fn command(sim: &mut Sim, pipeline: &str, kind: CommandKind, date: &str) -> Deci
         subscriber: None,
         key: None,
         force: false,
+        backfill: false,
     };
     sim.input(pipeline, Input::CommandReceived(record))
 }
@@ -628,6 +629,7 @@ fn a_forced_rerun_runs_a_completed_date_again_with_unchanged_inputs() {
             subscriber: None,
             key: None,
             force: true,
+            backfill: false,
         };
         sim.input("gold", Input::CommandReceived(record))
     };
@@ -765,6 +767,7 @@ fn commands_naming_a_schedule_the_pipeline_does_not_have_are_refused() {
         subscriber: None,
         key: None,
         force: false,
+        backfill: false,
     };
     let mark = sim.events.len();
     let decision = sim.input("gold", Input::CommandReceived(foreign(CommandKind::Rerun)));
@@ -862,6 +865,76 @@ fn rerun_accepted_for_a_date_with_no_execution_starts_it_with_a_fresh_window() {
         .unwrap()
         .to_string();
     assert!(why.contains("maxManualReruns (1) is spent"), "{why}");
+}
+
+/// A backfill (issue 59, item 5): a date older than the retention, which a plain rerun and
+/// its dated sensors may not start, is started on purpose; its readings then count, its run
+/// ids are its own (the date may have run under `.1` before Sluice forgot it), and it is one
+/// execution like any other while it runs.
+#[test]
+fn a_backfill_starts_a_forgotten_date_with_run_ids_of_its_own() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    let old = "2026-10-01";
+    command(&mut sim, "gold", CommandKind::Rerun, old);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("older than the execution retention") && why.contains("sluice backfill"),
+        "{why}"
+    );
+    let backfill = |sim: &mut Sim, date: &str| {
+        let record = CommandRecord {
+            pipeline_id: "gold".into(),
+            command: CommandKind::Rerun,
+            schedule_id: None,
+            date: date.into(),
+            reason: Some("last month, again".into()),
+            requested_by: None,
+            subscriber: None,
+            key: None,
+            force: false,
+            backfill: true,
+        };
+        sim.input("gold", Input::CommandReceived(record))
+    };
+    let accepted_at = sim.now;
+    backfill(&mut sim, old);
+    assert_eq!(last(&sim, RERUN_ACCEPTED).detail["backfill"], json!(true));
+    // Its dated readings count now, and the run starts on them.
+    let decision = sim.sensor_scoped("gold", "row-count", json!({"count": 5000}), Some(old), None, None);
+    assert!(
+        !decision.events.iter().any(|e| e.kind == INPUT_REJECTED),
+        "{:?}",
+        decision.events
+    );
+    let trigger = (*sim.triggers().last().unwrap()).clone();
+    assert_eq!(trigger.execution.date_text(), old);
+    let run_id = format!("gold.stream.{old}.b{}.1", accepted_at.timestamp_millis());
+    assert_eq!(trigger.run_id, run_id);
+    // Asked again while it runs: still one execution of the date.
+    backfill(&mut sim, old);
+    let why = last(&sim, RERUN_REJECTED).detail["rejection"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(why.contains("still in progress"), "{why}");
+    assert_eq!(sim.triggers().len(), 1);
+    // Another forgotten date's reading is still refused: only a backfill opens a date.
+    let decision = sim.sensor_scoped(
+        "gold",
+        "row-count",
+        json!({"count": 5000}),
+        Some("2026-10-02"),
+        None,
+        None,
+    );
+    assert_eq!(decision.events[0].kind, INPUT_REJECTED);
+    // The job's report for the backfill's run id ends it like any run.
+    sim.job_for("gold", "stream", old, JobStatus::Succeeded);
+    assert_eq!(last(&sim, JOB_COMPLETED).date.as_deref(), Some(old));
 }
 
 #[test]

@@ -825,6 +825,7 @@ impl Sim {
             subscriber: None,
             key: None,
             force: false,
+            backfill: false,
         };
         self.input(pipeline, Input::CommandReceived(record))
     }
