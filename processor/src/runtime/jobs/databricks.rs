@@ -12,8 +12,9 @@
 //! first request started.
 //!
 //! States: `life_cycle_state` TERMINATED (or SKIPPED, INTERNAL_ERROR) ends the run:
-//! `result_state` SUCCESS succeeded; TIMEDOUT timed out; CANCELED failed PERMANENT
-//! (cancelled on purpose); FAILED and the rest failed (the job's retries apply);
+//! `result_state` SUCCESS succeeded; TIMEDOUT timed out; CANCELED failed TRANSIENT (as
+//! interlock `databricks.go` had it, and as SFN ABORTED and EMR CANCELLED are: a retry
+//! spends `maxRetries`); FAILED and the rest failed (the job's retries apply);
 //! INTERNAL_ERROR failed TRANSIENT. PENDING, QUEUED, RUNNING, TERMINATING, BLOCKED and
 //! WAITING_FOR_RETRY are running.
 
@@ -96,7 +97,7 @@ fn outcome(life: &str, result: Option<&str>, said: String, handle: &Value) -> Ou
         ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("SUCCESS")) => Outcome::succeeded(said),
         ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("TIMEDOUT")) => Outcome::timed_out(said),
         ("TERMINATED" | "SKIPPED" | "INTERNAL_ERROR", Some("CANCELED" | "CANCELLED")) => {
-            Outcome::failed(Some(FailureCategory::Permanent), said)
+            Outcome::failed(Some(FailureCategory::Transient), said)
         }
         ("INTERNAL_ERROR", _) => Outcome::failed(Some(FailureCategory::Transient), said),
         ("TERMINATED" | "SKIPPED", _) => Outcome::failed(None, said),
@@ -164,6 +165,7 @@ fn answer((status, body): (StatusCode, String)) -> Result<Value, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::records::JobStatus;
     use crate::runtime::jobs::aws::testing::Parts;
 
     /// The authorization header values and `x-org` of a request `authorised` made.
@@ -243,5 +245,23 @@ mod tests {
         assert!(
             matches!(e, Err(CallError::Permanent(m)) if m.contains("INVALID_PARAMETER_VALUE: Job 7 does not exist."))
         );
+    }
+
+    /// Interlock's `databricks.go`: every TERMINATED result but SUCCESS failed TRANSIENT, a
+    /// cancelled run too (its retry spends `maxRetries`); SKIPPED failed.
+    #[test]
+    fn a_cancelled_run_failed_transient_as_in_interlock() {
+        let handle = json!({"runId": 7});
+        let failed = |life: &str, result: Option<&str>| outcome(life, result, String::new(), &handle);
+        assert_eq!(
+            failed("TERMINATED", Some("CANCELED")).category,
+            Some(FailureCategory::Transient)
+        );
+        assert_eq!(
+            failed("INTERNAL_ERROR", None).category,
+            Some(FailureCategory::Transient)
+        );
+        assert_eq!(failed("TERMINATED", Some("SUCCESS")).status, JobStatus::Succeeded);
+        assert_eq!(failed("RUNNING", None).status, JobStatus::Running);
     }
 }
