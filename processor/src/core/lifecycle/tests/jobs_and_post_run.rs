@@ -126,7 +126,18 @@ fn complete(sim: &mut Sim, pipeline: &str, date: &str) -> Vec<Outbound> {
 
 /// An operator's command about `date`.
 fn command(sim: &mut Sim, pipeline: &str, kind: CommandKind, date: &str) -> Decision {
-    let record = CommandRecord {
+    command_record(sim, pipeline, kind, date, |_| {})
+}
+
+/// [`command`], with `change` made to the record first.
+fn command_record(
+    sim: &mut Sim,
+    pipeline: &str,
+    kind: CommandKind,
+    date: &str,
+    change: impl FnOnce(&mut CommandRecord),
+) -> Decision {
+    let mut record = CommandRecord {
         pipeline_id: pipeline.into(),
         command: kind,
         schedule_id: None,
@@ -138,6 +149,7 @@ fn command(sim: &mut Sim, pipeline: &str, kind: CommandKind, date: &str) -> Deci
         force: false,
         backfill: false,
     };
+    change(&mut record);
     sim.input(pipeline, Input::CommandReceived(record))
 }
 
@@ -885,21 +897,8 @@ fn a_backfill_starts_a_forgotten_date_with_run_ids_of_its_own() {
         why.contains("older than the execution retention") && why.contains("sluice backfill"),
         "{why}"
     );
-    let backfill = |sim: &mut Sim, date: &str| {
-        let record = CommandRecord {
-            pipeline_id: "gold".into(),
-            command: CommandKind::Rerun,
-            schedule_id: None,
-            date: date.into(),
-            reason: Some("last month, again".into()),
-            requested_by: None,
-            subscriber: None,
-            key: None,
-            force: false,
-            backfill: true,
-        };
-        sim.input("gold", Input::CommandReceived(record))
-    };
+    let backfill =
+        |sim: &mut Sim, date: &str| command_record(sim, "gold", CommandKind::Rerun, date, |r| r.backfill = true);
     let accepted_at = sim.now;
     backfill(&mut sim, old);
     assert_eq!(last(&sim, RERUN_ACCEPTED).detail["backfill"], json!(true));
