@@ -301,7 +301,9 @@ fn trait_format_pipelines_load_and_their_required_traits_hold_the_run() {
     }
     let events = w.wait_for("runs", "JOB_TRIGGERED", |es| es.iter().any(|e| e.kind == JOB_TRIGGERED));
     assert!(events.iter().any(|e| e.kind == VALIDATION_PASSED));
-    let events = w.wait_for("held", "VALIDATION_EXHAUSTED", |es| {
+    // Its window is a minute (the schedule's 00:00 to 00:01): wait well past it.
+    let past_the_window = std::time::Instant::now() + Duration::from_secs(180);
+    let events = w.wait_for_until("held", "VALIDATION_EXHAUSTED", past_the_window, |es| {
         es.iter().any(|e| e.kind == VALIDATION_EXHAUSTED)
     });
     let exhausted = events.iter().find(|e| e.kind == VALIDATION_EXHAUSTED).unwrap();

@@ -198,6 +198,9 @@ fn config_validate_reports_every_interlock_difference() {
         "ledger-close.yaml: sla.critical: is read but changes nothing",
         // Interlock read its 21:00 in UTC, Sluice in Europe/London: said, not guessed.
         "ledger-close.yaml: sla.timezone: is not set: sla.deadline is read in schedule.timezone (Europe/London)",
+        // Bounds Interlock did not have, and its dating rules, named where they apply.
+        "ledger-close.yaml: schedule.trigger: a trigger that keeps failing releases its date for the next trigger sensor at most 3 times",
+        "ledger-close.yaml: schedule.undatedReadings: a reading without a date is dated in UTC, as the earlier design did, not in Europe/London",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in\n{stderr}");
     }

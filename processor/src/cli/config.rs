@@ -432,6 +432,7 @@ fn load(
                 let today = chrono::Utc::now().with_timezone(&config.schedule.timezone).date_naive();
                 file.warnings
                     .extend(config::days_skipped_unlike_interlock(&config, today));
+                file.warnings.extend(config::runs_unlike_interlock(&config));
                 file.json = Some(json);
             }
             Err(e) => file

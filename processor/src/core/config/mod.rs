@@ -8,7 +8,7 @@
 mod job;
 mod model;
 mod reader;
-mod skipped;
+mod unlike_interlock;
 pub mod yaml;
 
 pub use job::{
@@ -23,7 +23,7 @@ pub use model::{
     UndatedReadings, Validation, INCLUSION_LOOKBACK_DAYS,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
-pub use skipped::days_skipped_unlike_interlock;
+pub use unlike_interlock::{days_skipped_unlike_interlock, runs_unlike_interlock};
 
 #[cfg(test)]
 mod tests;

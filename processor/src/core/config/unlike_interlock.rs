@@ -1,10 +1,12 @@
-//! The days a pipeline skips that the earlier design ran, named at `config validate` so a
-//! team moving over sees them before a run does not happen: Interlock applied no holiday
-//! calendar, and inclusion dates did not gate its triggers.
+//! Where a pipeline runs otherwise than the earlier design ran it, named at `config
+//! validate` so a team moving over sees it before a run does (or does not) happen: the
+//! days it skips (Interlock applied no holiday calendar, and inclusion dates did not gate
+//! its triggers), and the bounds Sluice puts where Interlock had none.
 
 use chrono::{Datelike, NaiveDate, TimeDelta};
 
 use super::{PipelineConfig, Problem, INCLUSION_LOOKBACK_DAYS};
+use crate::core::lifecycle::MAX_TRIGGER_RELEASES;
 
 /// How far ahead the skipped days are counted.
 pub const HORIZON_DAYS: i64 = 365;
@@ -40,6 +42,27 @@ pub fn days_skipped_unlike_interlock(config: &PipelineConfig, from: NaiveDate) -
             reason: format!(
                 "the trigger starts runs only on the inclusion dates ({ahead} ahead); the earlier design's trigger ran on any day. An undated reading up to {INCLUSION_LOOKBACK_DAYS} days after an inclusion date counts for it"
             ),
+        });
+    }
+    warnings
+}
+
+/// Warnings naming where `config`'s runs are bounded unlike the earlier design's: a failing
+/// trigger's releases of its date, old dates, and what a dry run publishes.
+pub fn runs_unlike_interlock(config: &PipelineConfig) -> Vec<Problem> {
+    let mut warnings = Vec::new();
+    if config.schedule.trigger.is_some() {
+        warnings.push(Problem {
+            path: "schedule.trigger".into(),
+            reason: format!(
+                "a trigger that keeps failing releases its date for the next trigger sensor at most {MAX_TRIGGER_RELEASES} times, then the date waits for a rerun (the earlier design released it without bound); a reading dated older than the execution retention starts nothing (`sluice backfill` starts such dates)"
+            ),
+        });
+    }
+    if config.dry_run {
+        warnings.push(Problem {
+            path: "dryRun".into(),
+            reason: "what the earlier design's dry run only logged or skipped (rules that never pass, a missed schedule, an unknown sensor) is published as DRY_RUN_WOULD_REPORT, which pages no one".into(),
         });
     }
     warnings
@@ -124,5 +147,20 @@ mod tests {
         assert_eq!(said.len(), 1);
         assert_eq!(said[0].path, "schedule.include.dates");
         assert!(said[0].reason.contains("(2 ahead)"), "{}", said[0].reason);
+    }
+
+    #[test]
+    fn bounds_the_earlier_design_did_not_have_are_named_where_they_apply() {
+        let paths =
+            |c: &PipelineConfig| -> Vec<String> { runs_unlike_interlock(c).into_iter().map(|w| w.path).collect() };
+        assert_eq!(paths(&config(json!({}))), ["schedule.trigger"]);
+        let said = &runs_unlike_interlock(&config(json!({})))[0].reason;
+        assert!(
+            said.contains("at most 3 times") && said.contains("sluice backfill"),
+            "{said}"
+        );
+        assert_eq!(paths(&config(json!({"dryRun": true}))), ["schedule.trigger", "dryRun"]);
+        let cron = config(json!({"schedule": {"cron": "0 6 * * *"}}));
+        assert!(paths(&cron).is_empty());
     }
 }
