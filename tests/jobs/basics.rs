@@ -367,6 +367,55 @@ fn kafka_jobs_publish_a_request_and_the_runner_reports_back() {
     w.stop();
 }
 
+/// Issue 60, item 1: a config author cannot write Sluice's own topics through a `kafka` job.
+/// One aimed at the changelog (under this deployment's prefix) is refused at call time,
+/// PERMANENT; one that sets a `sluice.batch` header (the changelog's attribution) is warned
+/// about when its config is read and refused too. Counted where it would land: no record
+/// keyed by either pipeline reaches the changelog.
+#[test]
+fn kafka_jobs_cannot_write_sluices_own_topics_or_headers() {
+    let mut w = World::new("kafka-forge");
+    let requests = w.topic("job-requests");
+    create_topics(&w.prefix, &[("job-requests", 1)]);
+    let quick_kafka = |config: Value| quick(json!({"type": "kafka", "maxCodeRetries": 0, "config": config}));
+    w.config(&pipeline("aim", quick_kafka(json!({"topic": w.topic("changelog")}))));
+    let forged = json!({"topic": requests, "headers": {"sluice.batch": "~~~~~~~~~~~~~~~~"}});
+    w.start_with(&pipeline("forge", quick_kafka(forged)));
+    let accepted = w.wait_for("forge", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    let warnings = last(&accepted, CONFIG_ACCEPTED).detail["warnings"].to_string();
+    assert!(
+        warnings.contains("sluice.batch") && warnings.contains("every trigger of this job will be refused"),
+        "{warnings}"
+    );
+    for id in ["aim", "forge"] {
+        go(&w, id);
+        let events = w.wait_for(id, "the refusal", |es| es.iter().any(|e| e.kind == JOB_FAILED));
+        let failed = last(&events, JOB_FAILED);
+        assert_eq!(failed.detail["failureCategory"], "PERMANENT", "{failed:?}");
+        let said = failed.detail["jobMessage"].as_str().unwrap_or_default();
+        assert!(said.contains("Sluice's own"), "{id}: {said}");
+    }
+    for p in 0..w.partitions() {
+        let keys: Vec<_> = w
+            .records("changelog", p, 0)
+            .into_iter()
+            .filter_map(|(k, _)| k)
+            .collect();
+        assert!(
+            !keys.iter().any(|k| k == b"aim" || k == b"forge"),
+            "a job's record reached the changelog"
+        );
+    }
+    assert_eq!(
+        w.watermarks("job-requests", 0).1,
+        0,
+        "nothing was published with a forged header"
+    );
+    w.stop();
+}
+
 /// A status API that fails for longer than a check's retries (503), or refuses the question
 /// (403: Sluice's identity may not read runs), while the trigger sensor keeps arriving: the
 /// run goes on (JOB_STATUS_UNKNOWN, the refusal as something a person must fix), nothing

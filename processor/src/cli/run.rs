@@ -19,7 +19,7 @@ use crate::runtime::effects::Settings as EffectSettings;
 use crate::runtime::forwarding::Misrouted;
 use crate::runtime::http as http_server;
 use crate::runtime::instances::{self, Directory, Member, PeerPattern};
-use crate::runtime::jobs::SecretPolicy;
+use crate::runtime::jobs::{KafkaTopics, SecretPolicy};
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::observability;
 use crate::runtime::processor::{shutdown_signal, Guarantee, Processor, Settings};
@@ -89,6 +89,16 @@ pub struct RunArgs {
         value_parser = parse_job_kind
     )]
     disable_job_types: Vec<JobKind>,
+    /// The topics `kafka` jobs may publish to (`*` matches any run of characters), e.g.
+    /// `jobs.*`: a job aimed at any other is refused, PERMANENT. Without it, any topic but
+    /// Sluice's own and the broker's. Repeatable; env: comma-separated.
+    #[arg(
+        long = "kafka-job-topic",
+        value_name = "PATTERN",
+        env = "SLUICE_KAFKA_JOB_TOPICS",
+        value_delimiter = ','
+    )]
+    kafka_job_topics: Vec<String>,
     /// How long shutdown waits for the batch under way, and then for in-flight triggers (e.g. 30s).
     #[arg(long, env = "SLUICE_SHUTDOWN_GRACE", default_value = "30s", value_parser = parse_std_duration)]
     shutdown_grace: Duration,
@@ -306,6 +316,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
 
 /// Runs the processor with the settings of `args`.
 pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: RunArgs) -> Result<ExitCode> {
+    let own_topics: Vec<String> = topics.all().iter().map(|t| t.to_string()).collect();
     let settings = Settings {
         kafka: kafka.clone(),
         group: args.group,
@@ -323,6 +334,10 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
             job_proxy: args.job_proxy,
             secrets: SecretPolicy::new(args.allow_env, kafka.secret_values()),
             disabled_job_types: args.disable_job_types,
+            kafka_topics: KafkaTopics {
+                own: own_topics,
+                allowed: args.kafka_job_topics,
+            },
         },
         shutdown_grace: args.shutdown_grace,
         changelog_watch: args.changelog_watch,

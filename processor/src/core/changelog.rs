@@ -19,6 +19,12 @@
 //!   newer fence is a zombie's and never counts; batches of an older epoch whose markers
 //!   compaction removed count exactly when the acceptance names them.
 //!
+//! - **Accountability.** Fences have keys of their own, so compaction never removes one: on a
+//!   full restore every epoch that wrote has its fence in the log. A write, marker or
+//!   acceptance of an epoch that no fence read accounts for (a record forged with a
+//!   `sluice.batch` header, issue 60) never counts and never moves the partition's history:
+//!   its key is written again by the owner, as a zombie's is.
+//!
 //! A store that is reused (its checkpoint read on) is checked against the log as it is read:
 //! if a newer owner fenced before the store's checkpoint (the store kept writing as a
 //! zombie), or accepted fewer of the store's batches than it applied, the store holds writes
@@ -84,6 +90,10 @@ pub struct Restore {
     open: BTreeMap<Epoch, Vec<(u64, Write)>>,
     /// Epochs a newer fence superseded: their open writes wait for the acceptance.
     superseded: BTreeSet<Epoch>,
+    /// The epochs whose fences were read.
+    fences: BTreeSet<Epoch>,
+    /// Records whose epoch no fence accounts for (forged): ignored, and counted here.
+    unaccounted: u64,
     /// Keys of writes that never count (a zombie's, or a batch never closed): the owner
     /// writes them again with the values it holds, so that compaction never leaves such a
     /// write as a key's only record.
@@ -108,14 +118,34 @@ impl Restore {
             lineage,
             open: BTreeMap::new(),
             superseded: BTreeSet::new(),
+            fences: BTreeSet::new(),
+            unaccounted: 0,
             stale: BTreeSet::new(),
         }
+    }
+
+    /// Whether a record of `epoch` may count: written before fences existed, by an owner
+    /// whose fence was read, or (a reused store) by one fenced before the reading started.
+    fn accounted(&mut self, epoch: Epoch) -> bool {
+        let known = epoch == 0 || self.fences.contains(&epoch) || (self.reused && epoch <= self.newest);
+        // A reused store meeting an epoch newer than it knows is told so (it diverges).
+        let ok = known || self.reused;
+        if !ok {
+            self.unaccounted += 1;
+        }
+        ok
+    }
+
+    /// How many records named an epoch no fence accounts for (see the module comment).
+    pub fn unaccounted(&self) -> u64 {
+        self.unaccounted
     }
 
     /// Takes the next entry; returns the writes that now count.
     pub fn push(&mut self, entry: Entry) -> Result<Vec<Write>, Diverged> {
         match entry {
             Entry::Fence { epoch } => {
+                self.fences.insert(epoch);
                 if epoch > self.newest {
                     self.newest = epoch;
                     // Writes of older epochs still open wait for the new owner's acceptance.
@@ -125,7 +155,7 @@ impl Restore {
                 Ok(Vec::new())
             }
             Entry::Write { key, value, epoch, seq } => {
-                if epoch < self.newest {
+                if epoch < self.newest || !self.accounted(epoch) {
                     self.stale.insert(key);
                     return Ok(Vec::new());
                 }
@@ -134,7 +164,7 @@ impl Restore {
                 Ok(Vec::new())
             }
             Entry::Marker { epoch, seq } => {
-                if epoch < self.newest {
+                if epoch < self.newest || !self.accounted(epoch) {
                     // A zombie's marker: its batch does not count.
                     return Ok(Vec::new());
                 }
@@ -142,6 +172,9 @@ impl Restore {
                 Ok(self.close(epoch, seq))
             }
             Entry::Accept { epoch, through } => {
+                if !self.accounted(epoch) {
+                    return Ok(Vec::new());
+                }
                 if self.reused && epoch == self.lineage.epoch && through < self.lineage.through {
                     return Err(Diverged::AheadOfAcceptance {
                         epoch,

@@ -465,6 +465,14 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
         if records > 0 || full {
             info!(partition, records, seconds, full, "restored state from {topic}");
         }
+        if rules.unaccounted() > 0 {
+            // Only a writer that is not Sluice's could have written them: say so loudly.
+            warn!(
+                partition,
+                records = rules.unaccounted(),
+                "changelog records of an epoch no fence accounts for were ignored: something other than Sluice writes {topic} (restrict who may write it)"
+            );
+        }
         Restored {
             records,
             seconds,

@@ -51,7 +51,7 @@ use tracing::{info, warn, Instrument};
 
 use super::clock::Clock;
 use super::codec::{Codec, Family};
-use super::jobs::{self, Call, CallError, Client, Guard, Outcome, Redactor, SecretPolicy};
+use super::jobs::{self, Call, CallError, Client, Guard, KafkaTopics, Outcome, Redactor, SecretPolicy};
 use super::kafka::RenewableProducer;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
@@ -80,6 +80,8 @@ pub struct Settings {
     pub secrets: SecretPolicy,
     /// Job types whose triggers and evaluators fail without running.
     pub disabled_job_types: Vec<JobKind>,
+    /// The topics `kafka` jobs may write.
+    pub kafka_topics: KafkaTopics,
 }
 
 pub struct Executor {
@@ -121,7 +123,7 @@ impl Executor {
             sensors_topic,
             codec,
             client: Client::new(
-                Guard::new(settings.allowed_targets.clone()),
+                Guard::new(settings.allowed_targets.clone()).with_kafka_topics(settings.kafka_topics.clone()),
                 settings.job_proxy.as_deref(),
             )?,
             limits: Arc::new(Limits::new(settings.max_concurrent, settings.per_target).reporting_to(telemetry.clone())),

@@ -81,6 +81,21 @@ impl Topics {
         }
     }
 
+    /// Every topic of the deployment.
+    pub fn all(&self) -> [&str; 8] {
+        let t = self;
+        [
+            &t.config,
+            &t.sensors,
+            &t.jobs,
+            &t.commands,
+            &t.events,
+            &t.dlq,
+            &t.changelog,
+            &t.instances,
+        ]
+    }
+
     /// The co-partitioned inputs, in the order they are subscribed.
     pub fn inputs(&self) -> [&str; 4] {
         [&self.config, &self.sensors, &self.jobs, &self.commands]

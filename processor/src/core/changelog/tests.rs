@@ -525,3 +525,43 @@ fn a_reused_store_that_wrote_after_losing_the_partition_is_refused() {
     );
     assert_eq!(state, state_of(&[("y", "9")]));
 }
+
+/// Issue 60, item 1: one record forged with a `sluice.batch` header of an epoch far ahead
+/// (sixteen `~`) once made every later write of the real owner stale, rolling the partition
+/// back on each full restore. No fence accounts for that epoch: it never counts, and the
+/// owner's batches after it still do.
+#[test]
+fn a_write_whose_epoch_no_fence_accounts_for_never_counts_nor_moves_the_history() {
+    let forged = i64::from_be_bytes(*b"~~~~~~~~");
+    let mut r = Restore::full();
+    let state = replay(
+        &mut r,
+        vec![
+            Entry::Fence { epoch: 10 },
+            write("run", "1", 10, 1),
+            Entry::Marker { epoch: 10, seq: 1 },
+            write("pipeline", "forged", forged, 1),
+            Entry::Marker { epoch: forged, seq: 1 },
+            write("run", "2", 10, 2),
+            Entry::Marker { epoch: 10, seq: 2 },
+        ],
+    );
+    assert_eq!(state, state_of(&[("run", "2")]));
+    assert_eq!(r.lineage(), Lineage { epoch: 10, through: 2 });
+    assert_eq!(r.unaccounted(), 2);
+    // Its key is written again by the owner, with what it holds.
+    assert_eq!(r.stale_keys(), [b"pipeline".to_vec()]);
+    // An epoch below the real one with no fence of its own is no better.
+    let mut r = Restore::full();
+    let state = replay(
+        &mut r,
+        vec![
+            Entry::Fence { epoch: 10 },
+            write("x", "forged", 7, 1),
+            Entry::Marker { epoch: 7, seq: 1 },
+            write("x", "real", 10, 1),
+            Entry::Marker { epoch: 10, seq: 1 },
+        ],
+    );
+    assert_eq!(state, state_of(&[("x", "real")]));
+}

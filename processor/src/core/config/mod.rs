@@ -12,10 +12,10 @@ mod unlike_interlock;
 pub mod yaml;
 
 pub use job::{
-    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
-    GlueJob, Headers, HttpJob, HttpMethod, InvocationType, Job, JobConfig, JobId, JobKind, JobSettings, KafkaJob,
-    LambdaJob, RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable, DEFAULT_TRY_TIMEOUT,
-    LAMBDA_SYNC_TRY_TIMEOUT,
+    reserved_header, reserved_topic, AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob,
+    EmrServerlessJob, EmrStep, Environment, GlueJob, Headers, HttpJob, HttpMethod, InvocationType, Job, JobConfig,
+    JobId, JobKind, JobSettings, KafkaJob, LambdaJob, RenderError, RetryPolicy, Setting, StepFunctionJob, Unusable,
+    DEFAULT_TRY_TIMEOUT, LAMBDA_SYNC_TRY_TIMEOUT,
 };
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,

@@ -11,6 +11,10 @@
 //! `HTTP(S)_PROXY`/`ALL_PROXY`: a proxy is explicit configuration (`run --job-proxy`).
 //! Redirects stay on the request's host: custom headers (API keys) and bodies are never
 //! carried to another one.
+//!
+//! `kafka` jobs publish with the processor's own producer and principal, so the guard also
+//! says which topics they may write ([`KafkaTopics`]): never Sluice's own, under whatever
+//! prefix, and only those an operator lists when it lists some (`run --kafka-job-topic`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -26,6 +30,32 @@ use super::CallError;
 #[derive(Debug, Clone, Default)]
 pub struct Guard {
     allowed: Vec<IpNet>,
+    kafka: KafkaTopics,
+}
+
+/// The topics `kafka` jobs may publish to.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaTopics {
+    /// The deployment's own topics (with its prefix): never.
+    pub own: Vec<String>,
+    /// Patterns (`*` any run of characters) a topic must match; empty: any other topic.
+    pub allowed: Vec<String>,
+}
+
+impl KafkaTopics {
+    /// Why a job may not publish to `topic`, if it may not.
+    pub fn refusal(&self, topic: &str) -> Option<String> {
+        if self.own.iter().any(|own| own == topic) {
+            return Some(format!(
+                "{topic:?} is one of Sluice's own topics: a job may not write it"
+            ));
+        }
+        if let Some(why) = crate::core::config::reserved_topic(topic) {
+            return Some(why);
+        }
+        let allowed = self.allowed.is_empty() || self.allowed.iter().any(|p| crate::core::wildcard::wildcard(p, topic));
+        (!allowed).then(|| format!("{topic:?} is not among the topics kafka jobs may write (--kafka-job-topic)"))
+    }
 }
 
 /// A target address the guard refused; found in a request error's source chain.
@@ -38,13 +68,22 @@ pub struct Refused {
 
 impl Guard {
     pub fn new(allowed: Vec<IpNet>) -> Self {
-        Guard { allowed }
+        Guard {
+            allowed,
+            kafka: KafkaTopics::default(),
+        }
+    }
+
+    /// The same guard, with the topics `kafka` jobs may write.
+    pub fn with_kafka_topics(self, kafka: KafkaTopics) -> Self {
+        Guard { kafka, ..self }
     }
 
     /// Allows everything: for clients that only talk to operator-given endpoints.
     pub fn open() -> Self {
         Guard {
             allowed: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+            kafka: KafkaTopics::default(),
         }
     }
 
@@ -163,6 +202,15 @@ impl Client {
             http: builder.build()?,
             guard,
         })
+    }
+
+    /// Refuses (PERMANENT: the config is at fault) a `kafka` job's `topic` the guard does
+    /// not let jobs write.
+    pub fn kafka_topic(&self, topic: &str) -> Result<(), CallError> {
+        match self.guard.kafka.refusal(topic) {
+            Some(why) => Err(CallError::Permanent(why)),
+            None => Ok(()),
+        }
     }
 
     /// A request to `url`, refused (PERMANENT: the config is at fault) when the URL is not
@@ -394,5 +442,23 @@ mod tests {
             .unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(*proxy_seen.lock().unwrap(), ["GET http://example.invalid/x None "]);
+    }
+
+    #[test]
+    fn kafka_jobs_may_write_neither_sluices_own_topics_nor_beyond_the_operators_list() {
+        let own = KafkaTopics {
+            own: vec!["prod.changelog".into(), "prod.sensors".into()],
+            allowed: Vec::new(),
+        };
+        assert!(own.refusal("prod.changelog").unwrap().contains("Sluice's own"));
+        assert!(own.refusal("sluice.config").is_some(), "the default prefix too");
+        assert_eq!(own.refusal("jobs.requests"), None);
+        let listed = KafkaTopics {
+            allowed: vec!["jobs.*".into()],
+            ..own
+        };
+        assert_eq!(listed.refusal("jobs.requests"), None);
+        assert!(listed.refusal("orders").unwrap().contains("--kafka-job-topic"));
+        assert!(listed.refusal("prod.sensors").is_some());
     }
 }

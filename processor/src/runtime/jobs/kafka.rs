@@ -15,7 +15,9 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
     let JobSettings::Kafka(job) = call.config.settings() else {
         return Err(call.not_for(JobKind::Kafka));
     };
-    let topic = job.topic.as_str();
+    let topic = super::usable(&job.topic)?.as_str();
+    call.client.kafka_topic(topic)?;
+    let extra = super::usable(&job.headers)?;
     let Some(producer) = call.producer else {
         return Err(CallError::Permanent("kafka jobs need a producer".into()));
     };
@@ -29,11 +31,8 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         "payload": job.payload.clone().unwrap_or(Value::Null),
     });
     let mut headers = vec![("sluice-run-id".to_string(), r.run_id.clone().into_bytes())];
-    // The config reader refuses headers that are not strings: there are none to skip.
-    if let Ok(extra) = &job.headers {
-        for (name, v) in extra {
-            headers.push((name.clone(), v.as_bytes().to_vec()));
-        }
+    for (name, v) in extra {
+        headers.push((name.clone(), v.as_bytes().to_vec()));
     }
     let bytes = serde_json::to_vec(&value).expect("job requests serialise");
     let borrowed: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();

@@ -39,7 +39,7 @@ use crate::core::execution::ExecutionDate;
 use crate::core::lifecycle::TriggerRequest;
 use crate::core::records::{FailureCategory, JobStatus};
 
-pub use guard::{Client, Guard};
+pub use guard::{Client, Guard, KafkaTopics};
 pub use secrets::{Redactor, SecretPolicy};
 
 /// Longest message taken from a target's answer into a report.
@@ -325,7 +325,7 @@ pub fn target(config: &JobConfig) -> String {
         JobSettings::Http(job) => format!("http:{}", host(&job.url)),
         JobSettings::Airflow(job) => format!("airflow:{}", host(&job.url)),
         JobSettings::Databricks(job) => format!("databricks:{}", host(&job.host)),
-        JobSettings::Kafka(job) => format!("kafka:{}", job.topic),
+        JobSettings::Kafka(job) => format!("kafka:{}", job.topic.as_deref().unwrap_or("?")),
         JobSettings::Command(_) => "command".into(),
         _ => aws::target(config),
     }

@@ -25,8 +25,9 @@ pub const DEFAULT_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 pub const LAMBDA_SYNC_TRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15 * 60 + 30);
 
 pub use settings::{
-    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, Environment,
-    GlueJob, Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob, LambdaJob, StepFunctionJob,
+    reserved_header, reserved_topic, AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob,
+    EmrServerlessJob, EmrStep, Environment, GlueJob, Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings,
+    KafkaJob, LambdaJob, StepFunctionJob,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

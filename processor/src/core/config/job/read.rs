@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::settings::{
-    AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob, EmrServerlessJob, EmrStep, GlueJob,
-    Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob, LambdaJob, StepFunctionJob,
+    reserved_header, reserved_topic, AirflowJob, AirflowVersion, AwsEndpoint, CommandJob, DatabricksJob, EmrJob,
+    EmrServerlessJob, EmrStep, GlueJob, Headers, HttpJob, HttpMethod, InvocationType, JobId, JobSettings, KafkaJob,
+    LambdaJob, StepFunctionJob,
 };
 use super::{JobKind, Setting, Unusable};
 
@@ -55,11 +56,24 @@ pub(super) fn settings(kind: JobKind, json: &Map<String, Value>) -> Result<JobSe
             invocation_type: invocation_type(&f),
             aws: f.aws(),
         }),
-        JobKind::Kafka => JobSettings::Kafka(KafkaJob {
-            topic: f.essential("topic")?,
-            payload: f.value("payload"),
-            headers: f.headers(),
-        }),
+        JobKind::Kafka => {
+            let topic = f.essential("topic")?;
+            let topic = match reserved_topic(&topic) {
+                Some(why) => Err(Unusable::of("topic", &why)),
+                None => Ok(topic),
+            };
+            let headers = f
+                .headers()
+                .and_then(|headers| match headers.keys().find_map(|name| reserved_header(name)) {
+                    Some(why) => Err(Unusable::of("headers", &why)),
+                    None => Ok(headers),
+                });
+            JobSettings::Kafka(KafkaJob {
+                topic,
+                payload: f.value("payload"),
+                headers,
+            })
+        }
     })
 }
 

@@ -229,7 +229,8 @@ impl InvocationType {
 /// `kafka`: a job request on a topic, for a runner that reports by itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KafkaJob {
-    pub topic: String,
+    /// Refused when it is one of Sluice's own (see [`reserved_topic`]).
+    pub topic: Setting<String>,
     /// The request's `payload`, as written (null when absent).
     pub payload: Option<Value>,
     pub headers: Setting<Headers>,
@@ -302,6 +303,7 @@ impl JobSettings {
                 job.job_timeout_minutes.as_ref().err(),
             ],
             JobSettings::Lambda(job) => vec![job.invocation_type.as_ref().err()],
+            JobSettings::Kafka(job) => vec![job.topic.as_ref().err()],
             _ => vec![],
         };
         found.push(self.headers().and_then(|h| h.as_ref().err()));
@@ -314,4 +316,27 @@ impl JobSettings {
         }
         found.into_iter().flatten().collect()
     }
+}
+
+/// Why a `kafka` job may not publish to `topic`, read without the deployment's prefix:
+/// Sluice's own topics under the default prefix (`sluice.`) and the broker's internal ones
+/// (`__consumer_offsets`). A record there written by a config author's job would be read
+/// as Sluice's own (a forged changelog batch rolls a partition back). The runtime refuses
+/// its actual topics under any prefix again at call time.
+pub fn reserved_topic(topic: &str) -> Option<String> {
+    let lower = topic.to_ascii_lowercase();
+    if lower.starts_with("sluice.") || lower.starts_with("__") {
+        return Some(format!(
+            "{topic:?} is a topic of Sluice's or the broker's own: a job may not write it"
+        ));
+    }
+    None
+}
+
+/// Why a `kafka` job may not set the header `name`: `sluice.*` and `sluice-*` are Sluice's
+/// own (`sluice.batch` attributes changelog writes, `sluice-run-id` the request's run).
+pub fn reserved_header(name: &str) -> Option<String> {
+    name.to_ascii_lowercase()
+        .starts_with("sluice")
+        .then(|| format!("{name:?}: header names beginning with \"sluice\" are Sluice's own"))
 }

@@ -173,3 +173,43 @@ fn rendering_reads_the_settings_again_from_the_rendered_json() {
         "and the original is left as it was"
     );
 }
+
+/// Issue 60, item 1: a `kafka` job aimed at Sluice's own topics (default prefix) or the
+/// broker's, or setting a `sluice*` header, loads (stored configs must) with a warning, and
+/// every trigger of it is refused.
+#[test]
+fn kafka_jobs_aimed_at_sluices_own_topics_or_headers_are_refused() {
+    for (config, path, said) in [
+        (
+            json!({"topic": "sluice.changelog"}),
+            "job.config.topic",
+            "Sluice's or the broker's own",
+        ),
+        (
+            json!({"topic": "__consumer_offsets"}),
+            "job.config.topic",
+            "Sluice's or the broker's own",
+        ),
+        (
+            json!({"topic": "requests", "headers": {"Sluice.Batch": "~~~~~~~~~~~~~~~~"}}),
+            "job.config.headers",
+            "Sluice's own",
+        ),
+        (
+            json!({"topic": "requests", "headers": {"sluice-run-id": "x"}}),
+            "job.config.headers",
+            "Sluice's own",
+        ),
+    ] {
+        let parsed = read("kafka", config.clone());
+        let warned = parsed.warnings.iter().find(|w| w.path == path);
+        assert!(
+            warned.is_some_and(|w| w.reason.contains(said) && w.reason.contains("every trigger")),
+            "{config}: {:?}",
+            parsed.warnings
+        );
+        assert_eq!(parsed.config.job.config.settings().unusable().len(), 1, "{config}");
+    }
+    let fine = settings("kafka", json!({"topic": "jobs.requests", "headers": {"team": "a"}}));
+    assert!(fine.unusable().is_empty());
+}
