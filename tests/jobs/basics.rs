@@ -416,6 +416,57 @@ fn kafka_jobs_cannot_write_sluices_own_topics_or_headers() {
     w.stop();
 }
 
+/// Issue 60, item 1, tried from outside: one record on the changelog with a forged
+/// `sluice.batch` header (an epoch of sixteen `~`, ahead of every real one) used to make
+/// every later write of the owner stale, so after the state directory was lost the restore
+/// forgot the run that succeeded since, and the same reading ran the date a second time.
+/// No fence accounts for that epoch now: the restore ignores it and says so, and the date
+/// runs once. Counted at the target: the command appends its run id to a file.
+#[test]
+fn a_forged_changelog_record_cannot_roll_a_partition_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let mut w = World::new("forged-batch");
+    let command = format!("echo ${{RUN_ID}} >> {}", file.display());
+    w.start_with(&pipeline("ran", command_job(&command, 0)));
+    w.wait_for("ran", "CONFIG_ACCEPTED", |es| {
+        es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
+    });
+    for p in 0..w.partitions() {
+        w.produce_with_headers("changelog", p, "forged", b"x", &[("sluice.batch", "~~~~~~~~~~~~~~~~")]);
+    }
+    go(&w, "ran");
+    w.wait_for("ran", "the run", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    assert_eq!(runs_recorded(&file), 1);
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+    for entry in std::fs::read_dir(w.state.path()).unwrap() {
+        std::fs::remove_dir_all(entry.unwrap().path()).unwrap();
+    }
+    w.start();
+    // The same reading again, then a rerun whose answer says what the state holds.
+    go(&w, "ran");
+    w.rerun("ran", day(), "after the restore");
+    let events = w.wait_for("ran", "the rerun's answer", |es| {
+        es.iter().any(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
+    });
+    let answer = events
+        .iter()
+        .find(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
+        .unwrap();
+    assert_eq!(answer.kind, RERUN_REJECTED, "{answer:?}");
+    assert!(
+        answer.detail["rejection"]
+            .as_str()
+            .unwrap()
+            .contains("no sensor data changed"),
+        "the restored state holds the completed run: {answer:?}"
+    );
+    assert_eq!(events.iter().filter(|e| e.kind == JOB_TRIGGERED).count(), 1);
+    assert_eq!(runs_recorded(&file), 1, "the date ran once");
+    assert!(w.log().contains("no fence accounts for"), "the restore said so");
+    w.stop();
+}
+
 /// A status API that fails for longer than a check's retries (503), or refuses the question
 /// (403: Sluice's identity may not read runs), while the trigger sensor keeps arriving: the
 /// run goes on (JOB_STATUS_UNKNOWN, the refusal as something a person must fix), nothing
