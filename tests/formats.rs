@@ -25,6 +25,8 @@ struct Fake {
     authorization: Option<String>,
     /// While set, fetching a schema by id answers 503.
     outage: Arc<AtomicBool>,
+    /// A schema id the registry refuses to serve (403), answering everything else.
+    refused: Option<usize>,
     /// Every request as `METHOD /path STATUS`.
     seen: Arc<Mutex<Vec<String>>>,
 }
@@ -56,6 +58,16 @@ fn answer(fake: &Fake, r: &crate::support::Request) -> (u16, String) {
             503,
             json!({"error_code": 50003, "message": "store unavailable"}).to_string(),
         );
+    }
+    if fake.refused.is_some_and(|id| r.path == format!("/schemas/ids/{id}")) {
+        return (
+            403,
+            json!({"error_code": 40301, "message": "User cannot access the resource."}).to_string(),
+        );
+    }
+    if r.method == "GET" && r.path == "/subjects" {
+        let names: Vec<String> = fake.subjects.lock().unwrap().iter().map(|(s, _)| s.clone()).collect();
+        return (200, json!(names).to_string());
     }
     {
         let mut all = fake.subjects.lock().unwrap();
@@ -267,6 +279,50 @@ fn a_registry_requiring_basic_auth_going_down_and_holding_protobuf() {
         + 1;
     assert!(seen.contains(&format!("GET /schemas/ids/{events_id} 200")), "{seen:?}");
     assert!(!w.log().contains(PASSWORD), "the password in the log");
+}
+
+/// Issue 60, item 2: a record framed with a schema id the registry refuses (403) used to
+/// hold the whole batch, every partition of the instance, for as long as the refusal lasted.
+/// Past `--record-patience`, with the registry answering otherwise, it is dead-lettered with
+/// the reason, and the pipeline's next readings run it.
+#[test]
+fn a_record_whose_schema_the_registry_refuses_is_dead_lettered_and_holds_nothing_up() {
+    let fake = Fake {
+        refused: Some(77),
+        ..Fake::default()
+    };
+    let url = registry_for(&fake);
+    let mut w = World::new("registry-refuses");
+    w.env = vec![
+        ("SLUICE_FORMAT".into(), "avro".into()),
+        ("SLUICE_SCHEMA_REGISTRY_URL".into(), url.clone()),
+        ("SLUICE_RECORD_PATIENCE".into(), "3s".into()),
+    ];
+    let reader = Registry::connect(&RegistrySettings::new(&url)).unwrap();
+    w.read_events_with(Codec::with_registry(Formats::default(), Some(reader)));
+    w.start_with(&pipeline("ref-p", command_job("true", 0)));
+    w.produce("sensors", Some("ref-p"), Some(&[0, 0, 0, 0, 77, 0]));
+    w.sensor("ref-p", "row-count", json!({"count": 1500}));
+    w.sensor("ref-p", "upstream", json!({"status": "ready"}));
+    w.wait_for_sequence(
+        "ref-p",
+        &[
+            CONFIG_ACCEPTED,
+            INPUT_REJECTED,
+            VALIDATION_PASSED,
+            JOB_TRIGGERED,
+            JOB_COMPLETED,
+        ],
+    );
+    let dead = w.dead_letters(1);
+    let reason = dead[0].1.iter().find(|(k, _)| k == "error").unwrap().1.clone();
+    assert!(
+        reason.contains("answers, but not for this record") && reason.contains("403"),
+        "{reason}"
+    );
+    let seen = fake.seen.lock().unwrap().clone();
+    assert!(seen.contains(&"GET /schemas/ids/77 403".to_string()), "{seen:?}");
+    assert!(seen.contains(&"GET /subjects 200".to_string()), "{seen:?}");
 }
 
 /// Producers compress as they please: a librdkafka producer with each codec Kafka knows

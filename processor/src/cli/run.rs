@@ -113,6 +113,12 @@ pub struct RunArgs {
     /// changelog's `min.compaction.lag.ms`.
     #[arg(long, env = "SLUICE_CHANGELOG_WATCH", default_value = "15m", value_parser = parse_changelog_watch)]
     changelog_watch: Duration,
+    /// How long one input record waits for the schema registry to serve its schema: past
+    /// it, if the registry answers otherwise (it refuses only this record's schema id), the
+    /// record is dead-lettered with the reason instead of holding every partition up. A
+    /// registry that answers nothing is waited for.
+    #[arg(long, env = "SLUICE_RECORD_PATIENCE", default_value = "60s", value_parser = parse_std_duration)]
+    record_patience: Duration,
     /// A keyed record on another partition than its key's (its producer hashes keys with
     /// another function than the Java client's murmur2, e.g. librdkafka's CRC32 default):
     /// `forward` produces a copy to its key's partition, applied there once; `reject` sends
@@ -341,6 +347,7 @@ pub async fn command(kafka: &Connection, topics: Topics, codec: Codec, args: Run
         },
         shutdown_grace: args.shutdown_grace,
         changelog_watch: args.changelog_watch,
+        record_patience: args.record_patience,
         decider: args.decider.settings(),
         codec,
         clock: args.clock_offset.map_or_else(Clock::system, Clock::shifted),

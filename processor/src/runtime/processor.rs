@@ -106,6 +106,9 @@ pub struct Settings {
     pub clock: Clock,
     /// What happens to a record on another partition than its key's.
     pub misrouted: Misrouted,
+    /// How long a record waits for the schema registry before, if the registry answers
+    /// otherwise, it is dead-lettered (`--record-patience`).
+    pub record_patience: Duration,
 }
 
 /// Partition ownership changes, reported by librdkafka during polls.
@@ -1152,18 +1155,48 @@ impl Processor {
     /// Reads an input record, waiting out a schema registry that cannot answer for it (down,
     /// timing out, answering 5xx, refusing the credentials): the record is not at fault, so
     /// it is neither rejected nor skipped. The batch waits with it, nothing of it applied,
-    /// retried with backoff for as long as it lasts, the loop held up rather than stuck
-    /// (liveness holds: a restart would not bring the registry back); a stop meanwhile
-    /// leaves the batch to be redone on restart.
+    /// retried with backoff, the loop held up rather than stuck (liveness holds: a restart
+    /// would not bring the registry back); a stop meanwhile leaves the batch to be redone on
+    /// restart. The wait is bounded for one record: past `--record-patience`, if the
+    /// registry answers otherwise and the refusal is not a passing one (403 for its id, a
+    /// bare 404; not a 5xx), the record is dead-lettered with the reason, so one record never holds
+    /// every partition of the instance (issue 60, item 2). A registry that answers nothing
+    /// is an outage: the batch waits on, and readiness says so.
     async fn read(&self, kind: InputTopic, message: &OwnedMessage) -> (String, Input) {
         let telemetry = self.telemetry.clone();
         let mut waiting = None;
         let mut backoff = Backoff::outage();
+        let since = Instant::now();
+        let mut next_probe = self.settings.record_patience;
         loop {
             let codec = &self.settings.codec;
             match read_input(codec, kind, message, self.partitions, &self.settings.decider.limits).await {
                 Ok(read) => return read,
+                Err(e) if !e.is_transient() && since.elapsed() >= next_probe && codec.registry_answers().await => {
+                    let waited = since.elapsed().as_secs();
+                    warn!(
+                        topic = message.topic(),
+                        partition = message.partition(),
+                        offset = message.offset(),
+                        error = %e,
+                        "the schema registry answers, but not for this record: dead-lettered after {waited}s"
+                    );
+                    let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
+                    let reason = format!(
+                        "the schema registry answers, but not for this record ({e}) after {waited}s: dead-lettered so that it holds nothing else up; produce it again once the registry serves its schema"
+                    );
+                    let rejected = Input::Rejected {
+                        source: origin,
+                        reason,
+                        kind: Rejection::Unreadable,
+                    };
+                    return (rejected_pipeline(message.key()), rejected);
+                }
                 Err(e) => {
+                    if since.elapsed() >= next_probe {
+                        // An outage: ask again after as long once more.
+                        next_probe = since.elapsed() + self.settings.record_patience;
+                    }
                     waiting.get_or_insert_with(|| telemetry.awaiting_broker());
                     warn!(
                         topic = message.topic(),

@@ -169,6 +169,12 @@ impl CodecError {
             _ => true,
         }
     }
+
+    /// Whether the registry may answer for the record on another try (unreachable, timed
+    /// out, 5xx, 408, 429): what a record waits out however long it takes.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, CodecError::Registry(e) if e.is_transient())
+    }
 }
 
 /// Encodes and decodes records of every family, as `formats` and the registry say.
@@ -258,6 +264,14 @@ impl Codec {
                 bytes.extend_from_slice(&datum);
                 Ok(bytes)
             }
+        }
+    }
+
+    /// Whether the schema registry answers (see [`Registry::answers`]); false without one.
+    pub async fn registry_answers(&self) -> bool {
+        match &self.registry {
+            Some(registry) => registry.answers().await,
+            None => false,
         }
     }
 

@@ -549,6 +549,14 @@ impl Registry {
         Ok(texts)
     }
 
+    /// Whether the registry answers at all (its subject list, with the credentials): told
+    /// apart from one record's schema it will not serve (403 for that id, a bare 404), which
+    /// is the record's to bear, not every partition's.
+    pub async fn answers(&self) -> bool {
+        let url = format!("{}/subjects", self.url);
+        matches!(self.call(self.client.get(&url)).await, Ok((200, _, _)))
+    }
+
     /// `subject`'s writer, once [`Self::prepare`]d.
     pub fn writer(&self, subject: &str) -> Option<Writer> {
         self.writers.lock().expect("registry cache").get(subject).cloned()
