@@ -6,10 +6,12 @@
 
 use std::collections::HashSet;
 
-use chrono::{NaiveDate, TimeDelta};
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
 use super::{Decider, StoredSensor};
+use crate::core::config::ClockTime;
 use crate::core::execution::{ExecutionDate, ExecutionId};
+use crate::core::schedule::local_instant;
 use crate::core::timers::TimerKind;
 
 /// How long an ended execution is kept unless `--retention` says otherwise.
@@ -36,10 +38,23 @@ impl Decider<'_> {
         match e.phase.is_open() {
             true => self.cancel_timer(kind),
             false => {
-                let at = e.phase_since + self.retention();
+                let at = self.expires_at(id, e.phase_since);
                 self.set_timer(kind, at);
             }
         }
+    }
+
+    /// When an execution of `id` that ended at `ended` is forgotten: the retention after it
+    /// ended, and never before its date is older than the retention. Before, a date that
+    /// ran on its day was forgotten a day before its readings were refused, and in that gap
+    /// the same reading started it again under the run id it had (issue 60, item 3).
+    fn expires_at(&self, id: &ExecutionId, ended: DateTime<Utc>) -> DateTime<Utc> {
+        let tz = self.config().map(|c| c.schedule.timezone).unwrap_or(chrono_tz::UTC);
+        let retention = self.retention();
+        // The first day on which `beyond_retention` holds for the date.
+        let cutoff = id.date().day + TimeDelta::days(retention.num_days() + 1);
+        let midnight = ClockTime { hour: 0, minute: 0 };
+        (ended + retention).max(local_instant(cutoff, midnight, tz))
     }
 
     pub(super) fn on_expire(&mut self, id: &ExecutionId) {
@@ -49,7 +64,7 @@ impl Decider<'_> {
         if e.phase.is_open() {
             return;
         }
-        let due = e.phase_since + self.retention();
+        let due = self.expires_at(id, e.phase_since);
         if self.now() < due {
             // The retention grew with a config change: wait the rest.
             self.arm_expiry(id);

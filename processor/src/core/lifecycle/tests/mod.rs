@@ -910,7 +910,8 @@ impl Sim {
 fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
     let mut sim = Sim::new();
     let expire = run_gold_to_success(&mut sim);
-    assert_eq!(sim.due("gold", &expire), Some(t0() + retention::RETENTION));
+    // Not before its date (the 22nd) is older than the retention: the 30th, 00:00 (UTC).
+    assert_eq!(sim.due("gold", &expire), Some(at("2026-11-30T00:00:00Z")));
     sim.advance(TimeDelta::days(6));
     assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
     sim.advance(TimeDelta::days(2));
@@ -997,13 +998,44 @@ fn run_gold_to_success(sim: &mut Sim) -> TimerKind {
     }
 }
 
+/// Issue 60, item 3: an execution that ended on its own day used to be forgotten at the
+/// retention after its end, a day before its date's readings were refused; in that gap the
+/// same reading started the date again, under the run id it had run with. It is kept now
+/// until its date is older than the retention, and the reading changes nothing.
+#[test]
+fn a_date_that_ran_is_not_started_again_between_its_expiry_and_its_cutoff() {
+    let mut sim = Sim::new();
+    run_gold_to_success(&mut sim);
+    // A week and an hour after the run: inside the old gap.
+    sim.advance(retention::RETENTION + TimeDelta::hours(1));
+    assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
+    let ready = json!({"status": "ready"});
+    // The same readings again (a producer replaying its day): the same date, no news.
+    sim.sensor_scoped(
+        "gold",
+        "row-count",
+        json!({"count": 2000}),
+        Some("2026-11-22"),
+        None,
+        None,
+    );
+    sim.sensor_scoped("gold", "upstream", ready.clone(), Some("2026-11-22"), None, None);
+    assert_eq!(sim.triggers().len(), 1, "the date ran once");
+    // From its cutoff on, the date is forgotten and its readings refused.
+    sim.advance_to(at("2026-11-30T00:00:01Z"));
+    assert!(sim.states["gold"].executions.is_empty());
+    let decision = sim.sensor_scoped("gold", "upstream", ready, Some("2026-11-22"), None, None);
+    assert_eq!(decision.events[0].kind, INPUT_REJECTED);
+    assert_eq!(sim.triggers().len(), 1);
+}
+
 #[test]
 fn the_retention_is_a_setting() {
     let mut sim = Sim::new();
     sim.settings.retention = TimeDelta::days(2);
     let expire = run_gold_to_success(&mut sim);
-    assert_eq!(sim.due("gold", &expire), Some(t0() + TimeDelta::days(2)));
-    sim.advance(TimeDelta::days(2) + TimeDelta::minutes(1));
+    assert_eq!(sim.due("gold", &expire), Some(at("2026-11-25T00:00:00Z")));
+    sim.advance(TimeDelta::days(3));
     assert!(
         sim.states["gold"].executions.is_empty(),
         "pruned after two days, not seven"
