@@ -94,6 +94,12 @@ impl Decider<'_> {
                 .push(format!("cron occurrence {date}: execution {id} exists"));
             return;
         }
+        if let Some(ran) = self.ran_under_another_schedule(&id) {
+            self.notes.push(format!(
+                "cron occurrence {id} not started: {ran} ran that date under the former schedule"
+            ));
+            return;
+        }
         if let Some(reason) = day_excluded(&config, id.date()) {
             self.exclude(&id, reason, false);
             return;
@@ -232,6 +238,15 @@ impl Decider<'_> {
         self.has_execution(config.schedule_id(), |other| other.day == date.day)
     }
 
+    /// An execution of `id`'s date under another schedule that started a run (the pipeline
+    /// was switched between cron and sensor-started): the date ran, so only a rerun of it
+    /// may run it again (issue 60, item 3).
+    fn ran_under_another_schedule(&self, id: &ExecutionId) -> Option<ExecutionId> {
+        (self.state.executions.iter())
+            .find(|(other, e)| other.schedule() != id.schedule() && other.date() == id.date() && e.attempt > 0)
+            .map(|(other, _)| other.clone())
+    }
+
     /// Whether `schedule` has an execution whose date `which` selects.
     fn has_execution(&self, schedule: &str, which: impl Fn(ExecutionDate) -> bool) -> bool {
         (self.state.executions.keys()).any(|id| id.schedule() == schedule && which(id.date()))
@@ -285,6 +300,12 @@ impl Decider<'_> {
         if !holds {
             return None;
         }
+        if let Some(ran) = self.ran_under_another_schedule(&id) {
+            self.notes.push(format!(
+                "{id} not started: {ran} ran that date under the pipeline's former schedule (rerun it to run it again)"
+            ));
+            return None;
+        }
         self.open_execution(&id, Some(self.now()));
         Some(id)
     }
@@ -327,7 +348,8 @@ impl Decider<'_> {
         dates.dedup();
         for date in dates {
             let id = ExecutionId::new(config.schedule_id(), date);
-            if !self.state.executions.contains_key(&id) && self.trigger_excluded(&config, date).is_none() {
+            let fresh = !self.state.executions.contains_key(&id) && self.ran_under_another_schedule(&id).is_none();
+            if fresh && self.trigger_excluded(&config, date).is_none() {
                 self.recover(&config, &id);
             }
         }

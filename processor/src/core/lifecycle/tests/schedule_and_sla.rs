@@ -286,6 +286,27 @@ fn pipeline_excluded_on_an_excluded_weekday() {
     assert_eq!(sim.triggers()[0].execution.date_text(), "2026-11-22");
 }
 
+/// Issue 60, item 3: a pipeline switched from cron to sensor-started keeps its dates: the
+/// date its cron ran is not started again by the trigger (under `stream`, with new run ids
+/// beside the old), only by a rerun.
+#[test]
+fn a_date_that_ran_under_cron_is_not_started_again_after_a_switch_to_a_trigger() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:59:00Z"));
+    let cron = json!({"schedule": {"cron": "0 13 * * *", "timezone": "UTC", "trigger": null}});
+    sim.config(stream(cron));
+    sim.advance(TimeDelta::minutes(2));
+    assert_eq!(sim.triggers().len(), 1, "the cron ran the 22nd");
+    sim.config(stream(json!({"schedule": {"timezone": "UTC"}})));
+    ready(&mut sim);
+    assert_eq!(sim.triggers().len(), 1, "the trigger did not run the 22nd again");
+    assert!(!sim.states["gold"].executions.contains_key("stream/2026-11-22"));
+    // The next day is the trigger's.
+    sim.advance_to(at("2026-11-23T12:00:00Z"));
+    ready(&mut sim);
+    assert_eq!(sim.triggers().len(), 2);
+    assert_eq!(sim.triggers()[1].execution.date_text(), "2026-11-23");
+}
+
 /// Interlock's rule, the default: a trigger's exclusions are checked against the day it
 /// arrives (in the schedule's zone), not the data date it names.
 #[test]
