@@ -7,7 +7,7 @@ use chrono::{NaiveDate, TimeDelta, Timelike, Utc};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType, EventType::*};
 
-use crate::support::{command_job, day, pipeline, sluice, World};
+use crate::support::{command_job, day, pipeline, sluice, RunLog, World};
 
 fn kinds(events: &[Event]) -> Vec<EventType> {
     events.iter().map(|e| e.kind).collect()
@@ -324,11 +324,9 @@ fn undated_triggers_are_dated_in_utc_and_exclusions_follow_the_day_they_arrive()
 /// each date ran once, and a second backfill of an unchanged date is refused.
 #[test]
 fn a_backfill_runs_dates_older_than_the_retention_once_each() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("runs");
+    let log = RunLog::new();
     let mut w = World::new("backfill");
-    let command = format!("echo ${{RUN_ID}} >> {}", file.display());
-    w.start_with(&pipeline("bf", command_job(&command, 0)));
+    w.start_with(&pipeline("bf", command_job(&log.command(), 0)));
     w.wait_for("bf", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
     });
@@ -368,11 +366,11 @@ fn a_backfill_runs_dates_older_than_the_retention_once_each() {
     w.wait_for("bf", "both dates completed", |es| {
         es.iter().filter(|e| e.kind == JOB_COMPLETED).count() == 2
     });
-    let runs = std::fs::read_to_string(&file).unwrap();
-    let mut dates: Vec<&str> = runs.lines().map(|l| l.split('.').nth(2).unwrap()).collect();
+    let runs = log.runs();
+    let mut dates: Vec<&str> = runs.iter().map(|l| l.split('.').nth(2).unwrap()).collect();
     dates.sort();
-    assert_eq!(dates, [first_s.as_str(), second_s.as_str()], "{runs}");
-    for line in runs.lines() {
+    assert_eq!(dates, [first_s.as_str(), second_s.as_str()], "{runs:?}");
+    for line in &runs {
         let tag = line.split('.').nth(3).unwrap();
         assert!(
             tag.starts_with('b') && tag[1..].parse::<i64>().is_ok() && line.ends_with(".1"),
@@ -384,6 +382,6 @@ fn a_backfill_runs_dates_older_than_the_retention_once_each() {
     w.wait_for("bf", "the second backfill refused", |es| {
         es.iter().filter(|e| e.kind == RERUN_REJECTED).count() == 3
     });
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), runs);
+    assert_eq!(log.runs(), runs);
     w.stop();
 }

@@ -10,7 +10,7 @@ use rdkafka::message::{Headers, Message};
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType::*};
 
-use crate::support::{command_job, create_topics, day, pipeline, run_id, scripted_server, wait_until, World};
+use crate::support::{command_job, create_topics, day, pipeline, run_id, scripted_server, wait_until, RunLog, World};
 
 pub(crate) fn go(w: &World, id: &str) {
     w.sensor(id, "row-count", json!({"count": 5000}));
@@ -424,11 +424,9 @@ fn kafka_jobs_cannot_write_sluices_own_topics_or_headers() {
 /// runs once. Counted at the target: the command appends its run id to a file.
 #[test]
 fn a_forged_changelog_record_cannot_roll_a_partition_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("runs");
+    let log = RunLog::new();
     let mut w = World::new("forged-batch");
-    let command = format!("echo ${{RUN_ID}} >> {}", file.display());
-    w.start_with(&pipeline("ran", command_job(&command, 0)));
+    w.start_with(&pipeline("ran", command_job(&log.command(), 0)));
     w.wait_for("ran", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
     });
@@ -437,7 +435,7 @@ fn a_forged_changelog_record_cannot_roll_a_partition_back() {
     }
     go(&w, "ran");
     w.wait_for("ran", "the run", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
-    assert_eq!(runs_recorded(&file), 1);
+    assert_eq!(log.runs().len(), 1);
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
     for entry in std::fs::read_dir(w.state.path()).unwrap() {
         std::fs::remove_dir_all(entry.unwrap().path()).unwrap();
@@ -462,7 +460,7 @@ fn a_forged_changelog_record_cannot_roll_a_partition_back() {
         "the restored state holds the completed run: {answer:?}"
     );
     assert_eq!(events.iter().filter(|e| e.kind == JOB_TRIGGERED).count(), 1);
-    assert_eq!(runs_recorded(&file), 1, "the date ran once");
+    assert_eq!(log.runs().len(), 1, "the date ran once");
     assert!(w.log().contains("no fence accounts for"), "the restore said so");
     w.stop();
 }
@@ -568,18 +566,11 @@ fn a_request_that_times_out_ends_with_infra_failure() {
     w.stop();
 }
 
-/// Lines of the file a test's command appends to: the runs that reached the target.
-fn runs_recorded(file: &std::path::Path) -> usize {
-    std::fs::read_to_string(file).map_or(0, |text| text.lines().count())
-}
-
-/// A command job that records each run it makes in a file, then fails: the folder (kept
-/// while the test runs), the file, and the job.
-fn recorded_failure() -> (tempfile::TempDir, std::path::PathBuf, Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("runs");
-    let job = quick(command_job(&format!("echo run >> {}; exit 1", file.display()), 0));
-    (dir, file, job)
+/// A command job that records each run it makes (see [`RunLog`]), then fails.
+fn recorded_failure() -> (RunLog, Value) {
+    let log = RunLog::new();
+    let job = quick(command_job(&format!("{}; exit 1", log.command()), 0));
+    (log, job)
 }
 
 /// A command that keeps failing (its tries and `maxRetries` spent) releases its date as
@@ -587,7 +578,7 @@ fn recorded_failure() -> (tempfile::TempDir, std::path::PathBuf, Value) {
 /// runs it again. Counted where the runs land: the file the command appends to.
 #[test]
 fn a_trigger_that_keeps_failing_releases_the_date_for_the_next_trigger_sensor() {
-    let (_dir, file, mut job) = recorded_failure();
+    let (log, mut job) = recorded_failure();
     let mut w = World::new("trigger-release");
     job["triggerRetry"]["maxAttempts"] = json!(0);
     w.start_with(&pipeline("rel", job));
@@ -596,16 +587,12 @@ fn a_trigger_that_keeps_failing_releases_the_date_for_the_next_trigger_sensor() 
         es.iter().any(|e| e.kind == RETRY_EXHAUSTED)
     });
     assert_eq!(last(&events, RETRY_EXHAUSTED).detail["restartOnTrigger"], json!(true));
-    assert_eq!(runs_recorded(&file), 1);
+    assert_eq!(log.runs().len(), 1);
     w.sensor("rel", "upstream", json!({"status": "ready"}));
     w.wait_for("rel", "the second exhaustion", |es| {
         es.iter().filter(|e| e.kind == RETRY_EXHAUSTED).count() == 2
     });
-    assert_eq!(
-        runs_recorded(&file),
-        2,
-        "the next trigger sensor ran the date again, once"
-    );
+    assert_eq!(log.runs().len(), 2, "the next trigger sensor ran the date again, once");
     w.stop();
 }
 
@@ -613,7 +600,7 @@ fn a_trigger_that_keeps_failing_releases_the_date_for_the_next_trigger_sensor() 
 /// never run again: the run's end reaches the executor, which gives the retry up.
 #[test]
 fn a_failing_command_is_not_run_again_after_its_run_was_cancelled() {
-    let (_dir, file, mut job) = recorded_failure();
+    let (log, mut job) = recorded_failure();
     let mut w = World::new("cancel-retry");
     job["triggerRetry"] = json!({"interval": "20s", "backoffRate": 1, "maxAttempts": 2});
     w.start_with(&pipeline("cr", job));
@@ -622,7 +609,7 @@ fn a_failing_command_is_not_run_again_after_its_run_was_cancelled() {
         "the first run",
         Duration::from_secs(60),
         || w.log_tail(),
-        || runs_recorded(&file) == 1,
+        || log.runs().len() == 1,
     );
     w.command("cr", &json!({"pipelineId": "cr", "command": "cancel", "date": day()}));
     w.wait_for("cr", "the cancel", |es| es.iter().any(|e| e.kind == RUN_CANCELLED));
@@ -632,7 +619,7 @@ fn a_failing_command_is_not_run_again_after_its_run_was_cancelled() {
         || w.log_tail(),
         || w.log().contains("command not run again: its run ended"),
     );
-    assert_eq!(runs_recorded(&file), 1, "the retry 20 s later never ran");
+    assert_eq!(log.runs().len(), 1, "the retry 20 s later never ran");
     w.stop();
 }
 

@@ -1195,3 +1195,29 @@ pub fn one_job_over(
     });
     (processor, addr, log)
 }
+
+/// A file a test's `command` job appends its run id to: the runs that reached the target,
+/// counted where they land.
+pub struct RunLog {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl RunLog {
+    pub fn new() -> RunLog {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("runs");
+        RunLog { _dir: dir, file }
+    }
+
+    /// The shell command that records the run (its run id, one line).
+    pub fn command(&self) -> String {
+        format!("echo ${{RUN_ID}} >> {}", self.file.display())
+    }
+
+    /// The run ids recorded so far, in order.
+    pub fn runs(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        text.lines().map(str::to_string).collect()
+    }
+}
