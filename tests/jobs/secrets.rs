@@ -19,9 +19,12 @@ fn commands_see_only_their_configured_environment_and_report_secrets_redacted() 
     w.env.push(("KAFKA_SASL_PASSWORD".into(), KAFKA_PASSWORD.into()));
     w.env.push(("SLUICE_TEST_UNALLOWED".into(), "not-for-jobs".into()));
     w.secret("SLUICE_TEST_PARTNER_KEY", PARTNER_KEY);
-    // `env` is found on PATH, and lists every variable the command got.
+    // `env` is found on PATH, and lists every variable the command got. Then the way around
+    // the cleared environment: the processor's own, read through /proc (the command's parent
+    // is the processor).
     let mut reader = quick(command_job(
         "echo \"kafka=[$KAFKA_SASL_PASSWORD] partner=[$PARTNER]\"; env | cut -d= -f1 | sort | tr '\\n' ' '; \
+         echo; echo \"proc=$(tr '\\0' '\\n' < /proc/$PPID/environ 2>/dev/null | grep -c ^KAFKA_SASL_PASSWORD=)\"; \
          echo \"$PARTNER\" >&2; exit 3",
         0,
     ));
@@ -42,6 +45,12 @@ fn commands_see_only_their_configured_environment_and_report_secrets_redacted() 
     assert_eq!(
         first, "kafka=[] partner=[***]",
         "the processor's credentials are not inherited; the configured secret reaches the command, redacted"
+    );
+    let (names, proc) = names.split_once("\nproc=").expect("the /proc line");
+    assert_eq!(
+        proc.trim(),
+        "0",
+        "the processor's environment was read through /proc/$PPID/environ"
     );
     let names: Vec<&str> = names.split_whitespace().collect();
     for needed in ["PATH", "PARTNER", "SLUICE_RUN_ID", "SLUICE_ATTEMPT"] {

@@ -234,6 +234,13 @@ struct HttpOptions {
 /// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
 /// for.
 async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duration) -> Result<ExitCode> {
+    // Before any command job runs: its environment is cleared, and this keeps it from reading
+    // the processor's through /proc.
+    if let Err(e) = crate::runtime::jobs::command::hide_processor() {
+        tracing::warn!(
+            "could not make the processor non-dumpable ({e}): command jobs may read its environment through /proc"
+        );
+    }
     // The exporting meter provider first: the telemetry's instruments come from it.
     let _metrics_export = observability::export_metrics()?;
     let telemetry = Telemetry::new();

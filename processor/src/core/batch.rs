@@ -13,7 +13,10 @@
 //! new owners redo the batch), and when a newer owner's fence shows between its own changelog
 //! records (it gives those partitions up; a zombie must start nothing). Under exactly-once
 //! one transaction carries the outputs, the markers and the input offsets, and the broker
-//! fences.
+//! fences: it refuses offsets sent under an old group generation. A batch with no input
+//! (timers only) has no offsets of its own, so it sends the group's committed ones, which
+//! move nothing but still make the broker check the generation; without them a woken zombie
+//! would commit a transaction of fired timers and start their triggers a second time.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
@@ -39,8 +42,12 @@ pub enum Action {
     ReadChangelog { partition: i32, ranges: Vec<Range<i64>> },
     /// Produce these end markers; then [`Flush::on_markers`].
     ProduceMarkers(Vec<Marker>),
+    /// Exactly-once, a batch without input offsets: read the group's committed offsets of
+    /// the assigned partitions, to send with the transaction as its fence; then
+    /// [`Flush::on_fence_offsets`].
+    ReadFenceOffsets,
     /// Exactly-once: the outputs, their end markers ([`Flush::markers`]) and the input
-    /// offsets in one transaction; then [`Flush::on_transacted`].
+    /// offsets (or the fence offsets) in one transaction; then [`Flush::on_transacted`].
     Transact,
     /// Write each partition's store batch, those named here with their changelog checkpoint
     /// (the marker's offset) and lineage; then [`Flush::on_stored`].
@@ -60,6 +67,8 @@ pub enum Action {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Stage {
+    /// Exactly-once with no input offsets: the fence offsets first.
+    Fence,
     Outputs,
     /// Reading the holes in the changelog records just produced; `then` once all are read.
     Checking {
@@ -107,9 +116,27 @@ impl Flush {
         }
     }
 
+    /// Marks a batch with no input offsets (only timers fired): under exactly-once its
+    /// transaction first needs fence offsets ([`Action::ReadFenceOffsets`]).
+    pub fn without_inputs(mut self) -> Self {
+        if self.exactly_once && self.stage == Stage::Outputs {
+            self.stage = Stage::Fence;
+        }
+        self
+    }
+
+    /// The fence offsets were read (with none to send, a group that never committed, the
+    /// transaction goes without: the runtime says so).
+    pub fn on_fence_offsets(&mut self) {
+        if self.stage == Stage::Fence {
+            self.stage = Stage::Outputs;
+        }
+    }
+
     /// What to do next. Asking again without reporting gives the same answer.
     pub fn poll(&self) -> Action {
         match &self.stage {
+            Stage::Fence => Action::ReadFenceOffsets,
             Stage::Outputs if self.exactly_once => Action::Transact,
             Stage::Outputs => Action::Produce,
             Stage::Checking { holes, .. } => match holes.front() {
@@ -462,5 +489,19 @@ mod tests {
         let mut lost = Flush::new(BTreeMap::new(), true);
         lost.on_transacted(&[], true);
         assert_eq!(lost.poll(), Action::Abandon);
+    }
+
+    /// A batch of fired timers has no input offsets; its transaction must still carry some,
+    /// or the broker never checks the group generation and a woken zombie's triggers start.
+    #[test]
+    fn under_exactly_once_a_batch_of_timers_only_is_fenced_by_the_committed_offsets() {
+        let mut f = Flush::new([(0, batch(1))].into_iter().collect(), true).without_inputs();
+        assert_eq!(f.poll(), Action::ReadFenceOffsets);
+        assert_eq!(f.poll(), Action::ReadFenceOffsets, "asking again changes nothing");
+        f.on_fence_offsets();
+        assert_eq!(f.poll(), Action::Transact);
+        // Without exactly-once the changelog fence checks it, as before.
+        let plain = Flush::new([(0, batch(1))].into_iter().collect(), false).without_inputs();
+        assert_eq!(plain.poll(), Action::Produce);
     }
 }

@@ -461,6 +461,14 @@ pub fn decode_sensor(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<SensorR
     if record.key.trim().is_empty() {
         return Err(InputError::invalid("key", "must not be empty"));
     }
+    // A dated reading is kept at `key@date`: a key holding `@` would let an undated reading
+    // take a dated one's slot (`rows@2026-11-21`) and change what a rule reads for that date.
+    if record.key.contains('@') {
+        return Err(InputError::invalid(
+            "key",
+            "must not contain '@' (a dated reading is kept at key@date)",
+        ));
+    }
     let date = sensor_date(&record)?;
     let hour = sensor_hour(&record)?;
     let (key, date, hour) = scope_in_key(record.key, date, hour)?;
@@ -703,6 +711,14 @@ mod tests {
         // It would name another pipeline's stored parts (`p/<pipeline>\0…`).
         let e = decode_sensor(Some(b"p1\0xa"), Some(br#"{"pipelineId":"p1\u0000xa","key":"k"}"#)).unwrap_err();
         assert!(e.to_string().contains("control characters"), "{e}");
+    }
+
+    #[test]
+    fn a_sensor_key_cannot_name_another_readings_slot() {
+        // Undated, it would be kept where `rows` dated 2026-11-21 is, and replace it.
+        let e = sensor(r#"{"pipelineId":"p1","key":"rows@2026-11-21"}"#).unwrap_err();
+        assert!(e.to_string().contains("'@'"), "{e}");
+        assert!(sensor(r#"{"pipelineId":"p1","key":"rows","date":"2026-11-21"}"#).is_ok());
     }
 
     /// A field that reaches a stored key, a changelog key or an event is bounded at decode,

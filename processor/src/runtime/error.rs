@@ -42,6 +42,9 @@ pub enum Fatal {
     /// transactions.
     #[error("transaction failed and cannot be retried: {0} (a fenced producer means another instance took over with the same --instance; a broker without transaction support needs --guarantee effectively-once)")]
     Transaction(RDKafkaError),
+    /// The producer is in librdkafka's fatal state and could not be replaced.
+    #[error("{0} (a fenced producer means another instance took over with the same --instance)")]
+    Producer(Box<ProduceError>),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,8 +67,12 @@ impl From<KafkaError> for Error {
 }
 
 impl From<ProduceError> for Error {
+    /// Transient unless the producer is in a fatal state (see [`ProduceError::fatal`]).
     fn from(e: ProduceError) -> Self {
-        Error::Transient(e.into())
+        match e.fatal {
+            Some(_) => Error::Fatal(Fatal::Producer(Box::new(e))),
+            None => Error::Transient(e.into()),
+        }
     }
 }
 

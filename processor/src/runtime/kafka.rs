@@ -483,11 +483,15 @@ pub fn check_connection(kafka: &Connection) -> Result<()> {
 
 /// A record the broker did not acknowledge, with the client's typed error.
 #[derive(Debug, thiserror::Error)]
-#[error("producing to {topic}: {source}")]
+#[error("producing to {topic}: {source}{}", fatal.as_ref().map(|f| format!(" (the producer is in a fatal state: {f})")).unwrap_or_default())]
 pub struct ProduceError {
     pub topic: String,
     #[source]
     pub source: KafkaError,
+    /// librdkafka's fatal error, when the producer is in that state: it accepts no record
+    /// again, so retrying with it can never succeed (a fenced transactional id, an
+    /// idempotence guarantee it can no longer keep).
+    pub fatal: Option<Box<str>>,
 }
 
 impl ProduceError {
@@ -783,8 +787,14 @@ impl RenewableProducer {
             let current = self.lock();
             (current.producer.clone(), current.number)
         };
-        let result = send_to(&producer, topic, partition, key, value, headers).await;
+        let mut result = send_to(&producer, topic, partition, key, value, headers).await;
         self.note(number, &result, std::time::Instant::now());
+        // Replaced by a producer that can send: the failure was no longer fatal.
+        if let Err(e) = &mut result {
+            if e.fatal.is_some() && self.config.is_some() && fatal_error(&self.current()).is_none() {
+                e.fatal = None;
+            }
+        }
         result
     }
 
@@ -797,8 +807,9 @@ impl RenewableProducer {
         }
         match result {
             Ok(_) => current.refusals = Refusals::default(),
-            Err(e) if e.refuses_producer() => {
-                let renew = current.refusals.refused(now);
+            Err(e) if e.refuses_producer() || e.fatal.is_some() => {
+                // A producer in a fatal state is replaced at once: it never sends again.
+                let renew = current.refusals.refused(now) || e.fatal.is_some();
                 if let (true, Some(config)) = (renew, &self.config) {
                     match create_producer(config, &self.watch) {
                         Ok(producer) => {
@@ -1032,6 +1043,13 @@ pub async fn send(
     send_to(producer, topic, None, key, value, headers).await
 }
 
+/// The client's fatal error, if it is in that state (see [`ProduceError::fatal`]).
+pub fn fatal_error(producer: &Producer) -> Option<String> {
+    rdkafka::producer::Producer::client(producer)
+        .fatal_error()
+        .map(|(code, reason)| format!("{code:?}: {reason}"))
+}
+
 /// [`send`] to an explicit partition, or by the key's hash when `partition` is `None`.
 pub async fn send_to(
     producer: &Producer,
@@ -1064,6 +1082,7 @@ pub async fn send_to(
         .map_err(|(source, _)| ProduceError {
             topic: topic.to_string(),
             source,
+            fatal: fatal_error(producer).map(String::into_boxed_str),
         })?;
     Ok((delivery.partition, delivery.offset))
 }
@@ -1503,6 +1522,7 @@ mod tests {
         Err(ProduceError {
             topic: "t".into(),
             source: KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
+            fatal: None,
         })
     }
 
@@ -1539,6 +1559,7 @@ mod tests {
         let timed_out = Err(ProduceError {
             topic: "t".into(),
             source: KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut),
+            fatal: None,
         });
         for ms in [6_000, 8_000, 10_000] {
             producer.note(1, &timed_out, at(ms));
@@ -1581,11 +1602,56 @@ mod tests {
         assert_eq!(producer.lock().number, 0);
     }
 
+    /// librdkafka's own test hook puts a real client in the fatal state (no broker needed:
+    /// a producer in that state refuses every record when it is enqueued).
+    fn make_fatal(producer: &Producer) {
+        let reason = std::ffi::CString::new("fenced in a test").unwrap();
+        let client = rdkafka::producer::Producer::client(producer);
+        // SAFETY: a live client handle and a NUL-terminated string that outlives the call.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                client.native_ptr(),
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR__FENCED,
+                reason.as_ptr(),
+            )
+        };
+        assert_eq!(code, rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR);
+        assert!(fatal_error(producer).is_some());
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_producer_in_a_fatal_state_is_replaced_at_once_or_stops_the_run() {
+        // Idempotent: replaced on the first refusal, and the failure is an ordinary one.
+        let renewable = RenewableProducer::with_config(unreachable_producer(), Watch::default()).unwrap();
+        make_fatal(&renewable.current());
+        let e = renewable.send("t", None, Some(b"v"), &[]).await.unwrap_err();
+        assert_eq!(renewable.lock().number, 1, "replaced: {e}");
+        assert!(e.fatal.is_none() && fatal_error(&renewable.current()).is_none());
+        assert!(matches!(
+            crate::runtime::error::Error::from(e),
+            crate::runtime::error::Error::Transient(_)
+        ));
+
+        // Transactional (never replaced): every record fails at once, and the run stops.
+        let fixed = RenewableProducer::fixed(create_producer(&unreachable_producer(), &Watch::default()).unwrap());
+        make_fatal(&fixed.current());
+        let e = fixed.send("t", None, Some(b"v"), &[]).await.unwrap_err();
+        assert!(
+            e.to_string().contains("fatal state") && e.to_string().contains("fenced in a test"),
+            "{e}"
+        );
+        assert!(matches!(
+            crate::runtime::error::Error::from(e),
+            crate::runtime::error::Error::Fatal(crate::runtime::error::Fatal::Producer(_))
+        ));
+    }
+
     #[test]
     fn a_broker_refusing_the_producer_is_told_from_a_passing_outage() {
         let produce = |code| ProduceError {
             topic: "t".into(),
             source: KafkaError::MessageProduction(code),
+            fatal: None,
         };
         assert!(produce(RDKafkaErrorCode::Unknown).refuses_producer());
         assert!(produce(RDKafkaErrorCode::ProducerFenced).refuses_producer());

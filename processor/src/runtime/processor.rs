@@ -1471,6 +1471,9 @@ impl Processor {
         let mut offsets = self.input_offsets(&pending.commits)?;
         let committing = Instant::now();
         let mut flush = Flush::new(sequenced, self.settings.guarantee == Guarantee::ExactlyOnce);
+        if offsets.is_none() {
+            flush = flush.without_inputs();
+        }
         // Held up by the broker (acknowledgements, retries, a transaction), not stuck.
         let telemetry = self.telemetry.clone();
         let mut waiting = Some(telemetry.awaiting_broker());
@@ -1494,6 +1497,10 @@ impl Processor {
                     let landed = self.produce_all(&mut outputs).await?;
                     let lost = self.lost_partitions("its state");
                     flush.on_markers(&landed, lost, &mut self.writers);
+                }
+                Action::ReadFenceOffsets => {
+                    offsets = self.fence_offsets();
+                    flush.on_fence_offsets();
                 }
                 Action::Transact => {
                     let landed = self
@@ -1653,6 +1660,34 @@ impl Processor {
     }
 
     /// The consumer offsets to commit for this batch: the next record of each partition.
+    /// The group's committed offsets of the assigned partitions, sent with the transaction
+    /// of a batch that has none of its own (see core::batch): they move nothing, and the
+    /// broker refuses them, and so the transaction, under an old group generation. `None`
+    /// when the group has none (then the transaction goes unfenced, as a first batch must).
+    fn fence_offsets(&self) -> Option<TopicPartitionList> {
+        let read = self.consumer.assignment().and_then(|assigned| {
+            tokio::task::block_in_place(|| self.consumer.committed_offsets(assigned, FENCE_READ_TIMEOUT))
+        });
+        let committed = match read {
+            Ok(committed) => committed,
+            Err(e) => {
+                warn!(error = %e, "could not read the committed offsets to fence a batch of timers with; its transaction goes unfenced");
+                return None;
+            }
+        };
+        let mut list = TopicPartitionList::new();
+        for e in committed.elements() {
+            if let Offset::Offset(at) = e.offset() {
+                let _ = list.add_partition_offset(e.topic(), e.partition(), Offset::Offset(at));
+            }
+        }
+        if list.count() == 0 {
+            warn!("no committed offsets to fence a batch of timers with (a group that never committed); its transaction goes unfenced");
+            return None;
+        }
+        Some(list)
+    }
+
     fn input_offsets(&self, commits: &BTreeMap<(String, i32), i64>) -> Result<Option<TopicPartitionList>> {
         if commits.is_empty() {
             return Ok(None);
@@ -1701,6 +1736,9 @@ impl Processor {
                     Err(e) if e.too_large() => {
                         bail!("a record of {} bytes for {} is too large for the broker ({e:#}): lower --max-message-bytes to the broker's and the topic's max.message.bytes, or raise those; the batch was not applied and is redone on restart", outputs[i].size(), outputs[i].topic);
                     }
+                    // A producer that can never send again (fenced, or fatal and not
+                    // replaceable): stop, the batch unapplied, and let liveness say so.
+                    Err(e) if e.fatal.is_some() => return Err(runtime_error::Error::from(e).into()),
                     Err(e) => {
                         error!(topic = %outputs[i].topic, error = %format!("{e:#}"), "produce failed; retrying");
                         transient = true;
@@ -1773,6 +1811,12 @@ impl Processor {
                     return Ok(delivered);
                 }
                 Err(runtime_error::Error::Fatal(fatal)) => return Err(fatal.into()),
+                // A fenced transactional producer is in a fatal state: no abort and no new
+                // transaction of it can succeed, and another instance holds its id.
+                Err(runtime_error::Error::Transient(e)) if kafka::fatal_error(&producer).is_some() => {
+                    let fatal = kafka::fatal_error(&producer).unwrap_or_default();
+                    bail!("the transactional producer is in a fatal state ({fatal}) after: {e:#}; another instance took over with the same --instance, or the broker fenced it: stopping before anything of the batch counts");
+                }
                 Err(runtime_error::Error::Transient(e)) => {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
                     self.telemetry.broker_down();
@@ -1783,6 +1827,9 @@ impl Processor {
         }
     }
 }
+
+/// How long reading the group's committed offsets (a fence for a batch of timers) may take.
+const FENCE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// See [`Processor::fenced_since_last_write`] (a function of its own, for closures that
 /// borrow other parts of the processor).

@@ -1134,7 +1134,7 @@ impl World {
             Action::Abandon | Action::Done => {
                 self.instances[i].memory.as_mut().unwrap().batch = None;
             }
-            Action::Transact => unreachable!("the simulator runs effectively-once"),
+            Action::Transact | Action::ReadFenceOffsets => unreachable!("the simulator runs effectively-once"),
         }
     }
 

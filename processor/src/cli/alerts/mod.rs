@@ -116,7 +116,7 @@ pub struct RouteArgs {
     #[arg(long)]
     check: bool,
     /// The operator page's base URL: each alert links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
     ui_url: Option<String>,
     #[command(flatten)]
     common: CommonArgs,
@@ -149,7 +149,7 @@ pub struct PagerDutyArgs {
     #[arg(long, env = "SLUICE_PAGERDUTY_URL", default_value = PAGERDUTY_URL)]
     url: String,
     /// The operator page's base URL: each incident links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
     ui_url: Option<String>,
     #[command(flatten)]
     common: CommonArgs,
@@ -206,7 +206,7 @@ pub struct SlackArgs {
     )]
     api: String,
     /// The operator page's base URL: each message links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL")]
+    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
     ui_url: Option<String>,
     #[command(flatten)]
     common: CommonArgs,
@@ -292,9 +292,35 @@ struct Extras {
     ui_url: Option<String>,
 }
 
-/// The pipeline's page under the operator page's base URL.
+/// `--ui-url`: an http(s) URL without user info, query or fragment, so the links built on
+/// it point under it and nowhere else.
+fn parse_ui_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        return Err("an http or https URL is needed".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() || url.query().is_some() || url.fragment().is_some() {
+        return Err("no user info, query or fragment: the operator page's base URL only".into());
+    }
+    Ok(url.to_string())
+}
+
+/// The pipeline's page under the operator page's base URL, its id one percent-encoded path
+/// segment (the URL was checked by [`parse_ui_url`]).
 fn page_link(ui_url: &str, event: &Event) -> String {
-    format!("{}/pipelines/{}", ui_url.trim_end_matches('/'), event.pipeline_id)
+    let Ok(mut url) = url::Url::parse(ui_url) else {
+        return String::new();
+    };
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().push("pipelines").push(&event.pipeline_id);
+    }
+    url.to_string()
+}
+
+/// A Slack mrkdwn link: the URL escaped and its `|` encoded, so neither can end the link or
+/// start another.
+fn slack_link(url: &str, label: &str) -> String {
+    format!("<{}|{}>", mrkdwn_escape(url).replace('|', "%7C"), mrkdwn_escape(label))
 }
 
 /// The routing key, from `file` or PAGERDUTY_ROUTING_KEY.
@@ -542,7 +568,7 @@ fn slack_message(channel: Option<&str>, event: &Event, thread: Option<&str>, ext
         event.timestamp.to_rfc3339()
     ));
     if let Some(ui) = &extras.ui_url {
-        context.push(format!("<{}|pipeline page>", page_link(ui, event)));
+        context.push(slack_link(&page_link(ui, event), "pipeline page"));
     }
     let mut blocks = vec![json!({"type": "section", "text": {"type": "mrkdwn",
         "text": format!("{mention}{icon} *{}* · *{pipeline}*{execution}\n{message}", event.kind.name())}})];
@@ -1094,6 +1120,41 @@ mod tests {
         hostile.message = "<!everyone> <https://x|y> & more".into();
         let text = slack_message(None, &hostile, None, &Extras::default())["text"].to_string();
         assert!(!text.contains("<!everyone>") && !text.contains("<https://x"), "{text}");
+    }
+
+    #[test]
+    fn the_ui_url_cannot_inject_a_link_or_a_mention() {
+        for refused in [
+            "javascript:alert(1)",
+            "https://u:p@ops.example",
+            "https://ops.example/?x=<!here>",
+            "ops",
+        ] {
+            assert!(parse_ui_url(refused).is_err(), "{refused}");
+        }
+        // A path may hold what ends a Slack link: it stays inside the one link.
+        let ui = parse_ui_url("https://ops.example/x|<!channel>&").unwrap();
+        let extras = Extras {
+            mention: None,
+            ui_url: Some(ui),
+        };
+        let mut odd = event(EventType::JOB_FAILED);
+        odd.pipeline_id = "a|b>c".into();
+        let message = slack_message(None, &odd, None, &extras);
+        let blocks = message["blocks"].as_array().unwrap();
+        let context = blocks.last().unwrap()["elements"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let link = context.rsplit(" · ").next().unwrap();
+        assert_eq!(
+            link,
+            "<https://ops.example/x%7C%3C!channel%3E&amp;/pipelines/a%7Cb%3Ec|pipeline page>"
+        );
+        assert_eq!(
+            page_link("https://ops.example/ui/", &odd),
+            "https://ops.example/ui/pipelines/a|b%3Ec"
+        );
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! The command inherits none of the processor's environment (its Kafka, registry, cloud
 //! and Slack credentials live there) but `PATH`, `HOME` and `LANG`; what else it needs, the
 //! config names in `env` (whose values may read allowed `${env:NAME}` secrets).
+//!
+//! Clearing the environment alone would hide nothing: a command running as the processor's
+//! user could read `/proc/$PPID/environ`. So the processor makes itself non-dumpable when it
+//! starts ([`hide_processor`]), which refuses that read to any process without
+//! `CAP_SYS_PTRACE`, and every command starts with `CAP_SYS_PTRACE` dropped from its
+//! bounding set, so not even a command of a processor running as root can read it.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,6 +29,45 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const INHERITED: [&str; 3] = ["PATH", "HOME", "LANG"];
 /// `PATH` when the processor has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Makes the processor non-dumpable: its `/proc/<pid>/environ`, `mem` and the like are then
+/// readable only with `CAP_SYS_PTRACE`, which no command has. Also stops core dumps (which
+/// would hold the same credentials) and debuggers of the same user. Linux only.
+pub fn hide_processor() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only changes this process's flag.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `CAP_SYS_PTRACE` (Linux's number; the libc crate has no constant for it).
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+
+/// In the forked child before `exec`: drops `CAP_SYS_PTRACE` from the bounding set, so the
+/// command (and all it starts, setuid programs included) can never read a non-dumpable
+/// process's memory or environment, even as root. Without `CAP_SETPCAP` (an unprivileged
+/// processor) there is nothing to drop: such a command never had the capability.
+fn drop_ptrace() -> std::io::Result<()> {
+    // SAFETY: prctl is async-signal-safe and touches only the child's own capability sets.
+    if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) } != 0 {
+        let error = std::io::Error::last_os_error();
+        // EPERM: no CAP_SETPCAP, so the bounding set is not ours to change; an unprivileged
+        // child cannot gain the capability either, but root without CAP_SETPCAP might hold
+        // it, so a root child is not started. EINVAL: a kernel without capabilities.
+        // SAFETY: geteuid is async-signal-safe.
+        let root = unsafe { libc::geteuid() } == 0;
+        let harmless = match error.raw_os_error() {
+            Some(libc::EPERM) => !root,
+            Some(libc::EINVAL) => true,
+            _ => false,
+        };
+        if !harmless {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
 
 /// Starts the command; the caller reports it running, then [`wait`]s.
 pub fn start(call: &Call<'_>) -> Result<Child, CallError> {
@@ -64,6 +109,9 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // SAFETY: the closure makes one async-signal-safe syscall and allocates nothing on the
+    // success path.
+    unsafe { shell.pre_exec(drop_ptrace) };
     Ok(shell)
 }
 

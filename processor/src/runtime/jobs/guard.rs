@@ -103,13 +103,19 @@ impl Guard {
 }
 
 fn refused_kind(address: IpAddr) -> Option<&'static str> {
-    // Cloud metadata services: AWS, GCP and Azure use 169.254.169.254 (link-local anyway);
-    // AWS's IPv6 endpoint and Alibaba's are not link-local.
-    const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    // Cloud metadata services: AWS, GCP and Azure use 169.254.169.254 (link-local anyway,
+    // as are ECS's 169.254.170.2 and EKS Pod Identity's 169.254.170.23). Not link-local:
+    // AWS's IPv6 services, all in fd00:ec2::/32 (IMDS ::254, Pod Identity ::23, DNS ::253),
+    // Azure's WireServer and Alibaba's metadata.
     const METADATA_ALIBABA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
+    const AZURE_WIRESERVER: Ipv4Addr = Ipv4Addr::new(168, 63, 129, 16);
     match address {
-        IpAddr::V4(v4) if v4 == Ipv4Addr::new(169, 254, 169, 254) || v4 == METADATA_ALIBABA => Some("cloud metadata"),
-        IpAddr::V6(v6) if v6 == METADATA_V6 => Some("cloud metadata"),
+        IpAddr::V4(v4)
+            if v4 == Ipv4Addr::new(169, 254, 169, 254) || v4 == METADATA_ALIBABA || v4 == AZURE_WIRESERVER =>
+        {
+            Some("cloud metadata")
+        }
+        IpAddr::V6(v6) if v6.segments()[..2] == [0xfd00, 0xec2] => Some("cloud metadata"),
         a if a.is_loopback() => Some("loopback"),
         a if a.is_unspecified() => Some("unspecified"),
         IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
@@ -283,6 +289,10 @@ mod tests {
             ("0.0.0.0", "unspecified"),
             ("169.254.169.254", "cloud metadata"),
             ("fd00:ec2::254", "cloud metadata"),
+            ("fd00:ec2::23", "cloud metadata"),
+            ("fd00:ec2::253", "cloud metadata"),
+            ("168.63.129.16", "cloud metadata"),
+            ("169.254.170.23", "link-local"),
             ("100.100.100.200", "cloud metadata"),
             ("169.254.10.1", "link-local"),
             ("fe80::1", "link-local"),

@@ -96,11 +96,19 @@ impl SecretPolicy {
 
 /// Replaces, in a pipeline config's JSON, the values of settings that hold secrets (every
 /// `headers` and `env` entry; `token`, `password`, `secret`, `apiKey` and the like) that
-/// read no `${env:NAME}` secret: such a value is the secret itself.
+/// read no `${env:NAME}` secret: such a value is the secret itself. In any URL, so too the
+/// user info and the values of query parameters named like a credential
+/// (`https://user:pw@host/?token=…`).
 pub fn hide_literal_secrets(value: &mut Value) {
     let Value::Object(map) = value else {
-        if let Value::Array(items) = value {
-            items.iter_mut().for_each(hide_literal_secrets);
+        match value {
+            Value::Array(items) => items.iter_mut().for_each(hide_literal_secrets),
+            Value::String(text) => {
+                if let Some(hidden) = hide_url_secrets(text) {
+                    *text = hidden;
+                }
+            }
+            _ => {}
         }
         return;
     };
@@ -120,6 +128,77 @@ pub fn hide_literal_secrets(value: &mut Value) {
             value => hide_literal_secrets(value),
         }
     }
+}
+
+/// Query parameters whose values are credentials: AWS and Azure signatures, OAuth codes
+/// and tokens, API keys.
+const CREDENTIAL_PARAMETERS: [&str; 9] = [
+    "token",
+    "key",
+    "secret",
+    "password",
+    "passwd",
+    "sig",
+    "signature",
+    "credential",
+    "auth",
+];
+
+/// `text` with its URL's literal credentials hidden, when it is a URL holding any; `None`
+/// otherwise. A placeholder (`${env:NAME}`, `${DATE}`) is no secret and stays as written.
+fn hide_url_secrets(text: &str) -> Option<String> {
+    // Placeholders stand in as plain words while the URL is parsed: their `:` and braces
+    // would otherwise be read as URL syntax.
+    let mut originals = Vec::new();
+    let mut masked = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start..].find('}') else { break };
+        masked.push_str(&rest[..start]);
+        masked.push_str(&format!("sluiceplaceholder{}x", originals.len()));
+        originals.push(&rest[start..start + len + 1]);
+        rest = &rest[start + len + 1..];
+    }
+    masked.push_str(rest);
+    let mut url = url::Url::parse(&masked).ok().filter(|u| !u.cannot_be_a_base())?;
+    let literal = |value: &str| !value.is_empty() && !value.contains("sluiceplaceholder");
+    let mut changed = false;
+    if literal(url.username()) {
+        changed |= url.set_username(REDACTED).is_ok();
+    }
+    if url.password().is_some_and(literal) {
+        changed |= url.set_password(Some(REDACTED)).is_ok();
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(name, value)| {
+                let lower = name.to_ascii_lowercase();
+                let secret = CREDENTIAL_PARAMETERS.iter().any(|c| lower.contains(c)) && literal(&value);
+                changed |= secret;
+                (
+                    name.into_owned(),
+                    if secret {
+                        REDACTED.to_string()
+                    } else {
+                        value.into_owned()
+                    },
+                )
+            })
+            .collect();
+        if changed {
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+    }
+    if !changed {
+        return None;
+    }
+    // Restored last first, so `…1x` is not found inside `…10x`.
+    let mut hidden = url.to_string();
+    for (i, original) in originals.iter().enumerate().rev() {
+        hidden = hidden.replace(&format!("sluiceplaceholder{i}x"), original);
+    }
+    Some(hidden)
 }
 
 fn hide_literal(value: &mut Value) {
@@ -287,6 +366,28 @@ mod tests {
                     "headers": {"apiKey": "***"}}}]},
             })
         );
+    }
+
+    #[test]
+    fn the_api_hides_credentials_written_into_urls() {
+        let mut config = json!({"job": {"type": "http", "config": {
+            "url": "https://deploy:hunter22@ci.example/hooks/run?job=gold&token=abc123&X-Amz-Signature=f00d",
+            "statusUrl": "https://${env:CI_USER}:${env:CI_PASS}@ci.example/status?day=${DATE}",
+            "callback": "https://ci.example/done?day=${DATE}&apiKey=k3y",
+            "body": ["https://ghp_T0KEN@git.example/repo.git", "not a url"],
+        }}});
+        hide_literal_secrets(&mut config);
+        let job = &config["job"]["config"];
+        assert_eq!(
+            job["url"],
+            "https://***:***@ci.example/hooks/run?job=gold&token=***&X-Amz-Signature=***"
+        );
+        assert_eq!(
+            job["statusUrl"], "https://${env:CI_USER}:${env:CI_PASS}@ci.example/status?day=${DATE}",
+            "placeholders are no secret, and a URL without one is left as written"
+        );
+        assert_eq!(job["callback"], "https://ci.example/done?day=${DATE}&apiKey=***");
+        assert_eq!(job["body"], json!(["https://***@git.example/repo.git", "not a url"]));
     }
 
     #[test]
