@@ -987,6 +987,43 @@ fn exactly_once_on_a_broker_without_transactions_stops_with_a_clear_message() {
     // not filter aborted records for read_committed readers (DESIGN.md, Broker).
 }
 
+/// A changelog that deletes by age would drop every pipeline's state once it is older than
+/// the retention (and one without a compaction lag could compact away what a zombie's write
+/// shadows): `run` refuses it at start, naming what is wrong and the fix.
+#[test]
+fn run_refuses_a_changelog_that_would_lose_state() {
+    let prefix = support::unique("changelog-delete");
+    support::create_topics_with(
+        &prefix,
+        &[("changelog", 3)],
+        &[("cleanup.policy", "delete"), ("retention.ms", "604800000")],
+    );
+    let status = support::sluice_on(&support::brokers())
+        .args([
+            "topics",
+            "apply",
+            "--dir",
+            "topics",
+            "--drift",
+            "warn",
+            "--topic-prefix",
+            &prefix,
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success(), "topics apply");
+    let w = World::with_topics("changelog-delete", prefix);
+    let mut child = w.spawn(w.state.path(), &[]);
+    let status = exit_of(&mut child, &w);
+    let log = w.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("would lose state") && log.contains("not compact"), "{log}");
+    assert!(
+        log.contains("min.compaction.lag.ms=86400000"),
+        "the fix is named: {log}"
+    );
+}
+
 /// A store current with a changelog offset beyond the partition's end belongs to a
 /// changelog that is gone (the topic was recreated): the processor stops, naming the fix,
 /// rather than clearing the state or skipping input silently.

@@ -465,6 +465,38 @@ fn a_forged_changelog_record_cannot_roll_a_partition_back() {
     w.stop();
 }
 
+/// `config delete`, then `config apply` of the same pipeline and the same reading again:
+/// the date that ran is not called a second time under the run id the target has already
+/// seen (it was, when a deletion dropped every execution). Counted at the target.
+#[test]
+fn a_date_that_ran_is_not_run_again_after_its_config_is_deleted_and_applied_again() {
+    let log = RunLog::new();
+    let mut w = World::new("delete-reapply");
+    let config = pipeline("again", command_job(&log.command(), 0));
+    w.start_with(&config);
+    go(&w, "again");
+    w.wait_for("again", "the run", |es| es.iter().any(|e| e.kind == JOB_COMPLETED));
+    w.produce("config", Some("again"), None);
+    w.wait_for("again", "the deletion", |es| {
+        es.iter()
+            .any(|e| e.kind == CONFIG_ACCEPTED && e.detail["deleted"] == true)
+    });
+    w.config(&config);
+    go(&w, "again");
+    w.rerun("again", day(), "after the apply");
+    let events = w.wait_for("again", "the rerun's answer", |es| {
+        es.iter().any(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
+    });
+    let answer = events
+        .iter()
+        .find(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
+        .unwrap();
+    assert_eq!(answer.kind, RERUN_REJECTED, "the completed run was kept: {answer:?}");
+    assert_eq!(events.iter().filter(|e| e.kind == JOB_TRIGGERED).count(), 1);
+    assert_eq!(log.runs(), [run_id("again", 1)], "the date ran once");
+    w.stop();
+}
+
 /// A status API that fails for longer than a check's retries (503), or refuses the question
 /// (403: Sluice's identity may not read runs), while the trigger sensor keeps arriving: the
 /// run goes on (JOB_STATUS_UNKNOWN, the refusal as something a person must fix), nothing

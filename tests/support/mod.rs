@@ -152,7 +152,8 @@ pub struct World {
     ahead: chrono::TimeDelta,
 }
 
-fn unique(name: &str) -> String {
+/// A topic prefix no other world shares.
+pub fn unique(name: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::args::{parse_delta, parse_std_duration, DeciderArgs};
@@ -233,6 +233,28 @@ struct HttpOptions {
 
 /// `sluice run`: the processor, and the HTTP endpoints and pipeline API beside it when asked
 /// for.
+/// Refuses to start on a changelog that would lose state (see `changelog::config_faults`);
+/// a broker that does not describe its configs is warned about, not refused.
+async fn check_changelog(settings: &Settings) -> Result<()> {
+    let topic = &settings.topics.changelog;
+    match kafka::topic_configs(&settings.kafka, topic).await {
+        Ok(configs) => {
+            let faults = crate::runtime::changelog::config_faults(&configs);
+            if !faults.is_empty() {
+                let kept = crate::runtime::changelog::SHADOWED_KEPT.num_milliseconds();
+                bail!(
+                    "the changelog topic {topic} would lose state: {}. Set cleanup.policy=compact, min.compaction.lag.ms={kept} and delete.retention.ms={kept} (`sluice topics apply` reports the drift; `kafka-configs --alter --entity-type topics --entity-name {topic} --add-config ...` fixes it)",
+                    faults.join("; ")
+                );
+            }
+        }
+        Err(reason) => {
+            tracing::warn!(%topic, %reason, "could not check the changelog topic's configs (compaction, compaction lag): a changelog that is not compacted loses state")
+        }
+    }
+    Ok(())
+}
+
 async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duration) -> Result<ExitCode> {
     // Before any command job runs: its environment is cleared, and this keeps it from reading
     // the processor's through /proc.
@@ -268,6 +290,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
         (Family::Commands, t.commands.as_str()),
     ];
     settings.codec.prepare(&families).await?;
+    check_changelog(&settings).await?;
     let (commands_topic, sensors_topic) = (settings.topics.commands.clone(), settings.topics.sensors.clone());
     let codec = settings.codec.clone();
     let processor = Processor::start(settings, telemetry.clone())?;

@@ -273,6 +273,47 @@ pub const TOMBSTONES_KEPT: chrono::Duration = chrono::Duration::days(1);
 /// again; owners do so as soon as they see it (see `Processor::repair_now`).
 pub const SHADOWED_KEPT: chrono::Duration = chrono::Duration::days(1);
 
+/// What is wrong with a changelog topic's configs (`actual`, as the broker describes them)
+/// for the restores Sluice relies on, one sentence each: compaction (never deletion by age,
+/// which would drop a pipeline's state once it is older than the retention), and the
+/// tombstone and compaction lags that [`plan`] and the repair of others' writes assume.
+pub fn config_faults(actual: &std::collections::HashMap<String, Option<String>>) -> Vec<String> {
+    let value = |name: &str| actual.get(name).cloned().flatten();
+    let millis = |name: &str| value(name).and_then(|v| v.trim().parse::<i64>().ok());
+    let mut faults = Vec::new();
+    let policy = value("cleanup.policy").unwrap_or_default();
+    let policies: Vec<&str> = policy.split(',').map(str::trim).collect();
+    if !policies.contains(&"compact") {
+        faults.push(format!(
+            "cleanup.policy is {policy:?}, not compact: the latest value of every key must be kept"
+        ));
+    }
+    if policies.contains(&"delete") && millis("retention.ms").is_some_and(|ms| ms >= 0) {
+        faults.push(format!(
+            "cleanup.policy includes delete with retention.ms {}: state older than that would be lost",
+            value("retention.ms").unwrap_or_default()
+        ));
+    }
+    for (name, at_least) in [
+        ("min.compaction.lag.ms", SHADOWED_KEPT),
+        ("delete.retention.ms", TOMBSTONES_KEPT),
+    ] {
+        let want = at_least.num_milliseconds();
+        match millis(name) {
+            Some(have) if have >= want => {}
+            have => faults.push(format!(
+                "{name} is {}, under {want}: {}",
+                have.map_or("unset".to_string(), |h| h.to_string()),
+                match name {
+                    "min.compaction.lag.ms" => "a write that does not count (a zombie's, a crashed batch's) could compact away the value it shadows before it is repaired",
+                    _ => "a deletion could be compacted away before a store that was away sees it, and the deleted pipeline come back",
+                }
+            )),
+        }
+    }
+    faults
+}
+
 /// The longest time between an idle owner's reads of what others wrote to its changelog
 /// partitions since its own last record (`--changelog-watch`, see `Writer::watched`): a
 /// quarter of [`SHADOWED_KEPT`], so that an owner that writes nothing for a day still
@@ -591,6 +632,50 @@ impl Applied {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changelog_that_would_lose_state_is_named_with_what_is_wrong() {
+        let configs = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, Option<String>> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+                .collect()
+        };
+        let day = "86400000";
+        let good = configs(&[
+            ("cleanup.policy", "compact"),
+            ("retention.ms", "604800000"),
+            ("min.compaction.lag.ms", day),
+            ("delete.retention.ms", day),
+        ]);
+        assert!(config_faults(&good).is_empty());
+        let deleting = configs(&[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "604800000"),
+            ("min.compaction.lag.ms", day),
+            ("delete.retention.ms", day),
+        ]);
+        let faults = config_faults(&deleting);
+        assert_eq!(faults.len(), 2, "{faults:?}");
+        assert!(faults[0].contains("not compact") && faults[1].contains("retention.ms 604800000"));
+        // Both, with infinite retention, keep everything.
+        let both = configs(&[
+            ("cleanup.policy", "compact,delete"),
+            ("retention.ms", "-1"),
+            ("min.compaction.lag.ms", day),
+            ("delete.retention.ms", day),
+        ]);
+        assert!(config_faults(&both).is_empty());
+        // The broker's defaults: no lag at all.
+        let eager = configs(&[("cleanup.policy", "compact"), ("min.compaction.lag.ms", "0")]);
+        let faults = config_faults(&eager);
+        assert_eq!(faults.len(), 2, "{faults:?}");
+        assert!(
+            faults[0].starts_with("min.compaction.lag.ms is 0, under 86400000"),
+            "{faults:?}"
+        );
+        assert!(faults[1].starts_with("delete.retention.ms is unset"), "{faults:?}");
+    }
 
     #[test]
     fn every_kind_of_record_reads_back_as_written() {

@@ -927,14 +927,41 @@ pub struct TopicReport {
     pub unchecked: Option<String>,
 }
 
-/// Creates the missing topics of `defs`, checks every partition count (a difference is an
-/// error: it would break co-partitioning) and reports config drift of existing topics.
-pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
+fn admin(kafka: &Connection) -> Result<AdminClient<Plain>> {
     let admin: AdminClient<Plain> = kafka
         .config(Role::Producer)
         .create_with_context(Plain { tokens: kafka.tokens() })
         .context("creating admin client")?;
     kafka.tokens().sign_in(admin.inner());
+    Ok(admin)
+}
+
+/// The configs the broker describes for `topic`; `Err` with the reason when it describes
+/// none (a broker without DescribeConfigs, a missing topic, no permission).
+pub async fn topic_configs(
+    kafka: &Connection,
+    topic: &str,
+) -> Result<std::collections::HashMap<String, Option<String>>, String> {
+    let admin = admin(kafka).map_err(|e| format!("{e:#}"))?;
+    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    let described = admin
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &options)
+        .await
+        .map_err(|e| e.to_string())?;
+    match described.into_iter().next() {
+        Some(Ok(resource)) if !resource.entries.is_empty() => {
+            Ok(resource.entries.into_iter().map(|e| (e.name, e.value)).collect())
+        }
+        Some(Ok(_)) => Err("the broker described no configs".into()),
+        Some(Err(code)) => Err(code.to_string()),
+        None => Err("no answer for this topic".into()),
+    }
+}
+
+/// Creates the missing topics of `defs`, checks every partition count (a difference is an
+/// error: it would break co-partitioning) and reports config drift of existing topics.
+pub async fn apply_topics(kafka: &Connection, topics: &Topics, defs: &[TopicDefinition]) -> Result<Vec<TopicReport>> {
+    let admin = admin(kafka)?;
     let names: Vec<String> = defs.iter().map(|d| format!("{}{}", topics.prefix, d.name)).collect();
     let created = create_topics(&admin, defs, &names).await?;
     let replicas = check_partitions(&admin, defs, &names)?;

@@ -6,6 +6,7 @@
 //! execution that still owes its deadline are recomputed, so no timer of the old config is
 //! left behind.
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::schedule::day_excluded;
@@ -142,18 +143,63 @@ impl Decider<'_> {
         self.rejection = Some(Rejection::Config);
     }
 
+    /// The config is gone, and with it the pipeline's timers and the executions that never
+    /// triggered. The executions that did are kept until their retention ends
+    /// (open ones too, no longer watched): a config applied again meanwhile must not start a
+    /// date that ran, nor one whose job may still run, a second time, under the run id the
+    /// job system has already seen (issue 60, item 3). With nothing to keep, the state goes.
     fn on_config_deleted(&mut self) {
         self.cancel_timers(|_| true);
         let before = self.state.config.clone();
         self.sync_subscriptions(before.as_deref(), None);
         let had_config = self.state.config.is_some();
-        let detail = detail([("deleted", json!(true)), ("hadConfig", json!(had_config))]);
+        let ran: Vec<(ExecutionId, DateTime<Utc>)> = (self.state.executions.iter())
+            .filter(|(_, e)| e.attempt > 0)
+            .map(|(id, e)| (id.clone(), e.phase_since))
+            .collect();
+        // Expiry is reckoned under the config that ran them (its timezone and post-run
+        // retention), before it goes; an open one's from when it entered its phase.
+        let expiries: Vec<(ExecutionId, DateTime<Utc>)> = (ran.iter())
+            .map(|(id, since)| (id.clone(), self.expires_at(id, *since)))
+            .collect();
+        let open = (self.state.executions.values()).filter_map(|e| e.phase.run_id().map(str::to_string));
+        self.ended_runs.extend(open.collect::<Vec<_>>());
+        let detail = detail([
+            ("deleted", json!(true)),
+            ("hadConfig", json!(had_config)),
+            ("keptExecutions", json!(ran.len())),
+        ]);
+        let kept = match ran.len() {
+            0 => "its state is dropped".to_string(),
+            n => format!(
+                "its state is dropped but for the {n} execution(s) that triggered, kept until their retention ends so that a config applied again does not run their dates again"
+            ),
+        };
         self.emit(
             EventType::CONFIG_ACCEPTED,
             None,
-            format!("config deleted for {}: its state is dropped", self.pipeline_id),
+            format!("config deleted for {}: {kept}", self.pipeline_id),
             detail,
         );
-        self.delete = true;
+        if ran.is_empty() {
+            self.delete = true;
+            return;
+        }
+        let keep: std::collections::HashSet<&ExecutionId> = ran.iter().map(|(id, _)| id).collect();
+        let dropped: Vec<ExecutionId> = (self.state.executions.keys())
+            .filter(|id| !keep.contains(id))
+            .cloned()
+            .collect();
+        for id in dropped {
+            self.state.executions.remove(&id);
+            self.state.forecasts.remove(&id);
+        }
+        // The readings stay: the same reading again after a new apply is no late data.
+        // They go with the kept executions' expiry (and the rest with the state).
+        self.state.config = None;
+        self.state.unknown_sensors.clear();
+        for (id, at) in expiries {
+            self.set_timer(TimerKind::Expire { execution: id }, at);
+        }
     }
 }

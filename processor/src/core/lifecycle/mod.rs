@@ -820,15 +820,7 @@ impl<'a> Decider<'a> {
         }
     }
 
-    fn finish(mut self) -> Decision {
-        if self.delete {
-            let open = self
-                .before
-                .executions
-                .values()
-                .filter_map(|e| e.phase.run_id().map(str::to_string));
-            self.ended_runs.extend(open);
-        }
+    fn finish(self) -> Decision {
         let state = if self.delete {
             StateChange::Delete
         } else if self.state == *self.before {

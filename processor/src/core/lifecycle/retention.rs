@@ -48,7 +48,7 @@ impl Decider<'_> {
     /// ended, and never before its date is older than the retention. Before, a date that
     /// ran on its day was forgotten a day before its readings were refused, and in that gap
     /// the same reading started it again under the run id it had (issue 60, item 3).
-    fn expires_at(&self, id: &ExecutionId, ended: DateTime<Utc>) -> DateTime<Utc> {
+    pub(super) fn expires_at(&self, id: &ExecutionId, ended: DateTime<Utc>) -> DateTime<Utc> {
         let tz = self.config().map(|c| c.schedule.timezone).unwrap_or(chrono_tz::UTC);
         let retention = self.retention();
         // The first day on which `beyond_retention` holds for the date.
@@ -61,7 +61,10 @@ impl Decider<'_> {
         let Some(e) = self.state.executions.get(id) else {
             return;
         };
-        if e.phase.is_open() {
+        // An open execution waits for its end, unless its config was deleted: then nothing
+        // will end it, and it was kept only so that its date is not run again.
+        let deleted = self.config().is_none();
+        if e.phase.is_open() && !deleted {
             return;
         }
         let due = self.expires_at(id, e.phase_since);
@@ -85,6 +88,10 @@ impl Decider<'_> {
         });
         self.notes
             .push(format!("execution {id} ({phase}) expired after the retention"));
+        // A deleted pipeline's last kept execution: nothing of it is left to keep.
+        if deleted && self.state.executions.is_empty() {
+            self.delete = true;
+        }
     }
 
     /// The days some execution is kept for.

@@ -10,8 +10,9 @@
 //! Clearing the environment alone would hide nothing: a command running as the processor's
 //! user could read `/proc/$PPID/environ`. So the processor makes itself non-dumpable when it
 //! starts ([`hide_processor`]), which refuses that read to any process without
-//! `CAP_SYS_PTRACE`, and every command starts with `CAP_SYS_PTRACE` dropped from its
-//! bounding set, so not even a command of a processor running as root can read it.
+//! `CAP_SYS_PTRACE` (and, on recent kernels, `CAP_SYS_ADMIN` and `CAP_PERFMON`), and every
+//! command starts with those dropped from its bounding set, so not even a command of a
+//! processor running as root can read it.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -41,29 +42,35 @@ pub fn hide_processor() -> std::io::Result<()> {
     Ok(())
 }
 
-/// `CAP_SYS_PTRACE` (Linux's number; the libc crate has no constant for it).
-const CAP_SYS_PTRACE: libc::c_ulong = 19;
+/// The capabilities that let a process read a non-dumpable one's memory and environment
+/// (Linux's numbers; the libc crate has no constants for them): `CAP_SYS_PTRACE`, and on
+/// recent kernels `CAP_SYS_ADMIN` and `CAP_PERFMON` too (found by trial: a root child that
+/// kept either still read `/proc/<processor>/environ`).
+const READS_OTHERS_MEMORY: [libc::c_ulong; 3] = [19, 21, 38];
 
-/// In the forked child before `exec`: drops `CAP_SYS_PTRACE` from the bounding set, so the
-/// command (and all it starts, setuid programs included) can never read a non-dumpable
-/// process's memory or environment, even as root. Without `CAP_SETPCAP` (an unprivileged
-/// processor) there is nothing to drop: such a command never had the capability.
-fn drop_ptrace() -> std::io::Result<()> {
-    // SAFETY: prctl is async-signal-safe and touches only the child's own capability sets.
-    if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0) } != 0 {
-        let error = std::io::Error::last_os_error();
-        // EPERM: no CAP_SETPCAP, so the bounding set is not ours to change; an unprivileged
-        // child cannot gain the capability either, but root without CAP_SETPCAP might hold
-        // it, so a root child is not started. EINVAL: a kernel without capabilities.
-        // SAFETY: geteuid is async-signal-safe.
-        let root = unsafe { libc::geteuid() } == 0;
-        let harmless = match error.raw_os_error() {
-            Some(libc::EPERM) => !root,
-            Some(libc::EINVAL) => true,
-            _ => false,
-        };
-        if !harmless {
-            return Err(error);
+/// In the forked child before `exec`: drops [`READS_OTHERS_MEMORY`] from the bounding set,
+/// so the command (and all it starts, setuid programs included) can never read a
+/// non-dumpable process's memory or environment, even as root. Without `CAP_SETPCAP` (an
+/// unprivileged processor) there is nothing to drop: such a command never had them.
+fn drop_memory_readers() -> std::io::Result<()> {
+    for capability in READS_OTHERS_MEMORY {
+        // SAFETY: prctl is async-signal-safe and touches only the child's own capability sets.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0 {
+            let error = std::io::Error::last_os_error();
+            // EPERM: no CAP_SETPCAP, so the bounding set is not ours to change; an
+            // unprivileged child cannot gain the capability either, but root without
+            // CAP_SETPCAP might hold it, so a root child is not started. EINVAL: a kernel
+            // without this capability (CAP_PERFMON came with Linux 5.8).
+            // SAFETY: geteuid is async-signal-safe.
+            let root = unsafe { libc::geteuid() } == 0;
+            let harmless = match error.raw_os_error() {
+                Some(libc::EPERM) => !root,
+                Some(libc::EINVAL) => true,
+                _ => false,
+            };
+            if !harmless {
+                return Err(error);
+            }
         }
     }
     Ok(())
@@ -111,7 +118,7 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
         .kill_on_drop(true);
     // SAFETY: the closure makes one async-signal-safe syscall and allocates nothing on the
     // success path.
-    unsafe { shell.pre_exec(drop_ptrace) };
+    unsafe { shell.pre_exec(drop_memory_readers) };
     Ok(shell)
 }
 

@@ -470,6 +470,50 @@ fn a_run_that_ends_while_its_call_may_retry_is_named_for_the_runtime() {
     assert_eq!(deleted.ended_runs, [RUN1]);
 }
 
+/// `config delete` then `config apply` of the same pipeline, and the same reading again:
+/// the date that ran is not run a second time under the run id the job system has seen;
+/// only an operator's rerun runs it, as attempt 2. Once its retention ends, nothing of the
+/// deleted pipeline is left.
+#[test]
+fn a_date_that_ran_is_not_run_again_after_its_config_is_deleted_and_applied_again() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({})));
+    succeed(&mut sim);
+    assert_eq!(run_ids(&sim), [RUN1]);
+    let deleted = sim.delete("gold");
+    assert!(
+        matches!(&deleted.state, StateChange::Put(s) if s.executions.len() == 1),
+        "the run that triggered is kept"
+    );
+    assert_eq!(last(&sim, CONFIG_ACCEPTED).detail["keptExecutions"], json!(1));
+    assert!(sim.states["gold"].config.is_none());
+    sim.assert_timers_agree("gold");
+
+    sim.config(gold(json!({})));
+    start(&mut sim);
+    assert_eq!(
+        run_ids(&sim),
+        [RUN1],
+        "the same reading started the date again: {:?}",
+        sim.events
+            .iter()
+            .rev()
+            .take(6)
+            .map(|e| (e.kind, e.message.clone()))
+            .collect::<Vec<_>>()
+    );
+    sim.sensor("gold", "row-count", json!({"count": 2500}));
+    command(&mut sim, "gold", CommandKind::Rerun, DAY);
+    assert_eq!(run_ids(&sim), [RUN1, RUN2]);
+
+    // Deleted again, the kept executions expire with their retention, and the state goes.
+    sim.job("gold", RUN2, JobStatus::Succeeded, None);
+    sim.delete("gold");
+    sim.advance(chrono::TimeDelta::days(10));
+    assert!(!sim.states.contains_key("gold"), "{:?}", sim.states.get("gold"));
+    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
+}
+
 #[test]
 fn a_synchronous_lambdas_call_and_its_watchdog_cover_what_the_function_may_take() {
     let mut sim = Sim::new();

@@ -1131,11 +1131,23 @@ fn config_accepted_for_a_delete_cancels_every_timer() {
     sim.delete("daily");
     assert_eq!(sim.events.last().unwrap().kind, CONFIG_ACCEPTED);
     assert_eq!(sim.events.last().unwrap().detail["deleted"], json!(true));
-    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
-    assert!(sim.states.is_empty());
+    // What never triggered goes with its timers; the date that did is kept, with nothing
+    // pending but its expiry (so a config applied again does not run it twice).
+    assert!(!sim.states.contains_key("gold"));
+    assert!(
+        sim.timers
+            .iter()
+            .all(|t| t.pipeline == "daily" && matches!(t.kind, TimerKind::Expire { .. })),
+        "{:?}",
+        sim.timers
+    );
+    sim.assert_timers_agree("daily");
     let before = sim.events.len();
     sim.advance_to(at("2026-11-25T00:00:00Z"));
     assert_eq!(sim.events.len(), before);
+    sim.advance_to(at("2026-12-01T00:00:00Z"));
+    assert!(sim.states.is_empty() && sim.timers.is_empty(), "{:?}", sim.timers);
+    assert_eq!(sim.events.len(), before, "expiry says nothing");
 }
 
 #[test]
