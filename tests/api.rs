@@ -555,7 +555,7 @@ fn a_forged_instance_record_gets_no_request_and_no_token() {
 /// A producer that cannot speak Kafka (a Lambda, an Airflow task) posts its readings over
 /// HTTP with a write token: they are checked as the processor checks them, published
 /// keyed by pipeline, and start the run, whose job is called once. A batch with one bad
-/// reading publishes nothing.
+/// reading (or one over `--max-record-bytes`) publishes nothing.
 #[test]
 fn readings_posted_over_http_start_the_run_and_a_bad_batch_publishes_nothing() {
     let target = support::http_target();
@@ -588,6 +588,13 @@ fn readings_posted_over_http_start_the_run_and_a_bad_batch_publishes_nothing() {
     let (status, answer) = post(write, &json!([ready, {"pipelineId": "ingest1", "data": {}}]));
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["problems"][0]["index"], json!(1), "{answer}");
+    // So does one over --max-record-bytes (1 MiB), which the processor would dead-letter.
+    let huge = json!({"pipelineId": "ingest1", "key": "row-count", "data": {"blob": "x".repeat(1_100_000)}});
+    let (status, answer) = post(write, &json!([ready, huge]));
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["problems"][0]["index"], json!(1), "{answer}");
+    let reason = answer["problems"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("--max-record-bytes"), "{answer}");
     let (status, answer) = post(write, &rows);
     assert_eq!(status, 202, "{answer}");
     assert_eq!(answer["published"].as_array().map(Vec::len), Some(1), "{answer}");

@@ -479,7 +479,7 @@ fn a_date_that_ran_is_not_run_again_after_its_config_is_deleted_and_applied_agai
     w.produce("config", Some("again"), None);
     w.wait_for("again", "the deletion", |es| {
         es.iter()
-            .any(|e| e.kind == CONFIG_ACCEPTED && e.detail["deleted"] == true)
+            .any(|e| e.kind == CONFIG_ACCEPTED && e.detail.get("deleted") == Some(&json!(true)))
     });
     w.config(&config);
     go(&w, "again");

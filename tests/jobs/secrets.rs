@@ -24,7 +24,7 @@ fn commands_see_only_their_configured_environment_and_report_secrets_redacted() 
     // is the processor).
     let mut reader = quick(command_job(
         "echo \"kafka=[$KAFKA_SASL_PASSWORD] partner=[$PARTNER]\"; env | cut -d= -f1 | sort | tr '\\n' ' '; \
-         echo; echo \"proc=$(tr '\\0' '\\n' < /proc/$PPID/environ 2>/dev/null | grep -c ^KAFKA_SASL_PASSWORD=)\"; \
+         echo; echo \"proc=$( (tr '\\0' '\\n' < /proc/$PPID/environ) 2>/dev/null | grep -c ^KAFKA_SASL_PASSWORD=)\"; \
          echo \"$PARTNER\" >&2; exit 3",
         0,
     ));

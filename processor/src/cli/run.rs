@@ -292,6 +292,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
     settings.codec.prepare(&families).await?;
     check_changelog(&settings).await?;
     let (commands_topic, sensors_topic) = (settings.topics.commands.clone(), settings.topics.sensors.clone());
+    let limits = settings.decider.limits;
     let codec = settings.codec.clone();
     let processor = Processor::start(settings, telemetry.clone())?;
     if let Some(HttpOptions {
@@ -333,6 +334,7 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
             codec,
             commands: commands_topic,
             sensors: sensors_topic,
+            limits,
         };
         let api = Api::new(processor.queries(), directory, &instance, access.clone(), publishing)?;
         let guarded = http_server::metrics_route(telemetry.clone())

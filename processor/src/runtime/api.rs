@@ -161,6 +161,9 @@ pub struct Publishing {
     pub codec: Codec,
     pub commands: String,
     pub sensors: String,
+    /// The processor's limits: a reading over `--max-record-bytes` is refused here, as the
+    /// processor would dead-letter it.
+    pub limits: crate::core::limits::Limits,
 }
 
 impl Publishing {
@@ -171,11 +174,20 @@ impl Publishing {
             .await
     }
 
-    /// Publishes a reading; returns where it landed.
-    async fn reading(&self, record: &SensorRecord) -> anyhow::Result<(i32, i64)> {
-        let json = serde_json::to_value(record)?;
-        self.publish(Family::Sensors, &self.sensors, &record.pipeline_id, &json)
-            .await
+    /// A reading as the sensors topic takes it, or why the processor would refuse it (over
+    /// `--max-record-bytes` once encoded).
+    async fn encode_reading(&self, record: &SensorRecord) -> Result<Vec<u8>, String> {
+        let json = serde_json::to_value(record).map_err(|e| e.to_string())?;
+        let value = (self.codec.encode(Family::Sensors, &self.sensors, &json)).map_err(|e| format!("{e:#}"))?;
+        self.limits.check_record(false, value.len())?;
+        Ok(value)
+    }
+
+    /// Publishes an encoded reading of `pipeline`; returns where it landed.
+    async fn reading(&self, pipeline: &str, value: &[u8]) -> anyhow::Result<(i32, i64)> {
+        Ok((self.producer)
+            .send(&self.sensors, Some(pipeline.as_bytes()), Some(value), &[])
+            .await?)
     }
 
     async fn publish(&self, family: Family, topic: &str, pipeline: &str, json: &Value) -> anyhow::Result<(i32, i64)> {
@@ -598,17 +610,20 @@ async fn sensors(State(api): State<Api>, Extension(grant): Extension<Grant>, bod
     let records = match readings(&body, api.directory.now()) {
         Ok(records) => records,
         Err(Refused::Body(why)) => return error(StatusCode::BAD_REQUEST, &why),
-        Err(Refused::Readings(problems)) => {
-            let problems: Vec<Value> = (problems.into_iter())
-                .map(|(index, reason)| json!({"index": index, "reason": reason}))
-                .collect();
-            let body =
-                json!({"error": "readings the processor would refuse; none was published", "problems": problems});
-            return (StatusCode::BAD_REQUEST, json_type(), body.to_string()).into_response();
-        }
+        Err(Refused::Readings(problems)) => return refused_readings(problems),
     };
     let publishing = &api.publishing;
-    let sent = futures::future::join_all(records.iter().map(|r| publishing.reading(r))).await;
+    let encoded = futures::future::join_all(records.iter().map(|r| publishing.encode_reading(r))).await;
+    let problems: Vec<(usize, String)> = (encoded.iter().enumerate())
+        .filter_map(|(index, e)| e.as_ref().err().map(|reason| (index, reason.clone())))
+        .collect();
+    if !problems.is_empty() {
+        return refused_readings(problems);
+    }
+    let encoded: Vec<Vec<u8>> = encoded.into_iter().flatten().collect();
+    let sent =
+        futures::future::join_all((records.iter().zip(&encoded)).map(|(r, v)| publishing.reading(&r.pipeline_id, v)))
+            .await;
     let mut landed = Vec::new();
     let mut failed = Vec::new();
     for (index, (record, result)) in records.iter().zip(sent).enumerate() {
@@ -626,6 +641,15 @@ async fn sensors(State(api): State<Api>, Extension(grant): Extension<Grant>, bod
     };
     let body = json!({"published": landed, "failed": failed, "topic": publishing.sensors});
     (status, json_type(), body.to_string()).into_response()
+}
+
+/// 400 for readings the processor would refuse, each named by its index.
+fn refused_readings(problems: Vec<(usize, String)>) -> Response {
+    let problems: Vec<Value> = (problems.into_iter())
+        .map(|(index, reason)| json!({"index": index, "reason": reason}))
+        .collect();
+    let body = json!({"error": "readings the processor would refuse; none was published", "problems": problems});
+    (StatusCode::BAD_REQUEST, json_type(), body.to_string()).into_response()
 }
 
 /// Why a `POST /api/sensors` body is refused.
