@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
 use sluice::core::PipelineState;
 use sluice::runtime::store::{PartitionStore, StoreBatch};
-use support::{day, free_port, http_get, pipeline, scripted_server, serve, wait_until, OwnBroker, World};
+use support::{command_job, day, free_port, http_get, pipeline, scripted_server, serve, wait_until, OwnBroker, World};
 
 /// Pipelines in the workload, and sensor readings per pipeline: 200 × 24 = 4,800 sensor
 /// records, plus 200 configs and the 400 job reports the processor's executor writes.
@@ -690,6 +690,85 @@ impl Partition {
     }
 }
 
+/// A TCP proxy in front of the broker that can cut off the clients of one process only,
+/// told apart by the `client.id` of the first request each connection makes (a Kafka
+/// request header: size, api key, version, correlation id, then the client id as a
+/// length-prefixed string). What a network partition looks like to one instance while
+/// another, and the broker, carry on.
+struct ClientCut {
+    state: Arc<Mutex<Cuts>>,
+}
+
+/// The client ids cut off, and each forwarded connection with its client id.
+#[derive(Default)]
+struct Cuts {
+    off: BTreeSet<String>,
+    open: Vec<(String, TcpStream)>,
+}
+
+impl ClientCut {
+    fn start(port: u16, upstream: u16) -> ClientCut {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let state: Arc<Mutex<Cuts>> = Arc::default();
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            for mut client in listener.incoming().flatten() {
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    use std::io::{Read, Write};
+                    let mut head = [0u8; 14];
+                    if client.read_exact(&mut head).is_err() {
+                        return;
+                    }
+                    let len = i16::from_be_bytes([head[12], head[13]]).max(0) as usize;
+                    let mut id = vec![0u8; len];
+                    if client.read_exact(&mut id).is_err() {
+                        return;
+                    }
+                    let id = String::from_utf8_lossy(&id).into_owned();
+                    let mut state = shared.lock().unwrap();
+                    // Cut off: closed at once, as an unreachable broker's connections are.
+                    if state.off.contains(&id) {
+                        return;
+                    }
+                    let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                        return;
+                    };
+                    if server
+                        .write_all(&head)
+                        .and_then(|()| server.write_all(id.as_bytes()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    for (from, to) in [(&client, &server), (&server, &client)] {
+                        let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(Shutdown::Both);
+                        });
+                    }
+                    state.open.extend([(id.clone(), client), (id, server)]);
+                });
+            }
+        });
+        ClientCut { state }
+    }
+
+    /// Cuts every connection of clients with `client_id`, and refuses their new ones.
+    fn cut(&self, client_id: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.off.insert(client_id.to_string());
+        state.open.retain(|(id, stream)| {
+            let cut = id == client_id;
+            if cut {
+                let _ = stream.shutdown(Shutdown::Both);
+            }
+            !cut
+        });
+    }
+}
+
 fn wait_probe(addr: &str, path: &str, want: u16, w: &World) {
     wait_until(
         &format!("{path} to answer {want}"),
@@ -1022,6 +1101,97 @@ fn run_refuses_a_changelog_that_would_lose_state() {
         log.contains("min.compaction.lag.ms=86400000"),
         "the fix is named: {log}"
     );
+}
+
+/// A live owner cut off from Kafka while its command is about to start: to the next owner
+/// it is an owner that crashed, which calls the journaled trigger again once its deadline
+/// has passed. The old executor must have killed what it could not report by then: counted
+/// at the target (a command recording its start and, if it ever gets there, its end), the
+/// first command is dead when the second starts, and never ends on its own.
+#[test]
+fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it() {
+    let broker = OwnBroker::new();
+    let proxy = ClientCut::start(broker.port, broker.listen);
+    let brokers = broker.start();
+    let mut w = World::on_broker("cut-owner", &brokers);
+    let marks = tempfile::tempdir().unwrap();
+    let log = marks.path().join("runs");
+    // The blocker holds the one trigger slot for a few seconds, so the victim's command
+    // starts after the cut and cannot report itself running.
+    let blocker = command_job("sleep 4", 0);
+    let mut victim = command_job(
+        &format!(
+            "echo \"start $$\" >> {0}; sleep 90; echo \"end $$\" >> {0}",
+            log.display()
+        ),
+        0,
+    );
+    victim["config"]["timeout"] = json!(120);
+    w.config(&pipeline("blocker", blocker));
+    w.config(&pipeline("victim", victim));
+    let owner = ["--instance", "cut", "--max-concurrent-triggers", "1"];
+    let a = w.spawn(
+        w.state.path(),
+        &[&owner[..], &["--kafka-property", "client.id=sluice-cut-off"]].concat(),
+    );
+    assert!(w.swap_processor(Some(a)).is_none());
+    for p in ["blocker", "victim"] {
+        w.wait_for(p, "CONFIG_ACCEPTED", |es| {
+            es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
+        });
+    }
+    for p in ["blocker", "victim"] {
+        w.sensor(p, "row-count", json!({"count": 5000}));
+        w.sensor(p, "upstream", json!({"status": "ready"}));
+    }
+    w.wait_for("victim", "the victim's trigger", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_TRIGGERED)
+    });
+    proxy.cut("sluice-cut-off");
+    let starts = || -> Vec<String> {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("start ").map(str::to_string))
+            .collect()
+    };
+    wait_until(
+        "the cut-off owner's command",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || starts().len() == 1,
+    );
+    let first = starts()[0].clone();
+    // The next owner: the same instance name, which static membership hands the partitions.
+    let dir = tempfile::tempdir().unwrap();
+    let mut next = w.spawn(dir.path(), &owner);
+    wait_until(
+        "the next owner's command",
+        Duration::from_secs(150),
+        || w.log_tail(),
+        || starts().len() == 2,
+    );
+    let alive = std::fs::read_to_string(format!("/proc/{first}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit(") ")
+                .next()
+                .map(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+        })
+        .unwrap_or(false);
+    assert!(
+        !alive,
+        "the cut-off owner's command still ran when the next owner started it"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains(&format!("end {first}")),
+        "the cut-off owner's command ran to its end: {text}"
+    );
+    assert!(
+        w.log().contains("killed, so that the run's next owner runs it alone"),
+        "the old owner said so"
+    );
+    sigterm_child(&mut next, &w);
 }
 
 /// A store current with a changelog offset beyond the partition's end belongs to a

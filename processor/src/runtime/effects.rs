@@ -771,8 +771,31 @@ impl Work {
             let outcome = match jobs::command::start(call) {
                 Err(e) => return Outcome::failed(Some(FailureCategory::Permanent), e.to_string()),
                 Ok(child) => {
-                    self.report(Outcome::running(Value::Null).with("pid", json!(child.id())))
-                        .await;
+                    let running = self.report(Outcome::running(Value::Null).with("pid", json!(child.id())));
+                    // Until its "running" is on the broker the run still awaits its trigger,
+                    // which the run's next owner requests again after the deadline: a command
+                    // this executor cannot report by then (an owner cut off from Kafka) is
+                    // killed first, with all it started, and not tried again. A retry's
+                    // report has the budget a first try has to start and report.
+                    let by = match retries {
+                        0 => stop.deadline,
+                        _ => Some(Instant::now() + COMMAND_REPORT_BUDGET),
+                    };
+                    let reported = match by {
+                        Some(by) => tokio::time::timeout_at(by, running).await.is_ok(),
+                        None => {
+                            running.await;
+                            true
+                        }
+                    };
+                    if !reported {
+                        jobs::command::kill(&child);
+                        warn!(run_id = %self.request.run_id, "the command's running report could not be written by its deadline: killed, so that the run's next owner runs it alone");
+                        return Outcome::failed(
+                            Some(FailureCategory::Infra),
+                            "the command's running report could not be written by the trigger's deadline (cut off from Kafka?): the command was killed, so that the run's next owner runs it alone",
+                        );
+                    }
                     jobs::command::wait(call, child).await
                 }
             };
@@ -788,6 +811,11 @@ impl Work {
             };
             if stop.now() == Some(Stopped::Ended) {
                 return ended();
+            }
+            // Nor by an executor whose partition was let go: the run is its next owner's.
+            if stop.now() == Some(Stopped::Released) {
+                info!(run_id = %self.request.run_id, tries = retries, "command not run again: its partition was let go");
+                return outcome.with("tries", json!(retries));
             }
             match self.request.retry.delay(retries) {
                 Some(wait) => {
@@ -856,6 +884,10 @@ impl Work {
         }
     }
 }
+
+/// How long a command retry has to report itself running before it is killed: a first
+/// try's budget to start and report (the trigger deadline's share for a command).
+const COMMAND_REPORT_BUDGET: Duration = Duration::from_secs(30);
 
 /// Concurrency slots (overall and per target) and each target's circuit breaker.
 struct Limits {

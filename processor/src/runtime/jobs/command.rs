@@ -115,19 +115,38 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        // A group of its own, so that killing it kills all it started too (`sh -c "a; b"`
+        // runs `a` as a child of its own).
+        .process_group(0);
     // SAFETY: the closure makes one async-signal-safe syscall and allocates nothing on the
     // success path.
     unsafe { shell.pre_exec(drop_memory_readers) };
     Ok(shell)
 }
 
-/// Waits for the command (killing it at the timeout) and says how it ended.
+/// Kills the command's process group: the shell and everything it started.
+pub fn kill(child: &Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: a signal to the group the command leads (see `process_group(0)`).
+        unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+    }
+}
+
+/// Waits for the command (killing it, with all it started, at the timeout) and says how it
+/// ended.
 pub async fn wait(call: &Call<'_>, child: Child) -> Outcome {
     let timeout = call.timeout_or(DEFAULT_TIMEOUT);
-    // Dropping the child at the timeout kills it (`kill_on_drop`).
+    let group = child.id();
+    // Dropping the child at the timeout kills the shell (`kill_on_drop`); the group goes too.
     let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Err(_) => return Outcome::timed_out(format!("command timed out after {}s and was killed", timeout.as_secs())),
+        Err(_) => {
+            if let Some(pid) = group {
+                // SAFETY: as in [`kill`].
+                unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+            }
+            return Outcome::timed_out(format!("command timed out after {}s and was killed", timeout.as_secs()));
+        }
         Ok(Err(e)) => return Outcome::failed(None, format!("waiting for the command failed: {e}")),
         Ok(Ok(output)) => output,
     };
