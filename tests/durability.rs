@@ -1118,7 +1118,7 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
     let log = marks.path().join("runs");
     // The blocker holds the one trigger slot for a few seconds, so the victim's command
     // starts after the cut and cannot report itself running.
-    let blocker = command_job("sleep 4", 0);
+    let blocker = command_job("sleep 6", 0);
     let mut victim = command_job(
         &format!(
             "echo \"start $$\" >> {0}; sleep 90; echo \"end $$\" >> {0}",
@@ -1144,9 +1144,17 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
         w.sensor(p, "row-count", json!({"count": 5000}));
         w.sensor(p, "upstream", json!({"status": "ready"}));
     }
-    w.wait_for("victim", "the victim's trigger", |es| {
+    // The blocker running (its report landed: JOB_TRIGGERED is said on it), and the victim's
+    // call decided and journaled, waiting for the slot.
+    w.wait_for("blocker", "the blocker running", |es| {
         es.iter().any(|e| e.kind == EventType::JOB_TRIGGERED)
     });
+    wait_until(
+        "the victim's call",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || (w.log().lines()).any(|l| l.contains("effect{pipeline=victim") && l.contains("triggering job")),
+    );
     proxy.cut("sluice-cut-off");
     let starts = || -> Vec<String> {
         let text = std::fs::read_to_string(&log).unwrap_or_default();

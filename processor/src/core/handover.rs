@@ -69,16 +69,22 @@ impl Waiting {
 }
 
 /// Whether `report` is the release of `request`'s call: a `released` report of its run
-/// naming its deadline.
+/// naming its deadline and carrying its release key (the secret journaled with it; a
+/// request journaled before keys were needs only the deadline).
 pub fn releases(report: &JobRecord, request: &TriggerRequest) -> bool {
-    let named = (report.metadata.as_ref())
-        .and_then(|m| m.get("deadline")?.as_str())
+    let field = |name: &str| (report.metadata.as_ref()).and_then(|m| m.get(name)?.as_str());
+    let named = field("deadline")
         .and_then(|d| DateTime::parse_from_rfc3339(d).ok())
         .map(|d| d.with_timezone(&Utc));
+    let keyed = match &request.release_key {
+        Some(key) => field("releaseKey") == Some(key.as_str()),
+        None => true,
+    };
     report.status == JobStatus::Released
         && report.run_id == request.run_id
         && request.deadline.is_some()
         && named == request.deadline
+        && keyed
 }
 
 #[cfg(test)]
@@ -155,6 +161,28 @@ mod tests {
             &released(&precise.run_id, Some("2026-11-26T10:05:00.123Z")),
             &precise
         ));
+    }
+
+    /// The run id is public and the deadline can be worked out from JOB_TRIGGERED's time and
+    /// the config: a release naming both but not the key journaled with the call (only in
+    /// Sluice's changelog) releases nothing, so no writer of the jobs topic can make the
+    /// next owner call while the old call may still run.
+    #[test]
+    fn a_release_forged_from_public_data_releases_nothing() {
+        let r = TriggerRequest {
+            release_key: Some("4f1c0e7a9b2d".into()),
+            ..request(Some("2026-11-26T10:05:00Z"))
+        };
+        let forged = released(&r.run_id, Some("2026-11-26T10:05:00Z"));
+        assert!(!releases(&forged, &r));
+        let mut guessed = forged.clone();
+        guessed.metadata = Some(json!({"deadline": "2026-11-26T10:05:00Z", "releaseKey": "0000"}));
+        assert!(!releases(&guessed, &r));
+        let mut real = forged;
+        real.metadata = Some(json!({"deadline": "2026-11-26T10:05:00Z", "releaseKey": "4f1c0e7a9b2d"}));
+        assert!(releases(&real, &r));
+        // Made again (a new call), the request has no key until the runtime journals one.
+        assert_eq!(r.made_from(at("2026-11-26T10:10:00Z")).release_key, None);
     }
 
     #[test]

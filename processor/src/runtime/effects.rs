@@ -563,7 +563,7 @@ impl Work {
         match why {
             Stopped::Released => {
                 info!(run_id = %self.request.run_id, tries, "{what} released: its partition was let go");
-                Outcome::released(self.request.deadline)
+                Outcome::released(self.request.deadline, self.request.release_key.as_deref())
             }
             Stopped::Deadline => {
                 warn!(run_id = %self.request.run_id, tries, "{what} gave up at its deadline");

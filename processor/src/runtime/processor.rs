@@ -951,6 +951,7 @@ impl Processor {
                     info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
                     // Journaled with its new deadline before the call: a later owner leaves it
                     // to this one until then.
+                    let effect = Box::new(with_release_key(*effect));
                     again.stores.entry(p).or_default().put_effect(&run_id, &effect)?;
                     again.effects.push((p, *effect));
                 }
@@ -1362,6 +1363,7 @@ impl Processor {
         pending.outputs.extend(records);
         for effect in decision.effects {
             // Triggers are journaled; status checks are not (their timer asks again).
+            let effect = with_release_key(effect);
             if let Effect::TriggerJob(request) = &effect {
                 pending
                     .stores
@@ -1825,6 +1827,24 @@ impl Processor {
                 }
             }
         }
+    }
+}
+
+/// A trigger with a release key of its own, drawn from the operating system's random source
+/// as it is journaled (see `TriggerRequest::release_key`); other effects as they are.
+fn with_release_key(effect: Effect) -> Effect {
+    match effect {
+        Effect::TriggerJob(mut request) => {
+            let mut bytes = [0u8; 16];
+            // Without a random source the key is left out: the release then needs only the
+            // deadline, as before keys were (and says so).
+            match getrandom::fill(&mut bytes) {
+                Ok(()) => request.release_key = Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+                Err(e) => warn!(error = %e, "no random source for a trigger's release key"),
+            }
+            Effect::TriggerJob(request)
+        }
+        other => other,
     }
 }
 

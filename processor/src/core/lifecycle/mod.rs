@@ -594,6 +594,11 @@ pub struct TriggerRequest {
     /// (unless that one reports, or says it let go); after it, the call may be made again.
     /// `None`: journaled before deadlines were, or not a trigger.
     pub deadline: Option<DateTime<Utc>>,
+    /// A secret the runtime draws when it journals the request (kept only in its state and
+    /// changelog): the executor's `released` report carries it, so a report forged from
+    /// public data (the run id, a deadline worked out from an event's time) releases
+    /// nothing. `None`: journaled before releases carried one.
+    pub release_key: Option<String>,
 }
 
 pub use super::config::DEFAULT_TRY_TIMEOUT;
@@ -614,6 +619,7 @@ impl TriggerRequest {
             retry: RetryPolicy::trigger(),
             status_retry: RetryPolicy::status_check(),
             deadline: None,
+            release_key: None,
         }
     }
 
@@ -639,6 +645,8 @@ impl TriggerRequest {
     pub fn made_from(mut self, now: DateTime<Utc>) -> Self {
         let budget = TimeDelta::from_std(self.call_budget()).unwrap_or(TimeDelta::MAX);
         self.deadline = Some(now.checked_add_signed(budget).unwrap_or(DateTime::<Utc>::MAX_UTC));
+        // A new call is a new secret: the runtime draws it when it journals the request.
+        self.release_key = None;
         self
     }
 }
@@ -661,6 +669,8 @@ struct TriggerRequestJson {
     status_retry: RetryPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deadline: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    release_key: Option<String>,
 }
 
 impl TryFrom<TriggerRequestJson> for TriggerRequest {
@@ -675,6 +685,7 @@ impl TryFrom<TriggerRequestJson> for TriggerRequest {
             retry: json.retry,
             status_retry: json.status_retry,
             deadline: json.deadline,
+            release_key: json.release_key,
         })
     }
 }
@@ -691,6 +702,7 @@ impl From<TriggerRequest> for TriggerRequestJson {
             retry: request.retry,
             status_retry: request.status_retry,
             deadline: request.deadline,
+            release_key: request.release_key,
         }
     }
 }

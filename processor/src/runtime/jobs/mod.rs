@@ -96,13 +96,20 @@ impl Outcome {
     }
 
     /// The executor let go of the trigger whose call was to end by `deadline` (its
-    /// partition was revoked): see [`JobStatus::Released`].
-    pub fn released(deadline: Option<chrono::DateTime<chrono::Utc>>) -> Self {
+    /// partition was revoked), naming the call's release key: see [`JobStatus::Released`].
+    pub fn released(deadline: Option<chrono::DateTime<chrono::Utc>>, key: Option<&str>) -> Self {
+        let metadata = deadline.map(|d| {
+            let mut m = json!({ "deadline": d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true) });
+            if let Some(key) = key {
+                m["releaseKey"] = json!(key);
+            }
+            m
+        });
         Outcome {
             status: JobStatus::Released,
             category: None,
             message: Some("the processor lost the run's partition and stopped making this trigger's call: its next owner may request it".into()),
-            metadata: deadline.map(|d| json!({ "deadline": d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true) })),
+            metadata,
         }
     }
 
