@@ -124,6 +124,9 @@ pub enum TimerKind {
         #[serde(flatten, with = "fields")]
         execution: ExecutionId,
     },
+    /// A pipeline without a config forgets its readings older than the retention, and its
+    /// state once nothing is left of it (bounded state for ids nobody configures).
+    Forget,
 }
 
 impl TimerKind {
@@ -154,7 +157,10 @@ impl TimerKind {
             | TimerKind::EvaluatorDue { execution, .. }
             | TimerKind::PostRunTimeout { execution }
             | TimerKind::Expire { execution } => Some(execution),
-            TimerKind::CronTick | TimerKind::StartCheck { .. } | TimerKind::TriggerDeadline { .. } => None,
+            TimerKind::CronTick
+            | TimerKind::StartCheck { .. }
+            | TimerKind::TriggerDeadline { .. }
+            | TimerKind::Forget => None,
         }
     }
 }
@@ -246,6 +252,7 @@ impl<'de> Deserialize<'de> for TimerKind {
             "expire" => TimerKind::Expire {
                 execution: execution()?,
             },
+            "forget" => TimerKind::Forget,
             other => return Err(de::Error::unknown_variant(other, KINDS)),
         })
     }
@@ -271,6 +278,7 @@ const KINDS: &[&str] = &[
     "watchdog",
     "postRunTimeout",
     "expire",
+    "forget",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -508,6 +516,7 @@ mod tests {
             TimerKind::Watchdog { .. } => 15,
             TimerKind::PostRunTimeout { .. } => 16,
             TimerKind::Expire { .. } => 17,
+            TimerKind::Forget => 18,
         }
     }
 
@@ -565,6 +574,7 @@ mod tests {
                 execution: execution.clone(),
             },
             TimerKind::Expire { execution },
+            TimerKind::Forget,
         ]
     }
 

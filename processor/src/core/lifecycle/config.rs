@@ -47,6 +47,7 @@ impl Decider<'_> {
             detail,
         );
         let before = self.state.config.replace(std::sync::Arc::new(parsed.config));
+        self.cancel_timer(TimerKind::Forget);
         let after = self.state.config.clone();
         self.sync_subscriptions(before.as_deref(), after.as_deref());
         self.rearm_timers();

@@ -20,7 +20,7 @@ pub const RETENTION: TimeDelta = TimeDelta::days(7);
 impl Decider<'_> {
     /// How long ended executions are kept under the config in force: the retention, or
     /// longer when the post-run sensor timeout needs it.
-    fn retention(&self) -> TimeDelta {
+    pub(super) fn retention(&self) -> TimeDelta {
         let post_run = self
             .config()
             .and_then(|c| c.post_run.as_ref())
@@ -88,9 +88,13 @@ impl Decider<'_> {
         });
         self.notes
             .push(format!("execution {id} ({phase}) expired after the retention"));
-        // A deleted pipeline's last kept execution: nothing of it is left to keep.
+        // A deleted pipeline's last kept execution: nothing of it is left to keep (but the
+        // readings a downstream's subscription still needs, for the retention).
         if deleted && self.state.executions.is_empty() {
-            self.delete = true;
+            match self.state.dependents.is_empty() {
+                true => self.delete = true,
+                false => self.arm_forget(),
+            }
         }
     }
 
@@ -105,14 +109,26 @@ impl Decider<'_> {
     /// `--max-sensors-per-pipeline` until it refused every new date.
     pub(super) fn prune_stale_readings(&mut self) {
         let oldest_kept = self.today() - self.retention();
-        let old = |s: &StoredSensor| s.date.is_some_and(|day| day < oldest_kept);
+        let received_before = self.now() - self.retention();
+        // Undated readings of keys the config does not read (a producer's stray keys, one
+        // new key a day) have no date to expire with: they go once received that long ago.
+        let unread = |slot: &str, s: &StoredSensor| {
+            s.date.is_none()
+                && s.received_at < received_before
+                && self
+                    .config()
+                    .is_none_or(|c| !c.input_keys().chain(c.post_run_keys()).any(|k| k == s.key_in(slot)))
+        };
+        let old = |slot: &str, s: &StoredSensor| s.date.is_some_and(|day| day < oldest_kept) || unread(slot, s);
         // Every new slot asks: the days in use are gathered only when a reading is that old.
-        if !self.state.sensors.values().any(|s| old(s)) {
+        if !self.state.sensors.iter().any(|(slot, s)| old(slot, s)) {
             return;
         }
         let in_use = self.days_in_use();
         let stale: Vec<String> = (self.state.sensors.iter())
-            .filter(|(_, s)| (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&d.day)))
+            .filter(|(slot, s)| {
+                (s.scope()).is_some_and(|d| d.day < oldest_kept && !in_use.contains(&d.day)) || unread(slot, s)
+            })
             .map(|(slot, _)| slot.clone())
             .collect();
         if stale.is_empty() {
@@ -122,9 +138,58 @@ impl Decider<'_> {
             self.state.sensors.remove(slot);
         }
         self.notes.push(format!(
-            "{} readings of days older than the retention, with no execution, forgotten",
+            "{} readings of days older than the retention with no execution, or of keys nothing reads received before it, forgotten",
             stale.len()
         ));
+    }
+
+    /// Keeps a pipeline without a config from holding readings for ever: its readings are
+    /// forgotten once older than the retention (see [`Self::on_forget`]), checked when the
+    /// oldest of them comes of that age.
+    pub(super) fn arm_forget(&mut self) {
+        if self.state.config.is_some() {
+            self.cancel_timer(TimerKind::Forget);
+            return;
+        }
+        match self.state.sensors.values().map(|s| s.received_at).min() {
+            Some(oldest) => {
+                let at = oldest + self.retention();
+                self.set_timer(TimerKind::Forget, at);
+            }
+            None => self.cancel_timer(TimerKind::Forget),
+        }
+    }
+
+    /// A pipeline without a config (never given one, or deleted): its readings older than
+    /// the retention go, and its state with them once nothing else is kept (no execution
+    /// kept after a deletion, no downstream subscribed to it).
+    pub(super) fn on_forget(&mut self) {
+        if self.state.config.is_some() {
+            return;
+        }
+        let oldest_kept = self.now() - self.retention();
+        let before = self.state.sensors.len();
+        self.state.sensors.retain(|_, s| s.received_at > oldest_kept);
+        let forgotten = before - self.state.sensors.len();
+        if forgotten > 0 {
+            self.notes.push(format!(
+                "{forgotten} readings of a pipeline without a config forgotten after the retention"
+            ));
+        }
+        let empty =
+            self.state.sensors.is_empty() && self.state.executions.is_empty() && self.state.dependents.is_empty();
+        if empty {
+            self.delete = true;
+            return;
+        }
+        self.arm_forget();
+    }
+
+    /// Whether `date` is too far ahead to be kept: its slot would be held until the date
+    /// came and went (a reading dated years ahead, for good), filling
+    /// `--max-sensors-per-pipeline`.
+    pub(super) fn beyond_horizon(&self, date: ExecutionDate) -> bool {
+        date.day > self.today() + self.retention()
     }
 
     /// Whether `date` is too old to start an execution (see the module comment).

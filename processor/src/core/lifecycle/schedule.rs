@@ -67,6 +67,7 @@ impl Decider<'_> {
             TimerKind::EvaluatorDue { execution, key } => self.on_evaluator_due(execution, key),
             TimerKind::PostRunTimeout { execution } => self.on_post_run_timeout(execution),
             TimerKind::Expire { execution } => self.on_expire(execution),
+            TimerKind::Forget => self.on_forget(),
         }
     }
 

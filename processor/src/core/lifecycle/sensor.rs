@@ -70,9 +70,10 @@ impl Decider<'_> {
         // Shared, not copied: the checks below borrow the decider mutably.
         let Some(config) = self.state.config.clone() else {
             self.notes.push(format!(
-                "sensor {:?} kept until pipeline {} has a config",
+                "sensor {:?} kept until pipeline {} has a config (for the retention at most)",
                 reading.key, self.pipeline_id
             ));
+            self.arm_forget();
             return;
         };
         self.check_unknown(&config, &reading.key);
@@ -131,6 +132,13 @@ impl Decider<'_> {
         }
         // A backfill of the date keeps its execution: its readings count for it.
         let kept = |d: ExecutionDate| (self.state.executions.keys()).any(|id| id.date().day == d.day);
+        if let Some(date) = stored.scope().filter(|d| self.beyond_horizon(*d)) {
+            let why = format!(
+                "sensor {key:?} is for {date}, more than the execution retention ({} days) ahead: kept until that date came and went, it would hold a slot of --max-sensors-per-pipeline all the while; send it nearer its date",
+                self.retention().num_days()
+            );
+            return Some((Rejection::Refused, why));
+        }
         if let Some(date) = stored.scope().filter(|d| self.beyond_retention(*d) && !kept(*d)) {
             let why = format!(
                 "sensor {key:?} is for {date}, older than the execution retention: a run for that date may have happened and been forgotten, so it cannot start or change one (`sluice backfill` starts the date on purpose)"

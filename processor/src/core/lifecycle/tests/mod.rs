@@ -983,6 +983,47 @@ fn readings_of_days_without_an_execution_are_forgotten_after_the_retention_over_
     );
 }
 
+/// No wedge and no slow growth from readings that never expire with an execution: undated
+/// readings of keys nothing reads (a new key a day), readings dated far ahead (refused: held
+/// until their date, they would fill `--max-sensors-per-pipeline` for good), and pipelines
+/// nobody configures (a new id a day). 400 simulated days.
+#[test]
+fn stray_keys_far_dates_and_unconfigured_pipelines_are_bounded_over_400_days() {
+    let mut sim = Sim::new();
+    sim.config(pipeline(0));
+    let first = t0().date_naive();
+    let (mut most_readings, mut most_states) = (0, 0);
+    for n in 0..400 {
+        let day = first + TimeDelta::days(n);
+        sim.advance_to(day.and_hms_opt(1, 0, 0).unwrap().and_utc());
+        sim.sensor("gold", &format!("probe-{n}"), json!({"n": n}));
+        let ahead = (day + TimeDelta::days(30)).format("%Y-%m-%d").to_string();
+        let far = sim.sensor_scoped("gold", "row-count", json!({"count": 1}), Some(&ahead), None, None);
+        let reason = far.dead_letter.unwrap_or_default();
+        assert!(
+            reason.contains("ahead"),
+            "day {n}: a reading 30 days ahead was kept ({reason:?})"
+        );
+        sim.sensor(&format!("ghost-{n}"), "landed", json!({"n": n}));
+        most_readings = most_readings.max(sim.states["gold"].sensors.len());
+        most_states = most_states.max(sim.states.len());
+    }
+    // The retention (7 days) of stray keys, and gold beside the ghosts of as many days.
+    assert!(most_readings <= 9, "{most_readings} readings kept at most");
+    assert!(most_states <= 10, "{most_states} pipeline states at most");
+    assert_eq!(
+        sim.dead_letters.len(),
+        400,
+        "only the far readings refused: {:?}",
+        sim.dead_letters.last()
+    );
+    // A ghost configured in time keeps what it was sent.
+    let mut ghost = pipeline(0);
+    ghost["pipeline"]["id"] = json!("ghost-399");
+    sim.config(ghost);
+    assert!(sim.states["ghost-399"].sensors.len() == 1 && sim.due("ghost-399", &TimerKind::Forget).is_none());
+}
+
 /// Runs gold's execution of 2026-11-22 (dated sensors) to success; returns its expiry timer.
 fn run_gold_to_success(sim: &mut Sim) -> TimerKind {
     sim.config(pipeline(0));
