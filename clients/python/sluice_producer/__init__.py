@@ -164,7 +164,22 @@ def post_readings(api_url: str, token: str, readings: Iterable[Mapping[str, Any]
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
+        with _NO_REDIRECTS.open(request, timeout=timeout) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:
+            where = e.headers.get("Location", "?")
+            raise PublishError(f"{e.code}: redirected to {where}, not followed (the token goes only to api_url)") from None
         raise PublishError(f"{e.code}: {e.read().decode(errors='replace')}") from None
+
+
+class _Refuse(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: urllib's own keeps the ``Authorization`` header on a redirect
+    to another host (a POST turned GET on 301/302/303), which would hand the write token
+    to whoever the answer names."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_Refuse)

@@ -35,5 +35,47 @@ class ReadingTest(unittest.TestCase):
             SensorProducer("127.0.0.1:1", partitioner="consistent_random")
 
 
+class RedirectTest(unittest.TestCase):
+    def test_the_token_never_follows_a_redirect_to_another_host(self):
+        import http.server
+        import threading
+
+        from sluice_producer import PublishError, post_readings
+
+        seen = []
+
+        class Elsewhere(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        other = http.server.HTTPServer(("127.0.0.1", 0), Elsewhere)
+
+        class Redirecting(Elsewhere):
+            def do_POST(self):
+                self.send_response(302)
+                self.send_header("Location", f"http://localhost:{other.server_port}/collect")
+                self.end_headers()
+
+        api = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+        for server in (api, other):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            with self.assertRaises(PublishError) as refused:
+                post_readings(f"http://127.0.0.1:{api.server_port}", "s3cret-token", [reading("gold", "k")], timeout=5)
+            self.assertIn("not followed", str(refused.exception))
+            self.assertEqual(seen, [], "the redirect's target was asked, with the token")
+        finally:
+            for server in (api, other):
+                server.shutdown()
+
+
 if __name__ == "__main__":
     unittest.main()
