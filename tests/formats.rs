@@ -296,12 +296,25 @@ fn a_record_whose_schema_the_registry_refuses_is_dead_lettered_and_holds_nothing
     w.env = vec![
         ("SLUICE_FORMAT".into(), "avro".into()),
         ("SLUICE_SCHEMA_REGISTRY_URL".into(), url.clone()),
-        ("SLUICE_RECORD_PATIENCE".into(), "3s".into()),
+        ("SLUICE_RECORD_PATIENCE".into(), "8s".into()),
     ];
     let reader = Registry::connect(&RegistrySettings::new(&url)).unwrap();
     w.read_events_with(Codec::with_registry(Formats::default(), Some(reader)));
-    w.start_with(&pipeline("ref-p", command_job("true", 0)));
+    w.config(&pipeline("ref-p", command_job("true", 0)));
+    let http = format!("127.0.0.1:{}", crate::support::free_port());
+    w.serve(&http, &[]);
     w.produce("sensors", Some("ref-p"), Some(&[0, 0, 0, 0, 77, 0]));
+    // Meanwhile readiness says which record holds the instance up, and why.
+    crate::support::wait_until(
+        "readiness to name the record",
+        std::time::Duration::from_secs(30),
+        || w.log_tail(),
+        || {
+            crate::support::http_get(&http, "/readyz").is_some_and(|(status, body)| {
+                status == 503 && body.contains("waits to read") && body.contains("sensors/")
+            })
+        },
+    );
     w.sensor("ref-p", "row-count", json!({"count": 1500}));
     w.sensor("ref-p", "upstream", json!({"status": "ready"}));
     w.wait_for_sequence(

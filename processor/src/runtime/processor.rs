@@ -1198,7 +1198,16 @@ impl Processor {
                         // An outage: ask again after as long once more.
                         next_probe = since.elapsed() + self.settings.record_patience;
                     }
-                    waiting.get_or_insert_with(|| telemetry.awaiting_broker());
+                    waiting.get_or_insert_with(|| {
+                        let record = format!(
+                            "{}/{}@{} (the schema registry cannot answer for it: {e}; it is dead-lettered after --record-patience, {}s, if the registry answers otherwise)",
+                            message.topic(),
+                            message.partition(),
+                            message.offset(),
+                            self.settings.record_patience.as_secs()
+                        );
+                        (telemetry.awaiting_broker(), telemetry.waiting_on_record(record))
+                    });
                     warn!(
                         topic = message.topic(),
                         partition = message.partition(),

@@ -29,6 +29,8 @@ pub struct Telemetry {
     broker: AtomicU64,
     /// Starts false: not ready until the assigned partitions' state is restored.
     ready: AtomicBool,
+    /// The input record the loop waits to read (its schema unreadable), for readiness.
+    waiting_record: std::sync::Mutex<Option<String>>,
     /// Set once; the first reason wins and the process stays unhealthy until restarted.
     fatal: OnceLock<String>,
     /// When the processing loop last turned, in milliseconds since `started`.
@@ -179,6 +181,7 @@ impl Telemetry {
         Arc::new(Telemetry {
             broker: AtomicU64::new(0),
             ready: AtomicBool::new(false),
+            waiting_record: std::sync::Mutex::new(None),
             fatal: OnceLock::new(),
             last_turn_ms: AtomicU64::new(0),
             broker_waits: AtomicUsize::new(0),
@@ -481,7 +484,17 @@ impl Telemetry {
         if !self.ready.load(Ordering::Relaxed) {
             return Err("restoring state".into());
         }
+        if let Some(record) = self.waiting_record.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Err(format!("every partition waits to read {record}"));
+        }
         Ok(())
+    }
+
+    /// Names the input record the loop waits to read until the guard is dropped: readiness
+    /// says which, and why, meanwhile.
+    pub fn waiting_on_record(&self, record: String) -> RecordWait<'_> {
+        *self.waiting_record.lock().unwrap_or_else(|e| e.into_inner()) = Some(record);
+        RecordWait(self)
     }
 
     /// Every registered metric.
@@ -505,6 +518,15 @@ impl Telemetry {
 /// How long the loop may go without turning by default: far longer than any batch takes,
 /// short enough that a stuck instance's partitions move within minutes.
 pub const DEFAULT_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A record waited on ([`Telemetry::waiting_on_record`]); dropped, readiness forgets it.
+pub struct RecordWait<'a>(&'a Telemetry);
+
+impl Drop for RecordWait<'_> {
+    fn drop(&mut self) {
+        *self.0.waiting_record.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
 
 /// A wait on the broker under way ([`Telemetry::awaiting_broker`]).
 pub struct BrokerWait<'a>(&'a Telemetry, tokio::time::Instant);
@@ -535,6 +557,21 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn readiness_names_the_record_every_partition_waits_to_read_until_it_is_read() {
+        let t = Telemetry::new();
+        t.set_ready(true);
+        assert_eq!(t.readiness(), Ok(()));
+        let wait = t.waiting_on_record("sluice.sensors/2@17 (refused)".into());
+        assert_eq!(
+            t.readiness(),
+            Err("every partition waits to read sluice.sensors/2@17 (refused)".to_string())
+        );
+        assert_eq!(t.liveness(), Ok(()), "alive: a restart would not mend it");
+        drop(wait);
+        assert_eq!(t.readiness(), Ok(()));
+    }
 
     #[test]
     fn an_exchange_begun_before_an_outage_notice_does_not_say_the_broker_is_back() {
