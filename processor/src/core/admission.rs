@@ -5,7 +5,10 @@
 //! was fetched, or given up to a newer owner, it is that owner's) and open (while its store
 //! is being opened, the record is read again once it is). A record at or below the offset
 //! already applied, durably or earlier in the same batch, is a redelivery: committed, never
-//! applied again.
+//! applied again. But a partition's offsets only go forward while it is read: a record at
+//! or below one already delivered since the partition was opened means the topic was
+//! recreated (or truncated) under the running processor, and its new records would be
+//! taken for redeliveries and never applied; that stops the processor.
 
 /// What a record's partition looks like when the record is delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +23,8 @@ pub struct Partition {
     pub applied: Option<i64>,
     /// The highest offset of the record's topic seen earlier in this batch.
     pub seen_in_batch: Option<i64>,
+    /// The highest offset of the record's topic delivered since the partition was opened.
+    pub delivered: Option<i64>,
 }
 
 /// What becomes of a delivered record.
@@ -35,6 +40,9 @@ pub enum Admission {
     AlreadyApplied,
     /// Applied; its offset becomes the applied one.
     Apply,
+    /// The offsets went back (from the one named): the topic was recreated or truncated
+    /// while it was read. Nothing more of it may be applied or committed.
+    WentBack { from: i64 },
 }
 
 impl Admission {
@@ -56,6 +64,12 @@ pub fn admit(partition: &Partition, offset: i64) -> Admission {
         return Admission::ReadAgainWhenOpen;
     }
     let done = partition.applied.max(partition.seen_in_batch);
+    // Only what would be skipped as applied is at stake; a record read again after a seek
+    // (one skipped while its partition opened) was never applied.
+    let skipped = done.is_some_and(|done| offset <= done);
+    if let Some(from) = partition.delivered.filter(|d| offset <= *d && skipped) {
+        return Admission::WentBack { from };
+    }
     match done.is_some_and(|done| offset <= done) {
         true => Admission::AlreadyApplied,
         false => Admission::Apply,
@@ -73,7 +87,31 @@ mod tests {
             open: true,
             applied,
             seen_in_batch,
+            delivered: None,
         }
+    }
+
+    /// After a restart the first records delivered may be at or below the applied offset
+    /// (the commit lagged): redeliveries. Once read on, a record at or below one delivered
+    /// before is the topic starting over: recreated while it ran.
+    #[test]
+    fn offsets_that_go_back_while_a_partition_is_read_stop_it() {
+        let mut p = open(Some(60), None);
+        assert_eq!(admit(&p, 50), Admission::AlreadyApplied, "a redelivery after a restart");
+        p.delivered = Some(50);
+        assert_eq!(admit(&p, 51), Admission::AlreadyApplied);
+        p.delivered = Some(61);
+        assert_eq!(admit(&p, 62), Admission::Apply);
+        p.applied = Some(62);
+        p.delivered = Some(62);
+        // The topic recreated: offset 0 again, below the old applied offset.
+        assert_eq!(admit(&p, 0), Admission::WentBack { from: 62 });
+        assert_eq!(admit(&p, 62), Admission::WentBack { from: 62 });
+        assert!(!Admission::WentBack { from: 62 }.commits());
+        // Read again after a seek, records never applied are applied as ever.
+        let mut reread = open(Some(40), None);
+        reread.delivered = Some(70);
+        assert_eq!(admit(&reread, 41), Admission::Apply);
     }
 
     #[test]

@@ -279,6 +279,9 @@ pub struct Processor {
     /// Partitions given up on finding a newer owner's fence: their records are left alone
     /// until the group says who owns them.
     abandoned: BTreeSet<i32>,
+    /// The highest offset of each input partition delivered since it was opened: offsets
+    /// that go back mean a topic recreated under the processor (see core::admission).
+    delivered: HashMap<(String, i32), i64>,
     /// Keys logged as misrouted (once each).
     warned: Warned,
     /// API questions, answered between batches (see [`api`]).
@@ -418,6 +421,7 @@ impl Processor {
             writers: BTreeMap::new(),
             openings,
             abandoned: BTreeSet::new(),
+            delivered: HashMap::new(),
             warned: Warned::default(),
             queries,
             query_sender,
@@ -679,6 +683,7 @@ impl Processor {
     /// Forgets an owned partition: its store (returned), timers, pending work and views.
     fn close_partition(&mut self, p: i32) -> Option<PartitionStore> {
         let store = self.stores.remove(&p)?;
+        self.delivered.retain(|(_, partition), _| *partition != p);
         self.timers.drop_partition(p);
         self.writers.remove(&p);
         self.summaries.forget(p);
@@ -794,6 +799,8 @@ impl Processor {
             "partition assigned: state opened"
         );
         self.stores.insert(p, store);
+        // Read afresh from the committed offsets: what comes first may be redelivered.
+        self.delivered.retain(|(_, partition), _| *partition != p);
         if let Some(tail) = &self.tail {
             tail.read(p);
         }
@@ -1012,8 +1019,12 @@ impl Processor {
                 open: self.stores.contains_key(&p),
                 applied: self.stores.get(&p).and_then(|s| s.applied_offset(&topic)),
                 seen_in_batch: pending.commits.get(&(topic.clone(), p)).copied(),
+                delivered: self.delivered.get(&(topic.clone(), p)).copied(),
             };
             let admitted = admission::admit(&partition, offset);
+            if partition.open && !matches!(admitted, Admission::WentBack { .. }) {
+                self.delivered.insert((topic.clone(), p), offset);
+            }
             if admitted.commits() {
                 self.telemetry.record_in(&topic);
                 pending.commits.insert((topic.clone(), p), offset);
@@ -1036,6 +1047,14 @@ impl Processor {
                 Admission::AlreadyApplied => {
                     debug!(%topic, p, offset, "already applied: skipped");
                     continue;
+                }
+                // Nothing of the batch counts: its records are not committed, and on restart
+                // the opening's check (InputAhead) stops it again until the state is rebuilt.
+                Admission::WentBack { from } => {
+                    let applied = partition.applied.unwrap_or(from);
+                    bail!(
+                        "partition {p} of {topic} went back from offset {from} to {offset} while it was read: the topic was recreated (or lost records) under the running processor, and its new records up to offset {applied} would be skipped as already applied. Stop every instance, then rebuild the state with `sluice reset --from-scratch`, or delete the state directories and the changelog too if the old state is not wanted"
+                    );
                 }
                 Admission::Apply => {}
             }

@@ -949,6 +949,8 @@ impl World {
                 open: true,
                 applied: if stale_watermark { None } else { applied },
                 seen_in_batch: seen,
+                // The simulated log is never recreated.
+                delivered: None,
             };
             let admitted = admission::admit(&partition, offset);
             if admitted.commits() {
