@@ -1202,54 +1202,6 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
     sigterm_child(&mut next, &w);
 }
 
-/// An input topic deleted and created again while the processor reads it: its new records
-/// start at offset 0 again, below what the state says it applied, and used to be skipped
-/// as redeliveries (committed, never applied: the pipeline's readings vanished). The
-/// processor now notices the offsets going back and stops, naming the fix.
-#[test]
-fn an_input_topic_recreated_while_the_processor_runs_stops_it() {
-    let mut w = World::new("recreated");
-    let target = Target::fast();
-    w.config(&config("p000", &target.url));
-    let mut child = w.spawn(w.state.path(), &[]);
-    w.sensor("p000", "row-count", json!({"count": 5000}));
-    w.sensor("p000", "upstream", json!({"status": "ready"}));
-    w.wait_for("p000", "the run", |es| {
-        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
-    });
-    let topic = w.topic("sensors");
-    let partitions = w.partitions();
-    {
-        use rdkafka::admin::{AdminClient, AdminOptions};
-        use rdkafka::client::DefaultClientContext;
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &w.brokers)
-            .create()
-            .unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        for result in rt
-            .block_on(admin.delete_topics(&[&topic], &AdminOptions::new()))
-            .unwrap()
-        {
-            result.unwrap();
-        }
-    }
-    support::create_topics(&w.prefix, &[("sensors", partitions)]);
-    // The same readings again, on the new topic (offsets from 0).
-    w.sensor("p000", "row-count", json!({"count": 5000}));
-    w.sensor("p000", "upstream", json!({"status": "ready"}));
-    let status = exit_of(&mut child, &w);
-    let log = w.log();
-    assert_eq!(status.code(), Some(1), "{log}");
-    assert!(
-        log.contains("went back from offset") && log.contains("recreated"),
-        "{log}"
-    );
-}
-
 /// A store current with a changelog offset beyond the partition's end belongs to a
 /// changelog that is gone (the topic was recreated): the processor stops, naming the fix,
 /// rather than clearing the state or skipping input silently.
