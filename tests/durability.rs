@@ -663,13 +663,7 @@ impl Partition {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
-                for (from, to) in [(&client, &server), (&server, &client)] {
-                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(Shutdown::Both);
-                    });
-                }
+                forward(&client, &server);
                 state.1.extend([client, server]);
             }
         });
@@ -687,6 +681,17 @@ impl Partition {
 
     fn heal(&self) {
         self.state.lock().unwrap().0 = false;
+    }
+}
+
+/// Copies bytes both ways between a client and the broker until either side closes.
+fn forward(client: &TcpStream, server: &TcpStream) {
+    for (from, to) in [(client, server), (server, client)] {
+        let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(Shutdown::Both);
+        });
     }
 }
 
@@ -741,13 +746,7 @@ impl ClientCut {
                     {
                         return;
                     }
-                    for (from, to) in [(&client, &server), (&server, &client)] {
-                        let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
-                        std::thread::spawn(move || {
-                            let _ = std::io::copy(&mut from, &mut to);
-                            let _ = to.shutdown(Shutdown::Both);
-                        });
-                    }
+                    forward(&client, &server);
                     state.open.extend([(id.clone(), client), (id, server)]);
                 });
             }

@@ -443,14 +443,7 @@ fn a_forged_changelog_record_cannot_roll_a_partition_back() {
     w.start();
     // The same reading again, then a rerun whose answer says what the state holds.
     go(&w, "ran");
-    w.rerun("ran", day(), "after the restore");
-    let events = w.wait_for("ran", "the rerun's answer", |es| {
-        es.iter().any(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
-    });
-    let answer = events
-        .iter()
-        .find(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
-        .unwrap();
+    let (answer, events) = rerun_answer(&mut w, "ran", "after the restore");
     assert_eq!(answer.kind, RERUN_REJECTED, "{answer:?}");
     assert!(
         answer.detail["rejection"]
@@ -463,6 +456,16 @@ fn a_forged_changelog_record_cannot_roll_a_partition_back() {
     assert_eq!(log.runs().len(), 1, "the date ran once");
     assert!(w.log().contains("no fence accounts for"), "the restore said so");
     w.stop();
+}
+
+/// Asks for a rerun of `pipeline`'s date: its answer (accepted or rejected), which says
+/// what the state holds, and the pipeline's events by then.
+fn rerun_answer(w: &mut World, pipeline: &str, reason: &str) -> (Event, Vec<Event>) {
+    w.rerun(pipeline, day(), reason);
+    let answered = |e: &Event| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED;
+    let events = w.wait_for(pipeline, "the rerun's answer", |es| es.iter().any(answered));
+    let answer = events.iter().find(|e| answered(e)).unwrap().clone();
+    (answer, events)
 }
 
 /// `config delete`, then `config apply` of the same pipeline and the same reading again:
@@ -483,14 +486,7 @@ fn a_date_that_ran_is_not_run_again_after_its_config_is_deleted_and_applied_agai
     });
     w.config(&config);
     go(&w, "again");
-    w.rerun("again", day(), "after the apply");
-    let events = w.wait_for("again", "the rerun's answer", |es| {
-        es.iter().any(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
-    });
-    let answer = events
-        .iter()
-        .find(|e| e.kind == RERUN_REJECTED || e.kind == RERUN_ACCEPTED)
-        .unwrap();
+    let (answer, events) = rerun_answer(&mut w, "again", "after the apply");
     assert_eq!(answer.kind, RERUN_REJECTED, "the completed run was kept: {answer:?}");
     assert_eq!(events.iter().filter(|e| e.kind == JOB_TRIGGERED).count(), 1);
     assert_eq!(log.runs(), [run_id("again", 1)], "the date ran once");
