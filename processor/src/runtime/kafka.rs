@@ -1646,10 +1646,20 @@ mod tests {
         assert!(fatal_error(producer).is_some());
     }
 
+    /// An idempotent producer, as Sluice's are (librdkafka's fatal state is theirs: a plain
+    /// producer in it still enqueues, and the record waits out `message.timeout.ms`).
+    fn idempotent_unreachable_producer() -> ClientConfig {
+        let mut config = unreachable_producer();
+        config
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "5000");
+        config
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn a_producer_in_a_fatal_state_is_replaced_at_once_or_stops_the_run() {
         // Idempotent: replaced on the first refusal, and the failure is an ordinary one.
-        let renewable = RenewableProducer::with_config(unreachable_producer(), Watch::default()).unwrap();
+        let renewable = RenewableProducer::with_config(idempotent_unreachable_producer(), Watch::default()).unwrap();
         make_fatal(&renewable.current());
         let e = renewable.send("t", None, Some(b"v"), &[]).await.unwrap_err();
         assert_eq!(renewable.lock().number, 1, "replaced: {e}");
@@ -1660,7 +1670,8 @@ mod tests {
         ));
 
         // Transactional (never replaced): every record fails at once, and the run stops.
-        let fixed = RenewableProducer::fixed(create_producer(&unreachable_producer(), &Watch::default()).unwrap());
+        let fixed =
+            RenewableProducer::fixed(create_producer(&idempotent_unreachable_producer(), &Watch::default()).unwrap());
         make_fatal(&fixed.current());
         let e = fixed.send("t", None, Some(b"v"), &[]).await.unwrap_err();
         assert!(
