@@ -1013,21 +1013,28 @@ impl Processor {
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
             let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
+            // One key per record, for the batch's commits and the offsets delivered.
+            let key = (topic.clone(), p);
             let partition = admission::Partition {
                 assigned: owned.find_partition(&topic, p).is_some(),
                 abandoned: self.abandoned.contains(&p),
                 open: self.stores.contains_key(&p),
                 applied: self.stores.get(&p).and_then(|s| s.applied_offset(&topic)),
-                seen_in_batch: pending.commits.get(&(topic.clone(), p)).copied(),
-                delivered: self.delivered.get(&(topic.clone(), p)).copied(),
+                seen_in_batch: pending.commits.get(&key).copied(),
+                delivered: self.delivered.get(&key).copied(),
             };
             let admitted = admission::admit(&partition, offset);
             if partition.open && !matches!(admitted, Admission::WentBack { .. }) {
-                self.delivered.insert((topic.clone(), p), offset);
+                match self.delivered.get_mut(&key) {
+                    Some(delivered) => *delivered = offset,
+                    None => {
+                        self.delivered.insert(key.clone(), offset);
+                    }
+                }
             }
             if admitted.commits() {
                 self.telemetry.record_in(&topic);
-                pending.commits.insert((topic.clone(), p), offset);
+                pending.commits.insert(key, offset);
             }
             match admitted {
                 Admission::NotAssigned => {
