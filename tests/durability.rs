@@ -104,6 +104,11 @@ struct Target {
 
 impl Target {
     fn answering_after(delay: Duration) -> Target {
+        Target::answering_each_after(move |_| delay)
+    }
+
+    /// A target that answers a call of each pipeline after `delay(pipeline)`.
+    fn answering_each_after(delay: impl Fn(&str) -> Duration + Send + Sync + 'static) -> Target {
         let calls: Arc<Mutex<BTreeMap<String, Vec<Instant>>>> = Arc::default();
         let seen = calls.clone();
         let base = serve(move |request| {
@@ -112,8 +117,12 @@ impl Target {
                 "a trigger without an idempotency key"
             );
             let pipeline = request.path.rsplit('/').next().unwrap_or_default().to_string();
-            seen.lock().unwrap().entry(pipeline).or_default().push(Instant::now());
-            std::thread::sleep(delay);
+            seen.lock()
+                .unwrap()
+                .entry(pipeline.clone())
+                .or_default()
+                .push(Instant::now());
+            std::thread::sleep(delay(&pipeline));
             (200, "{}".to_string())
         });
         Target {
@@ -880,6 +889,79 @@ fn calls_in_flight_during_a_rebalance_land_once() {
         .map(|e| &e.event_id)
         .collect();
     assert_eq!(triggered.len(), SLOW, "one JOB_TRIGGERED per run");
+}
+
+/// A SIGKILL while two triggers wait for the one slot a slow call holds: the waiting calls
+/// never began (no start mark on the jobs topic), so the restarted owner makes them soon
+/// after their time to begin (30 s), not at their deadlines (about 6 minutes, the default
+/// retry policy's); the slow call, which reached the target, is left to its deadline.
+/// Counted at the target: every run called once. Before start marks, the waiting calls
+/// went out only at their deadlines.
+#[test]
+fn after_a_crash_the_calls_that_never_began_go_out_within_seconds() {
+    let mut w = World::new("never-began");
+    let slow = pipeline_id(0);
+    let waiting = [pipeline_id(1), pipeline_id(2)];
+    let held = slow.clone();
+    let target = Target::answering_each_after(move |p| match p == held {
+        true => Duration::from_secs(600),
+        false => Duration::ZERO,
+    });
+    for id in std::iter::once(&slow).chain(&waiting) {
+        // The default retry policy: a deadline about 6 minutes after the request.
+        let job = json!({"type": "http", "config": {"url": format!("{}/{id}", target.url)}});
+        w.config(&pipeline(id, job));
+    }
+    let args = [STATIC, &["--max-calls-per-target", "1"]].concat();
+    let child = w.spawn(w.state.path(), &args);
+    assert!(w.swap_processor(Some(child)).is_none());
+    w.wait_for_all("every CONFIG_ACCEPTED", Instant::now() + RUN_DEADLINE, |es| {
+        count(es, EventType::CONFIG_ACCEPTED) >= 3
+    });
+    let ready = |w: &mut World, id: &str| {
+        w.sensor(id, "row-count", json!({"count": 5000}));
+        w.sensor(id, "upstream", json!({"status": "ready"}));
+    };
+    ready(&mut w, &slow);
+    wait_until(
+        "the slow call at the target",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || target.total() >= 1,
+    );
+    for id in &waiting {
+        ready(&mut w, id);
+    }
+    // Both in the executor, queued behind the slow call for the target's one slot.
+    wait_log(&w, "triggering job", 3);
+    assert_eq!(target.total(), 1, "{:?}", target.calls());
+    sigkill(&mut w.swap_processor(None).unwrap());
+    let killed = Instant::now();
+    let child = w.spawn(w.state.path(), &args);
+    w.swap_processor(Some(child));
+    wait_until(
+        "the calls that never began made by the restarted owner",
+        Duration::from_secs(120),
+        || format!("{:?}\n{}", target.calls(), w.log_tail()),
+        || waiting.iter().all(|id| target.calls().contains_key(id)),
+    );
+    let calls = target.calls();
+    eprintln!(
+        "[never-began] waiting calls made {:?} after the SIGKILL",
+        waiting.iter().map(|id| calls[id][0] - killed).collect::<Vec<_>>()
+    );
+    for (pipeline, at) in &calls {
+        assert_eq!(at.len(), 1, "{pipeline}'s run was called {} times", at.len());
+    }
+    // Its start mark kept it from being requested with the others (it would be by now):
+    // it waits for its deadline, minutes away.
+    let requested = |id: &str| {
+        (w.log().lines())
+            .filter(|l| l.contains(&format!("effect{{pipeline={id} ")) && l.contains("triggering job"))
+            .count()
+    };
+    assert_eq!(requested(&slow), 1, "{}", w.log_tail());
+    assert_eq!(requested(&waiting[0]), 2, "{}", w.log_tail());
 }
 
 /// A trigger retrying (its target answered 503) when its partition is revoked: the old

@@ -224,6 +224,12 @@ pub enum JobStatus {
     /// is doing (its status API down, throttling, or refusing the question). The job may
     /// still be running, so this never ends it: JOB_STATUS_UNKNOWN, and the checks go on.
     Unknown,
+    /// Not a run's state: Sluice's executor is about to make the first try of a trigger's
+    /// call (`metadata.deadline` names the call). Written, and acknowledged, before the
+    /// try: a new owner that finds a journaled call without it, once the call's time to
+    /// begin (`startBy`) has passed, knows the call never began and never will, and makes
+    /// it at once instead of waiting for its deadline.
+    Calling,
 }
 
 impl JobStatus {
@@ -235,6 +241,7 @@ impl JobStatus {
             JobStatus::Timeout => "timeout",
             JobStatus::Released => "released",
             JobStatus::Unknown => "unknown",
+            JobStatus::Calling => "calling",
         }
     }
 }

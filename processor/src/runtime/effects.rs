@@ -183,7 +183,7 @@ impl Executor {
                         outcome
                     }
                     (None, release) => {
-                        let mut stop = Stop::at(work.deadline(), release);
+                        let mut stop = Stop::at(work.deadline(), release).starting_by(work.start_by());
                         work.trigger(&mut stop).await
                     }
                 };
@@ -361,6 +361,9 @@ enum Stopped {
     /// Its run ended (cancelled, its poll window closed, stale, the pipeline deleted): a
     /// failing trigger or command is not tried again.
     Ended,
+    /// Its start mark was not acknowledged by its time to begin (it waited for a slot, or
+    /// the broker for the mark): it makes no call, and lets it go to be requested again.
+    NotBegun,
 }
 
 /// What a trigger in flight is told: nothing yet, or why to stop (the first reason stands).
@@ -371,6 +374,8 @@ type Signal = Option<Stopped>;
 struct Stop {
     deadline: Option<Instant>,
     release: Option<watch::Receiver<Signal>>,
+    /// A trigger's time to begin, until its start mark is acknowledged (then `None`).
+    start_by: Option<Instant>,
 }
 
 impl Stop {
@@ -378,11 +383,21 @@ impl Stop {
         Stop {
             deadline: None,
             release: None,
+            start_by: None,
         }
     }
 
     fn at(deadline: Option<Instant>, release: Option<watch::Receiver<Signal>>) -> Self {
-        Stop { deadline, release }
+        Stop {
+            deadline,
+            release,
+            start_by: None,
+        }
+    }
+
+    /// The call's first try waits for its start mark, acknowledged by `start_by`.
+    fn starting_by(self, start_by: Option<Instant>) -> Self {
+        Stop { start_by, ..self }
     }
 
     /// Whether the call has to stop now.
@@ -406,9 +421,11 @@ impl Stop {
         }
     }
 
-    /// Resolves when the call has to stop.
+    /// Resolves when the call has to stop (a trigger not yet marked: at its time to begin
+    /// too, see [`Work::begin`]).
     async fn reached(&mut self) -> Stopped {
         let deadline = self.deadline;
+        let start_by = self.start_by;
         let told = async {
             let told = match &mut self.release {
                 Some(release) => release.wait_for(|r| r.is_some()).await.ok().and_then(|r| *r),
@@ -420,9 +437,14 @@ impl Stop {
                 None => std::future::pending().await,
             }
         };
+        let at = async |at: Option<Instant>| match at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        };
         tokio::select! {
             why = told => why,
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => Stopped::Deadline,
+            _ = at(deadline) => Stopped::Deadline,
+            _ = at(start_by) => Stopped::NotBegun,
         }
     }
 }
@@ -556,6 +578,34 @@ impl Work {
         Some(Instant::now() + self.clock.until(self.request.deadline?))
     }
 
+    /// The request's time to begin on the runtime's clock (`None`: journaled before marks).
+    fn start_by(&self) -> Option<Instant> {
+        self.request.deadline?;
+        Some(Instant::now() + self.clock.until(self.request.start_by?))
+    }
+
+    /// Before a trigger's first try, once it holds its slot (or before its first wait to
+    /// retry, when the target's circuit refused it): its start mark, acknowledged on the
+    /// jobs topic by its time to begin, or no call at all ([`Stopped::NotBegun`]). A new
+    /// owner that finds no mark after that time makes the call itself at once (see
+    /// [`crate::core::handover`]); one that finds it waits for the deadline. Only a call
+    /// queued for a slot is let go this way: it has made no try, and spends no retry.
+    async fn begin(&self, stop: &mut Stop) -> Result<(), Stopped> {
+        let (Some(by), Some(deadline)) = (stop.start_by, self.request.deadline) else {
+            return Ok(());
+        };
+        if Instant::now() >= by {
+            return Err(Stopped::NotBegun);
+        }
+        match tokio::time::timeout_at(by, self.report(Outcome::calling(deadline))).await {
+            Ok(()) => {
+                stop.start_by = None;
+                Ok(())
+            }
+            Err(_) => Err(Stopped::NotBegun),
+        }
+    }
+
     /// What a trigger stopped before an answer reports: `released` (naming the deadline it
     /// gave up, so that the run's next owner can tell it from an older call's), or a failure
     /// at the deadline.
@@ -573,6 +623,10 @@ impl Work {
                     format!("{what} gave up at its deadline after {tries} tries{error}"),
                 )
                 .with("tries", json!(tries))
+            }
+            Stopped::NotBegun => {
+                warn!(run_id = %self.request.run_id, "{what} not begun: its start mark was not on the jobs topic by its time to begin (waiting for a slot, or for the broker); let go, to be requested again");
+                Outcome::not_begun(self.request.deadline, self.request.release_key.as_deref())
             }
             Stopped::Ended => {
                 info!(run_id = %self.request.run_id, tries, "{what} not tried again: its run ended");
@@ -653,7 +707,8 @@ impl Work {
         let mut retries = 0;
         let mut last_error = None;
         loop {
-            let answer = match self.limits.call_until(&target, &attempt, stop).await {
+            let begin = async |stop: &mut Stop| self.begin(stop).await;
+            let answer = match self.limits.call_until(&target, &attempt, stop, begin).await {
                 Ok(answer) => answer,
                 Err(why) => return Ok(self.stopped(why, what, retries, last_error.as_deref())),
             };
@@ -676,6 +731,11 @@ impl Work {
                 Err(CallError::Infra(reason)) => (reason, None),
             };
             retries += 1;
+            // A trigger the target's open circuit refused before its first try is marked
+            // before it waits to retry: its retries may go on until the deadline.
+            if let Err(why) = self.begin(stop).await {
+                return Ok(self.stopped(why, what, retries, Some(error.as_str())));
+            }
             match policy.delay(retries) {
                 Some(wait) => {
                     warn!(run_id = %r.run_id, target, error = %error, retry = retries, wait_ms = wait.as_millis() as u64, "{what} failed; retrying");
@@ -759,6 +819,9 @@ impl Work {
             why = stop.reached() => return self.stopped(why, "command", 0, None),
         };
         if let Some(why) = stop.now() {
+            return self.stopped(why, "command", 0, None);
+        }
+        if let Err(why) = self.begin(stop).await {
             return self.stopped(why, "command", 0, None);
         }
         let mut slot = Some(slot);
@@ -965,18 +1028,20 @@ impl Limits {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
-        let answer = self.call_until(target, attempt, &mut Stop::never()).await;
+        let answer = (self.call_until(target, attempt, &mut Stop::never(), async |_: &mut Stop| Ok(()))).await;
         answer.unwrap_or_else(|_| unreachable!("a call that never stops stopped"))
     }
 
     /// [`Self::call`], unless `stop` says so before the call is made (waiting for a slot
     /// included). A call being made is not cut when released (it may have reached the
-    /// target: its answer is worth reporting), but is at the deadline.
+    /// target: its answer is worth reporting), but is at the deadline. `begin` goes first
+    /// once the slot is held (a trigger's start mark, see [`Work::begin`]).
     async fn call_until<T, F, Fut>(
         &self,
         target: &str,
         attempt: &F,
         stop: &mut Stop,
+        begin: impl AsyncFnOnce(&mut Stop) -> Result<(), Stopped>,
     ) -> Result<Result<T, CallError>, Stopped>
     where
         F: Fn() -> Fut,
@@ -993,6 +1058,7 @@ impl Limits {
                 slot = self.slot(target) => slot,
                 why = stop.reached() => return Err(why),
             };
+            begin(stop).await?;
             match stop.deadline {
                 None => attempt().await,
                 Some(deadline) => (tokio::time::timeout_at(deadline, attempt()).await)

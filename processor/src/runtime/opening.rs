@@ -3,8 +3,12 @@
 //! store is locked or whose restore keeps failing must not hold up the others, nor the
 //! batches, timers and questions of the partitions already open: each opening is a task of
 //! its own, retrying what can be retried, and the processing loop installs its result
-//! when it arrives. Meanwhile the partition's input is paused, and whatever of it was
-//! delivered anyway is read again once the partition is open.
+//! when it arrives. Whatever of the partition's input is delivered meanwhile is skipped,
+//! and read again once the partition is open; a topic-partition that delivers a record is
+//! paused until then. Only then: pausing a partition as it is assigned races librdkafka's
+//! start of its fetcher, whose start is then dropped as outdated, and the partition is
+//! never read (librdkafka issues 2190 and 5591; seen here as one input partition of a
+//! fresh instance never read). A partition that has delivered a record has started.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,13 +151,16 @@ impl Openings {
         );
     }
 
-    /// Stops opening `p` (revoked): its result, when it comes, is dropped.
-    pub fn cancel(&mut self, p: i32) {
+    /// Stops opening `p` (revoked): its result, when it comes, is dropped. Returns the
+    /// input topics whose partition `p` was paused meanwhile: librdkafka keeps a pause
+    /// across a revocation, so the caller resumes them (assigned here again, they must be
+    /// read).
+    pub fn cancel(&mut self, p: i32) -> Vec<String> {
         if let Some(task) = self.tasks.get_mut(&p) {
             task.cancelled.store(true, Ordering::Relaxed);
             task.again = false;
         }
-        self.skipped.retain(|(_, q), _| *q != p);
+        self.take_skipped(p).into_iter().map(|(topic, _)| topic).collect()
     }
 
     /// Stops every opening (the processor is stopping).
@@ -165,10 +172,19 @@ impl Openings {
     }
 
     /// Notes that an input record of `p` was delivered while `p` is being opened: it is
-    /// read again from there once `p` is open.
-    pub fn skip(&mut self, topic: &str, p: i32, offset: i64) {
-        let first = self.skipped.entry((topic.to_string(), p)).or_insert(offset);
-        *first = (*first).min(offset);
+    /// read again from there once `p` is open. True for the first of its topic-partition:
+    /// the caller pauses that topic-partition until then (see the module's comment).
+    pub fn skip(&mut self, topic: &str, p: i32, offset: i64) -> bool {
+        match self.skipped.get_mut(&(topic.to_string(), p)) {
+            Some(first) => {
+                *first = (*first).min(offset);
+                false
+            }
+            None => {
+                self.skipped.insert((topic.to_string(), p), offset);
+                true
+            }
+        }
     }
 
     /// The next opening to finish for this owner: a cancelled one's result is dropped here
@@ -187,7 +203,8 @@ impl Openings {
         }
     }
 
-    /// The first offsets of `p`'s input delivered while it was being opened.
+    /// The first offsets of `p`'s input delivered while it was being opened: the
+    /// topic-partitions paused since, to resume and read again from there.
     pub fn take_skipped(&mut self, p: i32) -> Vec<(String, i64)> {
         let taken: Vec<(String, i64)> = self
             .skipped

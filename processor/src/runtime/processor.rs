@@ -61,7 +61,7 @@ use crate::core::changelog::{Checked, Entry, Lineage, Writer};
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
-use crate::core::handover::{Journaled, Reported, Settled, Step};
+use crate::core::handover::{self, Journaled, Reported, Settled, Step};
 use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
 use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::partitioning::partition_for;
@@ -646,7 +646,8 @@ impl Processor {
                 }
                 for p in partitions {
                     self.abandoned.remove(&p);
-                    self.openings.cancel(p);
+                    let paused: Vec<_> = self.openings.cancel(p).into_iter().map(|t| (t, None)).collect();
+                    self.resume_input(p, &paused)?;
                     self.telemetry.partition_revoked(p, &self.settings.topics.inputs());
                     if self.close_partition(p).is_some() {
                         info!(partition = p, "partition revoked: state closed");
@@ -660,7 +661,10 @@ impl Processor {
         Ok(())
     }
 
-    /// Starts opening assigned partition `p` in the background, its input paused meanwhile.
+    /// Starts opening assigned partition `p` in the background. Its input is not paused
+    /// here (that races librdkafka's start of the fetcher: see [`super::opening`]); what
+    /// of it is delivered meanwhile is skipped, its topic-partition paused, and read again
+    /// once `p` is open.
     fn open(&mut self, p: i32) -> Result<()> {
         if p >= self.partitions {
             return Err(PartitionsAdded {
@@ -672,12 +676,32 @@ impl Processor {
         if self.stores.contains_key(&p) || self.openings.contains(p) {
             return Ok(());
         }
-        let list = self.input_partition(p)?;
-        self.consumer
-            .pause(&list)
-            .with_context(|| format!("pausing the input of partition {p} while it is opened"))?;
         self.openings.start(p);
         Ok(())
+    }
+
+    /// Resumes the input topics of partition `p` paused while it was being opened, each
+    /// read again from its offset when one is given.
+    fn resume_input(&self, p: i32, paused: &[(String, Option<i64>)]) -> Result<()> {
+        if paused.is_empty() {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::new();
+        for (topic, _) in paused {
+            list.add_partition(topic, p);
+        }
+        tokio::task::block_in_place(|| -> Result<()> {
+            self.consumer
+                .resume(&list)
+                .with_context(|| format!("resuming the input of partition {p}"))?;
+            for (topic, offset) in paused {
+                let Some(offset) = offset else { continue };
+                self.consumer
+                    .seek(topic, p, Offset::Offset(*offset), kafka::METADATA_TIMEOUT)
+                    .with_context(|| format!("reading {topic} partition {p} again from offset {offset}"))?;
+            }
+            Ok(())
+        })
     }
 
     /// Forgets an owned partition: its store (returned), timers, pending work and views.
@@ -762,7 +786,11 @@ impl Processor {
             let mut store = store;
             store.disown()?;
             self.abandoned.insert(p);
-            self.openings.take_skipped(p);
+            // Left to the new owner, not read here; but assigned here again, it must be.
+            let paused: Vec<_> = (self.openings.take_skipped(p).into_iter())
+                .map(|(t, _)| (t, None))
+                .collect();
+            self.resume_input(p, &paused)?;
             if outcome == OnOpened::Zombie {
                 return Err(Zombie(vec![p]).into());
             }
@@ -805,18 +833,10 @@ impl Processor {
             tail.read(p);
         }
         // Input delivered while the partition was being opened was skipped: read it again.
-        let skipped = self.openings.take_skipped(p);
-        tokio::task::block_in_place(|| -> Result<()> {
-            self.consumer
-                .resume(&self.input_partition(p)?)
-                .with_context(|| format!("resuming the input of partition {p}"))?;
-            for (topic, offset) in &skipped {
-                self.consumer
-                    .seek(topic, p, Offset::Offset(*offset), kafka::METADATA_TIMEOUT)
-                    .with_context(|| format!("reading {topic} partition {p} again from offset {offset}"))?;
-            }
-            Ok(())
-        })?;
+        let skipped: Vec<_> = (self.openings.take_skipped(p).into_iter())
+            .map(|(t, o)| (t, Some(o)))
+            .collect();
+        self.resume_input(p, &skipped)?;
         self.telemetry.set_ready(self.openings.is_empty());
         self.telemetry.partitions_owned(self.stores.len() as i64);
         self.telemetry.timers_pending(self.timers.len() as i64);
@@ -867,15 +887,6 @@ impl Processor {
         Ok(())
     }
 
-    /// Every input topic's partition `p`.
-    fn input_partition(&self, p: i32) -> Result<TopicPartitionList> {
-        let mut list = TopicPartitionList::new();
-        for topic in self.settings.topics.inputs() {
-            list.add_partition_offset(topic, p, Offset::Invalid)?;
-        }
-        Ok(list)
-    }
-
     /// Settles the journaled triggers that wait for nothing more (see
     /// [`crate::core::handover::Journaled`]): requested again (same idempotency key, a new
     /// deadline journaled first) if their run still awaits a report, forgotten otherwise. A
@@ -912,8 +923,8 @@ impl Processor {
                     }) {
                         Ok((_, end)) => {
                             info!(partition = p, run_id, jobs_end = end,
-                                "a journaled trigger's call is past its deadline: reading the jobs topic up to its end before requesting it again");
-                            self.journaled.measured(p, &run_id, end);
+                                "a journaled trigger's call is past its deadline (or, with no start mark, its time to begin): reading the jobs topic up to its end before requesting it again");
+                            self.journaled.measured(p, &run_id, end, now);
                         }
                         Err(e) => {
                             warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
@@ -1046,9 +1057,14 @@ impl Processor {
                     continue;
                 }
                 Admission::ReadAgainWhenOpen => {
-                    // Its input is paused meanwhile.
                     self.open(p)?;
-                    self.openings.skip(&topic, p, offset);
+                    // Its fetcher has started (it delivered): pausing it now is safe.
+                    if self.openings.skip(&topic, p, offset) {
+                        let mut list = TopicPartitionList::new();
+                        list.add_partition(&topic, p);
+                        (self.consumer.pause(&list))
+                            .with_context(|| format!("pausing {topic} partition {p} while it is opened"))?;
+                    }
                     continue;
                 }
                 Admission::AlreadyApplied => {
@@ -1303,7 +1319,38 @@ impl Processor {
                     info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go")
                 }
                 Reported::Released { found: false } => {
-                    debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
+                    // This owner's executor could not begin the call in time: it asks again.
+                    let journaled = match (self.stores.get(&p), handover::never_began(report)) {
+                        (Some(store), true) => store.effect(&report.run_id)?,
+                        _ => None,
+                    };
+                    match journaled.filter(|e| handover::releases(report, e.request())) {
+                        Some(effect) => {
+                            info!(partition = p, run_id = %report.run_id, "a trigger's call could not begin by its time to begin: requesting it again");
+                            self.journaled.let_go_unbegun(p, effect);
+                        }
+                        None => {
+                            debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
+                        }
+                    }
+                }
+                Reported::Marked { found } => {
+                    if found {
+                        info!(partition = p, run_id = %report.run_id, "a journaled trigger's start mark: its call began at the previous owner, and is left to it until its release, a report, or its deadline");
+                    }
+                    // Kept in the journal with the mark's offset: an owner that opens the
+                    // partition later never reads the mark again.
+                    let journaled = match self.stores.get(&p) {
+                        Some(store) => store.effect(&report.run_id)?,
+                        None => None,
+                    };
+                    if let Some(marked) = journaled.and_then(|e| handover::journal_marked(report, e)) {
+                        pending
+                            .stores
+                            .entry(p)
+                            .or_default()
+                            .put_effect(&report.run_id, &marked)?;
+                    }
                 }
                 // The trigger's outcome is known: it leaves the journal, never requested again.
                 Reported::Answered => pending.stores.entry(p).or_default().delete_effect(&report.run_id),

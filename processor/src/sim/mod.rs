@@ -898,7 +898,7 @@ impl World {
         for step in m.journaled.poll(now, |_, end| end <= jobs_end) {
             let due = match step {
                 Step::MeasureJobsEnd { partition, run_id } => {
-                    m.journaled.measured(partition, &run_id, jobs_end);
+                    m.journaled.measured(partition, &run_id, jobs_end, now);
                     continue;
                 }
                 Step::Due(due) => due,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use super::{releases, Resume, Waiting};
+use super::{marks, releases, Resume, Waiting};
 use crate::core::lifecycle::{Effect, TriggerRequest};
 use crate::core::records::{JobRecord, JobStatus};
 
@@ -40,6 +40,9 @@ pub enum Reported {
     /// The previous executor let a call go; `found`: it was the call journaled here, which
     /// may now be requested again at once.
     Released { found: bool },
+    /// A call's start mark: `found`, it was the call journaled here, which may be under
+    /// way until its deadline.
+    Marked { found: bool },
     /// The run's outcome is known: its trigger leaves the journal (the runtime deletes the
     /// entry in the report's batch) and is never requested again.
     Answered,
@@ -48,9 +51,10 @@ pub enum Reported {
 /// What a journaled trigger needs next from the runtime.
 #[derive(Debug, Clone)]
 pub enum Step {
-    /// The call's deadline has passed: the runtime measures where `partition`'s jobs topic
-    /// ends now and says so ([`Journaled::measured`]); the trigger then waits until the
-    /// topic is read up to there, so that a report written by the deadline is seen first.
+    /// The call's deadline (or, unmarked, its time to begin) has passed: the runtime
+    /// measures where `partition`'s jobs topic ends now and says so ([`Journaled::measured`]);
+    /// the trigger then waits until the topic is read up to there, so that a report (or a
+    /// mark) written by then is seen first.
     MeasureJobsEnd { partition: i32, run_id: String },
     /// It waits for nothing more: the runtime settles it ([`Journaled::settle`]).
     Due(Found),
@@ -110,6 +114,21 @@ impl Journaled {
         left
     }
 
+    /// A trigger journaled by this owner whose own executor let its call go before it
+    /// began (see [`super::never_began`]): settled like a released one, requested again at once
+    /// while its run still awaits it.
+    pub fn let_go_unbegun(&mut self, partition: i32, journaled: Effect) {
+        self.found.push(Found {
+            partition,
+            request: Box::new(journaled.request().clone()),
+            jobs_end: 0,
+            waiting: Waiting {
+                released: true,
+                ..Waiting::default()
+            },
+        });
+    }
+
     /// Partition `partition` is no longer this owner's: its triggers and stale entries are
     /// its next owner's.
     pub fn closed(&mut self, partition: i32) {
@@ -119,15 +138,21 @@ impl Journaled {
 
     /// A report on the jobs topic of `partition` was read.
     pub fn reported(&mut self, partition: i32, report: &JobRecord) -> Reported {
-        if report.status == JobStatus::Released {
-            let found = (self.found.iter_mut()).find(|f| f.partition == partition && releases(report, &f.request));
-            return match found {
-                Some(f) => {
-                    f.waiting.released = true;
-                    Reported::Released { found: true }
-                }
-                None => Reported::Released { found: false },
-            };
+        // Notes `fact` on the trigger of `partition` that `is_of` names; whether there is one.
+        let mut note = |is_of: fn(&JobRecord, &TriggerRequest) -> bool, fact: fn(&mut Waiting)| {
+            let found = (self.found.iter_mut()).find(|f| f.partition == partition && is_of(report, &f.request));
+            found.map(|f| fact(&mut f.waiting)).is_some()
+        };
+        match report.status {
+            JobStatus::Released => {
+                let found = note(releases, |w| w.released = true);
+                return Reported::Released { found };
+            }
+            JobStatus::Calling => {
+                let found = note(marks, |w| w.marked = true);
+                return Reported::Marked { found };
+            }
+            _ => {}
         }
         self.found
             .retain(|f| !(f.partition == partition && f.request.run_id == report.run_id));
@@ -159,13 +184,13 @@ impl Journaled {
         steps
     }
 
-    /// Where `partition`'s jobs topic ends, measured for `run_id`'s trigger after its
-    /// deadline: it waits until the topic is read up to there.
-    pub fn measured(&mut self, partition: i32, run_id: &str, end: i64) {
+    /// Where `partition`'s jobs topic ends, measured at `now` for `run_id`'s trigger after
+    /// its deadline or its time to begin: it waits until the topic is read up to there.
+    pub fn measured(&mut self, partition: i32, run_id: &str, end: i64, now: DateTime<Utc>) {
         for f in &mut self.found {
             if f.partition == partition && f.request.run_id == run_id {
                 f.jobs_end = end;
-                f.waiting.end_after_deadline = true;
+                f.waiting.end_measured_at = Some(now);
             }
         }
     }
@@ -313,9 +338,56 @@ mod tests {
         );
         // Not measured (the broker did not answer): it asks again.
         assert!(matches!(&j.poll(later, |_, _| true)[..], [Step::MeasureJobsEnd { .. }]));
-        j.measured(0, &run_id(1), 25);
+        j.measured(0, &run_id(1), 25, later);
         assert!(j.poll(later, |_, end| end <= 10).is_empty(), "read to 10 only");
         assert_eq!(due(j.poll(later, |_, end| end <= 25)).len(), 1);
+    }
+
+    /// A call with a time to begin and no start mark is due once that time has passed and
+    /// the jobs topic is read to where it ended then; one whose mark is read waits for its
+    /// deadline; one this owner's executor let go before it began is due at once.
+    #[test]
+    fn a_start_mark_leaves_a_call_to_its_deadline_and_an_unbegun_one_is_due_soon() {
+        let start_by = at(OPENED) + TimeDelta::seconds(30);
+        let with_start = |run| match trigger(run, Some(DEADLINE)) {
+            Effect::TriggerJob(r) => Effect::TriggerJob(TriggerRequest {
+                start_by: Some(start_by),
+                ..r
+            }),
+            other => other,
+        };
+        let mut j = Journaled::default();
+        assert_eq!(
+            j.found(0, [with_start(1), with_start(2)], 10, at(OPENED)),
+            vec![
+                (run_id(1), start_by + CLOCK_SKEW_ALLOWANCE),
+                (run_id(2), start_by + CLOCK_SKEW_ALLOWANCE)
+            ]
+        );
+        let mut mark = report(2, JobStatus::Calling, Some(DEADLINE));
+        assert_eq!(j.reported(0, &mark), Reported::Marked { found: true });
+        mark.run_id = run_id(3);
+        assert_eq!(j.reported(0, &mark), Reported::Marked { found: false });
+        let later = start_by + CLOCK_SKEW_ALLOWANCE;
+        let steps = j.poll(later, |_, _| true);
+        assert!(
+            matches!(&steps[..], [Step::MeasureJobsEnd { run_id: id, .. }] if *id == run_id(1)),
+            "{steps:?}"
+        );
+        j.measured(0, &run_id(1), 12, later);
+        let made = due(j.poll(later, |_, end| end <= 12));
+        assert_eq!(
+            made.iter().map(|f| f.request().run_id.clone()).collect::<Vec<_>>(),
+            vec![run_id(1)]
+        );
+        assert!(
+            due(j.poll(later, |_, _| true)).is_empty(),
+            "the marked call waits for its deadline"
+        );
+        // An owner's own executor let a call go before it began: due at once.
+        let mut own = Journaled::default();
+        own.let_go_unbegun(0, with_start(4));
+        assert_eq!(due(own.poll(at(OPENED), |_, _| true)).len(), 1);
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Decider<'_> {
             }
             return;
         }
-        if record.status != JobStatus::Released {
+        if !matches!(record.status, JobStatus::Released | JobStatus::Calling) {
             self.status_answered(id);
         }
         let info = report_detail(record);
@@ -85,6 +85,10 @@ impl Decider<'_> {
                 "run {}: an executor that lost its partition let its trigger go",
                 record.run_id
             )),
+            // The runtime acts on it (a new owner knows the call may have begun).
+            JobStatus::Calling => self
+                .notes
+                .push(format!("run {}: its trigger's call begins", record.run_id)),
             JobStatus::Failed if record.failure_category == Some(FailureCategory::Infra) => {
                 self.infra_failure(id, record, info)
             }
@@ -479,10 +483,9 @@ impl Decider<'_> {
         };
         let mut info = report_detail(record);
         match record.status {
-            JobStatus::Running | JobStatus::Released | JobStatus::Unknown => {
-                self.notes
-                    .push(format!("dry run: {} {}", record.run_id, record.status.as_str()))
-            }
+            JobStatus::Running | JobStatus::Released | JobStatus::Unknown | JobStatus::Calling => self
+                .notes
+                .push(format!("dry run: {} {}", record.run_id, record.status.as_str())),
             JobStatus::Succeeded => {
                 let verdict = self.sla_verdict(id, self.now());
                 info.insert("sla".into(), verdict);

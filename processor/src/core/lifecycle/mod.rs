@@ -599,7 +599,19 @@ pub struct TriggerRequest {
     /// public data (the run id, a deadline worked out from an event's time) releases
     /// nothing. `None`: journaled before releases carried one.
     pub release_key: Option<String>,
+    /// When the call's first try must have begun by, its start mark (a `calling` report)
+    /// acknowledged on the jobs topic before it: the executor makes no call whose mark is
+    /// not by then (it lets the call go, and its owner requests it again), so a new owner
+    /// that finds no mark once this has passed knows the call never began, and makes it
+    /// at once instead of waiting for the deadline. `None`: journaled before marks were.
+    pub start_by: Option<DateTime<Utc>>,
 }
+
+/// How long after a trigger is requested its call's first try may begin (see
+/// [`TriggerRequest::start_by`]): a journal write, a wait for a concurrency slot and the
+/// start mark's acknowledgement fit in it; a call still queued then is let go and requested
+/// again, with a new time to begin.
+pub const START_BUDGET: TimeDelta = TimeDelta::seconds(30);
 
 pub use super::config::DEFAULT_TRY_TIMEOUT;
 
@@ -620,6 +632,7 @@ impl TriggerRequest {
             status_retry: RetryPolicy::status_check(),
             deadline: None,
             release_key: None,
+            start_by: None,
         }
     }
 
@@ -641,10 +654,12 @@ impl TriggerRequest {
         }
     }
 
-    /// The request with its call to be made from `now`, until `now` + [`Self::call_budget`].
+    /// The request with its call to be made from `now`, until `now` + [`Self::call_budget`],
+    /// its first try begun by `now` + [`START_BUDGET`].
     pub fn made_from(mut self, now: DateTime<Utc>) -> Self {
         let budget = TimeDelta::from_std(self.call_budget()).unwrap_or(TimeDelta::MAX);
         self.deadline = Some(now.checked_add_signed(budget).unwrap_or(DateTime::<Utc>::MAX_UTC));
+        self.start_by = Some(now.checked_add_signed(START_BUDGET).unwrap_or(DateTime::<Utc>::MAX_UTC));
         // A new call is a new secret: the runtime draws it when it journals the request.
         self.release_key = None;
         self
@@ -671,6 +686,8 @@ struct TriggerRequestJson {
     deadline: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     release_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_by: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<TriggerRequestJson> for TriggerRequest {
@@ -686,6 +703,7 @@ impl TryFrom<TriggerRequestJson> for TriggerRequest {
             status_retry: json.status_retry,
             deadline: json.deadline,
             release_key: json.release_key,
+            start_by: json.start_by,
         })
     }
 }
@@ -703,6 +721,7 @@ impl From<TriggerRequest> for TriggerRequestJson {
             status_retry: request.status_retry,
             deadline: request.deadline,
             release_key: request.release_key,
+            start_by: request.start_by,
         }
     }
 }

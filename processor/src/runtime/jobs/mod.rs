@@ -113,6 +113,30 @@ impl Outcome {
         }
     }
 
+    /// The executor let go of a trigger whose call it could not begin by its time to begin
+    /// (see [`JobStatus::Calling`]): released, with `begun: false`, so that the run's owner
+    /// (this processor, or the next) requests it again at once.
+    pub fn not_begun(deadline: Option<chrono::DateTime<chrono::Utc>>, key: Option<&str>) -> Self {
+        let mut outcome = Outcome::released(deadline, key);
+        if let Some(m) = outcome.metadata.as_mut().and_then(Value::as_object_mut) {
+            m.insert(crate::core::handover::BEGUN.into(), json!(false));
+        }
+        outcome.message = Some("the trigger's call could not begin by its time to begin (its start mark not on the jobs topic by then): no call was made, and it is requested again".into());
+        outcome
+    }
+
+    /// The first try of the trigger whose call is to end by `deadline` is about to be
+    /// made: see [`JobStatus::Calling`]. No release key: the mark is public, and a forged
+    /// one only makes a new owner wait for the deadline, as before marks were.
+    pub fn calling(deadline: chrono::DateTime<chrono::Utc>) -> Self {
+        Outcome {
+            status: JobStatus::Calling,
+            category: None,
+            message: Some("the trigger's call is about to be made".into()),
+            metadata: Some(json!({ "deadline": deadline.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true) })),
+        }
+    }
+
     /// A status check that could not ask how the job is doing: see [`JobStatus::Unknown`].
     pub fn unknown(category: FailureCategory, message: impl Into<String>) -> Self {
         Outcome {

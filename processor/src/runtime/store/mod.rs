@@ -651,6 +651,14 @@ impl PartitionStore {
         }
     }
 
+    /// The trigger journaled for `run_id`, if any.
+    pub fn effect(&self, run_id: &str) -> Result<Option<Effect>> {
+        let Some(raw) = self.get("reading a journaled trigger", &effect_key(run_id))? else {
+            return Ok(None);
+        };
+        (serde_json::from_slice(&raw).map(Some)).map_err(|e| StoreError::corrupt("a journaled trigger", &self.path, e))
+    }
+
     /// Every journaled trigger: run id and effect.
     pub fn effects(&self) -> Result<Vec<(String, Effect)>> {
         let mut effects = Vec::new();

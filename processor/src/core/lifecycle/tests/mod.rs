@@ -277,11 +277,18 @@ fn a_journaled_trigger_keeps_its_json_form() {
         r#""config":{"command":"run 2026-11-22 gold.stream.2026-11-22.1"},"#,
         r#""retry":{"intervalMs":30000,"backoffRate":2.0,"maxAttempts":3},"#,
         r#""statusRetry":{"intervalMs":2000,"backoffRate":2.0,"maxAttempts":3},"#,
-        // A command's call is one try (30 s) and a wait for a slot (10 s).
-        r#""deadline":"2026-11-22T08:00:40Z"}"#
+        // A command's call is one try (30 s) and a wait for a slot (10 s); it begins within
+        // 30 s.
+        r#""deadline":"2026-11-22T08:00:40Z","startBy":"2026-11-22T08:00:30Z"}"#
     );
     assert_eq!(serde_json::to_string(effect).unwrap(), journaled);
     assert_eq!(&serde_json::from_str::<Effect>(journaled).unwrap(), effect);
+    // Journaled before start marks were: no time to begin (left to its deadline).
+    let unmarked = journaled.replace(r#","startBy":"2026-11-22T08:00:30Z""#, "");
+    let Effect::TriggerJob(request) = serde_json::from_str::<Effect>(&unmarked).unwrap() else {
+        panic!("a trigger")
+    };
+    assert_eq!((request.start_by, request.deadline), (None, effect.request().deadline));
     // Journaled before retry policies and deadlines were: the defaults, and no deadline.
     let older = json!({"effect": "triggerJob", "pipelineId": "gold", "scheduleId": "stream", "date": "2026-11-22",
                        "runId": RUN1, "attempt": 1, "kind": "command", "config": {"command": "true"}});
