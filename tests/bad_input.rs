@@ -996,3 +996,51 @@ fn a_record_whose_fields_would_outgrow_a_broker_record_is_dead_lettered_and_noth
     assert!(events.iter().any(is_rejection), "the report's rejection is pp's event");
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 }
+
+/// Producers whose clocks all run 10 minutes ahead of the processor's (as when the
+/// processor's clock is 10 minutes behind): readings stamped more than the allowed skew (5
+/// minutes) in the future were each dead-lettered, so nothing ever ran. Now the processor
+/// sees most of its inputs stamped that far ahead, takes its own clock to be behind, widens
+/// the allowance by as much and says so; the pipeline runs.
+#[test]
+fn a_processor_clock_behind_its_producers_accepts_their_readings_and_says_so() {
+    let mut w = World::new("clock-behind");
+    let id = "ahead";
+    w.start_with(&pipeline(id, support::command_job("true", 0)));
+    let ahead = chrono::Utc::now() + chrono::TimeDelta::minutes(10);
+    let reading = |key: &str, data: Value| {
+        let record =
+            json!({"pipelineId": id, "key": key, "data": data, "date": day(), "timestamp": ahead.to_rfc3339()});
+        serde_json::to_vec(&record).unwrap()
+    };
+    let stamp = Some(ahead.timestamp_millis());
+    // Readings of a pipeline without a config first: stamps to judge the clock by.
+    for i in 0..8 {
+        let filler = reading("noise", json!({"i": i}));
+        w.produce_stamped("sensors", Some("unconfigured"), Some(&filler), stamp);
+    }
+    w.produce_stamped(
+        "sensors",
+        Some(id),
+        Some(&reading("row-count", json!({"count": 5000}))),
+        stamp,
+    );
+    w.produce_stamped(
+        "sensors",
+        Some(id),
+        Some(&reading("upstream", json!({"status": "ready"}))),
+        stamp,
+    );
+    w.wait_for(id, "JOB_TRIGGERED", |es| es.iter().any(|e| e.kind == JOB_TRIGGERED));
+    let rejected: Vec<_> = (w.events_seen().iter())
+        .filter(|e| e.pipeline_id == id && e.kind == INPUT_REJECTED)
+        .map(|e| e.message.clone())
+        .collect();
+    assert!(rejected.is_empty(), "{rejected:?}");
+    assert!(
+        w.log()
+            .contains("runs behind the times its producers stamp sensor records with"),
+        "{}",
+        w.log_tail()
+    );
+}

@@ -474,6 +474,7 @@ impl Exposed {
         t.effect_outcome("http", "succeeded", 0.1);
         t.circuit("airflow.example", true);
         t.peer_clock_ahead("sluice-1", 0.2);
+        t.clock_stepped(180.0);
         t.restore_progress(0, 10, 0, 0.5);
         t.state_size(0, 4096);
         t.state_reads(3, 1);

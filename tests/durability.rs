@@ -1184,13 +1184,15 @@ fn run_refuses_a_changelog_that_would_lose_state() {
     );
 }
 
-/// A live owner cut off from Kafka while its command is about to start: to the next owner
-/// it is an owner that crashed, which calls the journaled trigger again once its deadline
-/// has passed. The old executor must have killed what it could not report by then: counted
-/// at the target (a command recording its start and, if it ever gets there, its end), the
-/// first command is dead when the second starts, and never ends on its own.
+/// A live owner cut off from Kafka while its command waits for its slot: to the next owner
+/// it is an owner that crashed. The old executor cannot get the command's start mark onto
+/// the jobs topic, so it never starts the command; the next owner, finding no mark once the
+/// call's time to begin has passed, runs it at once (not at the deadline). Counted at the
+/// target (a command recording its start and end): one start, the next owner's, which runs
+/// to its end. (A command whose mark landed before the cut and that then cannot report
+/// itself running is killed by the trigger's deadline: `Work::run_command`.)
 #[test]
-fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it() {
+fn an_owner_cut_off_from_kafka_starts_no_command_and_the_next_owner_runs_it_once() {
     let broker = OwnBroker::new();
     let proxy = ClientCut::start(broker.port, broker.listen);
     let brokers = broker.start();
@@ -1202,7 +1204,7 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
     let blocker = command_job("sleep 6", 0);
     let mut victim = command_job(
         &format!(
-            "echo \"start $$\" >> {0}; sleep 90; echo \"end $$\" >> {0}",
+            "echo \"start $$\" >> {0}; sleep 2; echo \"end $$\" >> {0}",
             log.display()
         ),
         0,
@@ -1243,13 +1245,12 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
             .filter_map(|l| l.strip_prefix("start ").map(str::to_string))
             .collect()
     };
-    wait_until(
-        "the cut-off owner's command",
-        Duration::from_secs(60),
-        || w.log_tail(),
-        || starts().len() == 1,
+    wait_log(&w, "command not begun: its start mark was not on the jobs topic", 1);
+    assert!(
+        starts().is_empty(),
+        "the cut-off owner started its command: {:?}",
+        starts()
     );
-    let first = starts()[0].clone();
     // The next owner, once the cut-off one has noticed its session is gone (so the group no
     // longer counts on it): the same instance name, which static membership hands the
     // partitions. tansu 0.6 sometimes revokes them again as the old member expires and
@@ -1260,10 +1261,10 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
     let mut next = w.spawn(dir.path(), &owner);
     for restart in 0.. {
         let deadline = Instant::now() + Duration::from_secs(75);
-        while starts().len() < 2 && Instant::now() < deadline {
+        while starts().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
-        if starts().len() == 2 {
+        if !starts().is_empty() {
             break;
         }
         assert!(restart < 2, "the next owner's command never started\n{}", w.log_tail());
@@ -1271,27 +1272,14 @@ fn an_owner_cut_off_from_kafka_kills_its_command_before_the_next_owner_runs_it()
         let _ = next.wait();
         next = w.spawn(dir.path(), &owner);
     }
-    let alive = std::fs::read_to_string(format!("/proc/{first}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit(") ")
-                .next()
-                .map(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
-        })
-        .unwrap_or(false);
-    assert!(
-        !alive,
-        "the cut-off owner's command still ran when the next owner started it"
+    let ends = |text: &str| text.lines().filter(|l| l.starts_with("end ")).count();
+    wait_until(
+        "the next owner's command ended",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || ends(&std::fs::read_to_string(&log).unwrap_or_default()) == 1,
     );
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        !text.contains(&format!("end {first}")),
-        "the cut-off owner's command ran to its end: {text}"
-    );
-    assert!(
-        w.log().contains("killed, so that the run's next owner runs it alone"),
-        "the old owner said so"
-    );
+    assert_eq!(starts().len(), 1, "one start, the next owner's");
     sigterm_child(&mut next, &w);
 }
 

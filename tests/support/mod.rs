@@ -416,6 +416,12 @@ impl World {
     }
 
     pub fn produce(&self, topic: &str, key: Option<&str>, value: Option<&[u8]>) {
+        self.produce_stamped(topic, key, value, None)
+    }
+
+    /// [`World::produce`] with the record's timestamp (ms since the epoch) set, as a
+    /// producer whose clock differs would set it.
+    pub fn produce_stamped(&self, topic: &str, key: Option<&str>, value: Option<&[u8]>, stamp: Option<i64>) {
         let topic = self.topic(topic);
         let mut record: BaseRecord<'_, str, [u8]> = BaseRecord::to(&topic);
         if let Some(k) = key {
@@ -423,6 +429,9 @@ impl World {
         }
         if let Some(v) = value {
             record = record.payload(v);
+        }
+        if let Some(stamp) = stamp {
+            record = record.timestamp(stamp);
         }
         self.producer.send(record).map_err(|(e, _)| e).unwrap();
         self.flush(Duration::from_secs(10));

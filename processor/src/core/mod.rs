@@ -8,6 +8,7 @@ pub mod admission;
 pub mod apply;
 pub mod batch;
 pub mod changelog;
+pub mod clock_watch;
 pub mod config;
 pub mod diff;
 pub mod duration;

@@ -130,6 +130,13 @@ impl Registrar {
         })
     }
 
+    /// A gauge in seconds without labels (`sluice_<name>_seconds`).
+    pub fn plain_seconds_gauge(&mut self, name: &str, help: &str) -> PlainSecondsGauge {
+        self.dual(name, help, Some(Unit::Seconds), PromGauge::default(), |m, n, h| {
+            m.f64_gauge(n).with_unit("s").with_description(h).build()
+        })
+    }
+
     /// A histogram of durations (`sluice_<name>_seconds`, [`seconds_buckets`] on both sides).
     pub fn seconds(&mut self, name: &str, help: &str) -> Seconds {
         let prom = Family::new_with_constructor(seconds_histogram as fn() -> PromHistogram);
@@ -178,6 +185,7 @@ pub type Counter = Dual<Family<Labels, PromCounter>, opentelemetry::metrics::Cou
 pub type Gauge = Dual<Family<Labels, PromGauge>, opentelemetry::metrics::Gauge<i64>>;
 pub type PlainGauge = Dual<PromGauge, opentelemetry::metrics::Gauge<i64>>;
 pub type SecondsGauge = Dual<Family<Labels, PromGauge<f64, AtomicU64>>, opentelemetry::metrics::Gauge<f64>>;
+pub type PlainSecondsGauge = Dual<PromGauge<f64, AtomicU64>, opentelemetry::metrics::Gauge<f64>>;
 pub type Seconds = Dual<Family<Labels, PromHistogram, fn() -> PromHistogram>, opentelemetry::metrics::Histogram<f64>>;
 pub type PlainSeconds = Dual<PromHistogram, opentelemetry::metrics::Histogram<f64>>;
 pub type UpDown = Dual<PromGauge, opentelemetry::metrics::UpDownCounter<i64>>;
@@ -224,6 +232,13 @@ impl SecondsGauge {
     pub fn set(&self, labels: Labels, seconds: f64) {
         self.otel.record(seconds, &attributes(&labels));
         self.prom.get_or_create(&labels).set(seconds);
+    }
+}
+
+impl PlainSecondsGauge {
+    pub fn set(&self, seconds: f64) {
+        self.otel.record(seconds, &[]);
+        self.prom.set(seconds);
     }
 }
 

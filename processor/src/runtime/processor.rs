@@ -58,7 +58,9 @@ use crate::core::admission::{self, Admission};
 use crate::core::apply::{self, Unfit};
 use crate::core::batch::{Action, Flush, Marker};
 use crate::core::changelog::{Checked, Entry, Lineage, Writer};
+use crate::core::clock_watch::ClockWatch;
 use crate::core::config::PipelineConfig;
+use crate::core::duration::format_duration;
 use crate::core::events::Event;
 use crate::core::forwarding::{ForwardWindow, Forwarded};
 use crate::core::handover::{self, Journaled, Reported, Settled, Step};
@@ -66,7 +68,7 @@ use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as Decid
 use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::partitioning::partition_for;
 use crate::core::records::{rejected_pipeline, Rejection};
-use crate::core::timers::{timer_origin, TimerIndex};
+use crate::core::timers::{timer_origin, TimerIndex, TimerKind};
 use crate::core::PipelineState;
 
 /// What a crash may cost, and what the broker must support.
@@ -271,6 +273,14 @@ pub struct Processor {
     /// Journaled triggers of opened partitions, until each is requested again or forgotten
     /// (see core::handover::Journaled).
     journaled: Journaled,
+    /// What this processor has seen of its clock: steps, and its producers' stamps (see
+    /// core::clock_watch), read against `started` (monotonic).
+    clock_watch: ClockWatch,
+    started: Instant,
+    /// The allowance for readings stamped in the future, as the clock watch last judged it.
+    future_allowance: chrono::TimeDelta,
+    /// Retention expiries held since the clock's last forward step.
+    expiries_held: i64,
     /// Per owned partition, this owner's side of the changelog: its epoch, its last batch,
     /// where its next record lands and the keys to write again (see core::changelog::Writer).
     writers: BTreeMap<i32, Writer>,
@@ -403,6 +413,7 @@ impl Processor {
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
         let openings = Openings::new(settings.clone(), control, telemetry.clone());
         let time = Monotonic::new(settings.clock.clone());
+        let settings_skew = settings.decider.max_clock_skew;
         Ok(Processor {
             settings,
             consumer,
@@ -418,6 +429,10 @@ impl Processor {
             last_commit: None,
             partitions,
             journaled: Journaled::default(),
+            clock_watch: ClockWatch::default(),
+            started: Instant::now(),
+            future_allowance: settings_skew,
+            expiries_held: 0,
             writers: BTreeMap::new(),
             openings,
             abandoned: BTreeSet::new(),
@@ -490,6 +505,7 @@ impl Processor {
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.telemetry.turned();
+            self.watch_clock();
             let next_due = self.timers.next_due();
             let wait = next_due.map(|at| wake_in(self.settings.clock.now(), at));
             let timer_armed = wait.is_some();
@@ -1020,6 +1036,7 @@ impl Processor {
         while let Ok(change) = self.ownership.try_recv() {
             self.on_ownership(change).await?;
         }
+        self.judge_clock(&batch, now);
         self.stage_due_timers(&mut pending, now)?;
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
@@ -1279,9 +1296,63 @@ impl Processor {
         Ok(())
     }
 
-    /// Adds the timers due at `now` (at most a batch of them) to the batch.
+    /// Reads the clock against the monotonic one: a step is said (and, forward, holds
+    /// retention expiry: see [`Self::stage_due_timers`]).
+    fn watch_clock(&mut self) {
+        let now = self.settings.clock.now();
+        let Some(step) = self.clock_watch.read(now, self.started.elapsed()) else {
+            return;
+        };
+        self.telemetry.clock_stepped(step.by.as_seconds_f64());
+        let by = format_duration(step.by.abs());
+        match step.by > chrono::TimeDelta::zero() {
+            true => warn!(
+                by,
+                "the clock stepped forward by {by}: retention expiry is held for an hour (check NTP on this node)"
+            ),
+            false => warn!(
+                by,
+                "the clock stepped back by {by}: timers wait until it reaches them again (check NTP on this node)"
+            ),
+        }
+    }
+
+    /// Judges the clock against the stamps of the batch's sensor records (their producers'
+    /// clocks): behind most of them, readings stamped in the future are allowed as much more.
+    fn judge_clock(&mut self, batch: &[OwnedMessage], now: DateTime<Utc>) {
+        let sensors = &self.settings.topics.sensors;
+        for message in batch.iter().filter(|m| m.topic() == sensors) {
+            if let Some(stamped) = (message.timestamp().to_millis()).and_then(DateTime::from_timestamp_millis) {
+                self.clock_watch.stamped(stamped, now);
+            }
+        }
+        let skew = self.settings.decider.max_clock_skew;
+        let behind = self.clock_watch.behind_inputs(skew);
+        let allowance = self.clock_watch.future_allowance(skew);
+        if allowance != self.future_allowance {
+            match behind {
+                Some(behind) => warn!(behind = %format_duration(behind), allowance = %format_duration(allowance),
+                    "this processor's clock runs behind the times its producers stamp sensor records with: readings stamped in the future are allowed as much more meanwhile (check NTP on this node)"),
+                None => info!("this processor's clock no longer runs behind its producers' stamps"),
+            }
+            self.future_allowance = allowance;
+        }
+        self.telemetry
+            .clock_behind_inputs(behind.map_or(0.0, |b| b.as_seconds_f64()));
+    }
+
+    /// Adds the timers due at `now` (at most a batch of them) to the batch. After a forward
+    /// step of the clock, retention expiries are held (re-armed at the hold's end), so that
+    /// a clock set days ahead does not end every execution at once.
     fn stage_due_timers(&mut self, pending: &mut Pending, now: DateTime<Utc>) -> Result<()> {
+        let held_until = self.clock_watch.expiry_held_until(now);
+        let mut held = 0;
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
+            if let (Some(until), TimerKind::Expire { .. }) = (held_until, &timer.kind) {
+                self.timers.set(timer.partition, &timer.pipeline, &timer.kind, until);
+                held += 1;
+                continue;
+            }
             self.telemetry.timer_late((now - timer.at).as_seconds_f64());
             let (p, pipeline) = (timer.partition, timer.pipeline.clone());
             let origin = timer_origin(&pipeline, &timer.kind, timer.at);
@@ -1295,6 +1366,14 @@ impl Processor {
                 None,
             )?;
         }
+        if held > 0 {
+            warn!(held, until = %held_until.unwrap_or(now), "retention expiries held after a forward step of the clock");
+        }
+        self.expiries_held = match held_until {
+            Some(_) => self.expiries_held + held,
+            None => 0,
+        };
+        self.telemetry.expiries_held(self.expiries_held);
         Ok(())
     }
 
@@ -1360,7 +1439,10 @@ impl Processor {
         let ctx = Context {
             now,
             origin,
-            settings: self.settings.decider,
+            settings: DeciderSettings {
+                max_clock_skew: self.future_allowance,
+                ..self.settings.decider
+            },
         };
         let before = Before {
             state: &state,

@@ -14,7 +14,9 @@ use opentelemetry::metrics::Meter;
 use prometheus_client::registry::Registry;
 
 pub use super::instruments::MetricDescriptor;
-use super::instruments::{Counter, Gauge, Labels, PlainGauge, PlainSeconds, Registrar, Seconds, SecondsGauge, UpDown};
+use super::instruments::{
+    Counter, Gauge, Labels, PlainGauge, PlainSeconds, PlainSecondsGauge, Registrar, Seconds, SecondsGauge, UpDown,
+};
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
 /// negotiates and parses natively.
@@ -69,6 +71,9 @@ pub struct Telemetry {
     restore_remaining: Gauge,
     restore_seconds: SecondsGauge,
     peer_clock_ahead: SecondsGauge,
+    clock_steps: Counter,
+    clock_behind_inputs: PlainSecondsGauge,
+    expiries_held: PlainGauge,
     state_bytes: Gauge,
     state_reads: Counter,
     partitions_owned: PlainGauge,
@@ -145,6 +150,18 @@ impl Telemetry {
             "peer_clock_ahead",
             "How far another instance's clock is at least ahead of this one's (its latest directory record's time, less this clock's when it was read; 0 if not ahead), by the other instance (peer)",
         );
+        let clock_steps = r.counter(
+            "clock_steps",
+            "Steps of this processor's clock of more than 2 minutes (against a monotonic clock), by direction (forward, back): a forward step holds retention expiry for an hour",
+        );
+        let clock_behind_inputs = r.plain_seconds_gauge(
+            "clock_behind_inputs",
+            "How far this processor's clock runs behind the times its producers stamp sensor records with (the median of the recent ones), when more than the allowed skew; 0 otherwise. Readings stamped that far in the future are accepted meanwhile (at most 1 h more)",
+        );
+        let expiries_held = r.plain_gauge(
+            "expiries_held",
+            "Retention expiries due but held after a forward step of the clock (they fire an hour after it)",
+        );
         let state_bytes = r.gauge(
             "state_bytes",
             "Estimated live size of an owned partition's state store on disk, by partition",
@@ -214,6 +231,9 @@ impl Telemetry {
             restore_remaining,
             restore_seconds,
             peer_clock_ahead,
+            clock_steps,
+            clock_behind_inputs,
+            expiries_held,
             state_bytes,
             state_reads,
             partitions_owned,
@@ -411,6 +431,22 @@ impl Telemetry {
         self.restore_remaining
             .set(partition_label(partition), as_i64(remaining));
         self.restore_seconds.set(partition_label(partition), seconds);
+    }
+
+    /// This processor's clock stepped by `seconds` (forward > 0).
+    pub fn clock_stepped(&self, seconds: f64) {
+        let direction = if seconds > 0.0 { "forward" } else { "back" };
+        self.clock_steps.add(vec![("direction", direction.to_string())], 1);
+    }
+
+    /// How far this processor's clock runs behind its inputs' stamps (0: not behind).
+    pub fn clock_behind_inputs(&self, seconds: f64) {
+        self.clock_behind_inputs.set(seconds.max(0.0));
+    }
+
+    /// Retention expiries held after a forward step of the clock.
+    pub fn expiries_held(&self, n: i64) {
+        self.expiries_held.set(n);
     }
 
     /// Another instance's clock is at least `seconds` ahead of this one's.
