@@ -618,3 +618,104 @@ fn readings_posted_over_http_start_the_run_and_a_bad_batch_publishes_nothing() {
         "stamped: {records:?}"
     );
 }
+
+/// A second process started under the name of a live one (a Deployment's replicas all given
+/// one `--instance`, say) would fence it in turn, and the two would take the partitions from
+/// each other for as long as both run. It refuses to start, naming the other; once that one
+/// has stopped, the name starts again.
+#[test]
+fn a_second_process_under_a_live_instances_name_refuses_to_start() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+
+    let w = World::new("namesake");
+    let (a, b) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let peers = format!("http://{a},http://{b}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let args = |addr: &str| -> Vec<String> {
+        ["--http", addr, "--instance", "same", "--peer", &peers]
+            .map(str::to_string)
+            .to_vec()
+    };
+    let first_args = args(&a);
+    let first = w.spawn(
+        dirs[0].path(),
+        &first_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let first = Instances(vec![first]);
+    wait_until(
+        "the first process ready",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || http_get(&a, "/readyz").is_some_and(|(s, _)| s == 200),
+    );
+    // Its directory record on the topic.
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", support::brokers())
+        .set("group.id", format!("{}reader", w.prefix))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    list.add_partition_offset(&w.topic("instances"), 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    reader.assign(&list).unwrap();
+    wait_until(
+        "the first process's directory record",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || {
+            (reader.poll(Duration::from_millis(200)))
+                .is_some_and(|m| m.is_ok_and(|m| m.key() == Some(b"same".as_slice()) && m.payload().is_some()))
+        },
+    );
+    let second_args = args(&b);
+    let mut second = w.spawn(
+        dirs[1].path(),
+        &second_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = w.log();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(1),
+        "the second process did not refuse to start\n{}",
+        w.log_tail()
+    );
+    assert!(
+        log.contains("another process runs as --instance same") && log.contains(&format!("http://{a}/healthz")),
+        "{}",
+        w.log_tail()
+    );
+    assert!(
+        http_get(&a, "/healthz").is_some_and(|(s, _)| s == 200),
+        "the first runs on"
+    );
+    // Stopped cleanly (its tombstone published), the name starts again.
+    first.terminate();
+    let again = Instances(vec![w.spawn(
+        dirs[1].path(),
+        &second_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )]);
+    wait_until(
+        "the name started again",
+        Duration::from_secs(60),
+        || w.log_tail(),
+        || http_get(&b, "/readyz").is_some_and(|(s, _)| s == 200),
+    );
+    again.terminate();
+}

@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::args::{parse_delta, parse_std_duration, DeciderArgs};
 use crate::core::config::JobKind;
+use crate::core::duration::format_duration;
 use crate::runtime::access::{self, Access};
 use crate::runtime::api::{self, Api, Publishing};
 use crate::runtime::clock::Clock;
@@ -255,6 +256,55 @@ async fn check_changelog(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
+/// Refuses to start beside a live process under the same `--instance` of the group: it would
+/// fence that one in turn (static membership and exactly-once's transactional id hand the
+/// name to the newest), and the two would take the partitions from each other. Live: its
+/// directory record is younger than the expiry and its URL answers `/healthz` within 2 s.
+/// Only a URL this instance advertises itself, or one `--peer` admits, is asked (the
+/// directory's writers do not choose where this process connects). A crashed or paused
+/// predecessor does not answer, and is replaced as before.
+async fn refuse_a_live_namesake(
+    kafka: &Connection,
+    topic: &str,
+    (instance, group): (&str, &str),
+    url: &str,
+    peers: &[PeerPattern],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<()> {
+    let records = match tokio::task::block_in_place(|| instances::read_records(kafka, topic)) {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!("could not read the instance directory {topic} to look for a live process under --instance {instance} ({e:#}): starting");
+            return Ok(());
+        }
+    };
+    let Some(other) = instances::fresh_record(records, instance, group, now) else {
+        return Ok(());
+    };
+    if other.url != url && !peers.iter().any(|p| p.admits(&other.url)) {
+        tracing::warn!(other = %other.url, "a recent directory record names this --instance at a URL no --peer admits: not asked whether it runs");
+        return Ok(());
+    }
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(NAMESAKE_PROBE)
+        .build()?;
+    let health = format!("{}/healthz", other.url.trim_end_matches('/'));
+    let live = (client.get(&health).send().await).is_ok_and(|r| r.status().is_success());
+    if live {
+        bail!(
+            "another process runs as --instance {instance} of group {group} ({health} answers, and its directory record is {} old): a second one would fence it in turn, and the two would take the partitions from each other. Give each instance of a group its own --instance, or stop the other first",
+            format_duration(now - other.at)
+        );
+    }
+    Ok(())
+}
+
+/// How long a process under this instance's name gets to answer before it is taken to be
+/// gone (crashed, or paused: see [`refuse_a_live_namesake`]).
+const NAMESAKE_PROBE: Duration = Duration::from_secs(2);
+
 async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duration) -> Result<ExitCode> {
     // Before any command job runs: its environment is cleared, and this keeps it from reading
     // the processor's through /proc.
@@ -291,6 +341,11 @@ async fn run(settings: Settings, http: Option<HttpOptions>, stuck_after: Duratio
     ];
     settings.codec.prepare(&families).await?;
     check_changelog(&settings).await?;
+    if let Some(h) = &http {
+        let url = advertise_url(h.advertise.clone(), h.addr);
+        let now = settings.clock.now();
+        refuse_a_live_namesake(&kafka, &directory_topic, (&instance, &group), &url, &h.peers, now).await?;
+    }
     let (commands_topic, sensors_topic) = (settings.topics.commands.clone(), settings.topics.sensors.clone());
     let limits = settings.decider.limits;
     let codec = settings.codec.clone();

@@ -223,6 +223,38 @@ impl Directory {
     }
 }
 
+/// The record instance `me` of `group` last published among `records` (key and member; a
+/// tombstone or an undecodable value is `None`), if it is younger than [`EXPIRY`] at `now`:
+/// a process under that name may still run.
+pub fn fresh_record(
+    records: impl IntoIterator<Item = (String, Option<Member>)>,
+    me: &str,
+    group: &str,
+    now: DateTime<Utc>,
+) -> Option<Member> {
+    let last = records.into_iter().filter(|(key, _)| key == me).last()?.1?;
+    let expiry = chrono::TimeDelta::from_std(EXPIRY).expect("a small duration");
+    (last.group == group && last.instance == me && now - last.at < expiry).then_some(last)
+}
+
+/// Every record of the directory `topic`, in order: key and member (`None`: a tombstone or
+/// an undecodable value).
+pub fn read_records(kafka: &Connection, topic: &str) -> anyhow::Result<Vec<(String, Option<Member>)>> {
+    let reader = kafka::reader(kafka, "sluice-instance-directory")?;
+    let start = kafka::Start {
+        topic: topic.to_string(),
+        partition: 0,
+        offset: 0,
+    };
+    let records = kafka::read_span(&reader, &[start])?;
+    Ok((records.iter())
+        .filter_map(|m| {
+            let key = String::from_utf8_lossy(m.key()?).into_owned();
+            Some((key, m.payload().and_then(|p| serde_json::from_slice(p).ok())))
+        })
+        .collect())
+}
+
 /// Publishes this instance (on every change of `owned` and every heartbeat, a tombstone once
 /// `stopped` flips) and keeps `directory` up to date from the topic, until stopped.
 pub async fn run(
@@ -328,6 +360,45 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn a_fresh_record_of_the_same_name_and_group_says_a_namesake_may_run() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 28, 10, 0, 0).unwrap();
+        let member = |instance: &str, group: &str, age: i64| Member {
+            instance: instance.into(),
+            group: group.into(),
+            url: "http://sluice-0:9464".into(),
+            partitions: vec![0],
+            at: now - chrono::TimeDelta::seconds(age),
+        };
+        let record = |m: Member| (m.instance.clone(), Some(m));
+        let fresh = member("sluice-0", "g", 10);
+        assert_eq!(
+            fresh_record([record(fresh.clone())], "sluice-0", "g", now),
+            Some(fresh.clone())
+        );
+        assert_eq!(
+            fresh_record([record(member("sluice-0", "g", 46))], "sluice-0", "g", now),
+            None,
+            "expired"
+        );
+        assert_eq!(
+            fresh_record([record(member("sluice-0", "other", 1))], "sluice-0", "g", now),
+            None,
+            "another group's"
+        );
+        assert_eq!(
+            fresh_record([record(member("sluice-1", "g", 1))], "sluice-0", "g", now),
+            None,
+            "another name"
+        );
+        // Stopped cleanly: its tombstone is its last word.
+        let stopped = [record(fresh.clone()), ("sluice-0".to_string(), None)];
+        assert_eq!(fresh_record(stopped, "sluice-0", "g", now), None);
+        // A record keyed with the name but naming another instance is not it.
+        let forged = ("sluice-0".to_string(), Some(member("sluice-9", "g", 1)));
+        assert_eq!(fresh_record([forged], "sluice-0", "g", now), None);
+    }
 
     #[test]
     fn a_peer_clock_ahead_is_measured_from_its_records() {
