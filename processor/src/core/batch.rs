@@ -59,6 +59,10 @@ pub enum Action {
     /// A newer owner fenced these partitions: give them up and stop. Nothing of the batch
     /// was written here or started.
     GiveUp(BTreeSet<i32>),
+    /// The batch's records landed on changelog partition `partition` below where this
+    /// owner's last ones had (see [`Writer::went_back`]): the changelog topic was recreated
+    /// under it. Stop: nothing of the batch counts, and nothing more may be written there.
+    ChangelogWentBack { partition: i32 },
     /// The assignment was lost: stop; the partitions' new owners redo the batch.
     Abandon,
     /// Nothing more to do.
@@ -268,6 +272,13 @@ impl Flush {
         for (p, offset) in landed {
             per_partition.entry(*p).or_default().push(*offset);
         }
+        let went_back = |(p, offsets): &(&i32, &Vec<i64>)| {
+            let writer = writers.get(*p);
+            writer.is_some_and(|w| offsets.iter().any(|o| w.went_back(*o)))
+        };
+        if let Some((partition, _)) = per_partition.iter().find(went_back) {
+            return self.finish(Action::ChangelogWentBack { partition: *partition });
+        }
         let holes = (per_partition.into_iter())
             .filter_map(|(p, offsets)| {
                 let ranges = writers.get_mut(&p)?.landed(&offsets);
@@ -364,6 +375,20 @@ mod tests {
         assert_eq!(f.poll(), Action::StartEffects);
         f.on_started();
         assert_eq!(f.poll(), Action::Done);
+    }
+
+    /// A changelog topic recreated under its owner: the batch's records land below where
+    /// the owner's last ones did. The batch stops there, before its markers, state and
+    /// effects.
+    #[test]
+    fn records_landing_below_the_owners_last_ones_stop_the_batch() {
+        let mut w = writers();
+        let mut f = both();
+        f.on_produced(&[(0, 10), (1, 10)], false, &mut w);
+        f.on_markers(&[(0, 11), (1, 11)], false, &mut w);
+        let mut f = both();
+        f.on_produced(&[(0, 12), (1, 0)], false, &mut w);
+        assert_eq!(f.poll(), Action::ChangelogWentBack { partition: 1 });
     }
 
     #[test]

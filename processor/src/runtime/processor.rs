@@ -252,6 +252,11 @@ struct Learned {
 #[error("a newer owner fenced partitions {0:?}: this instance lost them without being told (a paused process, or another process with the same --instance); it stops before anything of the batch counts")]
 pub struct Zombie(pub Vec<i32>);
 
+/// See [`Writer::went_back`].
+#[derive(Debug, thiserror::Error)]
+#[error("partition {0} of the changelog {1} went back below this owner's own records: the topic was recreated (or truncated) while the processor ran, and the state it held is gone from it. Stop every instance, then rebuild the state with `sluice reset --from-scratch`")]
+pub struct ChangelogWentBack(pub i32, pub String);
+
 pub struct Processor {
     settings: Settings,
     consumer: StreamConsumer<RebalanceContext>,
@@ -1709,6 +1714,9 @@ impl Processor {
                     return Err(Zombie(fenced.into_iter().collect()).into());
                 }
                 Action::Abandon => return Ok(()),
+                Action::ChangelogWentBack { partition } => {
+                    return Err(ChangelogWentBack(partition, self.settings.topics.changelog.clone()).into())
+                }
                 Action::Done => break,
             }
         }

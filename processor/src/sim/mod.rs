@@ -1137,6 +1137,9 @@ impl World {
                 self.instances[i].memory.as_mut().unwrap().batch = None;
             }
             Action::Transact | Action::ReadFenceOffsets => unreachable!("the simulator runs effectively-once"),
+            Action::ChangelogWentBack { partition } => {
+                unreachable!("the simulated changelog never starts over (partition {partition})")
+            }
         }
     }
 

@@ -82,6 +82,15 @@ impl Writer {
         self.next
     }
 
+    /// Whether the partition's offsets went back under this owner: `at`, where a record of
+    /// its own landed (acknowledged), lies below where its next record lands.
+    /// Offsets only grow while a topic lives, so the changelog topic was recreated (or
+    /// truncated) while the owner ran: what it wrote is gone from it, and a restore from it
+    /// would lose state.
+    pub fn went_back(&self, at: i64) -> bool {
+        at < self.next
+    }
+
     /// Its records landed at `offsets` (in any order): the ranges before them that hold
     /// someone else's records, to read and [`Writer::check`].
     pub fn landed(&mut self, offsets: &[i64]) -> Vec<Range<i64>> {
@@ -213,6 +222,7 @@ mod tests {
         let mut w = Writer::fenced_at(9);
         // The acceptance right after the fence: nothing in between.
         assert!(w.landed(&[10]).is_empty());
+        assert!(w.went_back(9) && !w.went_back(11), "its next record lands at 11");
         // A batch landing out of order, with two others' records before it and one inside.
         assert_eq!(w.landed(&[15, 13, 16]), vec![11..13, 14..15]);
         assert_eq!(w.next_offset(), 17);
