@@ -964,6 +964,49 @@ fn after_a_crash_the_calls_that_never_began_go_out_within_seconds() {
     assert_eq!(requested(&waiting[0]), 2, "{}", w.log_tail());
 }
 
+/// A trigger still queued for the target's one slot at its time to begin (30 s) is let go
+/// by its own executor (released, `begun: false`) and requested again by the same owner,
+/// with no crash and no rebalance: it is called once, when the slow call frees the slot.
+#[test]
+fn a_trigger_queued_past_its_time_to_begin_is_requested_again_and_called_once() {
+    let mut w = World::new("requeued");
+    let (slow, queued) = (pipeline_id(0), pipeline_id(1));
+    let held = slow.clone();
+    let target = Target::answering_each_after(move |p| match p == held {
+        true => Duration::from_secs(45),
+        false => Duration::ZERO,
+    });
+    for id in [&slow, &queued] {
+        let job = json!({"type": "http", "config": {"url": format!("{}/{id}", target.url), "timeout": 60}});
+        w.config(&pipeline(id, job));
+    }
+    let child = w.spawn(w.state.path(), &["--max-calls-per-target", "1"]);
+    assert!(w.swap_processor(Some(child)).is_none());
+    w.wait_for_all("every CONFIG_ACCEPTED", Instant::now() + RUN_DEADLINE, |es| {
+        count(es, EventType::CONFIG_ACCEPTED) >= 2
+    });
+    for id in [&slow, &queued] {
+        w.sensor(id, "row-count", json!({"count": 5000}));
+        w.sensor(id, "upstream", json!({"status": "ready"}));
+        if *id == slow {
+            wait_until(
+                "the slow call at the target",
+                Duration::from_secs(60),
+                || w.log_tail(),
+                || target.total() >= 1,
+            );
+        }
+    }
+    wait_log(&w, "could not begin by its time to begin: requesting it again", 1);
+    w.wait_for(&queued, "JOB_COMPLETED", |es| {
+        es.iter().any(|e| e.kind == EventType::JOB_COMPLETED)
+    });
+    let calls = target.calls();
+    assert_eq!(calls.get(&queued).map(Vec::len), Some(1), "{calls:?}");
+    assert_eq!(calls.get(&slow).map(Vec::len), Some(1), "{calls:?}");
+    assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
+}
+
 /// A trigger retrying (its target answered 503) when its partition is revoked: the old
 /// executor stops retrying and says so (a `released` report), and the run's next owner
 /// calls once, at once. Before, the old executor retried beside the new owner's call.

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use super::timers::TimerKind;
+
 /// A jump of the clock against the monotonic clock larger than this is a step (NTP slews
 /// smaller corrections; a VM restored or a clock set by hand jumps).
 pub const STEP: TimeDelta = TimeDelta::minutes(2);
@@ -93,12 +95,23 @@ impl ClockWatch {
         (*median > allowance).then_some(*median)
     }
 
-    /// The allowance for readings stamped in the future: `allowance`, widened by how far
-    /// this clock runs behind its inputs (at most [`MAX_WIDENING`]).
-    pub fn future_allowance(&self, allowance: TimeDelta) -> TimeDelta {
-        match self.behind_inputs(allowance) {
-            Some(behind) => allowance + behind.min(MAX_WIDENING),
-            None => allowance,
+    /// How far this clock runs behind its inputs (see [`Self::behind_inputs`]), and the
+    /// allowance for readings stamped in the future that follows: `allowance`, widened by
+    /// as much (at most [`MAX_WIDENING`]).
+    pub fn judge(&self, allowance: TimeDelta) -> (Option<TimeDelta>, TimeDelta) {
+        let behind = self.behind_inputs(allowance);
+        (
+            behind,
+            allowance + behind.map_or(TimeDelta::zero(), |b| b.min(MAX_WIDENING)),
+        )
+    }
+
+    /// Until when timer `kind`, due at `now`, is held: a retention expiry within [`HOLD`]
+    /// of a forward step (every other timer fires as due).
+    pub fn held_until(&self, kind: &TimerKind, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match kind {
+            TimerKind::Expire { .. } => self.expiry_held_until(now),
+            _ => None,
         }
     }
 }
@@ -129,6 +142,15 @@ mod tests {
         assert_eq!(w.expiry_held_until(after), Some(after + HOLD));
         assert_eq!(w.expiry_held_until(after + TimeDelta::minutes(59)), Some(after + HOLD));
         assert_eq!(w.expiry_held_until(after + HOLD), None, "held an hour, then fires");
+        let expire = TimerKind::Expire {
+            execution: crate::core::execution::id("daily", "2026-11-28"),
+        };
+        assert_eq!(w.held_until(&expire, after), Some(after + HOLD));
+        assert_eq!(
+            w.held_until(&TimerKind::Forget, after),
+            None,
+            "only retention expiry is held"
+        );
         // A step back is said, and holds nothing (the decider's time never goes back).
         let mut back = ClockWatch::default();
         back.read(t0, Duration::from_secs(10));
@@ -148,10 +170,10 @@ mod tests {
         for _ in 0..7 {
             w.stamped(now + TimeDelta::minutes(10), now);
         }
-        assert_eq!(w.future_allowance(skew), skew);
+        assert_eq!(w.judge(skew).1, skew);
         w.stamped(now + TimeDelta::minutes(10), now);
         assert_eq!(w.behind_inputs(skew), Some(TimeDelta::minutes(10)));
-        assert_eq!(w.future_allowance(skew), TimeDelta::minutes(15));
+        assert_eq!(w.judge(skew).1, TimeDelta::minutes(15));
         // One producer far ahead among many on time: the clock is not behind.
         let mut one = ClockWatch::default();
         for i in 0..20 {
@@ -162,7 +184,7 @@ mod tests {
             };
             one.stamped(now + lead, now);
         }
-        assert_eq!(one.future_allowance(skew), skew);
+        assert_eq!(one.judge(skew).1, skew);
         // A backlog read late: stamps behind the clock say nothing against it.
         let mut backlog = ClockWatch::default();
         for _ in 0..STAMPS {
@@ -174,10 +196,10 @@ mod tests {
         for _ in 0..STAMPS {
             far.stamped(now + TimeDelta::days(2), now);
         }
-        assert_eq!(far.future_allowance(skew), skew + MAX_WIDENING);
+        assert_eq!(far.judge(skew).1, skew + MAX_WIDENING);
         for _ in 0..STAMPS {
             far.stamped(now, now);
         }
-        assert_eq!(far.future_allowance(skew), skew);
+        assert_eq!(far.judge(skew).1, skew);
     }
 }

@@ -1295,6 +1295,70 @@ mod tests {
         })
     }
 
+    /// A trigger journaled with a time to begin, 30 s from now, its deadline minutes away.
+    fn work_starting_by() -> Work {
+        let mut w = work();
+        let now = chrono::Utc::now();
+        w.request.deadline = Some(now + chrono::TimeDelta::minutes(5));
+        w.request.start_by = Some(now + chrono::TimeDelta::seconds(30));
+        w
+    }
+
+    fn let_go_unbegun(outcome: &Outcome) -> bool {
+        let begun = outcome
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(crate::core::handover::BEGUN));
+        outcome.status == JobStatus::Released && begun == Some(&json!(false))
+    }
+
+    /// Its start mark cannot reach the jobs topic (the broker is unreachable) by its time
+    /// to begin: the trigger makes no call, and lets it go saying it never began, for its
+    /// owner to request it again (a new owner, finding no mark, calls at once).
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_whose_start_mark_does_not_land_in_time_makes_no_call() {
+        let (tries, attempt) = failing(Duration::ZERO);
+        let w = work_starting_by();
+        let stop = Stop::at(w.deadline(), None).starting_by(w.start_by());
+        let outcome = retrying(w, attempt, stop).await.unwrap();
+        assert!(let_go_unbegun(&outcome), "{outcome:?}");
+        assert_eq!(tries.load(SeqCst), 0, "no call");
+    }
+
+    /// Still queued for the target's slot at its time to begin: let go there, no call.
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_still_waiting_for_a_slot_at_its_time_to_begin_makes_no_call() {
+        let w = work_starting_by();
+        // Both of the target's slots held by calls that take two minutes.
+        let target = jobs::target(&w.request.config);
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let (tries, hog) = failing(Duration::from_secs(120));
+            held.push(tries);
+            let (limits, target) = (w.limits.clone(), target.clone());
+            tokio::spawn(async move {
+                let _ = limits.call(&target, &hog).await;
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            held.iter().map(|t| t.load(SeqCst)).sum::<u32>(),
+            2,
+            "the slots are held"
+        );
+        let (tries, attempt) = failing(Duration::ZERO);
+        let started = Instant::now();
+        let stop = Stop::at(w.deadline(), None).starting_by(w.start_by());
+        let outcome = retrying(w, attempt, stop).await.unwrap();
+        assert!(let_go_unbegun(&outcome), "{outcome:?}");
+        assert_eq!(tries.load(SeqCst), 0, "no call");
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(31),
+            "let go at its time to begin, not when a slot came: {waited:?}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_released_trigger_makes_no_further_try_and_says_so() {
         let (tries, attempt) = failing(Duration::ZERO);

@@ -68,7 +68,7 @@ use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as Decid
 use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::partitioning::partition_for;
 use crate::core::records::{rejected_pipeline, Rejection};
-use crate::core::timers::{timer_origin, TimerIndex, TimerKind};
+use crate::core::timers::{timer_origin, TimerIndex};
 use crate::core::PipelineState;
 
 /// What a crash may cost, and what the broker must support.
@@ -1326,14 +1326,18 @@ impl Processor {
     /// clocks): behind most of them, readings stamped in the future are allowed as much more.
     fn judge_clock(&mut self, batch: &[OwnedMessage], now: DateTime<Utc>) {
         let sensors = &self.settings.topics.sensors;
+        let mut stamped = 0;
         for message in batch.iter().filter(|m| m.topic() == sensors) {
-            if let Some(stamped) = (message.timestamp().to_millis()).and_then(DateTime::from_timestamp_millis) {
-                self.clock_watch.stamped(stamped, now);
+            if let Some(at) = (message.timestamp().to_millis()).and_then(DateTime::from_timestamp_millis) {
+                self.clock_watch.stamped(at, now);
+                stamped += 1;
             }
         }
-        let skew = self.settings.decider.max_clock_skew;
-        let behind = self.clock_watch.behind_inputs(skew);
-        let allowance = self.clock_watch.future_allowance(skew);
+        // Nothing new to judge by (a batch without sensor records).
+        if stamped == 0 {
+            return;
+        }
+        let (behind, allowance) = self.clock_watch.judge(self.settings.decider.max_clock_skew);
         if allowance != self.future_allowance {
             match behind {
                 Some(behind) => warn!(behind = %format_duration(behind), allowance = %format_duration(allowance),
@@ -1353,7 +1357,7 @@ impl Processor {
         let held_until = self.clock_watch.expiry_held_until(now);
         let mut held = 0;
         for timer in self.timers.pop_due(now, self.settings.batch_size) {
-            if let (Some(until), TimerKind::Expire { .. }) = (held_until, &timer.kind) {
+            if let Some(until) = self.clock_watch.held_until(&timer.kind, now) {
                 self.timers.set(timer.partition, &timer.pipeline, &timer.kind, until);
                 held += 1;
                 continue;
