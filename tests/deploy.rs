@@ -465,7 +465,7 @@ impl Exposed {
     /// labelled metric so that each shows its labels.
     fn read() -> Exposed {
         let t = Telemetry::new();
-        t.record_in("sluice.sensors");
+        t.records_in("sluice.sensors", 1);
         t.record_out("sluice.events", 1);
         t.event("SLA_BREACH");
         t.sla_breach("SLA_BREACH", "gold", "analytics-team");
@@ -479,8 +479,8 @@ impl Exposed {
         t.state_size(0, 4096);
         t.state_reads(3, 1);
         t.rebalanced("assigned");
-        t.forwarded("sluice.sensors");
-        t.forwarded_duplicate("sluice.sensors");
+        t.forwarded("sluice.sensors", 1);
+        t.forwarded_duplicates("sluice.sensors", 1);
         let text = t.encode_text();
 
         let mut series: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

@@ -1,9 +1,10 @@
 //! Sluice's own time per record, with no broker: the latency scenario's readings fed from
-//! memory at a steady rate, on a simulated clock, through what the loop does with each
-//! record (decode it; read the pipeline's state from the store's cache of decoded states,
+//! memory at a steady rate, on a simulated clock, through the processor's own partition
+//! task (`core::task`: read the pipeline's state from the store's cache of decoded states,
 //! else from its parts in RocksDB; decide within the limits; encode the state's writes and
-//! the events; write each batch to a real RocksDB store; arm and fire timers; take the job
-//! reports back). Whatever a broker does, a cost per record that grows from one simulated
+//! the events; arm and fire timers; take the job reports back), its batches written out by
+//! the broker-free driver (`sim::driver`: outputs to an in-memory log, each batch to a real
+//! RocksDB store). Decoding each record is counted too. Whatever a broker does, a cost per record that grows from one simulated
 //! minute to the next grows in Sluice.
 //!
 //! Each pipeline gets one reading a second (the rate is the number of pipelines), a row
@@ -11,22 +12,21 @@
 //! scenario: over ten minutes a pipeline gathers 300 executions, all kept (the retention is
 //! longer than the run).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
-use sluice::core::apply::{decide_within, Unfit};
-use sluice::core::config::PipelineConfig;
-use sluice::core::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use sluice::core::lifecycle::{Effect, Input, Settings};
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
-use sluice::core::timers::{timer_origin, TimerIndex};
+use sluice::core::task::{self, ReleaseKeys, Staged, Task};
 use sluice::runtime::codec::Codec;
-use sluice::runtime::outputs::{Before, Encoder};
-use sluice::runtime::store::{PartitionStore, StateReads, StoreBatch};
+use sluice::runtime::outputs::Encoder;
+use sluice::runtime::store::{PartitionStore, StateReads};
 use sluice::runtime::topics::Topics;
+use sluice::sim::driver;
+use sluice::sim::log::Log;
 
 use crate::workload;
 
@@ -53,76 +53,71 @@ impl Minute {
     }
 }
 
-/// The loop's part that is Sluice's: one partition's store, its timers, the batch in hand.
+/// The loop's part that is Sluice's: the processor's own partition task (one partition, a
+/// real RocksDB store) and the batch in hand, written out through the broker-free driver to
+/// an in-memory log.
 struct Loop {
-    store: PartitionStore,
-    timers: TimerIndex,
-    settings: Settings,
-    codec: Codec,
-    topics: Topics,
-    batch: StoreBatch,
-    /// States this batch changed (none: deleted), read before the store's.
-    states: HashMap<String, Option<Arc<PipelineState>>>,
-    /// Configs this batch stores.
-    configs: HashMap<String, Arc<PipelineConfig>>,
+    task: Task<PartitionStore>,
+    staged: Staged,
+    log: Log,
     /// Job reports due, by when (with a tie-breaking sequence).
     reports: BTreeMap<(DateTime<Utc>, u64), (String, Vec<u8>)>,
     sequence: u64,
 }
 
+/// No release keys: the bench's target answers every call.
+struct NoKeys;
+
+impl ReleaseKeys for NoKeys {
+    fn next_key(&mut self) -> Option<String> {
+        None
+    }
+}
+
 impl Loop {
-    /// Decides one input, as the processor's `decide_and_apply` does, and adds the decision
-    /// to the batch.
+    /// Decides one input, as the processor does, and adds the decision to the batch.
     fn handle(&mut self, pipeline: &str, input: &Input, origin: &str, now: DateTime<Utc>) -> Result<()> {
-        let (state, in_parts) = match self.states.get(pipeline) {
-            Some(state) => (state.clone().unwrap_or_default(), true),
-            None => match self.store.stored(pipeline)? {
-                Some(stored) => (stored.state, stored.in_parts),
-                None => (Arc::default(), false),
-            },
-        };
-        let encoder = Encoder {
-            codec: &self.codec,
-            topics: &self.topics,
-            limits: self.settings.limits,
-        };
-        let before = Before {
-            state: &state,
-            in_parts,
-        };
-        let ctx = Context {
-            now,
-            origin,
-            settings: self.settings,
-        };
-        let fit = |decision: &Decision| encoder.encode(pipeline, before, decision);
-        let (decision, encoded) = match decide_within(&state, pipeline, input, ctx, || origin.to_string(), fit) {
-            Ok(decided) => decided,
-            Err(Unfit::Failed(e)) => return Err(e),
-            Err(Unfit::EvenItsRejection { reason }) => bail!("{pipeline}: {reason}"),
-        };
-        std::hint::black_box(&encoded.events);
-        match decision.state {
-            StateChange::Unchanged => {}
-            StateChange::Put(state) => {
-                let config = (state.config.clone()).filter(|c| {
-                    !self.configs.get(pipeline).is_some_and(|held| Arc::ptr_eq(held, c))
-                        && !self.store.holds_config(pipeline, c)
-                });
-                let new = config.as_ref().map(|c| (pipeline, c.as_ref()));
-                self.batch.put_state(encoded.writes, new)?;
-                if let Some(config) = config {
-                    self.configs.insert(pipeline.to_string(), config);
-                }
-                self.states.insert(pipeline.to_string(), Some(Arc::from(state)));
-            }
-            StateChange::Delete => {
-                self.batch.delete_pipeline(pipeline, &state);
-                self.states.insert(pipeline.to_string(), None);
+        self.task
+            .decide(&mut self.staged, 0, pipeline, input, origin, now, None)?;
+        Ok(())
+    }
+
+    /// Fires the timers due by `now` and takes the job reports due by then, in time order.
+    fn catch_up(&mut self, now: DateTime<Utc>) -> Result<u64> {
+        let mut handled = 0;
+        loop {
+            let report = self
+                .reports
+                .first_key_value()
+                .map(|((at, _), _)| *at)
+                .filter(|at| *at <= now);
+            let timer = self.task.next_due().filter(|at| *at <= now);
+            let report_first = match (report, timer) {
+                (None, None) => return Ok(handled),
+                (Some(r), Some(t)) => r <= t,
+                (report, _) => report.is_some(),
+            };
+            if report_first {
+                let ((at, _), (pipeline, bytes)) = self.reports.pop_first().expect("a report due");
+                let record = decode_job(Some(pipeline.as_bytes()), Some(&bytes)).context("a job report")?;
+                self.handle(&pipeline, &Input::JobReported(record), "bench/jobs", at)?;
+                handled += 1;
+            } else {
+                let at = timer.expect("a timer due");
+                let before = self.staged.tallies().timers_late.len();
+                self.task.stage_due_timers(&mut self.staged, at)?;
+                handled += (self.staged.tallies().timers_late.len() - before) as u64;
             }
         }
-        self.timers.apply(0, pipeline, &decision.timers);
-        for effect in decision.effects {
+    }
+
+    /// Writes the batch out (its outputs to the log, its writes to RocksDB) as the processor
+    /// does, and takes its triggers: each run reports success `RUN_TAKES` later.
+    fn write(&mut self, now: DateTime<Utc>) -> Result<()> {
+        let staged = std::mem::take(&mut self.staged);
+        let flushed = driver::flush(&mut self.task, staged, &mut self.log, now)?;
+        self.log.trim();
+        for (_, effect) in flushed.effects {
             if let Effect::TriggerJob(request) = effect {
                 let report = serde_json::json!({
                     "pipelineId": request.pipeline_id, "scheduleId": request.execution.schedule(),
@@ -138,47 +133,8 @@ impl Loop {
         Ok(())
     }
 
-    /// Fires the timers due by `now` and takes the job reports due by then, in time order.
-    fn catch_up(&mut self, now: DateTime<Utc>) -> Result<u64> {
-        let mut handled = 0;
-        loop {
-            let report = self
-                .reports
-                .first_key_value()
-                .map(|((at, _), _)| *at)
-                .filter(|at| *at <= now);
-            let timer = self.timers.next_due().filter(|at| *at <= now);
-            let report_first = match (report, timer) {
-                (None, None) => return Ok(handled),
-                (Some(r), Some(t)) => r <= t,
-                (report, _) => report.is_some(),
-            };
-            if report_first {
-                let ((at, _), (pipeline, bytes)) = self.reports.pop_first().expect("a report due");
-                let record = decode_job(Some(pipeline.as_bytes()), Some(&bytes)).context("a job report")?;
-                self.handle(&pipeline, &Input::JobReported(record), "bench/jobs", at)?;
-            } else {
-                let timer = self.timers.pop_due(now, 1).pop().expect("a timer due");
-                let origin = timer_origin(&timer.pipeline, &timer.kind, timer.at);
-                self.handle(&timer.pipeline, &Input::TimerFired(timer.kind), &origin, now)?;
-            }
-            handled += 1;
-        }
-    }
-
-    /// Writes the batch to RocksDB and lets the store's cache hold the states it wrote, as
-    /// the processor does once a batch is durable.
-    fn write(&mut self) -> Result<()> {
-        self.store.write(std::mem::take(&mut self.batch))?;
-        for (pipeline, config) in self.configs.drain() {
-            self.store.config_written(&pipeline, &config);
-        }
-        for (pipeline, state) in self.states.drain() {
-            if let Some(state) = state {
-                self.store.remember(&pipeline, state);
-            }
-        }
-        Ok(())
+    fn state_reads(&self) -> StateReads {
+        self.task.store(0).map(PartitionStore::state_reads).unwrap_or_default()
     }
 }
 
@@ -192,34 +148,49 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         ..Settings::default()
     };
     let dir = std::env::temp_dir().join(format!("sluice-bench-steady-{}-{rate}", std::process::id()));
-    let mut l = Loop {
-        store: PartitionStore::open(&dir, 0)?.with_state_cache(cache_bytes),
-        timers: TimerIndex::default(),
-        settings,
+    let topics = Topics::new("bench");
+    let encoder = Encoder {
         codec: Codec::json(),
-        topics: Topics::new("bench"),
-        batch: StoreBatch::default(),
-        states: HashMap::new(),
-        configs: HashMap::new(),
-        reports: BTreeMap::new(),
-        sequence: 0,
+        topics: topics.clone(),
+        limits: settings.limits,
+    };
+    let task_settings = task::Settings {
+        decider: settings,
+        partitions: 1,
+        batch_size: usize::MAX,
+        forward_misrouted: true,
+        changelog: topics.changelog.clone(),
+        dlq: topics.dlq.clone(),
+        sensors: topics.sensors.clone(),
+        exactly_once: false,
     };
     // A fixed start, not the wall clock's: the timers that come due during the run (a
     // deadline at an hour of the day, say) are then the same in every run.
     let start = DateTime::parse_from_rfc3339(START).expect("a valid start").to_utc();
+    let mut task = Task::new(task_settings, Box::new(encoder), Box::new(NoKeys));
+    let mut log = Log::new(1);
+    let store = PartitionStore::open(&dir, 0)?.with_state_cache(cache_bytes);
+    driver::open(&mut task, 0, store, Vec::new(), &mut log, start)?;
+    let mut l = Loop {
+        task,
+        staged: Staged::default(),
+        log,
+        reports: BTreeMap::new(),
+        sequence: 0,
+    };
     for i in 0..pipelines {
         let id = workload::pipeline_id(i);
         let config = serde_json::to_vec(&workload::config(&id, "http://127.0.0.1:9"))?;
         let record = decode_config(Some(id.as_bytes()), Some(&config)).context("the bench config")?;
         l.handle(&id, &Input::ConfigPublished(record), "bench/config", start)?;
     }
-    l.write()?;
+    l.write(start)?;
     let dates: Vec<String> = (0..days)
         .map(|d| (start.date_naive() - chrono::Days::new(d)).to_string())
         .collect();
     let mut minutes = vec![Minute::default(); seconds.div_ceil(60) as usize];
     let mut batch_ends = start + BATCH_SPAN;
-    let mut reads = l.store.state_reads();
+    let mut reads = l.state_reads();
     for n in 0..total {
         let now = start + TimeDelta::microseconds((n as i64 * 1_000_000) / rate as i64);
         let index = ((now - start).num_seconds() / 60) as usize;
@@ -246,7 +217,7 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
 
         let started = Instant::now();
         if now >= batch_ends {
-            l.write()?;
+            l.write(now)?;
             batch_ends = now + BATCH_SPAN;
         }
         minute.records += l.catch_up(now)?;
@@ -254,12 +225,12 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         l.handle(&id, &Input::SensorReceived(reading), &origin, now)?;
         minute.records += 1;
         minute.busy += started.elapsed();
-        let now_reads = l.store.state_reads();
+        let now_reads = l.state_reads();
         minute.reads.cached += now_reads.cached - reads.cached;
         minute.reads.decoded += now_reads.decoded - reads.decoded;
         reads = now_reads;
     }
-    l.write()?;
+    l.write(start + TimeDelta::seconds(seconds as i64))?;
     drop(l);
     std::fs::remove_dir_all(&dir)?;
     Ok(minutes)

@@ -31,8 +31,9 @@ use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::{Replay, Unapplied};
+use crate::core::task::origin_of;
 use crate::runtime::codec::{Codec, Family};
-use crate::runtime::input::{origin_of, read_input};
+use crate::runtime::input::read_input;
 use crate::runtime::kafka::{self, Connection, Reader, Start};
 use crate::runtime::outputs::replay_fit;
 use crate::runtime::topics::{InputTopic, Topics};
@@ -137,7 +138,7 @@ pub(crate) struct Recorded {
 impl Recorded {
     /// Hands the record to `replay` under the origin the live processor gives it.
     pub fn replay_into(&self, replay: &mut Replay, out: &mut Vec<Event>) -> Result<(), Unapplied> {
-        let origin = origin_of(self.kind, self.partition, self.offset, &self.input);
+        let origin = origin_of(self.kind.role(), self.partition, self.offset, &self.input);
         replay.input(self.at, self.partition, &self.pipeline, &self.input, &origin, out)
     }
 }

@@ -23,6 +23,17 @@ use std::ops::Range;
 
 use super::changelog::{first_offsets, Checked, Entry, Lineage, Writer};
 
+/// The changelog writers of the owned partitions, by partition.
+pub trait Writers {
+    fn writer(&mut self, partition: i32) -> Option<&mut Writer>;
+}
+
+impl Writers for BTreeMap<i32, Writer> {
+    fn writer(&mut self, partition: i32) -> Option<&mut Writer> {
+        self.get_mut(&partition)
+    }
+}
+
 /// A changelog partition's end marker for this batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marker {
@@ -185,7 +196,7 @@ impl Flush {
 
     /// The outputs are acknowledged; the batch's changelog records landed at `changelog`.
     /// `lost`: the assignment was found lost meanwhile.
-    pub fn on_produced(&mut self, changelog: &[(i32, i64)], lost: bool, writers: &mut BTreeMap<i32, Writer>) {
+    pub fn on_produced(&mut self, changelog: &[(i32, i64)], lost: bool, writers: &mut dyn Writers) {
         if lost {
             return self.finish(Action::Abandon);
         }
@@ -195,7 +206,7 @@ impl Flush {
 
     /// Others' records read from the holes being checked. `None`: they could not be read
     /// because the assignment was lost. Returns what they meant to the writer.
-    pub fn on_read(&mut self, entries: Option<&[Entry]>, writers: &mut BTreeMap<i32, Writer>) -> Option<Checked> {
+    pub fn on_read(&mut self, entries: Option<&[Entry]>, writers: &mut dyn Writers) -> Option<Checked> {
         let Stage::Checking { holes, then } = &mut self.stage else {
             return None;
         };
@@ -205,7 +216,7 @@ impl Flush {
             self.finish(Action::Abandon);
             return None;
         };
-        let checked = writers.get_mut(&partition).map(|w| w.check(entries));
+        let checked = writers.writer(partition).map(|w| w.check(entries));
         if checked == Some(Checked::Fenced) {
             self.fenced.insert(partition);
             self.sequenced.remove(&partition);
@@ -216,7 +227,7 @@ impl Flush {
     }
 
     /// The markers are acknowledged, at `landed`.
-    pub fn on_markers(&mut self, landed: &[(i32, i64)], lost: bool, writers: &mut BTreeMap<i32, Writer>) {
+    pub fn on_markers(&mut self, landed: &[(i32, i64)], lost: bool, writers: &mut dyn Writers) {
         if lost {
             return self.finish(Action::Abandon);
         }
@@ -235,10 +246,10 @@ impl Flush {
 
     /// The stores are written: the batch counts, for its writers too. `lost`: the
     /// assignment is found lost now (the state is kept; the effects are the new owners').
-    pub fn on_stored(&mut self, lost: bool, writers: &mut BTreeMap<i32, Writer>) {
+    pub fn on_stored(&mut self, lost: bool, writers: &mut dyn Writers) {
         if let Action::WriteStores(counted) = self.poll() {
             for (p, (_, batch)) in counted {
-                if let Some(w) = writers.get_mut(&p) {
+                if let Some(w) = writers.writer(p) {
                     w.counted(batch);
                 }
             }
@@ -267,13 +278,13 @@ impl Flush {
     }
 
     /// Looks for holes where records landed, then goes on to `then`.
-    fn check(&mut self, landed: &[(i32, i64)], then: AfterCheck, writers: &mut BTreeMap<i32, Writer>) {
+    fn check(&mut self, landed: &[(i32, i64)], then: AfterCheck, writers: &mut dyn Writers) {
         let mut per_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
         for (p, offset) in landed {
             per_partition.entry(*p).or_default().push(*offset);
         }
         let went_back = |(p, offsets): &(&i32, &Vec<i64>)| {
-            let writer = writers.get(*p);
+            let writer = writers.writer(**p);
             writer.is_some_and(|w| offsets.iter().any(|o| w.went_back(*o)))
         };
         if let Some((partition, _)) = per_partition.iter().find(went_back) {
@@ -281,7 +292,7 @@ impl Flush {
         }
         let holes = (per_partition.into_iter())
             .filter_map(|(p, offsets)| {
-                let ranges = writers.get_mut(&p)?.landed(&offsets);
+                let ranges = writers.writer(p)?.landed(&offsets);
                 (!ranges.is_empty()).then_some((p, ranges))
             })
             .collect();

@@ -254,6 +254,76 @@ impl Restore {
 }
 
 mod writer;
+/// The header of every store write on the changelog: epoch and batch, 16 bytes big-endian.
+pub const BATCH_HEADER: &str = "sluice.batch";
+/// The key prefix of a batch's end marker.
+pub const MARKER_PREFIX: &[u8] = b"b/";
+
+pub fn batch_header(epoch: Epoch, seq: u64) -> Vec<u8> {
+    [epoch.to_be_bytes(), seq.to_be_bytes()].concat()
+}
+
+/// The end marker of batch `seq` of `epoch`, whose first record is at `first`.
+pub fn marker(epoch: Epoch, seq: u64, first: i64) -> (Vec<u8>, Vec<u8>) {
+    (
+        [MARKER_PREFIX, &epoch.to_be_bytes()].concat(),
+        [seq.to_be_bytes(), first.to_be_bytes()].concat(),
+    )
+}
+
+/// The key prefix of a fence.
+pub const FENCE_PREFIX: &[u8] = b"n/";
+/// The key prefix of an acceptance.
+pub const ACCEPT_PREFIX: &[u8] = b"a/";
+
+/// The acceptance of `lineage`'s batches.
+pub fn acceptance(lineage: Lineage) -> (Vec<u8>, Vec<u8>) {
+    (
+        [ACCEPT_PREFIX, &lineage.epoch.to_be_bytes()].concat(),
+        lineage.through.to_be_bytes().to_vec(),
+    )
+}
+
+fn be8(bytes: &[u8]) -> Option<[u8; 8]> {
+    bytes.try_into().ok()
+}
+
+/// A changelog record as the restore rules see it; `None` for a record of no known kind.
+pub fn entry(offset: i64, key: &[u8], value: Option<&[u8]>, batch: Option<&[u8]>) -> Option<Entry> {
+    if let Some(rest) = key.strip_prefix(MARKER_PREFIX) {
+        if rest.is_empty() {
+            return Some(Entry::Marker { epoch: 0, seq: 0 });
+        }
+        let seq = value.and_then(|v| be8(v.get(..8)?))?;
+        return Some(Entry::Marker {
+            epoch: i64::from_be_bytes(be8(rest)?),
+            seq: u64::from_be_bytes(seq),
+        });
+    }
+    if key.starts_with(FENCE_PREFIX) {
+        return Some(Entry::Fence {
+            epoch: epoch_at(offset),
+        });
+    }
+    if let Some(rest) = key.strip_prefix(ACCEPT_PREFIX) {
+        return Some(Entry::Accept {
+            epoch: i64::from_be_bytes(be8(rest)?),
+            through: u64::from_be_bytes(be8(value?)?),
+        });
+    }
+    let (epoch, seq) = match batch {
+        None => (0, 0),
+        Some(h) if h.len() == 16 => (i64::from_be_bytes(be8(&h[..8])?), u64::from_be_bytes(be8(&h[8..])?)),
+        Some(_) => return None,
+    };
+    Some(Entry::Write {
+        key: key.to_vec(),
+        value: value.map(<[u8]>::to_vec),
+        epoch,
+        seq,
+    })
+}
+
 pub use writer::{epoch_at, first_offsets, Checked, Writer};
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use crate::core::status::{self, PipelineSummary};
 /// What the processor's answers are read from: its stores and read models, lent for one
 /// answer between batches.
 pub(super) struct Served<'a> {
-    pub stores: &'a BTreeMap<i32, PartitionStore>,
+    pub stores: BTreeMap<i32, &'a PartitionStore>,
     pub openings: &'a Openings,
     pub summaries: &'a mut Summaries,
     pub recent: &'a RecentEvents,
@@ -56,7 +56,7 @@ pub(super) fn answer(query: Query, served: Served<'_>) -> anyhow::Result<()> {
     match query {
         Query::List { reply } => {
             let _ = reply.send(Listed {
-                pipelines: served.summaries.all(served.stores)?,
+                pipelines: served.summaries.all(&served.stores)?,
                 opening: !served.openings.is_empty(),
             });
         }

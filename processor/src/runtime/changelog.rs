@@ -39,7 +39,7 @@ use super::clock::Clock;
 use super::error::{Error, Fatal};
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
-use crate::core::changelog::{epoch_at, Diverged, Entry, Epoch, Lineage, Restore};
+use crate::core::changelog::{Diverged, Entry, Lineage, Restore, FENCE_PREFIX};
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -49,23 +49,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// by the caller), rather than hanging on a broker that went away.
 const STALLED_AFTER: Duration = Duration::from_secs(60);
 
-/// The header of every store write on the changelog: epoch and batch, 16 bytes big-endian.
-pub const BATCH_HEADER: &str = "sluice.batch";
-const MARKER_PREFIX: &[u8] = b"b/";
-const FENCE_PREFIX: &[u8] = b"n/";
-const ACCEPT_PREFIX: &[u8] = b"a/";
-
-pub fn batch_header(epoch: Epoch, seq: u64) -> Vec<u8> {
-    [epoch.to_be_bytes(), seq.to_be_bytes()].concat()
-}
-
-/// The end marker of batch `seq` of `epoch`, whose first record is at `first`.
-pub fn marker(epoch: Epoch, seq: u64, first: i64) -> (Vec<u8>, Vec<u8>) {
-    (
-        [MARKER_PREFIX, &epoch.to_be_bytes()].concat(),
-        [seq.to_be_bytes(), first.to_be_bytes()].concat(),
-    )
-}
+pub use crate::core::changelog::{acceptance, batch_header, entry, marker, BATCH_HEADER};
 
 /// A fence of `instance`: a key no other record has.
 pub fn fence(instance: &str, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
@@ -73,56 +57,8 @@ pub fn fence(instance: &str, now: DateTime<Utc>) -> (Vec<u8>, Vec<u8>) {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = now.timestamp_nanos_opt().unwrap_or_default();
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let key = format!("n/{instance}/{}/{nanos}/{n}", std::process::id());
-    (key.into_bytes(), b"fence".to_vec())
-}
-
-/// The acceptance of `lineage`'s batches.
-pub fn acceptance(lineage: Lineage) -> (Vec<u8>, Vec<u8>) {
-    (
-        [ACCEPT_PREFIX, &lineage.epoch.to_be_bytes()].concat(),
-        lineage.through.to_be_bytes().to_vec(),
-    )
-}
-
-fn be8(bytes: &[u8]) -> Option<[u8; 8]> {
-    bytes.try_into().ok()
-}
-
-/// A changelog record as the restore rules see it; `None` for a record of no known kind.
-pub fn entry(offset: i64, key: &[u8], value: Option<&[u8]>, batch: Option<&[u8]>) -> Option<Entry> {
-    if let Some(rest) = key.strip_prefix(MARKER_PREFIX) {
-        if rest.is_empty() {
-            return Some(Entry::Marker { epoch: 0, seq: 0 });
-        }
-        let seq = value.and_then(|v| be8(v.get(..8)?))?;
-        return Some(Entry::Marker {
-            epoch: i64::from_be_bytes(be8(rest)?),
-            seq: u64::from_be_bytes(seq),
-        });
-    }
-    if key.starts_with(FENCE_PREFIX) {
-        return Some(Entry::Fence {
-            epoch: epoch_at(offset),
-        });
-    }
-    if let Some(rest) = key.strip_prefix(ACCEPT_PREFIX) {
-        return Some(Entry::Accept {
-            epoch: i64::from_be_bytes(be8(rest)?),
-            through: u64::from_be_bytes(be8(value?)?),
-        });
-    }
-    let (epoch, seq) = match batch {
-        None => (0, 0),
-        Some(h) if h.len() == 16 => (i64::from_be_bytes(be8(&h[..8])?), u64::from_be_bytes(be8(&h[8..])?)),
-        Some(_) => return None,
-    };
-    Some(Entry::Write {
-        key: key.to_vec(),
-        value: value.map(<[u8]>::to_vec),
-        epoch,
-        seq,
-    })
+    let name = format!("{instance}/{}/{nanos}/{n}", std::process::id());
+    ([FENCE_PREFIX, name.as_bytes()].concat(), b"fence".to_vec())
 }
 
 /// The [`BATCH_HEADER`] of a record, if it has one.

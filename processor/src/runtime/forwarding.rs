@@ -1,14 +1,14 @@
 //! The runtime's side of forwarding misrouted records ([`crate::core::forwarding`] holds
-//! the rules): reading the mark on a copy, and making the copy of a record.
+//! the rules, and the partition task makes the copies): checking a copy's mark against
+//! where its partition ends, and the misrouted keys' warning.
 
 use std::collections::{HashMap, HashSet};
 
 use rdkafka::consumer::{Consumer, ConsumerContext};
-use rdkafka::message::{Headers, Message, OwnedMessage};
 use tracing::warn;
 
 use super::kafka::{Quirks, METADATA_TIMEOUT};
-use crate::core::forwarding::{self, Forwarded, Implausible};
+use crate::core::forwarding::{Forwarded, Implausible};
 
 /// What happens to a keyed record on another partition than its key's (`run --misrouted`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -21,12 +21,6 @@ pub enum Misrouted {
     Reject,
 }
 
-/// The mark of a forwarded copy, if `message` carries one (`Err`: a header that is none).
-pub fn copy_mark(message: &OwnedMessage) -> Option<Result<Forwarded, Implausible>> {
-    let header = message.headers()?.iter().find(|h| h.key == forwarding::HEADER)?;
-    Some(Forwarded::parse(header.value.unwrap_or_default()))
-}
-
 /// The ends (high watermarks) of the partitions copies name, as last looked up. An end only
 /// grows, so a mark below the one known is plausible without asking the broker; only a mark
 /// at or beyond it makes a new look-up (after the copy was fetched: a genuine copy's record
@@ -36,18 +30,17 @@ pub fn copy_mark(message: &OwnedMessage) -> Option<Result<Forwarded, Implausible
 pub struct Ends(HashMap<(String, i32), i64>);
 
 impl Ends {
-    /// Checks the mark of `message`, a copy on a topic of `partitions` partitions, against
+    /// Checks the mark of a copy read from partition `p` of `topic`, a topic of `partitions` partitions, against
     /// what Sluice can have written (see [`crate::core::forwarding::Implausible`]).
     pub async fn check<C: ConsumerContext + 'static>(
         &mut self,
         consumer: &(impl Consumer<C> + Sync),
         quirks: Quirks,
         partitions: i32,
-        message: &OwnedMessage,
-        mark: Result<Forwarded, Implausible>,
+        topic: &str,
+        p: i32,
+        mark: Forwarded,
     ) -> Result<Forwarded, Implausible> {
-        let (topic, p) = (message.topic(), message.partition());
-        let mark = mark?;
         mark.check(p, partitions)?;
         // tansu 0.6 reports an end one short after a multi-record batch.
         let short = i64::from(quirks == Quirks::Tansu);
@@ -78,20 +71,6 @@ async fn end_of<C: ConsumerContext + 'static>(
             }
         }
     }
-}
-
-/// The producer's headers, and the mark of where the copy came from.
-pub fn copy_headers(message: &OwnedMessage, mark: &Forwarded) -> Vec<(String, Vec<u8>)> {
-    let mut headers: Vec<(String, Vec<u8>)> = message
-        .headers()
-        .map(|h| {
-            h.iter()
-                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                .collect()
-        })
-        .unwrap_or_default();
-    headers.push((forwarding::HEADER.to_string(), mark.header_value().into_bytes()));
-    headers
 }
 
 /// Keys already logged as misrouted, so a producer's every record does not log: a record

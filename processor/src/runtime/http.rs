@@ -197,9 +197,9 @@ mod tests {
     async fn metrics_expose_recorded_values() {
         let server = start().await;
         let t = &server.telemetry;
-        t.record_in("sluice.sensors");
-        t.record_in("sluice.sensors");
-        t.record_in("sluice.jobs");
+        t.records_in("sluice.sensors", 1);
+        t.records_in("sluice.sensors", 1);
+        t.records_in("sluice.jobs", 1);
         t.record_out("sluice.events", 5);
         t.record_out("sluice.events", 2);
         t.dead_letter("sluice.sensors", "unreadable");

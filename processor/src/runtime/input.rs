@@ -7,25 +7,15 @@
 
 use std::borrow::Cow;
 
-use rdkafka::message::{Message, OwnedMessage};
+use chrono::{DateTime, Utc};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 
 use super::codec::{Codec, CodecError};
 use super::topics::InputTopic;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::records::{self, Rejection};
-
-/// The origin an input's events are identified by (their `eventId` derives from it). A job
-/// report is identified by its run and status rather than its offset: a trigger requested
-/// again after a crash, or a runner that reports twice, yields the same events, which
-/// consumers deduplicate by `eventId`.
-pub(crate) fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) -> String {
-    let role = kind.role();
-    match input {
-        Input::JobReported(r) => format!("{role}/{}/{}/{}", r.pipeline_id, r.run_id, r.status.as_str()),
-        _ => format!("{role}/{p}@{offset}"),
-    }
-}
+use crate::core::task::{source_of, Record};
 
 /// The pipeline an input record is about and the decider's input it holds. Avro and
 /// Connect-enveloped records become their JSON form first; what cannot be read is rejected
@@ -34,13 +24,13 @@ pub(crate) fn origin_of(kind: InputTopic, p: i32, offset: i64, input: &Input) ->
 pub(crate) async fn read_input(
     codec: &Codec,
     kind: InputTopic,
-    message: &OwnedMessage,
+    message: &dyn Record,
     partitions: i32,
     limits: &Limits,
 ) -> Result<(String, Input), CodecError> {
-    let origin = format!("{}/{}@{}", message.topic(), message.partition(), message.offset());
+    let origin = source_of(message);
     // Measured before anything is decoded: an oversized record is never parsed.
-    let size = message.payload().map_or(0, <[u8]>::len);
+    let size = message.value().map_or(0, <[u8]>::len);
     if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
         let rejected = Input::Rejected {
             source: origin,
@@ -49,7 +39,7 @@ pub(crate) async fn read_input(
         };
         return Ok((records::rejected_pipeline(message.key()), rejected));
     }
-    let payload = match (kind.family(), message.payload()) {
+    let payload = match (kind.family(), message.value()) {
         (Some(family), Some(bytes)) => codec.decode(family, bytes).await.map(Some),
         (_, bytes) => Ok(bytes.map(Cow::Borrowed)),
     };
@@ -71,7 +61,7 @@ pub(crate) async fn read_input(
 /// The input a record holds (`value`: its payload in JSON form).
 fn decode(
     kind: InputTopic,
-    message: &OwnedMessage,
+    message: &dyn Record,
     value: Option<&[u8]>,
     origin: &str,
     partitions: i32,
@@ -99,4 +89,40 @@ fn decode(
             },
         )
     })
+}
+
+/// A Kafka message as the partition task reads it.
+impl Record for OwnedMessage {
+    fn topic(&self) -> &str {
+        Message::topic(self)
+    }
+
+    fn partition(&self) -> i32 {
+        Message::partition(self)
+    }
+
+    fn offset(&self) -> i64 {
+        Message::offset(self)
+    }
+
+    fn key(&self) -> Option<&[u8]> {
+        Message::key(self)
+    }
+
+    fn value(&self) -> Option<&[u8]> {
+        Message::payload(self)
+    }
+
+    fn headers(&self) -> Vec<(&str, &[u8])> {
+        let Some(headers) = Message::headers(self) else {
+            return Vec::new();
+        };
+        headers.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()
+    }
+
+    fn timestamp(&self) -> Option<DateTime<Utc>> {
+        Message::timestamp(self)
+            .to_millis()
+            .and_then(DateTime::from_timestamp_millis)
+    }
 }

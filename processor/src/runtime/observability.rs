@@ -152,8 +152,8 @@ mod tests {
             .with_resource(resource_with(None))
             .build();
         let t = Telemetry::with_meter(provider.meter("sluice"));
-        t.record_in("sluice.sensors");
-        t.record_in("sluice.sensors");
+        t.records_in("sluice.sensors", 1);
+        t.records_in("sluice.sensors", 1);
         t.batch_latency(0.003);
         t.batch_latency(5.0);
         t.timers_pending(7);

@@ -7,63 +7,46 @@ use anyhow::Result;
 use tracing::warn;
 
 use super::codec::{Codec, Family};
-use super::store::{self, parts};
 use super::topics::Topics;
 use crate::core::events::Event;
 use crate::core::lifecycle::{Decision, Outbound, OutboundTopic, StateChange};
 use crate::core::limits::Limits;
+use crate::core::output::{Encode, HostError};
 use crate::core::replay::Fit;
+use crate::core::state::parts;
 use crate::core::PipelineState;
 
-/// A record to produce: an event, a dead letter, an outbound input or a changelog record.
-pub struct Output {
-    pub topic: String,
-    /// Set for changelog records, which follow the store's partition, not the key's hash.
-    pub partition: Option<i32>,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Vec<u8>)>,
-}
-
-impl Output {
-    /// Its size as the producer counts it against `message.max.bytes`: key, value and the
-    /// headers with their framing (a few bytes each, over-counted here).
-    pub fn size(&self) -> usize {
-        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 10).sum();
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len) + headers
-    }
-}
-
-/// A pipeline's state before a decision, as the store holds it.
-#[derive(Clone, Copy)]
-pub struct Before<'s> {
-    pub state: &'s PipelineState,
-    /// Stored in parts: a write then only updates the parts that changed (a state not
-    /// stored at all is written whole, its head too).
-    pub in_parts: bool,
-}
-
-/// A decision's records, encoded.
-pub struct Encoded {
-    /// The state's writes, each one changelog record.
-    pub writes: Vec<store::Write>,
-    pub events: Vec<Output>,
-    pub records: Vec<Output>,
-}
+pub use crate::core::output::{Before, Encoded, Output};
 
 /// Encodes decisions' records for their topics.
-#[derive(Clone, Copy)]
-pub struct Encoder<'a> {
-    pub codec: &'a Codec,
-    pub topics: &'a Topics,
+#[derive(Clone)]
+pub struct Encoder {
+    pub codec: Codec,
+    pub topics: Topics,
     pub limits: Limits,
 }
 
-impl Encoder<'_> {
+impl Encode for Encoder {
+    fn encode(
+        &self,
+        pipeline: &str,
+        before: Before<'_>,
+        decision: &Decision,
+    ) -> Result<Result<Encoded, String>, HostError> {
+        Encoder::encode(self, pipeline, before, decision).map_err(Into::into)
+    }
+}
+
+impl Encoder {
     /// Encodes what `decision` would write for `pipeline`; `Ok(Err(reason))` when a record
     /// of it is over a limit (`--max-state-bytes`, `--max-message-bytes`), measured before
     /// anything of it is applied.
-    pub fn encode(&self, pipeline: &str, before: Before<'_>, decision: &Decision) -> Result<Result<Encoded, String>> {
+    pub fn encode(
+        &self,
+        pipeline: &str,
+        before: Before<'_>,
+        decision: &Decision,
+    ) -> anyhow::Result<Result<Encoded, String>> {
         let writes = match &decision.state {
             StateChange::Put(state) => {
                 let stored = before.in_parts.then_some(before.state);
@@ -143,13 +126,12 @@ impl Encoder<'_> {
 /// The live processor's measure of decisions, for a replay ([`Fit`]): a pipeline already
 /// stored is taken as stored in parts, as the processor stores it.
 pub fn replay_fit(codec: &Codec, topics: &Topics, limits: Limits) -> Fit {
-    let (codec, topics) = (codec.clone(), topics.clone());
+    let encoder = Encoder {
+        codec: codec.clone(),
+        topics: topics.clone(),
+        limits,
+    };
     Box::new(move |pipeline, stored, decision| {
-        let encoder = Encoder {
-            codec: &codec,
-            topics: &topics,
-            limits,
-        };
         let empty = PipelineState::default();
         let before = Before {
             state: stored.unwrap_or(&empty),
@@ -213,8 +195,8 @@ mod tests {
 
         // The processor's own measure is the same encoder's.
         let encoder = Encoder {
-            codec: &Codec::json(),
-            topics: &Topics::new("sluice."),
+            codec: Codec::json(),
+            topics: Topics::new("sluice."),
             limits: Limits::default(),
         };
         let before = Before {

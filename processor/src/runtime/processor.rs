@@ -18,18 +18,17 @@
 //! them. Fatal ones (corrupt state, a fenced producer, a broker without the transactions
 //! asked for) end `run` with an error after the clients are closed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use chrono::{DateTime, Utc};
 use clap::ValueEnum;
 use futures::FutureExt;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::OwnedMessage;
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -44,32 +43,25 @@ use super::clock::{wake_in, Clock, Monotonic};
 use super::codec::Codec;
 use super::effects::{Executor, InFlight, Settings as EffectSettings};
 use super::error as runtime_error;
-use super::forwarding::{copy_headers, copy_mark, Ends, Misrouted, Warned};
-use super::input::{origin_of, read_input};
+use super::forwarding::{Ends, Misrouted, Warned};
+use super::input::read_input;
 use super::kafka::{self, Connection, RenewableProducer};
 use super::opening::{Opened, Openings};
-use super::outputs::{Before, Encoded, Encoder, Output};
+use super::outputs::{Encoder, Output};
 use super::recent::{RecentEvents, TailReader};
-use super::store::{self, PartitionStore, StoreBatch};
+use super::store::PartitionStore;
 use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use super::topics::{InputTopic, Topics};
-use crate::core::admission::{self, Admission};
-use crate::core::apply::{self, Unfit};
-use crate::core::batch::{Action, Flush, Marker};
-use crate::core::changelog::{Checked, Entry, Lineage, Writer};
-use crate::core::clock_watch::ClockWatch;
-use crate::core::config::PipelineConfig;
-use crate::core::duration::format_duration;
-use crate::core::events::Event;
-use crate::core::forwarding::{ForwardWindow, Forwarded};
-use crate::core::handover::{self, Journaled, Reported, Settled, Step};
-use crate::core::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
+use crate::core::admission::Admission;
+use crate::core::batch::{Action, Flush};
+use crate::core::changelog::{Checked, Entry};
+use crate::core::lifecycle::{Input, Settings as DeciderSettings};
 use crate::core::ownership::{self, OnOpened, OnRevoked};
-use crate::core::partitioning::partition_for;
 use crate::core::records::{rejected_pipeline, Rejection};
-use crate::core::timers::{timer_origin, TimerIndex};
-use crate::core::PipelineState;
+use crate::core::task::{
+    self, omit_value, origin_of, Learned, Opening, Record, ReleaseKeys, Routed, Staged, Tallies, Task,
+};
 
 /// What a crash may cost, and what the broker must support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -201,127 +193,6 @@ impl ConsumerContext for RebalanceContext {
     }
 }
 
-/// What one batch has decided, not yet written anywhere.
-#[derive(Default)]
-struct Pending {
-    /// Latest state per (partition, pipeline); `None` = deleted.
-    states: HashMap<(i32, String), Option<Arc<PipelineState>>>,
-    outputs: Vec<Output>,
-    stores: BTreeMap<i32, StoreBatch>,
-    commits: BTreeMap<(String, i32), i64>,
-    /// Effects with the input partition of their pipeline.
-    effects: Vec<(i32, Effect)>,
-    /// Runs that ended in the batch: their calls still in flight stop trying again.
-    ended_runs: Vec<String>,
-    /// What the read models learn once the batch is durable (never before: a batch that
-    /// fails or loses its partitions must not show in the API).
-    learned: Learned,
-    /// Forwarded copies applied, by (partition, topic, partition they came from), as the
-    /// batch leaves them.
-    windows: HashMap<(i32, String, i32), ForwardWindow>,
-}
-
-/// Where an input record is decided.
-enum Route {
-    /// Here: it is this partition's (or is rejected here, as bad input).
-    Here,
-    /// It was forwarded to its key's partition, is a copy already applied, or was rejected
-    /// for a mark Sluice cannot have written: nothing more to do with it.
-    Elsewhere,
-}
-
-/// Read-model updates of one batch: the API's recent events, its summaries and the stores'
-/// config caches.
-#[derive(Default)]
-struct Learned {
-    events: Vec<Event>,
-    /// The owner (`pipeline.owner`, empty if none) of each event's pipeline, by pipeline.
-    owners: HashMap<String, String>,
-    /// Pipelines whose state changed (their summaries are stale).
-    changed: HashSet<(i32, String)>,
-    /// Configs the batch writes, by partition and pipeline.
-    configs: HashMap<(i32, String), Arc<PipelineConfig>>,
-}
-
-/// This instance found a newer owner's fence on partitions it still held: it lost them
-/// without being told (paused past its session, or replaced by a process with the same
-/// `--instance`). Nothing of the batch under way was written or started; the process stops
-/// rather than go on with timers, triggers and a group membership it can no longer trust,
-/// and a restart restores what it owns afresh.
-#[derive(Debug, thiserror::Error)]
-#[error("a newer owner fenced partitions {0:?}: this instance lost them without being told (a paused process, or another process with the same --instance); it stops before anything of the batch counts")]
-pub struct Zombie(pub Vec<i32>);
-
-/// See [`Writer::went_back`].
-#[derive(Debug, thiserror::Error)]
-#[error("partition {0} of the changelog {1} went back below this owner's own records: the topic was recreated (or truncated) while the processor ran, and the state it held is gone from it. Stop every instance, then rebuild the state with `sluice reset --from-scratch`")]
-pub struct ChangelogWentBack(pub i32, pub String);
-
-pub struct Processor {
-    settings: Settings,
-    consumer: StreamConsumer<RebalanceContext>,
-    producer: RenewableProducer,
-    ownership: UnboundedReceiver<Ownership>,
-    stores: BTreeMap<i32, PartitionStore>,
-    timers: TimerIndex,
-    executor: Executor,
-    telemetry: Arc<Telemetry>,
-    /// The decider's time.
-    time: Monotonic,
-    /// API questions answered since input or timers last had a turn (see [`QUERY_SHARE`]).
-    answered: u32,
-    /// Where the partitions that forwarded copies name end, to check their marks against.
-    ends: Ends,
-    last_commit: Option<TopicPartitionList>,
-    /// Partition count of every input topic (checked equal at start).
-    partitions: i32,
-    /// Journaled triggers of opened partitions, until each is requested again or forgotten
-    /// (see core::handover::Journaled).
-    journaled: Journaled,
-    /// What this processor has seen of its clock: steps, and its producers' stamps (see
-    /// core::clock_watch), read against `started` (monotonic).
-    clock_watch: ClockWatch,
-    started: Instant,
-    /// The allowance for readings stamped in the future, as the clock watch last judged it.
-    future_allowance: chrono::TimeDelta,
-    /// Retention expiries held since the clock's last forward step.
-    expiries_held: i64,
-    /// Per owned partition, this owner's side of the changelog: its epoch, its last batch,
-    /// where its next record lands and the keys to write again (see core::changelog::Writer).
-    writers: BTreeMap<i32, Writer>,
-    /// Partitions assigned and being opened in the background.
-    openings: Openings,
-    /// Partitions given up on finding a newer owner's fence: their records are left alone
-    /// until the group says who owns them.
-    abandoned: BTreeSet<i32>,
-    /// The highest offset of each input partition delivered since it was opened: offsets
-    /// that go back mean a topic recreated under the processor (see core::admission).
-    delivered: HashMap<(String, i32), i64>,
-    /// Keys logged as misrouted (once each).
-    warned: Warned,
-    /// API questions, answered between batches (see [`api`]).
-    queries: mpsc::Receiver<Query>,
-    query_sender: mpsc::Sender<Query>,
-    /// The owned partitions, for the instance directory.
-    owned: watch::Sender<Vec<i32>>,
-    /// The owned pipelines' latest events, for the API and the page.
-    recent: RecentEvents,
-    /// The owned pipelines' summaries, for the API's list.
-    summaries: Summaries,
-    /// Fills `recent` from the events topic for each opened partition; none when the events
-    /// topic is not partitioned like the inputs.
-    tail: Option<TailReader>,
-}
-
-/// The input topics have more partitions than when the processor started: pipelines'
-/// records now land in other partitions than their state, which Sluice cannot move.
-#[derive(Debug, thiserror::Error)]
-#[error("partition {assigned} was assigned, but the input topics had {partitions} partitions at start: partitions were added at run time, so pipelines' records now land in other partitions than their state. Sluice does not move state between partitions: remove the added partitions (recreate the topics with {partitions}), or move to the new count as a new deployment (new topics, or `sluice reset --from-scratch` after growing the changelog and events topics alike) — see the README's \"Partitions\"")]
-pub struct PartitionsAdded {
-    pub partitions: i32,
-    pub assigned: i32,
-}
-
 /// Checks that the input topics and the changelog have one partition count; returns it, and
 /// whether the events topic has it too.
 fn check_topics(consumer: &StreamConsumer<RebalanceContext>, topics: &Topics) -> Result<(i32, bool)> {
@@ -364,6 +235,42 @@ const QUERY_SHARE: u32 = 16;
 
 /// How long a transactional call may take before it counts as failed.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Processor {
+    settings: Settings,
+    consumer: StreamConsumer<RebalanceContext>,
+    producer: RenewableProducer,
+    ownership: UnboundedReceiver<Ownership>,
+    /// The owned partitions and every rule of what is done with them (see core::task).
+    task: Task<PartitionStore>,
+    executor: Executor,
+    telemetry: Arc<Telemetry>,
+    /// The decider's time.
+    time: Monotonic,
+    /// API questions answered since input or timers last had a turn (see [`QUERY_SHARE`]).
+    answered: u32,
+    /// Where the partitions that forwarded copies name end, to check their marks against.
+    ends: Ends,
+    last_commit: Option<TopicPartitionList>,
+    /// When the processor started (monotonic), to read the clock against.
+    started: Instant,
+    /// Partitions assigned and being opened in the background.
+    openings: Openings,
+    /// Keys logged as misrouted (once each).
+    warned: Warned,
+    /// API questions, answered between batches (see [`api`]).
+    queries: mpsc::Receiver<Query>,
+    query_sender: mpsc::Sender<Query>,
+    /// The owned partitions, for the instance directory.
+    owned: watch::Sender<Vec<i32>>,
+    /// The owned pipelines' latest events, for the API and the page.
+    recent: RecentEvents,
+    /// The owned pipelines' summaries, for the API's list.
+    summaries: Summaries,
+    /// Fills `recent` from the events topic for each opened partition; none when the events
+    /// topic is not partitioned like the inputs.
+    tail: Option<TailReader>,
+}
 
 impl Processor {
     /// Connects, checks the topics and subscribes (long only for the literal of the
@@ -418,30 +325,38 @@ impl Processor {
             .with_context(|| format!("creating state dir {}", settings.state_dir.display()))?;
         let openings = Openings::new(settings.clone(), control, telemetry.clone());
         let time = Monotonic::new(settings.clock.clone());
-        let settings_skew = settings.decider.max_clock_skew;
+        let task = Task::new(
+            task::Settings {
+                decider: settings.decider,
+                partitions,
+                batch_size: settings.batch_size,
+                forward_misrouted: settings.misrouted == Misrouted::Forward,
+                changelog: settings.topics.changelog.clone(),
+                dlq: settings.topics.dlq.clone(),
+                sensors: settings.topics.sensors.clone(),
+                exactly_once: settings.guarantee == Guarantee::ExactlyOnce,
+            },
+            Box::new(Encoder {
+                codec: settings.codec.clone(),
+                topics: settings.topics.clone(),
+                limits: settings.decider.limits,
+            }),
+            Box::new(OsKeys),
+        );
         Ok(Processor {
             settings,
             consumer,
             producer,
             ownership,
-            stores: BTreeMap::new(),
-            timers: TimerIndex::default(),
+            task,
             executor,
             telemetry,
             time,
             answered: 0,
             ends: Ends::default(),
             last_commit: None,
-            partitions,
-            journaled: Journaled::default(),
-            clock_watch: ClockWatch::default(),
             started: Instant::now(),
-            future_allowance: settings_skew,
-            expiries_held: 0,
-            writers: BTreeMap::new(),
             openings,
-            abandoned: BTreeSet::new(),
-            delivered: HashMap::new(),
             warned: Warned::default(),
             queries,
             query_sender,
@@ -511,7 +426,7 @@ impl Processor {
         loop {
             self.telemetry.turned();
             self.watch_clock();
-            let next_due = self.timers.next_due();
+            let next_due = self.task.next_due();
             let wait = next_due.map(|at| wake_in(self.settings.clock.now(), at));
             let timer_armed = wait.is_some();
             let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
@@ -529,7 +444,7 @@ impl Processor {
                 }
                 Some((p, events)) = async { self.tail.as_mut()?.loaded.recv().await } => {
                     // A partition revoked meanwhile is someone else's to show.
-                    if self.stores.contains_key(&p) {
+                    if self.task.is_open(p) {
                         self.recent.backfill(events);
                     }
                 }
@@ -572,7 +487,7 @@ impl Processor {
                         return Ok(());
                     }
                 }
-                _ = resume.tick(), if !self.journaled.is_empty() => self.resume_triggers().await?,
+                _ = resume.tick(), if self.task.triggers_waiting() => self.resume_triggers().await?,
                 _ = probe.tick(), if !self.telemetry.broker_ok() => {
                     let mark = self.telemetry.broker_mark();
                     let reachable = tokio::task::block_in_place(|| {
@@ -585,11 +500,11 @@ impl Processor {
                         self.telemetry.broker_ok_since(mark);
                     }
                 }
-                _ = watch.tick(), if !self.writers.is_empty() => self.watch_changelogs().await?,
+                _ = watch.tick(), if !self.task.owned().is_empty() => self.watch_changelogs().await?,
                 () = std::future::ready(()), if self.answered >= QUERY_SHARE => self.answered = 0,
                 _ = heartbeat.tick() => {
-                    for (p, store) in &self.stores {
-                        self.telemetry.state_size(*p, store.estimated_bytes());
+                    for (p, store) in self.task.stores() {
+                        self.telemetry.state_size(p, store.estimated_bytes());
                         let reads = store.take_state_reads();
                         self.telemetry.state_reads(reads.cached, reads.decoded);
                     }
@@ -645,8 +560,8 @@ impl Processor {
             Ownership::Assigned(ps) => {
                 self.telemetry.rebalanced("assigned");
                 for p in ps {
-                    self.abandoned.remove(&p);
-                    self.open(p)?;
+                    self.task.assigned(p)?;
+                    self.open(p);
                 }
                 self.telemetry.set_ready(self.openings.is_empty());
             }
@@ -654,51 +569,52 @@ impl Processor {
                 self.telemetry.rebalanced("revoked");
                 // A held partition lost to a newer owner's fence makes this instance a zombie,
                 // which stops (`ownership::on_revoked`). Only a lost one is worth the read.
-                let fenced_since_last_write = |p: i32| lost.then(|| self.fenced_since_last_write(p)).flatten();
                 let fenced: Vec<i32> = (partitions.iter().copied())
-                    .filter(|p| self.stores.contains_key(p))
-                    .filter(|p| ownership::on_revoked(lost, fenced_since_last_write(*p)) == OnRevoked::Zombie)
+                    .filter(|p| self.task.is_open(*p))
+                    .filter(|p| {
+                        let fenced = lost.then(|| self.fenced_since_last_write(*p)).flatten();
+                        ownership::on_revoked(lost, fenced) == OnRevoked::Zombie
+                    })
                     .collect();
                 if !fenced.is_empty() {
-                    for p in &fenced {
-                        self.abandon(*p)?;
-                    }
-                    return Err(Zombie(fenced).into());
+                    return Err(self.task.give_up(fenced).into());
                 }
                 for p in partitions {
-                    self.abandoned.remove(&p);
                     let paused: Vec<_> = self.openings.cancel(p).into_iter().map(|t| (t, None)).collect();
                     self.resume_input(p, &paused)?;
                     self.telemetry.partition_revoked(p, &self.settings.topics.inputs());
-                    if self.close_partition(p).is_some() {
+                    if self.task.revoked(p).is_some() {
                         info!(partition = p, "partition revoked: state closed");
                     }
                 }
             }
         }
-        self.telemetry.partitions_owned(self.stores.len() as i64);
-        self.telemetry.timers_pending(self.timers.len() as i64);
-        self.owned.send_replace(self.stores.keys().copied().collect());
+        self.owned_changed();
         Ok(())
+    }
+
+    /// Says what the task owns now (telemetry, the instance directory), and lets the read
+    /// models forget the partitions it no longer does.
+    fn owned_changed(&mut self) {
+        let owned = self.task.owned();
+        let before = self.owned.send_replace(owned.clone());
+        let partitions = self.task.settings().partitions;
+        for p in before.into_iter().filter(|p| !owned.contains(p)) {
+            self.summaries.forget(p);
+            self.recent.retain(|id| api::partition_of(id, partitions) != p);
+        }
+        self.telemetry.partitions_owned(owned.len() as i64);
+        self.telemetry.timers_pending(self.task.timers_pending() as i64);
     }
 
     /// Starts opening assigned partition `p` in the background. Its input is not paused
     /// here (that races librdkafka's start of the fetcher: see [`super::opening`]); what
     /// of it is delivered meanwhile is skipped, its topic-partition paused, and read again
     /// once `p` is open.
-    fn open(&mut self, p: i32) -> Result<()> {
-        if p >= self.partitions {
-            return Err(PartitionsAdded {
-                partitions: self.partitions,
-                assigned: p,
-            }
-            .into());
+    fn open(&mut self, p: i32) {
+        if !self.task.is_open(p) && !self.openings.contains(p) {
+            self.openings.start(p);
         }
-        if self.stores.contains_key(&p) || self.openings.contains(p) {
-            return Ok(());
-        }
-        self.openings.start(p);
-        Ok(())
     }
 
     /// Resumes the input topics of partition `p` paused while it was being opened, each
@@ -723,33 +639,6 @@ impl Processor {
             }
             Ok(())
         })
-    }
-
-    /// Forgets an owned partition: its store (returned), timers, pending work and views.
-    fn close_partition(&mut self, p: i32) -> Option<PartitionStore> {
-        let store = self.stores.remove(&p)?;
-        self.delivered.retain(|(_, partition), _| *partition != p);
-        self.timers.drop_partition(p);
-        self.writers.remove(&p);
-        self.summaries.forget(p);
-        self.journaled.closed(p);
-        let partitions = self.partitions;
-        self.recent.retain(|id| api::partition_of(id, partitions) != p);
-        Some(store)
-    }
-
-    /// Gives up a partition a newer owner has fenced: this instance lost it without being
-    /// told (a paused process, a network partition). Its store may hold writes that do not
-    /// count, so it forgets its checkpoint and is restored in full if it comes back here.
-    fn abandon(&mut self, p: i32) -> Result<()> {
-        error!(partition = p, "a newer owner fenced this partition: this instance lost it without being told (a paused process?); the batch stops before its state and triggers, and the partition is left to its owner");
-        if let Some(mut store) = self.close_partition(p) {
-            store.disown()?;
-        }
-        self.abandoned.insert(p);
-        self.telemetry.partitions_owned(self.stores.len() as i64);
-        self.owned.send_replace(self.stores.keys().copied().collect());
-        Ok(())
     }
 
     /// Reads what others wrote between this owner's changelog records of partition `p`, in
@@ -777,18 +666,19 @@ impl Processor {
         api::answer(
             query,
             api::Served {
-                stores: &self.stores,
+                stores: self.task.stores().collect(),
                 openings: &self.openings,
                 summaries: &mut self.summaries,
                 recent: &self.recent,
-                partitions: self.partitions,
+                partitions: self.task.settings().partitions,
                 instance: &self.settings.instance,
             },
         )
     }
 
-    /// Installs a partition opened in the background (see [`opening`]): its store, timers
-    /// and journaled triggers; then reads again what of its input was delivered meanwhile.
+    /// Installs a partition opened in the background (see [`super::opening`]): its store,
+    /// timers and journaled triggers; then reads again what of its input was delivered
+    /// meanwhile.
     async fn opened(&mut self, p: i32, result: Result<Opened, runtime_error::Error>) -> Result<()> {
         let Opened {
             store,
@@ -804,30 +694,29 @@ impl Processor {
                 .is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
         let outcome = ownership::on_opened(assigned, fenced);
         if outcome != OnOpened::Install {
-            let mut store = store;
-            store.disown()?;
-            self.abandoned.insert(p);
             // Left to the new owner, not read here; but assigned here again, it must be.
             let paused: Vec<_> = (self.openings.take_skipped(p).into_iter())
                 .map(|(t, _)| (t, None))
                 .collect();
             self.resume_input(p, &paused)?;
-            if outcome == OnOpened::Zombie {
-                return Err(Zombie(vec![p]).into());
-            }
+            self.task.not_installed(p, store, outcome == OnOpened::Zombie)?;
             warn!(
                 partition = p,
                 "partition opened after it was revoked or the assignment was lost: left to its new owner"
             );
             return Ok(());
         }
-        let epoch = writer.epoch();
-        self.writers.insert(p, writer);
-        for t in &timers {
-            self.timers.set(p, &t.pipeline, &t.kind, t.at);
-        }
-        let found = journaled.into_iter().map(|(_, effect)| effect);
-        let left = self.journaled.found(p, found, jobs_end, self.time.now());
+        let (epoch, path) = (writer.epoch(), store.path().display().to_string());
+        let timers: Vec<_> = timers.into_iter().map(|t| (t.pipeline, t.kind, t.at)).collect();
+        let timers_found = timers.len();
+        let opening = Opening {
+            store,
+            writer,
+            journaled: journaled.into_iter().map(|(_, effect)| effect).collect(),
+            jobs_end,
+            timers,
+        };
+        let left = self.task.install(p, opening, self.time.now());
         for (run_id, until) in &left {
             debug!(partition = p, run_id, until = %until,
                 "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
@@ -839,17 +728,14 @@ impl Processor {
         }
         info!(
             partition = p,
-            timers = timers.len(),
+            timers = timers_found,
             restored_records = restored.records,
             restore_seconds = format!("{:.3}", restored.seconds),
             full_restore = restored.full,
             epoch,
-            path = %store.path().display(),
+            path,
             "partition assigned: state opened"
         );
-        self.stores.insert(p, store);
-        // Read afresh from the committed offsets: what comes first may be redelivered.
-        self.delivered.retain(|(_, partition), _| *partition != p);
         if let Some(tail) = &self.tail {
             tail.read(p);
         }
@@ -859,22 +745,22 @@ impl Processor {
             .collect();
         self.resume_input(p, &skipped)?;
         self.telemetry.set_ready(self.openings.is_empty());
-        self.telemetry.partitions_owned(self.stores.len() as i64);
-        self.telemetry.timers_pending(self.timers.len() as i64);
-        self.owned.send_replace(self.stores.keys().copied().collect());
+        self.owned_changed();
         self.repair_now().await?;
         self.resume_triggers().await
     }
 
     /// Reads what others wrote to each owned changelog partition since this owner's last
-    /// record (see [`Writer::watched`]): their keys are written again at once, and a newer
-    /// owner's fence gives the partition up. A partition whose changelog cannot be read now
-    /// is read at the next turn.
+    /// record (see [`crate::core::changelog::Writer::watched`]): their keys are written
+    /// again at once, and a newer owner's fence gives the partition up. A partition whose
+    /// changelog cannot be read now is read at the next turn.
     async fn watch_changelogs(&mut self) -> Result<()> {
         let topic = &self.settings.topics.changelog;
-        for (p, writer) in &mut self.writers {
-            let from = writer.next_offset();
-            let read = tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, *p, from));
+        for p in self.task.owned() {
+            let Some(from) = self.task.changelog_next(p) else {
+                continue;
+            };
+            let read = tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, p, from));
             let (others, end) = match read {
                 Ok(read) => read,
                 Err(e) => {
@@ -882,16 +768,9 @@ impl Processor {
                     continue;
                 }
             };
-            match writer.watched(&others, end) {
-                Checked::Owner { stale: 0 } => {}
-                Checked::Owner { stale } => {
-                    warn!(partition = p, keys = stale, "another writer (a zombie, or a crashed batch) wrote to this partition's changelog since this owner's last write: those keys are written again")
-                }
-                Checked::Fenced => {
-                    let p = *p;
-                    self.abandon(p)?;
-                    return Err(Zombie(vec![p]).into());
-                }
+            let stale = self.task.watched(p, &others, end)?;
+            if stale > 0 {
+                warn!(partition = p, keys = stale, "another writer (a zombie, or a crashed batch) wrote to this partition's changelog since this owner's last write: those keys are written again");
             }
         }
         self.repair_now().await
@@ -902,106 +781,53 @@ impl Processor {
     /// the value such a write shadows (the changelog keeps records for `min.compaction.lag.ms`
     /// only). Found by the simulator (`sim`).
     async fn repair_now(&mut self) -> Result<()> {
-        if self.writers.values().any(Writer::has_repairs) {
-            self.flush(Pending::default()).await?;
+        if self.task.has_repairs() {
+            self.flush(Staged::default()).await?;
         }
         Ok(())
     }
 
     /// Settles the journaled triggers that wait for nothing more (see
-    /// [`crate::core::handover::Journaled`]): requested again (same idempotency key, a new
-    /// deadline journaled first) if their run still awaits a report, forgotten otherwise. A
-    /// report read meanwhile has already removed its trigger (see [`Self::decide_and_apply`]).
+    /// [`Task::settle_triggers`]), answering what they wait on first: where the jobs topic
+    /// ends, and whether a newer owner fenced their partitions.
     async fn resume_triggers(&mut self) -> Result<()> {
-        if self.journaled.is_empty() {
+        if !self.task.triggers_waiting() {
             return Ok(());
         }
         let now = self.time.now();
-        let positions = self.consumer.position().ok();
-        let (stores, jobs) = (&self.stores, &self.settings.topics.jobs);
-        // Partition `p`'s jobs topic is read up to `end` when its last record below `end` was
-        // applied (here or, before the hand-over, by the previous owner), or the consumer's
-        // position is past it.
-        let read_to = |p: i32, end: i64| {
-            let applied = stores.get(&p).and_then(|s| s.applied_offset(jobs));
-            let position = (positions.as_ref()).and_then(|list| list.find_partition(jobs, p)?.offset().to_raw());
-            end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| at >= end)
-        };
-        let steps = self.journaled.poll(now, read_to);
-        // Nothing is started for a partition this instance may have lost: a process paused
-        // while it opened one wakes with journaled triggers its new owner requests already.
-        let lost = self.consumer.assignment_lost();
-        let assignment = self.consumer.assignment().ok();
-        let mut checked: BTreeMap<i32, Option<bool>> = BTreeMap::new();
-        let mut again = Pending::default();
-        for step in steps {
-            let due = match step {
-                Step::Due(due) => due,
-                Step::MeasureJobsEnd { partition: p, run_id } => {
-                    let topic = &self.settings.topics.jobs;
-                    match tokio::task::block_in_place(|| {
-                        self.consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)
-                    }) {
-                        Ok((_, end)) => {
-                            info!(partition = p, run_id, jobs_end = end,
-                                "a journaled trigger's call is past its deadline (or, with no start mark, its time to begin): reading the jobs topic up to its end before requesting it again");
-                            self.journaled.measured(p, &run_id, end, now);
-                        }
-                        Err(e) => {
-                            warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
-                        }
-                    }
-                    continue;
+        let jobs = self.settings.topics.jobs.clone();
+        let positions: BTreeMap<i32, i64> = (self.consumer.position().ok())
+            .map(|list| {
+                (list.elements_for_topic(&jobs).iter())
+                    .filter_map(|e| Some((e.partition(), e.offset().to_raw()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let poll = self.task.poll_triggers(now, &jobs, &positions);
+        for (p, run_id) in &poll.measure {
+            match tokio::task::block_in_place(|| self.consumer.fetch_watermarks(&jobs, *p, kafka::METADATA_TIMEOUT)) {
+                Ok((_, end)) => self.task.jobs_end_measured(*p, run_id, end, now),
+                Err(e) => {
+                    warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
                 }
-            };
-            let p = due.partition();
-            let run_id = due.request().run_id.clone();
-            let (store, writers, settings) = (self.stores.get(&p), &self.writers, &self.settings);
-            let assigned = !lost
-                && store.is_some()
-                && (assignment.as_ref()).is_some_and(|a| a.find_partition(&self.settings.topics.jobs, p).is_some());
-            let settled = self.journaled.settle(
-                due,
-                now,
-                assigned,
-                || {
-                    *checked
-                        .entry(p)
-                        .or_insert_with(|| fenced_since_last_write(writers, settings, p))
-                },
-                |request| -> Result<bool> {
-                    let Some(store) = store else { return Ok(false) };
-                    let state = store.pipeline(&request.pipeline_id)?;
-                    Ok(state.is_some_and(|s| s.awaits_trigger(&request.run_id)))
-                },
-            )?;
-            match settled {
-                Settled::LeftToNewOwner => debug!(
-                    partition = p,
-                    run_id, "a journaled trigger of a partition no longer assigned: left to its new owner"
-                ),
-                // The changelog could not be read: asked again in a second, never started blind.
-                Settled::Waits => {}
-                Settled::Fenced => {
-                    self.abandon(p)?;
-                    return Err(Zombie(vec![p]).into());
-                }
-                Settled::Again(effect) => {
-                    info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
-                    // Journaled with its new deadline before the call: a later owner leaves it
-                    // to this one until then.
-                    let effect = Box::new(with_release_key(*effect));
-                    again.stores.entry(p).or_default().put_effect(&run_id, &effect)?;
-                    again.effects.push((p, *effect));
-                }
-                Settled::Forgotten => debug!(
-                    partition = p,
-                    run_id,
-                    "a journaled trigger is no longer awaited (its report came, or its run moved on): forgotten"
-                ),
             }
         }
-        if !again.effects.is_empty() {
+        if poll.due.is_empty() {
+            return Ok(());
+        }
+        // Nothing is started for a partition this instance may have lost: a process paused
+        // while it opened one wakes with journaled triggers its new owner requests already.
+        let assigned: BTreeSet<i32> = match self.consumer.assignment_lost() {
+            true => BTreeSet::new(),
+            false => (self.consumer.assignment().ok())
+                .map(|a| a.elements_for_topic(&jobs).iter().map(|e| e.partition()).collect())
+                .unwrap_or_default(),
+        };
+        let fences: BTreeMap<i32, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
+            .map(|p| (p, self.fenced_since_last_write(p)))
+            .collect();
+        let again = self.task.settle_triggers(poll.due, now, &assigned, &fences)?;
+        if !again.is_empty() {
             self.flush(again).await?;
         }
         Ok(())
@@ -1009,112 +835,87 @@ impl Processor {
 
     /// Whether a newer owner has fenced partition `p` after this owner's last changelog
     /// record. Asked before anything is started for `p` outside a batch (a journaled
-    /// trigger): a batch sees a fence among its own writes, but nothing else would.
-    /// `None`: the changelog could not be read.
+    /// trigger, a revocation): a batch sees a fence among its own writes, but nothing else
+    /// would. `None`: the changelog could not be read.
     fn fenced_since_last_write(&self, p: i32) -> Option<bool> {
-        fenced_since_last_write(&self.writers, &self.settings, p)
-    }
-
-    /// Loads a pipeline's state: from this batch if it touched it, else from the store; and
-    /// whether the store (with the batch) holds it in parts, which a write then only updates
-    /// (a state not stored at all is written whole: its head too).
-    fn state(&self, pending: &Pending, p: i32, pipeline: &str) -> Result<(Arc<PipelineState>, bool)> {
-        if let Some(state) = pending.states.get(&(p, pipeline.to_string())) {
-            return Ok(match state {
-                Some(state) => (state.clone(), true),
-                None => (Arc::default(), false),
-            });
+        let Some(from) = self.task.changelog_next(p) else {
+            return Some(false);
+        };
+        let topic = &self.settings.topics.changelog;
+        match tokio::task::block_in_place(|| changelog::read_since(&self.settings.kafka, topic, p, from)) {
+            Ok((entries, _)) => Some(self.task.fenced_by(p, &entries)),
+            Err(e) => {
+                warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
+                None
+            }
         }
-        Ok(match self.stores[&p].stored(pipeline)? {
-            Some(stored) => (stored.state, stored.in_parts),
-            None => (Arc::default(), false),
-        })
     }
 
     async fn process_records(&mut self, batch: Vec<OwnedMessage>) -> Result<()> {
         let started = Instant::now();
         let (records, waited) = (batch.len(), self.telemetry.broker_waited());
         let now = self.time.now();
-        let mut pending = Pending::default();
         // A rebalance reported while this batch was gathered comes first: records of a
         // partition revoked since they were fetched belong to its new owner now.
         while let Ok(change) = self.ownership.try_recv() {
             self.on_ownership(change).await?;
         }
-        self.judge_clock(&batch, now);
-        self.stage_due_timers(&mut pending, now)?;
+        if let Some(judged) = self.task.judge_clock(batch.iter().map(|m| m as &dyn Record), now) {
+            let behind = judged.behind.map_or(0.0, |b| b.as_seconds_f64());
+            self.telemetry.clock_behind_inputs(behind);
+        }
+        let mut staged = Staged::default();
+        self.task.stage_due_timers(&mut staged, now)?;
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
-            let (topic, p, offset) = (message.topic().to_string(), message.partition(), message.offset());
-            // One key per record, for the batch's commits and the offsets delivered.
-            let key = (topic.clone(), p);
-            let partition = admission::Partition {
-                assigned: owned.find_partition(&topic, p).is_some(),
-                abandoned: self.abandoned.contains(&p),
-                open: self.stores.contains_key(&p),
-                applied: self.stores.get(&p).and_then(|s| s.applied_offset(&topic)),
-                seen_in_batch: pending.commits.get(&key).copied(),
-                delivered: self.delivered.get(&key).copied(),
-            };
-            let admitted = admission::admit(&partition, offset);
-            if partition.open && !matches!(admitted, Admission::WentBack { .. }) {
-                match self.delivered.get_mut(&key) {
-                    Some(delivered) => *delivered = offset,
-                    None => {
-                        self.delivered.insert(key.clone(), offset);
-                    }
-                }
-            }
-            if admitted.commits() {
-                self.telemetry.record_in(&topic);
-                pending.commits.insert(key, offset);
-            }
-            match admitted {
-                Admission::NotAssigned => {
-                    debug!(%topic, p, offset, "partition no longer assigned: left to its new owner");
-                    continue;
-                }
-                Admission::GivenUp => {
-                    debug!(%topic, p, offset, "partition given up to a newer owner: left to it");
-                    continue;
-                }
+            let (topic, p, offset) = (message.topic(), message.partition(), message.offset());
+            let assigned = owned.find_partition(topic, p).is_some();
+            match self.task.admit(&mut staged, topic, p, offset, assigned)? {
+                Admission::Apply => {}
                 Admission::ReadAgainWhenOpen => {
-                    self.open(p)?;
+                    self.open(p);
                     // Its fetcher has started (it delivered): pausing it now is safe.
-                    if self.openings.skip(&topic, p, offset) {
+                    if self.openings.skip(topic, p, offset) {
                         let mut list = TopicPartitionList::new();
-                        list.add_partition(&topic, p);
+                        list.add_partition(topic, p);
                         (self.consumer.pause(&list))
                             .with_context(|| format!("pausing {topic} partition {p} while it is opened"))?;
                     }
                     continue;
                 }
-                Admission::AlreadyApplied => {
-                    debug!(%topic, p, offset, "already applied: skipped");
-                    continue;
-                }
-                // Nothing of the batch counts: its records are not committed, and on restart
-                // the opening's check (InputAhead) stops it again until the state is rebuilt.
-                Admission::WentBack { from } => {
-                    let applied = partition.applied.unwrap_or(from);
-                    bail!(
-                        "partition {p} of {topic} went back from offset {from} to {offset} while it was read: the topic was recreated (or lost records) under the running processor, and its new records up to offset {applied} would be skipped as already applied. Stop every instance, then rebuild the state with `sluice reset --from-scratch`, or delete the state directories and the changelog too if the old state is not wanted"
-                    );
-                }
-                Admission::Apply => {}
+                _ => continue,
             }
-            pending.stores.entry(p).or_default().set_applied_offset(&topic, offset);
-            let Some(kind) = self.settings.topics.input_kind(&topic) else {
+            let Some(kind) = self.settings.topics.input_kind(topic) else {
                 continue;
             };
-            if let Route::Elsewhere = self.route(&mut pending, kind, message, now).await? {
-                continue;
+            let role = kind.role();
+            let routed = match self.task.route(&mut staged, message, role, now)? {
+                Routed::CheckMark(mark) => {
+                    let (quirks, partitions) = (self.settings.kafka.quirks(), self.task.settings().partitions);
+                    let checked = self
+                        .ends
+                        .check(&self.consumer, quirks, partitions, topic, p, mark)
+                        .await;
+                    self.task.route_marked(&mut staged, message, role, checked, now)?
+                }
+                routed => routed,
+            };
+            match routed {
+                Routed::Here => {}
+                Routed::Forwarded { owner } => {
+                    if let Some(key) = message.key() {
+                        self.warned.misrouted(topic, key, p, owner);
+                    }
+                    continue;
+                }
+                Routed::Elsewhere | Routed::CheckMark(_) => continue,
             }
             let (pipeline, input) = self.read(kind, message).await;
-            let origin = origin_of(kind, p, offset, &input);
-            self.decide_and_apply(&mut pending, p, &pipeline, &input, &origin, now, Some(message))?;
+            let origin = origin_of(role, p, offset, &input);
+            self.task
+                .decide(&mut staged, p, &pipeline, &input, &origin, now, Some(message))?;
         }
-        self.flush(pending).await?;
+        self.flush(staged).await?;
         let took = started.elapsed();
         self.telemetry
             .records_done(records, took, self.telemetry.broker_waited() - waited);
@@ -1122,99 +923,6 @@ impl Processor {
         self.resume_triggers().await?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
-    }
-
-    /// Forwards a record on another partition than its key's (under `--misrouted forward`;
-    /// a copy that is still misrouted is rejected, as under `reject`), and passes over a
-    /// forwarded copy applied before (see [`crate::core::forwarding`]). A copy whose mark
-    /// Sluice cannot have written is rejected before its mark moves a window.
-    async fn route(
-        &mut self,
-        pending: &mut Pending,
-        kind: InputTopic,
-        message: &OwnedMessage,
-        now: DateTime<Utc>,
-    ) -> Result<Route> {
-        let (topic, p, offset) = (message.topic(), message.partition(), message.offset());
-        let mark = copy_mark(message);
-        if let Some(key) = message.key() {
-            let owner = partition_for(key, self.partitions);
-            if owner != p {
-                if mark.is_some() || self.settings.misrouted == Misrouted::Reject {
-                    return Ok(Route::Here);
-                }
-                let durable = self.stores[&p].applied_offset(topic).unwrap_or(-1);
-                let mark = Forwarded {
-                    partition: p,
-                    offset,
-                    durable,
-                };
-                let copy = Output {
-                    topic: topic.to_string(),
-                    partition: Some(owner),
-                    key: Some(key.to_vec()),
-                    value: message.payload().map(<[u8]>::to_vec),
-                    headers: copy_headers(message, &mark),
-                };
-                // A copy the broker would refuse is not forwarded: the record is rejected
-                // here as misrouted, to the dead-letter topic.
-                if let Err(reason) = self
-                    .settings
-                    .decider
-                    .limits
-                    .check_message("a forwarded copy", copy.size())
-                {
-                    warn!(%topic, p, offset, "{reason}");
-                    return Ok(Route::Here);
-                }
-                pending.outputs.push(copy);
-                self.telemetry.forwarded(topic);
-                self.warned.misrouted(topic, key, p, owner);
-                return Ok(Route::Elsewhere);
-            }
-        }
-        let Some(mark) = mark else {
-            return Ok(Route::Here);
-        };
-        let quirks = self.settings.kafka.quirks();
-        let checked = self.ends.check(&self.consumer, quirks, self.partitions, message, mark);
-        let mark = match checked.await {
-            Ok(mark) => mark,
-            Err(implausible) => {
-                let rejected = Input::Rejected {
-                    source: format!("{topic}/{p}@{offset}"),
-                    reason: implausible.to_string(),
-                    kind: Rejection::Invalid,
-                };
-                let origin = origin_of(kind, p, offset, &rejected);
-                let pipeline = rejected_pipeline(message.key());
-                self.decide_and_apply(pending, p, &pipeline, &rejected, &origin, now, Some(message))?;
-                return Ok(Route::Elsewhere);
-            }
-        };
-        let slot = (p, topic.to_string(), mark.partition);
-        let window = match pending.windows.entry(slot) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(self.stores[&p].forward_window(topic, mark.partition)?)
-            }
-        };
-        let advances = window.advances(&mark);
-        let new = window.admit(&mark);
-        // A duplicate that teaches the window nothing writes nothing.
-        if new || advances {
-            pending
-                .stores
-                .entry(p)
-                .or_default()
-                .set_forward_window(topic, mark.partition, window);
-        }
-        if new {
-            return Ok(Route::Here);
-        }
-        debug!(%topic, p, offset, from = mark.partition, at = mark.offset, "forwarded copy applied before: skipped");
-        self.telemetry.forwarded_duplicate(topic);
-        Ok(Route::Elsewhere)
     }
 
     /// Reads an input record, waiting out a schema registry that cannot answer for it (down,
@@ -1235,7 +943,15 @@ impl Processor {
         let mut next_probe = self.settings.record_patience;
         loop {
             let codec = &self.settings.codec;
-            match read_input(codec, kind, message, self.partitions, &self.settings.decider.limits).await {
+            match read_input(
+                codec,
+                kind,
+                message,
+                self.task.settings().partitions,
+                &self.settings.decider.limits,
+            )
+            .await
+            {
                 Ok(read) => return read,
                 Err(e) if !e.is_transient() && since.elapsed() >= next_probe && codec.registry_answers().await => {
                     let waited = since.elapsed().as_secs();
@@ -1287,336 +1003,51 @@ impl Processor {
 
     async fn fire_due_timers(&mut self) -> Result<()> {
         let started = Instant::now();
-        let mut pending = Pending::default();
         // A rebalance reported meanwhile comes first: a revoked partition's timers are its
         // new owner's to fire.
         while let Ok(change) = self.ownership.try_recv() {
             self.on_ownership(change).await?;
         }
-        let now = self.time.now();
-        self.stage_due_timers(&mut pending, now)?;
-        self.flush(pending).await?;
+        let mut staged = Staged::default();
+        self.task.stage_due_timers(&mut staged, self.time.now())?;
+        self.flush(staged).await?;
         self.repair_now().await?;
         self.telemetry.batch_latency(started.elapsed().as_secs_f64());
         Ok(())
     }
 
     /// Reads the clock against the monotonic one: a step is said (and, forward, holds
-    /// retention expiry: see [`Self::stage_due_timers`]).
+    /// retention expiry: see [`Task::stage_due_timers`]).
     fn watch_clock(&mut self) {
-        let now = self.settings.clock.now();
-        let Some(step) = self.clock_watch.read(now, self.started.elapsed()) else {
-            return;
-        };
-        self.telemetry.clock_stepped(step.by.as_seconds_f64());
-        let by = format_duration(step.by.abs());
-        match step.by > chrono::TimeDelta::zero() {
-            true => warn!(
-                by,
-                "the clock stepped forward by {by}: retention expiry is held for an hour (check NTP on this node)"
-            ),
-            false => warn!(
-                by,
-                "the clock stepped back by {by}: timers wait until it reaches them again (check NTP on this node)"
-            ),
+        if let Some(step) = self.task.watch_clock(self.settings.clock.now(), self.started.elapsed()) {
+            self.telemetry.clock_stepped(step.by.as_seconds_f64());
         }
     }
 
-    /// Judges the clock against the stamps of the batch's sensor records (their producers'
-    /// clocks): behind most of them, readings stamped in the future are allowed as much more.
-    fn judge_clock(&mut self, batch: &[OwnedMessage], now: DateTime<Utc>) {
-        let sensors = &self.settings.topics.sensors;
-        let mut stamped = 0;
-        for message in batch.iter().filter(|m| m.topic() == sensors) {
-            if let Some(at) = (message.timestamp().to_millis()).and_then(DateTime::from_timestamp_millis) {
-                self.clock_watch.stamped(at, now);
-                stamped += 1;
-            }
+    /// Counts what a batch counted.
+    fn tell(&self, tallies: &Tallies) {
+        for (topic, n) in &tallies.records_in {
+            self.telemetry.records_in(topic, *n);
         }
-        // Nothing new to judge by (a batch without sensor records).
-        if stamped == 0 {
-            return;
+        for (topic, n) in &tallies.forwarded {
+            self.telemetry.forwarded(topic, *n);
         }
-        let (behind, allowance) = self.clock_watch.judge(self.settings.decider.max_clock_skew);
-        if allowance != self.future_allowance {
-            match behind {
-                Some(behind) => warn!(behind = %format_duration(behind), allowance = %format_duration(allowance),
-                    "this processor's clock runs behind the times its producers stamp sensor records with: readings stamped in the future are allowed as much more meanwhile (check NTP on this node)"),
-                None => info!("this processor's clock no longer runs behind its producers' stamps"),
-            }
-            self.future_allowance = allowance;
+        for (topic, n) in &tallies.forwarded_duplicates {
+            self.telemetry.forwarded_duplicates(topic, *n);
         }
-        self.telemetry
-            .clock_behind_inputs(behind.map_or(0.0, |b| b.as_seconds_f64()));
-    }
-
-    /// Adds the timers due at `now` (at most a batch of them) to the batch. After a forward
-    /// step of the clock, retention expiries are held (re-armed at the hold's end), so that
-    /// a clock set days ahead does not end every execution at once.
-    fn stage_due_timers(&mut self, pending: &mut Pending, now: DateTime<Utc>) -> Result<()> {
-        let held_until = self.clock_watch.expiry_held_until(now);
-        let mut held = 0;
-        for timer in self.timers.pop_due(now, self.settings.batch_size) {
-            if let Some(until) = self.clock_watch.held_until(&timer.kind, now) {
-                self.timers.set(timer.partition, &timer.pipeline, &timer.kind, until);
-                held += 1;
-                continue;
-            }
-            self.telemetry.timer_late((now - timer.at).as_seconds_f64());
-            let (p, pipeline) = (timer.partition, timer.pipeline.clone());
-            let origin = timer_origin(&pipeline, &timer.kind, timer.at);
-            self.decide_and_apply(
-                pending,
-                p,
-                &pipeline,
-                &Input::TimerFired(timer.kind),
-                &origin,
-                now,
-                None,
-            )?;
+        for (topic, kind) in &tallies.dead_letters {
+            self.telemetry.dead_letter(topic, kind);
         }
-        if held > 0 {
-            warn!(held, until = %held_until.unwrap_or(now), "retention expiries held after a forward step of the clock");
+        for late in &tallies.timers_late {
+            self.telemetry.timer_late(*late);
         }
-        self.expiries_held = match held_until {
-            Some(_) => self.expiries_held + held,
-            None => 0,
-        };
-        self.telemetry.expiries_held(self.expiries_held);
-        Ok(())
-    }
-
-    /// Decides what `input` means for `pipeline` and adds the decision to the batch. A
-    /// decision whose state would not fit one changelog record is not applied: the input is
-    /// rejected instead (INPUT_REJECTED, and the record to the dead-letter topic), naming the
-    /// limit, so that no changelog write is ever left out of a batch marked complete.
-    #[allow(clippy::too_many_arguments)]
-    fn decide_and_apply(
-        &mut self,
-        pending: &mut Pending,
-        p: i32,
-        pipeline: &str,
-        input: &Input,
-        origin: &str,
-        now: DateTime<Utc>,
-        source: Option<&OwnedMessage>,
-    ) -> Result<()> {
-        if let Input::JobReported(report) = input {
-            match self.journaled.reported(p, report) {
-                Reported::Released { found: true } => {
-                    info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go")
-                }
-                Reported::Released { found: false } => {
-                    // This owner's executor could not begin the call in time: it asks again.
-                    let journaled = match (self.stores.get(&p), handover::never_began(report)) {
-                        (Some(store), true) => store.effect(&report.run_id)?,
-                        _ => None,
-                    };
-                    match journaled.filter(|e| handover::releases(report, e.request())) {
-                        Some(effect) => {
-                            info!(partition = p, run_id = %report.run_id, "a trigger's call could not begin by its time to begin: requesting it again");
-                            self.journaled.let_go_unbegun(p, effect);
-                        }
-                        None => {
-                            debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
-                        }
-                    }
-                }
-                Reported::Marked { found } => {
-                    if found {
-                        info!(partition = p, run_id = %report.run_id, "a journaled trigger's start mark: its call began at the previous owner, and is left to it until its release, a report, or its deadline");
-                    }
-                    // Kept in the journal with the mark's offset: an owner that opens the
-                    // partition later never reads the mark again.
-                    let journaled = match self.stores.get(&p) {
-                        Some(store) => store.effect(&report.run_id)?,
-                        None => None,
-                    };
-                    if let Some(marked) = journaled.and_then(|e| handover::journal_marked(report, e)) {
-                        pending
-                            .stores
-                            .entry(p)
-                            .or_default()
-                            .put_effect(&report.run_id, &marked)?;
-                    }
-                }
-                // The trigger's outcome is known: it leaves the journal, never requested again.
-                Reported::Answered => pending.stores.entry(p).or_default().delete_effect(&report.run_id),
-            }
-        }
-        let (state, in_parts) = self.state(pending, p, pipeline)?;
-        let ctx = Context {
-            now,
-            origin,
-            settings: DeciderSettings {
-                max_clock_skew: self.future_allowance,
-                ..self.settings.decider
-            },
-        };
-        let before = Before {
-            state: &state,
-            in_parts,
-        };
-        let source_name = || {
-            source.map_or_else(
-                || origin.to_string(),
-                |m| format!("{}/{}@{}", m.topic(), m.partition(), m.offset()),
-            )
-        };
-        let encoder = self.encoder();
-        let fit = |decision: &Decision| encoder.encode(pipeline, before, decision);
-        match apply::decide_within(&state, pipeline, input, ctx, source_name, fit) {
-            Ok((decision, encoded)) => self.apply(pending, p, pipeline, before, decision, encoded, source),
-            Err(Unfit::Failed(e)) => Err(e),
-            Err(Unfit::EvenItsRejection { reason }) => {
-                bail!("pipeline {pipeline}: even its rejection is over a limit: {reason}")
-            }
+        if let Some(held) = tallies.expiries_held {
+            self.telemetry.expiries_held(held);
         }
     }
 
-    /// How this processor encodes decisions' records.
-    fn encoder(&self) -> Encoder<'_> {
-        Encoder {
-            codec: &self.settings.codec,
-            topics: &self.settings.topics,
-            limits: self.settings.decider.limits,
-        }
-    }
-
-    /// Adds one decision that fits (see [`apply::decide_within`]) to the batch, in the order
-    /// its parts are written: events and dead letter, state, timers, outbound records,
-    /// effects.
-    #[allow(clippy::too_many_arguments)]
-    fn apply(
-        &mut self,
-        pending: &mut Pending,
-        p: i32,
-        pipeline: &str,
-        before: Before<'_>,
-        decision: Decision,
-        encoded: Encoded,
-        source: Option<&OwnedMessage>,
-    ) -> Result<()> {
-        let limits = self.settings.decider.limits;
-        let Encoded {
-            writes,
-            events,
-            records,
-        } = encoded;
-        // Every line logged while applying carries the pipeline (and, on events, the execution
-        // and run), in text and JSON logs and in exported traces.
-        let _span = tracing::info_span!("pipeline", pipeline).entered();
-        for note in &decision.notes {
-            debug!("{note}");
-        }
-        self.log_events(&decision.events);
-        pending.outputs.extend(events);
-        if decision.events.iter().any(|e| e.kind.is_sla_breach()) {
-            // A breach never changes the config: the one in force before it names the owner.
-            let owner = before.state.config.as_ref().and_then(|c| c.owner.clone());
-            pending
-                .learned
-                .owners
-                .insert(pipeline.to_string(), owner.unwrap_or_default());
-        }
-        pending.learned.events.extend(decision.events);
-        if let (Some(reason), Some(message)) = (&decision.dead_letter, source) {
-            let kind = decision.rejection.map_or("unknown", Rejection::as_str);
-            self.telemetry.dead_letter(message.topic(), kind);
-            pending.outputs.push(dead_letter(
-                &self.settings.topics.dlq,
-                message,
-                reason,
-                limits.message_bytes,
-            ));
-        }
-        self.apply_state(pending, p, pipeline, decision.state, writes, before.state)?;
-        // The store needs no write of its own: the timers are parts of the state written.
-        self.timers.apply(p, pipeline, &decision.timers);
-        pending.outputs.extend(records);
-        for effect in decision.effects {
-            // Triggers are journaled; status checks are not (their timer asks again).
-            let effect = with_release_key(effect);
-            if let Effect::TriggerJob(request) = &effect {
-                pending
-                    .stores
-                    .entry(p)
-                    .or_default()
-                    .put_effect(&request.run_id, &effect)?;
-            }
-            pending.effects.push((p, effect));
-        }
-        pending.ended_runs.extend(decision.ended_runs);
-        Ok(())
-    }
-
-    fn log_events(&self, events: &[Event]) {
-        for event in events {
-            info!(
-                event = event.kind.name(),
-                schedule = event.schedule_id.as_deref(),
-                date = event.date.as_deref(),
-                run_id = event.run_id.as_deref(),
-                "{}",
-                event.message
-            );
-        }
-    }
-
-    /// Adds a state change to the partition's store batch (`encoded`: the put state's bytes).
-    fn apply_state(
-        &self,
-        pending: &mut Pending,
-        p: i32,
-        pipeline: &str,
-        change: StateChange,
-        writes: Vec<store::Write>,
-        before: &PipelineState,
-    ) -> Result<()> {
-        let key = (p, pipeline.to_string());
-        let state = match change {
-            StateChange::Unchanged => return Ok(()),
-            StateChange::Put(state) => {
-                // The config is written only when it is not the one stored (or being stored)
-                // already.
-                let new_config = match &state.config {
-                    Some(config) if !self.holds_config(pending, p, pipeline, config) => {
-                        pending.learned.configs.insert(key.clone(), config.clone());
-                        Some((pipeline, config.as_ref()))
-                    }
-                    _ => None,
-                };
-                pending.stores.entry(p).or_default().put_state(writes, new_config)?;
-                Some(Arc::from(state))
-            }
-            StateChange::Delete => {
-                pending.stores.entry(p).or_default().delete_pipeline(pipeline, before);
-                pending.learned.configs.remove(&key);
-                None
-            }
-        };
-        pending.learned.changed.insert(key.clone());
-        pending.states.insert(key, state);
-        Ok(())
-    }
-
-    /// Whether `config` is the one `pipeline` has stored, or is storing in this batch.
-    fn holds_config(&self, pending: &Pending, p: i32, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
-        match pending.learned.configs.get(&(p, pipeline.to_string())) {
-            Some(staged) => Arc::ptr_eq(staged, config),
-            None => self.stores[&p].holds_config(pipeline, config),
-        }
-    }
-
-    /// Tells the read models (and the stores' caches of decoded states) what a durable batch
-    /// changed.
-    fn learn(&mut self, learned: Learned, states: HashMap<(i32, String), Option<Arc<PipelineState>>>) -> Result<()> {
-        // The stores hold these states now: their next reads need not decode them.
-        for ((p, pipeline), state) in states {
-            if let (Some(store), Some(state)) = (self.stores.get(&p), state) {
-                store.remember(&pipeline, state);
-            }
-        }
+    /// Tells the read models what a durable batch changed.
+    fn learn(&mut self, learned: Learned) {
         for event in learned.events {
             self.telemetry.event(event.kind.name());
             if event.kind.is_sla_breach() {
@@ -1628,72 +1059,63 @@ impl Processor {
         for (p, pipeline) in learned.changed {
             self.summaries.changed(p, &pipeline);
         }
-        for ((p, pipeline), config) in learned.configs {
-            if let Some(store) = self.stores.get(&p) {
-                store.config_written(&pipeline, &config);
-            }
-        }
-        Ok(())
     }
 
-    /// Writes the batch out in the order [`Flush`] gives (see core::batch): outputs, end
+    /// Writes a batch out in the order its [`Flush`] gives (see core::batch): outputs, end
     /// markers, state, offsets, effects; stopping when the assignment is lost or a newer
     /// owner's fence shows.
-    async fn flush(&mut self, mut pending: Pending) -> Result<()> {
-        self.add_repairs(&mut pending)?;
-        let first_changelog = pending.outputs.len();
-        let sequenced = self.mirror_to_changelog(&mut pending);
-        let mut offsets = self.input_offsets(&pending.commits)?;
+    async fn flush(&mut self, staged: Staged) -> Result<()> {
+        let mut sealed = self.task.seal(staged)?;
+        self.tell(&sealed.tallies);
+        let mut offsets = self.input_offsets(&sealed.commits)?;
         let committing = Instant::now();
-        let mut flush = Flush::new(sequenced, self.settings.guarantee == Guarantee::ExactlyOnce);
-        if offsets.is_none() {
-            flush = flush.without_inputs();
-        }
         // Held up by the broker (acknowledgements, retries, a transaction), not stuck.
         let telemetry = self.telemetry.clone();
         let mut waiting = Some(telemetry.awaiting_broker());
+        let first = sealed.first_changelog;
         loop {
-            match flush.poll() {
+            match sealed.flush.poll() {
                 // A zombie that already knows writes nothing.
-                Action::Produce if self.lost_partitions("its outputs") => flush.on_lost(),
+                Action::Produce if self.lost_partitions("its outputs") => sealed.flush.on_lost(),
                 Action::Produce => {
-                    let delivered = self.produce_all(&mut pending.outputs).await?;
+                    let delivered = self.produce_all(&mut sealed.outputs).await?;
                     let lost = self.lost_partitions("its end markers");
-                    flush.on_produced(&delivered[first_changelog..], lost, &mut self.writers);
+                    (sealed.flush).on_produced(&delivered[first..], lost, &mut self.task.writers());
                 }
                 Action::ReadChangelog { partition, ranges } => {
                     let entries = self.read_changelog(partition, &ranges).await;
-                    if let Some(Checked::Owner { stale: 1.. }) = flush.on_read(entries.as_deref(), &mut self.writers) {
+                    if let Some(Checked::Owner { stale: 1.. }) =
+                        sealed.flush.on_read(entries.as_deref(), &mut self.task.writers())
+                    {
                         warn!(partition, ?ranges, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
                     }
                 }
                 Action::ProduceMarkers(markers) => {
-                    let mut outputs = self.marker_outputs(&markers);
+                    let mut outputs = self.task.marker_outputs(&markers);
                     let landed = self.produce_all(&mut outputs).await?;
                     let lost = self.lost_partitions("its state");
-                    flush.on_markers(&landed, lost, &mut self.writers);
+                    sealed.flush.on_markers(&landed, lost, &mut self.task.writers());
                 }
                 Action::ReadFenceOffsets => {
                     offsets = self.fence_offsets();
-                    flush.on_fence_offsets();
+                    sealed.flush.on_fence_offsets();
                 }
                 Action::Transact => {
                     let landed = self
-                        .produce_in_transaction(&pending.outputs, first_changelog, &flush, offsets.as_ref())
+                        .produce_in_transaction(&sealed.outputs, first, &sealed.flush, offsets.as_ref())
                         .await?;
                     let lost = self.lost_partitions("its state");
-                    flush.on_transacted(&landed, lost);
+                    sealed.flush.on_transacted(&landed, lost);
                 }
                 Action::WriteStores(counted) => {
                     waiting = None;
                     self.telemetry.commit_latency(committing.elapsed().as_secs_f64());
-                    self.write_stores(std::mem::take(&mut pending.stores), &counted)?;
-                    self.learn(
-                        std::mem::take(&mut pending.learned),
-                        std::mem::take(&mut pending.states),
-                    )?;
+                    let learned = self
+                        .task
+                        .write_stores(&mut sealed, &counted, self.settings.clock.now())?;
+                    self.learn(learned);
                     let lost = self.lost_partitions("its effects");
-                    flush.on_stored(lost, &mut self.writers);
+                    sealed.flush.on_stored(lost, &mut self.task.writers());
                 }
                 Action::CommitOffsets => {
                     if let Some(list) = offsets.take() {
@@ -1702,108 +1124,23 @@ impl Processor {
                         }
                         self.last_commit = Some(list);
                     }
-                    flush.on_committed();
+                    sealed.flush.on_committed();
                 }
                 Action::StartEffects => {
-                    self.executor.end(&std::mem::take(&mut pending.ended_runs));
-                    for (p, effect) in std::mem::take(&mut pending.effects) {
+                    self.executor.end(&std::mem::take(&mut sealed.ended_runs));
+                    for (p, effect) in std::mem::take(&mut sealed.effects) {
                         self.executor.spawn(effect, p);
                     }
-                    flush.on_started();
+                    sealed.flush.on_started();
                 }
-                Action::GiveUp(fenced) => {
-                    for p in &fenced {
-                        self.abandon(*p)?;
-                    }
-                    return Err(Zombie(fenced.into_iter().collect()).into());
-                }
+                Action::GiveUp(fenced) => return Err(self.task.give_up(fenced.into_iter().collect()).into()),
                 Action::Abandon => return Ok(()),
-                Action::ChangelogWentBack { partition } => {
-                    return Err(ChangelogWentBack(partition, self.settings.topics.changelog.clone()).into())
-                }
+                Action::ChangelogWentBack { partition } => return Err(self.task.changelog_went_back(partition).into()),
                 Action::Done => break,
             }
         }
         drop(waiting);
-        self.telemetry.timers_pending(self.timers.len() as i64);
-        Ok(())
-    }
-
-    /// Adds what opening partitions and other writers left for the next batch: changelog
-    /// keys to supersede (with the values the store holds now, under what the batch itself
-    /// writes), and stale journal entries to delete.
-    fn add_repairs(&mut self, pending: &mut Pending) -> Result<()> {
-        for (p, writer) in &mut self.writers {
-            let keys = writer.take_repairs();
-            let Some(store) = self.stores.get(p).filter(|_| !keys.is_empty()) else {
-                continue;
-            };
-            let mut repair = StoreBatch::default();
-            for key in keys {
-                repair.mirror(&key, store.raw(&key)?.as_deref());
-            }
-            pending.stores.entry(*p).or_default().underlay(repair);
-        }
-        for (p, run_ids) in self.journaled.take_stale() {
-            let batch = pending.stores.entry(p).or_default();
-            for run_id in run_ids {
-                batch.delete_effect(&run_id);
-            }
-        }
-        Ok(())
-    }
-
-    /// Mirrors every store write, in order, to the changelog partition of the same number, as
-    /// the next batch of this owner's epoch there; returns each partition's new lineage. A
-    /// partition revoked meanwhile is left to its new owner, which redoes the work.
-    fn mirror_to_changelog(&self, pending: &mut Pending) -> BTreeMap<i32, Lineage> {
-        let mut sequenced = BTreeMap::new();
-        for (p, batch) in &pending.stores {
-            let Some(writer) = self.writers.get(p).filter(|_| !batch.changes().is_empty()) else {
-                continue;
-            };
-            let this = writer.next_batch();
-            sequenced.insert(*p, this);
-            let header = changelog::batch_header(this.epoch, this.through);
-            for (key, value) in batch.changes() {
-                pending.outputs.push(Output {
-                    topic: self.settings.topics.changelog.clone(),
-                    partition: Some(*p),
-                    key: Some(key.clone()),
-                    value: value.clone(),
-                    headers: vec![(changelog::BATCH_HEADER.to_string(), header.clone())],
-                });
-            }
-        }
-        sequenced
-    }
-
-    /// Writes each partition's batch, those in `counted` with their changelog checkpoint and
-    /// lineage.
-    fn write_stores(
-        &mut self,
-        stores: BTreeMap<i32, StoreBatch>,
-        counted: &BTreeMap<i32, (i64, Lineage)>,
-    ) -> Result<()> {
-        for (p, mut batch) in stores {
-            if let Some((checkpoint, this)) = counted.get(&p) {
-                batch.set_checkpoint(*checkpoint, self.settings.clock.now());
-                batch.set_lineage(*this);
-                // Found by this batch (others' records between its own), written by the next:
-                // kept with the checkpoint that moves past those records.
-                if let Some(keys) = self.writers.get_mut(&p).and_then(Writer::repairs_to_keep) {
-                    batch.set_repairs(keys);
-                }
-            }
-            if batch.is_empty() {
-                continue;
-            }
-            // The partition may have been revoked mid-batch; its new owner redoes the work.
-            match self.stores.get_mut(&p) {
-                Some(store) => store.write(batch)?,
-                None => warn!(partition = p, "partition revoked before its batch was written"),
-            }
-        }
+        self.telemetry.timers_pending(self.task.timers_pending() as i64);
         Ok(())
     }
 
@@ -1819,22 +1156,6 @@ impl Processor {
             );
         }
         lost
-    }
-
-    /// The end markers as changelog records.
-    fn marker_outputs(&self, markers: &[Marker]) -> Vec<Output> {
-        (markers.iter())
-            .map(|m| {
-                let (key, value) = changelog::marker(m.batch.epoch, m.batch.through, m.first);
-                Output {
-                    topic: self.settings.topics.changelog.clone(),
-                    partition: Some(m.partition),
-                    key: Some(key),
-                    value: Some(value),
-                    headers: Vec::new(),
-                }
-            })
-            .collect()
     }
 
     /// The consumer offsets to commit for this batch: the next record of each partition.
@@ -1900,7 +1221,8 @@ impl Processor {
                             && outputs[i].topic == self.settings.topics.dlq
                             && outputs[i].value.is_some() =>
                     {
-                        omit_value(&mut outputs[i]);
+                        let size = omit_value(&mut outputs[i]);
+                        warn!(size, "dead letter too large for the broker: sent without its value");
                         failed.push(i);
                     }
                     // A changelog write left out would leave the state and its changelog apart:
@@ -1969,7 +1291,7 @@ impl Processor {
                 transactional(tokio::task::block_in_place(|| producer.begin_transaction()))?;
                 let sends = futures::future::join_all(outputs.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
-                let markers = self.marker_outputs(&flush.markers(&delivered[first_changelog..]));
+                let markers = self.task.marker_outputs(&flush.markers(&delivered[first_changelog..]));
                 let sends = futures::future::join_all(markers.iter().map(|o| self.send(o))).await;
                 let delivered = sends.into_iter().collect::<Result<Vec<_>, _>>()?;
                 tokio::task::block_in_place(|| -> Result<(), runtime_error::Error> {
@@ -2006,102 +1328,30 @@ impl Processor {
     }
 }
 
-/// A trigger with a release key of its own, drawn from the operating system's random source
-/// as it is journaled (see `TriggerRequest::release_key`); other effects as they are.
-fn with_release_key(effect: Effect) -> Effect {
-    match effect {
-        Effect::TriggerJob(mut request) => {
-            let mut bytes = [0u8; 16];
-            // Without a random source the key is left out: the release then needs only the
-            // deadline, as before keys were (and says so).
-            match getrandom::fill(&mut bytes) {
-                Ok(()) => request.release_key = Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
-                Err(e) => warn!(error = %e, "no random source for a trigger's release key"),
+/// Release keys drawn from the operating system's random source (see
+/// `TriggerRequest::release_key`).
+struct OsKeys;
+
+impl ReleaseKeys for OsKeys {
+    fn next_key(&mut self) -> Option<String> {
+        let mut bytes = [0u8; 16];
+        // Without a random source the key is left out: the release then needs only the
+        // deadline, as before keys were (and says so).
+        match getrandom::fill(&mut bytes) {
+            Ok(()) => Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+            Err(e) => {
+                warn!(error = %e, "no random source for a trigger's release key");
+                None
             }
-            Effect::TriggerJob(request)
         }
-        other => other,
     }
 }
 
 /// How long reading the group's committed offsets (a fence for a batch of timers) may take.
 const FENCE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// See [`Processor::fenced_since_last_write`] (a function of its own, for closures that
-/// borrow other parts of the processor).
-fn fenced_since_last_write(writers: &BTreeMap<i32, Writer>, settings: &Settings, p: i32) -> Option<bool> {
-    let Some(writer) = writers.get(&p) else {
-        return Some(false);
-    };
-    let topic = &settings.topics.changelog;
-    let from = writer.next_offset();
-    match tokio::task::block_in_place(|| changelog::read_since(&settings.kafka, topic, p, from)) {
-        Ok((entries, _)) => Some(writer.fenced_by(&entries)),
-        Err(e) => {
-            warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
-            None
-        }
-    }
-}
-
-/// Drops a dead letter's value, too large for the broker; its headers say so, and where the
-/// record is at its source.
-fn omit_value(output: &mut Output) {
-    let size = output.value.take().map_or(0, |v| v.len());
-    warn!(size, "dead letter too large for the broker: sent without its value");
-    output.headers.push((
-        "value.omitted".into(),
-        format!("{size} bytes: too large for the dead-letter topic; read it at its source coordinates").into_bytes(),
-    ));
-}
-
-/// The dead letter of `message`: its key, value and headers as they were, with the reason
-/// and where it was read. One that would be over `largest` bytes goes without its value
-/// (and, if still over, without the producer's headers), saying so: it must fit the broker.
-pub(crate) fn dead_letter(topic: &str, message: &OwnedMessage, reason: &str, largest: usize) -> Output {
-    let mut headers = vec![
-        ("error".to_string(), reason.as_bytes().to_vec()),
-        ("source.topic".to_string(), message.topic().as_bytes().to_vec()),
-        (
-            "source.partition".to_string(),
-            message.partition().to_string().into_bytes(),
-        ),
-        ("source.offset".to_string(), message.offset().to_string().into_bytes()),
-    ];
-    // Keep the producer's own headers too, so the record can be replayed as it was.
-    if let Some(h) = message.headers() {
-        for header in h.iter() {
-            headers.push((
-                format!("original.{}", header.key),
-                header.value.unwrap_or_default().to_vec(),
-            ));
-        }
-    }
-    let mut output = Output {
-        topic: topic.to_string(),
-        partition: None,
-        key: message.key().map(<[u8]>::to_vec),
-        value: message.payload().map(<[u8]>::to_vec),
-        headers,
-    };
-    if output.size() > largest {
-        omit_value(&mut output);
-    }
-    if output.size() > largest {
-        let size: usize = output
-            .headers
-            .iter()
-            .filter(|(k, _)| k.starts_with("original."))
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
-        output.headers.retain(|(k, _)| !k.starts_with("original."));
-        output.headers.push((
-            "headers.omitted".into(),
-            format!("{size} bytes of the record's own headers: too large for the dead-letter topic").into_bytes(),
-        ));
-    }
-    output
-}
+/// The dead letter of a record (the alerts forwarder's too).
+pub(crate) use crate::core::task::dead_letter;
 
 /// Whether the loop goes on after a batch, or stops (a shutdown came while it ran).
 #[derive(Debug, PartialEq, Eq)]

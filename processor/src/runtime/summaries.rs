@@ -37,7 +37,7 @@ impl Summaries {
 
     /// Every pipeline of the stores, summarized as the stores hold it now (shared: a list
     /// copies pointers, not summaries).
-    pub fn all(&mut self, stores: &BTreeMap<i32, PartitionStore>) -> Result<Vec<Arc<PipelineSummary>>> {
+    pub fn all(&mut self, stores: &BTreeMap<i32, &PartitionStore>) -> Result<Vec<Arc<PipelineSummary>>> {
         for (p, id) in std::mem::take(&mut self.stale) {
             let (Some(store), Some(summaries)) = (stores.get(&p), self.partitions.get_mut(&p)) else {
                 continue;
@@ -83,6 +83,11 @@ mod tests {
         store.write(batch).unwrap();
     }
 
+    /// The stores as the processor lends them.
+    fn lent(stores: &BTreeMap<i32, PartitionStore>) -> BTreeMap<i32, &PartitionStore> {
+        stores.iter().map(|(p, s)| (*p, s)).collect()
+    }
+
     fn ids(summaries: &[Arc<PipelineSummary>]) -> Vec<&str> {
         summaries.iter().map(|s| s.pipeline_id.as_str()).collect()
     }
@@ -98,17 +103,17 @@ mod tests {
         let mut summaries = Summaries::default();
         summaries.changed(0, "a");
         assert!(summaries.stale.is_empty(), "nothing is tracked before the first list");
-        assert_eq!(ids(&summaries.all(&stores).unwrap()), ["a", "b"]);
+        assert_eq!(ids(&summaries.all(&lent(&stores)).unwrap()), ["a", "b"]);
 
         // A new pipeline and a deleted one, as batches report them.
         write(stores.get_mut(&0).unwrap(), "c", Some(PipelineState::default()));
         summaries.changed(0, "c");
         write(stores.get_mut(&1).unwrap(), "b", None);
         summaries.changed(1, "b");
-        assert_eq!(ids(&summaries.all(&stores).unwrap()), ["a", "c"]);
+        assert_eq!(ids(&summaries.all(&lent(&stores)).unwrap()), ["a", "c"]);
 
         // A changed state is summarized again.
-        assert!(summaries.all(&stores).unwrap()[0].next_timer.is_none());
+        assert!(summaries.all(&lent(&stores)).unwrap()[0].next_timer.is_none());
         let mut timed = PipelineState::default();
         timed.arm(PendingTimer {
             timer: TimerKind::CronTick,
@@ -116,12 +121,12 @@ mod tests {
         });
         write(stores.get_mut(&0).unwrap(), "a", Some(timed));
         summaries.changed(0, "a");
-        assert!(summaries.all(&stores).unwrap()[0].next_timer.is_some());
+        assert!(summaries.all(&lent(&stores)).unwrap()[0].next_timer.is_some());
 
         // A revoked partition's pipelines leave the list.
         stores.remove(&0);
         summaries.forget(0);
-        assert!(summaries.all(&stores).unwrap().is_empty());
+        assert!(summaries.all(&lent(&stores)).unwrap().is_empty());
         assert!(!summaries.partitions.contains_key(&0));
     }
 }

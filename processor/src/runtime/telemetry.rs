@@ -331,8 +331,8 @@ impl Telemetry {
         self.show_readiness();
     }
 
-    pub fn record_in(&self, topic: &str) {
-        self.records_in.add(topic_label(topic), 1);
+    pub fn records_in(&self, topic: &str, n: u64) {
+        self.records_in.add(topic_label(topic), n);
     }
 
     pub fn record_out(&self, topic: &str, n: u64) {
@@ -353,12 +353,12 @@ impl Telemetry {
         self.sla_breaches.add(labels, 1);
     }
 
-    pub fn forwarded(&self, topic: &str) {
-        self.forwarded.add(topic_label(topic), 1);
+    pub fn forwarded(&self, topic: &str, n: u64) {
+        self.forwarded.add(topic_label(topic), n);
     }
 
-    pub fn forwarded_duplicate(&self, topic: &str) {
-        self.forwarded_duplicates.add(topic_label(topic), 1);
+    pub fn forwarded_duplicates(&self, topic: &str, n: u64) {
+        self.forwarded_duplicates.add(topic_label(topic), n);
     }
 
     /// A record sent to the dead-letter topic: where it came from, and the kind of reason.

@@ -13,6 +13,9 @@
 //! the lifecycle's: each record adds its value to its pipeline's total, and some ask for a
 //! trigger. Same seed, same run: a failing seed replays exactly (`SLUICE_SIM_SEED`).
 
+pub mod driver;
+pub mod log;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeDelta, Utc};

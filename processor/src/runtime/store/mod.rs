@@ -36,7 +36,12 @@ use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
 mod cache;
-pub mod parts;
+#[cfg(test)]
+mod parts_tests;
+use crate::core::output::HostError;
+use crate::core::state::{config_key, effect_key, window_key, LEGACY_TIMERS};
+pub use crate::core::state::{parts, StoreBatch, Write};
+pub use crate::core::task::Stored;
 
 /// What can go wrong with a partition's store, told apart by whether waiting mends it.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +75,15 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl From<crate::core::state::EncodeError> for StoreError {
+    fn from(e: crate::core::state::EncodeError) -> Self {
+        StoreError::Encode {
+            what: e.what,
+            source: e.source,
+        }
+    }
 }
 
 impl StoreError {
@@ -131,19 +145,6 @@ pub struct PartitionStore {
     /// The applied-offset watermark per input topic, read once at open and kept in step with
     /// every write: it is consulted for every record, so it must not cost a RocksDB read.
     applied: HashMap<String, i64>,
-}
-
-/// One write: a key and its value, `None` to delete it.
-pub type Write = (Vec<u8>, Option<Vec<u8>>);
-
-/// A pipeline's state as read from the store. Shared with the store's cache: a read of a
-/// cached state copies a pointer, not the maps of a week's history.
-#[derive(Clone)]
-pub struct Stored {
-    pub state: Arc<PipelineState>,
-    /// Whether the store holds it in parts: if not (a head from before parts), its next write
-    /// writes every part.
-    pub in_parts: bool,
 }
 
 /// A timer as stored: due time, pipeline, kind.
@@ -229,154 +230,6 @@ fn config_size(config: &PipelineConfig) -> usize {
 /// full: with 100,000 pipelines, 79 MB of an instance's 401 MB heap (heaptrack), and a
 /// cycle through more pipelines than it held found none of them.
 const CONFIG_CACHE_BYTES: usize = 8 << 20;
-
-fn config_key(pipeline: &str) -> Vec<u8> {
-    [b"f/".as_slice(), pipeline.as_bytes()].concat()
-}
-
-fn effect_key(run_id: &str) -> Vec<u8> {
-    [b"e/".as_slice(), run_id.as_bytes()].concat()
-}
-
-fn offset_key(topic: &str) -> Vec<u8> {
-    [b"o/".as_slice(), topic.as_bytes()].concat()
-}
-
-/// Where the copies forwarded from `origin` of `topic` that were applied are kept.
-fn window_key(topic: &str, origin: i32) -> Vec<u8> {
-    format!("w/{topic}/{origin}").into_bytes()
-}
-
-/// Where earlier versions kept timers, apart from the state (see the module's notes).
-const LEGACY_TIMERS: &[u8] = b"t/";
-
-/// Writes that must land together, kept as a list so the same writes can be mirrored to
-/// the changelog.
-#[derive(Default)]
-pub struct StoreBatch {
-    /// Key and value; `None` deletes the key. One entry per key: a later write to a key
-    /// replaces the earlier one in place, so a batch that touches a pipeline (or an input's
-    /// applied offset) 500 times writes it, and mirrors it to the changelog, once.
-    ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    /// Where each key's entry is in `ops`.
-    index: HashMap<Vec<u8>, usize>,
-    /// The changelog offset the store is current with once this batch is written, and when
-    /// (on the processor's clock).
-    checkpoint: Option<(i64, DateTime<Utc>)>,
-    /// The epoch and batch the store holds once this batch is written.
-    lineage: Option<Lineage>,
-    /// The keys still to write again once this batch is written (see [`REPAIRS_KEY`]).
-    repairs: Option<Vec<Vec<u8>>>,
-}
-
-impl StoreBatch {
-    /// Writes all of `state`, and its config too when `with_config` (the store does not hold
-    /// this config yet: see [`PartitionStore::holds_config`]).
-    pub fn put_pipeline(&mut self, pipeline: &str, state: &PipelineState, with_config: bool) -> Result<()> {
-        let writes = parts::writes(pipeline, None, state).map_err(StoreError::encode("pipeline state"))?;
-        self.put_state(
-            writes,
-            state.config.as_deref().filter(|_| with_config).map(|c| (pipeline, c)),
-        )
-    }
-
-    /// Writes what [`parts::writes`] made of a state, and `config` (pipeline, config) when given.
-    pub fn put_state(&mut self, writes: Vec<Write>, config: Option<(&str, &PipelineConfig)>) -> Result<()> {
-        for (key, value) in writes {
-            self.set(key, value);
-        }
-        if let Some((pipeline, config)) = config {
-            self.set(config_key(pipeline), Some(config.json().as_bytes().to_vec()));
-        }
-        Ok(())
-    }
-
-    /// Deletes a pipeline: its head, its config, and the parts of `stored` (its state as
-    /// stored).
-    pub fn delete_pipeline(&mut self, pipeline: &str, stored: &PipelineState) {
-        self.set(parts::head_key(pipeline), None);
-        self.set(config_key(pipeline), None);
-        for key in parts::deletes(pipeline, stored) {
-            self.set(key, None);
-        }
-    }
-
-    /// Deletes `key` whatever it holds.
-    pub fn delete_key(&mut self, key: &[u8]) {
-        self.set(key.to_vec(), None);
-    }
-
-    /// Journals a trigger until a report on its run arrives.
-    pub fn put_effect(&mut self, run_id: &str, effect: &Effect) -> Result<()> {
-        let bytes = serde_json::to_vec(effect).map_err(StoreError::encode("effect"))?;
-        self.set(effect_key(run_id), Some(bytes));
-        Ok(())
-    }
-
-    pub fn delete_effect(&mut self, run_id: &str) {
-        self.set(effect_key(run_id), None);
-    }
-
-    pub fn set_applied_offset(&mut self, topic: &str, offset: i64) {
-        self.set(offset_key(topic), Some(offset.to_be_bytes().to_vec()));
-    }
-
-    /// Keeps what was applied of the copies forwarded from `origin` of `topic`.
-    pub fn set_forward_window(&mut self, topic: &str, origin: i32, window: &ForwardWindow) {
-        self.set(window_key(topic, origin), Some(window.encode()));
-    }
-
-    /// Records the write of `key`, replacing an earlier write of it in this batch.
-    fn set(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        match self.index.get(&key) {
-            Some(&at) => self.ops[at].1 = value,
-            None => {
-                self.index.insert(key.clone(), self.ops.len());
-                self.ops.push((key, value));
-            }
-        }
-    }
-
-    pub fn set_checkpoint(&mut self, changelog_offset: i64, at: DateTime<Utc>) {
-        self.checkpoint = Some((changelog_offset, at));
-    }
-
-    pub fn set_lineage(&mut self, lineage: Lineage) {
-        self.lineage = Some(lineage);
-    }
-
-    /// The keys still to write again, with the checkpoint this batch sets.
-    pub fn set_repairs(&mut self, keys: Vec<Vec<u8>>) {
-        self.repairs = Some(keys);
-    }
-
-    /// The writes to mirror to the changelog.
-    pub fn changes(&self) -> &[(Vec<u8>, Option<Vec<u8>>)] {
-        &self.ops
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.checkpoint.is_none() && self.lineage.is_none() && self.repairs.is_none()
-    }
-
-    /// Applies a changelog record as it was written: the key and value of one store write.
-    pub fn mirror(&mut self, key: &[u8], value: Option<&[u8]>) {
-        self.set(key.to_vec(), value.map(<[u8]>::to_vec));
-    }
-
-    pub fn len(&self) -> usize {
-        self.ops.len()
-    }
-
-    /// Adds the writes of `other` to keys this batch does not write.
-    pub fn underlay(&mut self, other: StoreBatch) {
-        for (key, value) in other.ops {
-            if !self.index.contains_key(&key) {
-                self.mirror(&key, value.as_deref());
-            }
-        }
-    }
-}
 
 /// RocksDB's memory, shared by every partition store of the process: memtables flush past
 /// [`MEMTABLES`] together and blocks read are cached in [`BLOCK_CACHE`] together, rather
@@ -753,25 +606,25 @@ impl PartitionStore {
         let mut options = WriteOptions::default();
         options.set_sync(false);
         let mut write = WriteBatch::default();
-        for (key, value) in &batch.ops {
+        for (key, value) in batch.changes() {
             match value {
                 Some(v) => write.put(key, v),
                 None => write.delete(key),
             }
         }
-        if let Some((offset, at)) = batch.checkpoint {
+        if let Some((offset, at)) = batch.checkpoint() {
             write.put(CHECKPOINT_KEY, offset.to_be_bytes());
             write.put(CHECKPOINTED_AT_KEY, at.timestamp_millis().to_be_bytes());
         }
-        if let Some(lineage) = batch.lineage {
+        if let Some(lineage) = batch.lineage() {
             write.put(
                 LINEAGE_KEY,
                 serde_json::to_vec(&lineage).map_err(StoreError::encode("the lineage"))?,
             );
         }
-        match &batch.repairs {
+        match batch.repairs() {
             None => {}
-            Some(keys) if keys.is_empty() => write.delete(REPAIRS_KEY),
+            Some([]) => write.delete(REPAIRS_KEY),
             Some(keys) => write.put(
                 REPAIRS_KEY,
                 serde_json::to_vec(keys).map_err(StoreError::encode("the keys to repair"))?,
@@ -782,7 +635,7 @@ impl PartitionStore {
         // lower or delete it) as much as an applied input's; a cached state, every write of
         // its pipeline's keys.
         let mut states = self.states.lock().expect("state cache");
-        for (key, value) in &batch.ops {
+        for (key, value) in batch.changes() {
             track_applied(&mut self.applied, key, value.as_deref(), &self.path)?;
             if let Some(pipeline) = parts::pipeline_of(key).or_else(|| key.strip_prefix(b"f/")) {
                 states.forget(pipeline);
@@ -814,6 +667,49 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
         }
     }
     Ok(())
+}
+
+/// The partition task's view of its store (see [`crate::core::task::Store`]).
+impl crate::core::task::Store for PartitionStore {
+    fn stored(&self, pipeline: &str) -> Result<Option<Stored>, HostError> {
+        Ok(PartitionStore::stored(self, pipeline)?)
+    }
+
+    fn applied_offset(&self, topic: &str) -> Option<i64> {
+        PartitionStore::applied_offset(self, topic)
+    }
+
+    fn effect(&self, run_id: &str) -> Result<Option<Effect>, HostError> {
+        Ok(PartitionStore::effect(self, run_id)?)
+    }
+
+    fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow, HostError> {
+        Ok(PartitionStore::forward_window(self, topic, origin)?)
+    }
+
+    fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+        PartitionStore::holds_config(self, pipeline, config)
+    }
+
+    fn raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(PartitionStore::raw(self, key)?)
+    }
+
+    fn write(&mut self, batch: StoreBatch) -> Result<(), HostError> {
+        Ok(PartitionStore::write(self, batch)?)
+    }
+
+    fn remember(&self, pipeline: &str, state: Arc<PipelineState>) {
+        PartitionStore::remember(self, pipeline, state)
+    }
+
+    fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) {
+        PartitionStore::config_written(self, pipeline, config)
+    }
+
+    fn disown(&mut self) -> Result<(), HostError> {
+        Ok(PartitionStore::disown(self)?)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,379 @@
+//! How a pipeline's state is laid out in the store, so that a decision writes (and mirrors to
+//! the changelog) what it changed rather than the pipeline's whole retained history: an
+//! hourly pipeline keeps a week of executions and their readings, and rewriting all of them
+//! for every reading made the cost of a record grow with the history.
+//!
+//! Keys: the head `p/<pipeline>` holds the state without its executions, sensor readings
+//! and timers; each execution is a part with the timers armed for it (they change together),
+//! `p/<pipeline>\0x<execution id>`; each sensor reading `p/<pipeline>\0s<sensor slot>`; and
+//! each other timer (a schedule's, or one whose execution is gone) `p/<pipeline>\0t<timer kind>`. A pipeline id never
+//! contains `\0` (records naming one are refused), so one pipeline's parts never mix with
+//! another's. A head written before parts holds them inline and still reads; the first write
+//! after moves them to parts.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::Write;
+use crate::core::execution::ExecutionId;
+use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, SharedMap, StoredSensor};
+use crate::core::timers::TimerKind;
+
+const SEPARATOR: u8 = 0;
+pub(crate) const EXECUTION: u8 = b'x';
+pub(crate) const SENSOR: u8 = b's';
+pub(crate) const TIMER: u8 = b't';
+
+pub fn head_key(pipeline: &str) -> Vec<u8> {
+    [b"p/".as_slice(), pipeline.as_bytes()].concat()
+}
+
+/// The prefix of every part of `pipeline`.
+pub fn parts_prefix(pipeline: &str) -> Vec<u8> {
+    let mut key = head_key(pipeline);
+    key.push(SEPARATOR);
+    key
+}
+
+/// The first key past every part of `pipeline`: the parts' prefix with its separator
+/// raised by one.
+pub fn parts_end(pipeline: &str) -> Vec<u8> {
+    let mut key = head_key(pipeline);
+    key.push(SEPARATOR + 1);
+    key
+}
+
+pub(crate) fn part_key(pipeline: &str, tag: u8, id: &str) -> Vec<u8> {
+    let mut key = parts_prefix(pipeline);
+    key.push(tag);
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The pipeline whose head or part `key` is.
+pub fn pipeline_of(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(b"p/")?.split(|b| *b == SEPARATOR).next()
+}
+
+/// Whether `key` (under `p/`) is a pipeline's head, not one of its parts.
+pub fn is_head(key: &[u8]) -> bool {
+    key.starts_with(b"p/") && !key.contains(&SEPARATOR)
+}
+
+/// The writes that take a pipeline's stored state from `before` to `after`: the head if it
+/// changed, the parts that differ, and deletes of the parts gone. `before` is `None` when the
+/// store does not hold the state in parts (nothing stored, or a head from before parts): the
+/// head and every part are written.
+///
+/// A decision touches a few executions, readings and timers of a history that can be a
+/// week long, and its copy of the state shares the rest (each is a
+/// [`SharedMap`](crate::core::lifecycle::SharedMap)): only what it touched is laid out and
+/// compared, so the cost follows the decision, not the history.
+pub fn writes(
+    pipeline: &str,
+    before: Option<&PipelineState>,
+    after: &PipelineState,
+) -> Result<Vec<Write>, serde_json::Error> {
+    let mut out = Vec::new();
+    let head = head(after);
+    if before.is_none_or(|before| self::head(before) != head) {
+        out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
+    }
+    match before {
+        Some(before) => touched_writes(&mut out, pipeline, before, after)?,
+        None => whole_writes(&mut out, pipeline, &PipelineState::default(), after)?,
+    }
+    Ok(out)
+}
+
+/// The parts that differ, laying out both states whole.
+pub(crate) fn whole_writes(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    before: &PipelineState,
+    after: &PipelineState,
+) -> Result<(), serde_json::Error> {
+    let (before, after) = (layout(before), layout(after));
+    let executions = before.executions.changes(&after.executions);
+    put(out, pipeline, EXECUTION, executions, |id| id.to_string())?;
+    let sensors = before.state.sensors.changes(&after.state.sensors);
+    put(out, pipeline, SENSOR, sensors, String::clone)?;
+    put(out, pipeline, TIMER, before.timers.changes(&after.timers), |kind| {
+        kind.encode()
+    })
+}
+
+/// The parts that differ, laying out only what the decision touched (see [`Touched`]).
+pub(crate) fn touched_writes(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    before: &PipelineState,
+    after: &PipelineState,
+) -> Result<(), serde_json::Error> {
+    let touched = Touched::between(before, after);
+    let executions = |state| -> SharedMap<&ExecutionId, ExecutionPart> {
+        (touched.executions.iter())
+            .filter_map(|id| Some((*id, execution_part(state, id)?)))
+            .collect()
+    };
+    let (was, is) = (executions(before), executions(after));
+    put(out, pipeline, EXECUTION, was.changes(&is), |id| id.to_string())?;
+    put(
+        out,
+        pipeline,
+        SENSOR,
+        before.sensors.changes(&after.sensors),
+        String::clone,
+    )?;
+    let loose = |state| -> SharedMap<&TimerKind, &PendingTimer> {
+        (touched.loose.iter())
+            .filter_map(|kind| Some((*kind, loose_timer(state, kind)?)))
+            .collect()
+    };
+    let (was, is) = (loose(before), loose(after));
+    put(out, pipeline, TIMER, was.changes(&is), |kind| kind.encode())
+}
+
+/// What a decision may have changed between two states of a pipeline: the executions whose
+/// part may differ, and the timer kinds whose part of their own may. A superset is harmless
+/// (an unchanged part compares equal and is not written); a part missing from it would be a
+/// write lost, which `touched_writes_are_those_of_the_whole_layout` checks against laying
+/// out both states whole.
+struct Touched<'s> {
+    executions: BTreeSet<&'s ExecutionId>,
+    loose: BTreeSet<&'s TimerKind>,
+}
+
+impl<'s> Touched<'s> {
+    fn between(before: &'s PipelineState, after: &'s PipelineState) -> Self {
+        let mut executions = BTreeSet::new();
+        let mut loose = BTreeSet::new();
+        // Executions changed (an unchanged one is the same allocation), added or removed.
+        let mut came_or_went = Vec::new();
+        for (key, was, is) in before.executions.changes(&after.executions) {
+            if was.is_none() || is.is_none() {
+                came_or_went.push(key);
+            }
+            executions.insert(key);
+        }
+        // An execution that came or went takes its timers into its part or out of it.
+        for key in came_or_went {
+            for kind in before.timers.keys().chain(after.timers.keys()) {
+                if armed_for(kind, key) {
+                    loose.insert(kind);
+                }
+            }
+        }
+        // Timers set, moved or cancelled (a kept one is the same allocation).
+        for (kind, _, _) in before.timers.changes(&after.timers) {
+            loose.insert(kind);
+            if let Some(id) = kind.execution() {
+                if before.executions.contains_key(id) || after.executions.contains_key(id) {
+                    executions.insert(id);
+                }
+            }
+        }
+        Touched { executions, loose }
+    }
+}
+
+/// Whether `timer` is armed for execution `id`: [`layout`] puts it in that part.
+fn armed_for(timer: &TimerKind, id: &ExecutionId) -> bool {
+    timer.execution() == Some(id)
+}
+
+/// The part of execution `id` in `state`, if it has that execution: as [`layout`] makes it.
+pub(crate) fn execution_part<'s>(state: &'s PipelineState, id: &ExecutionId) -> Option<ExecutionPart<'s>> {
+    let execution = state.executions.get(id)?;
+    // In kind order, as the map holds them.
+    let timers: Vec<&PendingTimer> = (state.timers.values())
+        .filter(|t| armed_for(&t.timer, id))
+        .map(|t| &**t)
+        .collect();
+    Some(ExecutionPart::new(execution, timers))
+}
+
+/// The timer of `kind` in `state`, if it is a part of its own (no execution of `state` holds
+/// it): as [`layout`] makes it.
+fn loose_timer<'s>(state: &'s PipelineState, kind: &TimerKind) -> Option<&'s PendingTimer> {
+    let timer = state.timers.get(kind)?;
+    let held = (kind.execution()).is_some_and(|id| state.executions.contains_key(id));
+    (!held).then_some(&**timer)
+}
+
+/// An execution's part: its phase, the execution and the timers armed for it, in kind order.
+#[derive(Clone, PartialEq, Serialize)]
+pub(crate) struct ExecutionPart<'s> {
+    /// The execution's phase (also inside it), so that a read learns it without scanning the
+    /// execution's JSON a second time.
+    phase: &'s Phase,
+    execution: &'s HeldExecution,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) timers: Vec<&'s PendingTimer>,
+}
+
+impl<'s> ExecutionPart<'s> {
+    fn new(execution: &'s HeldExecution, timers: Vec<&'s PendingTimer>) -> Self {
+        let phase = execution.phase();
+        ExecutionPart {
+            phase,
+            execution,
+            timers,
+        }
+    }
+}
+
+/// An execution's part as read: the execution is kept as its JSON, with only its phase read
+/// ([`HeldExecution`]), until a decision needs it. A part written before parts recorded the
+/// phase has none: it is read from the execution.
+#[derive(Deserialize)]
+struct StoredExecution<'a> {
+    #[serde(default)]
+    phase: Option<Phase>,
+    #[serde(borrow)]
+    execution: &'a RawValue,
+    #[serde(default)]
+    timers: Vec<PendingTimer>,
+}
+
+/// The parts a state is stored in, borrowed from it (its sensor readings are parts as they
+/// are): its executions with their timers, and the timers that go alone.
+struct Layout<'s> {
+    state: &'s PipelineState,
+    executions: SharedMap<&'s ExecutionId, ExecutionPart<'s>>,
+    timers: SharedMap<&'s TimerKind, &'s PendingTimer>,
+}
+
+fn layout(state: &PipelineState) -> Layout<'_> {
+    let mut executions: SharedMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
+        .map(|(id, execution)| (id, ExecutionPart::new(execution, Vec::new())))
+        .collect();
+    let mut timers = SharedMap::new();
+    for t in state.timers.values() {
+        let part = (t.timer.execution()).and_then(|id| executions.get_mut(id));
+        match part {
+            Some(part) => part.timers.push(&**t),
+            None => {
+                timers.insert(&t.timer, &**t);
+            }
+        }
+    }
+    Layout {
+        state,
+        executions,
+        timers,
+    }
+}
+
+/// Puts the entries that `changes` says `after` lacks or holds otherwise; deletes the ones
+/// gone. `id` names an entry's part.
+fn put<K, V: Serialize>(
+    out: &mut Vec<Write>,
+    pipeline: &str,
+    tag: u8,
+    changes: Vec<(&K, Option<&V>, Option<&V>)>,
+    id: impl Fn(&K) -> String,
+) -> Result<(), serde_json::Error> {
+    for (key, _, value) in changes {
+        let value = value.map(serde_json::to_vec).transpose()?;
+        out.push((part_key(pipeline, tag, &id(key)), value));
+    }
+    Ok(())
+}
+
+/// Deletes of every part `stored` has.
+pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
+    let layout = layout(stored);
+    let executions = layout
+        .executions
+        .keys()
+        .map(|id| part_key(pipeline, EXECUTION, id.as_str()));
+    let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
+    let timers = layout
+        .timers
+        .keys()
+        .map(|kind| part_key(pipeline, TIMER, &kind.encode()));
+    executions.chain(sensors).chain(timers).collect()
+}
+
+/// The head: the state without its config (stored apart) and without its parts. Every field
+/// is named, so a field added to the state must be given a place: the head or parts.
+pub(crate) fn head(state: &PipelineState) -> PipelineState {
+    let PipelineState {
+        config: _,
+        sensors: _,
+        executions: _,
+        timers: _,
+        dependents,
+        history,
+        forecasts,
+        unknown_sensors,
+    } = state;
+    // The history, the forecast marks and the unknown keys are bounded (30 runs, 48 dates,
+    // 64 keys) and change at most once a run or a day: small enough for the head.
+    PipelineState {
+        dependents: dependents.clone(),
+        history: history.clone(),
+        forecasts: forecasts.clone(),
+        unknown_sensors: unknown_sensors.clone(),
+        ..PipelineState::default()
+    }
+}
+
+/// Whether a decoded head holds no parts inline: its state is stored in parts (or has none).
+pub fn in_parts(head: &PipelineState) -> bool {
+    head.executions.is_empty() && head.sensors.is_empty() && head.timers.is_empty()
+}
+
+/// An execution's part, or a head, read for its timers only (the rest is skipped, not
+/// built): a head's inline timers are the same list under the same name.
+#[derive(Deserialize)]
+struct ExecutionTimers {
+    #[serde(default)]
+    timers: Vec<PendingTimer>,
+}
+
+/// The timers held under the stored `key` (under `p/`): an execution part's, a timer part's,
+/// or those of a head written before parts (inline). This is how the timer index is rebuilt
+/// when a partition opens: the state's parts are the timers' only record.
+pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> {
+    let Some(rest) = key.strip_prefix(b"p/") else {
+        return Ok(Vec::new());
+    };
+    let bad = |e: serde_json::Error| e.to_string();
+    // `None`: the head, whose timers (written before parts) are inline.
+    let tag = rest.iter().position(|b| *b == SEPARATOR).map(|at| rest.get(at + 1));
+    match tag {
+        None | Some(Some(&EXECUTION)) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
+        Some(Some(&TIMER)) => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Adds the part stored under `suffix` (the key after [`parts_prefix`]) to `state`; `Err`
+/// says why it does not decode.
+pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), String> {
+    let (&tag, id) = suffix.split_first().ok_or("an empty part key")?;
+    let id = std::str::from_utf8(id).map_err(|e| e.to_string())?;
+    let bad = |e: serde_json::Error| format!("part {id}: {e}");
+    match tag {
+        EXECUTION => {
+            let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
+            let execution = HeldExecution::from_stored(part.execution.get().into(), part.phase).map_err(bad)?;
+            let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
+            state.executions.insert(id, execution);
+            for timer in part.timers {
+                state.arm(timer);
+            }
+        }
+        SENSOR => {
+            let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
+            state.sensors.insert(id.to_string(), sensor.into());
+        }
+        TIMER => state.arm(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
+        other => return Err(format!("a part of unknown kind {:?}", other as char)),
+    }
+    Ok(())
+}

@@ -1,0 +1,488 @@
+//! The layout of a pipeline's state in parts ([`crate::core::state::parts`]), tested
+//! through the RocksDB store that holds it.
+
+use crate::core::execution::ExecutionId;
+use crate::core::lifecycle::{decide, Context, Decision, Effect, Execution, Input, Settings, StateChange};
+use crate::core::lifecycle::{PendingTimer, PipelineState, StoredSensor};
+use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
+use crate::core::replay::Engine;
+use crate::core::state::parts::*;
+use crate::core::state::Write;
+use crate::core::timers::TimerKind;
+use crate::runtime::store::{PartitionStore, StoreBatch};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// An hourly pipeline with `executions` executions opened, as the decider leaves it:
+/// each with its readings and timers.
+fn hourly(executions: u32) -> PipelineState {
+    history(executions, None)
+}
+
+/// [`hourly`], each execution's job reported `reported` (if any).
+fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
+    let now = chrono::DateTime::parse_from_rfc3339("2026-11-24T08:00:00Z")
+        .unwrap()
+        .to_utc();
+    let mut engine = Engine::new(Settings::default(), now);
+    let config = json!({
+        "pipeline": {"id": "p", "owner": "team"},
+        "schedule": {"timezone": "UTC",
+            "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            "evaluation": {"window": "1h", "interval": "5m"}},
+        "sla": {"deadline": "23:59", "deadlineDay": "dataDate", "expectedDuration": "30m"},
+        "validation": {"trigger": "ALL", "rules": [
+            {"key": "upstream", "check": "equals", "field": "status", "value": "ready"},
+            {"key": "rows", "check": "gte", "field": "count", "value": 1000}]},
+        "job": {"type": "command", "config": {"command": "true"}}
+    });
+    let put = ConfigRecord::Put {
+        pipeline_id: "p".into(),
+        config,
+    };
+    let _ = engine.handle(0, "p", &Input::ConfigPublished(put), "c");
+    for slot in 0..executions {
+        let date = now.date_naive() - chrono::Days::new((slot / 24) as u64);
+        let reading = |key: &str, data: Value| {
+            let reading = SensorReading {
+                pipeline_id: "p".into(),
+                key: key.into(),
+                data: data.as_object().unwrap().clone(),
+                date: Some(date),
+                hour: Some(slot % 24),
+                ..Default::default()
+            };
+            Input::SensorReceived(reading)
+        };
+        let _ = engine.handle(0, "p", &reading("rows", json!({"count": 5000})), "s");
+        let decision = engine.handle(0, "p", &reading("upstream", json!({"status": "ready"})), "s");
+        let triggered = decision.unwrap().effects.into_iter().filter_map(|e| match e {
+            Effect::TriggerJob(request) => Some(request),
+            _ => None,
+        });
+        for request in triggered.filter(|_| reported.is_some()) {
+            let report = JobRecord {
+                pipeline_id: "p".into(),
+                schedule_id: request.execution.schedule().into(),
+                date: request.execution.date_text().into(),
+                run_id: request.run_id,
+                status: reported.unwrap(),
+                failure_category: None,
+                message: None,
+                metadata: None,
+                timestamp: now,
+            };
+            let _ = engine.handle(0, "p", &Input::JobReported(report), "j").unwrap();
+        }
+    }
+    engine.states.remove("p").unwrap()
+}
+
+/// A store in a fresh directory (kept while the store is used).
+fn store() -> (tempfile::TempDir, PartitionStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PartitionStore::open(dir.path(), 0).unwrap();
+    (dir, store)
+}
+
+/// Writes what `fill` puts in one batch.
+fn write(store: &mut PartitionStore, fill: impl FnOnce(&mut StoreBatch)) {
+    let mut batch = StoreBatch::default();
+    fill(&mut batch);
+    store.write(batch).unwrap();
+}
+
+/// [`hourly`] without its config, which is stored apart.
+fn bare(executions: u32) -> PipelineState {
+    PipelineState {
+        config: None,
+        ..hourly(executions)
+    }
+}
+
+fn bytes(writes: &[Write]) -> usize {
+    writes
+        .iter()
+        .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+        .sum()
+}
+
+#[test]
+fn a_state_in_parts_reads_back_as_written_and_lists_once() {
+    let (_dir, mut store) = store();
+    let state = hourly(30);
+    assert!(state.executions.len() == 30 && state.sensors.len() == 60 && state.timers.len() > 30);
+    write(&mut store, |b| {
+        b.put_pipeline("p", &state, true).unwrap();
+        b.put_pipeline("p.x", &hourly(1), true).unwrap();
+    });
+    let stored = store.stored("p").unwrap().unwrap();
+    assert!(stored.in_parts);
+    assert_eq!(Arc::unwrap_or_clone(stored.state), state.clone());
+    assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
+    let head = store.raw(&head_key("p")).unwrap().unwrap();
+    assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
+    // The timer index is rebuilt from the parts alone: every timer, none twice.
+    let mut timers: Vec<_> = (store.timers().unwrap().into_iter())
+        .filter(|t| t.pipeline == "p")
+        .map(|t| (t.at, t.kind))
+        .collect();
+    timers.sort();
+    let mut expected: Vec<_> = state.timers.values().map(|t| (t.at, t.timer.clone())).collect();
+    expected.sort();
+    assert_eq!(timers, expected);
+}
+
+/// The root cause of latency growing under constant load: every reading rewrote the
+/// pipeline's whole retained history. A reading now writes what it changed.
+#[test]
+fn what_a_reading_writes_does_not_grow_with_the_history() {
+    let written = |executions: u32| {
+        let before = hourly(executions);
+        let mut after = before.clone();
+        let slot = after.sensors.keys().next().unwrap().clone();
+        after
+            .sensors
+            .get_mut(&slot)
+            .unwrap()
+            .data
+            .insert("count".into(), json!(7000));
+        let writes = writes("p", Some(&before), &after).unwrap();
+        assert_eq!(writes.len(), 1, "the one reading changed");
+        bytes(&writes)
+    };
+    let (few, many) = (written(2), written(168));
+    assert!(
+        many <= few + 64,
+        "a reading writes {few} bytes with 2 executions, {many} with 168"
+    );
+    let whole = |executions| bytes(&writes("p", None, &hourly(executions)).unwrap());
+    assert!(
+        whole(168) > 50 * few,
+        "the whole state is what used to be written: {}",
+        whole(168)
+    );
+}
+
+/// Issue 42: a pipeline's state read from its parts decoded every execution of its
+/// history, so a record on a pipeline that had left the store's cache cost in proportion
+/// to that history. A reading now decodes the executions it concerns, and decides as it
+/// did on the whole state.
+#[test]
+fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole_state() {
+    let whole = history(48, Some(JobStatus::Succeeded));
+    assert!(whole.executions.values().all(|e| e.phase().is_completed()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+    write(&mut store, |b| b.put_pipeline("p", &whole, true).unwrap());
+    drop(store);
+    let now = chrono::DateTime::parse_from_rfc3339("2026-11-25T09:00:00Z")
+        .unwrap()
+        .to_utc();
+    let ctx = Context {
+        now,
+        origin: "s",
+        settings: Settings::default(),
+    };
+    let reading = |key: &str, data: Value, day: u32, hour: u32| {
+        Input::SensorReceived(SensorReading {
+            pipeline_id: "p".into(),
+            key: key.into(),
+            data: data.as_object().unwrap().clone(),
+            date: chrono::NaiveDate::from_ymd_opt(2026, 11, day),
+            hour: Some(hour),
+            ..Default::default()
+        })
+    };
+    // A reading of the next hour, and a late one of an hour that ran (its data changed).
+    let next = reading("upstream", json!({"status": "ready"}), 25, 9);
+    let late = reading("rows", json!({"count": 7000}), 24, 3);
+    for (input, concerned) in [(next, 0), (late, 1)] {
+        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        let read = store.stored("p").unwrap().unwrap().state;
+        assert!(read.executions.values().all(|e| !e.is_decoded()), "read as stored");
+        let decision = decide(&read, "p", &input, ctx);
+        let decoded: Vec<_> = (read.executions.iter())
+            .filter(|(_, e)| e.is_decoded())
+            .map(|(id, _)| id.to_string())
+            .collect();
+        assert_eq!(decoded.len(), concerned, "decoded for one reading: {decoded:?}");
+        // Of the history's 96 readings, only the data of the concerned execution's.
+        let data: Vec<&String> = (read.sensors.iter())
+            .filter(|(_, s)| s.data.is_decoded())
+            .map(|(slot, _)| slot)
+            .collect();
+        assert_eq!(data.len(), 2 * concerned, "data decoded for one reading: {data:?}");
+        let expected = decide(&whole, "p", &input, ctx);
+        let parts = |d: Decision| {
+            let state = match d.state {
+                StateChange::Put(state) => Some(*state),
+                _ => None,
+            };
+            (state, d.events, d.effects, d.timers, d.records, d.dead_letter)
+        };
+        assert!(!decision.events.is_empty(), "{:?}", decision.notes);
+        assert!(parts(decision) == parts(expected), "decides as on the whole state");
+    }
+}
+
+/// An execution's part records its phase beside it, so a read learns the phase without a
+/// second scan of the execution; a part written before that still reads, its phase read
+/// from the execution.
+#[test]
+fn an_execution_part_reads_with_its_phase_recorded_or_not() {
+    let state = history(2, Some(JobStatus::Succeeded));
+    let (id, execution) = state.executions.first_key_value().unwrap();
+    let part = execution_part(&state, id).unwrap();
+    let timers: Vec<PendingTimer> = part.timers.iter().map(|t| (*t).clone()).collect();
+    assert!(!timers.is_empty());
+    let mut written: Value = serde_json::to_value(&part).unwrap();
+    assert_eq!(written["phase"], written["execution"]["phase"]);
+    let suffix = [&[EXECUTION], id.to_string().as_bytes()].concat();
+    let read = |value: &Value| {
+        let mut read = PipelineState::default();
+        add_part(&mut read, &suffix, &serde_json::to_vec(value).unwrap()).unwrap();
+        read
+    };
+    let recorded = read(&written);
+    written.as_object_mut().unwrap().remove("phase");
+    let older = read(&written);
+    for read in [recorded, older] {
+        let held = &read.executions[id];
+        assert_eq!(held.phase(), execution.phase());
+        assert!(!held.is_decoded());
+        assert_eq!(**held, **execution);
+        let read_timers: Vec<PendingTimer> = read.timers.values().map(|t| (**t).clone()).collect();
+        assert_eq!(read_timers, timers, "its timers");
+    }
+}
+
+fn execution_of(t: &PendingTimer) -> Option<ExecutionId> {
+    t.timer.execution().cloned()
+}
+
+#[test]
+fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
+    let before = hourly(3);
+    let mut after = before.clone();
+    // An execution is pruned with its timers, a reading with it.
+    let (gone, _) = after.executions.pop_first().unwrap();
+    after.timers.retain(|_, t| execution_of(t).as_ref() != Some(&gone));
+    let slot = after.sensors.keys().next().unwrap().clone();
+    after.sensors.remove(&slot);
+    // Another execution's timer moves: that execution's part is written again.
+    let held = |k: &&TimerKind| k.execution().is_some_and(|e| after.executions.contains_key(e));
+    let kind = after.timers.keys().find(held).unwrap().clone();
+    after.timers.get_mut(&kind).unwrap().at += chrono::TimeDelta::minutes(5);
+    let moved = execution_of(&after.timers[&kind]).unwrap();
+    let writes = writes("p", Some(&before), &after).unwrap();
+    let find = |writes: &[Write], tag: u8, id: &str| {
+        (writes.iter())
+            .find(|(k, _)| *k == part_key("p", tag, id))
+            .map(|(_, v)| v.is_some())
+    };
+    assert_eq!(find(&writes, EXECUTION, gone.as_str()), Some(false));
+    assert_eq!(find(&writes, SENSOR, &slot), Some(false));
+    assert_eq!(find(&writes, EXECUTION, moved.as_str()), Some(true));
+    assert_eq!(writes.len(), 3, "the three changes, the head as it was: {writes:?}");
+    // A timer whose execution is gone is a part of its own until it goes too.
+    let mut orphaned = after.clone();
+    orphaned.executions.remove(&moved);
+    let writes = self::writes("p", Some(&after), &orphaned).unwrap();
+    let alone: Vec<&PendingTimer> = (orphaned.timers.values())
+        .filter(|t| execution_of(t) == Some(moved.clone()))
+        .map(|t| &**t)
+        .collect();
+    assert!(!alone.is_empty());
+    for t in &alone {
+        assert_eq!(find(&writes, TIMER, &t.timer.encode()), Some(true));
+    }
+    assert_eq!(writes.len(), 1 + alone.len());
+    let mut batch_state = PipelineState::default();
+    for (key, value) in writes.iter().filter(|(k, _)| k[0..4] == *b"p/p\0") {
+        if let Some(value) = value {
+            add_part(&mut batch_state, &key[4..], value).unwrap();
+        }
+    }
+    assert_eq!(batch_state.timers.len(), alone.len(), "a lone timer reads back");
+    let lone = (orphaned.timers.values())
+        .filter(|t| execution_of(t).is_none_or(|e| !orphaned.executions.contains_key(&e)))
+        .count();
+    assert!(lone >= alone.len());
+    let parts = orphaned.executions.len() + orphaned.sensors.len() + lone;
+    assert_eq!(deletes("p", &orphaned).len(), parts, "every part, no more");
+    // A changed head is written.
+    let mut linked = after.clone();
+    linked.dependents.insert("downstream".into(), "upstream-ready".into());
+    let writes = self::writes("p", Some(&after), &linked).unwrap();
+    assert_eq!(
+        writes,
+        [(head_key("p"), Some(serde_json::to_vec(&head(&linked)).unwrap()))]
+    );
+}
+
+/// A state written whole by an earlier version reads, and its next write moves every part
+/// out of the head (a write of only the changes would lose the rest).
+#[test]
+fn a_state_written_whole_reads_and_moves_to_parts() {
+    let (_dir, mut store) = store();
+    let whole = bare(5);
+    write(&mut store, |b| {
+        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()))
+    });
+    let stored = store.stored("p").unwrap().unwrap();
+    assert!(!stored.in_parts);
+    assert_eq!(*stored.state, whole);
+    assert!(!whole.timers.is_empty());
+    let inline = store.timers().unwrap().len();
+    assert_eq!(inline, whole.timers.len(), "the timers a head holds inline count");
+    let next = stored.state.clone();
+    write(&mut store, |b| b.put_state(writes("p", None, &next).unwrap(), None));
+    let stored = store.stored("p").unwrap().unwrap();
+    assert!(stored.in_parts);
+    assert_eq!(Arc::unwrap_or_clone(stored.state), whole);
+    assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
+    write(&mut store, |b| b.delete_pipeline("p", &next));
+    assert!(store.stored("p").unwrap().is_none());
+    assert!(store.pipelines().unwrap().is_empty());
+    let left = store.db.iterator(rocksdb::IteratorMode::Start).count();
+    assert_eq!(left, 0, "no part outlives its pipeline");
+}
+
+#[test]
+fn a_part_that_does_not_decode_says_which() {
+    let mut state = PipelineState::default();
+    let e = add_part(&mut state, b"x2026-11-24", b"{").unwrap_err();
+    assert!(e.contains("2026-11-24"), "{e}");
+    assert!(add_part(&mut state, b"q", b"{}").unwrap_err().contains("unknown kind"));
+}
+
+/// The store's cache of decoded states answers reads until a write touches the pipeline
+/// (a batch's, a restore's or a reset's), or the store is cleared for a full restore.
+#[test]
+fn the_cache_of_decoded_states_follows_every_write() {
+    let (_dir, mut store) = store();
+    let state = bare(2);
+    write(&mut store, |b| {
+        b.put_pipeline("p", &state, false).unwrap();
+        b.put_pipeline("q", &state, false).unwrap();
+    });
+    assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
+    // What the caller says it wrote is what reads return, without decoding.
+    let mut told = state.clone();
+    told.dependents.insert("d".into(), "k".into());
+    store.remember("p", told.clone().into());
+    assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+    // A write of one of its parts (a restore's) is read from disk again.
+    let (slot, reading) = state.sensors.iter().next().unwrap();
+    let value = serde_json::to_vec(reading).unwrap();
+    write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
+    assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
+    // Another pipeline's writes leave it cached; a clear forgets everything.
+    store.remember("p", told.clone().into());
+    write(&mut store, |b| b.delete_pipeline("q", &state));
+    assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+    assert!(store.pipeline("q").unwrap().is_none());
+    store.clear().unwrap();
+    assert!(store.pipeline("p").unwrap().is_none());
+}
+
+/// Random states as the decider leaves them: executions of a few (schedule, date)s,
+/// timers armed for them, for dates without an execution, or for none, and readings.
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DATES: [&str; 4] = ["2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23T05"];
+
+    fn kind(pick: u8, date: usize) -> TimerKind {
+        let execution = crate::core::execution::id("stream", DATES[date]);
+        match pick % 4 {
+            0 => TimerKind::SlaBreach { execution },
+            1 => TimerKind::Expire { execution },
+            2 => TimerKind::Evaluate { execution },
+            _ => TimerKind::CronTick,
+        }
+    }
+
+    fn at(minute: u8) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::UNIX_EPOCH + chrono::TimeDelta::minutes(minute.into())
+    }
+
+    /// One change a decision makes: (what, which date, a value).
+    type Change = (u8, usize, u8);
+
+    fn apply(state: &mut PipelineState, (what, date, value): Change) {
+        let key = crate::core::execution::id("stream", DATES[date]);
+        match what % 7 {
+            0 => {
+                let e = Execution::new(key.clone(), at(value), chrono::TimeDelta::hours(1));
+                state.executions.insert(key, e.into());
+            }
+            1 => {
+                state.executions.remove(&key);
+            }
+            2 => {
+                if let Some(e) = state.executions.get_mut(&key) {
+                    e.attempt = value.into();
+                }
+            }
+            3 => {
+                state.arm(PendingTimer {
+                    timer: kind(value, date),
+                    at: at(value),
+                });
+            }
+            4 => {
+                state.timers.remove(&kind(value, date));
+            }
+            5 => {
+                let sensor = StoredSensor {
+                    data: json!({"count": value}).as_object().unwrap().clone().into(),
+                    received_at: at(value),
+                    date: None,
+                    hour: None,
+                    ..Default::default()
+                };
+                state.sensors.insert(format!("rows@{}", DATES[date]), sensor.into());
+            }
+            _ => {
+                state.sensors.remove(&format!("rows@{}", DATES[date]));
+            }
+        }
+    }
+
+    fn changes() -> impl Strategy<Value = Vec<Change>> {
+        prop::collection::vec((any::<u8>(), 0..DATES.len(), any::<u8>()), 0..24)
+    }
+
+    fn sorted(mut writes: Vec<Write>) -> Vec<Write> {
+        writes.sort();
+        writes
+    }
+
+    proptest! {
+        /// What a decision writes, from what it touched, is what laying out both states
+        /// whole says differs: no write is lost to the shortcut, none added.
+        #[test]
+        fn touched_writes_are_those_of_the_whole_layout(history in changes(), decision in changes(), unshared in any::<bool>()) {
+            let mut before = PipelineState::default();
+            for change in history {
+                apply(&mut before, change);
+            }
+            // A decision's copy shares what it does not touch; a state decoded from the
+            // store shares nothing.
+            let mut after = match unshared {
+                true => serde_json::from_value(serde_json::to_value(&before).unwrap()).unwrap(),
+                false => before.clone(),
+            };
+            for change in decision {
+                apply(&mut after, change);
+            }
+            let (mut touched, mut whole) = (Vec::new(), Vec::new());
+            touched_writes(&mut touched, "p", &before, &after).unwrap();
+            whole_writes(&mut whole, "p", &before, &after).unwrap();
+            prop_assert_eq!(sorted(touched), sorted(whole));
+        }
+    }
+}
