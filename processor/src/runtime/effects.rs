@@ -57,6 +57,7 @@ use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
+use crate::core::task::ReleaseKeys;
 use crate::runtime::backoff::Backoff;
 
 /// Infrastructure failures in a row that open a target's circuit.
@@ -1109,6 +1110,25 @@ impl Limits {
                 }
                 t.failures_in_a_row = 0;
                 t.open_until = None;
+            }
+        }
+    }
+}
+
+/// Release keys drawn from the operating system's random source (see
+/// `TriggerRequest::release_key`).
+pub struct OsKeys;
+
+impl ReleaseKeys for OsKeys {
+    fn next_key(&mut self) -> Option<String> {
+        let mut bytes = [0u8; 16];
+        // Without a random source the key is left out: the release then needs only the
+        // deadline, as before keys were (and says so).
+        match getrandom::fill(&mut bytes) {
+            Ok(()) => Some(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+            Err(e) => {
+                warn!(error = %e, "no random source for a trigger's release key");
+                None
             }
         }
     }

@@ -6,15 +6,20 @@
 //! not at fault, so it is not rejected; the caller waits and reads it again.
 
 use std::borrow::Cow;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 
+use tracing::warn;
+
+use super::backoff::Backoff;
 use super::codec::{Codec, CodecError};
+use super::telemetry::Telemetry;
 use super::topics::InputTopic;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
-use crate::core::records::{self, Rejection};
+use crate::core::records::{self, rejected_pipeline, Rejection};
 use crate::core::task::{source_of, Record};
 
 /// The pipeline an input record is about and the decider's input it holds. Avro and
@@ -89,6 +94,89 @@ fn decode(
             },
         )
     })
+}
+
+/// What reading a record patiently needs.
+#[derive(Clone, Copy)]
+pub(crate) struct Patience<'a> {
+    pub codec: &'a Codec,
+    pub partitions: i32,
+    pub limits: Limits,
+    /// How long a record waits for the schema registry before, if the registry answers
+    /// otherwise, it is dead-lettered (`--record-patience`).
+    pub record_patience: Duration,
+}
+
+/// Reads an input record, waiting out a schema registry that cannot answer for it (down,
+/// timing out, answering 5xx, refusing the credentials): the record is not at fault, so
+/// it is neither rejected nor skipped. The batch waits with it, nothing of it applied,
+/// retried with backoff, the loop held up rather than stuck (liveness holds: a restart
+/// would not bring the registry back); a stop meanwhile leaves the batch to be redone on
+/// restart. The wait is bounded for one record: past `--record-patience`, if the
+/// registry answers otherwise and the refusal is not a passing one (403 for its id, a
+/// bare 404; not a 5xx), the record is dead-lettered with the reason, so one record never holds
+/// every partition of the instance (issue 60, item 2). A registry that answers nothing
+/// is an outage: the batch waits on, and readiness says so.
+pub(crate) async fn read_patiently(
+    kind: InputTopic,
+    message: &dyn Record,
+    patience: Patience<'_>,
+    telemetry: &Telemetry,
+) -> (String, Input) {
+    let mut waiting = None;
+    let mut backoff = Backoff::outage();
+    let since = Instant::now();
+    let mut next_probe = patience.record_patience;
+    loop {
+        let codec = patience.codec;
+        match read_input(codec, kind, message, patience.partitions, &patience.limits).await {
+            Ok(read) => return read,
+            Err(e) if !e.is_transient() && since.elapsed() >= next_probe && codec.registry_answers().await => {
+                let waited = since.elapsed().as_secs();
+                warn!(
+                    topic = message.topic(),
+                    partition = message.partition(),
+                    offset = message.offset(),
+                    error = %e,
+                    "the schema registry answers, but not for this record: dead-lettered after {waited}s"
+                );
+                let origin = source_of(message);
+                let reason = format!(
+                    "the schema registry answers, but not for this record ({e}) after {waited}s: dead-lettered so that it holds nothing else up; produce it again once the registry serves its schema"
+                );
+                let rejected = Input::Rejected {
+                    source: origin,
+                    reason,
+                    kind: Rejection::Unreadable,
+                };
+                return (rejected_pipeline(message.key()), rejected);
+            }
+            Err(e) => {
+                if since.elapsed() >= next_probe {
+                    // An outage: ask again after as long once more.
+                    next_probe = since.elapsed() + patience.record_patience;
+                }
+                waiting.get_or_insert_with(|| {
+                    let record = format!(
+                        "{}/{}@{} (the schema registry cannot answer for it: {e}; it is dead-lettered after --record-patience, {}s, if the registry answers otherwise)",
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        patience.record_patience.as_secs()
+                    );
+                    (telemetry.awaiting_broker(), telemetry.waiting_on_record(record))
+                });
+                warn!(
+                    topic = message.topic(),
+                    partition = message.partition(),
+                    offset = message.offset(),
+                    error = %e,
+                    "the record cannot be read until the schema registry answers; the batch waits"
+                );
+                backoff.wait().await;
+            }
+        }
+    }
 }
 
 /// A Kafka message as the partition task reads it.

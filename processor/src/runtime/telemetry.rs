@@ -17,6 +17,7 @@ pub use super::instruments::MetricDescriptor;
 use super::instruments::{
     Counter, Gauge, Labels, PlainGauge, PlainSeconds, PlainSecondsGauge, Registrar, Seconds, SecondsGauge, UpDown,
 };
+use crate::core::task::Tallies;
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
 /// negotiates and parses natively.
@@ -329,6 +330,28 @@ impl Telemetry {
     pub fn set_fatal(&self, reason: &str) {
         let _ = self.fatal.set(reason.to_owned());
         self.show_readiness();
+    }
+
+    /// Counts what a batch counted.
+    pub fn tallied(&self, tallies: &Tallies) {
+        for (topic, n) in &tallies.records_in {
+            self.records_in(topic, *n);
+        }
+        for (topic, n) in &tallies.forwarded {
+            self.forwarded(topic, *n);
+        }
+        for (topic, n) in &tallies.forwarded_duplicates {
+            self.forwarded_duplicates(topic, *n);
+        }
+        for (topic, kind) in &tallies.dead_letters {
+            self.dead_letter(topic, kind);
+        }
+        for late in &tallies.timers_late {
+            self.timer_late(*late);
+        }
+        if let Some(held) = tallies.expiries_held {
+            self.expiries_held(held);
+        }
     }
 
     pub fn records_in(&self, topic: &str, n: u64) {
