@@ -1,16 +1,19 @@
 //! Sluice: a pipeline safety controller that runs as a stateful stream processor on Kafka.
 //!
-//! The crate has three layers, each using only the ones below it (`main.rs` → [`cli`] →
-//! [`runtime`] → [`core`]; the `layers` test below checks the imports):
+//! The crate has layers, each using only the ones below it (`main.rs` → [`cli`] →
+//! [`alerts`]/[`runtime`] → [`core`]; the `layers` test below checks the imports):
 //!
 //! - [`core`]: the pure lifecycle. Every rule lives here, as a function from state, input and
 //!   time to a decision; no Kafka, RocksDB, HTTP or wall clock (`core/mod.rs`'s `purity` test).
 //! - [`runtime`]: the plumbing that feeds the core records and timers and carries out what it
 //!   decides: Kafka clients, RocksDB stores, the changelog, timers, effects (job triggers), the
 //!   HTTP API, telemetry.
+//! - [`alerts`]: the alert delivery service, built on the runtime: consumers of the events
+//!   topic that forward events to Slack, webhooks, PagerDuty and Opsgenie.
 //! - [`cli`]: the `sluice` command line, one file per command (`run`, `config`, `replay`,
 //!   `reset`, `alerts`, ...), each owning its flags.
 
+pub mod alerts;
 pub mod cli;
 pub mod core;
 pub mod runtime;
@@ -19,7 +22,7 @@ pub mod sim;
 #[cfg(test)]
 mod layers {
     //! Rust lets any module use any other in the crate, so this test keeps the layers apart:
-    //! the runtime never uses the command line, the core neither.
+    //! the runtime and the alerts service never use the command line, the core neither.
 
     use std::path::Path;
 
@@ -46,6 +49,12 @@ mod layers {
     #[test]
     fn the_runtime_never_uses_the_command_line() {
         let found = offences("runtime", &["crate::cli", "super::cli", "super::super::cli"]);
+        assert!(found.is_empty(), "{found:#?}");
+    }
+
+    #[test]
+    fn the_alerts_service_never_uses_the_command_line() {
+        let found = offences("alerts", &["crate::cli", "super::cli"]);
         assert!(found.is_empty(), "{found:#?}");
     }
 

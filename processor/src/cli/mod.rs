@@ -1,7 +1,8 @@
 //! The `sluice` command line: one binary for the processor and the tools around it, one file
-//! per command. Commands use [`crate::runtime`] (and through it [`crate::core`]); nothing in
-//! the runtime uses the command line (`main.rs` → `cli` → `runtime` → `core`, never upward;
-//! the `layers` test in `lib.rs` checks it).
+//! per command. Commands use [`crate::runtime`] (and through it [`crate::core`]), and
+//! `alerts` the alert delivery service [`crate::alerts`]; nothing in the runtime or the
+//! service uses the command line (`main.rs` → `cli` → `alerts`/`runtime` → `core`, never
+//! upward; the `layers` test in `lib.rs` checks it).
 
 pub mod alerts;
 pub mod archetypes;

@@ -1,7 +1,9 @@
-//! `sluice alerts slack|webhook|pagerduty|route`: consumers of the events topic that tell
-//! people. `route` reads a routes file (`routes.rs`) and sends each event to the targets its
-//! routes name; the others send everything of the chosen types to one target. Each target
-//! is forwarded by `forward.rs`.
+//! The alert delivery service behind `sluice alerts slack|webhook|pagerduty|route`:
+//! consumers of the events topic that tell people. [`route()`] reads a routes file
+//! (`routes.rs`) and sends each event to the targets its routes name; [`forward()`] sends
+//! everything of the chosen types to one target. Each target is forwarded by `forward.rs`.
+//! The command line only makes the [`Settings`] and the [`Sink`] from its flags; nothing here
+//! uses it.
 //!
 //! Slack gets one Block Kit message per event through `chat.postMessage`, threaded per
 //! execution (pipeline, schedule, date): the first message of an execution starts the
@@ -17,25 +19,22 @@ pub mod routes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
 use rocksdb::DB;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::args::parse_std_duration;
 use crate::core::events::{Event, EventType};
 use crate::core::hints::hint_of;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::codec::Codec;
 use crate::runtime::kafka::Connection;
 use crate::runtime::topics::Topics;
-use forward::{Settings, Target, Wants};
+use forward::{Target, Wants};
 use routes::{Routes, TargetSpec};
 
 /// What is sent when `--type` is not given: the earlier design's alerted set (interlock
@@ -86,42 +85,6 @@ pub const DEFAULT_TYPES: &[&str] = &[
     "JOB_STATUS_UNKNOWN",
 ];
 
-#[derive(Subcommand)]
-pub enum AlertsCommand {
-    /// Post events to a Slack channel, one thread per pipeline execution.
-    Slack(SlackArgs),
-    /// POST each event's JSON to a URL.
-    Webhook(WebhookArgs),
-    /// Open and resolve PagerDuty incidents (Events API v2), one per pipeline execution.
-    Pagerduty(PagerDutyArgs),
-    /// Send each event to the targets a routes file names for its pipeline's owner, its id
-    /// and its type (Slack, Slack incoming webhooks, webhooks, PagerDuty, Opsgenie).
-    Route(RouteArgs),
-}
-
-impl AlertsCommand {
-    /// Whether the command needs no broker (`route --check`).
-    pub fn offline(&self) -> bool {
-        matches!(self, AlertsCommand::Route(args) if args.check)
-    }
-}
-
-#[derive(Args)]
-pub struct RouteArgs {
-    /// The routes file (YAML): `targets`, `routes` and `unmatched` (see the README, Alerts).
-    #[arg(long, env = "SLUICE_ALERT_ROUTES", value_name = "FILE")]
-    routes: PathBuf,
-    /// Check the routes file (targets, routes, types) and print what it sends where, then
-    /// exit: reads no secret and no topic (for a repository's CI).
-    #[arg(long)]
-    check: bool,
-    /// The operator page's base URL: each alert links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
-    ui_url: Option<String>,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
 /// What `alerts pagerduty` sends when `--type` is not given: what should wake someone
 /// (failures, breaches, exhaustion, missed schedules, stale runs), and what resolves it.
 pub const PAGERDUTY_TYPES: &[&str] = &[
@@ -140,96 +103,42 @@ pub const PAGERDUTY_TYPES: &[&str] = &[
     "SLA_MET",
 ];
 
-#[derive(Args)]
-pub struct PagerDutyArgs {
-    /// A file holding the integration's routing key (else PAGERDUTY_ROUTING_KEY).
-    #[arg(long, value_name = "FILE")]
-    routing_key_file: Option<PathBuf>,
-    /// The Events API's enqueue URL (EU accounts: https://events.eu.pagerduty.com/v2/enqueue).
-    #[arg(long, env = "SLUICE_PAGERDUTY_URL", default_value = PAGERDUTY_URL)]
-    url: String,
-    /// The operator page's base URL: each incident links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
-    ui_url: Option<String>,
-    #[command(flatten)]
-    common: CommonArgs,
+/// Slack's Web API base URL where none is named (`--api`, a Slack target's `api`).
+pub const SLACK_API: &str = "https://slack.com/api";
+/// PagerDuty's Events API v2 enqueue URL where none is named (`--url`, a PagerDuty target's
+/// `url`).
+pub const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+const OPSGENIE_URL: &str = "https://api.opsgenie.com";
+
+/// What every forwarder of one `sluice alerts` command shares: the flags all of them take.
+pub struct Settings {
+    /// The consumer group: instances sharing it share the work; each group gets every event.
+    /// `None`: the command's own (`sluice-alerts-slack`, ...; `sluice-alerts` for [`route`],
+    /// whose targets each get `GROUP.TARGET`).
+    pub group: Option<String>,
+    /// Where thread ids and breach marks are kept (RocksDB); [`route`] keeps each target's in
+    /// `STATE_DIR/TARGET`.
+    pub state_dir: PathBuf,
+    /// Where a new group starts.
+    pub from: Start,
+    /// How long an event the target keeps failing (5xx, unreachable) is retried before it is
+    /// dead-lettered with the last reason, so later events are not held up for ever.
+    pub give_up_after: Duration,
+    /// Where /healthz, /readyz (every target running) and /metrics are served, if anywhere.
+    pub http: Option<SocketAddr>,
 }
 
-#[derive(Args)]
-pub struct CommonArgs {
-    /// Only these event types (repeatable or comma-separated). Default: the earlier design's
-    /// alerted types (SLA warnings, breaches and SLA_MET, failures and exhaustion, missed
-    /// schedules and trigger deadlines, post-run, reruns, late data, recovered triggers,
-    /// exclusions, JOB_COMPLETED, every DRY_RUN_*) plus JOB_TIMEOUT, STALE_RUN and
-    /// CONFIG_REJECTED.
-    #[arg(long = "type", value_delimiter = ',')]
-    types: Vec<String>,
-    /// Consumer group: instances sharing it share the work; each group gets every event.
-    #[arg(long, env = "SLUICE_ALERTS_GROUP")]
-    group: Option<String>,
-    /// Where a new group starts: only events to come, or every retained one.
-    #[arg(long, value_enum, default_value_t = From::End)]
-    from: From,
-    /// Where thread ids and breach marks are kept (RocksDB).
-    #[arg(long, env = "SLUICE_ALERTS_STATE_DIR", default_value = ".sluice/alerts")]
-    state_dir: PathBuf,
-    /// How long an event the target keeps failing (5xx, unreachable) is retried before it
-    /// is dead-lettered with the last reason, so later events are not held up for ever.
-    #[arg(long, default_value = "1h", value_parser = parse_std_duration)]
-    give_up_after: Duration,
-    /// Serve /healthz, /readyz (every target running) and /metrics (delivered, failed,
-    /// dead-lettered, lag per target) on this address.
-    #[arg(long, env = "SLUICE_ALERTS_HTTP", value_name = "ADDR")]
-    http: Option<SocketAddr>,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum From {
+/// Where a new consumer group starts in the events topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Every retained event.
     Beginning,
+    /// Only events to come.
     End,
 }
 
-#[derive(Args)]
-pub struct SlackArgs {
-    /// Channel id or name to post to.
-    #[arg(long, env = "SLUICE_SLACK_CHANNEL")]
-    channel: String,
-    /// A file holding the bot token (else SLACK_BOT_TOKEN). Needs chat:write.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    /// Slack's Web API base URL (a proxy's, or a test server's).
-    #[arg(
-        long,
-        env = "SLUICE_SLACK_API",
-        default_value = SLACK_API,
-        hide_default_value = false
-    )]
-    api: String,
-    /// The operator page's base URL: each message links to its pipeline's page.
-    #[arg(long, env = "SLUICE_UI_URL", value_name = "URL", value_parser = parse_ui_url)]
-    ui_url: Option<String>,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
-const SLACK_API: &str = "https://slack.com/api";
-const PAGERDUTY_URL: &str = "https://events.pagerduty.com/v2/enqueue";
-const OPSGENIE_URL: &str = "https://api.opsgenie.com";
-
-#[derive(Args)]
-pub struct WebhookArgs {
-    /// Where to POST each event (its JSON form).
-    #[arg(long, env = "SLUICE_WEBHOOK_URL")]
-    url: String,
-    /// Extra request headers, NAME=VALUE (repeatable); a value of @FILE is read from FILE.
-    #[arg(long = "header", value_name = "NAME=VALUE")]
-    headers: Vec<String>,
-    #[command(flatten)]
-    common: CommonArgs,
-}
-
 /// The token, never printed: its debug form is redacted.
-struct Secret(String);
+pub struct Secret(String);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -259,7 +168,7 @@ fn slack_token(file: Option<&Path>) -> Result<Secret> {
 }
 
 /// Where an event is delivered, with what each message carries beside the event.
-enum Sink {
+pub enum Sink {
     Slack {
         api: String,
         channel: String,
@@ -284,17 +193,59 @@ enum Sink {
     },
 }
 
+impl Sink {
+    /// A Slack channel through the bot (`sluice alerts slack`), at the Web API under `api`;
+    /// the token read from `token_file`, else SLACK_BOT_TOKEN.
+    pub fn slack(api: &str, channel: String, token_file: Option<&Path>, ui_url: Option<String>) -> Result<Sink> {
+        Ok(Sink::Slack {
+            api: api.trim_end_matches('/').to_string(),
+            channel,
+            token: slack_token(token_file)?,
+            extras: Extras { mention: None, ui_url },
+        })
+    }
+
+    /// A webhook (`sluice alerts webhook`): `headers` as `--header` takes them, NAME=VALUE, a
+    /// value of @FILE read from FILE.
+    pub fn webhook(url: String, headers: &[String]) -> Result<Sink> {
+        let headers = headers.iter().map(|h| header(h)).collect::<Result<Vec<_>>>()?;
+        Ok(Sink::Webhook { url, headers })
+    }
+
+    /// PagerDuty's Events API v2 at `url` (`sluice alerts pagerduty`); the routing key read
+    /// from `routing_key_file`, else PAGERDUTY_ROUTING_KEY.
+    pub fn pagerduty(url: String, routing_key_file: Option<&Path>, ui_url: Option<String>) -> Result<Sink> {
+        Ok(Sink::PagerDuty {
+            url,
+            routing_key: routing_key(routing_key_file)?,
+            ui_url,
+        })
+    }
+
+    /// The sink's kind, which names a lone target and its default consumer group.
+    fn kind(&self) -> &'static str {
+        match self {
+            Sink::Slack { .. } => "slack",
+            Sink::SlackWebhook { .. } => "slack-webhook",
+            Sink::Webhook { .. } => "webhook",
+            Sink::PagerDuty { .. } => "pagerduty",
+            Sink::Opsgenie { .. } => "opsgenie",
+        }
+    }
+}
+
 /// What a Slack message adds to the event: a mention (a user group, `<!here>`) on what needs
 /// a person, and a link to the pipeline's page.
 #[derive(Default, Clone)]
-struct Extras {
+pub struct Extras {
     mention: Option<String>,
     ui_url: Option<String>,
 }
 
 /// `--ui-url`: an http(s) URL without user info, query or fragment, so the links built on
-/// it point under it and nowhere else.
-fn parse_ui_url(text: &str) -> Result<String, String> {
+/// it point under it and nowhere else. The links are built here, so the check is here too;
+/// the command line parses the flag with it.
+pub fn parse_ui_url(text: &str) -> Result<String, String> {
     let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
         return Err("an http or https URL is needed".into());
@@ -593,93 +544,59 @@ fn slack_message(channel: Option<&str>, event: &Event, thread: Option<&str>, ext
     message
 }
 
-pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: AlertsCommand) -> Result<ExitCode> {
-    let (sink, common, default_group) = match command {
-        AlertsCommand::Route(args) => return route(kafka, topics, codec, args).await,
-        AlertsCommand::Slack(args) => (
-            Sink::Slack {
-                api: args.api.trim_end_matches('/').to_string(),
-                channel: args.channel,
-                token: slack_token(args.token_file.as_deref())?,
-                extras: Extras {
-                    mention: None,
-                    ui_url: args.ui_url,
-                },
-            },
-            args.common,
-            "sluice-alerts-slack",
-        ),
-        AlertsCommand::Webhook(args) => {
-            let headers = args.headers.iter().map(|h| header(h)).collect::<Result<Vec<_>>>()?;
-            (
-                Sink::Webhook { url: args.url, headers },
-                args.common,
-                "sluice-alerts-webhook",
-            )
-        }
-        AlertsCommand::Pagerduty(args) => (
-            Sink::PagerDuty {
-                url: args.url,
-                routing_key: routing_key(args.routing_key_file.as_deref())?,
-                ui_url: args.ui_url,
-            },
-            args.common,
-            "sluice-alerts-pagerduty",
-        ),
-    };
+/// `sluice alerts slack|webhook|pagerduty`: every event of `types` to `sink` until a shutdown
+/// signal; `None` sends the sink's defaults ([`PAGERDUTY_TYPES`] to PagerDuty, else
+/// [`DEFAULT_TYPES`]).
+pub async fn forward(
+    kafka: &Connection,
+    topics: &Topics,
+    codec: &Codec,
+    sink: Sink,
+    types: Option<Vec<EventType>>,
+    settings: Settings,
+) -> Result<()> {
     let defaults = match sink {
         Sink::PagerDuty { .. } => PAGERDUTY_TYPES,
         _ => DEFAULT_TYPES,
     };
-    let types = if common.types.is_empty() {
+    let types: Vec<EventType> = types.unwrap_or_else(|| {
         defaults
             .iter()
             .map(|t| EventType::parse(t).expect("a known type"))
             .collect()
-    } else {
-        common
-            .types
-            .iter()
-            .map(|t| EventType::parse(t).with_context(|| format!("unknown event type {t:?} in --type")))
-            .collect::<Result<Vec<_>>>()?
-    };
+    });
+    let name = sink.kind().to_string();
     let target = Target {
-        name: default_group.trim_start_matches("sluice-alerts-").to_string(),
+        group: settings
+            .group
+            .clone()
+            .unwrap_or_else(|| format!("sluice-alerts-{name}")),
+        name,
         sink,
         wants: Box::new(move |e: &Event| types.contains(&e.kind)),
-        group: common.group.clone().unwrap_or_else(|| default_group.to_string()),
-        state_dir: common.state_dir.clone(),
+        state_dir: settings.state_dir.clone(),
     };
-    forward::run(kafka, topics, codec, vec![target], settings(&common), None).await?;
-    Ok(ExitCode::SUCCESS)
+    forward::run(kafka, topics, codec, vec![target], &settings, None).await
 }
 
-fn settings(common: &CommonArgs) -> Settings {
-    Settings {
-        from: common.from,
-        give_up_after: common.give_up_after,
-        http: common.http,
-    }
-}
-
-/// `alerts route`: one forwarder per target of the routes file, each in its own consumer
-/// group (`GROUP.TARGET`) with its own state (`STATE_DIR/TARGET`).
-async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteArgs) -> Result<ExitCode> {
-    if !args.common.types.is_empty() {
-        bail!("--type does not apply to `alerts route`: each route names its `types`");
-    }
-    let routes = Arc::new(Routes::read(&args.routes)?);
-    if args.check {
-        println!("{}: {}", args.routes.display(), routes.describe());
-        return Ok(ExitCode::SUCCESS);
-    }
+/// `sluice alerts route`: one forwarder per target of the routes file, each in its own
+/// consumer group (`GROUP.TARGET`) with its own state (`STATE_DIR/TARGET`).
+pub async fn route(
+    kafka: &Connection,
+    topics: &Topics,
+    codec: &Codec,
+    routes: Routes,
+    ui_url: Option<String>,
+    settings: Settings,
+) -> Result<()> {
+    let routes = Arc::new(routes);
     // Read from the config topic only when a route names an owner.
     let owners = Arc::new(forward::OwnersBook::default());
     let follow = routes.needs_owners().then(|| owners.clone());
-    let group = args.common.group.clone().unwrap_or_else(|| "sluice-alerts".to_string());
+    let group = settings.group.clone().unwrap_or_else(|| "sluice-alerts".to_string());
     let mut targets = Vec::new();
     for (name, spec) in &routes.targets {
-        let sink = sink_of(name, spec, args.ui_url.clone())?;
+        let sink = sink_of(name, spec, ui_url.clone())?;
         let (routes, owners, target) = (routes.clone(), owners.clone(), name.clone());
         let wants: Wants = Box::new(move |e: &Event| {
             owners.look_up(&e.pipeline_id, std::time::Instant::now());
@@ -690,11 +607,10 @@ async fn route(kafka: &Connection, topics: &Topics, codec: &Codec, args: RouteAr
             sink,
             wants,
             group: format!("{group}.{name}"),
-            state_dir: args.common.state_dir.join(name),
+            state_dir: settings.state_dir.join(name),
         });
     }
-    forward::run(kafka, topics, codec, targets, settings(&args.common), follow).await?;
-    Ok(ExitCode::SUCCESS)
+    forward::run(kafka, topics, codec, targets, &settings, follow).await
 }
 
 /// The sink of a routes file's target, its secrets read from their files.

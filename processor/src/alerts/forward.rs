@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::routes::Owners;
-use super::{deliver, Delivery, From, Sink};
+use super::{deliver, Delivery, Settings, Sink, Start};
 use crate::core::events::Event;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::codec::{Codec, Family};
@@ -53,13 +53,6 @@ pub struct Target {
     pub wants: Wants,
     pub group: String,
     pub state_dir: PathBuf,
-}
-
-/// What every target shares.
-pub struct Settings {
-    pub from: From,
-    pub give_up_after: Duration,
-    pub http: Option<SocketAddr>,
 }
 
 /// The forwarder's metrics, labelled by target.
@@ -121,7 +114,7 @@ pub async fn run(
     topics: &Topics,
     codec: &Codec,
     targets: Vec<Target>,
-    settings: Settings,
+    settings: &Settings,
     owners: Option<Arc<OwnersBook>>,
 ) -> Result<()> {
     let metrics = Arc::new(Metrics::new());
@@ -177,7 +170,7 @@ pub async fn run(
     }
 }
 
-fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: From) -> Result<StreamConsumer<kafka::Plain>> {
+fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: Start) -> Result<StreamConsumer<kafka::Plain>> {
     let consumer: StreamConsumer<kafka::Plain> = kafka
         .consumer(
             kafka
@@ -187,8 +180,8 @@ fn consumer(kafka: &Connection, topics: &Topics, group: &str, from: From) -> Res
                 .set(
                     "auto.offset.reset",
                     match from {
-                        From::Beginning => "earliest",
-                        From::End => "latest",
+                        Start::Beginning => "earliest",
+                        Start::End => "latest",
                     },
                 ),
         )
