@@ -28,11 +28,12 @@ use tracing::{info, warn};
 use super::routes::Owners;
 use super::{deliver, Delivery, Settings, Sink, Start};
 use crate::core::events::Event;
+use crate::core::task::dead_letter;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::instruments::{Counter, Gauge, Registrar};
 use crate::runtime::kafka::{self, Connection, Producer};
-use crate::runtime::processor::{dead_letter, shutdown_signal};
+use crate::runtime::processor::shutdown_signal;
 use crate::runtime::telemetry::METRICS_CONTENT_TYPE;
 use crate::runtime::topics::Topics;
 

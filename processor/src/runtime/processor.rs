@@ -680,6 +680,3 @@ impl Processor {
         lost
     }
 }
-
-/// The dead letter of a record (the alerts forwarder's too).
-pub(crate) use crate::core::task::dead_letter;
