@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use chrono::{DateTime, TimeDelta, Utc};
+
 use crate::core::changelog::{self, Entry};
 use crate::core::output::Output;
 use crate::core::partitioning::partition_for;
@@ -12,6 +14,8 @@ use crate::core::partitioning::partition_for;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Logged {
     pub offset: i64,
+    /// When it was appended (the log's time then).
+    pub at: DateTime<Utc>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
     pub headers: Vec<(String, Vec<u8>)>,
@@ -21,6 +25,8 @@ pub struct Logged {
 #[derive(Debug, Clone, Default)]
 pub struct Log {
     partitions: i32,
+    /// The time records appended now are stamped with (the world's clock sets it).
+    pub now: DateTime<Utc>,
     /// Per (topic, partition), the records kept and the offset the next one gets.
     topics: BTreeMap<(String, i32), (Vec<Logged>, i64)>,
 }
@@ -29,6 +35,7 @@ impl Log {
     pub fn new(partitions: i32) -> Self {
         Log {
             partitions,
+            now: DateTime::UNIX_EPOCH,
             topics: BTreeMap::new(),
         }
     }
@@ -43,6 +50,7 @@ impl Log {
         let offset = *next;
         records.push(Logged {
             offset,
+            at: self.now,
             key: output.key.clone(),
             value: output.value.clone(),
             headers: output.headers.clone(),
@@ -86,18 +94,19 @@ impl Log {
         }
     }
 
-    /// Keeps only the last record of each key of partition `p` of `topic` among those
-    /// written before `before` (compaction; records without a key are kept).
-    pub fn compact(&mut self, topic: &str, p: i32, before: i64) {
+    /// Compaction: removes each record of partition `p` of `topic` that a later record of
+    /// its key shadows, if it is at least `lag` old (`min.compaction.lag.ms`).
+    pub fn compact(&mut self, topic: &str, p: i32, lag: TimeDelta) {
+        let now = self.now;
         let Some((records, _)) = self.topics.get_mut(&(topic.to_string(), p)) else {
             return;
         };
         let mut last: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-        for r in records.iter().filter(|r| r.offset < before) {
+        for r in records.iter() {
             if let Some(key) = &r.key {
                 last.insert(key.clone(), r.offset);
             }
         }
-        records.retain(|r| r.offset >= before || r.key.as_ref().is_none_or(|k| last.get(k) == Some(&r.offset)));
+        records.retain(|r| now - r.at < lag || r.key.as_ref().is_none_or(|k| last.get(k) == Some(&r.offset)));
     }
 }

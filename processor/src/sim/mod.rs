@@ -1,4 +1,10 @@
-//! A deterministic simulator of the partition runtime's rules, in the spirit of
+//! Deterministic simulators. [`world`] runs the processor's own partition task
+//! (`core::task`) for several instances and partitions; [`driver`] drives the task over an
+//! in-memory [`log`] with no faults (the steady bench, fast tests). What follows in this file
+//! is the older simulator of the runtime's rules alone, kept until [`world`] catches every
+//! fault it does (an idle owner that never watches its changelog):
+//!
+//! a deterministic simulator of the partition runtime's rules, in the spirit of
 //! FoundationDB's and TigerBeetle's (VOPR): several instances share one input partition over
 //! a simulated log, a group coordinator hands the partition over, and a seeded fault schedule
 //! crashes, pauses (zombies), resumes and restarts instances, rebalances, redelivers input,
@@ -15,6 +21,8 @@
 
 pub mod driver;
 pub mod log;
+pub mod store;
+pub mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 
