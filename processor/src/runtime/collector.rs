@@ -189,7 +189,7 @@ impl Collector {
         task: &Task<PartitionStore>,
         sealed: &Sealed,
         offsets: Option<&TopicPartitionList>,
-    ) -> Result<Vec<(i32, i64)>> {
+    ) -> Result<Option<Vec<(i32, i64)>>> {
         let (outputs, first_changelog, flush) = (&sealed.outputs, sealed.first_changelog, &sealed.flush);
         let mut backoff = Backoff::outage();
         loop {
@@ -216,7 +216,7 @@ impl Collector {
             match attempt {
                 Ok(delivered) => {
                     self.telemetry.broker_ok_since(mark);
-                    return Ok(delivered);
+                    return Ok(Some(delivered));
                 }
                 Err(runtime_error::Error::Fatal(fatal)) => return Err(fatal.into()),
                 // A fenced transactional producer is in a fatal state: no abort and no new
@@ -229,6 +229,13 @@ impl Collector {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");
                     self.telemetry.broker_down();
                     let _ = tokio::task::block_in_place(|| producer.abort_transaction(TRANSACTION_TIMEOUT));
+                    // A member the group dropped (its session expired) has its transactions
+                    // refused for good: trying again would never end. Nothing of the batch
+                    // counted; its partitions' new owners redo it.
+                    if consumer.assignment_lost() {
+                        warn!("the assignment was lost while the batch's transaction was retried: the batch stops, its new owners redo it");
+                        return Ok(None);
+                    }
                     backoff.wait().await;
                 }
             }

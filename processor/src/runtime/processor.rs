@@ -623,11 +623,16 @@ impl Processor {
                 }
                 Action::Transact => {
                     let (consumer, task) = (&self.consumer, &self.tasks.task);
-                    let landed = (self.collector)
+                    let transacted = (self.collector)
                         .produce_in_transaction(consumer, task, &sealed, offsets.as_ref())
                         .await?;
-                    let lost = self.lost_partitions("its state");
-                    sealed.flush.on_transacted(&landed, lost);
+                    match transacted {
+                        Some(landed) => {
+                            let lost = self.lost_partitions("its state");
+                            sealed.flush.on_transacted(&landed, lost);
+                        }
+                        None => sealed.flush.on_transacted(&[], true),
+                    }
                 }
                 Action::WriteStores(counted) => {
                     waiting = None;

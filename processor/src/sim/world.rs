@@ -99,12 +99,16 @@ pub enum Breach {
     Stuck(String),
     /// An instance stopped on an error that is not a zombie's.
     Failed(String),
+    /// A record that does not decode never reached the dead-letter topic.
+    Vanished { topic: String, partition: i32, offset: i64 },
 }
 
 /// What a run went through.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcomes {
     pub steps: u64,
+    /// Steps of runs under exactly-once.
+    pub exactly_once_steps: u64,
     pub faults: BTreeMap<&'static str, u64>,
     /// Calls that reached the target, and jobs started there (a call of a run already
     /// started is answered with that job: the target honours the idempotency key).
@@ -120,6 +124,7 @@ pub struct Outcomes {
 impl Outcomes {
     pub fn add(&mut self, other: &Outcomes) {
         self.steps += other.steps;
+        self.exactly_once_steps += other.exactly_once_steps;
         self.calls += other.calls;
         self.starts += other.starts;
         self.rebalances += other.rebalances;
@@ -131,8 +136,8 @@ impl Outcomes {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} steps, {} instances, {} partitions, {} rebalances, {} calls, {} jobs started, {} zombies stopped, faults {:?}",
-            self.steps, INSTANCES, PARTITIONS, self.rebalances, self.calls, self.starts, self.zombies, self.faults
+            "{} steps ({} of them exactly-once), {} instances, {} partitions, {} rebalances, {} calls, {} jobs started, {} zombies stopped, faults {:?}",
+            self.steps, self.exactly_once_steps, INSTANCES, PARTITIONS, self.rebalances, self.calls, self.starts, self.zombies, self.faults
         )
     }
 }
@@ -260,6 +265,8 @@ struct Job {
 struct World {
     rng: fastrand::Rng,
     historic: Historic,
+    /// Every instance runs `--guarantee exactly-once` (one transaction per batch).
+    exactly_once: bool,
     traced: bool,
     step: u64,
     /// True time.
@@ -280,6 +287,8 @@ struct World {
     jobs: BTreeMap<(String, String), Vec<Job>>,
     /// Executions whose trigger reading was produced.
     triggered: BTreeSet<(String, String)>,
+    /// Where records that do not decode were written: each must be dead-lettered.
+    forged: Vec<(String, i32, i64)>,
     out: Outcomes,
 }
 
@@ -342,9 +351,11 @@ impl World {
                 life: 0,
             })
             .collect();
+        let exactly_once = rng.bool();
         World {
             rng,
             historic,
+            exactly_once,
             traced,
             step: 0,
             now: DateTime::parse_from_rfc3339("2026-11-25T08:00:00Z")
@@ -361,6 +372,7 @@ impl World {
             instances,
             jobs: BTreeMap::new(),
             triggered,
+            forged: Vec::new(),
             out: Outcomes::default(),
         }
     }
@@ -375,6 +387,9 @@ impl World {
         }
         self.settle();
         self.check();
+        if self.exactly_once {
+            self.out.exactly_once_steps = self.out.steps;
+        }
         self.out
     }
 
@@ -413,7 +428,7 @@ impl World {
             changelog: self.topics.changelog.clone(),
             dlq: self.topics.dlq.clone(),
             sensors: self.topics.sensors.clone(),
-            exactly_once: false,
+            exactly_once: self.exactly_once,
         };
         let keys = SeededKeys(fastrand::Rng::with_seed(self.rng.u64(..)));
         let inst = &mut self.instances[i];
@@ -526,24 +541,53 @@ impl World {
         }
     }
 
-    /// A stranger writes to the jobs topic: a release of a journaled run without its key,
-    /// a start mark, or a report of a run twice.
+    /// A stranger writes to a topic Sluice reads: on the jobs topic a release of a real run
+    /// without its key, or a start mark; on the others records that do not decode, or
+    /// a config that is not valid; or a real reading on another partition than its key's.
     fn forge(&mut self, i: usize) {
         let id = pipeline(self.rng.usize(0..PIPELINES));
-        let run_id = format!("{id}.daily.{}.1", date(self.rng.usize(0..DATES)));
+        let day = date(self.rng.usize(0..DATES));
+        let run_id = format!("{id}.stream.{day}.1");
         let deadline = self.now + TimeDelta::minutes(5);
-        let (name, outcome) = match self.rng.u8(0..2) {
-            0 => ("forged release", Outcome::released(Some(deadline), None)),
-            _ => ("forged start mark", Outcome::calling(deadline)),
+        let topics = &self.topics;
+        let (name, output) = match self.rng.u8(0..5) {
+            0 | 1 => {
+                let (name, outcome) = match self.rng.bool() {
+                    true => ("forged release", Outcome::released(Some(deadline), None)),
+                    false => ("forged start mark", Outcome::calling(deadline)),
+                };
+                let record = job_record(&id, &run_id, outcome.status, outcome.metadata, self.now);
+                (
+                    name,
+                    input(&topics.jobs, &id, &serde_json::to_value(&record).expect("a record")),
+                )
+            }
+            2 => {
+                let topic = [&topics.sensors, &topics.jobs, &topics.commands][self.rng.usize(0..3)];
+                let mut output = input(topic, &id, &json!({}));
+                output.value = Some(b"{not json".to_vec());
+                ("undecodable record", output)
+            }
+            3 => {
+                let config = json!({"pipeline": {"id": id}, "job": {"type": "nonsense"}});
+                ("invalid config", input(&topics.config, &id, &config))
+            }
+            _ => {
+                let reading = json!({"pipelineId": id, "key": "upstream", "data": {"status": "ready"}, "date": day});
+                let mut output = input(&topics.sensors, &id, &reading);
+                output.partition = output.partition.map(|p| (p + 1) % PARTITIONS);
+                // A reading of a date already triggered (or soon to be): no new execution.
+                if !self.triggered.contains(&(id.clone(), day.clone())) {
+                    return;
+                }
+                ("misrouted reading", output)
+            }
         };
         self.fault(name, i);
-        let record = job_record(&id, &run_id, outcome.status, outcome.metadata, self.now);
-        let output = input(
-            &self.topics.jobs,
-            &id,
-            &serde_json::to_value(&record).expect("a record"),
-        );
-        self.log.append(&output);
+        let (p, offset) = self.log.append(&output);
+        if name == "undecodable record" {
+            self.forged.push((output.topic, p, offset));
+        }
     }
 
     fn compact(&mut self) {
@@ -1044,7 +1088,29 @@ impl World {
                 sealed.flush.on_markers(&landed, lost, &mut r.task.writers());
             }
             Action::ReadFenceOffsets => sealed.flush.on_fence_offsets(),
-            Action::Transact => unreachable!("the simulated instances run effectively-once"),
+            Action::Transact => {
+                if !self.members.contains(&i) {
+                    // The group dropped this member: its transactions are refused. Once it
+                    // knows, the batch stops (its new owners redo it); until then it retries.
+                    if lost {
+                        sealed.flush.on_transacted(&[], true);
+                    }
+                } else {
+                    // One transaction: the outputs, their end markers and the input offsets.
+                    let landed: Vec<_> = sealed.outputs.iter().map(|o| self.log.append(o)).collect();
+                    let markers = r
+                        .task
+                        .marker_outputs(&sealed.flush.markers(&landed[sealed.first_changelog..]));
+                    let landed: Vec<_> = markers.iter().map(|o| self.log.append(o)).collect();
+                    if r.generation == self.generation {
+                        for ((topic, p), offset) in &sealed.commits {
+                            let at = self.committed.entry((topic.clone(), *p)).or_default();
+                            *at = (*at).max(offset + 1);
+                        }
+                    }
+                    sealed.flush.on_transacted(&landed, false);
+                }
+            }
             Action::WriteStores(counted) => {
                 let learned = r.task.write_stores(&mut sealed, &counted, now)?;
                 drop(learned);
@@ -1319,6 +1385,32 @@ impl World {
                 }
             }
         }
+        // Bad input never disappears: each record that does not decode is dead-lettered.
+        let mut lettered = BTreeSet::new();
+        for p in 0..PARTITIONS {
+            for logged in self.log.read(&self.topics.dlq, p, 0..self.log.end(&self.topics.dlq, p)) {
+                let header = |name: &str| {
+                    let (_, v) = logged.headers.iter().find(|(k, _)| k == name)?;
+                    Some(String::from_utf8_lossy(v).into_owned())
+                };
+                if let (Some(t), Some(q), Some(o)) = (
+                    header("source.topic"),
+                    header("source.partition"),
+                    header("source.offset"),
+                ) {
+                    lettered.insert((t, q.parse().unwrap_or(-1), o.parse().unwrap_or(-1)));
+                }
+            }
+        }
+        for (topic, partition, offset) in self.forged.clone() {
+            if !lettered.contains(&(topic.clone(), partition, offset)) {
+                self.out.breaches.push(Breach::Vanished {
+                    topic,
+                    partition,
+                    offset,
+                });
+            }
+        }
         // Each owner's store is what a restore from scratch of the compacted changelog gives.
         let topic = self.topics.changelog.clone();
         for (p, owner) in self.owners.clone() {
@@ -1493,6 +1585,9 @@ mod tests {
             "state directory lost",
             "forged release",
             "forged start mark",
+            "undecodable record",
+            "invalid config",
+            "misrouted reading",
         ] {
             assert!(
                 totals.faults.get(fault).copied().unwrap_or(0) >= seeds.len() as u64 / 10,
@@ -1501,6 +1596,11 @@ mod tests {
             );
         }
         assert!(totals.zombies > 0 && totals.starts > 0, "{}", totals.summary());
+        assert!(
+            totals.exactly_once_steps > 0 && totals.exactly_once_steps < totals.steps,
+            "{}",
+            totals.summary()
+        );
         assert!(
             failed.is_empty(),
             "{} seeds broke an invariant (replay one with SLUICE_SIM_SEED=<seed>): {:#?}",
