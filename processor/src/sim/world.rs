@@ -56,6 +56,8 @@ const JOB_TAKES: TimeDelta = TimeDelta::seconds(40);
 const CALL_TAKES: i64 = 2;
 /// Largest skew of an instance's clock from true time within the hand-over's allowance.
 const SKEW_SECONDS: i64 = 2;
+/// Steps a member may take to rejoin after a rebalance (`max.poll.interval.ms`, scaled).
+const MAX_POLL_STEPS: u64 = 30;
 
 /// Faults of the past, put back in the world's answers to the task (never in the task) to
 /// show the simulator catches them.
@@ -278,6 +280,8 @@ struct World {
     /// The coordinator: who owns each partition, the generation, committed offsets.
     owners: BTreeMap<i32, usize>,
     generation: u64,
+    /// The step the generation began.
+    generation_since: u64,
     committed: BTreeMap<(String, i32), i64>,
     members: BTreeSet<usize>,
     /// Paused members' sessions expire at these steps.
@@ -327,7 +331,9 @@ impl World {
             let id = pipeline(i);
             arrivals.push((0, input(&topics.config, &id, &config(&id))));
             for d in 0..DATES {
-                let at = rng.u64(1..FAULT_STEPS);
+                // After the configs are in (a reading of a pipeline Sluice does not know yet
+                // waits for nothing, as in the earlier design).
+                let at = rng.u64(20..FAULT_STEPS);
                 let reading =
                     json!({"pipelineId": id, "key": "upstream", "data": {"status": "ready"}, "date": date(d)});
                 arrivals.push((at, input(&topics.sensors, &id, &reading)));
@@ -366,6 +372,7 @@ impl World {
             arrivals,
             owners: BTreeMap::new(),
             generation: 0,
+            generation_since: 0,
             committed: BTreeMap::new(),
             members: BTreeSet::new(),
             expires: BTreeMap::new(),
@@ -471,6 +478,7 @@ impl World {
     /// generation.
     fn rebalance(&mut self) {
         self.generation += 1;
+        self.generation_since = self.step;
         self.out.rebalances += 1;
         let members: Vec<usize> = self.members.iter().copied().collect();
         self.owners.clear();
@@ -607,7 +615,14 @@ impl World {
         self.log.now = self.now;
         while self.arrivals.first().is_some_and(|(at, _)| *at <= self.step) {
             let (_, output) = self.arrivals.remove(0);
-            self.log.append(&output);
+            let (p, offset) = self.log.append(&output);
+            self.trace(|| {
+                format!(
+                    "arrives {}/{p}@{offset} {}",
+                    output.topic,
+                    String::from_utf8_lossy(output.value.as_deref().unwrap_or_default())
+                )
+            });
         }
         let expired: Vec<usize> = (self.expires.iter())
             .filter(|(_, at)| **at <= self.step)
@@ -620,9 +635,30 @@ impl World {
                 self.rebalance();
             }
         }
+        self.drop_stalled_members();
         self.report_jobs();
         for i in 0..INSTANCES {
             self.run_instance(i);
+        }
+    }
+
+    /// A member that has not rejoined within [`MAX_POLL_STEPS`] of a rebalance (a batch
+    /// whose transaction the group refuses never ends) is dropped from the group, and knows
+    /// it at once (`max.poll.interval.ms` is its own client's timer).
+    fn drop_stalled_members(&mut self) {
+        let generation = self.generation;
+        let since = self.generation_since;
+        let stalled: Vec<usize> = (self.members.iter().copied())
+            .filter(|i| {
+                let r = self.instances[*i].running.as_ref();
+                r.is_some_and(|r| r.generation != generation) && self.step > since + MAX_POLL_STEPS
+            })
+            .collect();
+        for i in stalled {
+            self.trace(|| format!("{i} did not rejoin in time: dropped from the group"));
+            self.members.remove(&i);
+            self.instances[i].notices_at = Some(self.step);
+            self.rebalance();
         }
     }
 
@@ -661,8 +697,9 @@ impl World {
                 return;
             }
             inst.paused_until = None;
-            if self.expires.remove(&i).is_none() && !self.members.contains(&i) {
-                // Its session expired meanwhile: it notices after a while.
+            if self.expires.remove(&i).is_none() && !self.members.contains(&i) && inst.notices_at.is_none() {
+                // Its session expired meanwhile: it notices after a while (and, once it
+                // has, knows until it rejoins, as librdkafka's lost assignment stays lost).
                 inst.notices_at = Some(self.step + inst.notice_delay);
             }
         }
@@ -708,7 +745,6 @@ impl World {
             // A zombie that has not noticed yet.
             return Ok(());
         }
-        self.instances[i].notices_at = None;
         let owned: BTreeSet<i32> = match member {
             true => (self.owners.iter())
                 .filter(|(_, o)| **o == i)
@@ -728,6 +764,7 @@ impl World {
         // Eager rebalancing: every partition is revoked, then the new assignment opened.
         let lost = !member;
         let revoked: Vec<i32> = r.assigned.iter().copied().collect();
+        self.instances[i].notices_at = None;
         for p in &revoked {
             let open = self.instances[i].running.as_ref().expect("running").task.is_open(*p);
             let fenced = (lost && open).then(|| self.fenced_since_last_write(i, *p)).flatten();
@@ -1039,6 +1076,14 @@ impl World {
         let fences: BTreeMap<i32, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
             .map(|p| (p, self.fenced_since_last_write(i, p)))
             .collect();
+        if self.traced && !poll.due.is_empty() {
+            let due: Vec<_> = poll.due.iter().map(|d| d.request().run_id.clone()).collect();
+            let line = format!(
+                "{:>5} {i} triggers due {due:?} (assigned {assigned:?}, fences {fences:?})",
+                self.step
+            );
+            self.out.trace.push(line);
+        }
         let r = self.instances[i].running.as_mut().expect("running");
         r.task.settle_triggers(poll.due, now, &assigned, &fences)
     }
@@ -1058,6 +1103,13 @@ impl World {
         let r = self.instances[i].running.as_mut().expect("running");
         let mut sealed = r.batch.take().expect("a batch");
         let action = sealed.flush.poll();
+        if self.traced {
+            let line = format!(
+                "{:>5} {i} batch step {action:?} (lost {lost}, commits {:?})",
+                self.step, sealed.commits
+            );
+            self.out.trace.push(line);
+        }
         match action {
             Action::Produce if lost => sealed.flush.on_lost(),
             Action::Produce => {
@@ -1089,9 +1141,11 @@ impl World {
             }
             Action::ReadFenceOffsets => sealed.flush.on_fence_offsets(),
             Action::Transact => {
-                if !self.members.contains(&i) {
-                    // The group dropped this member: its transactions are refused. Once it
-                    // knows, the batch stops (its new owners redo it); until then it retries.
+                if !self.members.contains(&i) || r.generation != self.generation {
+                    // The group refuses the transaction's offsets under an old generation
+                    // (or from a member it dropped). Once the member knows it was dropped,
+                    // the batch stops (its new owners redo it); until then it retries, and a
+                    // member that does not rejoin in time is dropped (`max.poll.interval.ms`).
                     if lost {
                         sealed.flush.on_transacted(&[], true);
                     }
