@@ -86,9 +86,11 @@ impl Writer {
     /// its own landed (acknowledged), lies below where its next record lands.
     /// Offsets only grow while a topic lives, so the changelog topic was recreated (or
     /// truncated) while the owner ran: what it wrote is gone from it, and a restore from it
-    /// would lose state.
+    /// would lose state. An acknowledgement that names no offset (negative: librdkafka's
+    /// for a retried send the broker found a duplicate of, DUPLICATE_SEQUENCE_NUMBER, after
+    /// a cut connection) says nothing of where the record is, so it never counts as one.
     pub fn went_back(&self, at: i64) -> bool {
-        at < self.next
+        (0..self.next).contains(&at)
     }
 
     /// Its records landed at `offsets` (in any order): the ranges before them that hold
@@ -223,6 +225,9 @@ mod tests {
         // The acceptance right after the fence: nothing in between.
         assert!(w.landed(&[10]).is_empty());
         assert!(w.went_back(9) && !w.went_back(11), "its next record lands at 11");
+        // A retried send the broker knew already is acknowledged without an offset (seen on
+        // tansu after a cut connection): not a topic gone back.
+        assert!(!w.went_back(-1));
         // A batch landing out of order, with two others' records before it and one inside.
         assert_eq!(w.landed(&[15, 13, 16]), vec![11..13, 14..15]);
         assert_eq!(w.next_offset(), 17);
