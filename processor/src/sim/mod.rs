@@ -37,31 +37,8 @@ use crate::core::lifecycle::{Effect, TriggerRequest};
 use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::records::{JobRecord, JobStatus};
 
-/// Faults of the past, put back to show the simulator catches them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Historic {
-    /// A new owner requests journaled triggers again at once, without waiting for the old
-    /// owner's report, release or the call's deadline (the rebalance re-request).
-    pub rerequest_at_once: bool,
-    /// An owner never reads the records between its own changelog writes, so never sees a
-    /// newer fence (the unfenced changelog writer).
-    pub unfenced: bool,
-    /// Records at or below the applied offset are applied again (the stale watermark).
-    pub stale_watermark: bool,
-    /// The changelog compacts records however young: a write that does not count (a crashed batch's, a
-    /// zombie's) could compact away the value it shadows before anyone repaired it. Found by
-    /// this simulator.
-    pub compaction_without_lag: bool,
-    /// An owner that writes nothing never reads what others wrote to its changelog since its
-    /// last record, so a zombie's write after it is repaired only at its next write, which
-    /// may come after compaction kept that write as its key's last (the README called it
-    /// open; this simulator shows it).
-    pub unwatched_idle_owner: bool,
-    /// The keys an opening or a batch found to repair live in memory only, so a reopening
-    /// that reuses the store (its checkpoint past the records that made them stale) forgets
-    /// them. Found by this simulator (seed 10507).
-    pub repairs_forgotten_on_reopening: bool,
-}
+/// Faults of the past, put back to show a simulator catches them (one set for both).
+pub use world::Historic;
 
 /// What a run breaks; empty when the runtime's rules hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
