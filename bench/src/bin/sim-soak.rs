@@ -1,4 +1,4 @@
-//! A long run of Sluice's deterministic simulator (`sluice::sim`): as many seeds as fit in
+//! A long run of Sluice's deterministic simulator of the partition task (`sluice::sim::world`): as many seeds as fit in
 //! the time given, on every core, with a line of progress a minute. Each seed that breaks an
 //! invariant is listed with how to replay it exactly; the exit code is 1 if there is one.
 //!
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use sluice::sim::{run, Historic, Report, Violation};
+use sluice::sim::{run, Breach, Historic, Outcomes};
 
 #[derive(Parser)]
 #[command(about = "Runs Sluice's deterministic simulator over many seeds for a while")]
@@ -37,9 +37,9 @@ struct Args {
 /// What the threads found, merged.
 #[derive(Default)]
 struct Found {
-    totals: Report,
+    totals: Outcomes,
     seeds: u64,
-    broken: Vec<(u64, Vec<Violation>)>,
+    broken: Vec<(u64, Vec<Breach>)>,
 }
 
 fn main() -> Result<()> {
@@ -61,13 +61,13 @@ fn main() -> Result<()> {
             scope.spawn(|| {
                 while started.elapsed() < until {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
-                    let report = run(seed, Historic::default());
+                    let outcome = run(seed, Historic::default());
                     let mut found = found.lock().expect("no thread panics holding it");
-                    found.totals.add(&report);
+                    found.totals.add(&outcome);
                     found.seeds += 1;
-                    if !report.violations.is_empty() {
-                        eprintln!("sim-soak: seed {seed} broke an invariant: {:?}", report.violations);
-                        found.broken.push((seed, report.violations));
+                    if !outcome.breaches.is_empty() {
+                        eprintln!("sim-soak: seed {seed} broke an invariant: {:?}", outcome.breaches);
+                        found.broken.push((seed, outcome.breaches));
                     }
                 }
             });
@@ -120,11 +120,11 @@ fn markdown(found: &Found, first: u64, threads: usize, took: Duration) -> String
     if found.broken.is_empty() {
         out += "No invariant broken.\n";
     } else {
-        out += &format!("**{} seeds broke an invariant.** Replay one with `SLUICE_SIM_SEED=<seed> cargo test -p sluice --lib sim::tests -- --nocapture` (`sim::tests::trace` prints it step by step):\n\n", found.broken.len());
+        out += &format!("**{} seeds broke an invariant.** Replay one with `SLUICE_SIM_SEED=<seed> cargo test -p sluice --lib sim::world::tests::trace -- --nocapture` prints it step by step:\n\n", found.broken.len());
         let mut broken = found.broken.clone();
         broken.sort_by_key(|(seed, _)| *seed);
-        for (seed, violations) in broken.iter().take(20) {
-            out += &format!("- seed {seed}: {violations:?}\n");
+        for (seed, breaches) in broken.iter().take(20) {
+            out += &format!("- seed {seed}: {breaches:?}\n");
         }
     }
     out

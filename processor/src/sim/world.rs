@@ -1344,21 +1344,61 @@ impl World {
     // ---- the end ----
 
     /// No more faults: every instance runs, and the world goes on until every execution
-    /// triggered has a job that ended and no call is in flight.
+    /// triggered has a job that ended and no call is in flight. An instance paused now wakes
+    /// last, its session expired, once the others are idle: a zombie writing while its
+    /// partitions' owner has nothing to do (a pause that outlasts the night's input), which
+    /// only the owner's watch of its changelog answers.
     fn settle(&mut self) {
+        let awake: Vec<usize> = (0..INSTANCES)
+            .filter(|i| self.instances[*i].running.is_some() && self.instances[*i].paused_until.is_none())
+            .collect();
+        if !awake.is_empty() && self.rng.u32(0..3) == 0 {
+            let i = awake[self.rng.usize(0..awake.len())];
+            self.fault("late wake", i);
+            self.instances[i].paused_until = Some(u64::MAX);
+            self.instances[i].notice_delay = self.rng.u64(0..4);
+        }
+        let sleepers: Vec<usize> = (0..INSTANCES)
+            .filter(|i| self.instances[*i].running.is_some() && self.instances[*i].paused_until.is_some())
+            .collect();
         for i in 0..INSTANCES {
-            self.instances[i].paused_until = None;
             self.instances[i].cut_until = None;
+            if sleepers.contains(&i) {
+                self.instances[i].paused_until = Some(u64::MAX);
+                if self.members.remove(&i) {
+                    self.trace(|| format!("{i}'s session expired"));
+                    self.rebalance();
+                }
+                continue;
+            }
+            self.instances[i].paused_until = None;
             if self.instances[i].running.is_none() {
                 self.start(i);
             }
         }
         self.expires.clear();
+        if !self.run_until_settled() {
+            return;
+        }
+        if !sleepers.is_empty() {
+            for i in &sleepers {
+                self.instances[*i].paused_until = Some(self.step);
+            }
+            self.trace(|| format!("{sleepers:?} wake up, the others idle"));
+            if !self.run_until_settled() {
+                return;
+            }
+        }
+        self.quiet();
+    }
+
+    /// Steps until [`World::settled`]; a breach (stuck) if that takes too long.
+    fn run_until_settled(&mut self) -> bool {
         let start = self.step;
         while self.step - start < SETTLE_STEPS {
             self.tick();
             if self.step - start > 600 && self.settled() {
-                return self.quiet();
+                return true;
             }
         }
         let open: Vec<_> = (self.triggered.iter())
@@ -1373,6 +1413,7 @@ impl World {
         self.out.breaches.push(Breach::Stuck(format!(
             "not settled in {SETTLE_STEPS} steps: executions without a successful job {open:?}"
         )));
+        false
     }
 
     /// No input and no fault for a while: owners, idle, watch their changelogs; then the
@@ -1394,7 +1435,9 @@ impl World {
                 .get(e)
                 .is_some_and(|j| j.iter().any(|j| j.succeeds && j.reported))
         });
+        // A sleeper is not waited for (see [`World::settle`]).
         let quiet = (self.instances.iter())
+            .filter(|inst| inst.paused_until.is_none())
             .filter_map(|inst| inst.running.as_ref())
             .all(|r| r.calls.is_empty() && r.batch.is_none() && r.opening.is_empty());
         done && quiet
@@ -1608,6 +1651,11 @@ mod tests {
     }
 
     #[test]
+    fn the_unwatched_idle_owner_is_caught() {
+        assert_caught("the unwatched idle owner", |h| h.unwatched_idle_owner = true);
+    }
+
+    #[test]
     fn a_seed_replays_exactly() {
         assert_eq!(run(7, Historic::default()), run(7, Historic::default()));
         assert_ne!(run(7, Historic::default()).faults, run(8, Historic::default()).faults);
@@ -1642,6 +1690,7 @@ mod tests {
             "undecodable record",
             "invalid config",
             "misrouted reading",
+            "late wake",
         ] {
             assert!(
                 totals.faults.get(fault).copied().unwrap_or(0) >= seeds.len() as u64 / 10,
