@@ -376,7 +376,7 @@ fn parse_file(
         Err(e) => {
             errors.push(CalendarError::Yaml {
                 file: file.to_path_buf(),
-                message: e,
+                message: e.to_string(),
             });
             return None;
         }

@@ -424,7 +424,7 @@ fn load(
                 if let Err(reason) = limits.check_record(true, bytes) {
                     file.problems.push(Problem {
                         path: String::new(),
-                        reason,
+                        reason: reason.to_string(),
                     });
                 }
                 file.warnings.extend(warnings);

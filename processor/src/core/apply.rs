@@ -10,6 +10,7 @@
 //! decided here.
 
 use super::lifecycle::{decide, Context, Decision, Input, PipelineState};
+use super::limits::OverLimit;
 use super::records::Rejection;
 
 /// Why no decision could be applied.
@@ -19,7 +20,7 @@ pub enum Unfit<E> {
     Failed(E),
     /// The input's rejection is itself over a limit (its event cannot be smaller than a
     /// rejection's: a limit set below what any event needs).
-    EvenItsRejection { reason: String },
+    EvenItsRejection { reason: OverLimit },
 }
 
 /// Decides `input` for `pipeline` from `state` and measures the decision with `fit`, which
@@ -32,16 +33,16 @@ pub fn decide_within<W, E>(
     input: &Input,
     ctx: Context<'_>,
     source: impl FnOnce() -> String,
-    mut fit: impl FnMut(&Decision) -> Result<Result<W, String>, E>,
+    mut fit: impl FnMut(&Decision) -> Result<Result<W, OverLimit>, E>,
 ) -> Result<(Decision, W), Unfit<E>> {
     let decision = decide(state, pipeline, input, ctx);
     let reason = match fit(&decision).map_err(Unfit::Failed)? {
         Ok(measured) => return Ok((decision, measured)),
-        Err(reason) => reason,
+        Err(over) => over,
     };
     let rejected = Input::Rejected {
         source: source(),
-        reason,
+        reason: reason.to_string(),
         kind: Rejection::TooLarge,
     };
     let decision = decide(state, pipeline, &rejected, ctx);
@@ -122,7 +123,11 @@ mod tests {
                 let rejection = kinds(d) == [EventType::INPUT_REJECTED];
                 Ok::<_, Infallible>(match rejection {
                     true => Ok(()),
-                    false => Err("an event of 2000000 bytes is over --max-message-bytes".to_string()),
+                    false => Err(OverLimit::Message {
+                        what: "an event",
+                        len: 2_000_000,
+                        limit: 1_000_000,
+                    }),
                 })
             },
         )
@@ -138,6 +143,14 @@ mod tests {
         assert_eq!(decision.rejection, Some(Rejection::TooLarge));
     }
 
+    fn over() -> OverLimit {
+        OverLimit::Message {
+            what: "an event",
+            len: 200,
+            limit: 100,
+        }
+    }
+
     #[test]
     fn a_rejection_over_a_limit_too_applies_nothing_and_says_why() {
         let unfit = decide_within(
@@ -146,13 +159,11 @@ mod tests {
             &reading(),
             ctx(),
             || "sensors/0@7".to_string(),
-            |_| Ok::<Result<(), String>, Infallible>(Err("over --max-message-bytes".to_string())),
+            |_| Ok::<Result<(), OverLimit>, Infallible>(Err(over())),
         );
         assert_eq!(
             unfit.unwrap_err(),
-            Unfit::EvenItsRejection {
-                reason: "over --max-message-bytes".to_string()
-            }
+            Unfit::EvenItsRejection { reason: over() }
         );
     }
 
@@ -161,7 +172,7 @@ mod tests {
         let mut asked = 0;
         let unfit = decide_within(&PipelineState::default(), "p", &reading(), ctx(), String::new, |_| {
             asked += 1;
-            Err::<Result<(), String>, _>("codec down")
+            Err::<Result<(), OverLimit>, _>("codec down")
         });
         assert_eq!(unfit.unwrap_err(), Unfit::Failed("codec down"));
         assert_eq!(asked, 1);

@@ -49,54 +49,74 @@ impl Default for Limits {
     }
 }
 
+/// A record, or what a decision would write, over one of the [`Limits`]: the verdict that
+/// rejects the input (INPUT_REJECTED, `too_large`), in words that name the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverLimit {
+    #[error("record of {len} bytes is over the limit of {limit} bytes ({flag})")]
+    Record {
+        len: usize,
+        limit: usize,
+        flag: &'static str,
+    },
+    #[error("a record of the pipeline's state would grow to {len} bytes, over the limit of {limit} bytes (--max-state-bytes): each changelog record must fit the broker's largest message; the state is left as it was")]
+    State { len: usize, limit: usize },
+    #[error("{what} of {len} bytes would be over the limit of {limit} bytes (--max-message-bytes, the broker's largest message); nothing of the record was applied")]
+    Message {
+        what: &'static str,
+        len: usize,
+        limit: usize,
+    },
+    #[error("the pipeline keeps {kept} sensor readings already, the limit (--max-sensors-per-pipeline); readings of a key for another date count apart, and expire with their executions")]
+    Sensors { kept: usize },
+}
+
 impl Limits {
     /// Why an input record of `len` bytes is refused, if it is (`config`: a pipeline config).
-    pub fn check_record(&self, config: bool, len: usize) -> Result<(), String> {
+    pub fn check_record(&self, config: bool, len: usize) -> Result<(), OverLimit> {
         let (limit, flag) = match config {
             true => (self.config_bytes, "--max-config-bytes"),
             false => (self.record_bytes, "--max-record-bytes"),
         };
         match len > limit {
-            true => Err(format!(
-                "record of {len} bytes is over the limit of {limit} bytes ({flag})"
-            )),
+            true => Err(OverLimit::Record { len, limit, flag }),
             false => Ok(()),
         }
     }
 
     /// Why an input is refused whose decision would store a record of `len` bytes of pipeline
     /// state.
-    pub fn check_state(&self, len: usize) -> Result<(), String> {
+    pub fn check_state(&self, len: usize) -> Result<(), OverLimit> {
         match len > self.state_bytes {
-            true => Err(format!(
-                "a record of the pipeline's state would grow to {len} bytes, over the limit of {} bytes (--max-state-bytes): each changelog record must fit the broker's largest message; the state is left as it was",
-                self.state_bytes
-            )),
+            true => Err(OverLimit::State {
+                len,
+                limit: self.state_bytes,
+            }),
             false => Ok(()),
         }
     }
 
     /// Why an input is refused whose decision would produce a record of `len` bytes (`what`
     /// names it: "an event", "a forwarded copy").
-    pub fn check_message(&self, what: &str, len: usize) -> Result<(), String> {
+    pub fn check_message(&self, what: &'static str, len: usize) -> Result<(), OverLimit> {
         match len > self.message_bytes {
-            true => Err(format!(
-                "{what} of {len} bytes would be over the limit of {} bytes (--max-message-bytes, the broker's largest message); nothing of the record was applied",
-                self.message_bytes
-            )),
+            true => Err(OverLimit::Message {
+                what,
+                len,
+                limit: self.message_bytes,
+            }),
             false => Ok(()),
         }
     }
 
     /// Why a new sensor reading is refused when the pipeline keeps `kept` already.
-    pub fn check_sensors(&self, kept: usize) -> Result<(), String> {
+    pub fn check_sensors(&self, kept: usize) -> Result<(), OverLimit> {
         match kept >= self.sensors {
-            true => Err(format!(
-                "the pipeline keeps {kept} sensor readings already, the limit (--max-sensors-per-pipeline); readings of a key for another date count apart, and expire with their executions"
-            )),
+            true => Err(OverLimit::Sensors { kept }),
             false => Ok(()),
         }
     }
+
 
     /// A valid config's problems with the limits: its rule count, and the size of its job
     /// config expanded with the longest run variables it can get.
@@ -163,12 +183,13 @@ mod tests {
             ..Limits::default()
         };
         assert!(limits.check_record(false, 10).is_ok());
-        let e = limits.check_record(false, 11).unwrap_err();
+        let e = limits.check_record(false, 11).unwrap_err().to_string();
         assert!(e.contains("11 bytes") && e.contains("--max-record-bytes"), "{e}");
         assert!(limits.check_record(true, 20).is_ok());
         assert!(limits
             .check_record(true, 21)
             .unwrap_err()
+            .to_string()
             .contains("--max-config-bytes"));
     }
 
@@ -202,6 +223,7 @@ mod tests {
         assert!(limits
             .check_sensors(2)
             .unwrap_err()
+            .to_string()
             .contains("--max-sensors-per-pipeline"));
     }
 
@@ -212,7 +234,7 @@ mod tests {
             ..Limits::default()
         };
         assert!(limits.check_state(100).is_ok());
-        let reason = limits.check_state(101).unwrap_err();
+        let reason = limits.check_state(101).unwrap_err().to_string();
         assert!(
             reason.contains("--max-state-bytes") && reason.contains("101 bytes"),
             "{reason}"

@@ -3,6 +3,7 @@
 //! encoded for their topics ([`Encode`], the runtime's codec), measured against the limits
 //! before anything of it is applied.
 
+use super::limits::OverLimit;
 use super::lifecycle::Decision;
 use super::state::Write;
 use super::PipelineState;
@@ -52,12 +53,12 @@ pub type HostError = Box<dyn std::error::Error + Send + Sync>;
 /// Encodes decisions' records for their topics (the runtime's codec: JSON, Avro or
 /// Protobuf).
 pub trait Encode {
-    /// What `decision` would write for `pipeline`; `Ok(Err(reason))` when a record of it is
+    /// What `decision` would write for `pipeline`; `Ok(Err(over))` when a record of it is
     /// over a limit (`--max-state-bytes`, `--max-message-bytes`).
     fn encode(
         &self,
         pipeline: &str,
         before: Before<'_>,
         decision: &Decision,
-    ) -> Result<Result<Encoded, String>, HostError>;
+    ) -> Result<Result<Encoded, OverLimit>, HostError>;
 }

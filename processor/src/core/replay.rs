@@ -13,6 +13,8 @@ use chrono::{DateTime, Utc};
 
 use super::apply::{decide_within, Unfit};
 use super::events::Event;
+use super::limits::OverLimit;
+use super::output::HostError;
 use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::timers::{timer_origin, TimerIndex};
 
@@ -20,7 +22,7 @@ use super::timers::{timer_origin, TimerIndex};
 /// the decision (none: not stored yet): `Ok(Err(reason))` when one is over (see
 /// [`crate::core::apply`]), `Err` when it cannot be measured. A replay is given the live
 /// processor's, so that it rejects what the processor rejected.
-pub type Fit = Box<dyn FnMut(&str, Option<&PipelineState>, &Decision) -> Result<Result<(), String>, String>>;
+pub type Fit = Box<dyn FnMut(&str, Option<&PipelineState>, &Decision) -> Result<Result<(), OverLimit>, HostError>>;
 
 /// An input for which no decision could be applied: even its rejection was over a limit, or
 /// its decision could not be measured. The live processor stopped there.

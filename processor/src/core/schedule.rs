@@ -54,17 +54,34 @@ impl PartialEq for Cron {
     }
 }
 
+/// Why a cron expression does not parse: it names the expression and, when one field is
+/// wrong on its own, that field and the values it allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCron {
+    #[error("{expr:?} has {fields} field{}; a cron expression has 5 (minute hour day-of-month month day-of-week)", if *fields == 1 { "" } else { "s" })]
+    Fields { expr: String, fields: usize },
+    #[error("{expr:?}: the {name} field {field:?} is invalid: {reason} (allowed: {allowed})")]
+    Field {
+        expr: String,
+        name: &'static str,
+        field: String,
+        reason: String,
+        allowed: &'static str,
+    },
+    #[error("{expr:?} is invalid: {reason}")]
+    Whole { expr: String, reason: String },
+}
+
 impl Cron {
     /// Parses a 5-field expression. The error names the expression and, when one field is wrong
     /// on its own, that field and the values it allows.
-    pub fn parse(expr: &str) -> Result<Cron, String> {
+    pub fn parse(expr: &str) -> Result<Cron, InvalidCron> {
         let fields: Vec<&str> = expr.split_whitespace().collect();
         if fields.len() != FIELDS.len() {
-            let n = fields.len();
-            let s = if n == 1 { "" } else { "s" };
-            return Err(format!(
-                "{expr:?} has {n} field{s}; a cron expression has 5 (minute hour day-of-month month day-of-week)"
-            ));
+            return Err(InvalidCron::Fields {
+                expr: expr.to_string(),
+                fields: fields.len(),
+            });
         }
         let text = fields.join(" ");
         let parser = cron_parser();
@@ -75,13 +92,19 @@ impl Cron {
                 probe[i] = field;
                 if let Err(e) = parser.parse(&probe.join(" ")) {
                     let (name, allowed) = FIELDS[i];
-                    return format!(
-                        "{expr:?}: the {name} field {field:?} is invalid: {} (allowed: {allowed})",
-                        reason(&e)
-                    );
+                    return InvalidCron::Field {
+                        expr: expr.to_string(),
+                        name,
+                        field: field.to_string(),
+                        reason: reason(&e),
+                        allowed,
+                    };
                 }
             }
-            format!("{expr:?} is invalid: {}", reason(&whole))
+            InvalidCron::Whole {
+                expr: expr.to_string(),
+                reason: reason(&whole),
+            }
         })?;
         let sub_daily = inner.pattern.hours.values().len() > 1;
         Ok(Cron { text, inner, sub_daily })

@@ -39,7 +39,7 @@ pub(crate) async fn read_input(
     if let Err(reason) = limits.check_record(kind == InputTopic::Config, size) {
         let rejected = Input::Rejected {
             source: origin,
-            reason,
+            reason: reason.to_string(),
             kind: Rejection::TooLarge,
         };
         return Ok((records::rejected_pipeline(message.key()), rejected));

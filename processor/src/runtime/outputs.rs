@@ -10,7 +10,7 @@ use super::codec::{Codec, Family};
 use super::topics::Topics;
 use crate::core::events::Event;
 use crate::core::lifecycle::{Decision, Outbound, OutboundTopic, StateChange};
-use crate::core::limits::Limits;
+use crate::core::limits::{Limits, OverLimit};
 use crate::core::output::{Encode, HostError};
 use crate::core::replay::Fit;
 use crate::core::state::parts;
@@ -32,13 +32,13 @@ impl Encode for Encoder {
         pipeline: &str,
         before: Before<'_>,
         decision: &Decision,
-    ) -> Result<Result<Encoded, String>, HostError> {
+    ) -> Result<Result<Encoded, OverLimit>, HostError> {
         Encoder::encode(self, pipeline, before, decision).map_err(Into::into)
     }
 }
 
 impl Encoder {
-    /// Encodes what `decision` would write for `pipeline`; `Ok(Err(reason))` when a record
+    /// Encodes what `decision` would write for `pipeline`; `Ok(Err(over))` when a record
     /// of it is over a limit (`--max-state-bytes`, `--max-message-bytes`), measured before
     /// anything of it is applied.
     pub fn encode(
@@ -46,7 +46,7 @@ impl Encoder {
         pipeline: &str,
         before: Before<'_>,
         decision: &Decision,
-    ) -> anyhow::Result<Result<Encoded, String>> {
+    ) -> anyhow::Result<Result<Encoded, OverLimit>> {
         let writes = match &decision.state {
             StateChange::Put(state) => {
                 let stored = before.in_parts.then_some(before.state);
@@ -137,10 +137,7 @@ pub fn replay_fit(codec: &Codec, topics: &Topics, limits: Limits) -> Fit {
             state: stored.unwrap_or(&empty),
             in_parts: stored.is_some(),
         };
-        match encoder.encode(pipeline, before, decision) {
-            Ok(fits) => Ok(fits.map(drop)),
-            Err(e) => Err(format!("{e:#}")),
-        }
+        Ok(encoder.encode(pipeline, before, decision)?.map(drop))
     })
 }
 
@@ -171,7 +168,7 @@ mod tests {
 
     fn measured(limits: Limits) -> Result<(), String> {
         let mut fit = replay_fit(&Codec::json(), &Topics::new("sluice."), limits);
-        fit("gold", None, &accepted()).expect("the JSON codec encodes")
+        fit("gold", None, &accepted()).expect("the JSON codec encodes").map_err(|over| over.to_string())
     }
 
     #[test]

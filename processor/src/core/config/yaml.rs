@@ -26,19 +26,24 @@ fn options() -> Options {
     }
 }
 
+/// Why a YAML text does not read as what was asked for, with its line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct YamlError(String);
+
 /// One YAML document as `T`; `Err` says why, with its line and column.
-pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
     serde_saphyr::from_str_with_options(text, options()).map_err(message)
 }
 
 /// Every document of a YAML stream (`---` between them) as `T`.
-pub fn from_str_multiple<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, String> {
+pub fn from_str_multiple<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, YamlError> {
     serde_saphyr::from_str_multiple_with_options(text, options()).map_err(message)
 }
 
-fn message(e: serde_saphyr::Error) -> String {
+fn message(e: serde_saphyr::Error) -> YamlError {
     let text = e.to_string();
-    text.strip_prefix("error: ").unwrap_or(&text).trim_end().to_string()
+    YamlError(text.strip_prefix("error: ").unwrap_or(&text).trim_end().to_string())
 }
 
 #[cfg(test)]
@@ -47,7 +52,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn read(text: &str) -> Result<Value, String> {
-        from_str(text)
+        from_str(text).map_err(|e| e.to_string())
     }
 
     #[test]

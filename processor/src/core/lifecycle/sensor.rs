@@ -149,7 +149,7 @@ impl Decider<'_> {
             return None;
         }
         let limit = self.ctx.settings.limits.check_sensors(self.state.sensors.len()).err()?;
-        Some((Rejection::TooLarge, limit))
+        Some((Rejection::TooLarge, limit.to_string()))
     }
 
     /// Evaluates again the executions awaiting rules (`only` that one, when named), except

@@ -76,10 +76,11 @@ fn replay_within(
 fn refusing(kind: EventType) -> Fit {
     Box::new(move |_, _, decision| {
         Ok(match decision.events.iter().any(|e| e.kind == kind) {
-            true => Err(format!(
-                "an event of 2000000 bytes ({}) is over --max-message-bytes",
-                kind.name()
-            )),
+            true => Err(OverLimit::Message {
+                what: "an event",
+                len: 2_000_000,
+                limit: 1_000_000,
+            }),
             false => Ok(()),
         })
     })
@@ -106,7 +107,11 @@ fn an_input_not_even_its_rejection_fits_stops_the_replay_where_the_processor_sto
     let fit: Fit = Box::new(|_, _, d| {
         Ok(match d.events.is_empty() {
             true => Ok(()),
-            false => Err("over --max-message-bytes".to_string()),
+            false => Err(OverLimit::Message {
+                what: "an event",
+                len: 200,
+                limit: 100,
+            }),
         })
     });
     let err = replay_within(&records, t(2), Some(fit))
@@ -114,7 +119,7 @@ fn an_input_not_even_its_rejection_fits_stops_the_replay_where_the_processor_sto
         .expect("the replay stops");
     assert_eq!(err.origin, "sensors/0@0");
     assert!(err.reason.contains("even its rejection"), "{err}");
-    let broken: Fit = Box::new(|_, _, _| Err("the registry is unreachable".to_string()));
+    let broken: Fit = Box::new(|_, _, _| Err("the registry is unreachable".into()));
     let err = replay_within(&records, t(2), Some(broken))
         .err()
         .expect("the replay stops");

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::Write;
-use crate::core::execution::ExecutionId;
+use crate::core::execution::{ExecutionId, ParseError};
 use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, SharedMap, StoredSensor};
 use crate::core::timers::TimerKind;
 
@@ -338,11 +338,14 @@ struct ExecutionTimers {
 /// The timers held under the stored `key` (under `p/`): an execution part's, a timer part's,
 /// or those of a head written before parts (inline). This is how the timer index is rebuilt
 /// when a partition opens: the state's parts are the timers' only record.
-pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> {
+pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, PartError> {
     let Some(rest) = key.strip_prefix(b"p/") else {
         return Ok(Vec::new());
     };
-    let bad = |e: serde_json::Error| e.to_string();
+    let bad = |source| PartError::Decode {
+        id: String::from_utf8_lossy(rest).into_owned(),
+        source,
+    };
     // `None`: the head, whose timers (written before parts) are inline.
     let tag = rest.iter().position(|b| *b == SEPARATOR).map(|at| rest.get(at + 1));
     match tag {
@@ -352,17 +355,40 @@ pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, String> 
     }
 }
 
+/// Why a stored part does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum PartError {
+    #[error("an empty part key")]
+    EmptyKey,
+    #[error("a part key that is not UTF-8")]
+    NotUtf8,
+    #[error("part {id}: {source}")]
+    Decode {
+        id: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("part {id}: {source}")]
+    Id {
+        id: String,
+        #[source]
+        source: ParseError,
+    },
+    #[error("a part of unknown kind {0:?}")]
+    UnknownKind(char),
+}
+
 /// Adds the part stored under `suffix` (the key after [`parts_prefix`]) to `state`; `Err`
 /// says why it does not decode.
-pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), String> {
-    let (&tag, id) = suffix.split_first().ok_or("an empty part key")?;
-    let id = std::str::from_utf8(id).map_err(|e| e.to_string())?;
-    let bad = |e: serde_json::Error| format!("part {id}: {e}");
+pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), PartError> {
+    let (&tag, id) = suffix.split_first().ok_or(PartError::EmptyKey)?;
+    let id = std::str::from_utf8(id).map_err(|_| PartError::NotUtf8)?;
+    let bad = |source| PartError::Decode { id: id.to_string(), source };
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
             let execution = HeldExecution::from_stored(part.execution.get().into(), part.phase).map_err(bad)?;
-            let id: ExecutionId = id.parse().map_err(|e| format!("part {id}: {e}"))?;
+            let id: ExecutionId = id.parse().map_err(|source| PartError::Id { id: id.to_string(), source })?;
             state.executions.insert(id, execution);
             for timer in part.timers {
                 state.arm(timer);
@@ -373,7 +399,7 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
             state.sensors.insert(id.to_string(), sensor.into());
         }
         TIMER => state.arm(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
-        other => return Err(format!("a part of unknown kind {:?}", other as char)),
+        other => return Err(PartError::UnknownKind(other as char)),
     }
     Ok(())
 }

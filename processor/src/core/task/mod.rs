@@ -41,6 +41,7 @@ use super::clock_watch::{ClockWatch, Step as ClockStep};
 use super::duration::format_duration;
 use super::events::Event;
 use super::forwarding::{Forwarded, Implausible};
+use super::limits::OverLimit;
 use super::handover::{self, Found, Journaled, Reported, Settled, Step};
 use super::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
 use super::output::{Before, Encode, Encoded, HostError, Output};
@@ -93,7 +94,7 @@ pub enum TaskError {
     #[error(transparent)]
     EncodeState(#[from] EncodeError),
     #[error("pipeline {pipeline}: even its rejection is over a limit: {reason}")]
-    EvenItsRejection { pipeline: String, reason: String },
+    EvenItsRejection { pipeline: String, reason: OverLimit },
     #[error(transparent)]
     Zombie(#[from] Zombie),
     #[error(transparent)]

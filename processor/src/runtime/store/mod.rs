@@ -362,7 +362,7 @@ impl PartitionStore {
             let Some(suffix) = key.strip_prefix(prefix.as_slice()) else {
                 break;
             };
-            parts::add_part(&mut state, suffix, value).map_err(corrupt)?;
+            parts::add_part(&mut state, suffix, value).map_err(|e| corrupt(e.to_string()))?;
             it.next();
         }
         it.status()
@@ -434,7 +434,7 @@ impl PartitionStore {
                 )
             };
             let pipeline = pipeline.ok_or_else(|| corrupt("not a pipeline's key".into()))?;
-            for t in parts::timers_of(&key, &value).map_err(corrupt)? {
+            for t in parts::timers_of(&key, &value).map_err(|e| corrupt(e.to_string()))? {
                 timers.push(StoredTimer {
                     at: t.at,
                     pipeline: pipeline.to_string(),

@@ -353,8 +353,11 @@ fn a_state_written_whole_reads_and_moves_to_parts() {
 fn a_part_that_does_not_decode_says_which() {
     let mut state = PipelineState::default();
     let e = add_part(&mut state, b"x2026-11-24", b"{").unwrap_err();
-    assert!(e.contains("2026-11-24"), "{e}");
-    assert!(add_part(&mut state, b"q", b"{}").unwrap_err().contains("unknown kind"));
+    assert!(e.to_string().contains("2026-11-24"), "{e}");
+    assert!(matches!(e, PartError::Decode { ref id, .. } if id == "2026-11-24"), "{e:?}");
+    let e = add_part(&mut state, b"q", b"{}").unwrap_err();
+    assert!(matches!(e, PartError::UnknownKind('q')), "{e:?}");
+    assert!(e.to_string().contains("unknown kind"));
 }
 
 /// The store's cache of decoded states answers reads until a write touches the pipeline

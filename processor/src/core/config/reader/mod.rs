@@ -136,10 +136,10 @@ fn respelt(map: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
 }
 
 impl Reader {
-    fn problem(&mut self, path: &str, reason: impl Into<String>) {
+    fn problem(&mut self, path: &str, reason: impl std::fmt::Display) {
         self.problems.push(Problem {
             path: path.to_string(),
-            reason: reason.into(),
+            reason: reason.to_string(),
         });
     }
 
