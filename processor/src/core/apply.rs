@@ -161,10 +161,7 @@ mod tests {
             || "sensors/0@7".to_string(),
             |_| Ok::<Result<(), OverLimit>, Infallible>(Err(over())),
         );
-        assert_eq!(
-            unfit.unwrap_err(),
-            Unfit::EvenItsRejection { reason: over() }
-        );
+        assert_eq!(unfit.unwrap_err(), Unfit::EvenItsRejection { reason: over() });
     }
 
     #[test]

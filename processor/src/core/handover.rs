@@ -25,7 +25,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 pub use journaled::{Found, Journaled, Reported, Settled, Step};
 
 use super::lifecycle::{Effect, TriggerRequest};
-use super::records::{JobRecord, JobStatus};
+use super::records::{JobReport, JobStatus};
 
 mod journaled;
 
@@ -88,14 +88,14 @@ impl Waiting {
 pub const BEGUN: &str = "begun";
 
 /// Whether `report` says its call never began (see [`BEGUN`]).
-pub fn never_began(report: &JobRecord) -> bool {
+pub fn never_began(report: &JobReport) -> bool {
     let begun = report.metadata.as_ref().and_then(|m| m.get(BEGUN)?.as_bool());
     report.status == JobStatus::Released && begun == Some(false)
 }
 
 /// Whether `report` is the start mark of `request`'s call: a `calling` report of its run
 /// naming its deadline.
-pub fn marks(report: &JobRecord, request: &TriggerRequest) -> bool {
+pub fn marks(report: &JobReport, request: &TriggerRequest) -> bool {
     report.status == JobStatus::Calling
         && report.run_id == request.run_id
         && request.deadline.is_some()
@@ -106,7 +106,7 @@ pub fn marks(report: &JobRecord, request: &TriggerRequest) -> bool {
 /// the same request without its time to begin, so that an owner that opens the partition
 /// after this mark's offset was committed (and never reads the mark) still leaves the call
 /// to its deadline. `None`: not its mark.
-pub fn journal_marked(report: &JobRecord, effect: Effect) -> Option<Effect> {
+pub fn journal_marked(report: &JobReport, effect: Effect) -> Option<Effect> {
     let Effect::TriggerJob(mut request) = effect else {
         return None;
     };
@@ -118,7 +118,7 @@ pub fn journal_marked(report: &JobRecord, effect: Effect) -> Option<Effect> {
 }
 
 /// The deadline a report's `metadata.deadline` names.
-fn named_deadline(report: &JobRecord) -> Option<DateTime<Utc>> {
+fn named_deadline(report: &JobReport) -> Option<DateTime<Utc>> {
     let named = report.metadata.as_ref()?.get("deadline")?.as_str()?;
     DateTime::parse_from_rfc3339(named).ok().map(|d| d.with_timezone(&Utc))
 }
@@ -126,7 +126,7 @@ fn named_deadline(report: &JobRecord) -> Option<DateTime<Utc>> {
 /// Whether `report` is the release of `request`'s call: a `released` report of its run
 /// naming its deadline and carrying its release key (the secret journaled with it; a
 /// request journaled before keys were needs only the deadline).
-pub fn releases(report: &JobRecord, request: &TriggerRequest) -> bool {
+pub fn releases(report: &JobReport, request: &TriggerRequest) -> bool {
     let field = |name: &str| (report.metadata.as_ref()).and_then(|m| m.get(name)?.as_str());
     let named = named_deadline(report);
     let keyed = match &request.release_key {
@@ -160,8 +160,8 @@ mod tests {
         }
     }
 
-    fn released(run_id: &str, deadline: Option<&str>) -> JobRecord {
-        JobRecord {
+    fn released(run_id: &str, deadline: Option<&str>) -> JobReport {
+        crate::core::records::JobRecord {
             pipeline_id: "p".into(),
             schedule_id: "daily".into(),
             date: "2026-11-26".into(),
@@ -172,6 +172,8 @@ mod tests {
             metadata: deadline.map(|d| json!({ "deadline": d })),
             timestamp: at("2026-11-26T10:00:00Z"),
         }
+        .parse()
+        .unwrap()
     }
 
     #[test]
@@ -203,7 +205,7 @@ mod tests {
         assert!(releases(&released(&r.run_id, Some("2026-11-26T12:05:00+02:00")), &r));
         // As the executor writes it: to the nanosecond.
         let precise = request(Some("2026-11-26T10:05:00.123456789Z"));
-        let written = crate::core::records::JobRecord {
+        let written = JobReport {
             metadata: Some(
                 json!({"deadline": precise.deadline.unwrap().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)}),
             ),
@@ -294,7 +296,7 @@ mod tests {
         w.end_measured_at = Some(at("2026-11-26T10:05:05Z"));
         assert_eq!(w.resume(&r, at("2026-11-26T10:05:06Z")), Resume::Now);
 
-        let mark = |run_id: &str, deadline: &str| JobRecord {
+        let mark = |run_id: &str, deadline: &str| JobReport {
             status: JobStatus::Calling,
             ..released(run_id, Some(deadline))
         };

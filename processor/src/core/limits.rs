@@ -117,7 +117,6 @@ impl Limits {
         }
     }
 
-
     /// A valid config's problems with the limits: its rule count, and the size of its job
     /// config expanded with the longest run variables it can get.
     pub fn check_config(&self, config: &PipelineConfig) -> Vec<Problem> {

@@ -3,8 +3,8 @@
 //! encoded for their topics ([`Encode`], the runtime's codec), measured against the limits
 //! before anything of it is applied.
 
-use super::limits::OverLimit;
 use super::lifecycle::Decision;
+use super::limits::OverLimit;
 use super::state::Write;
 use super::PipelineState;
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::events::clip;
-use super::execution::{ExecutionDate, ParseError};
+use super::execution::{ExecutionDate, ExecutionId, ParseError};
 use super::rules::as_timestamp;
 
 /// Why an input record cannot be used.
@@ -273,6 +273,49 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
     pub timestamp: DateTime<Utc>,
+}
+
+/// A job report as decoded ([`decode_job`]): its fields bounded, the execution it names
+/// parsed. What the decider and the hand-over read; [`JobRecord`] is what is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobReport {
+    pub pipeline_id: String,
+    pub execution: ExecutionId,
+    pub run_id: String,
+    pub status: JobStatus,
+    pub failure_category: Option<FailureCategory>,
+    pub message: Option<String>,
+    pub metadata: Option<Value>,
+    pub timestamp: DateTime<Utc>,
+}
+
+impl JobRecord {
+    /// Checks the record's fields and parses the execution it names (a date in any form
+    /// [`ExecutionDate`] reads, made canonical).
+    pub fn parse(self) -> Result<JobReport, InputError> {
+        bounded("scheduleId", &self.schedule_id, bounds::ID_BYTES)?;
+        bounded("runId", &self.run_id, bounds::RUN_ID_BYTES)?;
+        bounded("date", &self.date, bounds::ID_BYTES)?;
+        bounded_opt("message", self.message.as_deref(), bounds::TEXT_BYTES)?;
+        if let Some(metadata) = &self.metadata {
+            bounded("metadata", &metadata.to_string(), bounds::METADATA_BYTES)?;
+        }
+        if self.run_id.trim().is_empty() {
+            return Err(InputError::invalid("runId", "must not be empty"));
+        }
+        let date: ExecutionDate =
+            (self.date.parse()).map_err(|e: ParseError| InputError::invalid("date", e.to_string()))?;
+        Ok(JobReport {
+            pipeline_id: self.pipeline_id,
+            execution: ExecutionId::new(&self.schedule_id, date),
+            run_id: self.run_id,
+            status: self.status,
+            failure_category: self.failure_category,
+            message: self.message,
+            metadata: self.metadata,
+            timestamp: self.timestamp,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -611,21 +654,10 @@ fn normalise_date(text: &str) -> Result<String, InputError> {
     Ok(date.to_string())
 }
 
-pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobRecord, InputError> {
-    let mut record: JobRecord = decode_json(value)?;
+pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobReport, InputError> {
+    let record: JobRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
-    bounded("scheduleId", &record.schedule_id, bounds::ID_BYTES)?;
-    bounded("runId", &record.run_id, bounds::RUN_ID_BYTES)?;
-    bounded("date", &record.date, bounds::ID_BYTES)?;
-    bounded_opt("message", record.message.as_deref(), bounds::TEXT_BYTES)?;
-    if let Some(metadata) = &record.metadata {
-        bounded("metadata", &metadata.to_string(), bounds::METADATA_BYTES)?;
-    }
-    record.date = normalise_date(&record.date)?;
-    if record.run_id.trim().is_empty() {
-        return Err(InputError::invalid("runId", "must not be empty"));
-    }
-    Ok(record)
+    record.parse()
 }
 
 pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<CommandRecord, InputError> {
@@ -915,7 +947,8 @@ mod tests {
     fn job_records_normalise_their_date() {
         let json = r#"{"pipelineId":"p1","scheduleId":"stream","date":"20260303T05","runId":"r","status":"failed","failureCategory":"PERMANENT","timestamp":"2026-03-03T05:00:00Z"}"#;
         let r = decode_job(Some(b"p1"), Some(json.as_bytes())).unwrap();
-        assert_eq!(r.date, "2026-03-03T05");
+        assert_eq!(r.execution.date_text(), "2026-03-03T05");
+        assert_eq!(r.execution.schedule(), "stream");
         assert_eq!(r.failure_category, Some(FailureCategory::Permanent));
         let bad = json.replace("failed", "exploded");
         assert!(matches!(

@@ -13,9 +13,9 @@ use chrono::{DateTime, Utc};
 
 use super::apply::{decide_within, Unfit};
 use super::events::Event;
+use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::limits::OverLimit;
 use super::output::HostError;
-use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::timers::{timer_origin, TimerIndex};
 
 /// Measures a decision's records for a pipeline against the limits, given its state before

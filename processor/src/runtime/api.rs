@@ -179,7 +179,9 @@ impl Publishing {
     async fn encode_reading(&self, record: &SensorRecord) -> Result<Vec<u8>, String> {
         let json = serde_json::to_value(record).map_err(|e| e.to_string())?;
         let value = (self.codec.encode(Family::Sensors, &self.sensors, &json)).map_err(|e| format!("{e:#}"))?;
-        self.limits.check_record(false, value.len()).map_err(|over| over.to_string())?;
+        self.limits
+            .check_record(false, value.len())
+            .map_err(|over| over.to_string())?;
         Ok(value)
     }
 

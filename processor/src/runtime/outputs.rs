@@ -168,7 +168,9 @@ mod tests {
 
     fn measured(limits: Limits) -> Result<(), String> {
         let mut fit = replay_fit(&Codec::json(), &Topics::new("sluice."), limits);
-        fit("gold", None, &accepted()).expect("the JSON codec encodes").map_err(|over| over.to_string())
+        fit("gold", None, &accepted())
+            .expect("the JSON codec encodes")
+            .map_err(|over| over.to_string())
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::{marks, releases, Resume, Waiting};
 use crate::core::lifecycle::{Effect, TriggerRequest};
-use crate::core::records::{JobRecord, JobStatus};
+use crate::core::records::{JobReport, JobStatus};
 
 /// One journaled trigger on its way to being settled.
 #[derive(Debug, Clone)]
@@ -137,9 +137,9 @@ impl Journaled {
     }
 
     /// A report on the jobs topic of `partition` was read.
-    pub fn reported(&mut self, partition: i32, report: &JobRecord) -> Reported {
+    pub fn reported(&mut self, partition: i32, report: &JobReport) -> Reported {
         // Notes `fact` on the trigger of `partition` that `is_of` names; whether there is one.
-        let mut note = |is_of: fn(&JobRecord, &TriggerRequest) -> bool, fact: fn(&mut Waiting)| {
+        let mut note = |is_of: fn(&JobReport, &TriggerRequest) -> bool, fact: fn(&mut Waiting)| {
             let found = (self.found.iter_mut()).find(|f| f.partition == partition && is_of(report, &f.request));
             found.map(|f| fact(&mut f.waiting)).is_some()
         };
@@ -265,8 +265,8 @@ mod tests {
         trigger(run, None).request().run_id.clone()
     }
 
-    fn report(run: u32, status: JobStatus, deadline: Option<&str>) -> JobRecord {
-        JobRecord {
+    fn report(run: u32, status: JobStatus, deadline: Option<&str>) -> JobReport {
+        crate::core::records::JobRecord {
             pipeline_id: "p".into(),
             schedule_id: "daily".into(),
             date: "2026-11-26".into(),
@@ -277,6 +277,8 @@ mod tests {
             metadata: deadline.map(|d| json!({ "deadline": d })),
             timestamp: at(OPENED),
         }
+        .parse()
+        .unwrap()
     }
 
     /// Partition 0 opened with one trigger journaled (`deadline`), its jobs topic ending at 10.

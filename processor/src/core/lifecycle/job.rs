@@ -21,19 +21,15 @@ use super::{
 use crate::core::config::{JobConfig, JobKind, PipelineConfig, RenderError};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
-use crate::core::records::{FailureCategory, JobRecord, JobStatus, Rejection};
+use crate::core::records::{FailureCategory, JobReport, JobStatus, Rejection};
 use crate::core::template::{render_run, RunVariables};
 use crate::core::timers::TimerKind;
 
 impl Decider<'_> {
-    pub(super) fn on_job(&mut self, record: &JobRecord) {
-        let named = ExecutionId::of(&record.schedule_id, &record.date);
-        let Some((id, execution)) = named.as_ref().and_then(|id| Some((id, self.state.executions.get(id)?))) else {
-            let (schedule, date) = (&record.schedule_id, &record.date);
-            let reason = format!(
-                "no execution {schedule}/{date} of pipeline {} to report on",
-                self.pipeline_id
-            );
+    pub(super) fn on_job(&mut self, record: &JobReport) {
+        let id = &record.execution;
+        let Some(execution) = self.state.executions.get(id) else {
+            let reason = format!("no execution {id} of pipeline {} to report on", self.pipeline_id);
             self.reject(&format!("job report {}", record.run_id), &reason, Rejection::Refused);
             return;
         };
@@ -113,7 +109,7 @@ impl Decider<'_> {
     /// target no longer knows). The run goes on; the next check backs off. Told once per run
     /// (a flapping status API does not repeat it), and again when the target refuses the
     /// question (a person must act).
-    fn status_unknown(&mut self, id: &ExecutionId, record: &JobRecord) {
+    fn status_unknown(&mut self, id: &ExecutionId, record: &JobReport) {
         let now = self.now();
         let Some(interval) = self.config().map(|c| c.job.poll_interval) else {
             return;
@@ -220,7 +216,7 @@ impl Decider<'_> {
 
     /// JOB_COMPLETED, then everything a success sets off: SLA_MET, the post-run baseline and
     /// the downstream pipelines' dependency sensors.
-    fn job_succeeded(&mut self, id: &ExecutionId, record: &JobRecord, info: Map<String, Value>) {
+    fn job_succeeded(&mut self, id: &ExecutionId, record: &JobReport, info: Map<String, Value>) {
         let now = self.now();
         if !self.state.executions.contains_key(id) {
             return;
@@ -261,7 +257,7 @@ impl Decider<'_> {
     /// released its trigger lock: the next trigger sensor that holds starts it again, at most
     /// [`MAX_TRIGGER_RELEASES`] times. The job has ended (the function answered, the command
     /// exited), so nothing runs beside a new attempt.
-    fn job_failed(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>, trigger_failed: bool) {
+    fn job_failed(&mut self, id: &ExecutionId, record: &JobReport, mut info: Map<String, Value>, trigger_failed: bool) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -352,7 +348,7 @@ impl Decider<'_> {
     /// are spent. The run ends cleanly; the job's own retries are not for outages. As the
     /// earlier design released its trigger lock, the date is not closed: the next trigger
     /// sensor that holds starts it again, up to [`MAX_INFRA_RESTARTS`] times.
-    fn infra_failure(&mut self, id: &ExecutionId, record: &JobRecord, mut info: Map<String, Value>) {
+    fn infra_failure(&mut self, id: &ExecutionId, record: &JobReport, mut info: Map<String, Value>) {
         info.insert("failureCategory".into(), json!(FailureCategory::Infra));
         let reason = record
             .message
@@ -436,7 +432,7 @@ impl Decider<'_> {
     /// JOB_REPORT_AFTER_END: the job of a run that ended without its outcome (its poll window
     /// closed) reported after all. Told once; the execution stays as it ended (a success
     /// does not start dependents: rerun the date to adopt it).
-    fn report_after_end(&mut self, id: &ExecutionId, record: &JobRecord) {
+    fn report_after_end(&mut self, id: &ExecutionId, record: &JobReport) {
         if let Some(e) = self.state.executions.get_mut(id) {
             e.unreported_run = None;
         }
@@ -474,7 +470,7 @@ impl Decider<'_> {
 
     /// Dry run: Sluice triggered nothing, but the job the old orchestrator still runs reports
     /// here; say what Sluice would have done with each outcome.
-    fn observe_dry_run_job(&mut self, id: &ExecutionId, record: &JobRecord) {
+    fn observe_dry_run_job(&mut self, id: &ExecutionId, record: &JobReport) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -547,7 +543,7 @@ pub fn status_check_backoff(interval: TimeDelta, failures: u32) -> TimeDelta {
     interval.checked_mul(factor).map_or(cap, |d| d.min(cap))
 }
 
-fn report_detail(record: &JobRecord) -> Map<String, Value> {
+fn report_detail(record: &JobReport) -> Map<String, Value> {
     let mut info = detail([("status", json!(record.status))]);
     if let Some(m) = &record.metadata {
         info.insert("metadata".into(), m.clone());
@@ -558,7 +554,7 @@ fn report_detail(record: &JobRecord) -> Map<String, Value> {
     info
 }
 
-fn failure_category(record: &JobRecord) -> FailureCategory {
+fn failure_category(record: &JobReport) -> FailureCategory {
     record.failure_category.unwrap_or(match record.status {
         JobStatus::Timeout => FailureCategory::Timeout,
         _ => FailureCategory::Transient,

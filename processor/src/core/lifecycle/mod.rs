@@ -45,7 +45,7 @@ use super::execution::{fields, ExecutionDate, ExecutionId};
 use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
-use super::records::{CommandRecord, ConfigRecord, FailureCategory, JobRecord, Rejection, SensorReading};
+use super::records::{CommandRecord, ConfigRecord, FailureCategory, JobReport, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
@@ -502,7 +502,7 @@ pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32, backfill
 pub enum Input {
     ConfigPublished(ConfigRecord),
     SensorReceived(SensorReading),
-    JobReported(JobRecord),
+    JobReported(JobReport),
     CommandReceived(CommandRecord),
     TimerFired(TimerKind),
     /// A record that could not be decoded; `source` locates it (topic/partition@offset).

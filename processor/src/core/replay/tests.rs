@@ -38,17 +38,21 @@ fn sensor(key: &str, data: Value) -> Input {
 }
 
 fn report(attempt: u32, status: JobStatus, at: DateTime<Utc>) -> Input {
-    Input::JobReported(JobRecord {
-        pipeline_id: "gold".into(),
-        schedule_id: "stream".into(),
-        date: "2026-11-22".into(),
-        run_id: format!("gold.stream.2026-11-22.{attempt}"),
-        status,
-        failure_category: None,
-        message: None,
-        metadata: None,
-        timestamp: at,
-    })
+    Input::JobReported(
+        JobRecord {
+            pipeline_id: "gold".into(),
+            schedule_id: "stream".into(),
+            date: "2026-11-22".into(),
+            run_id: format!("gold.stream.2026-11-22.{attempt}"),
+            status,
+            failure_category: None,
+            message: None,
+            metadata: None,
+            timestamp: at,
+        }
+        .parse()
+        .unwrap(),
+    )
 }
 
 /// Feeds `records` (event time in minutes, input) in order, then lets event time run to

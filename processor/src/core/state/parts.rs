@@ -383,12 +383,18 @@ pub enum PartError {
 pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Result<(), PartError> {
     let (&tag, id) = suffix.split_first().ok_or(PartError::EmptyKey)?;
     let id = std::str::from_utf8(id).map_err(|_| PartError::NotUtf8)?;
-    let bad = |source| PartError::Decode { id: id.to_string(), source };
+    let bad = |source| PartError::Decode {
+        id: id.to_string(),
+        source,
+    };
     match tag {
         EXECUTION => {
             let part: StoredExecution = serde_json::from_slice(value).map_err(bad)?;
             let execution = HeldExecution::from_stored(part.execution.get().into(), part.phase).map_err(bad)?;
-            let id: ExecutionId = id.parse().map_err(|source| PartError::Id { id: id.to_string(), source })?;
+            let id: ExecutionId = id.parse().map_err(|source| PartError::Id {
+                id: id.to_string(),
+                source,
+            })?;
             state.executions.insert(id, execution);
             for timer in part.timers {
                 state.arm(timer);

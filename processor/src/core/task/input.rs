@@ -236,7 +236,7 @@ impl<S: Store> Task<S> {
     }
 
     /// What a job report means for the journaled trigger of its run.
-    fn reported(&mut self, staged: &mut Staged, p: i32, report: &crate::core::records::JobRecord) -> Result<()> {
+    fn reported(&mut self, staged: &mut Staged, p: i32, report: &crate::core::records::JobReport) -> Result<()> {
         let store_err = |source| TaskError::Store { partition: p, source };
         match self.journaled.reported(p, report) {
             Reported::Released { found: true } => {

@@ -72,7 +72,9 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
                 metadata: None,
                 timestamp: now,
             };
-            let _ = engine.handle(0, "p", &Input::JobReported(report), "j").unwrap();
+            let _ = engine
+                .handle(0, "p", &Input::JobReported(report.parse().unwrap()), "j")
+                .unwrap();
         }
     }
     engine.states.remove("p").unwrap()
@@ -354,7 +356,10 @@ fn a_part_that_does_not_decode_says_which() {
     let mut state = PipelineState::default();
     let e = add_part(&mut state, b"x2026-11-24", b"{").unwrap_err();
     assert!(e.to_string().contains("2026-11-24"), "{e}");
-    assert!(matches!(e, PartError::Decode { ref id, .. } if id == "2026-11-24"), "{e:?}");
+    assert!(
+        matches!(e, PartError::Decode { ref id, .. } if id == "2026-11-24"),
+        "{e:?}"
+    );
     let e = add_part(&mut state, b"q", b"{}").unwrap_err();
     assert!(matches!(e, PartError::UnknownKind('q')), "{e:?}");
     assert!(e.to_string().contains("unknown kind"));

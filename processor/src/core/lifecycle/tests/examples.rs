@@ -160,7 +160,7 @@ impl Day {
             timestamp: self.sim.now,
         };
         let id = self.id.clone();
-        self.sim.input(&id, Input::JobReported(record));
+        self.sim.input(&id, Input::JobReported(record.parse().unwrap()));
     }
 
     /// One minute of the day: producers, then the jobs' runners.

@@ -108,7 +108,7 @@ fn report(sim: &mut Sim, pipeline: &str, date: &str, run_id: &str, status: JobSt
         metadata: None,
         timestamp: sim.now,
     };
-    sim.input(pipeline, Input::JobReported(record))
+    sim.input(pipeline, Input::JobReported(record.parse().unwrap()))
 }
 
 /// Reports the current run of `pipeline`'s execution on `date` as started then succeeded,
@@ -767,8 +767,9 @@ fn rerun_rejected_when_no_sensor_data_changed_since_the_success() {
     assert_eq!(run_ids(&sim), [RUN1]);
 }
 
-/// Records whose date names no execution (decoding makes a rerun's, a cancel's and a report's
-/// date canonical, so only a record made in process gets here): each is refused with the
+/// Records whose date names no execution (decoding makes a rerun's and a cancel's date
+/// canonical, so only a record made in process gets here; a report is parsed to the
+/// execution it names, here an hour the daily pipeline never ran): each is refused with the
 /// reason and dead-lettered, nothing opens or runs. Before execution ids were typed, such a
 /// rerun was accepted and did nothing.
 #[test]
@@ -797,7 +798,10 @@ fn records_naming_no_execution_are_refused_with_the_reason() {
     let d = report(&mut sim, "gold", "2026-11-22T5", RUN1, JobStatus::Failed);
     let (rejection, reason) = refused(&d);
     assert_eq!(rejection, Some(Rejection::Refused));
-    assert_eq!(reason, "no execution stream/2026-11-22T5 of pipeline gold to report on");
+    assert_eq!(
+        reason,
+        "no execution stream/2026-11-22T05 of pipeline gold to report on"
+    );
     assert_eq!(since(&sim, mark), [INPUT_REJECTED, INPUT_REJECTED, INPUT_REJECTED]);
     assert!(matches!(gold_run(&sim).phase, Phase::Succeeded { .. }));
     assert_eq!(sim.states["gold"].executions.len(), 1);
@@ -2078,7 +2082,7 @@ fn report_with(
         metadata: Some(metadata),
         timestamp: sim.now,
     };
-    sim.input("gold", Input::JobReported(record))
+    sim.input("gold", Input::JobReported(record.parse().unwrap()))
 }
 
 /// `gold`'s first run reports running with Databricks run 42 as its handle.

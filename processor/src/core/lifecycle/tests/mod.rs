@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::core::events::EventType::{self, *};
-use crate::core::records::{FailureCategory, JobStatus};
+use crate::core::records::{FailureCategory, JobRecord, JobStatus};
 use crate::core::replay::Engine;
 use crate::core::timers::DueTimer;
 
@@ -165,7 +165,7 @@ impl Sim {
             metadata: None,
             timestamp: self.now,
         };
-        self.input(pipeline, Input::JobReported(record))
+        self.input(pipeline, Input::JobReported(record.parse().unwrap()))
     }
 
     /// True when the only timers left are the expiries of ended executions.
@@ -854,7 +854,7 @@ impl Sim {
             metadata: None,
             timestamp: self.now,
         };
-        self.input(pipeline, Input::JobReported(record))
+        self.input(pipeline, Input::JobReported(record.parse().unwrap()))
     }
 
     /// Fires a pending timer now, however long after its due time (a processor that was down).
