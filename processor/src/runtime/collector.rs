@@ -223,7 +223,7 @@ impl Collector {
                 // transaction of it can succeed, and another instance holds its id.
                 Err(runtime_error::Error::Transient(e)) if kafka::fatal_error(&producer).is_some() => {
                     let fatal = kafka::fatal_error(&producer).unwrap_or_default();
-                    bail!("the transactional producer is in a fatal state ({fatal}) after: {e:#}; another instance took over with the same --instance, or the broker fenced it: stopping before anything of the batch counts");
+                    return Err(runtime_error::FatalClient(format!("the transactional producer is in a fatal state ({fatal}) after: {e:#}; another instance took over with the same --instance, or the broker fenced it: stopping before anything of the batch counts")).into());
                 }
                 Err(runtime_error::Error::Transient(e)) => {
                     error!(error = %format!("{e:#}"), "transaction failed; aborting and retrying the batch");

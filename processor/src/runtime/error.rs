@@ -3,7 +3,9 @@
 //! store still locked by a process letting go of it); a [`Fatal`] one stops what it
 //! interrupts (a partition's opening, or the run), with its cause typed. Each error is sorted
 //! where it arises, from the typed error of the library that raised it, so nothing later
-//! has to guess by downcasting or by reading messages.
+//! has to guess by downcasting or by reading messages. A run that ends in error either
+//! [`Stop`]s on purpose (a zombie, partitions added, a fenced client, an input not even
+//! whose rejection fits) or fails.
 
 use rdkafka::error::{KafkaError, RDKafkaError};
 use rdkafka::types::RDKafkaErrorCode;
@@ -12,6 +14,7 @@ use super::changelog::StateAhead;
 use super::kafka::ProduceError;
 use super::opening::{Cancelled, InputAhead};
 use super::store::StoreError;
+use crate::core::task::{PartitionsAdded, TaskError, Zombie};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -48,6 +51,65 @@ pub enum Fatal {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a run stopped on purpose, before anything of the batch under way counted: not a
+/// failure of the processor but a state of the world it must not go on in. Logged as
+/// `stop=<name>`, beside the words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// A newer owner's fence: this instance lost its partitions without being told. A
+    /// restart restores what it owns afresh.
+    Zombie,
+    /// The input topics grew partitions at run time (see the README's "Partitions").
+    PartitionsAdded,
+    /// A Kafka client in librdkafka's fatal state: fenced by another process with the same
+    /// `--instance`, or by the broker.
+    FatalClient,
+    /// Not even an input's rejection fits the limits (a limit set below what any event
+    /// needs): a person must raise it.
+    OutputTooLarge,
+}
+
+impl Stop {
+    /// The stop `e` is, if it is one (whatever context was added on the way up).
+    pub fn of(e: &anyhow::Error) -> Option<Stop> {
+        e.chain().find_map(|cause| {
+            if let Some(task) = cause.downcast_ref::<TaskError>() {
+                return match task {
+                    TaskError::Zombie(_) => Some(Stop::Zombie),
+                    TaskError::PartitionsAdded(_) => Some(Stop::PartitionsAdded),
+                    TaskError::EvenItsRejection { .. } => Some(Stop::OutputTooLarge),
+                    _ => None,
+                };
+            }
+            if cause.is::<Zombie>() {
+                return Some(Stop::Zombie);
+            }
+            if cause.is::<PartitionsAdded>() {
+                return Some(Stop::PartitionsAdded);
+            }
+            let fenced = matches!(
+                cause.downcast_ref::<Fatal>(),
+                Some(Fatal::Transaction(_) | Fatal::Producer(_))
+            );
+            (fenced || cause.is::<FatalClient>()).then_some(Stop::FatalClient)
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::Zombie => "zombie",
+            Stop::PartitionsAdded => "partitions_added",
+            Stop::FatalClient => "fatal_client",
+            Stop::OutputTooLarge => "output_too_large",
+        }
+    }
+}
+
+/// A Kafka client of this process in librdkafka's fatal state (see [`Stop::FatalClient`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FatalClient(pub String);
 
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
@@ -99,7 +161,35 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::limits::OverLimit;
     use std::path::PathBuf;
+
+    #[test]
+    fn a_stop_is_told_from_a_failure_whatever_context_it_carries() {
+        let stop = |e: anyhow::Error| Stop::of(&e.context("processing a batch").context("running"));
+        assert_eq!(stop(TaskError::from(Zombie(vec![1])).into()), Some(Stop::Zombie));
+        assert_eq!(stop(Zombie(vec![0, 2]).into()), Some(Stop::Zombie));
+        let added = PartitionsAdded {
+            partitions: 3,
+            assigned: 4,
+        };
+        assert_eq!(stop(TaskError::from(added).into()), Some(Stop::PartitionsAdded));
+        assert_eq!(stop(FatalClient("fenced".into()).into()), Some(Stop::FatalClient));
+        let over = TaskError::EvenItsRejection {
+            pipeline: "p".into(),
+            reason: OverLimit::Message {
+                what: "an event",
+                len: 200,
+                limit: 100,
+            },
+        };
+        assert_eq!(stop(over.into()), Some(Stop::OutputTooLarge));
+        let went_back = TaskError::ChangelogWentBack(0, "sluice.changelog".into());
+        assert_eq!(stop(went_back.into()), None, "a failure, not a stop");
+        assert_eq!(stop(Error::from(corrupt()).into()), None);
+        assert_eq!(stop(anyhow::anyhow!("anything else")), None);
+        assert_eq!(Stop::OutputTooLarge.name(), "output_too_large");
+    }
 
     fn corrupt() -> StoreError {
         StoreError::Corrupt {

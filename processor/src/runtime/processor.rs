@@ -40,7 +40,7 @@ use super::clock::{wake_in, Clock, Monotonic};
 use super::codec::Codec;
 use super::collector::Collector;
 use super::effects::{Executor, InFlight, OsKeys, Settings as EffectSettings};
-use super::error as runtime_error;
+use super::error::{self as runtime_error, FatalClient};
 use super::forwarding::{Ends, Misrouted, Warned};
 use super::input::{read_patiently, Patience};
 use super::kafka::{self, Connection};
@@ -269,7 +269,10 @@ impl Processor {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         let result = self.process(shutdown).await;
         if let Err(e) = &result {
-            error!("fatal: {e:#}");
+            match runtime_error::Stop::of(e) {
+                Some(stop) => warn!(stop = stop.name(), "stopping: {e:#}"),
+                None => error!("fatal: {e:#}"),
+            }
             self.telemetry.set_fatal(&format!("{e:#}"));
             // Its calls stop, and say so where they can: their runs' next owner calls again
             // without waiting for their deadlines.
@@ -408,8 +411,8 @@ impl Processor {
             .or_else(|| self.collector.producer().current().client().fatal_error());
         let fenced = e.rdkafka_error_code() == Some(RDKafkaErrorCode::FencedInstanceId);
         match (fatal, fenced) {
-            (Some((code, reason)), _) => bail!("a Kafka client hit a fatal error ({code:?}: {reason}); another process may have taken this instance's identity (--instance)"),
-            (None, true) => bail!("the group fenced this instance ({e}): another process joined with the same --instance"),
+            (Some((code, reason)), _) => Err(FatalClient(format!("a Kafka client hit a fatal error ({code:?}: {reason}); another process may have taken this instance's identity (--instance)")).into()),
+            (None, true) => Err(FatalClient(format!("the group fenced this instance ({e}): another process joined with the same --instance")).into()),
             (None, false) => Ok(()),
         }
     }
