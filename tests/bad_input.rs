@@ -794,7 +794,7 @@ fn bad_input_at_volume_is_dead_lettered_and_good_pipelines_run() {
         assert_eq!(lifecycle(&events), expected, "{id}");
         assert_eq!(events.iter().filter(|e| is_rejection(e)).count(), addressed, "{id}");
         let completed = events.iter().find(|e| e.kind == JOB_COMPLETED).unwrap();
-        assert_eq!(completed.run_id, Some(run_id(id, 1)), "{id}");
+        assert_eq!(completed.run_id.as_deref(), Some(run_id(id, 1).as_str()), "{id}");
     }
     let events = w.wait_for(alpha, "events", |_| true);
     let passed = events.iter().find(|e| e.kind == VALIDATION_PASSED).unwrap();

@@ -1198,7 +1198,10 @@ fn dependency_chain_runs_bronze_silver_gold() {
         for e in &events[1..] {
             assert_eq!(e.date.as_deref(), Some(day()), "{e:?}");
         }
-        assert_eq!(events[3].run_id, Some(format!("{id}.stream.{}.1", day())));
+        assert_eq!(
+            events[3].run_id.as_deref(),
+            Some(format!("{id}.stream.{}.1", day()).as_str())
+        );
         chain.push(events);
     }
     for (upstream, down) in [(bronze, 1), (silver, 2)] {

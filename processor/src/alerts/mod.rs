@@ -384,9 +384,9 @@ pub fn opsgenie_request(event: &Event, ui_url: Option<&str>) -> (String, Value) 
     let mut details = serde_json::Map::new();
     details.insert("eventId".into(), json!(event.event_id));
     for (k, v) in [
-        ("schedule", &event.schedule_id),
-        ("date", &event.date),
-        ("runId", &event.run_id),
+        ("schedule", event.schedule_id.as_deref()),
+        ("date", event.date.as_deref()),
+        ("runId", event.run_id.as_deref()),
     ] {
         if let Some(v) = v {
             details.insert(k.into(), json!(v));

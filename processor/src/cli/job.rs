@@ -65,7 +65,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Jo
         pipeline_id: pipeline.clone(),
         schedule_id: schedule,
         date,
-        run_id,
+        run_id: run_id.into(),
         status: match status {
             StatusArg::Running => JobStatus::Running,
             StatusArg::Succeeded => JobStatus::Succeeded,

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::execution::RunId;
+
 macro_rules! event_types {
     ($($name:ident => $category:ident),* $(,)?) => {
         /// The event catalogue: the established types plus Sluice's own.
@@ -134,7 +136,7 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub date: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     pub timestamp: DateTime<Utc>,

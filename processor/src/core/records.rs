@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::events::clip;
-use super::execution::{ExecutionDate, ExecutionId, ParseError};
+use super::execution::{ExecutionDate, ExecutionId, ParseError, RunId};
 use super::rules::as_timestamp;
 
 /// Why an input record cannot be used.
@@ -264,7 +264,7 @@ pub struct JobRecord {
     pub pipeline_id: String,
     pub schedule_id: String,
     pub date: String,
-    pub run_id: String,
+    pub run_id: RunId,
     pub status: JobStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_category: Option<FailureCategory>,
@@ -281,7 +281,7 @@ pub struct JobRecord {
 pub struct JobReport {
     pub pipeline_id: String,
     pub execution: ExecutionId,
-    pub run_id: String,
+    pub run_id: RunId,
     pub status: JobStatus,
     pub failure_category: Option<FailureCategory>,
     pub message: Option<String>,

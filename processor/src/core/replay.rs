@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 
 use super::apply::{decide_within, Unfit};
 use super::events::Event;
+use super::execution::RunId;
 use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::limits::OverLimit;
 use super::output::HostError;
@@ -129,7 +130,7 @@ impl Engine {
 pub struct Replay {
     engine: Engine,
     /// Every trigger the replay requested, and whether a recorded report answered it.
-    triggers: BTreeMap<String, bool>,
+    triggers: BTreeMap<RunId, bool>,
     counts: Counts,
 }
 
@@ -222,7 +223,7 @@ impl Replay {
 }
 
 /// Keeps a decision's events; counts (and for triggers, notes) what a replay leaves out.
-fn keep_events(decision: Decision, counts: &mut Counts, triggers: &mut BTreeMap<String, bool>, out: &mut Vec<Event>) {
+fn keep_events(decision: Decision, counts: &mut Counts, triggers: &mut BTreeMap<RunId, bool>, out: &mut Vec<Event>) {
     out.extend(decision.events);
     for effect in &decision.effects {
         counts.effects_skipped += 1;

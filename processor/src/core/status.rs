@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{AgeBound, Check, Comparison, Deadline, Mode, PipelineConfig, Rule};
 use super::duration::format_duration;
 use super::events::{Event, EventType};
-use super::execution::ExecutionDate;
+use super::execution::{ExecutionDate, RunId};
 use super::lifecycle::{date_start, deadline_of, Execution, PendingTimer, Phase, PipelineState};
 use super::records::EVALUATOR_SOURCE;
 
@@ -57,7 +57,7 @@ pub struct ExecutionSummary {
     /// When the current state began.
     pub since: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     /// Why it failed, went stale or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -214,7 +214,7 @@ fn execution_summary(execution: &Execution) -> ExecutionSummary {
         state: state_name(&execution.phase).to_string(),
         attempt: execution.attempt,
         since: execution.phase_since,
-        run_id: execution.phase.run_id().map(str::to_string),
+        run_id: execution.phase.run_id().cloned(),
         reason,
     }
 }

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use serde::{de, Deserialize, Deserializer, Serialize};
 
-use super::execution::{fields, ExecutionDate, ExecutionId};
+use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 
 /// What a timer is for. With the pipeline id it names the timer: setting it again moves it.
 ///
@@ -83,14 +83,14 @@ pub enum TimerKind {
     JobPollWindow {
         #[serde(flatten, with = "fields")]
         execution: ExecutionId,
-        run_id: String,
+        run_id: RunId,
     },
     /// The next status check of a running job (every `job.pollInterval`).
     #[serde(rename_all = "camelCase")]
     JobStatusCheck {
         #[serde(flatten, with = "fields")]
         execution: ExecutionId,
-        run_id: String,
+        run_id: RunId,
     },
     /// STALE_SENSOR_WARNING: a rule's sensor overstays its usual interval.
     #[serde(rename_all = "camelCase")]
@@ -230,11 +230,11 @@ impl<'de> Deserialize<'de> for TimerKind {
             },
             "jobPollWindow" => TimerKind::JobPollWindow {
                 execution: execution()?,
-                run_id: field(&f.run_id, "runId")?,
+                run_id: field(&f.run_id, "runId")?.into(),
             },
             "jobStatusCheck" => TimerKind::JobStatusCheck {
                 execution: execution()?,
-                run_id: field(&f.run_id, "runId")?,
+                run_id: field(&f.run_id, "runId")?.into(),
             },
             "staleSensorCheck" => TimerKind::StaleSensorCheck {
                 execution: execution()?,
@@ -523,7 +523,7 @@ mod tests {
     fn one_of_each() -> Vec<TimerKind> {
         let execution = id("a/b", "2026-03-08T05");
         let date = execution.date();
-        let run_id = "r-1".to_string();
+        let run_id = RunId::from("r-1");
         vec![
             TimerKind::Evaluate {
                 execution: execution.clone(),

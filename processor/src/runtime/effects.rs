@@ -55,6 +55,7 @@ use super::jobs::{self, Call, CallError, Client, Guard, KafkaTopics, Outcome, Re
 use super::kafka::RenewableProducer;
 use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
+use crate::core::execution::RunId;
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
 use crate::core::task::ReleaseKeys;
@@ -97,7 +98,7 @@ pub struct Executor {
     disabled: Arc<[JobKind]>,
     /// Runs with a status check, or evaluators with a call, in flight: one due while the
     /// last is still being made is skipped, not stacked.
-    checking: Arc<Mutex<HashSet<String>>>,
+    checking: Arc<Mutex<HashSet<RunId>>>,
     /// Triggers in flight, by run id.
     in_flight: Arc<InFlight>,
     tasks: JoinSet<()>,
@@ -256,7 +257,7 @@ impl Executor {
     /// Registers a status check or an evaluator's call for `run_id`; false, and says so, when
     /// the previous one is still in flight: it is skipped, not stacked.
     fn checking_starts(&self, run_id: &str, skipped: &str) -> bool {
-        let starts = self.checking.lock().unwrap().insert(run_id.to_string());
+        let starts = self.checking.lock().unwrap().insert(run_id.into());
         if !starts {
             info!(run_id, "{skipped}: the previous one is still in flight");
         }
@@ -264,7 +265,7 @@ impl Executor {
     }
 
     /// The runs of `run_ids` ended: their calls in flight stop trying again.
-    pub fn end(&self, run_ids: &[String]) {
+    pub fn end(&self, run_ids: &[RunId]) {
         let told = self.in_flight.end(run_ids);
         if told > 0 {
             info!(told, "calls of runs that ended told to stop trying again");
@@ -513,9 +514,9 @@ impl InFlight {
 
     /// Tells the calls of `run_ids` in flight that their runs ended: a failing trigger or
     /// command is not tried again ([`Stopped::Ended`]). Returns how many were told.
-    pub fn end(&self, run_ids: &[String]) -> usize {
+    pub fn end(&self, run_ids: &[RunId]) -> usize {
         let runs = self.runs.lock().unwrap();
-        let told = run_ids.iter().filter_map(|run| runs.get(run));
+        let told = run_ids.iter().filter_map(|run| runs.get(run.as_str()));
         told.filter(|(_, release)| tell(release, Stopped::Ended)).count()
     }
 

@@ -163,7 +163,7 @@ impl TaskManager {
         };
         let left = self.task.install(p, opening, now);
         for (run_id, until) in &left {
-            debug!(partition = p, run_id, until = %until,
+            debug!(partition = p, %run_id, until = %until,
                 "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
         }
         // One line, not one per trigger: a crash in a busy hour leaves tens of thousands.

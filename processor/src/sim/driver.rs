@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::log::Log;
 use crate::core::batch::Action;
 use crate::core::changelog::{Writer, FENCE_PREFIX};
+use crate::core::execution::RunId;
 use crate::core::lifecycle::Effect;
 use crate::core::output::Output;
 use crate::core::task::{Learned, Opening, Staged, Store, Task, TaskError};
@@ -20,7 +21,7 @@ pub struct Flushed {
     /// The effects to start, with their partitions.
     pub effects: Vec<(i32, Effect)>,
     /// Runs ended in the batch.
-    pub ended_runs: Vec<String>,
+    pub ended_runs: Vec<RunId>,
     /// What the read models learn.
     pub learned: Learned,
     /// The input offsets committed: (topic, partition) → the last applied.

@@ -24,7 +24,7 @@ use super::store::{Disk, MemoryStore};
 use crate::core::admission::Admission;
 use crate::core::batch::Action;
 use crate::core::changelog::{self, Checked, Restore, Writer};
-use crate::core::execution::ExecutionId;
+use crate::core::execution::{ExecutionId, RunId};
 use crate::core::lifecycle::{Effect, Settings as DeciderSettings, TriggerRequest};
 use crate::core::output::Output;
 use crate::core::ownership::{self, OnOpened, OnRevoked};
@@ -257,7 +257,7 @@ struct Instance {
 /// A job at the target.
 #[derive(Debug, Clone)]
 struct Job {
-    run_id: String,
+    run_id: RunId,
     attempt: u32,
     ends: DateTime<Utc>,
     succeeds: bool,
@@ -1181,7 +1181,7 @@ impl World {
                 sealed.flush.on_committed();
             }
             Action::StartEffects => {
-                let ended: BTreeSet<String> = sealed.ended_runs.drain(..).collect();
+                let ended: BTreeSet<RunId> = sealed.ended_runs.drain(..).collect();
                 r.calls.retain(|c| !ended.contains(&c.request.run_id));
                 for (p, effect) in sealed.effects.drain(..) {
                     if let Effect::TriggerJob(request) = effect {
@@ -1302,7 +1302,7 @@ impl World {
             });
             if under_way {
                 self.out.breaches.push(Breach::CalledTwice {
-                    run: request.run_id.clone(),
+                    run: request.run_id.to_string(),
                     why: format!("instance {by} called it while instance {k}'s call was under way"),
                 });
             }
@@ -1566,7 +1566,7 @@ fn job_record(
         date: execution
             .as_ref()
             .map_or("2026-11-20".into(), |e| e.date_text().to_string()),
-        run_id: run_id.to_string(),
+        run_id: run_id.into(),
         status,
         failure_category: None,
         message: None,

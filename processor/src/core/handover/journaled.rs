@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::{marks, releases, Resume, Waiting};
+use crate::core::execution::RunId;
 use crate::core::lifecycle::{Effect, TriggerRequest};
 use crate::core::records::{JobReport, JobStatus};
 
@@ -55,7 +56,7 @@ pub enum Step {
     /// measures where `partition`'s jobs topic ends now and says so ([`Journaled::measured`]);
     /// the trigger then waits until the topic is read up to there, so that a report (or a
     /// mark) written by then is seen first.
-    MeasureJobsEnd { partition: i32, run_id: String },
+    MeasureJobsEnd { partition: i32, run_id: RunId },
     /// It waits for nothing more: the runtime settles it ([`Journaled::settle`]).
     Due(Found),
 }
@@ -84,7 +85,7 @@ pub enum Settled {
 pub struct Journaled {
     found: Vec<Found>,
     /// Journal entries to delete with the next batch, by partition.
-    stale: BTreeMap<i32, Vec<String>>,
+    stale: BTreeMap<i32, Vec<RunId>>,
 }
 
 impl Journaled {
@@ -97,7 +98,7 @@ impl Journaled {
         journaled: impl IntoIterator<Item = Effect>,
         jobs_end: i64,
         now: DateTime<Utc>,
-    ) -> Vec<(String, DateTime<Utc>)> {
+    ) -> Vec<(RunId, DateTime<Utc>)> {
         let mut left = Vec::new();
         for effect in journaled {
             let request = Box::new(effect.request().clone());
@@ -225,7 +226,7 @@ impl Journaled {
     }
 
     /// The journal entries to delete with the next batch, by partition.
-    pub fn take_stale(&mut self) -> BTreeMap<i32, Vec<String>> {
+    pub fn take_stale(&mut self) -> BTreeMap<i32, Vec<RunId>> {
         std::mem::take(&mut self.stale)
     }
 
@@ -261,7 +262,7 @@ mod tests {
         })
     }
 
-    fn run_id(run: u32) -> String {
+    fn run_id(run: u32) -> RunId {
         trigger(run, None).request().run_id.clone()
     }
 

@@ -195,7 +195,7 @@ impl Decider<'_> {
         };
         let Some(id) = id else { return };
         let phase = execution.phase.name();
-        let run_id = execution.phase.run_id().map(str::to_string);
+        let run_id = execution.phase.run_id().cloned();
         self.cancel_execution_timers(&id, |_| true);
         let info = detail([
             ("phase", json!(phase)),

@@ -163,7 +163,7 @@ impl Decider<'_> {
         let expiries: Vec<(ExecutionId, DateTime<Utc>)> = (ran.iter())
             .map(|(id, since)| (id.clone(), self.expires_at(id, *since)))
             .collect();
-        let open = (self.state.executions.values()).filter_map(|e| e.phase.run_id().map(str::to_string));
+        let open = (self.state.executions.values()).filter_map(|e| e.phase.run_id().cloned());
         self.ended_runs.extend(open.collect::<Vec<_>>());
         let detail = detail([
             ("deleted", json!(true)),

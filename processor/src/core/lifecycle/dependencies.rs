@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
-use crate::core::execution::{ExecutionDate, ExecutionId};
+use crate::core::execution::{ExecutionDate, ExecutionId, RunId};
 use crate::core::records::{CommandKind, CommandRecord};
 
 impl Decider<'_> {
@@ -75,7 +75,7 @@ impl Decider<'_> {
             .push(format!("{subscriber} depends on {} (sensor {key:?})", self.pipeline_id));
         // Only recent completions: a new subscriber is not handed weeks of backfill.
         let since = self.now() - chrono::TimeDelta::days(1);
-        let done: Vec<(ExecutionDate, String)> = self
+        let done: Vec<(ExecutionDate, RunId)> = self
             .state
             .executions
             .values()

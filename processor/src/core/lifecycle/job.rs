@@ -45,7 +45,7 @@ impl Decider<'_> {
             self.report_after_end(id, record);
             return;
         }
-        if execution.phase.run_id() != Some(record.run_id.as_str()) {
+        if execution.phase.run_id() != Some(&record.run_id) {
             // An earlier attempt's late report, or a re-delivery after the run ended.
             self.notes.push(format!(
                 "job report for run {} ignored: execution {id} is {}",
@@ -185,7 +185,7 @@ impl Decider<'_> {
         let Some(execution) = self.state.executions.get(id) else {
             return;
         };
-        let Some(run_id) = execution.phase.run_id().map(str::to_string) else {
+        let Some(run_id) = execution.phase.run_id().cloned() else {
             return;
         };
         let message = format!("job started (attempt {})", execution.attempt);
@@ -248,7 +248,7 @@ impl Decider<'_> {
     ) {
         self.emit(kind, Some(id), message, info);
         if let Some(event) = self.events.last_mut() {
-            event.run_id = Some(run_id.to_string());
+            event.run_id = Some(run_id.into());
         }
     }
 
@@ -338,7 +338,7 @@ impl Decider<'_> {
         let handle = handle.clone();
         let next = TimerKind::JobStatusCheck {
             execution: id.clone(),
-            run_id: run_id.to_string(),
+            run_id: run_id.into(),
         };
         self.set_timer(next, now + config.job.poll_interval);
         self.effects.push(Effect::CheckJob(StatusCheck { request, handle }));
@@ -457,7 +457,7 @@ impl Decider<'_> {
         }
         let phase = execution.phase.name();
         let since = execution.phase_since;
-        let run_id = execution.phase.run_id().map(str::to_string);
+        let run_id = execution.phase.run_id().cloned();
         let reason = format!("no progress in phase {phase} since {}", since.to_rfc3339());
         let info = detail([("phase", json!(phase)), ("since", json!(since))]);
         match run_id {
@@ -610,7 +610,7 @@ pub(super) fn render_request(
     };
     let rendered = call.rendered(|json| render_run(json, &vars))?;
     Ok(TriggerRequest {
-        run_id: run_id.to_string(),
+        run_id: run_id.into(),
         retry: config.job.trigger_retry,
         status_retry: config.job.status_retry,
         ..TriggerRequest::new(pipeline_id, &execution.id, execution.attempt, rendered)

@@ -41,7 +41,7 @@ use serde_json::{Map, Value};
 
 use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
 use super::events::{clip, event_id, Category, Event, EventType, REASON_LIMIT};
-use super::execution::{fields, ExecutionDate, ExecutionId};
+use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
@@ -343,12 +343,12 @@ pub enum Phase {
     /// A trigger was requested; waiting for its outcome on `sluice.jobs`.
     #[serde(rename_all = "camelCase")]
     AwaitingTrigger {
-        run_id: String,
+        run_id: RunId,
     },
     /// The job was started; waiting for it to finish.
     #[serde(rename_all = "camelCase")]
     AwaitingJob {
-        run_id: String,
+        run_id: RunId,
     },
     Succeeded {
         at: DateTime<Utc>,
@@ -382,7 +382,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub fn run_id(&self) -> Option<&str> {
+    pub fn run_id(&self) -> Option<&RunId> {
         match self {
             Phase::AwaitingTrigger { run_id } | Phase::AwaitingJob { run_id } => Some(run_id),
             _ => None,
@@ -468,7 +468,7 @@ impl Execution {
     }
 
     /// The run id of this execution's current attempt (see [`run_id`]).
-    pub fn run_id(&self, pipeline_id: &str) -> String {
+    pub fn run_id(&self, pipeline_id: &str) -> RunId {
         run_id(pipeline_id, &self.id, self.attempt, self.backfill)
     }
 
@@ -489,12 +489,12 @@ impl Execution {
 /// as an idempotency key by job targets. A backfilled execution's carry `b<millis>` (when
 /// the backfill was accepted) before the attempt: the date may have run before Sluice
 /// forgot it, under the same attempt numbers.
-pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32, backfill: Option<i64>) -> String {
+pub fn run_id(pipeline_id: &str, execution: &ExecutionId, attempt: u32, backfill: Option<i64>) -> RunId {
     let (schedule, date) = (execution.schedule(), execution.date_text());
-    match backfill {
+    RunId::from(match backfill {
         None => format!("{pipeline_id}.{schedule}.{date}.{attempt}"),
         Some(at) => format!("{pipeline_id}.{schedule}.{date}.b{at}.{attempt}"),
-    }
+    })
 }
 
 /// Something that happened, handed to the decider.
@@ -580,7 +580,7 @@ pub struct StatusCheck {
 pub struct TriggerRequest {
     pub pipeline_id: String,
     pub execution: ExecutionId,
-    pub run_id: String,
+    pub run_id: RunId,
     pub attempt: u32,
     pub config: JobConfig,
     /// How the executor retries a trigger the target could not take (5xx, throttling,
@@ -674,7 +674,7 @@ struct TriggerRequestJson {
     pipeline_id: String,
     #[serde(flatten, with = "fields")]
     execution: ExecutionId,
-    run_id: String,
+    run_id: RunId,
     attempt: u32,
     kind: JobKind,
     config: Value,
@@ -752,7 +752,7 @@ pub struct Decision {
     /// Runs that ended here (their job's outcome, a cancel, the poll window, a stale run,
     /// the pipeline deleted): whatever call of theirs the runtime still makes (a failing
     /// trigger or command it would try again) stops, and is never made again.
-    pub ended_runs: Vec<String>,
+    pub ended_runs: Vec<RunId>,
 }
 
 /// Where an input came from (`topic/partition@offset`, or the timer's identity and due
@@ -828,7 +828,7 @@ struct Decider<'a> {
     dead_letter: Option<String>,
     rejection: Option<Rejection>,
     notes: Vec<String>,
-    ended_runs: Vec<String>,
+    ended_runs: Vec<RunId>,
     delete: bool,
 }
 
@@ -904,7 +904,7 @@ impl<'a> Decider<'a> {
             pipeline_id: self.pipeline_id.to_string(),
             schedule_id,
             date,
-            run_id: execution.and_then(|e| e.phase.run_id().map(str::to_string)),
+            run_id: execution.and_then(|e| e.phase.run_id().cloned()),
             attempt: execution.map(|e| e.attempt).filter(|a| *a > 0),
             timestamp: self.now(),
             message,
@@ -1037,11 +1037,7 @@ impl<'a> Decider<'a> {
     fn enter(&mut self, id: &ExecutionId, phase: Phase) {
         let now = self.now();
         if let Some(e) = self.state.executions.get_mut(id) {
-            let ended = e
-                .phase
-                .run_id()
-                .filter(|run| phase.run_id() != Some(*run))
-                .map(str::to_string);
+            let ended = e.phase.run_id().filter(|run| phase.run_id() != Some(*run)).cloned();
             e.enter(phase, now);
             self.ended_runs.extend(ended);
         }

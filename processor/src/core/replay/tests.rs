@@ -43,7 +43,7 @@ fn report(attempt: u32, status: JobStatus, at: DateTime<Utc>) -> Input {
             pipeline_id: "gold".into(),
             schedule_id: "stream".into(),
             date: "2026-11-22".into(),
-            run_id: format!("gold.stream.2026-11-22.{attempt}"),
+            run_id: format!("gold.stream.2026-11-22.{attempt}").into(),
             status,
             failure_category: None,
             message: None,

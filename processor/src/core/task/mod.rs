@@ -40,6 +40,7 @@ use super::changelog::{self, Checked, Entry, Lineage, Writer};
 use super::clock_watch::{ClockWatch, Step as ClockStep};
 use super::duration::format_duration;
 use super::events::Event;
+use super::execution::RunId;
 use super::forwarding::{Forwarded, Implausible};
 use super::handover::{self, Found, Journaled, Reported, Settled, Step};
 use super::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
@@ -175,7 +176,7 @@ pub enum Routed {
 pub struct TriggerPoll {
     /// Where the jobs topic ends must be measured for these (partition, run id):
     /// [`Task::jobs_end_measured`].
-    pub measure: Vec<(i32, String)>,
+    pub measure: Vec<(i32, RunId)>,
     /// Triggers that wait on nothing more: [`Task::settle_triggers`], after the runtime read
     /// each of [`TriggerPoll::fence_reads`] for a newer owner's fence.
     pub due: Vec<Found>,
@@ -286,7 +287,7 @@ impl<S: Store> Task<S> {
 
     /// Installs a partition opened in the background: its store, timers and journaled
     /// triggers. Returns the triggers left to the previous owner, each until when.
-    pub fn install(&mut self, p: i32, opening: Opening<S>, now: DateTime<Utc>) -> Vec<(String, DateTime<Utc>)> {
+    pub fn install(&mut self, p: i32, opening: Opening<S>, now: DateTime<Utc>) -> Vec<(RunId, DateTime<Utc>)> {
         let Opening {
             store,
             writer,

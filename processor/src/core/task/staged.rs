@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::core::batch::Flush;
 use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
+use crate::core::execution::RunId;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::Effect;
 use crate::core::output::Output;
@@ -26,7 +27,7 @@ pub struct Staged {
     /// Effects with the input partition of their pipeline.
     pub(super) effects: Vec<(i32, Effect)>,
     /// Runs that ended in the batch: their calls still in flight stop trying again.
-    pub(super) ended_runs: Vec<String>,
+    pub(super) ended_runs: Vec<RunId>,
     /// What the read models learn once the batch is durable.
     pub(super) learned: Learned,
     /// Configs the batch writes, by partition and pipeline.
@@ -91,7 +92,7 @@ pub struct Sealed {
     pub first_changelog: usize,
     pub commits: BTreeMap<(String, i32), i64>,
     pub effects: Vec<(i32, Effect)>,
-    pub ended_runs: Vec<String>,
+    pub ended_runs: Vec<RunId>,
     pub tallies: Tallies,
     pub(super) stores: BTreeMap<i32, StoreBatch>,
     pub(super) states: HashMap<(i32, String), Option<Arc<PipelineState>>>,

@@ -88,13 +88,13 @@ impl<S: Store> Task<S> {
             )? {
                 Settled::LeftToNewOwner => debug!(
                     partition = p,
-                    run_id, "a journaled trigger of a partition no longer assigned: left to its new owner"
+                    %run_id, "a journaled trigger of a partition no longer assigned: left to its new owner"
                 ),
                 // The changelog could not be read: asked again in a second, never started blind.
                 Settled::Waits => {}
                 Settled::Fenced => return Err(self.give_up(vec![p])),
                 Settled::Again(effect) => {
-                    info!(partition = p, run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
+                    info!(partition = p, %run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
                     // Journaled with its new deadline before the call: a later owner leaves it
                     // to this one until then.
                     let effect = self.with_release_key(*effect);
@@ -103,7 +103,7 @@ impl<S: Store> Task<S> {
                 }
                 Settled::Forgotten => debug!(
                     partition = p,
-                    run_id,
+                    %run_id,
                     "a journaled trigger is no longer awaited (its report came, or its run moved on): forgotten"
                 ),
             }

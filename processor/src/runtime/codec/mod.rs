@@ -365,7 +365,7 @@ mod tests {
                 pipeline_id: "gold-revenue".into(),
                 schedule_id: (i % 2 == 0).then(|| "daily".into()),
                 date: (i % 3 != 0).then(|| "2026-11-21".into()),
-                run_id: (i % 2 == 1).then(|| format!("gold-revenue.daily.2026-11-21.{i}")),
+                run_id: (i % 2 == 1).then(|| format!("gold-revenue.daily.2026-11-21.{i}").into()),
                 attempt: (i % 2 == 1).then_some(i as u32),
                 timestamp: at,
                 message: format!("{} happened", kind.name()),

@@ -110,7 +110,7 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
         .env("SLUICE_PIPELINE_ID", &r.pipeline_id)
         .env("SLUICE_SCHEDULE_ID", r.execution.schedule())
         .env("SLUICE_DATE", r.execution.date_text())
-        .env("SLUICE_RUN_ID", &r.run_id)
+        .env("SLUICE_RUN_ID", r.run_id.as_str())
         .env("SLUICE_ATTEMPT", r.attempt.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

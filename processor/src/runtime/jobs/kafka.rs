@@ -30,7 +30,7 @@ pub async fn trigger(call: &Call<'_>) -> Result<Outcome, CallError> {
         "attempt": r.attempt,
         "payload": job.payload.clone().unwrap_or(Value::Null),
     });
-    let mut headers = vec![("sluice-run-id".to_string(), r.run_id.clone().into_bytes())];
+    let mut headers = vec![("sluice-run-id".to_string(), r.run_id.as_bytes().to_vec())];
     for (name, v) in extra {
         headers.push((name.clone(), v.as_bytes().to_vec()));
     }

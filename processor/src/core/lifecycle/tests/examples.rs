@@ -180,7 +180,7 @@ impl Day {
         }
         let requested: Vec<TriggerRequest> = self.sim.triggers().into_iter().cloned().collect();
         for request in requested {
-            if self.started.insert(request.run_id.clone()) {
+            if self.started.insert(request.run_id.to_string()) {
                 self.report(&request, JobStatus::Running);
                 self.finishing.push((self.sim.now + TimeDelta::minutes(4), request));
             }

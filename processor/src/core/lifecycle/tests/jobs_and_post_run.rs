@@ -2094,7 +2094,7 @@ fn status_checks(sim: &Sim) -> Vec<(String, Value)> {
     sim.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::CheckJob(c) => Some((c.request.run_id.clone(), c.handle.clone())),
+            Effect::CheckJob(c) => Some((c.request.run_id.to_string(), c.handle.clone())),
             _ => None,
         })
         .collect()

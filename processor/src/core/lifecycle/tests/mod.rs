@@ -841,13 +841,13 @@ impl Sim {
         let run_id = self.states[pipeline].executions[&crate::core::execution::id(schedule_id, date)]
             .phase
             .run_id()
-            .map(str::to_string)
+            .map(|r| r.to_string())
             .unwrap_or_default();
         let record = JobRecord {
             pipeline_id: pipeline.into(),
             schedule_id: schedule_id.into(),
             date: date.into(),
-            run_id,
+            run_id: run_id.into(),
             status,
             failure_category: None,
             message: None,
