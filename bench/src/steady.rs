@@ -20,12 +20,12 @@ use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use sluice::core::lifecycle::{Effect, Input, Settings};
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
-use sluice::core::task::{self, ReleaseKeys, Staged, Task};
+use sluice::core::task::{self, ReleaseKeys, Task};
 use sluice::runtime::codec::Codec;
 use sluice::runtime::outputs::Encoder;
 use sluice::runtime::store::{PartitionStore, StateReads};
 use sluice::runtime::topics::Topics;
-use sluice::sim::driver;
+use sluice::sim::driver::Driver;
 use sluice::sim::log::Log;
 
 use crate::workload;
@@ -57,9 +57,7 @@ impl Minute {
 /// real RocksDB store) and the batch in hand, written out through the broker-free driver to
 /// an in-memory log.
 struct Loop {
-    task: Task<PartitionStore>,
-    staged: Staged,
-    log: Log,
+    driver: Driver<PartitionStore>,
     /// Job reports due, by when (with a tie-breaking sequence).
     reports: BTreeMap<(DateTime<Utc>, u64), (String, Vec<u8>)>,
     sequence: u64,
@@ -75,13 +73,6 @@ impl ReleaseKeys for NoKeys {
 }
 
 impl Loop {
-    /// Decides one input, as the processor does, and adds the decision to the batch.
-    fn handle(&mut self, pipeline: &str, input: &Input, origin: &str, now: DateTime<Utc>) -> Result<()> {
-        self.task
-            .decide(&mut self.staged, 0, pipeline, input, origin, now, None)?;
-        Ok(())
-    }
-
     /// Fires the timers due by `now` and takes the job reports due by then, in time order.
     fn catch_up(&mut self, now: DateTime<Utc>) -> Result<u64> {
         let mut handled = 0;
@@ -91,7 +82,7 @@ impl Loop {
                 .first_key_value()
                 .map(|((at, _), _)| *at)
                 .filter(|at| *at <= now);
-            let timer = self.task.next_due().filter(|at| *at <= now);
+            let timer = self.driver.next_due().filter(|at| *at <= now);
             let report_first = match (report, timer) {
                 (None, None) => return Ok(handled),
                 (Some(r), Some(t)) => r <= t,
@@ -100,13 +91,10 @@ impl Loop {
             if report_first {
                 let ((at, _), (pipeline, bytes)) = self.reports.pop_first().expect("a report due");
                 let record = decode_job(Some(pipeline.as_bytes()), Some(&bytes)).context("a job report")?;
-                self.handle(&pipeline, &Input::JobReported(record), "bench/jobs", at)?;
+                (self.driver).handle(&pipeline, &Input::JobReported(record), "bench/jobs", at)?;
                 handled += 1;
             } else {
-                let at = timer.expect("a timer due");
-                let before = self.staged.tallies().timers_late.len();
-                self.task.stage_due_timers(&mut self.staged, at)?;
-                handled += (self.staged.tallies().timers_late.len() - before) as u64;
+                handled += self.driver.fire_due(timer.expect("a timer due"))?;
             }
         }
     }
@@ -114,9 +102,8 @@ impl Loop {
     /// Writes the batch out (its outputs to the log, its writes to RocksDB) as the processor
     /// does, and takes its triggers: each run reports success `RUN_TAKES` later.
     fn write(&mut self, now: DateTime<Utc>) -> Result<()> {
-        let staged = std::mem::take(&mut self.staged);
-        let flushed = driver::flush(&mut self.task, staged, &mut self.log, now)?;
-        self.log.trim();
+        let flushed = self.driver.write(now)?;
+        self.driver.log.trim();
         for (_, effect) in flushed.effects {
             if let Effect::TriggerJob(request) = effect {
                 let report = serde_json::json!({
@@ -134,7 +121,9 @@ impl Loop {
     }
 
     fn state_reads(&self) -> StateReads {
-        self.task.store(0).map(PartitionStore::state_reads).unwrap_or_default()
+        (self.driver.task.store(0))
+            .map(PartitionStore::state_reads)
+            .unwrap_or_default()
     }
 }
 
@@ -167,14 +156,10 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
     // A fixed start, not the wall clock's: the timers that come due during the run (a
     // deadline at an hour of the day, say) are then the same in every run.
     let start = DateTime::parse_from_rfc3339(START).expect("a valid start").to_utc();
-    let mut task = Task::new(task_settings, Box::new(encoder), Box::new(NoKeys));
-    let mut log = Log::new(1);
+    let task = Task::new(task_settings, Box::new(encoder), Box::new(NoKeys));
     let store = PartitionStore::open(&dir, 0)?.with_state_cache(cache_bytes);
-    driver::open(&mut task, 0, store, Vec::new(), &mut log, start)?;
     let mut l = Loop {
-        task,
-        staged: Staged::default(),
-        log,
+        driver: Driver::open(task, store, Log::new(1), start)?,
         reports: BTreeMap::new(),
         sequence: 0,
     };
@@ -182,7 +167,7 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         let id = workload::pipeline_id(i);
         let config = serde_json::to_vec(&workload::config(&id, "http://127.0.0.1:9"))?;
         let record = decode_config(Some(id.as_bytes()), Some(&config)).context("the bench config")?;
-        l.handle(&id, &Input::ConfigPublished(record), "bench/config", start)?;
+        (l.driver).handle(&id, &Input::ConfigPublished(record), "bench/config", start)?;
     }
     l.write(start)?;
     let dates: Vec<String> = (0..days)
@@ -222,7 +207,7 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         }
         minute.records += l.catch_up(now)?;
         let reading = decode_sensor(Some(id.as_bytes()), Some(&bytes)).context("a reading")?;
-        l.handle(&id, &Input::SensorReceived(reading), &origin, now)?;
+        (l.driver).handle(&id, &Input::SensorReceived(reading), &origin, now)?;
         minute.records += 1;
         minute.busy += started.elapsed();
         let now_reads = l.state_reads();

@@ -10,7 +10,7 @@ use super::log::Log;
 use crate::core::batch::Action;
 use crate::core::changelog::{Writer, FENCE_PREFIX};
 use crate::core::execution::RunId;
-use crate::core::lifecycle::Effect;
+use crate::core::lifecycle::{Effect, Input};
 use crate::core::output::Output;
 use crate::core::task::{Learned, Opening, Staged, Store, Task, TaskError};
 use crate::core::timers::TimerKind;
@@ -26,6 +26,52 @@ pub struct Flushed {
     pub learned: Learned,
     /// The input offsets committed: (topic, partition) → the last applied.
     pub commits: Vec<((String, i32), i64)>,
+}
+
+/// One owner of partition 0 over an in-memory log: inputs decided into the batch in hand,
+/// timers fired when due, the batch written out by [`flush`]. What the steady bench and
+/// broker-free behaviour tests drive; the world around it (targets that answer, readings
+/// that arrive) is theirs.
+pub struct Driver<S: Store> {
+    pub task: Task<S>,
+    pub log: Log,
+    staged: Staged,
+}
+
+impl<S: Store> Driver<S> {
+    /// `task` owning partition 0 of `log`, on `store`.
+    pub fn open(mut task: Task<S>, store: S, mut log: Log, now: DateTime<Utc>) -> Result<Self, TaskError> {
+        open(&mut task, 0, store, Vec::new(), &mut log, now)?;
+        Ok(Driver {
+            task,
+            log,
+            staged: Staged::default(),
+        })
+    }
+
+    /// Decides `input` of `pipeline` into the batch in hand, as the processor does.
+    pub fn handle(&mut self, pipeline: &str, input: &Input, origin: &str, now: DateTime<Utc>) -> Result<(), TaskError> {
+        self.task
+            .decide(&mut self.staged, 0, pipeline, input, origin, now, None)
+    }
+
+    /// When the next timer is due.
+    pub fn next_due(&self) -> Option<DateTime<Utc>> {
+        self.task.next_due()
+    }
+
+    /// Fires the timers due by `now` into the batch in hand; how many fired.
+    pub fn fire_due(&mut self, now: DateTime<Utc>) -> Result<u64, TaskError> {
+        let before = self.staged.tallies().timers_late.len();
+        self.task.stage_due_timers(&mut self.staged, now)?;
+        Ok((self.staged.tallies().timers_late.len() - before) as u64)
+    }
+
+    /// Writes the batch in hand out (see [`flush`]).
+    pub fn write(&mut self, now: DateTime<Utc>) -> Result<Flushed, TaskError> {
+        let staged = std::mem::take(&mut self.staged);
+        flush(&mut self.task, staged, &mut self.log, now)
+    }
 }
 
 /// Opens partition `p` for `task` on `store`: its fence on the changelog in `log`, then
@@ -116,5 +162,153 @@ pub fn flush<S: Store>(
             Action::ChangelogWentBack { partition } => return Err(task.changelog_went_back(partition)),
             Action::Abandon | Action::Done => return Ok(flushed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::changelog::Restore;
+    use crate::core::events::{Event, EventType};
+    use crate::core::lifecycle::Settings as DeciderSettings;
+    use crate::core::records::{decode_config, decode_job, decode_sensor};
+    use crate::core::task::{self, ReleaseKeys};
+    use crate::runtime::codec::Codec;
+    use crate::runtime::outputs::Encoder;
+    use crate::runtime::topics::Topics;
+    use crate::sim::store::{Disk, MemoryStore};
+
+    struct NoKeys;
+
+    impl ReleaseKeys for NoKeys {
+        fn next_key(&mut self) -> Option<String> {
+            None
+        }
+    }
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text).unwrap().to_utc()
+    }
+
+    fn driver(topics: &Topics, disk: &Rc<RefCell<Disk>>) -> Driver<MemoryStore> {
+        let decider = DeciderSettings::default();
+        let encoder = Encoder {
+            codec: Codec::json(),
+            topics: topics.clone(),
+            limits: decider.limits,
+        };
+        let settings = task::Settings {
+            decider,
+            partitions: 1,
+            batch_size: 50,
+            forward_misrouted: true,
+            changelog: topics.changelog.clone(),
+            dlq: topics.dlq.clone(),
+            sensors: topics.sensors.clone(),
+            exactly_once: false,
+        };
+        let task = Task::new(settings, Box::new(encoder), Box::new(NoKeys));
+        let store = MemoryStore::new(disk.clone());
+        Driver::open(task, store, Log::new(1), at("2026-11-28T08:00:00Z")).unwrap()
+    }
+
+    fn kinds(log: &Log, topic: &str) -> Vec<EventType> {
+        (log.read(topic, 0, 0..log.end(topic, 0)))
+            .map(|l| {
+                serde_json::from_slice::<Event>(l.value.as_deref().unwrap())
+                    .unwrap()
+                    .kind
+            })
+            .collect()
+    }
+
+    /// A pipeline's day through the processor's own task, with no broker: its config, a
+    /// reading that holds the trigger back, the one that lets it go, the job's report; the
+    /// events land on the log, the trigger is asked for once, and the store is what the
+    /// changelog restores.
+    #[test]
+    fn a_pipelines_day_runs_through_the_real_task_without_a_broker() {
+        use EventType::*;
+        let topics = Topics::new("t.");
+        let disk = Rc::new(RefCell::new(Disk::default()));
+        let mut d = driver(&topics, &disk);
+        let config = json!({
+            "pipeline": {"id": "gold", "owner": "data"},
+            "schedule": {"timezone": "UTC", "trigger": {"key": "upstream", "check": "equals", "field": "status", "value": "ready"}},
+            "validation": {"trigger": "ALL", "rules": [{"key": "rows", "check": "gte", "field": "count", "value": 100}]},
+            "job": {"type": "http", "config": {"url": "http://target/run", "awaitReport": true}}
+        });
+        let bytes = serde_json::to_vec(&config).unwrap();
+        let config = decode_config(Some(b"gold"), Some(&bytes)).unwrap();
+        let now = at("2026-11-28T08:00:00Z");
+        d.handle("gold", &Input::ConfigPublished(config), "config/0@0", now)
+            .unwrap();
+        let reading = |key: &str, data: serde_json::Value| {
+            let value = json!({"pipelineId": "gold", "key": key, "date": "2026-11-28", "data": data});
+            let reading = decode_sensor(Some(b"gold"), Some(&serde_json::to_vec(&value).unwrap())).unwrap();
+            Input::SensorReceived(reading)
+        };
+        d.handle("gold", &reading("rows", json!({"count": 5})), "sensors/0@0", now)
+            .unwrap();
+        d.handle(
+            "gold",
+            &reading("upstream", json!({"status": "ready"})),
+            "sensors/0@1",
+            now,
+        )
+        .unwrap();
+        assert!(d.write(now).unwrap().effects.is_empty(), "5 rows hold it back");
+        let later = now + chrono::TimeDelta::minutes(5);
+        d.handle("gold", &reading("rows", json!({"count": 500})), "sensors/0@2", later)
+            .unwrap();
+        let flushed = d.write(later).unwrap();
+        let [(0, Effect::TriggerJob(request))] = &flushed.effects[..] else {
+            panic!("one trigger: {:?}", flushed.effects);
+        };
+        assert_eq!(request.run_id, "gold.stream.2026-11-28.1");
+        let report = json!({"pipelineId": "gold", "scheduleId": "stream", "date": "2026-11-28",
+                            "runId": request.run_id, "status": "succeeded", "timestamp": later.to_rfc3339()});
+        let report = decode_job(Some(b"gold"), Some(&serde_json::to_vec(&report).unwrap())).unwrap();
+        d.handle("gold", &Input::JobReported(report), "jobs/0@0", later)
+            .unwrap();
+        let ended = d.write(later).unwrap();
+        assert!(ended.effects.is_empty(), "{:?}", ended.effects);
+        assert_eq!(
+            ended.ended_runs,
+            std::slice::from_ref(&request.run_id),
+            "the executor is told the run ended"
+        );
+        let events = kinds(&d.log, &topics.events);
+        assert_eq!(events.first(), Some(&CONFIG_ACCEPTED), "{events:?}");
+        let at_most_once = |kind| events.iter().filter(|k| **k == kind).count();
+        assert_eq!(
+            (at_most_once(JOB_TRIGGERED), at_most_once(JOB_COMPLETED)),
+            (1, 1),
+            "{events:?}"
+        );
+        let triggered = events.iter().position(|k| *k == JOB_TRIGGERED);
+        assert!(
+            triggered < events.iter().position(|k| *k == JOB_COMPLETED),
+            "{events:?}"
+        );
+        // The store is what a restore of the changelog gives.
+        let topic = &topics.changelog;
+        let mut restore = Restore::full();
+        let mut restored = Disk::default();
+        for entry in d.log.entries(topic, 0, 0..d.log.end(topic, 0)) {
+            for (k, v) in restore.push(entry).unwrap() {
+                restored.apply(k, v);
+            }
+        }
+        assert_eq!(restored.kv, disk.borrow().kv);
+        assert!(
+            disk.borrow().kv.keys().any(|k| k.starts_with(b"p/gold")),
+            "the pipeline's state is stored"
+        );
     }
 }
