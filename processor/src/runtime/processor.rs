@@ -54,11 +54,10 @@ use super::shutdown::{finish, Finished};
 use super::tasks::TaskManager;
 use super::telemetry::Telemetry;
 use super::topics::Topics;
-use crate::core::admission::Admission;
 use crate::core::batch::Action;
 use crate::core::changelog::Checked;
 use crate::core::lifecycle::Settings as DeciderSettings;
-use crate::core::task::{self, origin_of, Record, Routed, Staged, Task};
+use crate::core::task::{self, origin_of, Record, Staged, Take, Task};
 
 /// What a crash may cost, and what the broker must support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -504,39 +503,34 @@ impl Processor {
         let owned = self.consumer.assignment().context("reading the assignment")?;
         for message in &batch {
             let (topic, p, offset) = (message.topic(), message.partition(), message.offset());
-            let assigned = owned.find_partition(topic, p).is_some();
-            match self.tasks.task.admit(&mut staged, topic, p, offset, assigned)? {
-                Admission::Apply => {}
-                Admission::ReadAgainWhenOpen => {
-                    self.tasks.skip(&self.consumer, topic, p, offset)?;
-                    continue;
-                }
-                _ => continue,
-            }
             let Some(kind) = self.settings.topics.input_kind(topic) else {
                 continue;
             };
-            let role = kind.role();
+            let (role, assigned) = (kind.role(), owned.find_partition(topic, p).is_some());
             let task = &mut self.tasks.task;
-            let routed = match task.route(&mut staged, message, role, now)? {
-                Routed::CheckMark(mark) => {
+            let take = match task.take(&mut staged, message, role, assigned, now)? {
+                Take::CheckMark(mark) => {
                     let (quirks, partitions) = (self.settings.kafka.quirks(), task.settings().partitions);
                     let checked = (self.ends)
                         .check(&self.consumer, quirks, partitions, topic, p, mark)
                         .await;
-                    task.route_marked(&mut staged, message, role, checked, now)?
+                    task.take_marked(&mut staged, message, role, checked, now)?
                 }
-                routed => routed,
+                take => take,
             };
-            match routed {
-                Routed::Here => {}
-                Routed::Forwarded { owner } => {
+            match take {
+                Take::Decode => {}
+                Take::ReadAgainWhenOpen => {
+                    self.tasks.skip(&self.consumer, topic, p, offset)?;
+                    continue;
+                }
+                Take::Forwarded { owner } => {
                     if let Some(key) = message.key() {
                         self.warned.misrouted(topic, key, p, owner);
                     }
                     continue;
                 }
-                Routed::Elsewhere | Routed::CheckMark(_) => continue,
+                Take::Done | Take::CheckMark(_) => continue,
             }
             let patience = Patience {
                 codec: &self.settings.codec,

@@ -21,7 +21,6 @@ use serde_json::json;
 
 use super::log::Log;
 use super::store::{Disk, MemoryStore};
-use crate::core::admission::Admission;
 use crate::core::batch::Action;
 use crate::core::changelog::{self, Checked, Restore, Writer};
 use crate::core::execution::{ExecutionId, RunId};
@@ -30,7 +29,7 @@ use crate::core::output::Output;
 use crate::core::ownership::{self, OnOpened, OnRevoked};
 use crate::core::partitioning::partition_for;
 use crate::core::records::{JobRecord, JobStatus};
-use crate::core::task::{self, origin_of, Opening, Record, ReleaseKeys, Routed, Sealed, Staged, Task};
+use crate::core::task::{self, origin_of, Opening, Record, ReleaseKeys, Sealed, Staged, Take, Task};
 use crate::runtime::codec::Codec;
 use crate::runtime::input::read_input;
 use crate::runtime::jobs::Outcome;
@@ -997,25 +996,23 @@ impl World {
         for record in &fetched {
             let (topic, p, offset) = (record.topic.clone(), record.partition, record.offset);
             r.positions.insert((topic.clone(), p), offset + 1);
-            if r.task.admit(&mut staged, &topic, p, offset, r.assigned.contains(&p))? != Admission::Apply {
-                continue;
-            }
             let Some(kind) = self.topics.input_kind(&topic) else {
                 continue;
             };
             let role = kind.role();
-            let routed = match r.task.route(&mut staged, record, role, now)? {
-                Routed::CheckMark(mark) => {
+            // A partition still opening is read again from its committed offset once open.
+            let take = match r.task.take(&mut staged, record, role, r.assigned.contains(&p), now)? {
+                Take::CheckMark(mark) => {
                     let end = self.log.end(&topic, mark.partition);
                     let checked = mark
                         .check(p, PARTITIONS)
                         .and_then(|()| mark.check_end(end))
                         .map(|()| mark);
-                    r.task.route_marked(&mut staged, record, role, checked, now)?
+                    r.task.take_marked(&mut staged, record, role, checked, now)?
                 }
-                routed => routed,
+                take => take,
             };
-            if !matches!(routed, Routed::Here) {
+            if !matches!(take, Take::Decode) {
                 continue;
             }
             let limits = DeciderSettings::default().limits;

@@ -9,6 +9,38 @@ use tracing::{debug, info, warn};
 use super::*;
 
 impl<S: Store> Task<S> {
+    /// A record the host fetched, `role` its input's role (see [`origin_of`]; `assigned`: the
+    /// consumer's assignment holds its topic-partition): admitted ([`Task::admit`]), then
+    /// routed ([`Task::route`]). What is left to the host comes back as a [`Take`].
+    pub fn take(
+        &mut self,
+        staged: &mut Staged,
+        record: &dyn Record,
+        role: &str,
+        assigned: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Take> {
+        let (topic, p, offset) = (record.topic(), record.partition(), record.offset());
+        match self.admit(staged, topic, p, offset, assigned)? {
+            Admission::Apply => Ok(self.route(staged, record, role, now)?.into()),
+            Admission::ReadAgainWhenOpen => Ok(Take::ReadAgainWhenOpen),
+            _ => Ok(Take::Done),
+        }
+    }
+
+    /// A forwarded copy's [`Take::CheckMark`] answered: `checked` is its mark against where
+    /// its partition ends.
+    pub fn take_marked(
+        &mut self,
+        staged: &mut Staged,
+        record: &dyn Record,
+        role: &str,
+        checked: Result<Forwarded, Implausible>,
+        now: DateTime<Utc>,
+    ) -> Result<Take> {
+        Ok(self.route_marked(staged, record, role, checked, now)?.into())
+    }
+
     /// Which of a batch's records are applied ([`admission`]): one of a partition not
     /// assigned, given up, not open yet or applied before is passed over. `assigned`: the
     /// consumer's assignment holds the record's topic-partition.

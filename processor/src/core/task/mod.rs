@@ -157,6 +157,34 @@ pub struct Opening<S> {
     pub timers: Vec<(String, TimerKind, DateTime<Utc>)>,
 }
 
+/// What a host does next with a record it fetched ([`Task::take`]).
+#[derive(Debug)]
+pub enum Take {
+    /// It is this partition's: decode it with the host's codec, then [`Task::decide`].
+    Decode,
+    /// Nothing more: applied before, not this instance's, a copy applied before, or
+    /// rejected here.
+    Done,
+    /// Its partition is still opening: read it again (seek back) once open.
+    ReadAgainWhenOpen,
+    /// Forwarded to partition `owner`, its key's.
+    Forwarded { owner: i32 },
+    /// A forwarded copy whose mark is to be checked against where its partition ends (the
+    /// runtime asks the broker), then [`Task::take_marked`].
+    CheckMark(Forwarded),
+}
+
+impl From<Routed> for Take {
+    fn from(routed: Routed) -> Take {
+        match routed {
+            Routed::Here => Take::Decode,
+            Routed::Forwarded { owner } => Take::Forwarded { owner },
+            Routed::CheckMark(mark) => Take::CheckMark(mark),
+            Routed::Elsewhere => Take::Done,
+        }
+    }
+}
+
 /// Where an input record is decided.
 #[derive(Debug)]
 pub enum Routed {
