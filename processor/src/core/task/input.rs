@@ -22,23 +22,10 @@ impl<S: Store> Task<S> {
     ) -> Result<Take> {
         let (topic, p, offset) = (record.topic(), record.partition(), record.offset());
         match self.admit(staged, topic, p, offset, assigned)? {
-            Admission::Apply => Ok(self.route(staged, record, role, now)?.into()),
+            Admission::Apply => self.route(staged, record, role, now),
             Admission::ReadAgainWhenOpen => Ok(Take::ReadAgainWhenOpen),
             _ => Ok(Take::Done),
         }
-    }
-
-    /// A forwarded copy's [`Take::CheckMark`] answered: `checked` is its mark against where
-    /// its partition ends.
-    pub fn take_marked(
-        &mut self,
-        staged: &mut Staged,
-        record: &dyn Record,
-        role: &str,
-        checked: Result<Forwarded, Implausible>,
-        now: DateTime<Utc>,
-    ) -> Result<Take> {
-        Ok(self.route_marked(staged, record, role, checked, now)?.into())
     }
 
     /// Which of a batch's records are applied ([`admission`]): one of a partition not
@@ -98,22 +85,16 @@ impl<S: Store> Task<S> {
 
     /// Forwards a record on another partition than its key's (under `--misrouted forward`;
     /// a copy that is still misrouted is rejected, as under `reject`); a forwarded copy's
-    /// mark is checked next ([`Routed::CheckMark`]).
+    /// mark is checked next ([`Take::CheckMark`]).
     /// `role`: the input's role (see [`origin_of`]).
-    pub fn route(
-        &mut self,
-        staged: &mut Staged,
-        record: &dyn Record,
-        role: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Routed> {
+    fn route(&mut self, staged: &mut Staged, record: &dyn Record, role: &str, now: DateTime<Utc>) -> Result<Take> {
         let (topic, p, offset) = (record.topic(), record.partition(), record.offset());
         let mark = copy_mark(record);
         if let Some(key) = record.key() {
             let owner = partition_for(key, self.settings.partitions);
             if owner != p {
                 if mark.is_some() || !self.settings.forward_misrouted {
-                    return Ok(Routed::Here);
+                    return Ok(Take::Decode);
                 }
                 let durable = self.store(p).and_then(|s| s.applied_offset(topic)).unwrap_or(-1);
                 let mark = Forwarded {
@@ -133,37 +114,38 @@ impl<S: Store> Task<S> {
                 let limits = self.settings.decider.limits;
                 if let Err(reason) = limits.check_message("a forwarded copy", copy.size()) {
                     warn!(%topic, p, offset, "{reason}");
-                    return Ok(Routed::Here);
+                    return Ok(Take::Decode);
                 }
                 staged.outputs.push(copy);
                 *staged.tallies.forwarded.entry(topic.to_string()).or_default() += 1;
-                return Ok(Routed::Forwarded { owner });
+                return Ok(Take::Forwarded { owner });
             }
         }
         match mark {
-            None => Ok(Routed::Here),
-            Some(Ok(mark)) => Ok(Routed::CheckMark(mark)),
+            None => Ok(Take::Decode),
+            Some(Ok(mark)) => Ok(Take::CheckMark(mark)),
             Some(Err(implausible)) => self.rejected_copy(staged, record, role, implausible, now),
         }
     }
 
-    /// A copy's mark, checked by the runtime: a copy applied before is passed over; one
-    /// whose mark Sluice cannot have written is rejected before it moves a window.
-    pub fn route_marked(
+    /// A forwarded copy's [`Take::CheckMark`] answered with `checked`, its mark against where
+    /// its partition ends: a copy applied before is passed over; one whose mark Sluice
+    /// cannot have written is rejected before it moves a window.
+    pub fn take_marked(
         &mut self,
         staged: &mut Staged,
         record: &dyn Record,
         role: &str,
         checked: Result<Forwarded, Implausible>,
         now: DateTime<Utc>,
-    ) -> Result<Routed> {
+    ) -> Result<Take> {
         let mark = match checked {
             Ok(mark) => mark,
             Err(implausible) => return self.rejected_copy(staged, record, role, implausible, now),
         };
         let (topic, p) = (record.topic(), record.partition());
         let Some(store) = self.store(p) else {
-            return Ok(Routed::Elsewhere);
+            return Ok(Take::Done);
         };
         let slot = (p, topic.to_string(), mark.partition);
         let window = match staged.windows.entry(slot) {
@@ -181,7 +163,7 @@ impl<S: Store> Task<S> {
             staged.store(p).set_forward_window(topic, mark.partition, &window);
         }
         if new {
-            return Ok(Routed::Here);
+            return Ok(Take::Decode);
         }
         debug!(%topic, p, offset = record.offset(), from = mark.partition, at = mark.offset, "forwarded copy applied before: skipped");
         *staged
@@ -189,7 +171,7 @@ impl<S: Store> Task<S> {
             .forwarded_duplicates
             .entry(topic.to_string())
             .or_default() += 1;
-        Ok(Routed::Elsewhere)
+        Ok(Take::Done)
     }
 
     /// A copy whose mark Sluice cannot have written: rejected here, to the dead-letter topic.
@@ -200,7 +182,7 @@ impl<S: Store> Task<S> {
         role: &str,
         implausible: Implausible,
         now: DateTime<Utc>,
-    ) -> Result<Routed> {
+    ) -> Result<Take> {
         let rejected = Input::Rejected {
             source: source_of(record),
             reason: implausible.to_string(),
@@ -217,7 +199,7 @@ impl<S: Store> Task<S> {
             now,
             Some(record),
         )?;
-        Ok(Routed::Elsewhere)
+        Ok(Take::Done)
     }
 
     /// Decides what `input` means for `pipeline` and adds the decision to the batch. A

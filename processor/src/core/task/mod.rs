@@ -174,31 +174,6 @@ pub enum Take {
     CheckMark(Forwarded),
 }
 
-impl From<Routed> for Take {
-    fn from(routed: Routed) -> Take {
-        match routed {
-            Routed::Here => Take::Decode,
-            Routed::Forwarded { owner } => Take::Forwarded { owner },
-            Routed::CheckMark(mark) => Take::CheckMark(mark),
-            Routed::Elsewhere => Take::Done,
-        }
-    }
-}
-
-/// Where an input record is decided.
-#[derive(Debug)]
-pub enum Routed {
-    /// Here: it is this partition's (or is rejected here, as bad input).
-    Here,
-    /// Forwarded to partition `owner`, its key's.
-    Forwarded { owner: i32 },
-    /// A forwarded copy: its mark must be checked against where its partition ends (the
-    /// runtime asks the broker), then [`Task::route_marked`].
-    CheckMark(Forwarded),
-    /// Nothing more to do with it: a copy applied before, or one rejected.
-    Elsewhere,
-}
-
 /// What the journaled triggers wait on now (see [`Task::poll_triggers`]).
 #[derive(Default)]
 pub struct TriggerPoll {
