@@ -133,7 +133,7 @@ where
 /// One line as a sensor record, or why the processor would reject it.
 fn sensor_line(line: &str) -> Result<SensorRecord, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("not a sensor record: {e}"))?;
-    producer_reading(value, chrono::Utc::now())
+    producer_reading(value, chrono::Utc::now()).map_err(|e| e.to_string())
 }
 
 /// `field=value`: JSON scalars keep their type, anything else is a string.

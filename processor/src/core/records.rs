@@ -149,7 +149,7 @@ impl Merge {
         self,
         stored: Option<&Map<String, Value>>,
         reading: &Map<String, Value>,
-    ) -> Result<Map<String, Value>, String> {
+    ) -> Result<Map<String, Value>, SetTooLarge> {
         let (Merge::Add, Some(stored)) = (self, stored) else {
             return Ok(reading.clone());
         };
@@ -172,10 +172,10 @@ impl Merge {
                         }
                     }
                     if union.len() > MAX_SET_MEMBERS {
-                        return Err(format!(
-                            "merge add: {name} would hold {} members, more than the {MAX_SET_MEMBERS} a set may",
-                            union.len()
-                        ));
+                        return Err(SetTooLarge {
+                            field: name.clone(),
+                            members: union.len(),
+                        });
                     }
                     Some(Value::Array(union))
                 }
@@ -185,6 +185,24 @@ impl Merge {
         }
         Ok(merged)
     }
+}
+
+/// A `merge: add` that would grow a list past [`MAX_SET_MEMBERS`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("merge add: {field} would hold {members} members, more than the {MAX_SET_MEMBERS} a set may")]
+pub struct SetTooLarge {
+    pub field: String,
+    pub members: usize,
+}
+
+/// Why a producer's reading is not published ([`producer_reading`]).
+#[derive(Debug, Error)]
+pub enum NotAReading {
+    #[error("not a sensor record: {0}")]
+    Shape(serde_json::Error),
+    /// What the processor would reject it for.
+    #[error(transparent)]
+    Refused(#[from] InputError),
 }
 
 /// The most members a list built with `merge: add` may hold (the hours of a day, the
@@ -492,13 +510,13 @@ fn parse_hour(v: &Value) -> Option<u32> {
 /// put -`, `POST /api/sensors`): `value` as a sensor record, checked as the processor checks
 /// one ([`decode_sensor`]), stamped `now` when it carries no `timestamp`. `Err` says why the
 /// processor would refuse it, so that nothing is published that it would dead-letter.
-pub fn producer_reading(value: Value, now: DateTime<Utc>) -> Result<SensorRecord, String> {
-    let mut record: SensorRecord = serde_json::from_value(value).map_err(|e| format!("not a sensor record: {e}"))?;
+pub fn producer_reading(value: Value, now: DateTime<Utc>) -> Result<SensorRecord, NotAReading> {
+    let mut record: SensorRecord = serde_json::from_value(value).map_err(NotAReading::Shape)?;
     if record.timestamp.is_none() {
         record.timestamp = Some(Value::String(now.to_rfc3339()));
     }
-    let json = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
-    decode_sensor(Some(record.pipeline_id.as_bytes()), Some(&json)).map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(&record).map_err(NotAReading::Shape)?;
+    decode_sensor(Some(record.pipeline_id.as_bytes()), Some(&json))?;
     Ok(record)
 }
 

@@ -683,7 +683,7 @@ fn readings(body: &[u8], now: chrono::DateTime<chrono::Utc>) -> Result<Vec<Senso
     for (index, value) in values.into_iter().enumerate() {
         match producer_reading(value, now) {
             Ok(record) => records.push(record),
-            Err(why) => problems.push((index, why)),
+            Err(why) => problems.push((index, why.to_string())),
         }
     }
     match problems.is_empty() {

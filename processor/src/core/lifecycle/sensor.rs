@@ -39,8 +39,12 @@ impl Decider<'_> {
         // Counted from many writers (the earlier design's DynamoDB ADD): added to what is stored.
         match (reading.merge).apply(self.state.sensors.get(&slot).map(|s| &*s.data), &stored.data) {
             Ok(merged) => stored.data = merged.into(),
-            Err(reason) => {
-                self.reject(&format!("sensor {}", reading.key), &reason, Rejection::TooLarge);
+            Err(over) => {
+                self.reject(
+                    &format!("sensor {}", reading.key),
+                    &over.to_string(),
+                    Rejection::TooLarge,
+                );
                 return;
             }
         }

@@ -781,7 +781,8 @@ fn merge_add_refuses_a_set_past_its_bound() {
     let refused = crate::core::records::Merge::Add
         .apply(Some(&stored), &more)
         .unwrap_err();
-    assert!(refused.contains("more than the 10000"), "{refused}");
+    assert_eq!((refused.field.as_str(), refused.members), ("ids", 10_001));
+    assert!(refused.to_string().contains("more than the 10000"), "{refused}");
     let same = json!({"ids": [0, 1]}).as_object().unwrap().clone();
     assert!(
         crate::core::records::Merge::Add.apply(Some(&stored), &same).is_ok(),
