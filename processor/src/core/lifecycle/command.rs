@@ -11,6 +11,16 @@ use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{CommandKind, CommandRecord, Rejection};
 use crate::core::timers::TimerKind;
 
+/// Why a command names no execution.
+#[derive(Debug, thiserror::Error)]
+enum Unnamed {
+    /// Without a config there is no schedule to name one by.
+    #[error("pipeline {0} has no config")]
+    NoConfig(String),
+    #[error("{0:?} is not an execution date")]
+    NotADate(String),
+}
+
 impl Decider<'_> {
     pub(super) fn on_command(&mut self, record: &CommandRecord) {
         match record.command {
@@ -22,10 +32,10 @@ impl Decider<'_> {
 
     /// The execution a command names: of its schedule (the pipeline's own unless it says)
     /// and date. Decoding made a rerun's or a cancel's date canonical.
-    fn command_execution(&self, record: &CommandRecord) -> Result<ExecutionId, String> {
-        let config = (self.config()).ok_or_else(|| format!("pipeline {} has no config", self.pipeline_id))?;
+    fn command_execution(&self, record: &CommandRecord) -> Result<ExecutionId, Unnamed> {
+        let config = (self.config()).ok_or_else(|| Unnamed::NoConfig(self.pipeline_id.to_string()))?;
         let schedule_id = record.schedule_id.as_deref().unwrap_or(config.schedule_id());
-        ExecutionId::of(schedule_id, &record.date).ok_or_else(|| format!("{:?} is not an execution date", record.date))
+        ExecutionId::of(schedule_id, &record.date).ok_or_else(|| Unnamed::NotADate(record.date.clone()))
     }
 
     /// Why a command names a schedule the pipeline does not have, if it does. A pipeline has
@@ -43,10 +53,10 @@ impl Decider<'_> {
     fn on_rerun(&mut self, record: &CommandRecord) {
         let id = match self.command_execution(record) {
             Ok(id) => id,
-            Err(reason) => {
+            Err(unnamed) => {
                 return self.reject(
                     &format!("command rerun for {}", record.date),
-                    &reason,
+                    &unnamed.to_string(),
                     Rejection::Refused,
                 )
             }
