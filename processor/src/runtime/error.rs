@@ -88,10 +88,17 @@ impl Stop {
             if cause.is::<PartitionsAdded>() {
                 return Some(Stop::PartitionsAdded);
             }
-            let fenced = matches!(
-                cause.downcast_ref::<Fatal>(),
-                Some(Fatal::Transaction(_) | Fatal::Producer(_))
-            );
+            // A transaction refused for good without librdkafka's fatal state (a broker
+            // without transactions) is a failure: no other process's doing.
+            let fatal = (cause.downcast_ref::<Fatal>()).or_else(|| match cause.downcast_ref::<Error>() {
+                Some(Error::Fatal(fatal)) => Some(fatal),
+                _ => None,
+            });
+            let fenced = match fatal {
+                Some(Fatal::Transaction(r)) => r.is_fatal(),
+                Some(Fatal::Producer(_)) => true,
+                _ => false,
+            };
             (fenced || cause.is::<FatalClient>()).then_some(Stop::FatalClient)
         })
     }
@@ -175,6 +182,15 @@ mod tests {
         };
         assert_eq!(stop(TaskError::from(added).into()), Some(Stop::PartitionsAdded));
         assert_eq!(stop(FatalClient("fenced".into()).into()), Some(Stop::FatalClient));
+        let produce_error = |fatal: Option<&str>| ProduceError {
+            topic: "sluice.events".into(),
+            source: KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
+            fatal: fatal.map(Into::into),
+        };
+        let fenced_producer = Error::from(produce_error(Some("fenced")));
+        assert_eq!(stop(fenced_producer.into()), Some(Stop::FatalClient));
+        let refused = Error::from(produce_error(None));
+        assert_eq!(stop(refused.into()), None, "retried, not a stop");
         let over = TaskError::EvenItsRejection {
             pipeline: "p".into(),
             reason: OverLimit::Message {
