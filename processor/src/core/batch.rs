@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
-use super::changelog::{first_offsets, Checked, Entry, Lineage, Writer};
+use super::changelog::{first_offsets, Checked, Entry, Lineage, WentBack, Writer};
 
 /// The changelog writers of the owned partitions, by partition.
 pub trait Writers {
@@ -51,6 +51,10 @@ pub enum Action {
     /// Read changelog partition `partition` in `ranges` (others' records between this
     /// owner's); then [`Flush::on_read`].
     ReadChangelog { partition: i32, ranges: Vec<Range<i64>> },
+    /// Read where changelog partition `partition` ends (its high watermark): the batch's
+    /// records there were acknowledged without a place ([`Writer::places`]); then
+    /// [`Flush::on_end`].
+    ReadEnd { partition: i32 },
     /// Produce these end markers; then [`Flush::on_markers`].
     ProduceMarkers(Vec<Marker>),
     /// Exactly-once, a batch without input offsets: read the group's committed offsets of
@@ -70,9 +74,9 @@ pub enum Action {
     /// A newer owner fenced these partitions: give them up and stop. Nothing of the batch
     /// was written here or started.
     GiveUp(BTreeSet<i32>),
-    /// The batch's records landed on changelog partition `partition` below where this
-    /// owner's last ones had (see [`Writer::went_back`]): the changelog topic was recreated
-    /// under it. Stop: nothing of the batch counts, and nothing more may be written there.
+    /// Changelog partition `partition` ends where this owner's records had already landed
+    /// before the batch's (see [`Writer::ended`]): the changelog topic was recreated under
+    /// it. Stop: nothing of the batch counts, and nothing more may be written there.
     ChangelogWentBack { partition: i32 },
     /// The assignment was lost: stop; the partitions' new owners redo the batch.
     Abandon,
@@ -85,6 +89,13 @@ enum Stage {
     /// Exactly-once with no input offsets: the fence offsets first.
     Fence,
     Outputs,
+    /// Reading where the partitions end whose records were acknowledged without a place;
+    /// the holes found so far are read after.
+    Placing {
+        unplaced: VecDeque<i32>,
+        holes: VecDeque<(i32, Vec<Range<i64>>)>,
+        then: AfterCheck,
+    },
     /// Reading the holes in the changelog records just produced; `then` once all are read.
     Checking {
         holes: VecDeque<(i32, Vec<Range<i64>>)>,
@@ -154,6 +165,10 @@ impl Flush {
             Stage::Fence => Action::ReadFenceOffsets,
             Stage::Outputs if self.exactly_once => Action::Transact,
             Stage::Outputs => Action::Produce,
+            Stage::Placing { unplaced, .. } => match unplaced.front() {
+                Some(partition) => Action::ReadEnd { partition: *partition },
+                None => unreachable!("placing with nothing to place moves on at once"),
+            },
             Stage::Checking { holes, .. } => match holes.front() {
                 Some((partition, ranges)) => Action::ReadChangelog {
                     partition: *partition,
@@ -277,27 +292,67 @@ impl Flush {
         self.stage = Stage::Finished(action);
     }
 
-    /// Looks for holes where records landed, then goes on to `then`.
+    /// Looks for holes where records landed, then goes on to `then`. A partition none of
+    /// whose records the acknowledgements place (see [`Writer::places`]) is placed by where
+    /// it ends first.
     fn check(&mut self, landed: &[(i32, i64)], then: AfterCheck, writers: &mut dyn Writers) {
         let mut per_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
         for (p, offset) in landed {
             per_partition.entry(*p).or_default().push(*offset);
         }
-        let went_back = |(p, offsets): &(&i32, &Vec<i64>)| {
-            let writer = writers.writer(**p);
-            writer.is_some_and(|w| offsets.iter().any(|o| w.went_back(*o)))
-        };
-        if let Some((partition, _)) = per_partition.iter().find(went_back) {
-            return self.finish(Action::ChangelogWentBack { partition: *partition });
+        let mut unplaced = VecDeque::new();
+        let mut holes = VecDeque::new();
+        for (p, offsets) in per_partition {
+            let Some(writer) = writers.writer(p) else { continue };
+            // Some placed: the others are retried sends' (found duplicates) before them,
+            // inside the holes read anyway.
+            let placed: Vec<i64> = offsets.into_iter().filter(|o| writer.places(*o)).collect();
+            if placed.is_empty() {
+                unplaced.push_back(p);
+                continue;
+            }
+            let ranges = writer.landed(&placed);
+            if !ranges.is_empty() {
+                holes.push_back((p, ranges));
+            }
         }
-        let holes = (per_partition.into_iter())
-            .filter_map(|(p, offsets)| {
-                let ranges = writers.writer(p)?.landed(&offsets);
-                (!ranges.is_empty()).then_some((p, ranges))
-            })
-            .collect();
+        if !unplaced.is_empty() {
+            self.stage = Stage::Placing { unplaced, holes, then };
+            return;
+        }
         self.stage = Stage::Checking { holes, then };
         self.next_hole_or(then);
+    }
+
+    /// Where the partition asked for ends (`None`: it could not be read because the
+    /// assignment was lost). Its records lie before it, after the owner's last ones, among
+    /// others' maybe: that range is read as a hole; its marker's checkpoint becomes the
+    /// end's last offset, so that a reopening reads on from there. An end before the
+    /// owner's last records is the topic gone back ([`Writer::ended`]).
+    pub fn on_end(&mut self, end: Option<i64>, writers: &mut dyn Writers) {
+        let Stage::Placing { unplaced, holes, then } = &mut self.stage else {
+            return;
+        };
+        let (Some(partition), Some(end)) = (unplaced.pop_front(), end) else {
+            return self.finish(Action::Abandon);
+        };
+        if let Some(writer) = writers.writer(partition) {
+            match writer.ended(end) {
+                Err(WentBack) => return self.finish(Action::ChangelogWentBack { partition }),
+                Ok(between) if between.is_empty() => {}
+                Ok(between) => holes.push_back((partition, vec![between])),
+            }
+            if *then == AfterCheck::Store {
+                if let Some(checkpoint) = self.checkpoints.get_mut(&partition) {
+                    *checkpoint = end - 1;
+                }
+            }
+        }
+        if unplaced.is_empty() {
+            let (holes, then) = (std::mem::take(holes), *then);
+            self.stage = Stage::Checking { holes, then };
+            self.next_hole_or(then);
+        }
     }
 
     /// Stays checking while holes are left; else goes on.
@@ -389,17 +444,54 @@ mod tests {
     }
 
     /// A changelog topic recreated under its owner: the batch's records land below where
-    /// the owner's last ones did. The batch stops there, before its markers, state and
-    /// effects.
+    /// the owner's last ones did, and the partition ends there too. The batch stops there,
+    /// before its markers, state and effects.
     #[test]
-    fn records_landing_below_the_owners_last_ones_stop_the_batch() {
+    fn records_landing_below_the_owners_last_ones_stop_the_batch_when_the_partition_ends_there() {
         let mut w = writers();
         let mut f = both();
         f.on_produced(&[(0, 10), (1, 10)], false, &mut w);
         f.on_markers(&[(0, 11), (1, 11)], false, &mut w);
         let mut f = both();
         f.on_produced(&[(0, 12), (1, 0)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: 1 });
+        f.on_end(Some(1), &mut w);
         assert_eq!(f.poll(), Action::ChangelogWentBack { partition: 1 });
+        // Not when it ends where the owner's last records were (a watermark one short).
+        let mut f = both();
+        f.on_produced(&[(0, 0)], false, &mut w);
+        f.on_end(Some(w[&0].next_offset()), &mut w);
+        assert!(matches!(f.poll(), Action::ProduceMarkers(_)));
+    }
+
+    /// A retried send the broker found it had (seen on tansu after a cut connection) is
+    /// acknowledged with offsets counted from -1: not the topic gone back. Where the
+    /// partition ends places the records; what lies between is read as others' may be, and
+    /// the marker acknowledged the same way is checkpointed at the end.
+    #[test]
+    fn records_acknowledged_without_a_place_are_placed_by_the_partitions_end() {
+        let mut w = writers();
+        let mut f = both();
+        f.on_produced(&[(0, -1), (0, 0), (1, 10)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: 0 });
+        f.on_end(Some(13), &mut w);
+        assert_eq!(f.poll(), read(0, 10..13));
+        f.on_read(Some(&[]), &mut w);
+        assert!(matches!(f.poll(), Action::ProduceMarkers(_)));
+        f.on_markers(&[(0, -1), (1, 11)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: 0 });
+        f.on_end(Some(14), &mut w);
+        assert_eq!(f.poll(), read(0, 13..14));
+        f.on_read(Some(&[]), &mut w);
+        assert_eq!(
+            f.poll(),
+            Action::WriteStores([(0, (13, batch(1))), (1, (11, batch(1)))].into_iter().collect())
+        );
+        // Lost while placing: the batch stops.
+        let mut f = both();
+        f.on_produced(&[(1, 3)], false, &mut w);
+        f.on_end(None, &mut w);
+        assert_eq!(f.poll(), Action::Abandon);
     }
 
     #[test]

@@ -324,7 +324,7 @@ pub fn entry(offset: i64, key: &[u8], value: Option<&[u8]>, batch: Option<&[u8]>
     })
 }
 
-pub use writer::{epoch_at, first_offsets, Checked, Writer};
+pub use writer::{epoch_at, first_offsets, Checked, WentBack, Writer};
 
 #[cfg(test)]
 mod tests;

@@ -608,6 +608,10 @@ impl Processor {
                         warn!(partition, ?ranges, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
                     }
                 }
+                Action::ReadEnd { partition } => {
+                    let end = self.tasks.changelog_end(&self.consumer, partition).await;
+                    sealed.flush.on_end(end, &mut self.tasks.task.writers());
+                }
                 Action::ProduceMarkers(markers) => {
                     let mut outputs = self.tasks.task.marker_outputs(&markers);
                     let landed = self.collector.produce_all(&mut outputs).await?;

@@ -222,18 +222,20 @@ impl TaskManager {
     /// the assignment was lost meanwhile (an outage, or a pause).
     pub async fn read_changelog(&self, consumer: &Consumed, p: i32, ranges: &[Range<i64>]) -> Option<Vec<Entry>> {
         let topic = &self.topics.changelog;
-        let mut backoff = Backoff::outage();
-        loop {
-            let read = tokio::task::block_in_place(|| changelog::read_ranges(&self.kafka, topic, p, ranges));
-            match read {
-                Ok(entries) => return Some(entries),
-                Err(_) if consumer.assignment_lost() => return None,
-                Err(e) => {
-                    warn!(partition = p, error = %format!("{e:#}"), ?ranges, "could not read another writer's changelog records: the batch waits until they are read");
-                    backoff.wait().await;
-                }
-            }
-        }
+        let what = "another writer's changelog records";
+        while_owned(consumer, p, what, || {
+            changelog::read_ranges(&self.kafka, topic, p, ranges)
+        })
+        .await
+    }
+
+    /// Where changelog partition `p` ends (its high watermark), asked when the batch's records
+    /// there were acknowledged without an offset that places them (see
+    /// `core::changelog::Writer::places`). Waits as [`Tasks::read_changelog`] does.
+    pub async fn changelog_end(&self, consumer: &Consumed, p: i32) -> Option<i64> {
+        let topic = &self.topics.changelog;
+        let end = || Ok(consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?.1);
+        while_owned(consumer, p, "where the changelog ends", end).await
     }
 
     /// The journaled triggers that wait for nothing more (see [`Task::settle_triggers`]),
@@ -318,4 +320,20 @@ fn resume_input(consumer: &Consumed, p: i32, paused: &[(String, Option<i64>)]) -
         }
         Ok(())
     })
+}
+
+/// Reads with `read` until it answers, waiting out a broker that does not (the batch waits:
+/// nothing of it is written or started meanwhile); `None` once the assignment is lost.
+async fn while_owned<T>(consumer: &Consumed, p: i32, what: &str, mut read: impl FnMut() -> Result<T>) -> Option<T> {
+    let mut backoff = Backoff::outage();
+    loop {
+        match tokio::task::block_in_place(&mut read) {
+            Ok(read) => return Some(read),
+            Err(_) if consumer.assignment_lost() => return None,
+            Err(e) => {
+                warn!(partition = p, error = %format!("{e:#}"), "could not read {what}: the batch waits until it is read");
+                backoff.wait().await;
+            }
+        }
+    }
 }

@@ -134,6 +134,10 @@ pub fn flush<S: Store>(
                     .collect();
                 sealed.flush.on_read(Some(&entries), &mut task.writers());
             }
+            Action::ReadEnd { partition } => {
+                let end = log.end(&task.settings().changelog, partition);
+                sealed.flush.on_end(Some(end), &mut task.writers());
+            }
             Action::ProduceMarkers(markers) => {
                 let landed: Vec<_> = (task.marker_outputs(&markers).iter()).map(|o| log.append(o)).collect();
                 sealed.flush.on_markers(&landed, false, &mut task.writers());

@@ -235,7 +235,18 @@ struct Running {
     batch: Option<Sealed>,
     calls: Vec<Call>,
     /// The acknowledgement of its next produce round is lost: the round is sent again.
-    lose_ack: bool,
+    lose_ack: Option<Resend>,
+}
+
+/// How a produce round whose acknowledgement was lost is sent again.
+#[derive(Debug, Clone, Copy)]
+enum Resend {
+    /// As new records: they land a second time, after the first.
+    Again,
+    /// By the idempotent producer: the broker finds them duplicates and librdkafka
+    /// acknowledges them without a place, each partition's counted from the broker's base
+    /// offset -1 (seen on tansu after a cut connection).
+    Duplicate,
 }
 
 struct Instance {
@@ -447,7 +458,7 @@ impl World {
             positions: BTreeMap::new(),
             batch: None,
             calls: Vec::new(),
-            lose_ack: false,
+            lose_ack: None,
         });
         self.members.insert(i);
         self.rebalance();
@@ -532,7 +543,12 @@ impl World {
             }
             17 if awake => {
                 self.fault("lost acknowledgement", i);
-                self.instances[i].running.as_mut().expect("running").lose_ack = true;
+                let resend = if self.rng.bool() {
+                    Resend::Again
+                } else {
+                    Resend::Duplicate
+                };
+                self.instances[i].running.as_mut().expect("running").lose_ack = Some(resend);
             }
             18 if !running
                 && self.instances[i]
@@ -1110,14 +1126,21 @@ impl World {
         match action {
             Action::Produce if lost => sealed.flush.on_lost(),
             Action::Produce => {
-                let lose_ack = std::mem::take(&mut r.lose_ack);
-                if lose_ack {
+                let resend = r.lose_ack.take();
+                if let Some(Resend::Again) = resend {
                     // Landed, unacknowledged: sent again, it lands again after.
                     for output in &sealed.outputs {
                         self.log.append(output);
                     }
                 }
-                let landed: Vec<_> = sealed.outputs.iter().map(|o| self.log.append(o)).collect();
+                let mut landed: Vec<_> = sealed.outputs.iter().map(|o| self.log.append(o)).collect();
+                if let Some(Resend::Duplicate) = resend {
+                    let mut counted: BTreeMap<i32, i64> = BTreeMap::new();
+                    for (p, offset) in &mut landed {
+                        let next = counted.entry(*p).or_insert(-1);
+                        (*offset, *next) = (*next, *next + 1);
+                    }
+                }
                 let first = sealed.first_changelog;
                 sealed
                     .flush
@@ -1129,6 +1152,10 @@ impl World {
                     .flat_map(|range| self.log.entries(&topic, partition, range))
                     .collect();
                 sealed.flush.on_read(Some(&entries), &mut r.task.writers());
+            }
+            Action::ReadEnd { partition } => {
+                let end = self.log.end(&topic, partition);
+                sealed.flush.on_end(Some(end), &mut r.task.writers());
             }
             Action::ProduceMarkers(markers) => {
                 let landed: Vec<_> = (r.task.marker_outputs(&markers).iter())

@@ -31,6 +31,11 @@ pub enum Checked {
     Fenced,
 }
 
+/// The changelog partition ends where this owner had already seen its own records land:
+/// it was recreated or truncated under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WentBack;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Writer {
     /// Its epoch, and the last of its batches that counts.
@@ -82,15 +87,32 @@ impl Writer {
         self.next
     }
 
-    /// Whether the partition's offsets went back under this owner: `at`, where a record of
-    /// its own landed (acknowledged), lies below where its next record lands.
-    /// Offsets only grow while a topic lives, so the changelog topic was recreated (or
-    /// truncated) while the owner ran: what it wrote is gone from it, and a restore from it
-    /// would lose state. An acknowledgement that names no offset (negative: librdkafka's
-    /// for a retried send the broker found a duplicate of, DUPLICATE_SEQUENCE_NUMBER, after
-    /// a cut connection) says nothing of where the record is, so it never counts as one.
-    pub fn went_back(&self, at: i64) -> bool {
-        (0..self.next).contains(&at)
+    /// Whether an acknowledgement at `at` places a record of its own: at or past where its
+    /// next record lands. One below says one of two things, and only where the partition
+    /// ends tells which ([`Writer::ended`]): the changelog topic was recreated (or truncated)
+    /// under the owner, or the acknowledgement names no real offset. librdkafka acknowledges
+    /// a retried send that the broker found it already had (DUPLICATE_SEQUENCE_NUMBER, after
+    /// a cut connection) with the broker's base offset, -1, counted on through the batch:
+    /// its records are given offsets -1, 0, 1 … whatever they really are.
+    pub fn places(&self, at: i64) -> bool {
+        at >= self.next
+    }
+
+    /// Its records landed somewhere before `end`, the partition's end read after they were
+    /// acknowledged without a place ([`Writer::places`]). `Err`: the partition ends before
+    /// what this owner had already seen land, so it went back (recreated or truncated): what
+    /// it wrote is gone, and a restore from it would lose state. `Ok`: the range to read and
+    /// [`Writer::check`] (its own records among others'). An end just at its last records'
+    /// is not taken for the topic gone back: tansu 0.6 reports a high watermark one short
+    /// after a multi-record batch, and the record it leaves out is read with the next batch's
+    /// holes.
+    pub fn ended(&mut self, end: i64) -> Result<Range<i64>, WentBack> {
+        if end < self.next {
+            return Err(WentBack);
+        }
+        let between = self.next..end;
+        self.next = end;
+        Ok(between)
     }
 
     /// Its records landed at `offsets` (in any order): the ranges before them that hold
@@ -224,16 +246,33 @@ mod tests {
         let mut w = Writer::fenced_at(9);
         // The acceptance right after the fence: nothing in between.
         assert!(w.landed(&[10]).is_empty());
-        assert!(w.went_back(9) && !w.went_back(11), "its next record lands at 11");
-        // A retried send the broker knew already is acknowledged without an offset (seen on
-        // tansu after a cut connection): not a topic gone back.
-        assert!(!w.went_back(-1));
+        assert!(
+            !w.places(9) && !w.places(-1) && w.places(11),
+            "its next record lands at 11"
+        );
         // A batch landing out of order, with two others' records before it and one inside.
         assert_eq!(w.landed(&[15, 13, 16]), vec![11..13, 14..15]);
         assert_eq!(w.next_offset(), 17);
         // Retried sends land twice: an offset already passed is no hole.
         assert!(w.landed(&[12, 17]).is_empty());
         assert_eq!(w.next_offset(), 18);
+    }
+
+    #[test]
+    fn records_acknowledged_without_a_place_are_placed_by_where_the_partition_ends() {
+        let mut w = Writer::fenced_at(9);
+        assert!(w.landed(&[10, 11]).is_empty());
+        // A retried send found a duplicate: its records told -1, 0 (librdkafka's base -1).
+        assert!(!w.places(-1) && !w.places(0));
+        // The partition ends past them: they are somewhere in 12..15, among others' maybe.
+        assert_eq!(w.ended(15), Ok(12..15));
+        assert_eq!(w.next_offset(), 15);
+        // Ending before its records had already landed: the topic went back.
+        assert_eq!(w.ended(14), Err(WentBack));
+        assert_eq!(w.ended(3), Err(WentBack));
+        // Just where they had: a watermark reported short (tansu), nothing to read.
+        assert_eq!(w.ended(15), Ok(15..15));
+        assert_eq!(w.next_offset(), 15);
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl<S: Store> Task<S> {
         Ok(std::mem::take(&mut sealed.learned))
     }
 
-    /// The changelog went back under partition `p` (see [`Writer::went_back`]).
+    /// The changelog went back under partition `p` (see [`Writer::ended`]).
     pub fn changelog_went_back(&self, p: i32) -> TaskError {
         TaskError::ChangelogWentBack(p, self.settings.changelog.clone())
     }
