@@ -9,7 +9,7 @@
 //! depend on the state store's layout and the topics' formats); what follows from them is
 //! decided here.
 
-use super::lifecycle::{decide, Context, Decision, Input, PipelineState};
+use super::lifecycle::{decide, noting_unloaded, Context, Decision, Input, PipelineState, StateChange};
 use super::limits::OverLimit;
 use super::records::Rejection;
 
@@ -21,6 +21,9 @@ pub enum Unfit<E> {
     /// The input's rejection is itself over a limit (its event cannot be smaller than a
     /// rejection's: a limit set below what any event needs).
     EvenItsRejection { reason: OverLimit },
+    /// The state was read without some settled executions, and the decision asked for one
+    /// (see [`super::lifecycle::Executions`]): decide again from the state with them loaded.
+    Partial,
 }
 
 /// Decides `input` for `pipeline` from `state` and measures the decision with `fit`, which
@@ -35,7 +38,11 @@ pub fn decide_within<W, E>(
     source: impl FnOnce() -> String,
     mut fit: impl FnMut(&Decision) -> Result<Result<W, OverLimit>, E>,
 ) -> Result<(Decision, W), Unfit<E>> {
-    let decision = decide(state, pipeline, input, ctx);
+    let decide = |input: &Input| match noting_unloaded(|| decide(state, pipeline, input, ctx)) {
+        (decision, false) if !moves_timers_of_unloaded(state, &decision) => Ok(decision),
+        _ => Err(Unfit::Partial),
+    };
+    let decision = decide(input)?;
     let reason = match fit(&decision).map_err(Unfit::Failed)? {
         Ok(measured) => return Ok((decision, measured)),
         Err(over) => over,
@@ -45,11 +52,15 @@ pub fn decide_within<W, E>(
         reason: reason.to_string(),
         kind: Rejection::TooLarge,
     };
-    let decision = decide(state, pipeline, &rejected, ctx);
+    let decision = decide(&rejected)?;
     match fit(&decision).map_err(Unfit::Failed)? {
         Ok(measured) => Ok((decision, measured)),
         Err(reason) => Err(Unfit::EvenItsRejection { reason }),
     }
+}
+
+fn moves_timers_of_unloaded(state: &PipelineState, decision: &Decision) -> bool {
+    matches!(&decision.state, StateChange::Put(after) if state.moves_timers_of_unloaded(after))
 }
 
 #[cfg(test)]

@@ -51,6 +51,14 @@ pub struct Engine {
     pub timers: TimerIndex,
     /// Measures decisions against the limits; none: every decision fits.
     pub fit: Option<Fit>,
+    /// Decide from states read without their settled executions, as the store may read them
+    /// (see [`crate::core::lifecycle::Executions`]), deciding again from the whole state when
+    /// a decision asks for one: what that costs, and that it changes nothing, is tested here.
+    pub partial_reads: bool,
+    /// Of the decisions made from such states, how many were made again from the whole state.
+    pub redecided: usize,
+    /// Of the decisions made from such states, how many left some execution out.
+    pub decided_partially: usize,
 }
 
 impl Engine {
@@ -61,6 +69,9 @@ impl Engine {
             states: BTreeMap::new(),
             timers: TimerIndex::default(),
             fit: None,
+            partial_reads: false,
+            redecided: 0,
+            decided_partially: 0,
         }
     }
 
@@ -75,24 +86,52 @@ impl Engine {
     ) -> Result<Decision, Unapplied> {
         let stored = self.states.get(pipeline);
         let state = stored.cloned().unwrap_or_default();
+        let mut partial = state.clone();
+        // What the task is to load before deciding: the execution a timer names.
+        let named = match input {
+            Input::TimerFired(kind) => kind.execution(),
+            _ => None,
+        };
+        let left_out = if self.partial_reads {
+            partial.unload_settled(named)
+        } else {
+            0
+        };
         let ctx = Context {
             now: self.now,
             origin,
             settings: self.settings,
         };
-        let fit = &mut self.fit;
-        let measure = |decision: &Decision| fit.as_mut().map_or(Ok(Ok(())), |fit| fit(pipeline, stored, decision));
         let unapplied = |reason| Unapplied {
             pipeline: pipeline.to_string(),
             origin: origin.to_string(),
             reason,
         };
-        let decision = match decide_within(&state, pipeline, input, ctx, || origin.to_string(), measure) {
+        let fit = &mut self.fit;
+        // Measured against the state it was decided from.
+        let mut decide_from = |from: &PipelineState, read: Option<&PipelineState>| {
+            let measure = |decision: &Decision| fit.as_mut().map_or(Ok(Ok(())), |fit| fit(pipeline, read, decision));
+            decide_within(from, pipeline, input, ctx, || origin.to_string(), measure)
+        };
+        let mut decided = match left_out {
+            0 => decide_from(&state, stored),
+            _ => decide_from(&partial, stored.map(|_| &partial)),
+        };
+        if left_out > 0 {
+            self.decided_partially += 1;
+        }
+        if let Err(Unfit::Partial) = decided {
+            self.redecided += 1;
+            decided = decide_from(&state, stored);
+        }
+        let decision = match decided {
             Ok((decision, ())) => decision,
             Err(Unfit::Failed(reason)) => return Err(unapplied(format!("it could not be measured: {reason}"))),
             Err(Unfit::EvenItsRejection { reason }) => {
                 return Err(unapplied(format!("even its rejection is over a limit: {reason}")))
             }
+            // A whole state has nothing unloaded: never.
+            Err(Unfit::Partial) => return Err(unapplied("its state was read in part".to_string())),
         };
         self.apply(partition, pipeline, &decision);
         Ok(decision)
@@ -102,7 +141,12 @@ impl Engine {
         match &decision.state {
             StateChange::Unchanged => {}
             StateChange::Put(state) => {
-                self.states.insert(pipeline.to_string(), (**state).clone());
+                let mut state = (**state).clone();
+                // What a partial read left out is unchanged: taken back from the state read.
+                if let Some(read) = self.states.get(pipeline).filter(|_| state.executions.is_partial()) {
+                    state.executions.fill(&read.executions);
+                }
+                self.states.insert(pipeline.to_string(), state);
             }
             StateChange::Delete => {
                 self.states.remove(pipeline);

@@ -20,6 +20,7 @@ mod deadlines;
 mod dependencies;
 mod evaluation;
 mod evaluators;
+mod executions;
 mod forecast;
 mod held;
 mod job;
@@ -51,6 +52,7 @@ pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
 pub use anomalies::Flip;
 pub use evaluators::evaluator_run_id;
+pub use executions::{noting_unloaded, Executions};
 pub use forecast::ForecastMarks;
 pub use held::{HeldExecution, SensorData};
 
@@ -71,7 +73,7 @@ pub struct PipelineState {
     pub sensors: SharedMap<String, Shared<StoredSensor>>,
     /// Executions by [`ExecutionId`] (stored by its text form).
     #[serde(default)]
-    pub executions: SharedMap<ExecutionId, HeldExecution>,
+    pub executions: Executions,
     /// Every timer this pipeline has pending, by kind (one of each), so a config change or a
     /// delete can cancel exactly what was armed. Stored as a list of timers.
     #[serde(default, skip_serializing_if = "SharedMap::is_empty", with = "timer_list")]
@@ -94,6 +96,26 @@ impl PipelineState {
     /// When timer `kind` is due, if it is pending.
     pub fn due(&self, kind: &TimerKind) -> Option<DateTime<Utc>> {
         self.timers.get(kind).map(|t| t.at)
+    }
+
+    /// Leaves out the settled executions, as a read that loads only what a decision is
+    /// likely to need does (see [`Executions`]), but for `except` (the one an input names);
+    /// their timers stay. Returns how many.
+    pub fn unload_settled(&mut self, except: Option<&ExecutionId>) -> usize {
+        let settled: Vec<ExecutionId> = (self.executions.phases())
+            .filter(|(id, phase)| !phase.is_open() && except != Some(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        settled.iter().filter(|id| self.executions.unload(id)).count()
+    }
+
+    /// Whether `after`, a decision's state from this one, set, moved or cancelled a timer
+    /// armed for an execution left unloaded: its part holds its timers, and is not written
+    /// without the execution.
+    pub fn moves_timers_of_unloaded(&self, after: &PipelineState) -> bool {
+        self.executions.is_partial()
+            && (self.timers.changes(&after.timers).iter())
+                .any(|(kind, _, _)| kind.execution().is_some_and(|id| self.executions.is_unloaded(id)))
     }
 
     /// Arms `timer`, replacing the one of its kind.
@@ -1001,8 +1023,8 @@ impl<'a> Decider<'a> {
 
     /// The executions awaiting their rules (`only` that one, when named).
     fn awaiting_rules(&self, only: Option<&ExecutionId>) -> Vec<ExecutionId> {
-        (self.state.executions.iter())
-            .filter(|(id, e)| *e.phase() == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
+        (self.state.executions.phases())
+            .filter(|(id, phase)| **phase == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
             .map(|(id, _)| id.clone())
             .collect()
     }

@@ -243,8 +243,10 @@ impl Decider<'_> {
     /// was switched between cron and sensor-started): the date ran, so only a rerun of it
     /// may run it again (issue 60, item 3).
     fn ran_under_another_schedule(&self, id: &ExecutionId) -> Option<ExecutionId> {
-        (self.state.executions.iter())
-            .find(|(other, e)| other.schedule() != id.schedule() && other.date() == id.date() && e.attempt > 0)
+        // The date's other executions by id and phase first: only those are read.
+        (self.state.executions.phases())
+            .filter(|(other, _)| other.schedule() != id.schedule() && other.date() == id.date())
+            .find(|(other, _)| self.state.executions.get(*other).is_some_and(|e| e.attempt > 0))
             .map(|(other, _)| other.clone())
     }
 

@@ -120,6 +120,10 @@ pub(crate) fn touched_writes(
     };
     let (was, is) = (executions(before), executions(after));
     put(out, pipeline, EXECUTION, was.changes(&is), |id| id.to_string())?;
+    // Executions a read left unloaded (settled, no timer armed) that the decision removed.
+    for id in before.executions.unloaded_removed(&after.executions) {
+        out.push((part_key(pipeline, EXECUTION, id.as_str()), None));
+    }
     put(
         out,
         pipeline,
@@ -152,7 +156,7 @@ impl<'s> Touched<'s> {
         let mut loose = BTreeSet::new();
         // Executions changed (an unchanged one is the same allocation), added or removed.
         let mut came_or_went = Vec::new();
-        for (key, was, is) in before.executions.changes(&after.executions) {
+        for (key, was, is) in (before.executions.loaded()).changes(after.executions.loaded()) {
             if was.is_none() || is.is_none() {
                 came_or_went.push(key);
             }
@@ -186,7 +190,7 @@ fn armed_for(timer: &TimerKind, id: &ExecutionId) -> bool {
 
 /// The part of execution `id` in `state`, if it has that execution: as [`layout`] makes it.
 pub(crate) fn execution_part<'s>(state: &'s PipelineState, id: &ExecutionId) -> Option<ExecutionPart<'s>> {
-    let execution = state.executions.get(id)?;
+    let execution = state.executions.loaded().get(id)?;
     // In kind order, as the map holds them.
     let timers: Vec<&PendingTimer> = (state.timers.values())
         .filter(|t| armed_for(&t.timer, id))
@@ -247,7 +251,7 @@ struct Layout<'s> {
 }
 
 fn layout(state: &PipelineState) -> Layout<'_> {
-    let mut executions: SharedMap<&ExecutionId, ExecutionPart> = (state.executions.iter())
+    let mut executions: SharedMap<&ExecutionId, ExecutionPart> = (state.executions.loaded().iter())
         .map(|(id, execution)| (id, ExecutionPart::new(execution, Vec::new())))
         .collect();
     let mut timers = SharedMap::new();
@@ -286,10 +290,8 @@ fn put<K, V: Serialize>(
 /// Deletes of every part `stored` has.
 pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
     let layout = layout(stored);
-    let executions = layout
-        .executions
-        .keys()
-        .map(|id| part_key(pipeline, EXECUTION, id.as_str()));
+    // Every execution's, loaded or not.
+    let executions = (stored.executions.keys()).map(|id| part_key(pipeline, EXECUTION, id.as_str()));
     let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
     let timers = layout
         .timers

@@ -246,6 +246,11 @@ impl<S: Store> Task<S> {
                 pipeline: pipeline.to_string(),
                 reason,
             }),
+            // The store reads states whole (states read partially are issue 62's next step).
+            Err(Unfit::Partial) => Err(TaskError::Store {
+                partition: p,
+                source: format!("the state of {pipeline} was read without executions its decision needs").into(),
+            }),
         }
     }
 

@@ -268,7 +268,8 @@ fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     let before = hourly(3);
     let mut after = before.clone();
     // An execution is pruned with its timers, a reading with it.
-    let (gone, _) = after.executions.pop_first().unwrap();
+    let gone = after.executions.keys().next().unwrap().clone();
+    after.executions.remove(&gone);
     after.timers.retain(|_, t| execution_of(t).as_ref() != Some(&gone));
     let slot = after.sensors.keys().next().unwrap().clone();
     after.sensors.remove(&slot);
