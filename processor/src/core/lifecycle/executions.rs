@@ -78,6 +78,14 @@ impl Executions {
         self.loaded.get(id).or_else(|| self.asked(id))
     }
 
+    /// The phase of execution `id`, loaded or not.
+    pub fn phase<Q: Ord + ?Sized>(&self, id: &Q) -> Option<&Phase>
+    where
+        ExecutionId: Borrow<Q>,
+    {
+        (self.loaded.get(id).map(HeldExecution::phase)).or_else(|| self.unloaded.get(id))
+    }
+
     /// Execution `id` to change. `None` for one left unloaded too, which is noted.
     pub fn get_mut<Q: Ord + ?Sized>(&mut self, id: &Q) -> Option<&mut HeldExecution>
     where
@@ -309,6 +317,7 @@ mod tests {
         assert!(part.contains_key(&id("2026-11-22")));
         let phases: Vec<bool> = part.phases().map(|(_, p)| p.is_open()).collect();
         assert_eq!(phases, [false, false, true]);
+        assert!(part.phase(&id("2026-11-22")).is_some_and(|p| !p.is_open()));
         // Ids and phases need nothing unloaded.
         assert!(!noting_unloaded(|| part.keys().count() + part.phases().count()).1);
         assert!(!noting_unloaded(|| part.get(&id("2026-11-21")).is_some()).1);

@@ -54,10 +54,13 @@ impl Decider<'_> {
         if dormant(&config, id.date().day).is_some() {
             return;
         }
-        let execution = self.state.executions.get(id);
         // Ended, or its SLA already settled: nothing left to forecast. (Its phase first: a
-        // success forecasts every date still owed, and an ended one need not be decoded.)
-        if execution.is_some_and(|e| !e.phase().is_open() || e.sla.met || e.sla.breached) {
+        // success forecasts every date still owed, and an ended one need not be read.)
+        if self.state.executions.phase(id).is_some_and(|p| !p.is_open()) {
+            return;
+        }
+        let execution = self.state.executions.get(id);
+        if execution.is_some_and(|e| e.sla.met || e.sla.breached) {
             return;
         }
         let triggered_at = execution.and_then(|e| e.first_triggered_at);

@@ -14,7 +14,7 @@ use chrono_tz::Tz;
 use serde_json::{json, Value};
 
 use super::schedule::dormant;
-use super::{detail, Decider};
+use super::{detail, Decider, Phase};
 use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
@@ -81,7 +81,7 @@ impl Decider<'_> {
         let hourly = matches!(deadline, Deadline::Hourly { .. });
         let next = next_date_due(now, config.schedule.timezone, hourly, |date| {
             let id = ExecutionId::new(config.schedule_id(), date);
-            let done = self.state.executions.get(&id).is_some_and(|e| e.phase().is_completed());
+            let done = self.state.executions.phase(&id).is_some_and(Phase::is_completed);
             deadline_of(config, date).filter(|_| dormant(config, date.day).is_none() && !done)
         });
         if let Some((date, _)) = next {
