@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use super::apply::{decide_within, Unfit};
 use super::events::Event;
 use super::execution::RunId;
-use super::lifecycle::{Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use super::lifecycle::{likely_needs, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
 use super::limits::OverLimit;
 use super::output::HostError;
 use super::timers::{timer_origin, TimerIndex};
@@ -55,6 +55,9 @@ pub struct Engine {
     /// (see [`crate::core::lifecycle::Executions`]), deciding again from the whole state when
     /// a decision asks for one: what that costs, and that it changes nothing, is tested here.
     pub partial_reads: bool,
+    /// With `partial_reads`, whether the executions a decision is likely to need are loaded
+    /// first ([`likely_needs`]); if not, every settled one is left out.
+    pub guess_needs: bool,
     /// Of the decisions made from such states, how many were made again from the whole state.
     pub redecided: usize,
     /// Of the decisions made from such states, how many left some execution out.
@@ -70,6 +73,7 @@ impl Engine {
             timers: TimerIndex::default(),
             fit: None,
             partial_reads: false,
+            guess_needs: true,
             redecided: 0,
             decided_partially: 0,
         }
@@ -87,15 +91,10 @@ impl Engine {
         let stored = self.states.get(pipeline);
         let state = stored.cloned().unwrap_or_default();
         let mut partial = state.clone();
-        // What the task is to load before deciding: the execution a timer names.
-        let named = match input {
-            Input::TimerFired(kind) => kind.execution(),
-            _ => None,
-        };
-        let left_out = if self.partial_reads {
-            partial.unload_settled(named)
-        } else {
-            0
+        let now = self.now;
+        let left_out = match self.partial_reads {
+            true => partial.unload_settled(|id| self.guess_needs && likely_needs(input, now, id)),
+            false => 0,
         };
         let ctx = Context {
             now: self.now,
