@@ -74,9 +74,8 @@ pub enum Action {
     /// A newer owner fenced these partitions: give them up and stop. Nothing of the batch
     /// was written here or started.
     GiveUp(BTreeSet<i32>),
-    /// Changelog partition `partition` ends where this owner's records had already landed
-    /// before the batch's (see [`Writer::ended`]): the changelog topic was recreated under
-    /// it. Stop: nothing of the batch counts, and nothing more may be written there.
+    /// Changelog partition `partition` ends before where this owner's records had already
+    /// landed (see [`Writer::ended`]): the changelog topic was recreated under it. Stop: nothing of the batch counts, and nothing more may be written there.
     ChangelogWentBack { partition: i32 },
     /// The assignment was lost: stop; the partitions' new owners redo the batch.
     Abandon,
@@ -306,7 +305,8 @@ impl Flush {
             let Some(writer) = writers.writer(p) else { continue };
             // Some placed: the others are retried sends' (found duplicates) before them,
             // inside the holes read anyway.
-            let placed: Vec<i64> = offsets.into_iter().filter(|o| writer.places(*o)).collect();
+            let mut placed = offsets;
+            placed.retain(|o| writer.places(*o));
             if placed.is_empty() {
                 unplaced.push_back(p);
                 continue;

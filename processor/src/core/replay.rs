@@ -90,12 +90,15 @@ impl Engine {
     ) -> Result<Decision, Unapplied> {
         let stored = self.states.get(pipeline);
         let state = stored.cloned().unwrap_or_default();
-        let mut partial = state.clone();
-        let now = self.now;
-        let left_out = match self.partial_reads {
-            true => partial.unload_settled(|id| self.guess_needs && likely_needs(input, now, id)),
-            false => 0,
-        };
+        // Read in part only when asked to: a clone of the state otherwise saved.
+        let mut partial = None;
+        if self.partial_reads {
+            let needed = likely_needs(input, self.now);
+            let mut read = state.clone();
+            if read.unload_settled(|id| self.guess_needs && needed(id)) > 0 {
+                partial = Some(read);
+            }
+        }
         let ctx = Context {
             now: self.now,
             origin,
@@ -112,13 +115,13 @@ impl Engine {
             let measure = |decision: &Decision| fit.as_mut().map_or(Ok(Ok(())), |fit| fit(pipeline, read, decision));
             decide_within(from, pipeline, input, ctx, || origin.to_string(), measure)
         };
-        let mut decided = match left_out {
-            0 => decide_from(&state, stored),
-            _ => decide_from(&partial, stored.map(|_| &partial)),
+        let mut decided = match &partial {
+            None => decide_from(&state, stored),
+            Some(partial) => {
+                self.decided_partially += 1;
+                decide_from(partial, stored.map(|_| partial))
+            }
         };
-        if left_out > 0 {
-            self.decided_partially += 1;
-        }
         if let Err(Unfit::Partial) = decided {
             self.redecided += 1;
             decided = decide_from(&state, stored);

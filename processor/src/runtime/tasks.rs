@@ -222,8 +222,8 @@ impl TaskManager {
     /// the assignment was lost meanwhile (an outage, or a pause).
     pub async fn read_changelog(&self, consumer: &Consumed, p: i32, ranges: &[Range<i64>]) -> Option<Vec<Entry>> {
         let topic = &self.topics.changelog;
-        let what = "another writer's changelog records";
-        while_owned(consumer, p, what, || {
+        let what = format!("another writer's changelog records in {ranges:?}");
+        while_owned(consumer, p, &what, || {
             changelog::read_ranges(&self.kafka, topic, p, ranges)
         })
         .await
@@ -231,7 +231,7 @@ impl TaskManager {
 
     /// Where changelog partition `p` ends (its high watermark), asked when the batch's records
     /// there were acknowledged without an offset that places them (see
-    /// `core::changelog::Writer::places`). Waits as [`Tasks::read_changelog`] does.
+    /// `core::changelog::Writer::places`). Waits as [`TaskManager::read_changelog`] does.
     pub async fn changelog_end(&self, consumer: &Consumed, p: i32) -> Option<i64> {
         let topic = &self.topics.changelog;
         let end = || Ok(consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?.1);

@@ -100,8 +100,7 @@ impl PipelineState {
 
     /// Leaves out the settled executions, as a read that loads only what a decision is
     /// likely to need does (see [`Executions`]), but for those `except` keeps (see
-    /// [`likely_needs`]);
-    /// their timers stay. Returns how many.
+    /// [`likely_needs`]); their timers stay. Returns how many.
     pub fn unload_settled(&mut self, except: impl Fn(&ExecutionId) -> bool) -> usize {
         let settled: Vec<ExecutionId> = (self.executions.phases())
             .filter(|(id, phase)| !phase.is_open() && !except(id))
@@ -808,23 +807,31 @@ impl Default for Settings {
     }
 }
 
-/// Whether a decision on `input` at `now` is likely to read execution `id` itself, so that a
-/// read that leaves settled executions out (see [`Executions`]) loads it first: the one a
+/// Which executions a decision on `input` at `now` is likely to read themselves, so that a
+/// read that leaves settled executions out (see [`Executions`]) loads them first: the one a
 /// timer or a job report names, those of the date a command names, and those of the day a
 /// reading names (an undated one: today's or yesterday's, by `now` in UTC). A guess, never a
 /// rule: a decision that asks for more is made again from the whole state, so a wrong guess
 /// costs time, not a wrong decision.
-pub fn likely_needs(input: &Input, now: DateTime<Utc>, id: &ExecutionId) -> bool {
-    let day = id.date().day;
-    match input {
-        Input::TimerFired(kind) => kind.execution() == Some(id),
-        Input::JobReported(report) => report.execution == *id,
-        Input::CommandReceived(record) => record.date.get(..10) == Some(day.to_string().as_str()),
-        Input::SensorReceived(reading) => match reading.date {
-            Some(date) => date == day,
-            None => matches!((now.date_naive() - day).num_days(), 0 | 1),
-        },
-        _ => false,
+pub fn likely_needs<'i>(input: &'i Input, now: DateTime<Utc>) -> impl Fn(&ExecutionId) -> bool + 'i {
+    let today = now.date_naive();
+    let named_day = match input {
+        Input::CommandReceived(record) => record.date.get(..10).and_then(|d| d.parse::<NaiveDate>().ok()),
+        Input::SensorReceived(reading) => reading.date,
+        _ => None,
+    };
+    move |id: &ExecutionId| {
+        let day = id.date().day;
+        match input {
+            Input::TimerFired(kind) => kind.execution() == Some(id),
+            Input::JobReported(report) => report.execution == *id,
+            Input::CommandReceived(_) => named_day == Some(day),
+            Input::SensorReceived(_) => match named_day {
+                Some(named) => named == day,
+                None => matches!((today - day).num_days(), 0 | 1),
+            },
+            _ => false,
+        }
     }
 }
 

@@ -120,7 +120,7 @@ pub(crate) fn touched_writes(
     };
     let (was, is) = (executions(before), executions(after));
     put(out, pipeline, EXECUTION, was.changes(&is), |id| id.to_string())?;
-    // Executions a read left unloaded (settled, no timer armed) that the decision removed.
+    // Executions a read left unloaded (settled) that the decision removed: only by id.
     for id in before.executions.unloaded_removed(&after.executions) {
         out.push((part_key(pipeline, EXECUTION, id.as_str()), None));
     }
