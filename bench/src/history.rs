@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
-use sluice::core::lifecycle::{decide, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use sluice::core::lifecycle::{decide, Context, Decision, Effect, Input, Needs, PipelineState, Settings, StateChange};
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
 use sluice::core::status::summarize;
 use sluice::runtime::store::{parts, PartitionStore, StoreBatch};
@@ -140,7 +140,9 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
     // config parsed yet, so its config counts, as the estimate counts it).
     drop(store);
     store = PartitionStore::open(&dir, 0)?;
-    let (state, held) = crate::measure::heap_held_by(|| store.stored(&p.id));
+    // Read for what the reading needs, as the loop reads it (see `Needs`).
+    let needs = Needs::of(&reading, p.now);
+    let (state, held) = crate::measure::heap_held_by(|| store.stored(&p.id, &needs));
     let estimate = state?.map_or(0, |s| sluice::runtime::store::estimated_size(&s.state));
     let mut decodes = Vec::new();
     for _ in 0..rounds {
@@ -148,7 +150,7 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
         drop(store);
         store = PartitionStore::open(&dir, 0)?;
         let started = Instant::now();
-        std::hint::black_box(store.stored(&p.id)?);
+        std::hint::black_box(store.stored(&p.id, &needs)?);
         decodes.push(started.elapsed().as_secs_f64() * 1e6);
     }
     let decode = median(decodes);
@@ -163,7 +165,7 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
         _ => p.state.clone(),
     };
     let diff = time(rounds, || {
-        std::hint::black_box(parts::writes(&p.id, Some(&p.state), &after).expect("encodable"));
+        std::hint::black_box(parts::writes(&p.id, Some(&p.state), &after, false).expect("encodable"));
     });
     let summary = time(rounds, || {
         std::hint::black_box(summarize(&p.id, &after));

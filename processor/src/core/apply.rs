@@ -39,7 +39,7 @@ pub fn decide_within<W, E>(
     mut fit: impl FnMut(&Decision) -> Result<Result<W, OverLimit>, E>,
 ) -> Result<(Decision, W), Unfit<E>> {
     let decide = |input: &Input| match noting_unloaded(|| decide(state, pipeline, input, ctx)) {
-        (decision, false) if !moves_timers_of_unloaded(state, &decision) => Ok(decision),
+        (decision, false) if !moves_timers_not_read(state, &decision) => Ok(decision),
         _ => Err(Unfit::Partial),
     };
     let decision = decide(input)?;
@@ -59,8 +59,8 @@ pub fn decide_within<W, E>(
     }
 }
 
-fn moves_timers_of_unloaded(state: &PipelineState, decision: &Decision) -> bool {
-    matches!(&decision.state, StateChange::Put(after) if state.moves_timers_of_unloaded(after))
+fn moves_timers_not_read(state: &PipelineState, decision: &Decision) -> bool {
+    matches!(&decision.state, StateChange::Put(after) if state.moves_timers_not_read(after))
 }
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ pub struct Before<'s> {
     /// Stored in parts: a write then only updates the parts that changed (a state not
     /// stored at all is written whole, its head too).
     pub in_parts: bool,
+    /// Its head was written before reads in part: written again (see
+    /// [`Stored::head_stale`](crate::core::task::Stored::head_stale)).
+    pub head_stale: bool,
 }
 
 /// A decision's records, encoded.

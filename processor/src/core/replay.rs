@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use super::apply::{decide_within, Unfit};
 use super::events::Event;
 use super::execution::RunId;
-use super::lifecycle::{likely_needs, Context, Decision, Effect, Input, PipelineState, Settings, StateChange};
+use super::lifecycle::{Context, Decision, Effect, Input, Needs, PipelineState, Settings, StateChange};
 use super::limits::OverLimit;
 use super::output::HostError;
 use super::timers::{timer_origin, TimerIndex};
@@ -51,12 +51,12 @@ pub struct Engine {
     pub timers: TimerIndex,
     /// Measures decisions against the limits; none: every decision fits.
     pub fit: Option<Fit>,
-    /// Decide from states read without their settled executions, as the store may read them
-    /// (see [`crate::core::lifecycle::Executions`]), deciding again from the whole state when
-    /// a decision asks for one: what that costs, and that it changes nothing, is tested here.
+    /// Decide from states read in part, as the store reads them (see
+    /// [`crate::core::lifecycle::Executions`]), deciding again from the whole state when a
+    /// decision asks for more: what that costs, and that it changes nothing, is tested here.
     pub partial_reads: bool,
-    /// With `partial_reads`, whether the executions a decision is likely to need are loaded
-    /// first ([`likely_needs`]); if not, every settled one is left out.
+    /// With `partial_reads`, whether the days a decision is likely to need are read
+    /// ([`Needs`]); if not, only the live executions are.
     pub guess_needs: bool,
     /// Of the decisions made from such states, how many were made again from the whole state.
     pub redecided: usize,
@@ -93,9 +93,15 @@ impl Engine {
         // Read in part only when asked to: a clone of the state otherwise saved.
         let mut partial = None;
         if self.partial_reads {
-            let needed = likely_needs(input, self.now);
-            let mut read = state.clone();
-            if read.unload_settled(|id| self.guess_needs && needed(id)) > 0 {
+            let needs = Needs::of(input, self.now);
+            let days = match (self.guess_needs, needs.days()) {
+                (true, None) => None,
+                (true, Some(days)) => Some(days),
+                (false, _) => Some(&[][..]),
+            };
+            if let Some(days) = days {
+                let mut read = state.clone();
+                read.read_in_part(days);
                 partial = Some(read);
             }
         }
@@ -144,9 +150,9 @@ impl Engine {
             StateChange::Unchanged => {}
             StateChange::Put(state) => {
                 let mut state = (**state).clone();
-                // What a partial read left out is unchanged: taken back from the state read.
+                // What a read in part left out is unchanged: taken back from the state read.
                 if let Some(read) = self.states.get(pipeline).filter(|_| state.executions.is_partial()) {
-                    state.executions.fill(&read.executions);
+                    state.fill(read);
                 }
                 self.states.insert(pipeline.to_string(), state);
             }

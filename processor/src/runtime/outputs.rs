@@ -50,7 +50,7 @@ impl Encoder {
         let writes = match &decision.state {
             StateChange::Put(state) => {
                 let stored = before.in_parts.then_some(before.state);
-                let writes = parts::writes(pipeline, stored, state)?;
+                let writes = parts::writes(pipeline, stored, state, before.head_stale)?;
                 // Each write is one changelog record: its key counts as much as its value.
                 let largest = writes
                     .iter()
@@ -136,6 +136,7 @@ pub fn replay_fit(codec: &Codec, topics: &Topics, limits: Limits) -> Fit {
         let before = Before {
             state: stored.unwrap_or(&empty),
             in_parts: stored.is_some(),
+            head_stale: false,
         };
         Ok(encoder.encode(pipeline, before, decision)?.map(drop))
     })
@@ -201,6 +202,7 @@ mod tests {
         let before = Before {
             state: &PipelineState::default(),
             in_parts: false,
+            head_stale: false,
         };
         let encoded = encoder.encode("gold", before, &accepted()).unwrap().unwrap();
         assert_eq!(encoded.events.len(), 1);

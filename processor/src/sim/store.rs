@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
-use crate::core::lifecycle::{Effect, PipelineState};
+use crate::core::lifecycle::{Effect, Needs, PipelineState};
 use crate::core::output::HostError;
 use crate::core::state::{config_key, effect_key, parts, window_key, StoreBatch};
 use crate::core::task::{Store, Stored};
@@ -77,29 +77,39 @@ fn corrupt(what: &str, e: impl std::fmt::Display) -> HostError {
     format!("corrupt {what}: {e}").into()
 }
 
+impl parts::Source for Disk {
+    type Error = std::convert::Infallible;
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(self.kv.get(key).cloned())
+    }
+
+    fn scan(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        each: &mut parts::Each<'_>,
+    ) -> Result<Result<(), parts::PartError>, Self::Error> {
+        Ok(self
+            .kv
+            .range(from.to_vec()..to.to_vec())
+            .try_for_each(|(k, v)| each(k, v)))
+    }
+}
+
 impl Store for MemoryStore {
-    fn stored(&self, pipeline: &str) -> Result<Option<Stored>, HostError> {
+    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError> {
         let disk = self.0.borrow();
-        let Some(head) = disk.kv.get(&parts::head_key(pipeline)) else {
+        let Some(mut read) = parts::read(&*disk, pipeline, needs.days()).map_err(|e| corrupt("a state", e))? else {
             return Ok(None);
         };
-        let mut state: PipelineState = serde_json::from_slice(head).map_err(|e| corrupt("a head", e))?;
-        let in_parts = parts::in_parts(&state);
-        let prefix = parts::parts_prefix(pipeline);
-        for (key, value) in disk.kv.range(prefix.clone()..parts::parts_end(pipeline)) {
-            let suffix = &key[prefix.len()..];
-            parts::add_part(&mut state, suffix, value).map_err(|e| corrupt("a part", e))?;
-        }
-        if state.config.is_none() {
+        if read.state.config.is_none() {
             if let Some(json) = disk.kv.get(&config_key(pipeline)) {
                 let config: PipelineConfig = serde_json::from_slice(json).map_err(|e| corrupt("a config", e))?;
-                state.config = Some(Arc::new(config));
+                read.state.config = Some(Arc::new(config));
             }
         }
-        Ok(Some(Stored {
-            state: Arc::new(state),
-            in_parts,
-        }))
+        Ok(Some(Stored::of(read)))
     }
 
     fn applied_offset(&self, topic: &str) -> Option<i64> {

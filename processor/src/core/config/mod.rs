@@ -20,7 +20,7 @@ pub use job::{
 pub use model::{
     AgeBound, Anomalies, Calendar, Check, ClockTime, Comparison, Deadline, DeadlineDay, Dependency, Evaluation,
     Evaluator, ExcludeBy, Exclusions, Flapping, Mode, PipelineConfig, PostRun, Rule, Schedule, Severity, Sla, SlaTime,
-    UndatedReadings, Validation, INCLUSION_LOOKBACK_DAYS,
+    UndatedReadings, Validation, INCLUSION_LOOKBACK_DAYS, SCHEDULE_IDS,
 };
 pub use reader::{parse, yaml_to_json, ConfigError, Parsed, Problem, Variables, MAX_PIPELINE_ID_LEN};
 pub use unlike_interlock::{days_skipped_unlike_interlock, runs_unlike_interlock};

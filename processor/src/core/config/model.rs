@@ -308,6 +308,10 @@ impl Exclusions {
     }
 }
 
+/// Every schedule id an execution is named by: a cron-started pipeline's, a
+/// sensor-started one's.
+pub const SCHEDULE_IDS: [&str; 2] = ["cron", "stream"];
+
 /// A valid pipeline config. It keeps the JSON it was parsed from: that is what travels on
 /// `sluice.config` and what is stored, so the typed view is always derived from one source.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -397,12 +401,12 @@ impl PipelineConfig {
     }
 
     /// The schedule id that, with the date, names an execution (`cron` or `stream`, as in
-    /// the earlier design).
+    /// the earlier design): one of [`SCHEDULE_IDS`].
     pub fn schedule_id(&self) -> &'static str {
         if self.schedule.cron.is_some() {
-            "cron"
+            SCHEDULE_IDS[0]
         } else {
-            "stream"
+            SCHEDULE_IDS[1]
         }
     }
 

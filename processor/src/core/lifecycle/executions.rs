@@ -1,26 +1,27 @@
-//! A pipeline's executions as a decision sees them: each one loaded, or a settled one the
-//! store holds but this read left out, known by its id and phase only (issue 62).
+//! A pipeline's executions as a decision sees them: every one (a state read whole), or a
+//! state read in part (issue 62): the live executions (open, or holding a timer other than
+//! their expiry) and every execution of the days the decision is likely to need, and no
+//! other.
 //!
 //! A reading touches the one or two executions of its date; a week of hourly history is 168
 //! more. Reading them all made a record's cost follow the history, and made a decoded state
-//! too large for the store's cache. A state may therefore be read with its settled
-//! executions *unloaded*: present to every question that needs only ids and phases
-//! ([`Executions::contains_key`], [`Executions::keys`], [`Executions::phases`]), absent
-//! to one that needs an execution itself ([`Executions::get`] answers `None`).
-//!
-//! An answer given without an execution the store holds may be wrong, so it is noted
-//! ([`noting_unloaded`]) and the decision is made again from the whole state: a decision
-//! that asked for nothing unloaded is the decision the whole state gives, because every
-//! answer it was given is the one the whole state gives. The note is per thread and per
-//! decision: a decision runs on one thread, start to end, and reads nothing else.
+//! too large for the store's cache. Read in part, a state answers every question whose answer
+//! it holds: an execution loaded, or one of a day it read whole (then it is known to be
+//! absent), the open executions (all of them are live, so loaded). A question it cannot
+//! answer (an execution of a day it did not read, a scan of every execution) is answered as
+//! if nothing were there and is noted ([`noting_unloaded`]); the decision is then made again
+//! from the whole state. A decision that noted nothing received only the answers the whole
+//! state would give, so it is the decision the whole state gives. The note is per thread and
+//! per decision: a decision runs on one thread, start to end, and reads nothing else.
 
-use std::borrow::Borrow;
 use std::cell::Cell;
-use std::iter::Peekable;
+use std::collections::BTreeSet;
 
+use chrono::NaiveDate;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{HeldExecution, Phase, SharedMap};
+use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::ExecutionId;
 
 thread_local! {
@@ -31,8 +32,8 @@ fn note_unloaded() {
     ASKED_UNLOADED.with(|asked| asked.set(true));
 }
 
-/// Runs `decide` and says whether it asked for an execution left unloaded (then its answer
-/// may differ from the whole state's and must not be used).
+/// Runs `decide` and says whether it asked what a state read in part cannot answer (then its
+/// answer may differ from the whole state's and must not be used).
 pub fn noting_unloaded<T>(decide: impl FnOnce() -> T) -> (T, bool) {
     let before = ASKED_UNLOADED.with(|asked| asked.replace(false));
     let out = decide();
@@ -44,8 +45,18 @@ pub fn noting_unloaded<T>(decide: impl FnOnce() -> T) -> (T, bool) {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Executions {
     loaded: SharedMap<ExecutionId, HeldExecution>,
-    /// Settled executions the store holds that this read left out: their phase only.
-    unloaded: SharedMap<ExecutionId, Phase>,
+    /// `None`: every execution is loaded. `Some`: the state was read in part.
+    part: Option<std::sync::Arc<Part>>,
+}
+
+/// What a state read in part holds beside its live executions.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Part {
+    /// The days whose executions (of every schedule) are all loaded.
+    days: BTreeSet<NaiveDate>,
+    /// Executions removed since the read: filling the state from the store must not bring
+    /// them back.
+    removed: BTreeSet<ExecutionId>,
 }
 
 impl Executions {
@@ -53,146 +64,185 @@ impl Executions {
         Executions::default()
     }
 
-    /// Every execution, loaded or not.
+    /// Whether this state can say if it has execution `id`: it is loaded, or the state was
+    /// read whole, or `id`'s day was.
+    fn knows(&self, id: &ExecutionId) -> bool {
+        match &self.part {
+            None => true,
+            Some(part) => self.loaded.contains_key(id) || part.knows_day_of(id),
+        }
+    }
+
+    /// Notes a question this state cannot answer (see [`noting_unloaded`]).
+    fn ask(&self, id: &ExecutionId) {
+        if !self.knows(id) {
+            note_unloaded();
+        }
+    }
+
+    /// Notes a question that needs every execution, when not every one is loaded.
+    fn ask_all(&self) {
+        if self.part.is_some() {
+            note_unloaded();
+        }
+    }
+
+    /// Every execution (noted when read in part).
     pub fn len(&self) -> usize {
-        self.loaded.len() + self.unloaded.len()
+        self.ask_all();
+        self.loaded.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.loaded.is_empty() && self.unloaded.is_empty()
-    }
-
-    /// Whether the pipeline has execution `id`, loaded or not.
-    pub fn contains_key<Q: Ord + ?Sized>(&self, id: &Q) -> bool
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        self.loaded.contains_key(id) || self.unloaded.contains_key(id)
-    }
-
-    /// Execution `id`. `None` for one left unloaded too, which is noted.
-    pub fn get<Q: Ord + ?Sized>(&self, id: &Q) -> Option<&HeldExecution>
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        self.loaded.get(id).or_else(|| self.asked(id))
-    }
-
-    /// The phase of execution `id`, loaded or not.
-    pub fn phase<Q: Ord + ?Sized>(&self, id: &Q) -> Option<&Phase>
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        (self.loaded.get(id).map(HeldExecution::phase)).or_else(|| self.unloaded.get(id))
-    }
-
-    /// Execution `id` to change. `None` for one left unloaded too, which is noted.
-    pub fn get_mut<Q: Ord + ?Sized>(&mut self, id: &Q) -> Option<&mut HeldExecution>
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        if self.loaded.contains_key(id) {
-            return self.loaded.get_mut(id);
+        if self.loaded.is_empty() {
+            self.ask_all();
         }
-        self.asked::<(), Q>(id);
-        None
+        self.loaded.is_empty()
     }
 
-    fn asked<T, Q: Ord + ?Sized>(&self, id: &Q) -> Option<T>
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        if self.unloaded.contains_key(id) {
-            note_unloaded();
-        }
-        None
+    /// Whether the pipeline has execution `id`.
+    pub fn contains_key(&self, id: &ExecutionId) -> bool {
+        self.ask(id);
+        self.loaded.contains_key(id)
     }
 
-    /// Adds or replaces execution `id`; replacing one left unloaded is noted (the decision
-    /// never saw what it replaced).
+    /// Execution `id`.
+    pub fn get(&self, id: &ExecutionId) -> Option<&HeldExecution> {
+        self.ask(id);
+        self.loaded.get(id)
+    }
+
+    /// The phase of execution `id`.
+    pub fn phase(&self, id: &ExecutionId) -> Option<&Phase> {
+        self.get(id).map(HeldExecution::phase)
+    }
+
+    /// Execution `id` to change.
+    pub fn get_mut(&mut self, id: &ExecutionId) -> Option<&mut HeldExecution> {
+        self.ask(id);
+        self.loaded.get_mut(id)
+    }
+
+    /// Adds or replaces execution `id`.
     pub fn insert(&mut self, id: ExecutionId, execution: HeldExecution) -> Option<HeldExecution> {
-        if self.unloaded.remove(&id).is_some() {
-            note_unloaded();
-        }
+        self.ask(&id);
         self.loaded.insert(id, execution)
     }
 
-    /// Removes execution `id`, loaded or not (removing needs no more than its id); returns
-    /// it if it was loaded.
-    pub fn remove<Q: Ord + ?Sized>(&mut self, id: &Q) -> Option<HeldExecution>
-    where
-        ExecutionId: Borrow<Q>,
-    {
-        self.unloaded.remove(id);
-        self.loaded.remove(id)
-    }
-
-    /// Every execution's id, loaded or not, in order.
-    pub fn keys(&self) -> impl Iterator<Item = &ExecutionId> + '_ {
-        self.phases().map(|(id, _)| id)
-    }
-
-    /// Every execution's id and phase, loaded or not, in order of id.
-    pub fn phases(&self) -> impl Iterator<Item = (&ExecutionId, &Phase)> + '_ {
-        Merged {
-            loaded: self.loaded.iter().map(|(id, e)| (id, e.phase())).peekable(),
-            unloaded: self.unloaded.iter().peekable(),
+    /// Removes execution `id`; returns it if it was there.
+    pub fn remove(&mut self, id: &ExecutionId) -> Option<HeldExecution> {
+        self.ask(id);
+        let removed = self.loaded.remove(id);
+        if let (Some(part), Some(_)) = (&mut self.part, &removed) {
+            std::sync::Arc::make_mut(part).removed.insert(id.clone());
         }
+        removed
     }
 
-    /// The loaded executions, in order of id. A scan of the executions themselves cannot
-    /// see those left unloaded: that is noted when there are any.
+    /// Every execution's id, in order (noted when read in part).
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &ExecutionId> + '_ {
+        self.iter().map(|(id, _)| id)
+    }
+
+    /// Every execution's id and phase, in order of id (noted when read in part).
+    pub fn phases(&self) -> impl DoubleEndedIterator<Item = (&ExecutionId, &Phase)> + '_ {
+        self.iter().map(|(id, e)| (id, e.phase()))
+    }
+
+    /// Every execution, in order of id (noted when read in part).
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&ExecutionId, &HeldExecution)> + '_ {
-        if !self.unloaded.is_empty() {
-            note_unloaded();
-        }
+        self.ask_all();
         self.loaded.iter()
     }
 
-    /// The loaded executions (see [`Executions::iter`]).
+    /// Every execution (see [`Executions::iter`]).
     pub fn values(&self) -> impl DoubleEndedIterator<Item = &HeldExecution> + '_ {
         self.iter().map(|(_, e)| e)
     }
 
-    /// The first loaded execution (see [`Executions::iter`]).
+    /// The first execution (see [`Executions::iter`]).
     pub fn first_key_value(&self) -> Option<(&ExecutionId, &HeldExecution)> {
         self.iter().next()
     }
 
-    /// Leaves settled execution `id` out, keeping its id and phase: as a read that did not
-    /// load it would have it. Returns whether it was loaded and settled.
-    pub fn unload(&mut self, id: &ExecutionId) -> bool {
-        let Some(phase) = (self.loaded.get(id))
-            .map(|e| e.phase().clone())
-            .filter(|p| !p.is_open())
-        else {
-            return false;
-        };
-        self.loaded.remove(id);
-        self.unloaded.insert(id.clone(), phase);
-        true
+    /// The open executions (awaiting rules, a trigger or the job), in order of id: a state
+    /// read in part has them all.
+    pub fn open(&self) -> impl Iterator<Item = (&ExecutionId, &HeldExecution)> + '_ {
+        self.loaded.iter().filter(|(_, e)| e.phase().is_open())
     }
 
-    /// Loads what was left unloaded from `whole`, the same executions read whole (those the
-    /// decision removed stay removed; one `whole` lacks stays unloaded).
-    pub fn fill(&mut self, whole: &Executions) {
-        let ids: Vec<ExecutionId> = self.unloaded.keys().cloned().collect();
-        for id in ids {
-            if let Some(execution) = whole.loaded.get(&id) {
-                self.unloaded.remove(&id);
-                self.loaded.insert(id, execution.clone());
+    /// The executions of `day` under `schedule`, in order of id (noted when read in part
+    /// without that day).
+    pub fn on_day<'s>(
+        &'s self,
+        schedule: &'s str,
+        day: NaiveDate,
+    ) -> impl Iterator<Item = (&'s ExecutionId, &'s HeldExecution)> + 's {
+        let read = |part: &Part| part.days.contains(&day) && SCHEDULE_IDS.contains(&schedule);
+        if self.part.as_deref().is_some_and(|part| !read(part)) {
+            note_unloaded();
+        }
+        (self.loaded.iter()).filter(move |(id, _)| id.date().day == day && id.schedule() == schedule)
+    }
+
+    /// Whether the state was read in part.
+    pub fn is_partial(&self) -> bool {
+        self.part.is_some()
+    }
+
+    /// Whether every execution of `days` is here (a state read whole has them all).
+    pub fn holds_days(&self, days: &[NaiveDate]) -> bool {
+        self.part
+            .as_ref()
+            .is_none_or(|part| days.iter().all(|d| part.days.contains(d)))
+    }
+
+    /// The days read whole, if read in part.
+    pub fn days_read(&self) -> Option<Vec<NaiveDate>> {
+        self.part.as_ref().map(|part| part.days.iter().copied().collect())
+    }
+
+    /// Whether the state holds (or knows it lacks) execution `id` without being asked.
+    pub(crate) fn is_known(&self, id: &ExecutionId) -> bool {
+        self.knows(id)
+    }
+
+    /// Keeps the executions `keep` selects and those of `days`, as a read in part that
+    /// loaded them would have them; the others are left out. Days this state did not hold
+    /// whole are not claimed. Returns the ids left out.
+    pub fn read_in_part(
+        &mut self,
+        days: &[NaiveDate],
+        keep: impl Fn(&ExecutionId, &HeldExecution) -> bool,
+    ) -> Vec<ExecutionId> {
+        let held = |day: &NaiveDate| self.part.as_ref().is_none_or(|part| part.days.contains(day));
+        let days: BTreeSet<NaiveDate> = days.iter().copied().filter(held).collect();
+        let out: Vec<ExecutionId> = (self.loaded.iter())
+            .filter(|(id, e)| !days.contains(&id.date().day) && !keep(id, e))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &out {
+            self.loaded.remove(id);
+        }
+        let removed = self.part.as_ref().map(|part| part.removed.clone()).unwrap_or_default();
+        self.part = Some(std::sync::Arc::new(Part { days, removed }));
+        out
+    }
+
+    /// Adds what `whole` (the same executions read whole) has that this state read in part
+    /// left out: those removed since stay removed. Returns the ids added; the state is whole.
+    pub fn fill(&mut self, whole: &Executions) -> Vec<ExecutionId> {
+        let Some(part) = self.part.take() else {
+            return Vec::new();
+        };
+        let mut added = Vec::new();
+        for (id, execution) in whole.loaded.iter() {
+            if !self.loaded.contains_key(id) && !part.knows_day_of(id) && !part.removed.contains(id) {
+                self.loaded.insert(id.clone(), execution.clone());
+                added.push(id.clone());
             }
         }
-    }
-
-    /// Whether execution `id` was left unloaded.
-    pub fn is_unloaded(&self, id: &ExecutionId) -> bool {
-        self.unloaded.contains_key(id)
-    }
-
-    /// Whether some execution was left unloaded.
-    pub fn is_partial(&self) -> bool {
-        !self.unloaded.is_empty()
+        added
     }
 
     /// The loaded executions as a map, for those that lay them out (see `state::parts`).
@@ -200,16 +250,26 @@ impl Executions {
         &self.loaded
     }
 
-    /// The ids of executions left unloaded in `self` that `after` no longer has: their
-    /// parts are deleted.
-    pub(crate) fn unloaded_removed<'s>(&'s self, after: &'s Executions) -> impl Iterator<Item = &'s ExecutionId> + 's {
-        (self.unloaded.keys()).filter(|id| !after.contains_key(*id))
+    /// Marks the state as read in part, with every execution of `days` loaded.
+    pub(crate) fn read_days(&mut self, days: BTreeSet<NaiveDate>) {
+        self.part = Some(std::sync::Arc::new(Part {
+            days,
+            removed: BTreeSet::new(),
+        }));
+    }
+}
+
+impl Part {
+    /// Whether every execution of `id`'s day was read: a day is read for the schedules a
+    /// config can name, so an id of any other schedule is not known absent.
+    fn knows_day_of(&self, id: &ExecutionId) -> bool {
+        self.days.contains(&id.date().day) && SCHEDULE_IDS.contains(&id.schedule())
     }
 }
 
 impl<Q: Ord + ?Sized> std::ops::Index<&Q> for Executions
 where
-    ExecutionId: Borrow<Q>,
+    ExecutionId: std::borrow::Borrow<Q>,
 {
     type Output = HeldExecution;
 
@@ -224,40 +284,18 @@ impl FromIterator<(ExecutionId, HeldExecution)> for Executions {
     fn from_iter<I: IntoIterator<Item = (ExecutionId, HeldExecution)>>(iter: I) -> Self {
         Executions {
             loaded: iter.into_iter().collect(),
-            unloaded: SharedMap::new(),
+            part: None,
         }
     }
 }
 
-/// Two maps' entries in order of id (their ids never overlap).
-struct Merged<L: Iterator, U: Iterator> {
-    loaded: Peekable<L>,
-    unloaded: Peekable<U>,
-}
-
-impl<'m, L, U> Iterator for Merged<L, U>
-where
-    L: Iterator<Item = (&'m ExecutionId, &'m Phase)>,
-    U: Iterator<Item = L::Item>,
-{
-    type Item = L::Item;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        match (self.loaded.peek(), self.unloaded.peek()) {
-            (Some((a, _)), Some((b, _))) if b < a => self.unloaded.next(),
-            (Some(_), _) => self.loaded.next(),
-            (None, _) => self.unloaded.next(),
-        }
-    }
-}
-
-/// Written as the loaded executions by id; a state with executions left unloaded is never
-/// written whole (its parts are written one by one, see `state::parts`).
+/// Written as the executions by id; a state read in part is never written whole (its parts
+/// are written one by one, see `state::parts`).
 impl Serialize for Executions {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if self.is_partial() {
             return Err(serde::ser::Error::custom(
-                "a state read without its settled executions cannot be written whole",
+                "a state read in part cannot be written whole",
             ));
         }
         self.loaded.serialize(serializer)
@@ -268,7 +306,7 @@ impl<'de> Deserialize<'de> for Executions {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Ok(Executions {
             loaded: SharedMap::deserialize(deserializer)?,
-            unloaded: SharedMap::new(),
+            part: None,
         })
     }
 }
@@ -281,7 +319,11 @@ mod tests {
     use crate::core::lifecycle::Execution;
 
     fn id(date: &str) -> ExecutionId {
-        ExecutionId::of("daily", date).unwrap()
+        ExecutionId::of("cron", date).unwrap()
+    }
+
+    fn day(date: &str) -> NaiveDate {
+        date.parse().unwrap()
     }
 
     fn execution(date: &str, settled: bool) -> HeldExecution {
@@ -302,38 +344,66 @@ mod tests {
     }
 
     #[test]
-    fn an_unloaded_execution_is_there_by_id_and_phase_and_asking_for_it_is_noted() {
+    fn a_state_read_in_part_answers_what_it_holds_and_notes_what_it_does_not() {
         let whole = three();
         let mut part = whole.clone();
-        assert!(part.unload(&id("2026-11-22")));
-        assert!(!part.unload(&id("2026-11-23")), "an open execution stays loaded");
-        let ids: Vec<_> = part.keys().map(|i| i.to_string()).collect();
+        let out = part.read_in_part(&[day("2026-11-22")], |_, e| e.phase().is_open());
+        assert_eq!(out, [id("2026-11-21")], "the settled execution of a day not needed");
+        // What it holds, and what it knows it lacks, need nothing more.
+        let asked = |f: &dyn Fn() -> bool| noting_unloaded(f);
+        assert_eq!(asked(&|| part.contains_key(&id("2026-11-22"))), (true, false));
         assert_eq!(
-            ids,
-            ["daily/2026-11-21", "daily/2026-11-22", "daily/2026-11-23"],
-            "in order of id"
+            asked(&|| part.contains_key(&id("2026-11-22T05"))),
+            (false, false),
+            "its day was read"
         );
-        assert_eq!(part.len(), 3);
-        assert!(part.contains_key(&id("2026-11-22")));
-        let phases: Vec<bool> = part.phases().map(|(_, p)| p.is_open()).collect();
-        assert_eq!(phases, [false, false, true]);
-        assert!(part.phase(&id("2026-11-22")).is_some_and(|p| !p.is_open()));
-        // Ids and phases need nothing unloaded.
-        assert!(!noting_unloaded(|| part.keys().count() + part.phases().count()).1);
-        assert!(!noting_unloaded(|| part.get(&id("2026-11-21")).is_some()).1);
-        // The execution itself, or a scan of all of them, does.
-        assert_eq!(noting_unloaded(|| part.get(&id("2026-11-22")).is_none()), (true, true));
-        assert!(noting_unloaded(|| part.values().count()).1);
-        assert!(noting_unloaded(|| part.clone().insert(id("2026-11-22"), execution("2026-11-22", false))).1);
-        // Written whole it cannot be; filled from the whole, it is the whole again.
+        assert_eq!(
+            asked(&|| part.get(&id("2026-11-23")).is_some()),
+            (true, false),
+            "open: loaded"
+        );
+        assert_eq!(asked(&|| part.open().count() == 1), (true, false));
+        assert_eq!(
+            asked(&|| part.on_day("cron", day("2026-11-22")).count() == 1),
+            (true, false)
+        );
+        // An execution of a day it did not read, or every execution, does.
+        assert_eq!(asked(&|| part.contains_key(&id("2026-11-21"))), (false, true));
+        assert_eq!(
+            asked(&|| part.on_day("cron", day("2026-11-21")).count() == 0),
+            (true, true)
+        );
+        assert!(asked(&|| part.keys().count() == 2).1);
+        assert!(
+            asked(&|| part
+                .clone()
+                .insert(id("2026-11-21"), execution("2026-11-21", false))
+                .is_none())
+            .1
+        );
+        assert!(asked(&|| part.clone().remove(&id("2026-11-21")).is_none()).1);
+        // A day is read for the schedules a config names: another's ids are not known absent.
+        assert_eq!(
+            asked(&|| part.contains_key(&ExecutionId::of("daily", "2026-11-22").unwrap())),
+            (false, true)
+        );
+        // Written whole it cannot be; filled from the whole, it is the whole again, less
+        // what was removed since the read.
         assert!(serde_json::to_string(&part).is_err());
         let mut filled = part.clone();
-        filled.fill(&whole);
+        assert_eq!(filled.fill(&whole), [id("2026-11-21")]);
         assert_eq!(filled, whole);
-        // Removed without being loaded: the part is deleted.
-        let mut after = part.clone();
-        assert!(after.remove(&id("2026-11-22")).is_none());
-        let removed: Vec<_> = part.unloaded_removed(&after).collect();
-        assert_eq!(removed, [&id("2026-11-22")]);
+        let mut removed = part.clone();
+        assert!(removed.remove(&id("2026-11-22")).is_some());
+        removed.fill(&whole);
+        assert!(!removed.is_partial());
+        assert_eq!(
+            removed.loaded.keys().collect::<Vec<_>>(),
+            [&id("2026-11-21"), &id("2026-11-23")]
+        );
+        // A second read in part claims no day the first did not read.
+        let mut again = part.clone();
+        again.read_in_part(&[day("2026-11-21"), day("2026-11-22")], |_, _| false);
+        assert!(asked(&|| again.contains_key(&id("2026-11-21"))).1);
     }
 }

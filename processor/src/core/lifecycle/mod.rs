@@ -24,6 +24,7 @@ mod executions;
 mod forecast;
 mod held;
 mod job;
+mod needs;
 mod post_run;
 mod retention;
 mod schedule;
@@ -33,7 +34,7 @@ mod sla;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
@@ -55,6 +56,7 @@ pub use evaluators::evaluator_run_id;
 pub use executions::{noting_unloaded, Executions};
 pub use forecast::ForecastMarks;
 pub use held::{HeldExecution, SensorData};
+pub use needs::Needs;
 
 // For the read model (a pipeline's run history as the page charts it).
 pub(crate) use forecast::date_start;
@@ -90,6 +92,11 @@ pub struct PipelineState {
     /// Sensor keys nothing reads, with the day UNKNOWN_SENSOR last said so.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unknown_sensors: BTreeMap<String, NaiveDate>,
+    /// Only in a stored head: its live executions ([`PipelineState::live`]), which a read in
+    /// part loads. `None` in memory, and in a head written before reads in part (such a
+    /// state is read whole until its head is written again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Vec<ExecutionId>>,
 }
 
 impl PipelineState {
@@ -98,24 +105,69 @@ impl PipelineState {
         self.timers.get(kind).map(|t| t.at)
     }
 
-    /// Leaves out the settled executions, as a read that loads only what a decision is
-    /// likely to need does (see [`Executions`]), but for those `except` keeps (see
-    /// [`likely_needs`]); their timers stay. Returns how many.
-    pub fn unload_settled(&mut self, except: impl Fn(&ExecutionId) -> bool) -> usize {
-        let settled: Vec<ExecutionId> = (self.executions.phases())
-            .filter(|(id, phase)| !phase.is_open() && !except(id))
-            .map(|(id, _)| id.clone())
-            .collect();
-        settled.iter().filter(|id| self.executions.unload(id)).count()
+    /// The executions a read in part loads whatever the decision (see [`Executions`]): the
+    /// open ones, and those holding a timer other than their expiry (an SLA still owed, a
+    /// post-run check). The others are quiet: their part and their expiry wait for a
+    /// decision about their day.
+    pub fn live(&self) -> BTreeSet<&ExecutionId> {
+        let mut live: BTreeSet<&ExecutionId> = self.executions.open().map(|(id, _)| id).collect();
+        for timer in self.timers.keys() {
+            let id = timer.execution().filter(|_| !matches!(timer, TimerKind::Expire { .. }));
+            if let Some((id, _)) = id.and_then(|id| self.executions.loaded().get_key_value(id)) {
+                live.insert(id);
+            }
+        }
+        live
     }
 
-    /// Whether `after`, a decision's state from this one, set, moved or cancelled a timer
-    /// armed for an execution left unloaded: its part holds its timers, and is not written
-    /// without the execution.
-    pub fn moves_timers_of_unloaded(&self, after: &PipelineState) -> bool {
+    /// Leaves out the quiet executions but for those of `days`, with their timers, as a read
+    /// in part of those days has the state (see [`Executions`]). Returns how many were left
+    /// out.
+    pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
+        let live: BTreeSet<ExecutionId> = self.live().into_iter().cloned().collect();
+        let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(days, |id, _| live.contains(id)))
+            .into_iter()
+            .collect();
+        if !out.is_empty() {
+            self.timers
+                .retain(|kind, _| kind.execution().is_none_or(|id| !out.contains(id)));
+        }
+        out.len()
+    }
+
+    /// Adds what `whole` (the same state read whole) has that this state, read in part, left
+    /// out: executions and their timers. Those removed since the read stay removed.
+    pub fn fill(&mut self, whole: &PipelineState) {
+        let added: BTreeSet<ExecutionId> = self.executions.fill(&whole.executions).into_iter().collect();
+        for (kind, timer) in whole.timers.iter() {
+            if kind.execution().is_some_and(|id| added.contains(id)) {
+                self.timers.insert(kind.clone(), timer.clone());
+            }
+        }
+    }
+
+    /// Whether [`Self::leave_out_quiet`] would leave something out.
+    pub fn has_quiet_to_leave_out(&self) -> bool {
+        let days = self.executions.days_read().unwrap_or_default();
+        let live = self.live();
+        (self.executions.loaded().keys()).any(|id| !days.contains(&id.date().day) && !live.contains(id))
+    }
+
+    /// Leaves out the quiet executions but those of the days this state read (a whole
+    /// state: every quiet one), as a cache keeps a state: the size of what decisions read,
+    /// not of the history. Returns how many were left out.
+    pub fn leave_out_quiet(&mut self) -> usize {
+        let days = self.executions.days_read().unwrap_or_default();
+        self.read_in_part(&days)
+    }
+
+    /// Whether `after`, a decision's state from this one (read in part), set, moved or
+    /// cancelled a timer of an execution this state cannot say it has: that execution's part
+    /// holds its timers, and is not written without it.
+    pub fn moves_timers_not_read(&self, after: &PipelineState) -> bool {
         self.executions.is_partial()
             && (self.timers.changes(&after.timers).iter())
-                .any(|(kind, _, _)| kind.execution().is_some_and(|id| self.executions.is_unloaded(id)))
+                .any(|(kind, _, _)| kind.execution().is_some_and(|id| !self.executions.is_known(id)))
     }
 
     /// Arms `timer`, replacing the one of its kind.
@@ -142,9 +194,7 @@ impl PipelineState {
     /// Whether run `run_id` was requested and no report of its trigger has come back: after
     /// a crash, such a trigger is requested again (with the same idempotency key).
     pub fn awaits_trigger(&self, run_id: &str) -> bool {
-        self.executions
-            .values()
-            .any(|e| matches!(e.phase(), Phase::AwaitingTrigger { run_id: r } if r == run_id))
+        (self.executions.open()).any(|(_, e)| matches!(e.phase(), Phase::AwaitingTrigger { run_id: r } if r == run_id))
     }
 }
 
@@ -807,34 +857,6 @@ impl Default for Settings {
     }
 }
 
-/// Which executions a decision on `input` at `now` is likely to read themselves, so that a
-/// read that leaves settled executions out (see [`Executions`]) loads them first: the one a
-/// timer or a job report names, those of the date a command names, and those of the day a
-/// reading names (an undated one: today's or yesterday's, by `now` in UTC). A guess, never a
-/// rule: a decision that asks for more is made again from the whole state, so a wrong guess
-/// costs time, not a wrong decision.
-pub fn likely_needs<'i>(input: &'i Input, now: DateTime<Utc>) -> impl Fn(&ExecutionId) -> bool + 'i {
-    let today = now.date_naive();
-    let named_day = match input {
-        Input::CommandReceived(record) => record.date.get(..10).and_then(|d| d.parse::<NaiveDate>().ok()),
-        Input::SensorReceived(reading) => reading.date,
-        _ => None,
-    };
-    move |id: &ExecutionId| {
-        let day = id.date().day;
-        match input {
-            Input::TimerFired(kind) => kind.execution() == Some(id),
-            Input::JobReported(report) => report.execution == *id,
-            Input::CommandReceived(_) => named_day == Some(day),
-            Input::SensorReceived(_) => match named_day {
-                Some(named) => named == day,
-                None => matches!((today - day).num_days(), 0 | 1),
-            },
-            _ => false,
-        }
-    }
-}
-
 /// Decides what one input means for one pipeline.
 pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Context<'_>) -> Decision {
     let mut d = Decider::new(state, pipeline_id, ctx);
@@ -1051,8 +1073,8 @@ impl<'a> Decider<'a> {
 
     /// The executions awaiting their rules (`only` that one, when named).
     fn awaiting_rules(&self, only: Option<&ExecutionId>) -> Vec<ExecutionId> {
-        (self.state.executions.phases())
-            .filter(|(id, phase)| **phase == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
+        (self.state.executions.open())
+            .filter(|(id, e)| *e.phase() == Phase::AwaitingRules && only.is_none_or(|o| o == *id))
             .map(|(id, _)| id.clone())
             .collect()
     }

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde_json::json;
 
 use super::{detail, Decider, Execution, Phase};
-use crate::core::config::{ClockTime, Deadline, ExcludeBy, PipelineConfig};
+use crate::core::config::{ClockTime, Deadline, ExcludeBy, PipelineConfig, SCHEDULE_IDS};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules;
@@ -215,7 +215,7 @@ impl Decider<'_> {
         // For a daily date, an hourly execution of the day counts as the day having started;
         // an hourly date is its own hour only.
         let started = self.state.executions.contains_key(&id)
-            || (date.hour.is_none() && self.has_execution(config.schedule_id(), |other| other.day == date.day));
+            || (date.hour.is_none() && self.has_execution(config.schedule_id(), date.day));
         if started || day_excluded(&config, date).is_some() {
             return;
         }
@@ -236,23 +236,23 @@ impl Decider<'_> {
 
     /// Whether the day of `date` has an execution, daily or of any of its hours.
     fn day_started(&self, config: &PipelineConfig, date: ExecutionDate) -> bool {
-        self.has_execution(config.schedule_id(), |other| other.day == date.day)
+        self.has_execution(config.schedule_id(), date.day)
     }
 
     /// An execution of `id`'s date under another schedule that started a run (the pipeline
     /// was switched between cron and sensor-started): the date ran, so only a rerun of it
     /// may run it again (issue 60, item 3).
     fn ran_under_another_schedule(&self, id: &ExecutionId) -> Option<ExecutionId> {
-        // The date's other executions by id and phase first: only those are read.
-        (self.state.executions.phases())
-            .filter(|(other, _)| other.schedule() != id.schedule() && other.date() == id.date())
-            .find(|(other, _)| self.state.executions.get(*other).is_some_and(|e| e.attempt > 0))
+        let day = id.date().day;
+        (SCHEDULE_IDS.iter().filter(|s| **s != id.schedule()))
+            .flat_map(|schedule| self.state.executions.on_day(schedule, day))
+            .find(|(other, e)| other.date() == id.date() && e.attempt > 0)
             .map(|(other, _)| other.clone())
     }
 
-    /// Whether `schedule` has an execution whose date `which` selects.
-    fn has_execution(&self, schedule: &str, which: impl Fn(ExecutionDate) -> bool) -> bool {
-        (self.state.executions.keys()).any(|id| id.schedule() == schedule && which(id.date()))
+    /// Whether `schedule` has an execution of `day`.
+    fn has_execution(&self, schedule: &str, day: NaiveDate) -> bool {
+        self.state.executions.on_day(schedule, day).next().is_some()
     }
 
     /// Starts the execution a sensor `sensor_key` scoped to `date` triggers, unless it exists

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::schedule::dormant;
 use super::{detail, Decider, Phase};
-use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig};
+use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig, SCHEDULE_IDS};
 use crate::core::duration::format_duration;
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
@@ -138,8 +138,10 @@ impl Decider<'_> {
         // A daily deadline over a day run as hourly executions: each hour carries its own
         // alerts (naming the hour that is late), so the day itself says nothing.
         if !self.state.executions.contains_key(id) && date.hour.is_none() {
-            let hour_of_day = |id: &ExecutionId| id.date().day == date.day && id.date().hour.is_some();
-            if self.state.executions.keys().any(hour_of_day) {
+            let mut of_day = SCHEDULE_IDS
+                .iter()
+                .flat_map(|s| self.state.executions.on_day(s, date.day));
+            if of_day.any(|(id, _)| id.date().hour.is_some()) {
                 return None;
             }
         }

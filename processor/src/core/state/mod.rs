@@ -82,7 +82,7 @@ impl StoreBatch {
         state: &PipelineState,
         with_config: bool,
     ) -> Result<(), EncodeError> {
-        let writes = parts::writes(pipeline, None, state).map_err(EncodeError::of("pipeline state"))?;
+        let writes = parts::writes(pipeline, None, state, false).map_err(EncodeError::of("pipeline state"))?;
         self.put_state(
             writes,
             state.config.as_deref().filter(|_| with_config).map(|c| (pipeline, c)),

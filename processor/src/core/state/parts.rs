@@ -13,10 +13,13 @@
 
 use std::collections::BTreeSet;
 
+use chrono::NaiveDate;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::Write;
+use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::{ExecutionId, ParseError};
 use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, SharedMap, StoredSensor};
 use crate::core::timers::TimerKind;
@@ -63,9 +66,10 @@ pub fn is_head(key: &[u8]) -> bool {
 }
 
 /// The writes that take a pipeline's stored state from `before` to `after`: the head if it
-/// changed, the parts that differ, and deletes of the parts gone. `before` is `None` when the
-/// store does not hold the state in parts (nothing stored, or a head from before parts): the
-/// head and every part are written.
+/// changed (or `head_stale`: it was written before reads in part), the parts that differ,
+/// and deletes of the parts gone. `before` is `None` when the store does not hold the state
+/// in parts (nothing stored, or a head from before parts): the head and every part are
+/// written.
 ///
 /// A decision touches a few executions, readings and timers of a history that can be a
 /// week long, and its copy of the state shares the rest (each is a
@@ -75,10 +79,11 @@ pub fn writes(
     pipeline: &str,
     before: Option<&PipelineState>,
     after: &PipelineState,
+    head_stale: bool,
 ) -> Result<Vec<Write>, serde_json::Error> {
     let mut out = Vec::new();
     let head = head(after);
-    if before.is_none_or(|before| self::head(before) != head) {
+    if head_stale || before.is_none_or(|before| self::head(before) != head) {
         out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
     }
     match before {
@@ -120,10 +125,6 @@ pub(crate) fn touched_writes(
     };
     let (was, is) = (executions(before), executions(after));
     put(out, pipeline, EXECUTION, was.changes(&is), |id| id.to_string())?;
-    // Executions a read left unloaded (settled) that the decision removed: only by id.
-    for id in before.executions.unloaded_removed(&after.executions) {
-        out.push((part_key(pipeline, EXECUTION, id.as_str()), None));
-    }
     put(
         out,
         pipeline,
@@ -312,16 +313,117 @@ pub(crate) fn head(state: &PipelineState) -> PipelineState {
         history,
         forecasts,
         unknown_sensors,
+        live: _,
     } = state;
     // The history, the forecast marks and the unknown keys are bounded (30 runs, 48 dates,
     // 64 keys) and change at most once a run or a day: small enough for the head.
+    // The live executions are few (open, or with an alert still owed): a read in part loads
+    // them by id.
     PipelineState {
         dependents: dependents.clone(),
         history: history.clone(),
         forecasts: forecasts.clone(),
         unknown_sensors: unknown_sensors.clone(),
+        live: Some(state.live().into_iter().cloned().collect()),
         ..PipelineState::default()
     }
+}
+
+/// What a [`Source`] scan calls with each key and value.
+pub type Each<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), PartError> + 'a;
+
+/// A store's keys, as a read of a pipeline's state asks for them.
+pub trait Source {
+    type Error;
+    /// The value stored under `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Self::Error>;
+    /// Calls `each` with every key from `from` (included) to `to` (excluded) and its value,
+    /// in order; stops at the first error `each` returns.
+    fn scan(&self, from: &[u8], to: &[u8], each: &mut Each<'_>) -> Result<Result<(), PartError>, Self::Error>;
+}
+
+/// Why a state could not be read: the store failed, or what it holds does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError<E> {
+    #[error(transparent)]
+    Store(E),
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+/// A pipeline's state as read from its head and parts (its config is the caller's to add).
+pub struct Read {
+    pub state: PipelineState,
+    /// Whether the store holds it in parts (see [`in_parts`]).
+    pub in_parts: bool,
+    /// Whether its head was written before reads in part: the next write writes it again.
+    pub head_stale: bool,
+}
+
+/// Reads `pipeline`'s state from `source`: whole, or in part when `days` are given (the live
+/// executions, those of `days`, every reading and every timer of its own, see
+/// [`Executions`](crate::core::lifecycle::Executions)). A head written before reads in part
+/// is read whole.
+pub fn read<S: Source>(
+    source: &S,
+    pipeline: &str,
+    days: Option<&[NaiveDate]>,
+) -> Result<Option<Read>, ReadError<S::Error>> {
+    let Some(head) = source.get(&head_key(pipeline)).map_err(ReadError::Store)? else {
+        return Ok(None);
+    };
+    let corrupt = |e: &dyn std::fmt::Display| ReadError::Corrupt(e.to_string());
+    let mut state: PipelineState = serde_json::from_slice(&head).map_err(|e| corrupt(&e))?;
+    let in_parts = in_parts(&state);
+    let live = state.live.take();
+    let head_stale = in_parts && live.is_none();
+    let prefix = parts_prefix(pipeline);
+    let scan = |state: &mut PipelineState, from: Vec<u8>, to: Vec<u8>| -> Result<(), ReadError<S::Error>> {
+        let mut add = |key: &[u8], value: &[u8]| add_part(state, &key[prefix.len()..], value);
+        (source.scan(&from, &to, &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
+    };
+    let (live, days) = match (in_parts, live, days) {
+        (true, Some(live), Some(days)) => (live, days),
+        _ => {
+            scan(&mut state, prefix.clone(), parts_end(pipeline))?;
+            return Ok(Some(Read {
+                state,
+                in_parts,
+                head_stale,
+            }));
+        }
+    };
+    let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
+    scan(&mut state, tag(SENSOR), tag(SENSOR + 1))?;
+    scan(&mut state, tag(TIMER), tag(TIMER + 1))?;
+    for id in &live {
+        let key = part_key(pipeline, EXECUTION, id.as_str());
+        if let Some(value) = source.get(&key).map_err(ReadError::Store)? {
+            add_part(&mut state, &key[prefix.len()..], &value).map_err(|e| corrupt(&e))?;
+        }
+    }
+    for day in days {
+        for schedule in SCHEDULE_IDS {
+            // `cron/2026-11-02` and its hours, `cron/2026-11-02T05`: one range.
+            let from = part_key(pipeline, EXECUTION, &format!("{schedule}/{day}"));
+            let to = [from.as_slice(), &[u8::MAX]].concat();
+            let mut add = |key: &[u8], value: &[u8]| {
+                let id = &key[prefix.len() + 1..];
+                let loaded = std::str::from_utf8(id).is_ok_and(|id| state.executions.loaded().contains_key(id));
+                match loaded {
+                    true => Ok(()),
+                    false => add_part(&mut state, &key[prefix.len()..], value),
+                }
+            };
+            (source.scan(&from, &to, &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))?;
+        }
+    }
+    state.executions.read_days(days.iter().copied().collect());
+    Ok(Some(Read {
+        state,
+        in_parts,
+        head_stale: false,
+    }))
 }
 
 /// Whether a decoded head holds no parts inline: its state is stored in parts (or has none).

@@ -220,7 +220,8 @@ impl<S: Store> Task<S> {
         if let Input::JobReported(report) = input {
             self.reported(staged, p, report)?;
         }
-        let (state, in_parts) = self.state(staged, p, pipeline)?;
+        let needs = Needs::of(input, now);
+        let mut stored = self.state(staged, p, pipeline, &needs)?;
         let ctx = Context {
             now,
             origin,
@@ -229,14 +230,21 @@ impl<S: Store> Task<S> {
                 ..self.settings.decider
             },
         };
-        let before = Before {
-            state: &state,
-            in_parts,
-        };
         let source_name = || source.map_or_else(|| origin.to_string(), source_of);
-        let encoder = &self.encoder;
-        let fit = |decision: &Decision| encoder.encode(pipeline, before, decision);
-        match apply::decide_within(&state, pipeline, input, ctx, source_name, fit) {
+        let mut decided = self.decide_from(&stored, pipeline, input, ctx, source_name);
+        if let Err(Unfit::Partial) = decided {
+            // The decision asked for more than the state was read with: decided again from
+            // the whole state (see `Executions`).
+            stored = self.filled(p, pipeline, stored)?;
+            self.redecided += 1;
+            decided = self.decide_from(&stored, pipeline, input, ctx, source_name);
+        }
+        let before = Before {
+            state: &stored.state,
+            in_parts: stored.in_parts,
+            head_stale: stored.head_stale,
+        };
+        match decided {
             Ok((decision, encoded)) => self.apply(staged, p, pipeline, before, decision, encoded, source),
             Err(Unfit::Failed(source)) => Err(TaskError::Encode {
                 pipeline: pipeline.to_string(),
@@ -246,12 +254,44 @@ impl<S: Store> Task<S> {
                 pipeline: pipeline.to_string(),
                 reason,
             }),
-            // The store reads states whole (states read partially are issue 62's next step).
+            // A whole state answers every question: never.
             Err(Unfit::Partial) => Err(TaskError::Store {
                 partition: p,
-                source: format!("the state of {pipeline} was read without executions its decision needs").into(),
+                source: format!("the state of {pipeline}, read whole, was taken for one read in part").into(),
             }),
         }
+    }
+
+    /// Decides `input` from `stored`, within the limits (see [`apply::decide_within`]).
+    fn decide_from(
+        &self,
+        stored: &Stored,
+        pipeline: &str,
+        input: &Input,
+        ctx: Context<'_>,
+        source: impl FnOnce() -> String,
+    ) -> Result<(Decision, Encoded), Unfit<HostError>> {
+        let before = Before {
+            state: &stored.state,
+            in_parts: stored.in_parts,
+            head_stale: stored.head_stale,
+        };
+        let fit = |decision: &Decision| self.encoder.encode(pipeline, before, decision);
+        apply::decide_within(&stored.state, pipeline, input, ctx, source, fit)
+    }
+
+    /// `stored`, read in part, with what it left out read from the store: those removed
+    /// since the read (by this batch) stay removed.
+    fn filled(&self, p: i32, pipeline: &str, mut stored: Stored) -> Result<Stored> {
+        let whole = match self.store(p) {
+            Some(store) => {
+                (store.stored(pipeline, &Needs::Whole)).map_err(|source| TaskError::Store { partition: p, source })?
+            }
+            None => None,
+        };
+        let whole = whole.map(|w| w.state).unwrap_or_default();
+        Arc::make_mut(&mut stored.state).fill(&whole);
+        Ok(stored)
     }
 
     /// What a job report means for the journaled trigger of its run.
@@ -297,28 +337,26 @@ impl<S: Store> Task<S> {
         Ok(())
     }
 
-    /// A pipeline's state: from this batch if it touched it, else from the store; and
-    /// whether the store (with the batch) holds it in parts, which a write then only updates
-    /// (a state not stored at all is written whole: its head too).
-    fn state(&self, staged: &Staged, p: i32, pipeline: &str) -> Result<(Arc<PipelineState>, bool)> {
+    /// A pipeline's state: from this batch if it touched it, else from the store, read for
+    /// `needs`; and whether the store (with the batch) holds it in parts, which a write then
+    /// only updates (a state not stored at all is written whole: its head too).
+    fn state(&self, staged: &Staged, p: i32, pipeline: &str, needs: &Needs) -> Result<Stored> {
         if let Some(state) = staged.states.get(&(p, pipeline.to_string())) {
             return Ok(match state {
-                Some(state) => (state.clone(), true),
-                None => (Arc::default(), false),
+                Some(state) => Stored {
+                    state: state.clone(),
+                    in_parts: true,
+                    head_stale: false,
+                },
+                None => Stored::default(),
             });
         }
         let Some(store) = self.store(p) else {
-            return Ok((Arc::default(), false));
+            return Ok(Stored::default());
         };
-        Ok(
-            match store
-                .stored(pipeline)
-                .map_err(|source| TaskError::Store { partition: p, source })?
-            {
-                Some(stored) => (stored.state, stored.in_parts),
-                None => (Arc::default(), false),
-            },
-        )
+        Ok((store.stored(pipeline, needs))
+            .map_err(|source| TaskError::Store { partition: p, source })?
+            .unwrap_or_default())
     }
 
     /// Adds one decision that fits (see [`apply::decide_within`]) to the batch, in the order

@@ -43,7 +43,7 @@ use super::events::Event;
 use super::execution::RunId;
 use super::forwarding::{Forwarded, Implausible};
 use super::handover::{self, Found, Journaled, Reported, Settled, Step};
-use super::lifecycle::{Context, Decision, Effect, Input, Settings as DeciderSettings, StateChange};
+use super::lifecycle::{Context, Decision, Effect, Input, Needs, Settings as DeciderSettings, StateChange};
 use super::limits::OverLimit;
 use super::output::{Before, Encode, Encoded, HostError, Output};
 use super::partitioning::partition_for;
@@ -224,6 +224,9 @@ pub struct Task<S> {
     future_allowance: TimeDelta,
     /// Retention expiries held since the clock's last forward step.
     expiries_held: i64,
+    /// Decisions made again from the whole state: they asked for more than the state was
+    /// read in part with (see [`Needs`]).
+    redecided: u64,
 }
 
 /// The owned partitions' changelog writers, for [`Flush`].
@@ -249,11 +252,17 @@ impl<S: Store> Task<S> {
             clock_watch: ClockWatch::default(),
             future_allowance,
             expiries_held: 0,
+            redecided: 0,
         }
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// How many decisions were made again from the whole state since the task began.
+    pub fn redecided(&self) -> u64 {
+        self.redecided
     }
 
     // ---- ownership ----

@@ -7,24 +7,39 @@ use std::sync::Arc;
 
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
-use crate::core::lifecycle::Effect;
+use crate::core::lifecycle::{Effect, Needs};
 use crate::core::output::HostError;
 use crate::core::state::StoreBatch;
 use crate::core::PipelineState;
 
 /// A pipeline's state as read from the store. Shared with the store's cache: a read of a
 /// cached state copies a pointer, not the maps of a week's history.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Stored {
     pub state: Arc<PipelineState>,
     /// Whether the store holds it in parts: if not (a head from before parts), its next write
     /// writes every part.
     pub in_parts: bool,
+    /// Whether its head was written before reads in part (it names no live executions): the
+    /// state is read whole until its next write writes the head again.
+    pub head_stale: bool,
+}
+
+impl Stored {
+    /// As a read of `read` has it.
+    pub fn of(read: crate::core::state::parts::Read) -> Self {
+        Stored {
+            state: Arc::new(read.state),
+            in_parts: read.in_parts,
+            head_stale: read.head_stale,
+        }
+    }
 }
 
 pub trait Store {
-    /// A pipeline's state, if stored.
-    fn stored(&self, pipeline: &str) -> Result<Option<Stored>, HostError>;
+    /// A pipeline's state, if stored: read in part unless `needs` is the whole (see
+    /// [`Executions`](crate::core::lifecycle::Executions)).
+    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError>;
     /// The highest offset of `topic` applied (the applied-offset watermark).
     fn applied_offset(&self, topic: &str) -> Option<i64>;
     /// The journaled trigger of a run, if any.

@@ -70,7 +70,8 @@ impl<S: Store> Task<S> {
                 let Some(store) = self.partitions.get(&p).map(|o| &o.store) else {
                     return Ok(false);
                 };
-                let state = store.stored(&request.pipeline_id)?;
+                // The open executions are in every read in part.
+                let state = store.stored(&request.pipeline_id, &Needs::Days(Vec::new()))?;
                 Ok(state.is_some_and(|s| s.state.awaits_trigger(&request.run_id)))
             };
             let awaited = match (is_assigned, fenced) {

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use rocksdb::{
     BlockBasedOptions, Cache, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager,
     WriteOptions, DB,
@@ -31,7 +31,7 @@ use self::cache::RandomCache;
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
-use crate::core::lifecycle::Effect;
+use crate::core::lifecycle::{Effect, Needs};
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
@@ -166,8 +166,12 @@ struct StateCache {
 pub struct StateReads {
     /// From the cache of decoded states.
     pub cached: u64,
-    /// Decoded from the store's parts (a cost in proportion to the pipeline's history).
+    /// Read in part from the store (a cost in proportion to what a decision needs).
     pub decoded: u64,
+    /// Read whole from the store (a cost in proportion to the pipeline's history): for the
+    /// read models, a decision that asked for more than a read in part holds, or a head
+    /// written before reads in part.
+    pub whole: u64,
 }
 
 /// Estimated bytes of decoded state kept per partition by default (`--state-cache-mb`; an
@@ -213,7 +217,7 @@ impl StateCache {
 /// and so is a reading's data no rule read.
 pub fn estimated_size(state: &PipelineState) -> usize {
     let config = state.config.as_deref().map_or(0, config_size);
-    let executions: usize = state.executions.values().map(|e| e.estimated_size()).sum();
+    let executions: usize = state.executions.loaded().values().map(|e| e.estimated_size()).sum();
     let sensors: usize = state.sensors.values().map(|s| 256 + s.data.estimated_size()).sum();
     512 + config + executions + sensors + 256 * state.timers.len()
 }
@@ -305,24 +309,39 @@ impl PartitionStore {
         &self.path
     }
 
+    /// A pipeline's state read whole (the read models' view: every execution).
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
-        Ok(self.stored(pipeline)?.map(|s| Arc::unwrap_or_clone(s.state)))
+        Ok(self
+            .stored(pipeline, &Needs::Whole)?
+            .map(|s| Arc::unwrap_or_clone(s.state)))
     }
 
-    /// A pipeline's state, and whether it is stored in parts (see [`parts`]).
-    pub fn stored(&self, pipeline: &str) -> Result<Option<Stored>> {
-        {
+    /// A pipeline's state, and whether it is stored in parts (see [`parts`]): read in part
+    /// unless `needs` is the whole (see [`Executions`](crate::core::lifecycle::Executions)).
+    /// The cache keeps states read in part, and serves a read whose days one holds; a whole
+    /// read is never kept, or the cache would fill with history again.
+    pub fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>> {
+        let days = needs.days();
+        if let Some(days) = days {
             let mut cache = self.states.lock().expect("state cache");
-            if let Some(cached) = cache.get(pipeline).cloned() {
+            let cached = cache
+                .get(pipeline)
+                .filter(|c| c.state.executions.holds_days(days))
+                .cloned();
+            if let Some(cached) = cached {
                 cache.reads.cached += 1;
                 return Ok(Some(cached));
             }
         }
-        let stored = self.decode(pipeline)?;
+        let stored = self.decode(pipeline, days)?;
         let mut cache = self.states.lock().expect("state cache");
-        cache.reads.decoded += 1;
-        if let Some(stored) = &stored {
-            cache.insert(pipeline, stored.clone());
+        match &stored {
+            Some(s) if s.state.executions.is_partial() => {
+                cache.reads.decoded += 1;
+                cache.insert(pipeline, s.clone());
+            }
+            Some(_) => cache.reads.whole += 1,
+            None => cache.reads.decoded += 1,
         }
         Ok(stored)
     }
@@ -338,47 +357,39 @@ impl PartitionStore {
     }
 
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
-    /// written by the caller): the next read need not decode it.
-    pub fn remember(&self, pipeline: &str, state: Arc<PipelineState>) {
-        let stored = Stored { state, in_parts: true };
+    /// written by the caller): the next read need not decode it. Kept without its quiet
+    /// executions but for the days it read (see [`PipelineState::leave_out_quiet`]).
+    pub fn remember(&self, pipeline: &str, mut state: Arc<PipelineState>) {
+        if state.has_quiet_to_leave_out() {
+            Arc::make_mut(&mut state).leave_out_quiet();
+        }
+        let stored = Stored {
+            state,
+            in_parts: true,
+            head_stale: false,
+        };
         self.states.lock().expect("state cache").insert(pipeline, stored);
     }
 
-    fn decode(&self, pipeline: &str) -> Result<Option<Stored>> {
-        let Some(bytes) = self.get("reading a pipeline state", &parts::head_key(pipeline))? else {
-            return Ok(None);
-        };
+    fn decode(&self, pipeline: &str, days: Option<&[NaiveDate]>) -> Result<Option<Stored>> {
         let corrupt =
             |e: String| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
-        let mut state: PipelineState = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-        let in_parts = parts::in_parts(&state);
-        // Read in place (no copy of each key and value) and only as far as the parts go.
-        let prefix = parts::parts_prefix(pipeline);
-        let mut bounded = ReadOptions::default();
-        bounded.set_iterate_upper_bound(parts::parts_end(pipeline));
-        let mut it = self.db.raw_iterator_opt(bounded);
-        it.seek(&prefix);
-        while let (Some(key), Some(value)) = (it.key(), it.value()) {
-            let Some(suffix) = key.strip_prefix(prefix.as_slice()) else {
-                break;
-            };
-            parts::add_part(&mut state, suffix, value).map_err(|e| corrupt(e.to_string()))?;
-            it.next();
-        }
-        it.status()
-            .map_err(StoreError::db("reading a pipeline state", &self.path))?;
-        if state.config.is_none() {
+        let read = parts::read(self, pipeline, days).map_err(|e| match e {
+            parts::ReadError::Store(e) => e,
+            parts::ReadError::Corrupt(e) => corrupt(e),
+        })?;
+        let Some(mut read) = read else {
+            return Ok(None);
+        };
+        if read.state.config.is_none() {
             if let Some(json) = self.get("reading a pipeline config", &config_key(pipeline))? {
                 let config = self
                     .parsed_config(pipeline, &json)
                     .map_err(|e| corrupt(e.to_string()))?;
-                state.config = Some(config);
+                read.state.config = Some(config);
             }
         }
-        Ok(Some(Stored {
-            state: Arc::new(state),
-            in_parts,
-        }))
+        Ok(Some(Stored::of(read)))
     }
 
     /// The config stored for `pipeline`, parsed once per distinct JSON.
@@ -669,10 +680,36 @@ fn track_applied(applied: &mut HashMap<String, i64>, key: &[u8], value: Option<&
     Ok(())
 }
 
+/// A read of a state's head and parts (see [`parts::read`]): a range is read in place (no
+/// copy of each key and value) and only as far as it goes.
+impl parts::Source for PartitionStore {
+    type Error = StoreError;
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        PartitionStore::get(self, "reading a pipeline state", key)
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], each: &mut parts::Each<'_>) -> Result<Result<(), parts::PartError>> {
+        let mut bounded = ReadOptions::default();
+        bounded.set_iterate_upper_bound(to.to_vec());
+        let mut it = self.db.raw_iterator_opt(bounded);
+        it.seek(from);
+        while let (Some(key), Some(value)) = (it.key(), it.value()) {
+            if let Err(e) = each(key, value) {
+                return Ok(Err(e));
+            }
+            it.next();
+        }
+        it.status()
+            .map_err(StoreError::db("reading a pipeline state", &self.path))?;
+        Ok(Ok(()))
+    }
+}
+
 /// The partition task's view of its store (see [`crate::core::task::Store`]).
 impl crate::core::task::Store for PartitionStore {
-    fn stored(&self, pipeline: &str) -> Result<Option<Stored>, HostError> {
-        Ok(PartitionStore::stored(self, pipeline)?)
+    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError> {
+        Ok(PartitionStore::stored(self, pipeline, needs)?)
     }
 
     fn applied_offset(&self, topic: &str) -> Option<i64> {
@@ -851,19 +888,47 @@ mod tests {
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
         assert_eq!(store.state_reads(), StateReads::default());
-        store.stored("p1").unwrap().unwrap();
-        store.stored("p1").unwrap().unwrap();
+        store.stored("p1", &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored("p1", &Needs::Days(Vec::new())).unwrap().unwrap();
         // A pipeline not stored is a decode attempt too: the cache cannot say it is absent.
-        assert!(store.stored("absent").unwrap().is_none());
-        assert_eq!(store.state_reads(), StateReads { cached: 1, decoded: 2 });
+        assert!(store.stored("absent", &Needs::Days(Vec::new())).unwrap().is_none());
+        assert_eq!(
+            store.state_reads(),
+            StateReads {
+                cached: 1,
+                decoded: 2,
+                whole: 0
+            }
+        );
         // A state the batch just wrote is remembered: its next read is from the cache.
         store.remember("p2", state.into());
-        store.stored("p2").unwrap().unwrap();
-        assert_eq!(store.state_reads(), StateReads { cached: 2, decoded: 2 });
+        store.stored("p2", &Needs::Days(Vec::new())).unwrap().unwrap();
+        assert_eq!(
+            store.state_reads(),
+            StateReads {
+                cached: 2,
+                decoded: 2,
+                whole: 0
+            }
+        );
         // Taken (for the metric), they count again from nothing.
-        assert_eq!(store.take_state_reads(), StateReads { cached: 2, decoded: 2 });
-        store.stored("p2").unwrap().unwrap();
-        assert_eq!(store.take_state_reads(), StateReads { cached: 1, decoded: 0 });
+        assert_eq!(
+            store.take_state_reads(),
+            StateReads {
+                cached: 2,
+                decoded: 2,
+                whole: 0
+            }
+        );
+        store.stored("p2", &Needs::Days(Vec::new())).unwrap().unwrap();
+        assert_eq!(
+            store.take_state_reads(),
+            StateReads {
+                cached: 1,
+                decoded: 0,
+                whole: 0
+            }
+        );
     }
 
     /// `--state-cache-mb`: a store keeps the states its cache has room for, and decodes the
@@ -880,16 +945,30 @@ mod tests {
             store.write(batch).unwrap();
             for _ in 0..2 {
                 for p in ["p1", "p2", "p3"] {
-                    store.stored(p).unwrap().unwrap();
+                    store.stored(p, &Needs::Days(Vec::new())).unwrap().unwrap();
                 }
             }
             store.state_reads()
         };
         let one = estimated_size(&PipelineState::default());
-        assert_eq!(reads(1 << 20), StateReads { cached: 3, decoded: 3 });
+        assert_eq!(
+            reads(1 << 20),
+            StateReads {
+                cached: 3,
+                decoded: 3,
+                whole: 0
+            }
+        );
         // Room for one state: the second round finds at most one of the three.
         assert!(reads(one).cached <= 1, "{:?}", reads(one));
-        assert_eq!(reads(one - 1), StateReads { cached: 0, decoded: 6 });
+        assert_eq!(
+            reads(one - 1),
+            StateReads {
+                cached: 0,
+                decoded: 6,
+                whole: 0
+            }
+        );
     }
 
     /// Keys to repair live as long as the checkpoint they came with: a reopening reads them

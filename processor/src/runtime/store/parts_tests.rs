@@ -3,7 +3,7 @@
 
 use crate::core::execution::ExecutionId;
 use crate::core::lifecycle::{decide, Context, Decision, Effect, Execution, Input, Settings, StateChange};
-use crate::core::lifecycle::{PendingTimer, PipelineState, StoredSensor};
+use crate::core::lifecycle::{Needs, PendingTimer, PipelineState, StoredSensor};
 use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
 use crate::core::replay::Engine;
 use crate::core::state::parts::*;
@@ -118,12 +118,15 @@ fn a_state_in_parts_reads_back_as_written_and_lists_once() {
         b.put_pipeline("p", &state, true).unwrap();
         b.put_pipeline("p.x", &hourly(1), true).unwrap();
     });
-    let stored = store.stored("p").unwrap().unwrap();
+    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
     assert!(stored.in_parts);
     assert_eq!(Arc::unwrap_or_clone(stored.state), state.clone());
     assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
-    let head = store.raw(&head_key("p")).unwrap().unwrap();
-    assert!(head.len() < 500, "the head holds no executions: {} bytes", head.len());
+    // The head holds no execution, only the ids of the live ones (here all: none ran).
+    let head: PipelineState = serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
+    assert!(in_parts(&head));
+    let open: Vec<_> = state.executions.open().map(|(id, _)| id.clone()).collect();
+    assert_eq!((open.len(), head.live), (30, Some(open)));
     // The timer index is rebuilt from the parts alone: every timer, none twice.
     let mut timers: Vec<_> = (store.timers().unwrap().into_iter())
         .filter(|t| t.pipeline == "p")
@@ -149,7 +152,7 @@ fn what_a_reading_writes_does_not_grow_with_the_history() {
             .unwrap()
             .data
             .insert("count".into(), json!(7000));
-        let writes = writes("p", Some(&before), &after).unwrap();
+        let writes = writes("p", Some(&before), &after, false).unwrap();
         assert_eq!(writes.len(), 1, "the one reading changed");
         bytes(&writes)
     };
@@ -158,7 +161,7 @@ fn what_a_reading_writes_does_not_grow_with_the_history() {
         many <= few + 64,
         "a reading writes {few} bytes with 2 executions, {many} with 168"
     );
-    let whole = |executions| bytes(&writes("p", None, &hourly(executions)).unwrap());
+    let whole = |executions| bytes(&writes("p", None, &hourly(executions), false).unwrap());
     assert!(
         whole(168) > 50 * few,
         "the whole state is what used to be written: {}",
@@ -201,7 +204,7 @@ fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole
     let late = reading("rows", json!({"count": 7000}), 24, 3);
     for (input, concerned) in [(next, 0), (late, 1)] {
         let store = PartitionStore::open(dir.path(), 0).unwrap();
-        let read = store.stored("p").unwrap().unwrap().state;
+        let read = store.stored("p", &Needs::Whole).unwrap().unwrap().state;
         assert!(read.executions.values().all(|e| !e.is_decoded()), "read as stored");
         let decision = decide(&read, "p", &input, ctx);
         let decoded: Vec<_> = (read.executions.iter())
@@ -278,7 +281,7 @@ fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     let kind = after.timers.keys().find(held).unwrap().clone();
     after.timers.get_mut(&kind).unwrap().at += chrono::TimeDelta::minutes(5);
     let moved = execution_of(&after.timers[&kind]).unwrap();
-    let writes = writes("p", Some(&before), &after).unwrap();
+    let writes = writes("p", Some(&before), &after, false).unwrap();
     let find = |writes: &[Write], tag: u8, id: &str| {
         (writes.iter())
             .find(|(k, _)| *k == part_key("p", tag, id))
@@ -287,11 +290,14 @@ fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     assert_eq!(find(&writes, EXECUTION, gone.as_str()), Some(false));
     assert_eq!(find(&writes, SENSOR, &slot), Some(false));
     assert_eq!(find(&writes, EXECUTION, moved.as_str()), Some(true));
-    assert_eq!(writes.len(), 3, "the three changes, the head as it was: {writes:?}");
+    // The head too: the execution gone was live (it awaited its trigger).
+    assert_eq!(writes.len(), 4, "the three changes and the head: {writes:?}");
+    let written: PipelineState = serde_json::from_slice(writes[0].1.as_ref().unwrap()).unwrap();
+    assert_eq!(written.live.unwrap().len(), after.executions.len());
     // A timer whose execution is gone is a part of its own until it goes too.
     let mut orphaned = after.clone();
     orphaned.executions.remove(&moved);
-    let writes = self::writes("p", Some(&after), &orphaned).unwrap();
+    let writes = self::writes("p", Some(&after), &orphaned, false).unwrap();
     let alone: Vec<&PendingTimer> = (orphaned.timers.values())
         .filter(|t| execution_of(t) == Some(moved.clone()))
         .map(|t| &**t)
@@ -300,9 +306,10 @@ fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     for t in &alone {
         assert_eq!(find(&writes, TIMER, &t.timer.encode()), Some(true));
     }
-    assert_eq!(writes.len(), 1 + alone.len());
+    // And the head: a live execution went.
+    assert_eq!(writes.len(), 2 + alone.len());
     let mut batch_state = PipelineState::default();
-    for (key, value) in writes.iter().filter(|(k, _)| k[0..4] == *b"p/p\0") {
+    for (key, value) in writes.iter().filter(|(k, _)| k.starts_with(b"p/p\0")) {
         if let Some(value) = value {
             add_part(&mut batch_state, &key[4..], value).unwrap();
         }
@@ -317,11 +324,90 @@ fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     // A changed head is written.
     let mut linked = after.clone();
     linked.dependents.insert("downstream".into(), "upstream-ready".into());
-    let writes = self::writes("p", Some(&after), &linked).unwrap();
+    let writes = self::writes("p", Some(&after), &linked, false).unwrap();
     assert_eq!(
         writes,
         [(head_key("p"), Some(serde_json::to_vec(&head(&linked)).unwrap()))]
     );
+}
+
+/// A state read in part is the whole state less its quiet executions (settled, no timer but
+/// their expiry) but those of the days asked for: the store reads what the decider's view of
+/// a state read in part assumes (see `Executions`), and far less than the whole.
+#[test]
+fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
+    let (_dir, store) = store();
+    // Nothing cached: every read is from the parts.
+    let mut store = store.with_state_cache(0);
+    let mut state = history(60, Some(JobStatus::Succeeded));
+    // Their SLA deadlines passed: only their expiries are left.
+    state.timers.retain(|kind, _| matches!(kind, TimerKind::Expire { .. }));
+    // Two hours of today still open.
+    for hour in 0..2 {
+        let other = history(1, None);
+        let (id, open) = other
+            .executions
+            .open()
+            .next()
+            .map(|(id, e)| (id.clone(), e.clone()))
+            .unwrap();
+        let id: ExecutionId = format!("{}T{hour:02}", &id.as_str()[..id.as_str().len() - 3])
+            .parse()
+            .unwrap();
+        state.executions.insert(id, open);
+    }
+    write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
+    let whole = store.stored("p", &Needs::Whole).unwrap().unwrap();
+    assert_eq!(*whole.state, state);
+    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    let all = state.executions.loaded().len();
+    for days in [
+        vec![],
+        vec![day("2026-11-24")],
+        vec![day("2026-11-22"), day("2026-11-23")],
+        vec![day("2026-11-01")],
+    ] {
+        let read = store.stored("p", &Needs::Days(days.clone())).unwrap().unwrap();
+        let mut expected = state.clone();
+        let left_out = expected.read_in_part(&days);
+        assert_eq!(*read.state, expected, "days {days:?}");
+        assert!(read.in_parts && !read.head_stale);
+        let loaded = read.state.executions.loaded().len();
+        assert_eq!(loaded + left_out, all);
+        let quiet_of_days = (state.executions.loaded().iter())
+            .filter(|(id, e)| days.contains(&id.date().day) && !e.phase().is_open())
+            .count();
+        assert_eq!(loaded, 2 + quiet_of_days, "the two open, and the others of {days:?}");
+    }
+    assert_eq!(store.state_reads().whole, 1);
+}
+
+/// A head written before reads in part names no live executions: its state is read whole,
+/// and the next write writes the head again, after which it is read in part.
+#[test]
+fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
+    let (_dir, store) = store();
+    let mut store = store.with_state_cache(0);
+    let state = history(30, Some(JobStatus::Succeeded));
+    write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
+    let mut head: serde_json::Map<String, Value> =
+        serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
+    assert!(head.remove("live").is_some());
+    write(&mut store, |b| {
+        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
+    });
+    let in_part = Needs::Days(Vec::new());
+    let read = store.stored("p", &in_part).unwrap().unwrap();
+    assert!(read.head_stale && !read.state.executions.is_partial());
+    // Unchanged, the state's next write is its head alone.
+    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
+    assert_eq!(
+        writes.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        [head_key("p")]
+    );
+    write(&mut store, |b| b.put_state(writes, None));
+    let read = store.stored("p", &in_part).unwrap().unwrap();
+    assert!(!read.head_stale && read.state.executions.is_partial());
 }
 
 /// A state written whole by an earlier version reads, and its next write moves every part
@@ -333,20 +419,22 @@ fn a_state_written_whole_reads_and_moves_to_parts() {
     write(&mut store, |b| {
         b.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()))
     });
-    let stored = store.stored("p").unwrap().unwrap();
+    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
     assert!(!stored.in_parts);
     assert_eq!(*stored.state, whole);
     assert!(!whole.timers.is_empty());
     let inline = store.timers().unwrap().len();
     assert_eq!(inline, whole.timers.len(), "the timers a head holds inline count");
     let next = stored.state.clone();
-    write(&mut store, |b| b.put_state(writes("p", None, &next).unwrap(), None));
-    let stored = store.stored("p").unwrap().unwrap();
+    write(&mut store, |b| {
+        b.put_state(writes("p", None, &next, false).unwrap(), None)
+    });
+    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
     assert!(stored.in_parts);
     assert_eq!(Arc::unwrap_or_clone(stored.state), whole);
     assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
     write(&mut store, |b| b.delete_pipeline("p", &next));
-    assert!(store.stored("p").unwrap().is_none());
+    assert!(store.stored("p", &Needs::Whole).unwrap().is_none());
     assert!(store.pipelines().unwrap().is_empty());
     let left = store.db.iterator(rocksdb::IteratorMode::Start).count();
     assert_eq!(left, 0, "no part outlives its pipeline");
@@ -376,24 +464,32 @@ fn the_cache_of_decoded_states_follows_every_write() {
         b.put_pipeline("p", &state, false).unwrap();
         b.put_pipeline("q", &state, false).unwrap();
     });
-    assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
+    let in_part = Needs::Days(Vec::new());
+    let read = |store: &PartitionStore| store.stored("p", &in_part).unwrap().map(|s| (*s.state).clone());
+    let mut expected = state.clone();
+    expected.read_in_part(&[]);
+    assert_eq!(read(&store).unwrap(), expected);
     // What the caller says it wrote is what reads return, without decoding.
-    let mut told = state.clone();
+    let mut told = expected.clone();
     told.dependents.insert("d".into(), "k".into());
     store.remember("p", told.clone().into());
-    assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+    let before = store.take_state_reads();
+    assert_eq!(read(&store).unwrap(), told);
+    assert_eq!(store.take_state_reads().cached, 1);
     // A write of one of its parts (a restore's) is read from disk again.
     let (slot, reading) = state.sensors.iter().next().unwrap();
     let value = serde_json::to_vec(reading).unwrap();
     write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
-    assert_eq!(store.pipeline("p").unwrap().unwrap(), state.clone());
+    assert_eq!(read(&store).unwrap(), expected);
     // Another pipeline's writes leave it cached; a clear forgets everything.
     store.remember("p", told.clone().into());
     write(&mut store, |b| b.delete_pipeline("q", &state));
-    assert_eq!(store.pipeline("p").unwrap().unwrap(), told);
+    assert_eq!(read(&store).unwrap(), told);
     assert!(store.pipeline("q").unwrap().is_none());
     store.clear().unwrap();
-    assert!(store.pipeline("p").unwrap().is_none());
+    assert!(read(&store).is_none());
+    // A whole read is never kept: the read models' reads do not fill the cache.
+    assert_eq!(before.whole, 0);
 }
 
 /// Random states as the decider leaves them: executions of a few (schedule, date)s,

@@ -2005,7 +2005,7 @@ fn job_completed_flows_down_a_bronze_silver_gold_chain() {
     complete(&mut sim, "bronze", DAY);
     assert!(matches!(phase_of(&sim, "silver", DAY), Phase::AwaitingTrigger { .. }));
     assert!(
-        !sim.states["gold"].executions.contains_key(KEY),
+        !sim.states["gold"].executions.contains_key(&KEY.parse().unwrap()),
         "gold waits for silver"
     );
     complete(&mut sim, "silver", DAY);

@@ -921,7 +921,9 @@ fn an_ended_execution_and_its_dated_sensors_expire_after_the_retention() {
     // Not before its date (the 22nd) is older than the retention: the 30th, 00:00 (UTC).
     assert_eq!(sim.due("gold", &expire), Some(at("2026-11-30T00:00:00Z")));
     sim.advance(TimeDelta::days(6));
-    assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
+    assert!(sim.states["gold"]
+        .executions
+        .contains_key(&"stream/2026-11-22".parse().unwrap()));
     sim.advance(TimeDelta::days(2));
     let state = &sim.states["gold"];
     assert!(
@@ -1057,7 +1059,9 @@ fn a_date_that_ran_is_not_started_again_between_its_expiry_and_its_cutoff() {
     run_gold_to_success(&mut sim);
     // A week and an hour after the run: inside the old gap.
     sim.advance(retention::RETENTION + TimeDelta::hours(1));
-    assert!(sim.states["gold"].executions.contains_key("stream/2026-11-22"));
+    assert!(sim.states["gold"]
+        .executions
+        .contains_key(&"stream/2026-11-22".parse().unwrap()));
     let ready = json!({"status": "ready"});
     // The same readings again (a producer replaying its day): the same date, no news.
     sim.sensor_scoped(

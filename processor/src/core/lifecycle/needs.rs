@@ -1,0 +1,57 @@
+//! What a decision is likely to read of a pipeline's quiet executions, so that the store
+//! reads those with the live ones and no others (see [`super::Executions`]).
+//!
+//! A guess, never a rule: a decision that asks for more is made again from the whole state,
+//! so a wrong guess costs time, not a wrong decision. What makes it right nearly always is
+//! that an input names its day: a timer or a job report its execution, a command or a dated
+//! reading its date.
+
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+
+use super::Input;
+use crate::core::timers::TimerKind;
+
+/// The executions a decision on an input is likely to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Needs {
+    /// Every execution: a config change or a pipeline forgotten reads them all.
+    Whole,
+    /// The executions of these days (every schedule's), besides the live ones.
+    Days(Vec<NaiveDate>),
+}
+
+impl Needs {
+    /// What a decision on `input` at `now` is likely to read: the day a timer, a job report,
+    /// a command or a dated reading names; for an undated reading or a cron tick, the days
+    /// around `now` (yesterday, today and tomorrow in UTC hold today in every timezone).
+    pub fn of(input: &Input, now: DateTime<Utc>) -> Needs {
+        let around_now = || {
+            let today = now.date_naive();
+            Needs::Days(vec![today - TimeDelta::days(1), today, today + TimeDelta::days(1)])
+        };
+        let day = |day: NaiveDate| Needs::Days(vec![day]);
+        match input {
+            Input::ConfigPublished(_) => Needs::Whole,
+            Input::SensorReceived(reading) => reading.date.map_or_else(around_now, day),
+            Input::JobReported(report) => day(report.execution.date().day),
+            Input::CommandReceived(record) => (record.date.get(..10))
+                .and_then(|d| d.parse::<NaiveDate>().ok())
+                .map_or(Needs::Whole, day),
+            Input::TimerFired(kind) => match kind {
+                TimerKind::CronTick => around_now(),
+                TimerKind::StartCheck { date } | TimerKind::TriggerDeadline { date } => day(date.day),
+                TimerKind::Forget => Needs::Whole,
+                other => other.execution().map_or(Needs::Whole, |id| day(id.date().day)),
+            },
+            Input::Rejected { .. } => Needs::Days(Vec::new()),
+        }
+    }
+
+    /// The days to read, or `None` for every execution.
+    pub fn days(&self) -> Option<&[NaiveDate]> {
+        match self {
+            Needs::Whole => None,
+            Needs::Days(days) => Some(days),
+        }
+    }
+}
