@@ -45,6 +45,8 @@ struct Minute {
     /// Time spent in Sluice's code on them, the batch writes included.
     busy: Duration,
     reads: StateReads,
+    /// Decisions made again from the whole state (they asked for more than was read).
+    redecided: u64,
 }
 
 impl Minute {
@@ -176,15 +178,18 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
     let mut minutes = vec![Minute::default(); seconds.div_ceil(60) as usize];
     let mut batch_ends = start + BATCH_SPAN;
     let mut reads = l.state_reads();
+    let mut redecided = l.driver.task.redecided();
     for n in 0..total {
         let now = start + TimeDelta::microseconds((n as i64 * 1_000_000) / rate as i64);
         let index = ((now - start).num_seconds() / 60) as usize;
         if index > 0 && n % (rate * 60) == 0 {
             let m = &minutes[index - 1];
             eprintln!(
-                "[steady] {rate}/s, minute {index}: {:.1} µs per record, {} decoded reads",
+                "[steady] {rate}/s, minute {index}: {:.1} µs per record, {} reads in part, {} whole, {} decided again",
                 m.micros_per_record(),
-                m.reads.decoded
+                m.reads.decoded,
+                m.reads.whole,
+                m.redecided
             );
         }
         let minute = &mut minutes[index];
@@ -213,7 +218,10 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         let now_reads = l.state_reads();
         minute.reads.cached += now_reads.cached - reads.cached;
         minute.reads.decoded += now_reads.decoded - reads.decoded;
+        minute.reads.whole += now_reads.whole - reads.whole;
         reads = now_reads;
+        minute.redecided += l.driver.task.redecided() - redecided;
+        redecided = l.driver.task.redecided();
     }
     l.write(start + TimeDelta::seconds(seconds as i64))?;
     drop(l);
@@ -231,13 +239,15 @@ pub fn report(rates: &[u64], seconds: u64, cache_mb: usize, out: &mut String) ->
          after ten minutes); one partition, a real RocksDB store, the processor's state cache \
          ({cache_mb} MiB, `--state-cache-mb`). \
          µs per record: the time in Sluice's code (decode, state read, decide, encode, batch \
-         write, timers, job reports) ÷ records handled that simulated minute. Decoded: state reads \
-         the cache missed (the state decoded from its parts).\n"
+         write, timers, job reports) ÷ records handled that simulated minute. In part: state reads \
+         the cache missed, read from the parts a decision needs (the live executions, those of \
+         the day the record names, the readings); whole: reads of every part (a decision that \
+         asked for more, decided again).\n"
     );
     let _ = writeln!(
         out,
-        "| readings/s | minute | records | µs per record | ÷ first minute | decoded reads | cached reads |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| readings/s | minute | records | µs per record | ÷ first minute | reads in part | whole reads | decided again | cached reads |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for &rate in rates {
         let minutes = run(rate, seconds, cache_mb << 20)?;
@@ -245,12 +255,14 @@ pub fn report(rates: &[u64], seconds: u64, cache_mb: usize, out: &mut String) ->
         for (i, m) in minutes.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "| {rate} | {} | {} | {:.1} | {:.2} | {} | {} |",
+                "| {rate} | {} | {} | {:.1} | {:.2} | {} | {} | {} | {} |",
                 i + 1,
                 m.records,
                 m.micros_per_record(),
                 m.micros_per_record() / first,
                 m.reads.decoded,
+                m.reads.whole,
+                m.redecided,
                 m.reads.cached,
             );
         }
@@ -259,7 +271,7 @@ pub fn report(rates: &[u64], seconds: u64, cache_mb: usize, out: &mut String) ->
         let records: u64 = minutes.iter().map(|m| m.records).sum();
         let _ = writeln!(
             out,
-            "| {rate} | all | {records} | {:.1} | last ÷ first {:.2} | | |",
+            "| {rate} | all | {records} | {:.1} | last ÷ first {:.2} | | | | |",
             busy.as_secs_f64() * 1e6 / records.max(1) as f64,
             last / first
         );

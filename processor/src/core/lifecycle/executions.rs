@@ -57,6 +57,9 @@ struct Part {
     /// Executions removed since the read: filling the state from the store must not bring
     /// them back.
     removed: BTreeSet<ExecutionId>,
+    /// Executions known not to be stored: a timer armed for one is a part of its own only
+    /// while it has no execution (an SLA armed before its date started).
+    absent: BTreeSet<ExecutionId>,
 }
 
 impl Executions {
@@ -69,7 +72,7 @@ impl Executions {
     fn knows(&self, id: &ExecutionId) -> bool {
         match &self.part {
             None => true,
-            Some(part) => self.loaded.contains_key(id) || part.knows_day_of(id),
+            Some(part) => self.loaded.contains_key(id) || part.knows_day_of(id) || part.absent.contains(id),
         }
     }
 
@@ -225,7 +228,11 @@ impl Executions {
             self.loaded.remove(id);
         }
         let removed = self.part.as_ref().map(|part| part.removed.clone()).unwrap_or_default();
-        self.part = Some(std::sync::Arc::new(Part { days, removed }));
+        self.part = Some(std::sync::Arc::new(Part {
+            days,
+            removed,
+            absent: BTreeSet::new(),
+        }));
         out
     }
 
@@ -254,8 +261,19 @@ impl Executions {
     pub(crate) fn read_days(&mut self, days: BTreeSet<NaiveDate>) {
         self.part = Some(std::sync::Arc::new(Part {
             days,
-            removed: BTreeSet::new(),
+            ..Part::default()
         }));
+    }
+
+    /// Notes that the executions `ids` (those not loaded) are not stored, when read in part.
+    pub(crate) fn know_absent<'i>(&mut self, ids: impl Iterator<Item = &'i ExecutionId>) {
+        let Some(part) = &mut self.part else {
+            return;
+        };
+        let absent: Vec<ExecutionId> = ids.filter(|id| !self.loaded.contains_key(*id)).cloned().collect();
+        if !absent.is_empty() {
+            std::sync::Arc::make_mut(part).absent.extend(absent);
+        }
     }
 }
 

@@ -132,7 +132,16 @@ impl PipelineState {
             self.timers
                 .retain(|kind, _| kind.execution().is_none_or(|id| !out.contains(id)));
         }
+        self.know_timers_alone();
         out.len()
+    }
+
+    /// In a state read in part, notes that the executions of the timers it holds that are
+    /// not loaded are not stored: a stored execution holds its timers in its part, and any
+    /// but its expiry make it live (loaded).
+    pub(crate) fn know_timers_alone(&mut self) {
+        let PipelineState { executions, timers, .. } = self;
+        executions.know_absent(timers.keys().filter_map(TimerKind::execution));
     }
 
     /// Adds what `whole` (the same state read whole) has that this state, read in part, left

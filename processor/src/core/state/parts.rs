@@ -419,6 +419,7 @@ pub fn read<S: Source>(
         }
     }
     state.executions.read_days(days.iter().copied().collect());
+    state.know_timers_alone();
     Ok(Some(Read {
         state,
         in_parts,
