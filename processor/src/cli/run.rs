@@ -34,9 +34,9 @@ pub struct RunArgs {
     #[arg(long, env = "SLUICE_STATE_DIR", default_value = ".sluice/state")]
     state_dir: PathBuf,
     /// MiB of decoded pipeline states kept in memory per partition owned (an estimate of
-    /// their size). A state the cache misses is decoded from its parts in RocksDB, at a cost
-    /// that follows the pipeline's history: raise it when `sluice_state_reads_total`'s
-    /// `decoded` reads are many and memory allows.
+    /// their size; a state is kept as read in part: its live executions, a day's, its
+    /// readings). A state the cache misses is read from its parts in RocksDB: raise it when
+    /// `sluice_state_reads_total`'s `decoded` reads are many and memory allows.
     #[arg(long, env = "SLUICE_STATE_CACHE_MB", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     state_cache_mb: u32,

@@ -394,8 +394,7 @@ impl Processor {
                 _ = heartbeat.tick() => {
                     for (p, store) in self.tasks.task.stores() {
                         self.telemetry.state_size(p, store.estimated_bytes());
-                        let reads = store.take_state_reads();
-                        self.telemetry.state_reads(reads.cached, reads.decoded);
+                        self.telemetry.state_reads(store.take_state_reads());
                     }
                 }
             }

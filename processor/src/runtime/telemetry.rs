@@ -17,6 +17,7 @@ pub use super::instruments::MetricDescriptor;
 use super::instruments::{
     Counter, Gauge, Labels, PlainGauge, PlainSeconds, PlainSecondsGauge, Registrar, Seconds, SecondsGauge, UpDown,
 };
+use super::store::StateReads;
 use crate::core::task::Tallies;
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
@@ -478,10 +479,11 @@ impl Telemetry {
             .set(vec![("peer", peer.to_string())], seconds.max(0.0));
     }
 
-    /// State reads since the last call: `cached` from the cache of decoded states,
-    /// `decoded` from their parts.
-    pub fn state_reads(&self, cached: u64, decoded: u64) {
-        for (served, n) in [("cache", cached), ("decoded", decoded)] {
+    /// State reads since the last call: from the cache of decoded states, read in part
+    /// from their parts, or read whole.
+    pub fn state_reads(&self, reads: StateReads) {
+        let StateReads { cached, decoded, whole } = reads;
+        for (served, n) in [("cache", cached), ("decoded", decoded), ("whole", whole)] {
             if n > 0 {
                 self.state_reads.add(vec![("served", served.to_string())], n);
             }
