@@ -477,7 +477,11 @@ impl Exposed {
         t.clock_stepped(180.0);
         t.restore_progress(0, 10, 0, 0.5);
         t.state_size(0, 4096);
-        t.state_reads(3, 1);
+        t.state_reads(sluice::runtime::store::StateReads {
+            cached: 3,
+            decoded: 1,
+            whole: 1,
+        });
         t.rebalanced("assigned");
         t.forwarded("sluice.sensors", 1);
         t.forwarded_duplicates("sluice.sensors", 1);
