@@ -41,7 +41,7 @@ use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable};
+use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable, SCHEDULE_IDS};
 use super::events::{clip, event_id, Category, Event, EventType, REASON_LIMIT};
 use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 use super::hints;
@@ -120,12 +120,14 @@ impl PipelineState {
         live
     }
 
-    /// Leaves out the quiet executions but for those of `days`, with their timers, as a read
-    /// in part of those days has the state (see [`Executions`]). Returns how many were left
-    /// out.
+    /// Leaves out the quiet executions but for those of `days` and of the live executions'
+    /// days, with their timers, as a read in part of those days has the state (see
+    /// [`Executions`], `state::parts::read`). Returns how many were left out.
     pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
         let live: BTreeSet<ExecutionId> = self.live().into_iter().cloned().collect();
-        let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(days, |id, _| live.contains(id)))
+        let named = live.iter().filter(|id| SCHEDULE_IDS.contains(&id.schedule()));
+        let days: Vec<NaiveDate> = days.iter().copied().chain(named.map(|id| id.date().day)).collect();
+        let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(&days, |id, _| live.contains(id)))
             .into_iter()
             .collect();
         if !out.is_empty() {
