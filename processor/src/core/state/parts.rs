@@ -288,8 +288,14 @@ fn put<K, V: Serialize>(
     Ok(())
 }
 
-/// Deletes of every part `stored` has.
+/// Deletes of every part `stored` has. `stored` is whole: a decision that deletes a
+/// pipeline asks whether it has executions, which a state read in part cannot answer, so it
+/// is made from the whole state (see `Executions`).
 pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
+    debug_assert!(
+        !stored.executions.is_partial(),
+        "{pipeline}: a delete from a state read in part"
+    );
     let layout = layout(stored);
     // Every execution's, loaded or not.
     let executions = (stored.executions.keys()).map(|id| part_key(pipeline, EXECUTION, id.as_str()));
