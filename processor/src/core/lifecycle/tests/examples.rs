@@ -325,7 +325,7 @@ fn decisions_from_states_read_in_part_are_those_of_the_whole_states() {
         );
         assert!(partially > 500, "decisions from states read in part: {partially}");
         match guessing {
-            // Every settled execution left out: deciding again is exercised.
+            // Only the live executions and their days read: deciding again is exercised.
             false => assert!(redecided * 20 > partially, "{redecided} of {partially} decided again"),
             // What each input names loaded first: hardly any decision is made twice.
             true => assert!(redecided * 50 < partially, "{redecided} of {partially} decided again"),
