@@ -35,7 +35,7 @@ fn text(out: &Output) -> String {
 fn by_pipeline<'a>(events: impl IntoIterator<Item = &'a Event>) -> BTreeMap<String, Vec<(String, String)>> {
     let mut map: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for e in events {
-        map.entry(e.pipeline_id.clone())
+        map.entry(e.pipeline_id.to_string())
             .or_default()
             .push((e.kind.name().to_string(), e.event_id.clone()));
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
+use sluice::core::ids::PipelineId;
 use sluice::core::lifecycle::{decide, Context, Decision, Effect, Input, Needs, PipelineState, Settings, StateChange};
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
 use sluice::core::status::summarize;
@@ -18,7 +19,7 @@ use crate::workload;
 /// One pipeline's state with `executions` hourly executions, each triggered and reported
 /// succeeded, built by the decider from the records a team would send.
 struct Pipeline {
-    id: String,
+    id: PipelineId,
     state: PipelineState,
     now: DateTime<Utc>,
     settings: Settings,
@@ -36,7 +37,7 @@ impl Pipeline {
             state: PipelineState::default(),
             now: Utc::now(),
             settings,
-            id,
+            id: id.into(),
         };
         let config = serde_json::to_vec(&workload::config(&p.id, "http://127.0.0.1:9"))?;
         let record = decode_config(Some(p.id.as_bytes()), Some(&config)).context("the bench config")?;

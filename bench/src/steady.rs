@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
+use sluice::core::ids::PipelineId;
 use sluice::core::lifecycle::{Effect, Input, Settings};
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
 use sluice::core::task::{self, ReleaseKeys, Task};
@@ -61,7 +62,7 @@ impl Minute {
 struct Loop {
     driver: Driver<PartitionStore>,
     /// Job reports due, by when (with a tie-breaking sequence).
-    reports: BTreeMap<(DateTime<Utc>, u64), (String, Vec<u8>)>,
+    reports: BTreeMap<(DateTime<Utc>, u64), (PipelineId, Vec<u8>)>,
     sequence: u64,
 }
 
@@ -169,7 +170,12 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         let id = workload::pipeline_id(i);
         let config = serde_json::to_vec(&workload::config(&id, "http://127.0.0.1:9"))?;
         let record = decode_config(Some(id.as_bytes()), Some(&config)).context("the bench config")?;
-        (l.driver).handle(&id, &Input::ConfigPublished(record), "bench/config", start)?;
+        (l.driver).handle(
+            &record.pipeline_id().clone(),
+            &Input::ConfigPublished(record),
+            "bench/config",
+            start,
+        )?;
     }
     l.write(start)?;
     let dates: Vec<String> = (0..days)
@@ -212,7 +218,8 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
         }
         minute.records += l.catch_up(now)?;
         let reading = decode_sensor(Some(id.as_bytes()), Some(&bytes)).context("a reading")?;
-        (l.driver).handle(&id, &Input::SensorReceived(reading), &origin, now)?;
+        let pipeline = reading.pipeline_id.clone();
+        (l.driver).handle(&pipeline, &Input::SensorReceived(reading), &origin, now)?;
         minute.records += 1;
         minute.busy += started.elapsed();
         let now_reads = l.state_reads();

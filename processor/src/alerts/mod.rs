@@ -1003,7 +1003,7 @@ mod tests {
             "P2"
         );
         let mut long = event(EventType::JOB_FAILED);
-        long.pipeline_id = "p".repeat(500);
+        long.pipeline_id = "p".repeat(500).into();
         let message = opsgenie_request(&long, None).1["message"].as_str().unwrap().to_string();
         assert_eq!(message.chars().count(), OPSGENIE_MESSAGE_LIMIT);
         let (path, closed) = opsgenie_request(&event(EventType::JOB_COMPLETED), None);

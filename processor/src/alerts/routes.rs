@@ -243,7 +243,7 @@ impl Routes {
             Some(types) => types.contains(&event.kind),
             None => QUIET_TYPES.contains(&event.kind) || (incidents && RESOLVING_TYPES.contains(&event.kind)),
         };
-        let owner = owners.get(&event.pipeline_id);
+        let owner = owners.get(event.pipeline_id.as_str());
         let matching: Vec<&Route> = self
             .routes
             .iter()

@@ -62,7 +62,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Jo
         message,
     } = command;
     let record = JobRecord {
-        pipeline_id: pipeline.clone(),
+        pipeline_id: pipeline.as_str().into(),
         schedule_id: schedule,
         date,
         run_id: run_id.into(),

@@ -9,6 +9,7 @@
 //! before it is replayed, ordered by record timestamp (then topic, partition and offset), so
 //! the same log always replays the same way.
 
+use crate::core::ids::PipelineId;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -131,7 +132,7 @@ pub(crate) struct Recorded {
     pub kind: InputTopic,
     pub partition: i32,
     pub offset: i64,
-    pub pipeline: String,
+    pub pipeline: PipelineId,
     pub input: Input,
 }
 
@@ -204,6 +205,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Repla
     let mut events = Vec::new();
     for (_, id, json) in overrides.iter().flatten() {
         if args.only.is_empty() || args.only.contains(id) {
+            let id = PipelineId::from(id);
             let input = Input::ConfigPublished(ConfigRecord::Put {
                 pipeline_id: id.clone(),
                 config: json.clone(),
@@ -212,7 +214,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Repla
             replay.input(
                 start,
                 partition,
-                id,
+                &id,
                 &input,
                 &format!("replay-config/{id}"),
                 &mut events,
@@ -475,7 +477,11 @@ async fn recorded_events(
             Err(e) => Err(e.to_string()),
         };
         match event {
-            Ok(e) if e.timestamp >= from && e.timestamp <= to && (only.is_empty() || only.contains(&e.pipeline_id)) => {
+            Ok(e)
+                if e.timestamp >= from
+                    && e.timestamp <= to
+                    && (only.is_empty() || only.iter().any(|id| *id == e.pipeline_id)) =>
+            {
                 events.push(e)
             }
             Ok(_) => {}

@@ -80,7 +80,7 @@ pub async fn run(
         anyhow::bail!("--force and --backfill are for rerun only");
     }
     let record = CommandRecord {
-        pipeline_id: args.pipeline.clone(),
+        pipeline_id: args.pipeline.as_str().into(),
         command,
         schedule_id: args.schedule,
         date,
@@ -125,7 +125,7 @@ pub async fn backfill(kafka: &Connection, topics: &Topics, codec: &Codec, args: 
     for date in dates {
         asked += 1;
         let record = CommandRecord {
-            pipeline_id: args.pipeline.clone(),
+            pipeline_id: args.pipeline.as_str().into(),
             command: CommandKind::Rerun,
             schedule_id: None,
             date: date.to_string(),

@@ -58,7 +58,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, command: Se
     }
     let key = key.context("KEY is needed (or `-` as PIPELINE, for JSON lines on stdin)")?;
     let record = SensorRecord {
-        pipeline_id: pipeline.clone(),
+        pipeline_id: pipeline.as_str().into(),
         key,
         data: fields.into_iter().map(|(k, v)| (k, typed_value(&v))).collect(),
         date,

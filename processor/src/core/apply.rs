@@ -12,6 +12,7 @@
 use super::lifecycle::{decide, noting_unloaded, Context, Decision, Input, PipelineState, StateChange};
 use super::limits::OverLimit;
 use super::records::Rejection;
+use crate::core::ids::PipelineId;
 
 /// Why no decision could be applied.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,7 +33,7 @@ pub enum Unfit<E> {
 /// after `source` (the record's topic, partition and offset, or a timer's origin).
 pub fn decide_within<W, E>(
     state: &PipelineState,
-    pipeline: &str,
+    pipeline: &PipelineId,
     input: &Input,
     ctx: Context<'_>,
     source: impl FnOnce() -> String,
@@ -105,10 +106,10 @@ mod tests {
     #[test]
     fn a_decision_that_fits_is_applied_as_decided() {
         let state = PipelineState::default();
-        let plain = decide(&state, "p", &reading(), ctx());
+        let plain = decide(&state, &"p".into(), &reading(), ctx());
         let (decision, measured) = decide_within(
             &state,
-            "p",
+            &"p".into(),
             &reading(),
             ctx(),
             || unreachable!("named only when rejected"),
@@ -125,7 +126,7 @@ mod tests {
         let mut measured = 0;
         let (decision, ()) = decide_within(
             &state,
-            "p",
+            &"p".into(),
             &reading(),
             ctx(),
             || "sensors/0@7".to_string(),
@@ -166,7 +167,7 @@ mod tests {
     fn a_rejection_over_a_limit_too_applies_nothing_and_says_why() {
         let unfit = decide_within(
             &PipelineState::default(),
-            "p",
+            &"p".into(),
             &reading(),
             ctx(),
             || "sensors/0@7".to_string(),
@@ -178,10 +179,17 @@ mod tests {
     #[test]
     fn a_failed_measure_stops_at_once() {
         let mut asked = 0;
-        let unfit = decide_within(&PipelineState::default(), "p", &reading(), ctx(), String::new, |_| {
-            asked += 1;
-            Err::<Result<(), OverLimit>, _>("codec down")
-        });
+        let unfit = decide_within(
+            &PipelineState::default(),
+            &"p".into(),
+            &reading(),
+            ctx(),
+            String::new,
+            |_| {
+                asked += 1;
+                Err::<Result<(), OverLimit>, _>("codec down")
+            },
+        );
         assert_eq!(unfit.unwrap_err(), Unfit::Failed("codec down"));
         assert_eq!(asked, 1);
     }

@@ -1,5 +1,6 @@
 //! Lifecycle events: everything Sluice decides, as published on `sluice.events`.
 
+use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -130,7 +131,7 @@ pub struct Event {
     #[serde(rename = "type")]
     pub kind: EventType,
     pub category: Category,
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

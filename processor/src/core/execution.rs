@@ -16,6 +16,8 @@ use chrono::{Datelike, NaiveDate};
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
+pub use super::ids::RunId;
+
 /// Why a text is not an execution date or id.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ParseError {
@@ -124,82 +126,6 @@ impl fmt::Display for ExecutionDate {
             write!(f, "T{hour:02}")?;
         }
         Ok(())
-    }
-}
-
-/// The id of one attempt of an execution's job ([`crate::core::lifecycle::run_id`] makes
-/// it): the idempotency key a job target sees, what reports name, what the journal keys a
-/// call by. Serialised as its text; the text is shared, as timers, requests and events copy
-/// it.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RunId(Arc<str>);
-
-impl RunId {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::ops::Deref for RunId {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for RunId {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
-
-impl AsRef<str> for RunId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for RunId {
-    fn from(text: String) -> Self {
-        RunId(text.into())
-    }
-}
-
-impl From<&str> for RunId {
-    fn from(text: &str) -> Self {
-        RunId(text.into())
-    }
-}
-
-impl PartialEq<str> for RunId {
-    fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
-    }
-}
-
-impl PartialEq<String> for RunId {
-    fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
-    }
-}
-
-impl PartialEq<&str> for RunId {
-    fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
-    }
-}
-
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RunId({:?})", &*self.0)
     }
 }
 

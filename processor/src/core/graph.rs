@@ -4,6 +4,7 @@
 //! pipeline list's summaries, which every instance gathers from all of them, so any instance
 //! draws the whole graph.
 
+use crate::core::ids::PipelineId;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,7 +40,7 @@ pub struct Graph {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     /// The state of its execution for the date (as the list names states), else
     /// [`NOT_STARTED`], `unconfigured` (sensors only) or [`UNKNOWN`].
     pub state: String,
@@ -64,7 +65,7 @@ pub struct Edge {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldBack {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub state: String,
     /// The upstreams that have not completed the date.
     pub by: Vec<String>,
@@ -131,7 +132,7 @@ pub fn graph<P: Borrow<PipelineSummary>>(pipelines: &[P], date: Option<&str>, to
         }
         holding.extend(by.iter().map(|from| (from.clone(), id.to_string())));
         held_back.push(HeldBack {
-            pipeline_id: id.to_string(),
+            pipeline_id: PipelineId::from(*id),
             state: state.to_string(),
             by,
         });
@@ -140,7 +141,7 @@ pub fn graph<P: Borrow<PipelineSummary>>(pipelines: &[P], date: Option<&str>, to
         dates: days.into_iter().map(str::to_string).collect(),
         nodes: (ids.iter())
             .map(|id| Node {
-                pipeline_id: id.to_string(),
+                pipeline_id: PipelineId::from(*id),
                 state: states[id].0.clone(),
                 execution_date: states[id].1.clone(),
                 depth: depth[id],
@@ -205,12 +206,12 @@ mod tests {
 
     fn summary(id: &str, depends_on: &[&str], executions: &[(&str, &str)]) -> PipelineSummary {
         PipelineSummary {
-            pipeline_id: id.to_string(),
+            pipeline_id: id.into(),
             configured: true,
             owner: Some("data".into()),
             description: None,
             dry_run: false,
-            depends_on: depends_on.iter().map(|d| d.to_string()).collect(),
+            depends_on: depends_on.iter().map(|d| (*d).into()).collect(),
             executions: (executions.iter())
                 .map(|(date, state)| ExecutionSummary {
                     schedule_id: "stream".into(),

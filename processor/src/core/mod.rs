@@ -19,6 +19,7 @@ pub mod graph;
 pub mod handover;
 pub mod hints;
 pub mod history;
+pub mod ids;
 pub mod lifecycle;
 pub mod limits;
 pub mod output;

@@ -3,6 +3,7 @@
 //! Decoding checks everything a record must satisfy before it may touch state; a record that
 //! fails is rejected with the reason (dead-letter topic plus INPUT_REJECTED), never dropped.
 
+use crate::core::ids::PipelineId;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -24,7 +25,7 @@ pub enum InputError {
     #[error("{field}: {reason}")]
     Invalid { field: &'static str, reason: String },
     #[error("record key {key:?} differs from pipelineId {pipeline_id:?}; keys must be the pipeline id so one task owns the pipeline")]
-    KeyMismatch { key: String, pipeline_id: String },
+    KeyMismatch { key: String, pipeline_id: PipelineId },
     #[error("{field} is {len} bytes, over the limit of {limit} bytes")]
     TooLong {
         field: &'static str,
@@ -105,7 +106,7 @@ impl InputError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SensorRecord {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub key: String,
     #[serde(default)]
     pub data: Map<String, Value>,
@@ -215,7 +216,7 @@ pub const EVALUATOR_SOURCE: &str = "evaluator";
 /// A sensor record after validation: the execution it scopes is explicit.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SensorReading {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub key: String,
     pub data: Map<String, Value>,
     /// The execution date the producer named (record field, else `data.date`).
@@ -279,7 +280,7 @@ pub enum FailureCategory {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub schedule_id: String,
     pub date: String,
     pub run_id: RunId,
@@ -297,7 +298,7 @@ pub struct JobRecord {
 /// parsed. What the decider and the hand-over read; [`JobRecord`] is what is written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobReport {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub execution: ExecutionId,
     pub run_id: RunId,
     pub status: JobStatus,
@@ -362,7 +363,7 @@ impl CommandKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandRecord {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub command: CommandKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<String>,
@@ -418,9 +419,9 @@ pub mod bounds {
 /// The pipeline a record that cannot be read is about, for its rejection's event: its key,
 /// cut to [`bounds::ID_BYTES`] when it is longer (the event must fit the broker, and a
 /// rejection writes no state under it).
-pub fn rejected_pipeline(key: Option<&[u8]>) -> String {
+pub fn rejected_pipeline(key: Option<&[u8]>) -> PipelineId {
     let key = key.map(String::from_utf8_lossy).unwrap_or_default();
-    super::events::clip(&key, bounds::ID_BYTES)
+    super::events::clip(&key, bounds::ID_BYTES).into()
 }
 
 /// `Err` naming the field when `value` is over `limit` bytes.
@@ -461,7 +462,7 @@ fn check_key(key: Option<&[u8]>, pipeline_id: &str) -> Result<(), InputError> {
         None => Err(InputError::invalid("key", "records must be keyed by their pipeline id")),
         Some(k) if k != pipeline_id.as_bytes() => Err(InputError::KeyMismatch {
             key: String::from_utf8_lossy(k).into_owned(),
-            pipeline_id: pipeline_id.to_string(),
+            pipeline_id: pipeline_id.into(),
         }),
         Some(_) => Ok(()),
     }
@@ -711,13 +712,13 @@ pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Comman
 /// that are not JSON (still a config, so still answered with CONFIG_REJECTED).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConfigRecord {
-    Put { pipeline_id: String, config: Value },
-    Delete { pipeline_id: String },
-    Unreadable { pipeline_id: String, reason: String },
+    Put { pipeline_id: PipelineId, config: Value },
+    Delete { pipeline_id: PipelineId },
+    Unreadable { pipeline_id: PipelineId, reason: String },
 }
 
 impl ConfigRecord {
-    pub fn pipeline_id(&self) -> &str {
+    pub fn pipeline_id(&self) -> &PipelineId {
         match self {
             ConfigRecord::Put { pipeline_id, .. }
             | ConfigRecord::Delete { pipeline_id }
@@ -733,6 +734,7 @@ pub fn decode_config(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<ConfigR
         .filter(|k| !k.is_empty())
         .ok_or_else(|| InputError::invalid("key", "config records must be keyed by pipeline id"))?;
     bounded("key", &pipeline_id, bounds::ID_BYTES)?;
+    let pipeline_id = PipelineId::from(pipeline_id);
     match value {
         None => Ok(ConfigRecord::Delete { pipeline_id }),
         Some(bytes) => {

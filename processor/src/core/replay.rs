@@ -7,6 +7,7 @@
 //! the live processor published are in the recorded input already. The same inputs in the
 //! same order always give the same events, byte for byte.
 
+use crate::core::ids::PipelineId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -30,7 +31,7 @@ pub type Fit = Box<dyn FnMut(&str, Option<&PipelineState>, &Decision) -> Result<
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("pipeline {pipeline}: no decision on {origin} could be applied: {reason}")]
 pub struct Unapplied {
-    pub pipeline: String,
+    pub pipeline: PipelineId,
     pub origin: String,
     pub reason: String,
 }
@@ -46,7 +47,7 @@ pub struct Engine {
     /// The time decisions are taken at. [`Engine::advance`] only moves it forward; a caller
     /// that sets it takes on the decider's contract (time never goes backwards).
     pub now: DateTime<Utc>,
-    pub states: BTreeMap<String, PipelineState>,
+    pub states: BTreeMap<PipelineId, PipelineState>,
     /// Pending timers, named by (partition, pipeline, kind).
     pub timers: TimerIndex,
     /// Measures decisions against the limits; none: every decision fits.
@@ -84,7 +85,7 @@ impl Engine {
     pub fn handle(
         &mut self,
         partition: i32,
-        pipeline: &str,
+        pipeline: &PipelineId,
         input: &Input,
         origin: &str,
     ) -> Result<Decision, Unapplied> {
@@ -111,7 +112,7 @@ impl Engine {
             settings: self.settings,
         };
         let unapplied = |reason| Unapplied {
-            pipeline: pipeline.to_string(),
+            pipeline: pipeline.into(),
             origin: origin.to_string(),
             reason,
         };
@@ -154,7 +155,7 @@ impl Engine {
                 if let Some(read) = self.states.get(pipeline).filter(|_| state.executions.is_partial()) {
                     state.fill(read);
                 }
-                self.states.insert(pipeline.to_string(), state);
+                self.states.insert(pipeline.into(), state);
             }
             StateChange::Delete => {
                 self.states.remove(pipeline);
@@ -236,7 +237,7 @@ impl Replay {
         &mut self,
         at: DateTime<Utc>,
         partition: i32,
-        pipeline: &str,
+        pipeline: &PipelineId,
         input: &Input,
         origin: &str,
         out: &mut Vec<Event>,
@@ -259,7 +260,7 @@ impl Replay {
     }
 
     /// Every pipeline's state, by id.
-    pub fn states(&self) -> &BTreeMap<String, PipelineState> {
+    pub fn states(&self) -> &BTreeMap<PipelineId, PipelineState> {
         &self.engine.states
     }
 

@@ -1,6 +1,7 @@
 //! "How is this pipeline doing?": the read model behind the HTTP API and `sluice status`,
 //! derived from a pipeline's state alone (so any instance that owns it answers the same).
 
+use crate::core::ids::PipelineId;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +16,7 @@ use super::records::EVALUATOR_SOURCE;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PipelineSummary {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     /// False while only sensors have arrived for an id no config names yet.
     pub configured: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -26,7 +27,7 @@ pub struct PipelineSummary {
     pub dry_run: bool,
     /// The upstream pipelines its config names in `dependsOn`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<PipelineId>,
     /// Open and recent executions, newest date first.
     pub executions: Vec<ExecutionSummary>,
     /// The soonest pending timer of the pipeline.
@@ -226,7 +227,7 @@ pub fn summarize(pipeline_id: &str, state: &PipelineState) -> PipelineSummary {
     let next_timer = state.timers.values().min_by_key(|t| t.at).map(|t| timer_summary(t));
     let config = state.config.as_deref();
     PipelineSummary {
-        pipeline_id: pipeline_id.to_string(),
+        pipeline_id: pipeline_id.into(),
         configured: config.is_some(),
         owner: config.and_then(|c| c.owner.clone()),
         description: config.and_then(|c| c.description.clone()),

@@ -5,9 +5,9 @@
 //! Every timer a pipeline has pending is also listed in its state, so deleting a pipeline or
 //! changing its config can cancel exactly what it armed.
 
+use crate::core::ids::PipelineId;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
@@ -299,7 +299,7 @@ pub fn timer_origin(pipeline: &str, kind: &TimerKind, at: DateTime<Utc>) -> Stri
 pub struct DueTimer {
     pub at: DateTime<Utc>,
     pub partition: i32,
-    pub pipeline: String,
+    pub pipeline: PipelineId,
     pub kind: TimerKind,
 }
 
@@ -321,9 +321,9 @@ const EXACT_UP_TO: usize = 8;
 #[derive(Default)]
 pub struct TimerIndex {
     /// By partition, then pipeline: its pending timers.
-    partitions: HashMap<i32, HashMap<Arc<str>, PipelineTimers>>,
+    partitions: HashMap<i32, HashMap<PipelineId, PipelineTimers>>,
     /// Each pipeline's earliest timer: when it is due, and whose.
-    next: BTreeSet<(DateTime<Utc>, i32, Arc<str>)>,
+    next: BTreeSet<(DateTime<Utc>, i32, PipelineId)>,
     len: usize,
 }
 
@@ -340,7 +340,7 @@ impl TimerIndex {
         let name = match pipelines.get_key_value(pipeline) {
             Some((name, _)) => name.clone(),
             None => {
-                let name: Arc<str> = pipeline.into();
+                let name = PipelineId::from(pipeline);
                 pipelines.insert(name.clone(), Vec::new());
                 name
             }
@@ -394,7 +394,7 @@ impl TimerIndex {
     }
 
     /// A pipeline's earliest timer moved from `was` to `is`: so does its place in `next`.
-    fn moved(&mut self, partition: i32, name: Arc<str>, was: Option<DateTime<Utc>>, is: Option<DateTime<Utc>>) {
+    fn moved(&mut self, partition: i32, name: PipelineId, was: Option<DateTime<Utc>>, is: Option<DateTime<Utc>>) {
         if was == is {
             return;
         }
@@ -418,7 +418,7 @@ impl TimerIndex {
                     timers.iter().map(move |(at, kind)| DueTimer {
                         at: *at,
                         partition: *p,
-                        pipeline: name.to_string(),
+                        pipeline: name.clone(),
                         kind: kind.clone(),
                     })
                 })
@@ -451,7 +451,7 @@ impl TimerIndex {
                     due.push(DueTimer {
                         at,
                         partition,
-                        pipeline: name.to_string(),
+                        pipeline: name,
                         kind,
                     });
                 }
@@ -658,12 +658,12 @@ mod tests {
                     Op::Pop(now, limit) => {
                         let mut due: Vec<DueTimer> = (model.iter())
                             .filter(|(_, at)| **at <= t(now))
-                            .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.clone(), kind: k.clone() })
+                            .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.as_str().into(), kind: k.clone() })
                             .collect();
                         due.sort();
                         due.truncate(limit);
                         for d in &due {
-                            model.remove(&(d.partition, d.pipeline.clone(), d.kind.clone()));
+                            model.remove(&(d.partition, d.pipeline.to_string(), d.kind.clone()));
                         }
                         prop_assert_eq!(index.pop_due(t(now), limit), due);
                     }
@@ -675,7 +675,7 @@ mod tests {
                 prop_assert_eq!(index.len(), model.len());
                 prop_assert_eq!(index.next_due(), model.values().min().copied());
                 let mut all: Vec<DueTimer> = (model.iter())
-                    .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.clone(), kind: k.clone() })
+                    .map(|((p, n, k), at)| DueTimer { at: *at, partition: *p, pipeline: n.as_str().into(), kind: k.clone() })
                     .collect();
                 all.sort();
                 prop_assert_eq!(index.iter().collect::<Vec<_>>(), all);

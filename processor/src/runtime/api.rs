@@ -705,7 +705,7 @@ fn command_record(api: &Api, id: &str, kind: CommandKind, body: &[u8]) -> Result
         ));
     };
     Ok(CommandRecord {
-        pipeline_id: id.to_string(),
+        pipeline_id: id.into(),
         command: kind,
         schedule_id: request.schedule,
         date: date.to_string(),

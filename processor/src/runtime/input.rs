@@ -5,6 +5,7 @@
 //! registry that cannot answer for a record (an outage, refused credentials): the record is
 //! not at fault, so it is not rejected; the caller waits and reads it again.
 
+use crate::core::ids::PipelineId;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ pub(crate) async fn read_input(
     message: &dyn Record,
     partitions: i32,
     limits: &Limits,
-) -> Result<(String, Input), CodecError> {
+) -> Result<(PipelineId, Input), CodecError> {
     let origin = source_of(message);
     // Measured before anything is decoded: an oversized record is never parsed.
     let size = message.value().map_or(0, <[u8]>::len);
@@ -70,11 +71,11 @@ fn decode(
     value: Option<&[u8]>,
     origin: &str,
     partitions: i32,
-) -> (String, Input) {
+) -> (PipelineId, Input) {
     let key = message.key();
     let decoded = records::check_partition(key, message.partition(), partitions).and_then(|()| match kind {
         InputTopic::Config => {
-            records::decode_config(key, value).map(|r| (r.pipeline_id().to_string(), Input::ConfigPublished(r)))
+            records::decode_config(key, value).map(|r| (r.pipeline_id().clone(), Input::ConfigPublished(r)))
         }
         InputTopic::Sensors => {
             records::decode_sensor(key, value).map(|r| (r.pipeline_id.clone(), Input::SensorReceived(r)))
@@ -122,7 +123,7 @@ pub(crate) async fn read_patiently(
     message: &dyn Record,
     patience: Patience<'_>,
     telemetry: &Telemetry,
-) -> (String, Input) {
+) -> (PipelineId, Input) {
     let mut waiting = None;
     let mut backoff = Backoff::outage();
     let since = Instant::now();

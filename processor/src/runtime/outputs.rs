@@ -164,7 +164,7 @@ mod tests {
             origin: "config/0@0",
             settings: Settings::default(),
         };
-        decide(&PipelineState::default(), "gold", &input, ctx)
+        decide(&PipelineState::default(), &"gold".into(), &input, ctx)
     }
 
     fn measured(limits: Limits) -> Result<(), String> {

@@ -81,7 +81,10 @@ impl ReadModels {
         for event in learned.events {
             self.telemetry.event(event.kind.name());
             if event.kind.is_sla_breach() {
-                let owner = learned.owners.get(&event.pipeline_id).map_or("", String::as_str);
+                let owner = learned
+                    .owners
+                    .get(event.pipeline_id.as_str())
+                    .map_or("", String::as_str);
                 self.telemetry.sla_breach(event.kind.name(), &event.pipeline_id, owner);
             }
             self.recent.push(event);

@@ -4,6 +4,7 @@
 //! per-record path through it; behaviour tests run in milliseconds on it. The simulator
 //! drives the same steps with faults between them.
 
+use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 
 use super::log::Log;
@@ -50,7 +51,13 @@ impl<S: Store> Driver<S> {
     }
 
     /// Decides `input` of `pipeline` into the batch in hand, as the processor does.
-    pub fn handle(&mut self, pipeline: &str, input: &Input, origin: &str, now: DateTime<Utc>) -> Result<(), TaskError> {
+    pub fn handle(
+        &mut self,
+        pipeline: &PipelineId,
+        input: &Input,
+        origin: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), TaskError> {
         self.task
             .decide(&mut self.staged, 0, pipeline, input, origin, now, None)
     }
@@ -80,7 +87,7 @@ pub fn open<S: Store>(
     task: &mut Task<S>,
     p: i32,
     store: S,
-    timers: Vec<(String, TimerKind, DateTime<Utc>)>,
+    timers: Vec<(PipelineId, TimerKind, DateTime<Utc>)>,
     log: &mut Log,
     now: DateTime<Utc>,
 ) -> Result<(), TaskError> {
@@ -250,17 +257,22 @@ mod tests {
         let bytes = serde_json::to_vec(&config).unwrap();
         let config = decode_config(Some(b"gold"), Some(&bytes)).unwrap();
         let now = at("2026-11-28T08:00:00Z");
-        d.handle("gold", &Input::ConfigPublished(config), "config/0@0", now)
+        d.handle(&"gold".into(), &Input::ConfigPublished(config), "config/0@0", now)
             .unwrap();
         let reading = |key: &str, data: serde_json::Value| {
             let value = json!({"pipelineId": "gold", "key": key, "date": "2026-11-28", "data": data});
             let reading = decode_sensor(Some(b"gold"), Some(&serde_json::to_vec(&value).unwrap())).unwrap();
             Input::SensorReceived(reading)
         };
-        d.handle("gold", &reading("rows", json!({"count": 5})), "sensors/0@0", now)
-            .unwrap();
         d.handle(
-            "gold",
+            &"gold".into(),
+            &reading("rows", json!({"count": 5})),
+            "sensors/0@0",
+            now,
+        )
+        .unwrap();
+        d.handle(
+            &"gold".into(),
             &reading("upstream", json!({"status": "ready"})),
             "sensors/0@1",
             now,
@@ -268,8 +280,13 @@ mod tests {
         .unwrap();
         assert!(d.write(now).unwrap().effects.is_empty(), "5 rows hold it back");
         let later = now + chrono::TimeDelta::minutes(5);
-        d.handle("gold", &reading("rows", json!({"count": 500})), "sensors/0@2", later)
-            .unwrap();
+        d.handle(
+            &"gold".into(),
+            &reading("rows", json!({"count": 500})),
+            "sensors/0@2",
+            later,
+        )
+        .unwrap();
         let flushed = d.write(later).unwrap();
         let [(0, Effect::TriggerJob(request))] = &flushed.effects[..] else {
             panic!("one trigger: {:?}", flushed.effects);
@@ -278,7 +295,7 @@ mod tests {
         let report = json!({"pipelineId": "gold", "scheduleId": "stream", "date": "2026-11-28",
                             "runId": request.run_id, "status": "succeeded", "timestamp": later.to_rfc3339()});
         let report = decode_job(Some(b"gold"), Some(&serde_json::to_vec(&report).unwrap())).unwrap();
-        d.handle("gold", &Input::JobReported(report), "jobs/0@0", later)
+        d.handle(&"gold".into(), &Input::JobReported(report), "jobs/0@0", later)
             .unwrap();
         let ended = d.write(later).unwrap();
         assert!(ended.effects.is_empty(), "{:?}", ended.effects);

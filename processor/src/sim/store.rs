@@ -2,6 +2,7 @@
 //! RocksDB store holds ([`crate::core::state`]), on a disk that outlives the process that
 //! wrote it (a crash loses the task, not the disk).
 
+use crate::core::ids::PipelineId;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -36,13 +37,13 @@ impl Disk {
     }
 
     /// The timers the stored states hold: (pipeline, kind, due).
-    pub fn timers(&self) -> Vec<(String, TimerKind, chrono::DateTime<chrono::Utc>)> {
+    pub fn timers(&self) -> Vec<(PipelineId, TimerKind, chrono::DateTime<chrono::Utc>)> {
         let mut found = Vec::new();
         for (key, value) in self.kv.range(b"p/".to_vec()..b"p0".to_vec()) {
             let Some(pipeline) = parts::pipeline_of(key) else {
                 continue;
             };
-            let pipeline = String::from_utf8_lossy(pipeline).into_owned();
+            let pipeline = PipelineId::from(String::from_utf8_lossy(pipeline).as_ref());
             for timer in parts::timers_of(key, value).unwrap_or_default() {
                 found.push((pipeline.clone(), timer.timer, timer.at));
             }
@@ -98,7 +99,7 @@ impl parts::Source for Disk {
 }
 
 impl Store for MemoryStore {
-    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError> {
+    fn stored(&self, pipeline: &PipelineId, needs: &Needs) -> Result<Option<Stored>, HostError> {
         let disk = self.0.borrow();
         let Some(mut read) = parts::read(&*disk, pipeline, needs.days()).map_err(|e| corrupt("a state", e))? else {
             return Ok(None);
@@ -137,7 +138,7 @@ impl Store for MemoryStore {
         }
     }
 
-    fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+    fn holds_config(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) -> bool {
         (self.0.borrow().kv.get(&config_key(pipeline))).is_some_and(|json| json == config.json().as_bytes())
     }
 
@@ -159,9 +160,9 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    fn remember(&self, _: &str, _: Arc<PipelineState>) {}
+    fn remember(&self, _: &PipelineId, _: Arc<PipelineState>) {}
 
-    fn config_written(&self, _: &str, _: &Arc<PipelineConfig>) {}
+    fn config_written(&self, _: &PipelineId, _: &Arc<PipelineConfig>) {}
 
     fn disown(&mut self) -> Result<(), HostError> {
         let mut disk = self.0.borrow_mut();

@@ -12,6 +12,7 @@
 //! and the runtime's I/O answered from it: the executor's calls, the opening of a partition
 //! (fence, restore, acceptance) and the consumer's fetches. Every decision is the task's.
 
+use crate::core::ids::PipelineId;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -298,9 +299,9 @@ struct World {
     expires: BTreeMap<usize, u64>,
     instances: Vec<Instance>,
     /// Jobs by execution (pipeline, execution id), in start order.
-    jobs: BTreeMap<(String, String), Vec<Job>>,
+    jobs: BTreeMap<(PipelineId, String), Vec<Job>>,
     /// Executions whose trigger reading was produced.
-    triggered: BTreeSet<(String, String)>,
+    triggered: BTreeSet<(PipelineId, String)>,
     /// Where records that do not decode were written: each must be dead-lettered.
     forged: Vec<(String, i32, i64)>,
     out: Outcomes,
@@ -351,7 +352,7 @@ impl World {
                 if rng.u8(0..4) == 0 {
                     arrivals.push((at + rng.u64(1..200), input(&topics.sensors, &id, &reading)));
                 }
-                triggered.insert((id.clone(), date(d)));
+                triggered.insert((PipelineId::from(&id), date(d)));
             }
         }
         arrivals.sort_by_key(|(at, _)| *at);
@@ -600,7 +601,7 @@ impl World {
                 let mut output = input(&topics.sensors, &id, &reading);
                 output.partition = output.partition.map(|p| (p + 1) % PARTITIONS);
                 // A reading of a date already triggered (or soon to be): no new execution.
-                if !self.triggered.contains(&(id.clone(), day.clone())) {
+                if !self.triggered.contains(&(id.as_str().into(), day.clone())) {
                     return;
                 }
                 ("misrouted reading", output)
@@ -1585,7 +1586,7 @@ fn job_record(
         .and_then(|rest| rest.rsplit_once('.'))
         .and_then(|(execution, _)| execution.replacen('.', "/", 1).parse().ok());
     JobRecord {
-        pipeline_id: pipeline.to_string(),
+        pipeline_id: pipeline.into(),
         schedule_id: execution.as_ref().map_or("daily".into(), |e| e.schedule().to_string()),
         date: execution
             .as_ref()

@@ -3,6 +3,7 @@
 //! here once, so nothing past this module reads them as strings. A [`PipelineConfig`] keeps
 //! the JSON it was read from, as text: that is what travels and what is stored.
 
+use crate::core::ids::PipelineId;
 use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize, Serializer};
@@ -373,7 +374,7 @@ pub struct Flapping {
 /// `key` (`{status: succeeded, ...}`) to this pipeline for the same date and hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dependency {
-    pub pipeline: String,
+    pub pipeline: PipelineId,
     pub key: String,
 }
 

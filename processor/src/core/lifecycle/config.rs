@@ -61,7 +61,7 @@ impl Decider<'_> {
     fn parse_config(&self, raw: &Value) -> Result<Parsed, Vec<Problem>> {
         let parsed = config::parse(raw, Variables::MustBeResolved).map_err(|e| e.problems)?;
         let mut problems = Vec::new();
-        if parsed.config.id != self.pipeline_id {
+        if parsed.config.id != *self.pipeline_id {
             problems.push(Problem {
                 path: "pipeline.id".into(),
                 reason: format!(

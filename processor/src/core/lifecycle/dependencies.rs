@@ -7,6 +7,7 @@
 //! expected key on `sluice.sensors`. A new subscriber is sent the completions the upstream
 //! still holds, so the order in which configs are applied does not matter.
 
+use crate::core::ids::PipelineId;
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -21,7 +22,7 @@ impl Decider<'_> {
     /// and a repeat heals an upstream that was deleted and re-created) and `unsubscribe` for
     /// the ones removed (`after` is `None` when the pipeline is deleted).
     pub(super) fn sync_subscriptions(&mut self, before: Option<&PipelineConfig>, after: Option<&PipelineConfig>) {
-        let wanted = |c: Option<&PipelineConfig>| -> BTreeMap<String, String> {
+        let wanted = |c: Option<&PipelineConfig>| -> BTreeMap<PipelineId, String> {
             c.map(|c| {
                 c.depends_on
                     .iter()

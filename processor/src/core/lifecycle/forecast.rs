@@ -8,6 +8,7 @@
 //! Each date gets at most one SLA_AT_RISK and one SLA_RECOVERED; SLA_MET or SLA_BREACH
 //! closes the story.
 
+use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -111,7 +112,7 @@ impl Decider<'_> {
     /// What holds the date back: the sensor keys it waits for (its trigger's before it
     /// starts, its failing rules' while it validates; none once the job runs), and the
     /// upstream pipelines among them.
-    fn holding(&self, config: &PipelineConfig, id: &ExecutionId) -> (Vec<String>, Vec<String>) {
+    fn holding(&self, config: &PipelineConfig, id: &ExecutionId) -> (Vec<String>, Vec<PipelineId>) {
         let mut waiting: Vec<String> = match self.state.executions.get(id) {
             None => trigger_keys(config).map(str::to_string).collect(),
             Some(e) if e.phase == Phase::AwaitingRules => (e.last_verdict.iter())

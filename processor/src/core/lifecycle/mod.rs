@@ -34,6 +34,7 @@ mod sla;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -661,7 +662,7 @@ pub struct StatusCheck {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "TriggerRequestJson", into = "TriggerRequestJson")]
 pub struct TriggerRequest {
-    pub pipeline_id: String,
+    pub pipeline_id: PipelineId,
     pub execution: ExecutionId,
     pub run_id: RunId,
     pub attempt: u32,
@@ -706,7 +707,7 @@ impl TriggerRequest {
     /// A request for attempt `attempt` of `execution`, with the default retry policies.
     pub fn new(pipeline_id: &str, execution: &ExecutionId, attempt: u32, config: JobConfig) -> Self {
         TriggerRequest {
-            pipeline_id: pipeline_id.to_string(),
+            pipeline_id: pipeline_id.into(),
             execution: execution.clone(),
             run_id: run_id(pipeline_id, execution, attempt, None),
             attempt,
@@ -754,7 +755,7 @@ impl TriggerRequest {
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TriggerRequestJson {
-    pipeline_id: String,
+    pipeline_id: PipelineId,
     #[serde(flatten, with = "fields")]
     execution: ExecutionId,
     run_id: RunId,
@@ -869,7 +870,7 @@ impl Default for Settings {
 }
 
 /// Decides what one input means for one pipeline.
-pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Context<'_>) -> Decision {
+pub fn decide(state: &PipelineState, pipeline_id: &PipelineId, input: &Input, ctx: Context<'_>) -> Decision {
     let mut d = Decider::new(state, pipeline_id, ctx);
     match input {
         Input::ConfigPublished(record) => d.on_config(record),
@@ -902,7 +903,7 @@ pub fn decide(state: &PipelineState, pipeline_id: &str, input: &Input, ctx: Cont
 struct Decider<'a> {
     before: &'a PipelineState,
     state: PipelineState,
-    pipeline_id: &'a str,
+    pipeline_id: &'a PipelineId,
     ctx: Context<'a>,
     events: Vec<Event>,
     effects: Vec<Effect>,
@@ -916,7 +917,7 @@ struct Decider<'a> {
 }
 
 impl<'a> Decider<'a> {
-    fn new(before: &'a PipelineState, pipeline_id: &'a str, ctx: Context<'a>) -> Self {
+    fn new(before: &'a PipelineState, pipeline_id: &'a PipelineId, ctx: Context<'a>) -> Self {
         Decider {
             before,
             state: before.clone(),
@@ -984,7 +985,7 @@ impl<'a> Decider<'a> {
             event_id: event_id(self.ctx.origin, kind, schedule_id.as_deref().zip(date.as_deref()), seq),
             kind,
             category: kind.category(),
-            pipeline_id: self.pipeline_id.to_string(),
+            pipeline_id: self.pipeline_id.clone(),
             schedule_id,
             date,
             run_id: execution.and_then(|e| e.phase.run_id().cloned()),

@@ -1,6 +1,7 @@
 //! The input path of the partition task: which records a batch applies, where each is
 //! decided (forwarded, a copy applied before, rejected), and a decision added to the batch.
 
+use crate::core::ids::PipelineId;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -211,7 +212,7 @@ impl<S: Store> Task<S> {
         &mut self,
         staged: &mut Staged,
         p: i32,
-        pipeline: &str,
+        pipeline: &PipelineId,
         input: &Input,
         origin: &str,
         now: DateTime<Utc>,
@@ -247,11 +248,11 @@ impl<S: Store> Task<S> {
         match decided {
             Ok((decision, encoded)) => self.apply(staged, p, pipeline, before, decision, encoded, source),
             Err(Unfit::Failed(source)) => Err(TaskError::Encode {
-                pipeline: pipeline.to_string(),
+                pipeline: pipeline.into(),
                 source,
             }),
             Err(Unfit::EvenItsRejection { reason }) => Err(TaskError::EvenItsRejection {
-                pipeline: pipeline.to_string(),
+                pipeline: pipeline.clone(),
                 reason,
             }),
             // A whole state answers every question: never.
@@ -266,7 +267,7 @@ impl<S: Store> Task<S> {
     fn decide_from(
         &self,
         stored: &Stored,
-        pipeline: &str,
+        pipeline: &PipelineId,
         input: &Input,
         ctx: Context<'_>,
         source: impl FnOnce() -> String,
@@ -282,7 +283,7 @@ impl<S: Store> Task<S> {
 
     /// `stored`, read in part, with what it left out read from the store: those removed
     /// since the read (by this batch) stay removed.
-    fn filled(&self, p: i32, pipeline: &str, mut stored: Stored) -> Result<Stored> {
+    fn filled(&self, p: i32, pipeline: &PipelineId, mut stored: Stored) -> Result<Stored> {
         let whole = match self.store(p) {
             Some(store) => {
                 (store.stored(pipeline, &Needs::Whole)).map_err(|source| TaskError::Store { partition: p, source })?
@@ -340,8 +341,8 @@ impl<S: Store> Task<S> {
     /// A pipeline's state: from this batch if it touched it, else from the store, read for
     /// `needs`; and whether the store (with the batch) holds it in parts, which a write then
     /// only updates (a state not stored at all is written whole: its head too).
-    fn state(&self, staged: &Staged, p: i32, pipeline: &str, needs: &Needs) -> Result<Stored> {
-        if let Some(state) = staged.states.get(&(p, pipeline.to_string())) {
+    fn state(&self, staged: &Staged, p: i32, pipeline: &PipelineId, needs: &Needs) -> Result<Stored> {
+        if let Some(state) = staged.states.get(&(p, pipeline.clone())) {
             return Ok(match state {
                 Some(state) => Stored {
                     state: state.clone(),
@@ -367,7 +368,7 @@ impl<S: Store> Task<S> {
         &mut self,
         staged: &mut Staged,
         p: i32,
-        pipeline: &str,
+        pipeline: &PipelineId,
         before: Before<'_>,
         decision: Decision,
         encoded: Encoded,
@@ -380,7 +381,7 @@ impl<S: Store> Task<S> {
         } = encoded;
         // Every line logged while applying carries the pipeline (and, on events, the execution
         // and run), in text and JSON logs and in exported traces.
-        let _span = tracing::info_span!("pipeline", pipeline).entered();
+        let _span = tracing::info_span!("pipeline", pipeline = pipeline.as_str()).entered();
         for note in &decision.notes {
             debug!("{note}");
         }
@@ -389,7 +390,7 @@ impl<S: Store> Task<S> {
         if decision.events.iter().any(|e| e.kind.is_sla_breach()) {
             // A breach never changes the config: the one in force before it names the owner.
             let owner = before.state.config.as_ref().and_then(|c| c.owner.clone());
-            (staged.learned.owners).insert(pipeline.to_string(), owner.unwrap_or_default());
+            (staged.learned.owners).insert(pipeline.clone(), owner.unwrap_or_default());
         }
         staged.learned.events.extend(decision.events);
         if let (Some(reason), Some(record)) = (&decision.dead_letter, source) {
@@ -426,12 +427,12 @@ impl<S: Store> Task<S> {
         &self,
         staged: &mut Staged,
         p: i32,
-        pipeline: &str,
+        pipeline: &PipelineId,
         change: StateChange,
         writes: Vec<Write>,
         before: &PipelineState,
     ) {
-        let key = (p, pipeline.to_string());
+        let key = (p, pipeline.clone());
         let state = match change {
             StateChange::Unchanged => return,
             StateChange::Put(state) => {
@@ -444,7 +445,7 @@ impl<S: Store> Task<S> {
                 let new_config = match &state.config {
                     Some(config) if !held(config) => {
                         staged.configs.insert(key.clone(), config.clone());
-                        Some((pipeline, config.as_ref()))
+                        Some((pipeline.as_str(), config.as_ref()))
                     }
                     _ => None,
                 };

@@ -24,6 +24,7 @@ mod staged;
 mod store;
 mod triggers;
 
+use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -88,14 +89,14 @@ pub enum TaskError {
     },
     #[error("encoding pipeline {pipeline}'s records: {source}")]
     Encode {
-        pipeline: String,
+        pipeline: PipelineId,
         #[source]
         source: HostError,
     },
     #[error(transparent)]
     EncodeState(#[from] EncodeError),
     #[error("pipeline {pipeline}: even its rejection is over a limit: {reason}")]
-    EvenItsRejection { pipeline: String, reason: OverLimit },
+    EvenItsRejection { pipeline: PipelineId, reason: OverLimit },
     #[error(transparent)]
     Zombie(#[from] Zombie),
     #[error(transparent)]
@@ -154,7 +155,7 @@ pub struct Opening<S> {
     /// Where the jobs topic's partition ended at the opening.
     pub jobs_end: i64,
     /// The timers found in the store: (pipeline, kind, due).
-    pub timers: Vec<(String, TimerKind, DateTime<Utc>)>,
+    pub timers: Vec<(PipelineId, TimerKind, DateTime<Utc>)>,
 }
 
 /// What a host does next with a record it fetched ([`Task::take`]).

@@ -1,6 +1,7 @@
 //! A batch as the task decides it ([`Staged`]), and on its way out ([`Sealed`]): nothing
 //! of it is written anywhere until the runtime carries out its [`Flush`].
 
+use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::core::PipelineState;
 #[derive(Default)]
 pub struct Staged {
     /// Latest state per (partition, pipeline); `None` = deleted.
-    pub(super) states: HashMap<(i32, String), Option<Arc<PipelineState>>>,
+    pub(super) states: HashMap<(i32, PipelineId), Option<Arc<PipelineState>>>,
     pub(super) outputs: Vec<Output>,
     pub(super) stores: BTreeMap<i32, StoreBatch>,
     /// The highest offset applied or passed over per input (topic, partition): what the
@@ -31,7 +32,7 @@ pub struct Staged {
     /// What the read models learn once the batch is durable.
     pub(super) learned: Learned,
     /// Configs the batch writes, by partition and pipeline.
-    pub(super) configs: HashMap<(i32, String), Arc<PipelineConfig>>,
+    pub(super) configs: HashMap<(i32, PipelineId), Arc<PipelineConfig>>,
     /// Forwarded copies applied, by (partition, topic, partition they came from), as the
     /// batch leaves them.
     pub(super) windows: HashMap<(i32, String, i32), ForwardWindow>,
@@ -61,9 +62,9 @@ impl Staged {
 pub struct Learned {
     pub events: Vec<Event>,
     /// The owner (`pipeline.owner`, empty if none) of each SLA breach's pipeline.
-    pub owners: HashMap<String, String>,
+    pub owners: HashMap<PipelineId, String>,
     /// Pipelines whose state changed (their summaries are stale).
-    pub changed: HashSet<(i32, String)>,
+    pub changed: HashSet<(i32, PipelineId)>,
 }
 
 /// What a batch counted, for the metrics.
@@ -95,7 +96,7 @@ pub struct Sealed {
     pub ended_runs: Vec<RunId>,
     pub tallies: Tallies,
     pub(super) stores: BTreeMap<i32, StoreBatch>,
-    pub(super) states: HashMap<(i32, String), Option<Arc<PipelineState>>>,
-    pub(super) configs: HashMap<(i32, String), Arc<PipelineConfig>>,
+    pub(super) states: HashMap<(i32, PipelineId), Option<Arc<PipelineState>>>,
+    pub(super) configs: HashMap<(i32, PipelineId), Arc<PipelineConfig>>,
     pub(super) learned: Learned,
 }

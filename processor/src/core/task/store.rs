@@ -3,6 +3,7 @@
 //! RocksDB on disk, the simulator's and the test driver's are memory. What the network
 //! holds (the broker, the registry, the job targets) is never read through it.
 
+use crate::core::ids::PipelineId;
 use std::sync::Arc;
 
 use crate::core::config::PipelineConfig;
@@ -39,7 +40,7 @@ impl Stored {
 pub trait Store {
     /// A pipeline's state, if stored: read in part unless `needs` is the whole (see
     /// [`Executions`](crate::core::lifecycle::Executions)).
-    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError>;
+    fn stored(&self, pipeline: &PipelineId, needs: &Needs) -> Result<Option<Stored>, HostError>;
     /// The highest offset of `topic` applied (the applied-offset watermark).
     fn applied_offset(&self, topic: &str) -> Option<i64>;
     /// The journaled trigger of a run, if any.
@@ -47,15 +48,15 @@ pub trait Store {
     /// What was applied of the copies forwarded from partition `origin` of `topic`.
     fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow, HostError>;
     /// Whether `config` is the one stored for `pipeline` (then a write need not store it).
-    fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool;
+    fn holds_config(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) -> bool;
     /// A key's value as stored.
     fn raw(&self, key: &[u8]) -> Result<Option<Vec<u8>>, HostError>;
     /// Applies a batch atomically.
     fn write(&mut self, batch: StoreBatch) -> Result<(), HostError>;
     /// A state a durable batch wrote: the next read need not decode it.
-    fn remember(&self, pipeline: &str, state: Arc<PipelineState>);
+    fn remember(&self, pipeline: &PipelineId, state: Arc<PipelineState>);
     /// A config a durable batch wrote.
-    fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>);
+    fn config_written(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>);
     /// Forgets the checkpoint: the store may hold writes that do not count, and is restored
     /// in full if the partition comes back.
     fn disown(&mut self) -> Result<(), HostError>;

@@ -1078,7 +1078,7 @@ mod tests {
             let codec = codec.clone();
             async move { read_input(&codec, InputTopic::Sensors, &message, 1, &Limits::default()).await }
         };
-        let rejected = |read: Result<(String, Input), CodecError>| match read {
+        let rejected = |read: Result<(crate::core::ids::PipelineId, Input), CodecError>| match read {
             Ok((_, Input::Rejected { reason, .. })) => reason,
             other => panic!("not rejected: {other:?}"),
         };

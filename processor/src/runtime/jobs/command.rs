@@ -107,7 +107,7 @@ pub fn shell(call: &Call<'_>) -> Result<tokio::process::Command, CallError> {
     shell
         .arg("-c")
         .arg(command)
-        .env("SLUICE_PIPELINE_ID", &r.pipeline_id)
+        .env("SLUICE_PIPELINE_ID", r.pipeline_id.as_str())
         .env("SLUICE_SCHEDULE_ID", r.execution.schedule())
         .env("SLUICE_DATE", r.execution.date_text())
         .env("SLUICE_RUN_ID", r.run_id.as_str())

@@ -10,10 +10,12 @@
 
 use std::collections::HashMap;
 
+use crate::core::ids::PipelineId;
+
 pub struct RandomCache<V> {
-    entries: HashMap<String, Cached<V>>,
+    entries: HashMap<PipelineId, Cached<V>>,
     /// The cached pipelines, for picking one at random; each entry knows its index here.
-    keys: Vec<String>,
+    keys: Vec<PipelineId>,
     bytes: usize,
     budget: usize,
     rng: fastrand::Rng,
@@ -43,7 +45,7 @@ impl<V> RandomCache<V> {
 
     /// Keeps `value` (of estimated `size` bytes) for `pipeline`, evicting others at random
     /// until it fits; one larger than the whole budget is kept alone.
-    pub fn insert(&mut self, pipeline: &str, value: V, size: usize) {
+    pub fn insert(&mut self, pipeline: &PipelineId, value: V, size: usize) {
         self.remove(pipeline);
         while self.bytes + size > self.budget && !self.keys.is_empty() {
             let victim = self.keys[self.rng.usize(..self.keys.len())].clone();
@@ -51,8 +53,8 @@ impl<V> RandomCache<V> {
         }
         self.bytes += size;
         let slot = self.keys.len();
-        self.keys.push(pipeline.to_string());
-        self.entries.insert(pipeline.to_string(), Cached { value, size, slot });
+        self.keys.push(pipeline.clone());
+        self.entries.insert(pipeline.clone(), Cached { value, size, slot });
     }
 
     pub fn remove(&mut self, pipeline: &str) {
@@ -63,7 +65,7 @@ impl<V> RandomCache<V> {
         self.keys.swap_remove(gone.slot);
         // The last key moved into the freed slot.
         if let Some(moved) = self.keys.get(gone.slot) {
-            self.entries.get_mut(moved).expect("every key is cached").slot = gone.slot;
+            self.entries.get_mut(moved.as_str()).expect("every key is cached").slot = gone.slot;
         }
     }
 
@@ -84,7 +86,7 @@ impl<V> RandomCache<V> {
     pub fn assert_consistent(&self) {
         assert_eq!(self.keys.len(), self.entries.len());
         for (slot, key) in self.keys.iter().enumerate() {
-            assert_eq!(self.entries[key].slot, slot, "{key} knows its slot");
+            assert_eq!(self.entries[key.as_str()].slot, slot, "{key} knows its slot");
         }
         assert_eq!(self.bytes, self.entries.values().map(|c| c.size).sum::<usize>());
         assert!(self.bytes <= self.budget || self.entries.len() == 1);
@@ -105,19 +107,19 @@ mod tests {
     fn a_full_cache_lets_go_of_one_entry_at_a_time() {
         let mut cache = RandomCache::new(100, fastrand::Rng::with_seed(7));
         for i in 0..10 {
-            cache.insert(&format!("p{i}"), i, 10);
+            cache.insert(&format!("p{i}").into(), i, 10);
         }
         cache.assert_consistent();
         assert_eq!(cache.len(), 10, "ten fit");
         // Past the budget, one goes for each that comes: never the whole cache at once.
         for i in 10..1_000 {
-            cache.insert(&format!("p{i}"), i, 10);
+            cache.insert(&format!("p{i}").into(), i, 10);
             cache.assert_consistent();
             assert_eq!(cache.len(), 10);
             assert_eq!(cache.get(&format!("p{i}")), Some(&i), "the newest is kept");
         }
         // Writing a cached pipeline again replaces it rather than counting it twice.
-        let kept = cache.key(3).to_string();
+        let kept = PipelineId::from(cache.key(3));
         cache.insert(&kept, 0, 10);
         cache.assert_consistent();
         assert_eq!(cache.len(), 10);
@@ -126,13 +128,13 @@ mod tests {
         assert!(cache.get(&kept).is_none());
         assert_eq!(cache.len(), 9);
         // An entry larger than the budget is kept alone; cleared, the budget stays.
-        cache.insert("big", 0, 1_000);
+        cache.insert(&"big".into(), 0, 1_000);
         cache.assert_consistent();
         assert_eq!(cache.len(), 1);
         cache.clear();
         cache.assert_consistent();
         for i in 0..11 {
-            cache.insert(&format!("p{i}"), i, 10);
+            cache.insert(&format!("p{i}").into(), i, 10);
         }
         assert_eq!(cache.len(), 10);
     }
@@ -145,7 +147,7 @@ mod tests {
         let mut hits = 0;
         for round in 0..20 {
             for i in 0..100 {
-                let pipeline = format!("p{i}");
+                let pipeline = PipelineId::from(format!("p{i}"));
                 if cache.get(&pipeline).is_some() {
                     hits += usize::from(round > 0);
                 } else {

@@ -17,6 +17,7 @@
 //! `t/<due ms><pipeline>\0<kind>` (a delete and a put for every reschedule, over half of
 //! all changelog records); an opening partition deletes those ([`PartitionStore::legacy_timer_keys`]).
 
+use crate::core::ids::PipelineId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -151,7 +152,7 @@ pub struct PartitionStore {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredTimer {
     pub at: DateTime<Utc>,
-    pub pipeline: String,
+    pub pipeline: PipelineId,
     pub kind: TimerKind,
 }
 
@@ -198,7 +199,7 @@ impl StateCache {
         self.states.get(pipeline)
     }
 
-    fn insert(&mut self, pipeline: &str, stored: Stored) {
+    fn insert(&mut self, pipeline: &PipelineId, stored: Stored) {
         let size = estimated_size(&stored.state);
         self.states.insert(pipeline, stored, size);
     }
@@ -268,7 +269,7 @@ fn options() -> Options {
     options
 }
 
-fn remember(cache: &mut RandomCache<Arc<PipelineConfig>>, pipeline: &str, config: Arc<PipelineConfig>) {
+fn remember(cache: &mut RandomCache<Arc<PipelineConfig>>, pipeline: &PipelineId, config: Arc<PipelineConfig>) {
     let size = config_size(&config);
     cache.insert(pipeline, config, size);
 }
@@ -312,7 +313,7 @@ impl PartitionStore {
     /// A pipeline's state read whole (the read models' view: every execution).
     pub fn pipeline(&self, pipeline: &str) -> Result<Option<PipelineState>> {
         Ok(self
-            .stored(pipeline, &Needs::Whole)?
+            .stored(&pipeline.into(), &Needs::Whole)?
             .map(|s| Arc::unwrap_or_clone(s.state)))
     }
 
@@ -320,7 +321,7 @@ impl PartitionStore {
     /// unless `needs` is the whole (see [`Executions`](crate::core::lifecycle::Executions)).
     /// The cache keeps states read in part, and serves a read whose days one holds; a whole
     /// read is never kept, or the cache would fill with history again.
-    pub fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>> {
+    pub fn stored(&self, pipeline: &PipelineId, needs: &Needs) -> Result<Option<Stored>> {
         let days = needs.days();
         if let Some(days) = days {
             let mut cache = self.states.lock().expect("state cache");
@@ -359,7 +360,7 @@ impl PartitionStore {
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
     /// written by the caller): the next read need not decode it. Kept without its quiet
     /// executions but for the days it read (see [`PipelineState::leave_out_quiet`]).
-    pub fn remember(&self, pipeline: &str, mut state: Arc<PipelineState>) {
+    pub fn remember(&self, pipeline: &PipelineId, mut state: Arc<PipelineState>) {
         if state.has_quiet_to_leave_out() {
             Arc::make_mut(&mut state).leave_out_quiet();
         }
@@ -371,7 +372,7 @@ impl PartitionStore {
         self.states.lock().expect("state cache").insert(pipeline, stored);
     }
 
-    fn decode(&self, pipeline: &str, days: Option<&[NaiveDate]>) -> Result<Option<Stored>> {
+    fn decode(&self, pipeline: &PipelineId, days: Option<&[NaiveDate]>) -> Result<Option<Stored>> {
         let corrupt =
             |e: String| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
         let read = parts::read(self, pipeline, days).map_err(|e| match e {
@@ -393,7 +394,7 @@ impl PartitionStore {
     }
 
     /// The config stored for `pipeline`, parsed once per distinct JSON.
-    fn parsed_config(&self, pipeline: &str, json: &[u8]) -> Result<Arc<PipelineConfig>, serde_json::Error> {
+    fn parsed_config(&self, pipeline: &PipelineId, json: &[u8]) -> Result<Arc<PipelineConfig>, serde_json::Error> {
         let mut cache = self.configs.lock().expect("config cache");
         if let Some(config) = cache.get(pipeline) {
             if config.json().as_bytes() == json {
@@ -407,7 +408,7 @@ impl PartitionStore {
 
     /// Whether `config` is the one stored for `pipeline` (as read or written by this
     /// process): if so a state write need not write it again.
-    pub fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+    pub fn holds_config(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) -> bool {
         let held = |c: Option<&Arc<PipelineConfig>>| c.is_some_and(|held| Arc::ptr_eq(held, config));
         // A cached state is as stored, its config included (both caches follow every write).
         held(self.configs.lock().expect("config cache").get(pipeline))
@@ -415,7 +416,7 @@ impl PartitionStore {
     }
 
     /// Notes that `config` is being stored for `pipeline`.
-    pub fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) {
+    pub fn config_written(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) {
         remember(
             &mut self.configs.lock().expect("config cache"),
             pipeline,
@@ -448,7 +449,7 @@ impl PartitionStore {
             for t in parts::timers_of(&key, &value).map_err(|e| corrupt(e.to_string()))? {
                 timers.push(StoredTimer {
                     at: t.at,
-                    pipeline: pipeline.to_string(),
+                    pipeline: pipeline.into(),
                     kind: t.timer,
                 });
             }
@@ -708,7 +709,7 @@ impl parts::Source for PartitionStore {
 
 /// The partition task's view of its store (see [`crate::core::task::Store`]).
 impl crate::core::task::Store for PartitionStore {
-    fn stored(&self, pipeline: &str, needs: &Needs) -> Result<Option<Stored>, HostError> {
+    fn stored(&self, pipeline: &PipelineId, needs: &Needs) -> Result<Option<Stored>, HostError> {
         Ok(PartitionStore::stored(self, pipeline, needs)?)
     }
 
@@ -724,7 +725,7 @@ impl crate::core::task::Store for PartitionStore {
         Ok(PartitionStore::forward_window(self, topic, origin)?)
     }
 
-    fn holds_config(&self, pipeline: &str, config: &Arc<PipelineConfig>) -> bool {
+    fn holds_config(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) -> bool {
         PartitionStore::holds_config(self, pipeline, config)
     }
 
@@ -736,11 +737,11 @@ impl crate::core::task::Store for PartitionStore {
         Ok(PartitionStore::write(self, batch)?)
     }
 
-    fn remember(&self, pipeline: &str, state: Arc<PipelineState>) {
+    fn remember(&self, pipeline: &PipelineId, state: Arc<PipelineState>) {
         PartitionStore::remember(self, pipeline, state)
     }
 
-    fn config_written(&self, pipeline: &str, config: &Arc<PipelineConfig>) {
+    fn config_written(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) {
         PartitionStore::config_written(self, pipeline, config)
     }
 
@@ -814,15 +815,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (config, state) = configured("p1");
         let mut store = PartitionStore::open(dir.path(), 0).unwrap();
-        assert!(!store.holds_config("p1", &config));
+        assert!(!store.holds_config(&"p1".into(), &config));
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
-        store.config_written("p1", &config);
+        store.config_written(&"p1".into(), &config);
         assert!(state.config.is_some(), "the caller's state keeps its config");
         // An older store's state, config inline, still reads.
         batch.mirror(b"p/old", Some(&serde_json::to_vec(&state).unwrap()));
         store.write(batch).unwrap();
-        assert!(store.holds_config("p1", &config));
+        assert!(store.holds_config(&"p1".into(), &config));
         let state_bytes = store.db.get(b"p/p1").unwrap().unwrap();
         assert!(
             !String::from_utf8_lossy(&state_bytes).contains("owner"),
@@ -854,15 +855,18 @@ mod tests {
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
-        store.config_written("p1", &config);
-        store.remember("p1", Arc::new(state.clone()));
+        store.config_written(&"p1".into(), &config);
+        store.remember(&"p1".into(), Arc::new(state.clone()));
         store.configs.lock().unwrap().clear();
-        assert!(store.holds_config("p1", &config), "the cached state says it is stored");
+        assert!(
+            store.holds_config(&"p1".into(), &config),
+            "the cached state says it is stored"
+        );
         // Once the state cache lets go too, the config is written again: never assumed.
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, false).unwrap();
         store.write(batch).unwrap();
-        assert!(!store.holds_config("p1", &config));
+        assert!(!store.holds_config(&"p1".into(), &config));
     }
 
     #[test]
@@ -873,7 +877,7 @@ mod tests {
         let config = |i: usize| test_config(&format!("p{i:06}"), &"x".repeat(4096));
         let one = config_size(&config(0));
         for i in 0..2 * CONFIG_CACHE_BYTES / one {
-            store.config_written(&format!("p{i:06}"), &config(i));
+            store.config_written(&format!("p{i:06}").into(), &config(i));
         }
         let held = store.configs.lock().unwrap().len();
         assert_eq!(held, CONFIG_CACHE_BYTES / one, "as many as fit, never emptied at once");
@@ -888,10 +892,13 @@ mod tests {
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
         assert_eq!(store.state_reads(), StateReads::default());
-        store.stored("p1", &Needs::Days(Vec::new())).unwrap().unwrap();
-        store.stored("p1", &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p1".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p1".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
         // A pipeline not stored is a decode attempt too: the cache cannot say it is absent.
-        assert!(store.stored("absent", &Needs::Days(Vec::new())).unwrap().is_none());
+        assert!(store
+            .stored(&"absent".into(), &Needs::Days(Vec::new()))
+            .unwrap()
+            .is_none());
         assert_eq!(
             store.state_reads(),
             StateReads {
@@ -901,8 +908,8 @@ mod tests {
             }
         );
         // A state the batch just wrote is remembered: its next read is from the cache.
-        store.remember("p2", state.into());
-        store.stored("p2", &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.remember(&"p2".into(), state.into());
+        store.stored(&"p2".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
         assert_eq!(
             store.state_reads(),
             StateReads {
@@ -920,7 +927,7 @@ mod tests {
                 whole: 0
             }
         );
-        store.stored("p2", &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p2".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
         assert_eq!(
             store.take_state_reads(),
             StateReads {
@@ -945,7 +952,10 @@ mod tests {
             store.write(batch).unwrap();
             for _ in 0..2 {
                 for p in ["p1", "p2", "p3"] {
-                    store.stored(p, &Needs::Days(Vec::new())).unwrap().unwrap();
+                    store
+                        .stored(&PipelineId::from(p), &Needs::Days(Vec::new()))
+                        .unwrap()
+                        .unwrap();
                 }
             }
             store.state_reads()
@@ -1072,7 +1082,7 @@ mod tests {
         assert_eq!(store.applied_offset("sluice.sensors"), Some(41));
         assert_eq!(store.applied_offset("sluice.jobs"), None);
         let mut timers: Vec<_> = (store.timers().unwrap().into_iter())
-            .map(|t| (t.at, t.pipeline, t.kind))
+            .map(|t| (t.at, t.pipeline.to_string(), t.kind))
             .collect();
         timers.sort();
         assert_eq!(

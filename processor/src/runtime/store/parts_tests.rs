@@ -40,7 +40,7 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
         pipeline_id: "p".into(),
         config,
     };
-    let _ = engine.handle(0, "p", &Input::ConfigPublished(put), "c");
+    let _ = engine.handle(0, &"p".into(), &Input::ConfigPublished(put), "c");
     for slot in 0..executions {
         let date = now.date_naive() - chrono::Days::new((slot / 24) as u64);
         let reading = |key: &str, data: Value| {
@@ -54,8 +54,8 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
             };
             Input::SensorReceived(reading)
         };
-        let _ = engine.handle(0, "p", &reading("rows", json!({"count": 5000})), "s");
-        let decision = engine.handle(0, "p", &reading("upstream", json!({"status": "ready"})), "s");
+        let _ = engine.handle(0, &"p".into(), &reading("rows", json!({"count": 5000})), "s");
+        let decision = engine.handle(0, &"p".into(), &reading("upstream", json!({"status": "ready"})), "s");
         let triggered = decision.unwrap().effects.into_iter().filter_map(|e| match e {
             Effect::TriggerJob(request) => Some(request),
             _ => None,
@@ -73,7 +73,7 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
                 timestamp: now,
             };
             let _ = engine
-                .handle(0, "p", &Input::JobReported(report.parse().unwrap()), "j")
+                .handle(0, &"p".into(), &Input::JobReported(report.parse().unwrap()), "j")
                 .unwrap();
         }
     }
@@ -118,7 +118,7 @@ fn a_state_in_parts_reads_back_as_written_and_lists_once() {
         b.put_pipeline("p", &state, true).unwrap();
         b.put_pipeline("p.x", &hourly(1), true).unwrap();
     });
-    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
+    let stored = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap();
     assert!(stored.in_parts);
     assert_eq!(Arc::unwrap_or_clone(stored.state), state.clone());
     assert_eq!(store.pipelines().unwrap(), ["p", "p.x"], "parts are not pipelines");
@@ -204,9 +204,9 @@ fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole
     let late = reading("rows", json!({"count": 7000}), 24, 3);
     for (input, concerned) in [(next, 0), (late, 1)] {
         let store = PartitionStore::open(dir.path(), 0).unwrap();
-        let read = store.stored("p", &Needs::Whole).unwrap().unwrap().state;
+        let read = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap().state;
         assert!(read.executions.values().all(|e| !e.is_decoded()), "read as stored");
-        let decision = decide(&read, "p", &input, ctx);
+        let decision = decide(&read, &"p".into(), &input, ctx);
         let decoded: Vec<_> = (read.executions.iter())
             .filter(|(_, e)| e.is_decoded())
             .map(|(id, _)| id.to_string())
@@ -218,7 +218,7 @@ fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole
             .map(|(slot, _)| slot)
             .collect();
         assert_eq!(data.len(), 2 * concerned, "data decoded for one reading: {data:?}");
-        let expected = decide(&whole, "p", &input, ctx);
+        let expected = decide(&whole, &"p".into(), &input, ctx);
         let parts = |d: Decision| {
             let state = match d.state {
                 StateChange::Put(state) => Some(*state),
@@ -357,7 +357,7 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         state.executions.insert(id, open);
     }
     write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
-    let whole = store.stored("p", &Needs::Whole).unwrap().unwrap();
+    let whole = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap();
     assert_eq!(*whole.state, state);
     let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
     let all = state.executions.loaded().len();
@@ -367,7 +367,7 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         vec![day("2026-11-22"), day("2026-11-23")],
         vec![day("2026-11-01")],
     ] {
-        let read = store.stored("p", &Needs::Days(days.clone())).unwrap().unwrap();
+        let read = store.stored(&"p".into(), &Needs::Days(days.clone())).unwrap().unwrap();
         let mut expected = state.clone();
         let left_out = expected.read_in_part(&days);
         assert_eq!(*read.state, expected, "days {days:?}");
@@ -401,7 +401,7 @@ fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
         b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
     });
     let in_part = Needs::Days(Vec::new());
-    let read = store.stored("p", &in_part).unwrap().unwrap();
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(read.head_stale && !read.state.executions.is_partial());
     // Unchanged, the state's next write is its head alone.
     let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
@@ -410,7 +410,7 @@ fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
         [head_key("p")]
     );
     write(&mut store, |b| b.put_state(writes, None));
-    let read = store.stored("p", &in_part).unwrap().unwrap();
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(!read.head_stale && read.state.executions.is_partial());
 }
 
@@ -423,7 +423,7 @@ fn a_state_written_whole_reads_and_moves_to_parts() {
     write(&mut store, |b| {
         b.mirror(&head_key("p"), Some(&serde_json::to_vec(&whole).unwrap()))
     });
-    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
+    let stored = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap();
     assert!(!stored.in_parts);
     assert_eq!(*stored.state, whole);
     assert!(!whole.timers.is_empty());
@@ -433,12 +433,12 @@ fn a_state_written_whole_reads_and_moves_to_parts() {
     write(&mut store, |b| {
         b.put_state(writes("p", None, &next, false).unwrap(), None)
     });
-    let stored = store.stored("p", &Needs::Whole).unwrap().unwrap();
+    let stored = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap();
     assert!(stored.in_parts);
     assert_eq!(Arc::unwrap_or_clone(stored.state), whole);
     assert_eq!(store.timers().unwrap().len(), inline, "moved to parts, not doubled");
     write(&mut store, |b| b.delete_pipeline("p", &next));
-    assert!(store.stored("p", &Needs::Whole).unwrap().is_none());
+    assert!(store.stored(&"p".into(), &Needs::Whole).unwrap().is_none());
     assert!(store.pipelines().unwrap().is_empty());
     let left = store.db.iterator(rocksdb::IteratorMode::Start).count();
     assert_eq!(left, 0, "no part outlives its pipeline");
@@ -469,14 +469,14 @@ fn the_cache_of_decoded_states_follows_every_write() {
         b.put_pipeline("q", &state, false).unwrap();
     });
     let in_part = Needs::Days(Vec::new());
-    let read = |store: &PartitionStore| store.stored("p", &in_part).unwrap().map(|s| (*s.state).clone());
+    let read = |store: &PartitionStore| store.stored(&"p".into(), &in_part).unwrap().map(|s| (*s.state).clone());
     let mut expected = state.clone();
     expected.read_in_part(&[]);
     assert_eq!(read(&store).unwrap(), expected);
     // What the caller says it wrote is what reads return, without decoding.
     let mut told = expected.clone();
     told.dependents.insert("d".into(), "k".into());
-    store.remember("p", told.clone().into());
+    store.remember(&"p".into(), told.clone().into());
     let before = store.take_state_reads();
     assert_eq!(read(&store).unwrap(), told);
     assert_eq!(store.take_state_reads().cached, 1);
@@ -486,7 +486,7 @@ fn the_cache_of_decoded_states_follows_every_write() {
     write(&mut store, |b| b.mirror(&part_key("p", SENSOR, slot), Some(&value)));
     assert_eq!(read(&store).unwrap(), expected);
     // Another pipeline's writes leave it cached; a clear forgets everything.
-    store.remember("p", told.clone().into());
+    store.remember(&"p".into(), told.clone().into());
     write(&mut store, |b| b.delete_pipeline("q", &state));
     assert_eq!(read(&store).unwrap(), told);
     assert!(store.pipeline("q").unwrap().is_none());

@@ -1043,7 +1043,7 @@ impl Reader {
     fn depends_on(&mut self, root: &Map<String, Value>, own_id: Option<&str>) -> Vec<Dependency> {
         let deps = self.each(root, "dependsOn", "", |r, item, at| match item {
             Value::String(id) => Some(Dependency {
-                pipeline: id.clone(),
+                pipeline: id.into(),
                 key: Dependency::default_key(id),
             }),
             Value::Object(map) => {
@@ -1052,7 +1052,10 @@ impl Reader {
                 let key = r
                     .string(map, "key", at)
                     .unwrap_or_else(|| Dependency::default_key(&pipeline));
-                Some(Dependency { pipeline, key })
+                Some(Dependency {
+                    pipeline: pipeline.into(),
+                    key,
+                })
             }
             other => {
                 r.problem(

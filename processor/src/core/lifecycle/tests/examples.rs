@@ -136,7 +136,7 @@ impl Day {
 
     fn sensor(&mut self, key: &str, data: Map<String, Value>, date: Option<NaiveDate>, hour: Option<u32>) {
         let reading = SensorReading {
-            pipeline_id: self.id.clone(),
+            pipeline_id: self.id.as_str().into(),
             key: key.into(),
             data,
             date,
@@ -281,7 +281,7 @@ fn the_example_pipelines_keep_and_publish_the_bytes_an_earlier_version_did() {
     let mut found = String::new();
     for path in example_files() {
         let day = two_days(&path);
-        let state = digest(vec![json(&day.sim.states[&day.id])]);
+        let state = digest(vec![json(&day.sim.states[day.id.as_str()])]);
         let events = digest(day.sim.events.iter().map(json).collect());
         let effects = digest(day.sim.effects.iter().map(json).collect());
         found.push_str(&format!(
@@ -311,8 +311,8 @@ fn decisions_from_states_read_in_part_are_those_of_the_whole_states() {
             let part = two_days_reading(path, true, guessing);
             let id = &whole.id;
             assert_eq!(
-                json(&part.sim.states[id]),
-                json(&whole.sim.states[id]),
+                json(&part.sim.states[id.as_str()]),
+                json(&whole.sim.states[id.as_str()]),
                 "{id}: the state"
             );
             assert_eq!(part.sim.events, whole.sim.events, "{id}: the events");

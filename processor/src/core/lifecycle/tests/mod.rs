@@ -99,7 +99,8 @@ impl Sim {
 
     /// Hands `input` to the decider now, under `origin`, with no timer fired first.
     pub(super) fn apply(&mut self, pipeline: &str, input: &Input, origin: &str) -> Decision {
-        let decision = (self.engine.handle(PARTITION, pipeline, input, origin)).expect("no limit is measured here");
+        let decision =
+            (self.engine.handle(PARTITION, &pipeline.into(), input, origin)).expect("no limit is measured here");
         self.keep(&decision);
         decision
     }
@@ -128,7 +129,7 @@ impl Sim {
         self.input(
             &id,
             Input::ConfigPublished(ConfigRecord::Put {
-                pipeline_id: id.clone(),
+                pipeline_id: id.as_str().into(),
                 config,
             }),
         )
