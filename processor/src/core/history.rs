@@ -70,7 +70,7 @@ impl RunHistory {
 }
 
 /// What a forecast is based on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Basis {
     /// No trigger yet: the usual trigger time (or now, if later) plus the p90 duration.

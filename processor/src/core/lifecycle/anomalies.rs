@@ -16,11 +16,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{detail, Decider, StoredSensor};
+use super::{Decider, StoredSensor};
 use crate::core::config::PipelineConfig;
 use crate::core::duration::format_duration;
+use crate::core::events::detail::{Flapping, StaleSensor, UnknownSensor};
 use crate::core::events::EventType;
 use crate::core::execution::ExecutionId;
 use crate::core::rules::Verdict;
@@ -104,11 +105,11 @@ impl Decider<'_> {
             "sensor {key:?} is read by no trigger, rule, dependency or post-run rule of {}{hint}",
             self.pipeline_id
         );
-        let info = detail([
-            ("key", json!(key)),
-            ("knownKeys", json!(known)),
-            ("didYouMean", json!(nearest)),
-        ]);
+        let info = UnknownSensor {
+            key: key.into(),
+            known_keys: known.iter().map(|k| k.to_string()).collect(),
+            did_you_mean: nearest.map(String::from),
+        };
         self.emit(EventType::UNKNOWN_SENSOR, None, message, info);
     }
 
@@ -164,13 +165,13 @@ impl Decider<'_> {
                 flips.len(),
                 format_duration(flapping.window)
             );
-            let info = detail([
-                ("key", json!(sensor)),
-                ("changes", json!(flips.len())),
-                ("windowSeconds", json!(flapping.window.num_seconds())),
-                ("values", json!(flips)),
-                ("holdForSeconds", json!(flapping.hold_for.map(|h| h.num_seconds()))),
-            ]);
+            let info = Flapping {
+                key: sensor,
+                changes: flips.len(),
+                window_seconds: flapping.window.num_seconds(),
+                values: flips,
+                hold_for_seconds: flapping.hold_for.map(|h| h.num_seconds()),
+            };
             self.emit(EventType::SENSOR_FLAPPING, Some(id), message, info);
         }
     }
@@ -221,13 +222,13 @@ impl Decider<'_> {
                 format_duration(*usual),
                 closes.to_rfc3339()
             );
-            let info = detail([
-                ("key", json!(sensor)),
-                ("lastUpdate", json!(last)),
-                ("silentSeconds", json!(seconds(now - *last))),
-                ("usualIntervalSeconds", json!(seconds(*usual))),
-                ("windowClosesAt", json!(closes)),
-            ]);
+            let info = StaleSensor {
+                key: sensor.clone(),
+                last_update: *last,
+                silent_seconds: seconds(now - *last),
+                usual_interval_seconds: seconds(*usual),
+                window_closes_at: closes,
+            };
             self.emit(EventType::STALE_SENSOR_WARNING, Some(id), message, info);
         }
         match due

@@ -2,10 +2,9 @@
 //! run) and RUN_CANCELLED: operators' commands from `sluice.commands`. Subscriptions between
 //! pipelines arrive there too (see [`dependencies`](super::dependencies)).
 
-use serde_json::json;
-
 use super::schedule::day_excluded;
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
+use crate::core::events::detail::{Cancelled, RerunAccepted, RerunRejected, RerunRequest};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{CommandKind, CommandRecord, Rejection};
@@ -64,23 +63,23 @@ impl Decider<'_> {
         let Some(config) = self.config() else { return };
         let limit = config.job.max_manual_reruns;
         let dry = config.dry_run;
-        let mut info = detail([
-            ("requestedBy", json!(record.requested_by)),
-            ("reason", json!(record.reason)),
-        ]);
-        if record.force {
-            info.insert("force".into(), json!(true));
-        }
+        let request = RerunRequest {
+            requested_by: record.requested_by.clone(),
+            reason: record.reason.clone(),
+            force: record.force,
+            backfill: record.backfill,
+        };
         // A date Sluice has forgotten, started on purpose: its runs get their own ids.
         let forgotten = !self.state.executions.contains_key(&id) && self.beyond_retention(id.date());
-        if record.backfill {
-            info.insert("backfill".into(), json!(true));
-        }
         let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&id, limit, record));
         if let Some(refusal) = refusal {
-            info.insert("rejection".into(), json!(refusal));
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
-            self.emit(kind, Some(&id), format!("rerun rejected: {refusal}"), info);
+            let message = format!("rerun rejected: {refusal}");
+            let info = RerunRejected {
+                request,
+                rejection: refusal,
+            };
+            self.emit(kind, Some(&id), message, info);
             return;
         }
         let existing = self
@@ -89,8 +88,11 @@ impl Decider<'_> {
             .get(&id)
             .map(|e| (e.manual_reruns_used, e.phase.clone()));
         let used = existing.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
-        info.insert("manualRerunsUsed".into(), json!(used));
-        info.insert("maxManualReruns".into(), json!(limit));
+        let info = RerunAccepted {
+            request,
+            manual_reruns_used: used,
+            max_manual_reruns: limit,
+        };
         let kind = self.dry_or(EventType::RERUN_ACCEPTED, EventType::DRY_RUN_WOULD_RERUN);
         let message = match (dry, &existing) {
             (true, _) => format!("dry run: a rerun of {id} would start"),
@@ -207,12 +209,12 @@ impl Decider<'_> {
         let phase = execution.phase.name();
         let run_id = execution.phase.run_id().cloned();
         self.cancel_execution_timers(&id, |_| true);
-        let info = detail([
-            ("phase", json!(phase)),
-            ("runId", json!(run_id)),
-            ("requestedBy", json!(record.requested_by)),
-            ("reason", json!(record.reason)),
-        ]);
+        let info = Cancelled {
+            phase: phase.into(),
+            run_id,
+            requested_by: record.requested_by.clone(),
+            reason: record.reason.clone(),
+        };
         self.emit(
             EventType::RUN_CANCELLED,
             Some(&id),

@@ -7,11 +7,12 @@
 //! left behind.
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::schedule::day_excluded;
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
 use crate::core::config::{self, Parsed, Problem, Variables};
+use crate::core::events::detail::{ConfigAccepted, ConfigDeleted, ConfigRejected};
 use crate::core::events::{clip, EventType, REASON_LIMIT};
 use crate::core::execution::ExecutionId;
 use crate::core::records::{ConfigRecord, Rejection};
@@ -39,7 +40,10 @@ impl Decider<'_> {
         };
         let first = self.state.config.is_none();
         let warnings: Vec<String> = parsed.warnings.iter().map(Problem::to_string).collect();
-        let detail = detail([("warnings", json!(warnings)), ("replaced", json!(!first))]);
+        let detail = ConfigAccepted {
+            warnings,
+            replaced: !first,
+        };
         self.emit(
             EventType::CONFIG_ACCEPTED,
             None,
@@ -130,10 +134,10 @@ impl Decider<'_> {
         } else {
             "the pipeline has no config in force"
         };
-        let detail = detail([
-            ("problems", json!(problems)),
-            ("previousConfigKept", json!(self.state.config.is_some())),
-        ]);
+        let detail = ConfigRejected {
+            problems,
+            previous_config_kept: self.state.config.is_some(),
+        };
         self.emit(
             EventType::CONFIG_REJECTED,
             None,
@@ -165,11 +169,11 @@ impl Decider<'_> {
             .collect();
         let open = (self.state.executions.values()).filter_map(|e| e.phase.run_id().cloned());
         self.ended_runs.extend(open.collect::<Vec<_>>());
-        let detail = detail([
-            ("deleted", json!(true)),
-            ("hadConfig", json!(had_config)),
-            ("keptExecutions", json!(ran.len())),
-        ]);
+        let detail = ConfigDeleted {
+            deleted: true,
+            had_config,
+            kept_executions: ran.len(),
+        };
         let kept = match ran.len() {
             0 => "its state is dropped".to_string(),
             n => format!(

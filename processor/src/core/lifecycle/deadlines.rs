@@ -13,12 +13,12 @@
 //! `deadlineDay`); a duration counts from when evaluation began (a rerun begins it again).
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 
 use super::sla::{alerted, deadline_at};
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
 use crate::core::config::{Deadline, PipelineConfig, SlaTime};
 use crate::core::duration::format_duration;
+use crate::core::events::detail::EvaluationDeadline;
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::timers::TimerKind;
@@ -103,11 +103,11 @@ impl Decider<'_> {
                 failing
             }
         );
-        let info = detail([
-            ("deadline", json!(due)),
-            ("evaluationBegan", json!(execution.phase_since)),
-            ("windowClosesAt", json!(execution.window_closes_at)),
-        ]);
+        let info = EvaluationDeadline {
+            deadline: due,
+            evaluation_began: execution.phase_since,
+            window_closes_at: execution.window_closes_at,
+        };
         self.emit(kind, Some(id), message, info);
     }
 

@@ -7,13 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::evaluators::{judge_unusable, unusable_readings};
 use super::job::job_request;
 use super::schedule::STALE_GRACE;
-use super::{detail, Decider, Effect, Phase, StoredSensor};
+use super::{Decider, Effect, Phase, StoredSensor};
 use crate::core::config::{Check, JobKind, Mode, Rule, Severity};
+use crate::core::events::detail::{Reason, Results, WouldTrigger};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules::{self, Verdict};
@@ -104,7 +105,9 @@ impl Decider<'_> {
         if let Some(e) = self.state.executions.get_mut(id) {
             e.last_verdict = Some(verdict.clone());
         }
-        let results = json!(verdict.results);
+        let results = Results {
+            results: verdict.results.clone(),
+        };
         let held = self.flapping_hold(id).filter(|_| verdict.passed);
 
         if let Some((until, sensor)) = &held {
@@ -124,14 +127,16 @@ impl Decider<'_> {
             let warnings = verdict.warnings();
             if !warnings.is_empty() {
                 let message = format!("validation passed with warnings: {}", verdict.warning_text());
-                let info = detail([("results", json!(warnings))]);
+                let info = Results {
+                    results: warnings.into_iter().cloned().collect(),
+                };
                 self.emit(EventType::VALIDATION_WARNED, Some(id), message, info);
             }
             self.emit(
                 EventType::VALIDATION_PASSED,
                 Some(id),
                 "all validation rules passed",
-                detail([("results", results)]),
+                results,
             );
             self.start_attempt(id);
             return;
@@ -145,12 +150,7 @@ impl Decider<'_> {
                 Some((_, sensor)) => format!("evaluation window closed while sensor {sensor:?} was flapping"),
                 None => format!("evaluation window closed without passing: {}", verdict.failures()),
             };
-            self.emit(
-                EventType::VALIDATION_EXHAUSTED,
-                Some(id),
-                message,
-                detail([("results", results)]),
-            );
+            self.emit(EventType::VALIDATION_EXHAUSTED, Some(id), message, results);
             self.cancel_run_timers(id);
             return;
         }
@@ -201,7 +201,7 @@ impl Decider<'_> {
                     EventType::INFRA_FAILURE,
                     Some(id),
                     message,
-                    detail([("reason", json!(reason))]),
+                    Reason { reason: reason.clone() },
                 );
                 self.end_failed(id, reason);
             }
@@ -217,7 +217,7 @@ impl Decider<'_> {
         if let Some(e) = self.state.executions.get_mut(id) {
             e.completed_inputs = Some(digest);
         }
-        let detail = detail([("jobType", json!(kind.name()))]);
+        let detail = WouldTrigger { job_type: kind };
         self.emit(
             EventType::DRY_RUN_WOULD_TRIGGER,
             Some(id),

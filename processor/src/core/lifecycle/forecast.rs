@@ -11,13 +11,13 @@
 use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
 use super::schedule::{dormant, trigger_keys};
 use super::sla::deadline_of;
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
 use crate::core::config::{ClockTime, PipelineConfig};
 use crate::core::duration::format_duration;
+use crate::core::events::detail::{self, AtRisk};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::history::{forecast, Basis, Forecast, PastRun};
@@ -81,10 +81,12 @@ impl Decider<'_> {
                 deadline.to_rfc3339(),
                 explain(&f)
             );
-            let mut info = forecast_detail(&f, deadline, triggered_at, now);
             let (waiting, upstreams) = self.holding(&config, id);
-            info.insert("waitingFor".into(), json!(waiting));
-            info.insert("upstreams".into(), json!(upstreams));
+            let info = AtRisk {
+                forecast: forecast_detail(&f, deadline, triggered_at, now),
+                waiting_for: waiting,
+                upstreams,
+            };
             self.emit(EventType::SLA_AT_RISK, Some(id), message, info);
         } else if !misses && marks.at_risk && !marks.recovered {
             marks.recovered = true;
@@ -204,16 +206,16 @@ fn forecast_detail(
     deadline: DateTime<Utc>,
     triggered_at: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
-) -> Map<String, Value> {
-    detail([
-        ("deadline", json!(deadline)),
-        ("projectedCompletion", json!(f.projected)),
-        ("marginSeconds", json!((deadline - f.projected).num_seconds())),
-        ("basis", json!(f.basis)),
-        ("runs", json!(f.runs)),
-        ("p90DurationSeconds", json!(f.duration_p90.map(|d| d.num_seconds()))),
-        ("usualTriggerAt", json!(f.usual_trigger)),
-        ("triggeredAt", json!(triggered_at)),
-        ("elapsedSeconds", json!(triggered_at.map(|t| (now - t).num_seconds()))),
-    ])
+) -> detail::Forecast {
+    detail::Forecast {
+        deadline,
+        projected_completion: f.projected,
+        margin_seconds: (deadline - f.projected).num_seconds(),
+        basis: f.basis,
+        runs: f.runs,
+        p90_duration_seconds: f.duration_p90.map(|d| d.num_seconds()),
+        usual_trigger_at: f.usual_trigger,
+        triggered_at,
+        elapsed_seconds: triggered_at.map(|t| (now - t).num_seconds()),
+    }
 }

@@ -11,15 +11,16 @@
 //! poll window closes (JOB_POLL_EXHAUSTED, never retried).
 
 use chrono::TimeDelta;
-use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::schedule::STALE_GRACE;
-use super::{
-    detail, Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS, MAX_TRIGGER_RELEASES,
-};
+use super::{Decider, Effect, Execution, Phase, StatusCheck, TriggerRequest, MAX_INFRA_RESTARTS, MAX_TRIGGER_RELEASES};
 use crate::core::config::{JobConfig, JobKind, PipelineConfig, RenderError};
-use crate::core::events::EventType;
+use crate::core::events::detail::{
+    DryRunCompleted, DryRunRetry, JobFailed, JobInfraFailure, PollExhausted, Report, RetryBudget, RetryExhausted,
+    StaleRun, StatusUnknown,
+};
+use crate::core::events::{Detail, EventType};
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{FailureCategory, JobReport, JobStatus, Rejection};
 use crate::core::template::{render_run, RunVariables};
@@ -67,7 +68,7 @@ impl Decider<'_> {
         if !matches!(record.status, JobStatus::Released | JobStatus::Calling) {
             self.status_answered(id);
         }
-        let info = report_detail(record);
+        let info = report_of(record);
         if let Some(handle) = record.metadata.as_ref().and_then(|m| m.get("handle")) {
             if let Some(e) = self.state.executions.get_mut(id) {
                 e.job_handle = Some(handle.clone());
@@ -146,11 +147,13 @@ impl Decider<'_> {
             return;
         }
         let refused = category == FailureCategory::Permanent;
-        let mut info = report_detail(record);
-        info.insert("failureCategory".into(), json!(category));
-        info.insert("unansweredChecks".into(), json!(failures));
-        info.insert("nextCheckAt".into(), json!(next_check));
-        info.insert("actionNeeded".into(), json!(refused));
+        let info = StatusUnknown {
+            report: report_of(record),
+            failure_category: category,
+            unanswered_checks: failures,
+            next_check_at: next_check,
+            action_needed: refused,
+        };
         let message = match refused {
             true => format!(
                 "the job system refused the status check of run {}: {reason}; the run goes on (the job may still be running) and is checked again until its poll window closes",
@@ -177,7 +180,7 @@ impl Decider<'_> {
     }
 
     /// JOB_TRIGGERED: the job runs; its poll window starts.
-    fn job_started(&mut self, id: &ExecutionId, info: Map<String, Value>) {
+    fn job_started(&mut self, id: &ExecutionId, info: Report) {
         let now = self.now();
         let Some(poll_window) = self.config().map(|c| c.job.poll_window) else {
             return;
@@ -216,7 +219,7 @@ impl Decider<'_> {
 
     /// JOB_COMPLETED, then everything a success sets off: SLA_MET, the post-run baseline and
     /// the downstream pipelines' dependency sensors.
-    fn job_succeeded(&mut self, id: &ExecutionId, record: &JobReport, info: Map<String, Value>) {
+    fn job_succeeded(&mut self, id: &ExecutionId, record: &JobReport, info: Report) {
         let now = self.now();
         if !self.state.executions.contains_key(id) {
             return;
@@ -244,7 +247,7 @@ impl Decider<'_> {
         id: &ExecutionId,
         run_id: &str,
         message: String,
-        info: Map<String, Value>,
+        info: impl Into<Detail>,
     ) {
         self.emit(kind, Some(id), message, info);
         if let Some(event) = self.events.last_mut() {
@@ -257,7 +260,7 @@ impl Decider<'_> {
     /// released its trigger lock: the next trigger sensor that holds starts it again, at most
     /// [`MAX_TRIGGER_RELEASES`] times. The job has ended (the function answered, the command
     /// exited), so nothing runs beside a new attempt.
-    fn job_failed(&mut self, id: &ExecutionId, record: &JobReport, mut info: Map<String, Value>, trigger_failed: bool) {
+    fn job_failed(&mut self, id: &ExecutionId, record: &JobReport, report: Report, trigger_failed: bool) {
         let Some(config) = self.state.config.clone() else {
             return;
         };
@@ -265,7 +268,6 @@ impl Decider<'_> {
             return;
         };
         let category = failure_category(record);
-        info.insert("failureCategory".into(), json!(category));
         let (budget, limit, retry, spent) = spend_retry(&config, category, execution);
         let attempt = execution.attempt;
         let kind = if record.status == JobStatus::Timeout {
@@ -280,7 +282,11 @@ impl Decider<'_> {
         if !retry {
             self.end_failed(id, reason.clone());
         }
-        info.insert("willRetry".into(), json!(retry));
+        let info = JobFailed {
+            report,
+            failure_category: category,
+            will_retry: retry,
+        };
         let message = match retry {
             true => format!("attempt {attempt} failed: {reason}; retried once the rules pass again"),
             false => format!("attempt {attempt} failed: {reason}"),
@@ -294,15 +300,15 @@ impl Decider<'_> {
             self.begin_window(id);
         } else {
             let released = if trigger_failed { self.release_date(id) } else { None };
-            let mut detail = detail([
-                ("budget", json!(budget)),
-                ("limit", json!(limit)),
-                ("used", json!(spent)),
-                ("restartOnTrigger", json!(released.is_some())),
-            ]);
+            let detail = RetryExhausted {
+                budget,
+                limit,
+                used: spent,
+                restart_on_trigger: released.is_some(),
+                trigger_releases: released,
+            };
             let mut message = format!("no retries left: {budget} ({limit}) is spent");
             if let Some(n) = released {
-                detail.insert("triggerReleases".into(), json!(n));
                 message.push_str(&format!(
                     "; the trigger failed, so the date is released: the next trigger sensor starts it again (release {n} of {MAX_TRIGGER_RELEASES})"
                 ));
@@ -348,8 +354,7 @@ impl Decider<'_> {
     /// are spent. The run ends cleanly; the job's own retries are not for outages. As the
     /// earlier design released its trigger lock, the date is not closed: the next trigger
     /// sensor that holds starts it again, up to [`MAX_INFRA_RESTARTS`] times.
-    fn infra_failure(&mut self, id: &ExecutionId, record: &JobReport, mut info: Map<String, Value>) {
-        info.insert("failureCategory".into(), json!(FailureCategory::Infra));
+    fn infra_failure(&mut self, id: &ExecutionId, record: &JobReport, report: Report) {
         let reason = record
             .message
             .clone()
@@ -361,8 +366,12 @@ impl Decider<'_> {
         };
         e.infra_failures += 1;
         e.restart_on_trigger = sensor_started && e.infra_failures <= MAX_INFRA_RESTARTS;
-        info.insert("restartOnTrigger".into(), json!(e.restart_on_trigger));
-        info.insert("infraFailures".into(), json!(e.infra_failures));
+        let info = JobInfraFailure {
+            report,
+            failure_category: FailureCategory::Infra,
+            restart_on_trigger: e.restart_on_trigger,
+            infra_failures: e.infra_failures,
+        };
         self.emit_for_run(EventType::INFRA_FAILURE, id, &record.run_id, reason, info);
     }
 
@@ -409,12 +418,15 @@ impl Decider<'_> {
         };
         let window = job.poll_window.num_seconds();
         let watch_on = job.retry_after_poll_window && watched;
-        let info = detail([("pollWindowSeconds", json!(window)), ("willWatchOn", json!(watch_on))]);
+        let info = PollExhausted {
+            poll_window_seconds: window,
+            will_watch_on: watch_on,
+        };
         if watch_on {
             let message = format!(
                 "no outcome for run {run_id} within the job poll window ({window}s): watching it until it ends (retryAfterPollWindow)"
             );
-            self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, id, run_id, message, info);
+            self.emit_for_run(EventType::JOB_POLL_EXHAUSTED, id, run_id, message, info.clone());
             // Another window for the watchdog; the status checks go on.
             self.set_watchdog(id, now + job.poll_window + STALE_GRACE);
             return;
@@ -436,7 +448,7 @@ impl Decider<'_> {
         if let Some(e) = self.state.executions.get_mut(id) {
             e.unreported_run = None;
         }
-        let info = report_detail(record);
+        let info = report_of(record);
         let message = format!(
             "run {} reported {} after it had ended at its poll window",
             record.run_id,
@@ -459,7 +471,10 @@ impl Decider<'_> {
         let since = execution.phase_since;
         let run_id = execution.phase.run_id().cloned();
         let reason = format!("no progress in phase {phase} since {}", since.to_rfc3339());
-        let info = detail([("phase", json!(phase)), ("since", json!(since))]);
+        let info = StaleRun {
+            phase: phase.into(),
+            since,
+        };
         match run_id {
             Some(run_id) => self.emit_for_run(EventType::STALE_RUN, id, &run_id, reason.clone(), info),
             None => self.emit(EventType::STALE_RUN, Some(id), reason.clone(), info),
@@ -477,14 +492,16 @@ impl Decider<'_> {
         let Some(execution) = self.state.executions.get_mut(id) else {
             return;
         };
-        let mut info = report_detail(record);
+        let report = report_of(record);
         match record.status {
             JobStatus::Running | JobStatus::Released | JobStatus::Unknown | JobStatus::Calling => self
                 .notes
                 .push(format!("dry run: {} {}", record.run_id, record.status.as_str())),
             JobStatus::Succeeded => {
-                let verdict = self.sla_verdict(id, self.now());
-                info.insert("sla".into(), verdict);
+                let info = DryRunCompleted {
+                    report,
+                    sla: self.sla_verdict(id, self.now()),
+                };
                 let message = "dry run: the job completed".to_string();
                 self.emit_for_run(EventType::DRY_RUN_COMPLETED, id, &record.run_id, message, info);
                 // The job really ran (under the old orchestrator): downstream pipelines may go.
@@ -493,9 +510,12 @@ impl Decider<'_> {
             JobStatus::Failed | JobStatus::Timeout => {
                 let category = failure_category(record);
                 let (budget, limit, retry, _) = spend_retry(&config, category, execution);
-                info.insert("failureCategory".into(), json!(category));
-                info.insert("budget".into(), json!(budget));
-                info.insert("limit".into(), json!(limit));
+                let info = DryRunRetry {
+                    report,
+                    failure_category: category,
+                    budget,
+                    limit,
+                };
                 let (kind, message) = match retry {
                     true => (EventType::DRY_RUN_WOULD_RETRY, "dry run: Sluice would retry this job"),
                     false => (
@@ -543,15 +563,13 @@ pub fn status_check_backoff(interval: TimeDelta, failures: u32) -> TimeDelta {
     interval.checked_mul(factor).map_or(cap, |d| d.min(cap))
 }
 
-fn report_detail(record: &JobReport) -> Map<String, Value> {
-    let mut info = detail([("status", json!(record.status))]);
-    if let Some(m) = &record.metadata {
-        info.insert("metadata".into(), m.clone());
+/// What every event about a job report tells of it.
+fn report_of(record: &JobReport) -> Report {
+    Report {
+        status: record.status,
+        metadata: record.metadata.clone(),
+        job_message: record.message.clone(),
     }
-    if let Some(m) = &record.message {
-        info.insert("jobMessage".into(), json!(m));
-    }
-    info
 }
 
 fn failure_category(record: &JobReport) -> FailureCategory {
@@ -567,14 +585,18 @@ fn spend_retry(
     config: &PipelineConfig,
     category: FailureCategory,
     execution: &mut super::Execution,
-) -> (&'static str, u32, bool, u32) {
+) -> (RetryBudget, u32, bool, u32) {
     let (budget, limit, used) = match category {
         FailureCategory::Permanent => (
-            "maxCodeRetries",
+            RetryBudget::MaxCodeRetries,
             config.job.max_code_retries,
             &mut execution.code_retries_used,
         ),
-        _ => ("maxRetries", config.job.max_retries, &mut execution.retries_used),
+        _ => (
+            RetryBudget::MaxRetries,
+            config.job.max_retries,
+            &mut execution.retries_used,
+        ),
     };
     let retry = *used < limit;
     if retry {

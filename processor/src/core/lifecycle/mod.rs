@@ -43,7 +43,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::config::{JobConfig, JobKind, PipelineConfig, RetryPolicy, Unusable, SCHEDULE_IDS};
-use super::events::{clip, event_id, Category, Event, EventType, REASON_LIMIT};
+use super::events::detail::{Rejected, WouldReport};
+use super::events::{clip, event_id, Category, Detail, Event, EventType, REASON_LIMIT};
 use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 use super::hints;
 use super::history::RunHistory;
@@ -967,9 +968,9 @@ impl<'a> Decider<'a> {
         kind: EventType,
         exec: Option<&ExecutionId>,
         message: impl Into<String>,
-        detail: Map<String, Value>,
+        detail: impl Into<Detail>,
     ) {
-        let Some((kind, message, detail)) = self.as_dry_run(kind, message.into(), detail) else {
+        let Some((kind, message, detail)) = self.as_dry_run(kind, message.into(), detail.into()) else {
             return;
         };
         let execution = exec.and_then(|id| self.state.executions.get(id));
@@ -992,7 +993,7 @@ impl<'a> Decider<'a> {
             attempt: execution.map(|e| e.attempt).filter(|a| *a > 0),
             timestamp: self.now(),
             message,
-            detail,
+            detail: detail.into_map(),
         };
         self.events.push(hints::with_action_hint(event));
     }
@@ -1016,12 +1017,7 @@ impl<'a> Decider<'a> {
     /// INPUT_REJECTED) is published as it is; VALIDATION_PASSED is not published at all
     /// (DRY_RUN_WOULD_TRIGGER, right after it, says it). One gate, so no new event type can
     /// leak.
-    fn as_dry_run(
-        &mut self,
-        kind: EventType,
-        message: String,
-        mut detail: Map<String, Value>,
-    ) -> Option<(EventType, String, Map<String, Value>)> {
+    fn as_dry_run(&mut self, kind: EventType, message: String, detail: Detail) -> Option<(EventType, String, Detail)> {
         let passes = !self.config().is_some_and(|c| c.dry_run)
             || kind.category() == Category::DryRun
             || matches!(
@@ -1038,9 +1034,12 @@ impl<'a> Decider<'a> {
             self.notes.push(format!("dry run: {message}"));
             return None;
         }
-        detail.insert("wouldReport".into(), Value::from(kind.name()));
         let message = format!("dry run: Sluice would report {}: {message}", kind.name());
-        Some((EventType::DRY_RUN_WOULD_REPORT, message, detail))
+        let detail = WouldReport {
+            would_report: kind,
+            detail: Box::new(detail),
+        };
+        Some((EventType::DRY_RUN_WOULD_REPORT, message, detail.into()))
     }
 
     /// The event type to publish: the real one, or its dry-run counterpart.
@@ -1131,7 +1130,10 @@ impl<'a> Decider<'a> {
     fn reject(&mut self, source: &str, reason: &str, kind: Rejection) {
         let reason = clip(reason, REASON_LIMIT);
         let reason = reason.as_str();
-        let detail = detail([("source", Value::from(source)), ("error", Value::from(reason))]);
+        let detail = Rejected {
+            source: source.into(),
+            error: reason.into(),
+        };
         self.emit(
             EventType::INPUT_REJECTED,
             None,
@@ -1141,9 +1143,4 @@ impl<'a> Decider<'a> {
         self.dead_letter = Some(reason.to_string());
         self.rejection = Some(kind);
     }
-}
-
-/// Builds an event detail map from pairs.
-fn detail<const N: usize>(pairs: [(&str, Value); N]) -> Map<String, Value> {
-    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

@@ -3,10 +3,13 @@
 //! POST_RUN_DRIFT_INFLIGHT / POST_RUN_SENSOR_MISSING, and DRY_RUN_DRIFT: watching a date's
 //! data after its job succeeded.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
 use crate::core::config::{Mode, PostRun};
+use crate::core::events::detail::{
+    Baseline, Drift, DriftAfterRun, DriftRerunAccepted, DriftRerunRejected, RerunRequest, Results, SensorsMissing,
+};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules::{self, Verdict};
@@ -65,7 +68,7 @@ impl Decider<'_> {
             EventType::POST_RUN_BASELINE_CAPTURED,
             Some(id),
             message,
-            detail([("baseline", Value::Object(baseline))]),
+            Baseline { baseline },
         );
     }
 
@@ -128,7 +131,10 @@ impl Decider<'_> {
                 format!("post-run checks failed: {}", verdict.failures()),
             ),
         };
-        self.emit(kind, Some(id), message, detail([("results", json!(verdict.results))]));
+        let info = Results {
+            results: verdict.results,
+        };
+        self.emit(kind, Some(id), message, info);
     }
 
     /// POST_RUN_DRIFT_INFLIGHT: the data a successful run used moved while a run of the date
@@ -138,7 +144,7 @@ impl Decider<'_> {
             "{sensor_key}.{} moved from {before} to {now} while a run is in progress",
             post_run.drift_field
         );
-        let info = drift_detail(sensor_key, &post_run.drift_field, before, now, post_run.drift_threshold);
+        let info = Drift::new(sensor_key, &post_run.drift_field, before, now, post_run.drift_threshold);
         self.emit(EventType::POST_RUN_DRIFT_INFLIGHT, Some(id), message, info);
     }
 
@@ -152,9 +158,11 @@ impl Decider<'_> {
             return;
         };
         let rerun = execution.drift_reruns_used < limit;
-        let mut info = drift_detail(sensor_key, field, before, now, threshold);
-        info.insert("rerun".into(), json!(rerun));
-        info.insert("maxDriftReruns".into(), json!(limit));
+        let info = DriftAfterRun {
+            drift: Drift::new(sensor_key, field, before, now, threshold),
+            rerun,
+            max_drift_reruns: limit,
+        };
         let kind = self.dry_or(EventType::POST_RUN_DRIFT, EventType::DRY_RUN_DRIFT);
         let outcome = match (rerun, dry) {
             (true, false) => "rerunning".to_string(),
@@ -184,23 +192,28 @@ impl Decider<'_> {
             return;
         }
         let used = execution.drift_reruns_used;
-        let mut info = detail([
-            ("requestedBy", json!("sluice")),
-            ("reason", json!(reason)),
-            ("maxDriftReruns", json!(limit)),
-        ]);
+        let request = RerunRequest {
+            requested_by: Some("sluice".into()),
+            reason: Some(reason.into()),
+            force: false,
+            backfill: false,
+        };
         if used >= limit {
             let refusal = format!("maxDriftReruns ({limit}) is spent");
-            info.insert("rejection".into(), json!(refusal));
-            self.emit(
-                EventType::RERUN_REJECTED,
-                Some(id),
-                format!("rerun rejected: {refusal}"),
-                info,
-            );
+            let message = format!("rerun rejected: {refusal}");
+            let info = DriftRerunRejected {
+                request,
+                max_drift_reruns: limit,
+                rejection: refusal,
+            };
+            self.emit(EventType::RERUN_REJECTED, Some(id), message, info);
             return;
         }
-        info.insert("driftRerunsUsed".into(), json!(used + 1));
+        let info = DriftRerunAccepted {
+            request,
+            max_drift_reruns: limit,
+            drift_reruns_used: used + 1,
+        };
         let message = format!("rerun of {id} accepted ({reason}; {} of {limit})", used + 1);
         self.emit(EventType::RERUN_ACCEPTED, Some(id), message, info);
         if let Some(e) = self.state.executions.get_mut(id) {
@@ -237,7 +250,7 @@ impl Decider<'_> {
             EventType::POST_RUN_SENSOR_MISSING,
             Some(id),
             message,
-            detail([("sensors", json!(keys))]),
+            SensorsMissing { sensors: keys },
         );
     }
 }
@@ -256,15 +269,4 @@ fn drift(
         .and_then(rules::as_number)?;
     let now = rules::field(current, &post_run.drift_field).and_then(rules::as_number)?;
     ((now - before).abs() > post_run.drift_threshold).then_some((before, now))
-}
-
-fn drift_detail(sensor_key: &str, field: &str, before: f64, now: f64, threshold: f64) -> Map<String, Value> {
-    detail([
-        ("sensor", json!(sensor_key)),
-        ("field", json!(field)),
-        ("baseline", json!(before)),
-        ("current", json!(now)),
-        ("delta", json!(now - before)),
-        ("threshold", json!(threshold)),
-    ])
 }

@@ -7,10 +7,10 @@
 //! so a new pipeline or a restored state never alerts about the past.
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
-use serde_json::json;
 
-use super::{detail, Decider, Execution, Phase};
+use super::{Decider, Execution, Phase};
 use crate::core::config::{ClockTime, Deadline, ExcludeBy, PipelineConfig, SCHEDULE_IDS};
+use crate::core::events::detail::{NotStarted, Reason, Sensor, StartMissed, StartedLate, TriggerWindowClosed};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::rules;
@@ -117,12 +117,12 @@ impl Decider<'_> {
                 skipped += 1;
                 at = next;
             }
-            let detail = detail([
-                ("expectedAt", json!(due)),
-                ("lateBySeconds", json!(late.num_seconds())),
-                ("started", json!(true)),
-                ("laterOccurrencesSkipped", json!(skipped)),
-            ]);
+            let detail = StartedLate {
+                expected_at: due,
+                late_by_seconds: late.num_seconds(),
+                started: true,
+                later_occurrences_skipped: skipped,
+            };
             let message = format!(
                 "cron occurrence due at {} was not started on time (running it now; {skipped} later occurrences also passed and are not run)",
                 due.to_rfc3339()
@@ -152,7 +152,10 @@ impl Decider<'_> {
             "no execution for {date} by its cron time {}: the trigger sensor has not started it",
             due.to_rfc3339()
         );
-        let info = detail([("expectedAt", json!(due)), ("started", json!(false))]);
+        let info = NotStarted {
+            expected_at: due,
+            started: false,
+        };
         self.emit(EventType::SCHEDULE_MISSED, Some(id), message, info);
     }
 
@@ -184,7 +187,7 @@ impl Decider<'_> {
             true => format!("inclusion date {date} passed its expected start with no execution"),
             false => format!("no execution for {date} by its expected start"),
         };
-        self.emit(kind, Some(&id), message, detail([("expectedDate", json!(date))]));
+        self.emit(kind, Some(&id), message, StartMissed { expected_date: date });
     }
 
     /// The next `schedule.trigger.deadline` still ahead: `HH:MM` closes each day's trigger
@@ -230,7 +233,7 @@ impl Decider<'_> {
             EventType::SENSOR_DEADLINE_EXPIRED,
             Some(&id),
             format!("{reason}: rerun to restart it ({rerun})"),
-            detail([("rerunCommand", json!(rerun))]),
+            TriggerWindowClosed { rerun_command: rerun },
         );
     }
 
@@ -372,7 +375,9 @@ impl Decider<'_> {
             EventType::TRIGGER_RECOVERED,
             Some(id),
             message,
-            detail([("sensor", json!(sensor_key))]),
+            Sensor {
+                sensor: sensor_key.into(),
+            },
         );
         // The relative SLA counts from when the trigger's data arrived, not from now.
         let arrived = self.readings_received_at(sensor_key, date);
@@ -415,12 +420,7 @@ impl Decider<'_> {
         self.state.executions.insert(id.clone(), execution.into());
         self.arm_expiry(id);
         let message = format!("{} is dormant ({reason}): nothing runs", id.date());
-        self.emit(
-            EventType::PIPELINE_EXCLUDED,
-            Some(id),
-            message,
-            detail([("reason", json!(reason))]),
-        );
+        self.emit(EventType::PIPELINE_EXCLUDED, Some(id), message, Reason { reason });
     }
 
     /// Opens an execution: SLA timers, the watchdog, and the first evaluation.

@@ -4,11 +4,11 @@
 //! post-run reading (see [`post_run`](super::post_run)).
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde_json::json;
 
-use super::{detail, Decider, StoredSensor};
+use super::{Decider, StoredSensor};
 use crate::core::config::{PipelineConfig, INCLUSION_LOOKBACK_DAYS};
 use crate::core::duration::format_duration;
+use crate::core::events::detail::Sensor;
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::records::{Rejection, SensorReading};
@@ -237,7 +237,10 @@ impl Decider<'_> {
         }
         let kind = self.dry_or(EventType::LATE_DATA_ARRIVAL, EventType::DRY_RUN_LATE_DATA);
         let message = format!("sensor {sensor_key:?} changed after the run completed");
-        self.emit(kind, Some(id), message, detail([("sensor", json!(sensor_key))]));
+        let info = Sensor {
+            sensor: sensor_key.into(),
+        };
+        self.emit(kind, Some(id), message, info);
         // As the earlier design did: a rerun on the drift budget.
         self.drift_rerun(
             id,

@@ -11,12 +11,12 @@
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use chrono_tz::Tz;
-use serde_json::{json, Value};
 
 use super::schedule::dormant;
-use super::{detail, Decider, Phase};
+use super::{Decider, Phase};
 use crate::core::config::{ClockTime, Deadline, DeadlineDay, PipelineConfig, SCHEDULE_IDS};
 use crate::core::duration::format_duration;
+use crate::core::events::detail::{RelativeSla, SlaAlert, SlaMet, SlaProjection, SlaVerdict};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::schedule::sla_deadline;
@@ -148,7 +148,7 @@ impl Decider<'_> {
         Some((date, deadline_of(config, date)?))
     }
 
-    fn alert_detail(&self, id: &ExecutionId, deadline: DateTime<Utc>) -> serde_json::Map<String, Value> {
+    fn alert_detail(&self, id: &ExecutionId, deadline: DateTime<Utc>) -> SlaAlert {
         let phase = self
             .state
             .executions
@@ -160,11 +160,11 @@ impl Decider<'_> {
             .and_then(|c| c.sla.as_ref())
             .and_then(|s| s.expected_duration)
             .map(|d| d.num_seconds());
-        detail([
-            ("deadline", json!(deadline)),
-            ("expectedDurationSeconds", json!(expected)),
-            ("phase", json!(phase)),
-        ])
+        SlaAlert {
+            deadline,
+            expected_duration_seconds: expected,
+            phase: phase.into(),
+        }
     }
 
     pub(super) fn on_relative_sla(&mut self, id: &ExecutionId, breach: bool) {
@@ -198,11 +198,11 @@ impl Decider<'_> {
             format_duration(now - first),
             format_duration(max)
         );
-        let info = detail([
-            ("firstSensorAt", json!(first)),
-            ("maxDurationSeconds", json!(max.num_seconds())),
-            ("elapsedSeconds", json!((now - first).num_seconds())),
-        ]);
+        let info = RelativeSla {
+            first_sensor_at: first,
+            max_duration_seconds: max.num_seconds(),
+            elapsed_seconds: (now - first).num_seconds(),
+        };
         self.emit(kind, Some(id), message, info);
     }
 
@@ -229,12 +229,12 @@ impl Decider<'_> {
             format_duration(deadline - now),
             deadline.to_rfc3339()
         );
-        let info = detail([
-            ("deadline", json!(deadline)),
-            ("marginSeconds", json!((deadline - now).num_seconds())),
-            ("warned", json!(warned)),
-            ("atRisk", json!(at_risk)),
-        ]);
+        let info = SlaMet {
+            deadline,
+            margin_seconds: (deadline - now).num_seconds(),
+            warned,
+            at_risk,
+        };
         self.emit(EventType::SLA_MET, Some(id), message, info);
         self.cancel_sla_warning(id);
     }
@@ -254,31 +254,24 @@ impl Decider<'_> {
         };
         let now = self.now();
         let projected = now + sla.expected_duration.unwrap_or_default();
-        let verdict = self.sla_verdict(id, projected);
-        if verdict.is_null() {
+        let Some(verdict) = self.sla_verdict(id, projected) else {
             return;
-        }
-        let met = verdict["met"].as_bool().unwrap_or(false);
-        let message = match met {
+        };
+        let message = match verdict.met {
             true => "dry run: the job would meet its SLA deadline",
             false => "dry run: the job would miss its SLA deadline",
         };
-        let mut info = verdict.as_object().cloned().unwrap_or_default();
-        info.insert("projectedCompletion".into(), json!(projected));
+        let info = SlaProjection {
+            verdict,
+            projected_completion: projected,
+        };
         self.emit(EventType::DRY_RUN_SLA_PROJECTION, Some(id), message, info);
     }
 
-    /// `{deadline, met, marginSeconds}` for a completion at `at`; null without a deadline.
-    pub(super) fn sla_verdict(&self, id: &ExecutionId, at: DateTime<Utc>) -> Value {
-        let Some(deadline) = self.config().and_then(|c| deadline_of(c, id.date())) else {
-            return Value::Null;
-        };
-        json!({
-            "deadline": deadline,
-            "met": at <= deadline,
-            "marginSeconds": (deadline - at).num_seconds(),
-            "status": if at <= deadline { "met" } else { "breach" },
-        })
+    /// The verdict on a completion at `at`; `None` without a deadline.
+    pub(super) fn sla_verdict(&self, id: &ExecutionId, at: DateTime<Utc>) -> Option<SlaVerdict> {
+        let deadline = self.config().and_then(|c| deadline_of(c, id.date()))?;
+        Some(SlaVerdict::at(deadline, at))
     }
 }
 

@@ -13,14 +13,14 @@ use std::fmt;
 
 use chrono::{NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::model::PipelineConfig;
 use crate::core::duration::parse_duration;
 
 /// One thing wrong (or suspicious) in a config, located by its field path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Problem {
     pub path: String,
     pub reason: String,

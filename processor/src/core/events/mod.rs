@@ -8,6 +8,9 @@ use sha2::{Digest, Sha256};
 
 use super::execution::RunId;
 
+pub mod detail;
+pub use detail::Detail;
+
 macro_rules! event_types {
     ($($name:ident => $category:ident),* $(,)?) => {
         /// The event catalogue: the established types plus Sluice's own.
@@ -142,6 +145,7 @@ pub struct Event {
     pub attempt: Option<u32>,
     pub timestamp: DateTime<Utc>,
     pub message: String,
+    /// A free map on the wire (the schemas say so); the decider makes it from a [`Detail`].
     #[serde(default)]
     pub detail: Map<String, Value>,
 }
