@@ -13,6 +13,7 @@ use super::EventType;
 use crate::core::config::{JobKind, Problem};
 use crate::core::execution::{ExecutionDate, RunId};
 use crate::core::history::Basis;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::Flip;
 use crate::core::records::{FailureCategory, JobStatus};
 use crate::core::rules::RuleResult;
@@ -564,7 +565,7 @@ pub struct AtRisk {
     /// The sensor keys the date waits for before its job runs.
     pub waiting_for: Vec<String>,
     /// The upstream pipelines among them that are late.
-    pub upstreams: Vec<String>,
+    pub upstreams: Vec<PipelineId>,
 }
 
 /// A dry run's stand-in for an event it does not publish: that event's detail and
