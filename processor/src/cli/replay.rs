@@ -29,6 +29,7 @@ use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
+use crate::core::partitioning::PartitionId;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::{Replay, Unapplied};
 use crate::core::task::origin_of;
@@ -129,7 +130,7 @@ pub(crate) fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), Strin
 pub(crate) struct Recorded {
     pub at: DateTime<Utc>,
     pub kind: InputTopic,
-    pub partition: i32,
+    pub partition: PartitionId,
     pub offset: i64,
     pub pipeline: String,
     pub input: Input,
@@ -380,7 +381,7 @@ async fn read_inputs(
         for (p, offset) in at.into_iter().enumerate() {
             starts.push(Start {
                 topic: topic.to_string(),
-                partition: p as i32,
+                partition: PartitionId::new(p as i32),
                 offset: offset.unwrap_or(i64::MAX),
             });
         }
@@ -429,7 +430,7 @@ pub(crate) async fn decoded_in_order(
         records.push(Recorded {
             at,
             kind,
-            partition: message.partition(),
+            partition: PartitionId::new(message.partition()),
             offset: message.offset(),
             pipeline,
             input,
@@ -461,7 +462,7 @@ async fn recorded_events(
         .enumerate()
         .map(|(p, offset)| Start {
             topic: topic.to_string(),
-            partition: p as i32,
+            partition: PartitionId::new(p as i32),
             offset: offset.unwrap_or(i64::MAX),
         })
         .collect::<Vec<_>>();

@@ -70,7 +70,14 @@ fn replay_within(
     let mut replay = Replay::new(Settings::default(), t(0), fit);
     let mut out = Vec::new();
     for (i, (minute, input)) in records.iter().enumerate() {
-        replay.input(t(*minute), 0, "gold", input, &format!("sensors/0@{i}"), &mut out)?;
+        replay.input(
+            t(*minute),
+            PartitionId::new(0),
+            "gold",
+            input,
+            &format!("sensors/0@{i}"),
+            &mut out,
+        )?;
     }
     replay.advance(end, &mut out)?;
     Ok((out, replay))
