@@ -443,7 +443,7 @@ fn bad_record(rng: &mut Rng, topic: &'static str, real: &[String], partitions: i
             _ => Record::new(topic, "null value", k, None),
         },
         8 => {
-            let owner = partition_for(&key, partitions);
+            let owner = partition_for(&key, partitions).number();
             let mut r = Record::json(topic, "misrouted", k, &valid(topic, &id));
             r.partition = Some((owner + 1) % partitions);
             r
@@ -559,7 +559,7 @@ fn barrier_ids(partitions: i32) -> Vec<String> {
         .map(|p| {
             (0..)
                 .map(|i| format!("barrier-{p}-{i}"))
-                .find(|id| partition_for(id.as_bytes(), partitions) == p)
+                .find(|id| partition_for(id.as_bytes(), partitions).number() == p)
                 .unwrap()
         })
         .collect()

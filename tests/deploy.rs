@@ -11,6 +11,7 @@ use prometheus_client::metrics::MetricType;
 use serde_json::Value as Json;
 use serde_json::Value as Yaml;
 use sluice::core::events::EventType;
+use sluice::core::partitioning::PartitionId;
 use sluice::runtime::instances::PeerPattern;
 use sluice::runtime::telemetry::Telemetry;
 
@@ -470,13 +471,13 @@ impl Exposed {
         t.event("SLA_BREACH");
         t.sla_breach("SLA_BREACH", "gold", "analytics-team");
         t.dead_letter("sluice.sensors", "invalid");
-        t.consumer_lag("sluice.sensors", 0, 5);
+        t.consumer_lag("sluice.sensors", PartitionId::new(0), 5);
         t.effect_outcome("http", "succeeded", 0.1);
         t.circuit("airflow.example", true);
         t.peer_clock_ahead("sluice-1", 0.2);
         t.clock_stepped(180.0);
-        t.restore_progress(0, 10, 0, 0.5);
-        t.state_size(0, 4096);
+        t.restore_progress(PartitionId::new(0), 10, 0, 0.5);
+        t.state_size(PartitionId::new(0), 4096);
         t.state_reads(sluice::runtime::store::StateReads {
             cached: 3,
             decoded: 1,

@@ -23,6 +23,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use sluice::core::events::{Event, EventType};
+use sluice::core::partitioning::PartitionId;
 use sluice::core::PipelineState;
 use sluice::runtime::store::{PartitionStore, StoreBatch};
 use support::{command_job, day, free_port, http_get, pipeline, scripted_server, serve, wait_until, OwnBroker, World};
@@ -468,7 +469,11 @@ fn states_in(dir: &Path) -> BTreeMap<String, PipelineState> {
     let mut states = BTreeMap::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let Some(p) = name.strip_prefix("partition-").and_then(|p| p.parse().ok()) else {
+        let Some(p) = name
+            .strip_prefix("partition-")
+            .and_then(|p| p.parse().ok())
+            .map(PartitionId::new)
+        else {
             continue;
         };
         let store = PartitionStore::open(dir, p).unwrap();
@@ -1107,7 +1112,7 @@ fn exits_fatally(w: &mut World) -> String {
 #[test]
 fn an_instance_that_finds_a_newer_fence_gives_the_partition_up_and_stops() {
     let (mut w, target) = p000_accepted("zombie");
-    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
+    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions()).number();
     w.produce_to_partition("changelog", p, "n/newer-owner/1/1", b"fence");
     w.sensor("p000", "row-count", json!({"count": 5000}));
     w.sensor("p000", "upstream", json!({"status": "ready"}));
@@ -1152,7 +1157,7 @@ fn an_idle_owner_writes_over_a_zombies_record_and_stops_at_a_newer_fence() {
     w.wait_for("p000", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == EventType::CONFIG_ACCEPTED)
     });
-    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions());
+    let p = sluice::core::partitioning::partition_for(b"p000", w.partitions()).number();
     // A key the owner holds: the config topic's applied offset, on p000's partition.
     let key = format!("o/{}", w.topic("config"));
     let zombie = w.watermarks("changelog", p).1;
@@ -1420,7 +1425,7 @@ fn corrupt_state_stops_the_processor_and_the_changelog_mends_it() {
         let p: i32 = dir.file_name().unwrap().to_str().unwrap()["partition-".len()..]
             .parse()
             .unwrap();
-        let mut store = sluice::runtime::store::PartitionStore::open(w.state.path(), p).unwrap();
+        let mut store = sluice::runtime::store::PartitionStore::open(w.state.path(), PartitionId::new(p)).unwrap();
         if store.pipeline("p000").unwrap().is_some() {
             let mut batch = StoreBatch::default();
             batch.mirror(b"p/p000", Some(b"{not state"));
@@ -1486,7 +1491,7 @@ fn an_unfinished_changelog_batch_never_takes_effect() {
     assert_eq!(w.stop().code(), Some(0), "{}", w.log_tail());
 
     // What a crashed owner left: a state write with no batch end marker after it.
-    let p = sluice::core::partitioning::partition_for(b"gold", w.partitions());
+    let p = sluice::core::partitioning::partition_for(b"gold", w.partitions()).number();
     w.produce_to_partition("changelog", p, "p/ghost", b"{}");
 
     // A new owner with no local state restores in full: the ghost is skipped...
@@ -1738,10 +1743,10 @@ fn history_reads_miss_nothing_when_tansu_misplaces_a_partitions_beginning() {
     )
     .unwrap();
     let read_all = |reader: &kafka::Reader, topic: &str| -> Vec<i64> {
-        let (start, _) = reader.range(topic, 0).unwrap();
+        let (start, _) = reader.range(topic, PartitionId::new(0)).unwrap();
         let starts = [Start {
             topic: topic.to_string(),
-            partition: 0,
+            partition: PartitionId::new(0),
             offset: start,
         }];
         kafka::read_span(reader, &starts)
@@ -1788,7 +1793,7 @@ fn history_reads_miss_nothing_when_tansu_misplaces_a_partitions_beginning() {
                 }
             });
         });
-        let (low, _) = as_reported.range(&topic, 0).unwrap();
+        let (low, _) = as_reported.range(&topic, PartitionId::new(0)).unwrap();
         if low == 0 {
             continue;
         }

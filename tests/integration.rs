@@ -23,6 +23,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use sluice::core::events::{Category, Event, EventType::*};
+use sluice::core::partitioning::PartitionId;
 use sluice::runtime::store::{PartitionStore, StoreBatch};
 use support::{command_job, day, http_target, pipeline, run_id, sluice, World};
 
@@ -292,7 +293,7 @@ fn a_record_on_the_wrong_partition_is_rejected_not_split_off() {
     let mut w = World::new("misrouted");
     w.env.push(("SLUICE_MISROUTED".into(), "reject".into()));
     w.start_with(&pipeline("misrouted", command_job("true", 0)));
-    let owner = sluice::core::partitioning::partition_for(b"misrouted", 3);
+    let owner = sluice::core::partitioning::partition_for(b"misrouted", 3).number();
     let sensor = json!({"pipelineId": "misrouted", "key": "upstream", "data": {"status": "ready"}});
     w.produce_to_partition(
         "sensors",
@@ -322,7 +323,7 @@ fn a_record_on_the_wrong_partition_is_forwarded_and_applied_once() {
     w.wait_for("forwarded", "CONFIG_ACCEPTED", |es| {
         es.iter().any(|e| e.kind == CONFIG_ACCEPTED)
     });
-    let owner = sluice::core::partitioning::partition_for(b"forwarded", 3);
+    let owner = sluice::core::partitioning::partition_for(b"forwarded", 3).number();
     let elsewhere = (owner + 1) % 3;
     let reading = |key: &str, data: Value| {
         serde_json::to_vec(&json!({"pipelineId": "forwarded", "key": key, "data": data, "date": day()})).unwrap()
@@ -347,7 +348,7 @@ fn a_record_on_the_wrong_partition_is_forwarded_and_applied_once() {
     // plausible (a mark beyond where its partition ends is rejected).
     let local = (0..)
         .map(|i| format!("local{i}"))
-        .find(|k| sluice::core::partitioning::partition_for(k.as_bytes(), 3) == elsewhere)
+        .find(|k| sluice::core::partitioning::partition_for(k.as_bytes(), 3).number() == elsewhere)
         .unwrap();
     for i in 0..6 {
         let value = json!({"pipelineId": local, "key": "filler", "data": {"n": i}, "date": day()});
@@ -408,7 +409,7 @@ fn a_forged_forwarding_mark_is_a_dead_letter_and_hides_no_later_copy() {
     let mut w = World::new("forged");
     let (config, runs) = recording_pipeline(&w, "forged");
     w.start_with(&config);
-    let owner = sluice::core::partitioning::partition_for(b"forged", 3);
+    let owner = sluice::core::partitioning::partition_for(b"forged", 3).number();
     let (elsewhere, third) = ((owner + 1) % 3, (owner + 2) % 3);
     let reading = |key: &str, data: Value| {
         serde_json::to_vec(&json!({"pipelineId": "forged", "key": key, "data": data, "date": day()})).unwrap()
@@ -891,9 +892,10 @@ fn legacy_timer_key(at: DateTime<Utc>) -> Vec<u8> {
 }
 
 /// The partitions with a store in the world's state directory.
-fn partition_stores(w: &World) -> Vec<i32> {
+fn partition_stores(w: &World) -> Vec<PartitionId> {
     (std::fs::read_dir(w.state.path()).unwrap())
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("partition-")?.parse().ok())
+        .map(PartitionId::new)
         .collect()
 }
 
@@ -1170,7 +1172,7 @@ fn dependency_chain_runs_bronze_silver_gold() {
     let (bronze, silver, gold) = (ids[0].as_str(), ids[1].as_str(), ids[2].as_str());
     let owners: std::collections::BTreeSet<i32> = ids
         .iter()
-        .map(|id| sluice::core::partitioning::partition_for(id.as_bytes(), partitions))
+        .map(|id| sluice::core::partitioning::partition_for(id.as_bytes(), partitions).number())
         .collect();
     assert_eq!(owners.len(), ids.len().min(partitions as usize), "{ids:?}");
 

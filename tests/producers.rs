@@ -136,7 +136,7 @@ print("sent")
             }
         }
     }
-    let home = partition_for(PIPELINE.as_bytes(), w.partitions());
+    let home = partition_for(PIPELINE.as_bytes(), w.partitions()).number();
     let crc_partition = (crc32(PIPELINE.as_bytes()) % w.partitions() as u32) as i32;
     assert_ne!(crc_partition, home, "a pipeline CRC32 would misroute");
     assert_eq!(

@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use sluice::core::ids::PipelineId;
 use sluice::core::lifecycle::{decide, Context, Decision, Effect, Input, Needs, PipelineState, Settings, StateChange};
+use sluice::core::partitioning::PartitionId;
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
 use sluice::core::status::summarize;
 use sluice::runtime::store::{parts, PartitionStore, StoreBatch};
@@ -133,14 +134,14 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
     let p = Pipeline::new(executions)?;
     let reading = p.reading(executions, false)?;
     let dir = std::env::temp_dir().join(format!("sluice-bench-history-{}-{executions}", std::process::id()));
-    let mut store = PartitionStore::open(&dir, 0)?;
+    let mut store = PartitionStore::open(&dir, PartitionId::new(0))?;
     let mut batch = StoreBatch::default();
     batch.put_pipeline(&p.id, &p.state, true)?;
     store.write(batch)?;
     // What a decoded state holds, and what the cache thinks it does (a fresh store: no
     // config parsed yet, so its config counts, as the estimate counts it).
     drop(store);
-    store = PartitionStore::open(&dir, 0)?;
+    store = PartitionStore::open(&dir, PartitionId::new(0))?;
     // Read for what the reading needs, as the loop reads it (see `Needs`).
     let needs = Needs::of(&reading, p.now);
     let (state, held) = crate::measure::heap_held_by(|| store.stored(&p.id, &needs));
@@ -149,7 +150,7 @@ fn costs(executions: usize, rounds: usize) -> Result<Costs> {
     for _ in 0..rounds {
         // Reopened each round (not timed): nothing cached.
         drop(store);
-        store = PartitionStore::open(&dir, 0)?;
+        store = PartitionStore::open(&dir, PartitionId::new(0))?;
         let started = Instant::now();
         std::hint::black_box(store.stored(&p.id, &needs)?);
         decodes.push(started.elapsed().as_secs_f64() * 1e6);

@@ -20,6 +20,7 @@ use anyhow::{Context as _, Result};
 use chrono::{DateTime, TimeDelta, Utc};
 use sluice::core::ids::PipelineId;
 use sluice::core::lifecycle::{Effect, Input, Settings};
+use sluice::core::partitioning::PartitionId;
 use sluice::core::records::{decode_config, decode_job, decode_sensor};
 use sluice::core::task::{self, ReleaseKeys, Task};
 use sluice::runtime::codec::Codec;
@@ -124,7 +125,7 @@ impl Loop {
     }
 
     fn state_reads(&self) -> StateReads {
-        (self.driver.task.store(0))
+        (self.driver.task.store(PartitionId::new(0)))
             .map(PartitionStore::state_reads)
             .unwrap_or_default()
     }
@@ -160,7 +161,7 @@ fn run(rate: u64, seconds: u64, cache_bytes: usize) -> Result<Vec<Minute>> {
     // deadline at an hour of the day, say) are then the same in every run.
     let start = DateTime::parse_from_rfc3339(START).expect("a valid start").to_utc();
     let task = Task::new(task_settings, Box::new(encoder), Box::new(NoKeys));
-    let store = PartitionStore::open(&dir, 0)?.with_state_cache(cache_bytes);
+    let store = PartitionStore::open(&dir, PartitionId::new(0))?.with_state_cache(cache_bytes);
     let mut l = Loop {
         driver: Driver::open(task, store, Log::new(1), start)?,
         reports: BTreeMap::new(),

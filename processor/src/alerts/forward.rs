@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use super::routes::Owners;
 use super::{deliver, Delivery, Settings, Sink, Start};
 use crate::core::events::Event;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::dead_letter;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::codec::{Codec, Family};
@@ -515,7 +516,7 @@ async fn follow_owners(
     let mut next: Vec<kafka::Start> = (0..partitions[0].1 as i32)
         .map(|partition| kafka::Start {
             topic: topic.clone(),
-            partition,
+            partition: PartitionId::new(partition),
             offset: 0,
         })
         .collect();
@@ -523,7 +524,7 @@ async fn follow_owners(
         let records = tokio::task::block_in_place(|| kafka::read_span(&reader, &next))?;
         let mut read = Vec::with_capacity(records.len());
         for m in &records {
-            if let Some(start) = next.iter_mut().find(|s| s.partition == m.partition()) {
+            if let Some(start) = next.iter_mut().find(|s| s.partition == PartitionId::new(m.partition())) {
                 start.offset = start.offset.max(m.offset() + 1);
             }
             let Some(id) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {

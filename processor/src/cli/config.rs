@@ -22,6 +22,7 @@ use super::events::Output;
 use super::traits;
 use crate::core::config::{self, Parsed, Problem, Variables};
 use crate::core::limits::Limits;
+use crate::core::partitioning::PartitionId;
 use crate::core::template;
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::topics::Topics;
@@ -713,7 +714,7 @@ fn applied_pipelines(kafka: &Connection, topic: &str) -> Result<BTreeSet<String>
     let starts: Vec<kafka::Start> = (0..partitions[0].1 as i32)
         .map(|partition| kafka::Start {
             topic: topic.to_string(),
-            partition,
+            partition: PartitionId::new(partition),
             offset: 0,
         })
         .collect();

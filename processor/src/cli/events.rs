@@ -13,6 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::core::duration::parse_duration;
 use crate::core::events::{Event, EventType};
+use crate::core::partitioning::PartitionId;
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::kafka::{self, Connection};
 use crate::runtime::topics::Topics;
@@ -92,7 +93,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: TailA
     let mut list = TopicPartitionList::new();
     let mut ends = Vec::new();
     for p in 0..partitions {
-        let (low, high) = consumer.range(topic, p)?;
+        let (low, high) = consumer.range(topic, PartitionId::new(p))?;
         let named = args.from_offset.iter().find(|(q, _)| *q == p).map(|(_, o)| *o);
         let start = match (named, &at_time, args.from) {
             // An offset below the retained range starts at the oldest retained one.

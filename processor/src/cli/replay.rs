@@ -30,6 +30,7 @@ use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
+use crate::core::partitioning::PartitionId;
 use crate::core::records::ConfigRecord;
 use crate::core::replay::{Replay, Unapplied};
 use crate::core::task::origin_of;
@@ -130,7 +131,7 @@ pub(crate) fn parse_position(text: &str) -> Result<(InputTopic, i32, i64), Strin
 pub(crate) struct Recorded {
     pub at: DateTime<Utc>,
     pub kind: InputTopic,
-    pub partition: i32,
+    pub partition: PartitionId,
     pub offset: i64,
     pub pipeline: PipelineId,
     pub input: Input,
@@ -382,7 +383,7 @@ async fn read_inputs(
         for (p, offset) in at.into_iter().enumerate() {
             starts.push(Start {
                 topic: topic.to_string(),
-                partition: p as i32,
+                partition: PartitionId::new(p as i32),
                 offset: offset.unwrap_or(i64::MAX),
             });
         }
@@ -431,7 +432,7 @@ pub(crate) async fn decoded_in_order(
         records.push(Recorded {
             at,
             kind,
-            partition: message.partition(),
+            partition: PartitionId::new(message.partition()),
             offset: message.offset(),
             pipeline,
             input,
@@ -463,7 +464,7 @@ async fn recorded_events(
         .enumerate()
         .map(|(p, offset)| Start {
             topic: topic.to_string(),
-            partition: p as i32,
+            partition: PartitionId::new(p as i32),
             offset: offset.unwrap_or(i64::MAX),
         })
         .collect::<Vec<_>>();

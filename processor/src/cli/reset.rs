@@ -28,7 +28,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::events::{offsets_at, parse_time};
 use super::replay::{decoded_in_order, parse_position, time_of_positions};
 use crate::core::changelog::{Entry, Lineage, Restore};
-use crate::core::partitioning::partition_for;
+use crate::core::partitioning::{partition_for, PartitionId};
 use crate::core::replay::Replay;
 use crate::runtime::changelog;
 use crate::runtime::codec::Codec;
@@ -66,7 +66,7 @@ pub struct ResetArgs {
 
 /// What a reset does to one partition.
 struct PartitionPlan {
-    partition: i32,
+    partition: PartitionId,
     /// Where the state comes from, in words.
     basis: String,
     /// Per input topic: where it resumes, and its end now.
@@ -97,7 +97,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
     let plans = match args.from_scratch {
         false => {
             let mut plans = Vec::new();
-            for p in 0..partitions {
+            for p in (0..partitions).map(PartitionId::new) {
                 plans.push(from_changelog(&consumer, topics, p, point, &targets)?);
             }
             plans
@@ -140,7 +140,7 @@ pub async fn run(kafka: &Connection, topics: &Topics, codec: &Codec, args: Reset
     let mut list = TopicPartitionList::new();
     for plan in &plans {
         for (topic, at, _) in &plan.positions {
-            list.add_partition_offset(topic, plan.partition, Offset::Offset(*at))?;
+            list.add_partition_offset(topic, plan.partition.number(), Offset::Offset(*at))?;
         }
     }
     let committer: BaseConsumer<kafka::Plain> = kafka
@@ -166,13 +166,13 @@ fn first_offsets_at(
     inputs: &[&str],
     partitions: i32,
     point: DateTime<Utc>,
-) -> Result<BTreeMap<(String, i32), (i64, i64)>> {
+) -> Result<BTreeMap<(String, PartitionId), (i64, i64)>> {
     let mut starts = Vec::new();
     let mut targets = BTreeMap::new();
     for topic in inputs {
         for (p, offset) in offsets_at(consumer, topic, partitions, point)?.into_iter().enumerate() {
-            let p = p as i32;
-            let (_, high) = consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?;
+            let p = PartitionId::new(p as i32);
+            let (_, high) = consumer.fetch_watermarks(topic, p.number(), kafka::METADATA_TIMEOUT)?;
             targets.insert((topic.to_string(), p), (high, high));
             starts.push(Start {
                 topic: topic.to_string(),
@@ -184,7 +184,7 @@ fn first_offsets_at(
     let messages = tokio::task::block_in_place(|| kafka::read_span(consumer, &starts))?;
     for m in &messages {
         let stamp = m.timestamp().to_millis().unwrap_or(i64::MIN);
-        if let Some((target, _)) = targets.get_mut(&(m.topic().to_string(), m.partition())) {
+        if let Some((target, _)) = targets.get_mut(&(m.topic().to_string(), PartitionId::new(m.partition()))) {
             if stamp >= point.timestamp_millis() && m.offset() < *target {
                 *target = m.offset();
             }
@@ -224,7 +224,7 @@ fn lineage_of(records: &[ChangelogRecord]) -> Lineage {
 }
 
 /// Every record of one changelog partition, in order.
-fn changelog_records(consumer: &Reader, topic: &str, p: i32) -> Result<Vec<ChangelogRecord>> {
+fn changelog_records(consumer: &Reader, topic: &str, p: PartitionId) -> Result<Vec<ChangelogRecord>> {
     // Offset 0: the read starts at the partition's first offset ([`kafka::read_span`] clamps).
     let start = Start {
         topic: topic.to_string(),
@@ -282,9 +282,9 @@ fn applied(key: &[u8], value: Option<&[u8]>) -> Option<(String, i64)> {
 fn from_changelog(
     consumer: &Reader,
     topics: &Topics,
-    p: i32,
+    p: PartitionId,
     point: DateTime<Utc>,
-    targets: &BTreeMap<(String, i32), (i64, i64)>,
+    targets: &BTreeMap<(String, PartitionId), (i64, i64)>,
 ) -> Result<PartitionPlan> {
     let topic = &topics.changelog;
     let records = changelog_records(consumer, topic, p)?;
@@ -357,7 +357,7 @@ async fn from_scratch(
     topics: &Topics,
     codec: &Codec,
     partitions: i32,
-    targets: &BTreeMap<(String, i32), (i64, i64)>,
+    targets: &BTreeMap<(String, PartitionId), (i64, i64)>,
     args: &ResetArgs,
 ) -> Result<Vec<PartitionPlan>> {
     let starts: Vec<Start> = targets
@@ -396,7 +396,7 @@ async fn from_scratch(
         r.replay_into(&mut replay, &mut events)?;
     }
     let mut plans = Vec::new();
-    for p in 0..partitions {
+    for p in (0..partitions).map(PartitionId::new) {
         let mut batch = StoreBatch::default();
         for (id, state) in replay.states() {
             if partition_for(id.as_bytes(), partitions) != p {

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::args::parse_var;
 use super::publish;
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{producer_reading, SensorRecord};
 use crate::runtime::codec::{Codec, Family};
 use crate::runtime::kafka::{self, Connection};
@@ -121,7 +122,7 @@ async fn put_lines(kafka: &Connection, topics: &Topics, codec: &Codec, input: im
 
 async fn await_all<F>(sends: Vec<F>) -> Result<usize>
 where
-    F: std::future::Future<Output = Result<(i32, i64), kafka::ProduceError>>,
+    F: std::future::Future<Output = Result<(PartitionId, i64), kafka::ProduceError>>,
 {
     let n = sends.len();
     for result in futures::future::join_all(sends).await {

@@ -22,14 +22,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
 use super::changelog::{first_offsets, Checked, Entry, Lineage, WentBack, Writer};
+use super::partitioning::PartitionId;
 
 /// The changelog writers of the owned partitions, by partition.
 pub trait Writers {
-    fn writer(&mut self, partition: i32) -> Option<&mut Writer>;
+    fn writer(&mut self, partition: PartitionId) -> Option<&mut Writer>;
 }
 
-impl Writers for BTreeMap<i32, Writer> {
-    fn writer(&mut self, partition: i32) -> Option<&mut Writer> {
+impl Writers for BTreeMap<PartitionId, Writer> {
+    fn writer(&mut self, partition: PartitionId) -> Option<&mut Writer> {
         self.get_mut(&partition)
     }
 }
@@ -37,7 +38,7 @@ impl Writers for BTreeMap<i32, Writer> {
 /// A changelog partition's end marker for this batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marker {
-    pub partition: i32,
+    pub partition: PartitionId,
     pub batch: Lineage,
     /// Where the batch's first record in the partition landed.
     pub first: i64,
@@ -50,11 +51,14 @@ pub enum Action {
     Produce,
     /// Read changelog partition `partition` in `ranges` (others' records between this
     /// owner's); then [`Flush::on_read`].
-    ReadChangelog { partition: i32, ranges: Vec<Range<i64>> },
+    ReadChangelog {
+        partition: PartitionId,
+        ranges: Vec<Range<i64>>,
+    },
     /// Read where changelog partition `partition` ends (its high watermark): the batch's
     /// records there were acknowledged without a place ([`Writer::places`]); then
     /// [`Flush::on_end`].
-    ReadEnd { partition: i32 },
+    ReadEnd { partition: PartitionId },
     /// Produce these end markers; then [`Flush::on_markers`].
     ProduceMarkers(Vec<Marker>),
     /// Exactly-once, a batch without input offsets: read the group's committed offsets of
@@ -66,17 +70,17 @@ pub enum Action {
     Transact,
     /// Write each partition's store batch, those named here with their changelog checkpoint
     /// (the marker's offset) and lineage; then [`Flush::on_stored`].
-    WriteStores(BTreeMap<i32, (i64, Lineage)>),
+    WriteStores(BTreeMap<PartitionId, (i64, Lineage)>),
     /// Commit the input offsets; then [`Flush::on_committed`].
     CommitOffsets,
     /// Start the batch's effects; the batch is done.
     StartEffects,
     /// A newer owner fenced these partitions: give them up and stop. Nothing of the batch
     /// was written here or started.
-    GiveUp(BTreeSet<i32>),
+    GiveUp(BTreeSet<PartitionId>),
     /// Changelog partition `partition` ends before where this owner's records had already
     /// landed (see [`Writer::ended`]): the changelog topic was recreated under it. Stop: nothing of the batch counts, and nothing more may be written there.
-    ChangelogWentBack { partition: i32 },
+    ChangelogWentBack { partition: PartitionId },
     /// The assignment was lost: stop; the partitions' new owners redo the batch.
     Abandon,
     /// Nothing more to do.
@@ -91,13 +95,13 @@ enum Stage {
     /// Reading where the partitions end whose records were acknowledged without a place;
     /// the holes found so far are read after.
     Placing {
-        unplaced: VecDeque<i32>,
-        holes: VecDeque<(i32, Vec<Range<i64>>)>,
+        unplaced: VecDeque<PartitionId>,
+        holes: VecDeque<(PartitionId, Vec<Range<i64>>)>,
         then: AfterCheck,
     },
     /// Reading the holes in the changelog records just produced; `then` once all are read.
     Checking {
-        holes: VecDeque<(i32, Vec<Range<i64>>)>,
+        holes: VecDeque<(PartitionId, Vec<Range<i64>>)>,
         then: AfterCheck,
     },
     Markers,
@@ -120,17 +124,17 @@ pub struct Flush {
     exactly_once: bool,
     /// Per changelog partition written, the batch's number there; partitions found fenced
     /// leave it.
-    sequenced: BTreeMap<i32, Lineage>,
-    fenced: BTreeSet<i32>,
+    sequenced: BTreeMap<PartitionId, Lineage>,
+    fenced: BTreeSet<PartitionId>,
     /// Where each partition's marker landed.
-    checkpoints: BTreeMap<i32, i64>,
+    checkpoints: BTreeMap<PartitionId, i64>,
     markers: Vec<Marker>,
 }
 
 impl Flush {
     /// A batch whose store writes went to the changelog partitions in `sequenced` under
     /// those batch numbers ([`Writer::next_batch`]).
-    pub fn new(sequenced: BTreeMap<i32, Lineage>, exactly_once: bool) -> Self {
+    pub fn new(sequenced: BTreeMap<PartitionId, Lineage>, exactly_once: bool) -> Self {
         Flush {
             stage: Stage::Outputs,
             exactly_once,
@@ -190,7 +194,7 @@ impl Flush {
 
     /// The end markers of a batch whose changelog records landed at `landed` (partition,
     /// offset), for the partitions still sequenced.
-    pub fn markers(&self, landed: &[(i32, i64)]) -> Vec<Marker> {
+    pub fn markers(&self, landed: &[(PartitionId, i64)]) -> Vec<Marker> {
         (first_offsets(landed).into_iter())
             .filter_map(|(partition, first)| {
                 Some(Marker {
@@ -210,7 +214,7 @@ impl Flush {
 
     /// The outputs are acknowledged; the batch's changelog records landed at `changelog`.
     /// `lost`: the assignment was found lost meanwhile.
-    pub fn on_produced(&mut self, changelog: &[(i32, i64)], lost: bool, writers: &mut dyn Writers) {
+    pub fn on_produced(&mut self, changelog: &[(PartitionId, i64)], lost: bool, writers: &mut dyn Writers) {
         if lost {
             return self.finish(Action::Abandon);
         }
@@ -241,7 +245,7 @@ impl Flush {
     }
 
     /// The markers are acknowledged, at `landed`.
-    pub fn on_markers(&mut self, landed: &[(i32, i64)], lost: bool, writers: &mut dyn Writers) {
+    pub fn on_markers(&mut self, landed: &[(PartitionId, i64)], lost: bool, writers: &mut dyn Writers) {
         if lost {
             return self.finish(Action::Abandon);
         }
@@ -250,7 +254,7 @@ impl Flush {
     }
 
     /// Exactly-once: the transaction committed, its markers at `landed`.
-    pub fn on_transacted(&mut self, landed: &[(i32, i64)], lost: bool) {
+    pub fn on_transacted(&mut self, landed: &[(PartitionId, i64)], lost: bool) {
         if lost {
             return self.finish(Action::Abandon);
         }
@@ -294,8 +298,8 @@ impl Flush {
     /// Looks for holes where records landed, then goes on to `then`. A partition none of
     /// whose records the acknowledgements place (see [`Writer::places`]) is placed by where
     /// it ends first.
-    fn check(&mut self, landed: &[(i32, i64)], then: AfterCheck, writers: &mut dyn Writers) {
-        let mut per_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    fn check(&mut self, landed: &[(PartitionId, i64)], then: AfterCheck, writers: &mut dyn Writers) {
+        let mut per_partition: BTreeMap<PartitionId, Vec<i64>> = BTreeMap::new();
         for (p, offset) in landed {
             per_partition.entry(*p).or_default().push(*offset);
         }
@@ -383,6 +387,8 @@ mod tests {
     use super::*;
 
     const EPOCH: i64 = 10;
+    const P0: PartitionId = PartitionId::new(0);
+    const P1: PartitionId = PartitionId::new(1);
 
     fn batch(through: u64) -> Lineage {
         Lineage { epoch: EPOCH, through }
@@ -390,13 +396,13 @@ mod tests {
 
     /// Owners of changelog partitions 0 and 1 whose fences landed at offset 9, their next
     /// records expected at 10.
-    fn writers() -> BTreeMap<i32, Writer> {
-        [(0, Writer::fenced_at(9)), (1, Writer::fenced_at(9))]
+    fn writers() -> BTreeMap<PartitionId, Writer> {
+        [(P0, Writer::fenced_at(9)), (P1, Writer::fenced_at(9))]
             .into_iter()
             .collect()
     }
 
-    fn read(partition: i32, range: Range<i64>) -> Action {
+    fn read(partition: PartitionId, range: Range<i64>) -> Action {
         Action::ReadChangelog {
             partition,
             ranges: vec![range],
@@ -404,7 +410,7 @@ mod tests {
     }
 
     fn both() -> Flush {
-        Flush::new([(0, batch(1)), (1, batch(1))].into_iter().collect(), false)
+        Flush::new([(P0, batch(1)), (P1, batch(1))].into_iter().collect(), false)
     }
 
     #[test]
@@ -412,30 +418,30 @@ mod tests {
         let mut w = writers();
         let mut f = both();
         assert_eq!(f.poll(), Action::Produce);
-        f.on_produced(&[(0, 10), (1, 11), (0, 11), (1, 10)], false, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 11), (P0, 11), (P1, 10)], false, &mut w);
         assert_eq!(
             f.poll(),
             Action::ProduceMarkers(vec![
                 Marker {
-                    partition: 0,
+                    partition: P0,
                     batch: batch(1),
                     first: 10
                 },
                 Marker {
-                    partition: 1,
+                    partition: P1,
                     batch: batch(1),
                     first: 10
                 },
             ])
         );
-        f.on_markers(&[(0, 12), (1, 12)], false, &mut w);
+        f.on_markers(&[(P0, 12), (P1, 12)], false, &mut w);
         assert_eq!(
             f.poll(),
-            Action::WriteStores([(0, (12, batch(1))), (1, (12, batch(1)))].into_iter().collect())
+            Action::WriteStores([(P0, (12, batch(1))), (P1, (12, batch(1)))].into_iter().collect())
         );
-        assert_eq!(w[&0].lineage().through, 0, "nothing counts before the store holds it");
+        assert_eq!(w[&P0].lineage().through, 0, "nothing counts before the store holds it");
         f.on_stored(false, &mut w);
-        assert_eq!(w[&0].lineage().through, 1);
+        assert_eq!(w[&P0].lineage().through, 1);
         assert_eq!(f.poll(), Action::CommitOffsets);
         f.on_committed();
         assert_eq!(f.poll(), Action::StartEffects);
@@ -450,17 +456,17 @@ mod tests {
     fn records_landing_below_the_owners_last_ones_stop_the_batch_when_the_partition_ends_there() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 10)], false, &mut w);
-        f.on_markers(&[(0, 11), (1, 11)], false, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 10)], false, &mut w);
+        f.on_markers(&[(P0, 11), (P1, 11)], false, &mut w);
         let mut f = both();
-        f.on_produced(&[(0, 12), (1, 0)], false, &mut w);
-        assert_eq!(f.poll(), Action::ReadEnd { partition: 1 });
+        f.on_produced(&[(P0, 12), (P1, 0)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: P1 });
         f.on_end(Some(1), &mut w);
-        assert_eq!(f.poll(), Action::ChangelogWentBack { partition: 1 });
+        assert_eq!(f.poll(), Action::ChangelogWentBack { partition: P1 });
         // Not when it ends where the owner's last records were (a watermark one short).
         let mut f = both();
-        f.on_produced(&[(0, 0)], false, &mut w);
-        f.on_end(Some(w[&0].next_offset()), &mut w);
+        f.on_produced(&[(P0, 0)], false, &mut w);
+        f.on_end(Some(w[&P0].next_offset()), &mut w);
         assert!(matches!(f.poll(), Action::ProduceMarkers(_)));
     }
 
@@ -472,24 +478,24 @@ mod tests {
     fn records_acknowledged_without_a_place_are_placed_by_the_partitions_end() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, -1), (0, 0), (1, 10)], false, &mut w);
-        assert_eq!(f.poll(), Action::ReadEnd { partition: 0 });
+        f.on_produced(&[(P0, -1), (P0, 0), (P1, 10)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: P0 });
         f.on_end(Some(13), &mut w);
-        assert_eq!(f.poll(), read(0, 10..13));
+        assert_eq!(f.poll(), read(P0, 10..13));
         f.on_read(Some(&[]), &mut w);
         assert!(matches!(f.poll(), Action::ProduceMarkers(_)));
-        f.on_markers(&[(0, -1), (1, 11)], false, &mut w);
-        assert_eq!(f.poll(), Action::ReadEnd { partition: 0 });
+        f.on_markers(&[(P0, -1), (P1, 11)], false, &mut w);
+        assert_eq!(f.poll(), Action::ReadEnd { partition: P0 });
         f.on_end(Some(14), &mut w);
-        assert_eq!(f.poll(), read(0, 13..14));
+        assert_eq!(f.poll(), read(P0, 13..14));
         f.on_read(Some(&[]), &mut w);
         assert_eq!(
             f.poll(),
-            Action::WriteStores([(0, (13, batch(1))), (1, (11, batch(1)))].into_iter().collect())
+            Action::WriteStores([(P0, (13, batch(1))), (P1, (11, batch(1)))].into_iter().collect())
         );
         // Lost while placing: the batch stops.
         let mut f = both();
-        f.on_produced(&[(1, 3)], false, &mut w);
+        f.on_produced(&[(P1, 3)], false, &mut w);
         f.on_end(None, &mut w);
         assert_eq!(f.poll(), Action::Abandon);
     }
@@ -513,25 +519,25 @@ mod tests {
     fn a_lost_assignment_stops_the_batch_before_its_markers_its_state_and_its_effects() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 10)], true, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 10)], true, &mut w);
         assert_eq!(f.poll(), Action::Abandon);
 
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 10)], false, &mut writers());
-        f.on_markers(&[(0, 11), (1, 11)], true, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 10)], false, &mut writers());
+        f.on_markers(&[(P0, 11), (P1, 11)], true, &mut w);
         assert_eq!(f.poll(), Action::Abandon);
 
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 10)], false, &mut w);
-        f.on_markers(&[(0, 11), (1, 11)], false, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 10)], false, &mut w);
+        f.on_markers(&[(P0, 11), (P1, 11)], false, &mut w);
         f.on_stored(true, &mut w);
         assert_eq!(
             f.poll(),
             Action::Abandon,
             "no effect of a batch whose partitions are gone"
         );
-        assert_eq!(w[&0].lineage().through, 1, "the state written counts");
+        assert_eq!(w[&P0].lineage().through, 1, "the state written counts");
     }
 
     #[test]
@@ -539,8 +545,8 @@ mod tests {
         let mut w = writers();
         let mut f = both();
         // Partition 1's record landed at 12: 10..12 is someone else's.
-        f.on_produced(&[(0, 10), (1, 12)], false, &mut w);
-        assert_eq!(f.poll(), read(1, 10..12));
+        f.on_produced(&[(P0, 10), (P1, 12)], false, &mut w);
+        assert_eq!(f.poll(), read(P1, 10..12));
         let checked = f.on_read(Some(&[Entry::Fence { epoch: 11 }]), &mut w);
         assert_eq!(checked, Some(Checked::Fenced));
         // Partition 0's marker still goes out (its own batch is sound), but nothing is
@@ -548,32 +554,32 @@ mod tests {
         assert_eq!(
             f.poll(),
             Action::ProduceMarkers(vec![Marker {
-                partition: 0,
+                partition: P0,
                 batch: batch(1),
                 first: 10
             }])
         );
-        f.on_markers(&[(0, 11)], false, &mut w);
-        assert_eq!(f.poll(), Action::GiveUp([1].into_iter().collect()));
-        assert_eq!(w[&0].lineage().through, 0);
+        f.on_markers(&[(P0, 11)], false, &mut w);
+        assert_eq!(f.poll(), Action::GiveUp([P1].into_iter().collect()));
+        assert_eq!(w[&P0].lineage().through, 0);
     }
 
     #[test]
     fn a_fence_seen_only_where_a_marker_landed_still_gives_up() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 10)], false, &mut w);
-        f.on_markers(&[(0, 11), (1, 13)], false, &mut w);
-        assert_eq!(f.poll(), read(1, 11..13));
+        f.on_produced(&[(P0, 10), (P1, 10)], false, &mut w);
+        f.on_markers(&[(P0, 11), (P1, 13)], false, &mut w);
+        assert_eq!(f.poll(), read(P1, 11..13));
         f.on_read(Some(&[Entry::Fence { epoch: 12 }]), &mut w);
-        assert_eq!(f.poll(), Action::GiveUp([1].into_iter().collect()));
+        assert_eq!(f.poll(), Action::GiveUp([P1].into_iter().collect()));
     }
 
     #[test]
     fn others_writes_between_its_own_are_repaired_not_fatal() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 11)], false, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 11)], false, &mut w);
         let stale = Entry::Write {
             key: b"k".to_vec(),
             value: None,
@@ -582,14 +588,14 @@ mod tests {
         };
         assert_eq!(f.on_read(Some(&[stale]), &mut w), Some(Checked::Owner { stale: 1 }));
         assert!(matches!(f.poll(), Action::ProduceMarkers(m) if m.len() == 2));
-        assert_eq!(w.get_mut(&1).unwrap().take_repairs().len(), 1);
+        assert_eq!(w.get_mut(&P1).unwrap().take_repairs().len(), 1);
     }
 
     #[test]
     fn holes_that_cannot_be_read_once_the_assignment_is_lost_stop_the_batch() {
         let mut w = writers();
         let mut f = both();
-        f.on_produced(&[(0, 10), (1, 11)], false, &mut w);
+        f.on_produced(&[(P0, 10), (P1, 11)], false, &mut w);
         f.on_read(None, &mut w);
         assert_eq!(f.poll(), Action::Abandon);
     }
@@ -597,20 +603,20 @@ mod tests {
     #[test]
     fn under_exactly_once_one_transaction_carries_it_all_and_no_commit_comes_apart() {
         let mut w = writers();
-        let mut f = Flush::new([(0, batch(1))].into_iter().collect(), true);
+        let mut f = Flush::new([(P0, batch(1))].into_iter().collect(), true);
         assert_eq!(f.poll(), Action::Transact);
         assert_eq!(
-            f.markers(&[(0, 14), (0, 13)]),
+            f.markers(&[(P0, 14), (P0, 13)]),
             vec![Marker {
-                partition: 0,
+                partition: P0,
                 batch: batch(1),
                 first: 13
             }]
         );
-        f.on_transacted(&[(0, 15)], false);
+        f.on_transacted(&[(P0, 15)], false);
         assert_eq!(
             f.poll(),
-            Action::WriteStores([(0, (15, batch(1)))].into_iter().collect())
+            Action::WriteStores([(P0, (15, batch(1)))].into_iter().collect())
         );
         f.on_stored(false, &mut w);
         assert_eq!(f.poll(), Action::StartEffects);
@@ -623,13 +629,13 @@ mod tests {
     /// or the broker never checks the group generation and a woken zombie's triggers start.
     #[test]
     fn under_exactly_once_a_batch_of_timers_only_is_fenced_by_the_committed_offsets() {
-        let mut f = Flush::new([(0, batch(1))].into_iter().collect(), true).without_inputs();
+        let mut f = Flush::new([(P0, batch(1))].into_iter().collect(), true).without_inputs();
         assert_eq!(f.poll(), Action::ReadFenceOffsets);
         assert_eq!(f.poll(), Action::ReadFenceOffsets, "asking again changes nothing");
         f.on_fence_offsets();
         assert_eq!(f.poll(), Action::Transact);
         // Without exactly-once the changelog fence checks it, as before.
-        let plain = Flush::new([(0, batch(1))].into_iter().collect(), false).without_inputs();
+        let plain = Flush::new([(P0, batch(1))].into_iter().collect(), false).without_inputs();
         assert_eq!(plain.poll(), Action::Produce);
     }
 }

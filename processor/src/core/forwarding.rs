@@ -30,11 +30,13 @@
 
 use std::collections::BTreeSet;
 
+use super::partitioning::PartitionId;
+
 /// Where a forwarded copy came from: the partition and offset it was read at, and the
 /// reading task's durable offset then (-1: none yet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forwarded {
-    pub partition: i32,
+    pub partition: PartitionId,
     pub offset: i64,
     pub durable: i64,
 }
@@ -48,13 +50,17 @@ pub enum Implausible {
     #[error("header sluice.forwarded is not PARTITION:OFFSET:DURABLE (offsets from 0, durable from -1)")]
     Malformed,
     #[error("header sluice.forwarded names partition {partition}, but the topic has {partitions}")]
-    NoSuchPartition { partition: i32, partitions: i32 },
+    NoSuchPartition { partition: PartitionId, partitions: i32 },
     #[error("header sluice.forwarded names partition {0}, the one the record is on: Sluice forwards only to another")]
-    SamePartition(i32),
+    SamePartition(PartitionId),
     #[error("header sluice.forwarded names durable offset {durable}, not below its offset {offset}")]
     DurableNotBelow { offset: i64, durable: i64 },
     #[error("header sluice.forwarded names offset {offset} of partition {partition}, which ends at {end}: no record there can have been read yet")]
-    BeyondEnd { partition: i32, offset: i64, end: i64 },
+    BeyondEnd {
+        partition: PartitionId,
+        offset: i64,
+        end: i64,
+    },
 }
 
 impl Forwarded {
@@ -75,7 +81,7 @@ impl Forwarded {
         if offset < 0 || durable < -1 {
             return Err(Implausible::Malformed);
         }
-        let partition = i32::try_from(partition).map_err(|_| Implausible::Malformed)?;
+        let partition = PartitionId::new(i32::try_from(partition).map_err(|_| Implausible::Malformed)?);
         if durable >= offset {
             return Err(Implausible::DurableNotBelow { offset, durable });
         }
@@ -88,8 +94,8 @@ impl Forwarded {
 
     /// Whether a copy on partition `arrived_on` of a topic of `partitions` can have come from
     /// where the mark says.
-    pub fn check(&self, arrived_on: i32, partitions: i32) -> Result<(), Implausible> {
-        if !(0..partitions).contains(&self.partition) {
+    pub fn check(&self, arrived_on: PartitionId, partitions: i32) -> Result<(), Implausible> {
+        if !(0..partitions).contains(&self.partition.number()) {
             return Err(Implausible::NoSuchPartition {
                 partition: self.partition,
                 partitions,
@@ -181,7 +187,7 @@ mod tests {
     #[test]
     fn the_header_round_trips_and_nonsense_is_not_a_copy() {
         let f = Forwarded {
-            partition: 2,
+            partition: PartitionId::new(2),
             offset: 41,
             durable: 39,
         };
@@ -209,17 +215,18 @@ mod tests {
     #[test]
     fn a_mark_must_name_another_partition_of_the_topic_and_an_offset_read_there() {
         let mark = |partition| Forwarded {
-            partition,
+            partition: PartitionId::new(partition),
             offset: 41,
             durable: 39,
         };
-        assert_eq!(mark(2).check(0, 3), Ok(()));
-        assert_eq!(mark(0).check(0, 3), Err(Implausible::SamePartition(0)));
+        let p0 = PartitionId::new(0);
+        assert_eq!(mark(2).check(p0, 3), Ok(()));
+        assert_eq!(mark(0).check(p0, 3), Err(Implausible::SamePartition(p0)));
         for partition in [3, -1] {
             assert_eq!(
-                mark(partition).check(0, 3),
+                mark(partition).check(p0, 3),
                 Err(Implausible::NoSuchPartition {
-                    partition,
+                    partition: PartitionId::new(partition),
                     partitions: 3
                 })
             );
@@ -228,7 +235,7 @@ mod tests {
         assert_eq!(
             mark(2).check_end(41),
             Err(Implausible::BeyondEnd {
-                partition: 2,
+                partition: PartitionId::new(2),
                 offset: 41,
                 end: 41
             })
@@ -238,7 +245,7 @@ mod tests {
     #[test]
     fn a_duplicate_changes_the_window_only_when_it_advances_the_durable_offset() {
         let copy = |offset, durable| Forwarded {
-            partition: 0,
+            partition: PartitionId::new(0),
             offset,
             durable,
         };
@@ -261,7 +268,7 @@ mod tests {
         let mut w = ForwardWindow::empty();
         for (offset, durable) in [(5, -1), (7, -1), (9, 5)] {
             assert!(w.admit(&Forwarded {
-                partition: 0,
+                partition: PartitionId::new(0),
                 offset,
                 durable
             }));
@@ -314,7 +321,7 @@ mod tests {
             let mut copies: Vec<Forwarded> = (start..end)
                 .filter(|o| run.misrouted[*o as usize])
                 .map(|offset| Forwarded {
-                    partition: 1,
+                    partition: PartitionId::new(1),
                     offset,
                     durable,
                 })

@@ -5,6 +5,7 @@
 
 use super::lifecycle::Decision;
 use super::limits::OverLimit;
+use super::partitioning::PartitionId;
 use super::state::Write;
 use super::PipelineState;
 
@@ -14,7 +15,7 @@ pub struct Output {
     pub topic: String,
     /// Set for changelog records, which follow the store's partition, not the key's hash,
     /// and for forwarded copies.
-    pub partition: Option<i32>,
+    pub partition: Option<PartitionId>,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
     pub headers: Vec<(String, Vec<u8>)>,

@@ -5,6 +5,46 @@
 //! with another partitioner (librdkafka's default, for one) lands elsewhere, away from its
 //! pipeline's state; the processor rejects it rather than split the pipeline in two.
 
+use serde::{Deserialize, Serialize};
+
+/// A partition's number. Input topics and the changelog are co-partitioned (partition n of
+/// each belongs to the same task), so one number names a task's partition on all of them.
+/// A type of its own because a partition is not an offset, a count or an epoch, all `i32`s
+/// or `i64`s too: the compiler keeps them apart. Serialised and printed (`Display` and
+/// `Debug` alike, so messages and logs read as before) as the bare number.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PartitionId(i32);
+
+impl PartitionId {
+    pub const fn new(number: i32) -> Self {
+        PartitionId(number)
+    }
+
+    /// The number, for librdkafka, which takes and gives partitions as `i32`s.
+    pub const fn number(self) -> i32 {
+        self.0
+    }
+}
+
+impl From<i32> for PartitionId {
+    fn from(number: i32) -> Self {
+        PartitionId(number)
+    }
+}
+
+impl std::fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for PartitionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 /// Kafka's murmur2 hash (`org.apache.kafka.common.utils.Utils.murmur2`).
 pub fn murmur2(data: &[u8]) -> i32 {
     const SEED: u32 = 0x9747_b28c;
@@ -34,8 +74,8 @@ pub fn murmur2(data: &[u8]) -> i32 {
 }
 
 /// The partition the Java client's default partitioner picks for `key`.
-pub fn partition_for(key: &[u8], partitions: i32) -> i32 {
-    (murmur2(key) & 0x7fff_ffff) % partitions.max(1)
+pub fn partition_for(key: &[u8], partitions: i32) -> PartitionId {
+    PartitionId((murmur2(key) & 0x7fff_ffff) % partitions.max(1))
 }
 
 #[cfg(test)]
@@ -58,10 +98,19 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_is_written_and_printed_as_its_bare_number() {
+        let p = PartitionId::new(7);
+        assert_eq!(serde_json::to_string(&p).unwrap(), "7");
+        assert_eq!(serde_json::from_str::<PartitionId>("7").unwrap(), p);
+        assert_eq!(p.to_string(), "7");
+        assert_eq!(format!("{p:>3} {:?}", [p]), "  7 [7]");
+    }
+
+    #[test]
     fn partitions_are_in_range() {
         for key in ["", "a", "gold-revenue", "orders-daily"] {
             let p = partition_for(key.as_bytes(), 3);
-            assert!((0..3).contains(&p), "{key}: {p}");
+            assert!((0..3).contains(&p.number()), "{key}: {p}");
         }
     }
 }

@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use super::events::clip;
 use super::execution::{ExecutionDate, ExecutionId, ParseError, RunId};
+use super::partitioning::PartitionId;
 use super::rules::as_timestamp;
 
 /// Why an input record cannot be used.
@@ -33,7 +34,11 @@ pub enum InputError {
         limit: usize,
     },
     #[error("record keyed {key:?} is on partition {partition} but its pipeline lives on partition {owner}: produce with the murmur2 partitioner (the Java client's default; librdkafka: partitioner=murmur2_random)")]
-    WrongPartition { key: String, partition: i32, owner: i32 },
+    WrongPartition {
+        key: String,
+        partition: PartitionId,
+        owner: PartitionId,
+    },
 }
 
 /// Why a record went to the dead-letter topic, in a few kinds an operator can alert on
@@ -80,7 +85,7 @@ impl InputError {
 }
 
 /// A keyed record must sit on the partition its key hashes to, where its pipeline's state is.
-pub fn check_partition(key: Option<&[u8]>, partition: i32, partitions: i32) -> Result<(), InputError> {
+pub fn check_partition(key: Option<&[u8]>, partition: PartitionId, partitions: i32) -> Result<(), InputError> {
     let Some(key) = key else { return Ok(()) };
     let owner = super::partitioning::partition_for(key, partitions);
     if owner == partition {
@@ -981,7 +986,7 @@ mod tests {
     fn records_off_their_pipelines_partition_are_refused() {
         let owner = crate::core::partitioning::partition_for(b"p1", 3);
         assert_eq!(check_partition(Some(b"p1"), owner, 3), Ok(()));
-        let wrong = check_partition(Some(b"p1"), (owner + 1) % 3, 3);
+        let wrong = check_partition(Some(b"p1"), PartitionId::new((owner.number() + 1) % 3), 3);
         assert!(matches!(wrong, Err(InputError::WrongPartition { owner: o, .. }) if o == owner));
     }
 

@@ -18,6 +18,7 @@ use super::execution::RunId;
 use super::lifecycle::{Context, Decision, Effect, Input, Needs, PipelineState, Settings, StateChange};
 use super::limits::OverLimit;
 use super::output::HostError;
+use super::partitioning::PartitionId;
 use super::timers::{timer_origin, TimerIndex};
 
 /// Measures a decision's records for a pipeline against the limits, given its state before
@@ -84,7 +85,7 @@ impl Engine {
     /// limits, and applies the decision to the states and timers. Returns the decision.
     pub fn handle(
         &mut self,
-        partition: i32,
+        partition: PartitionId,
         pipeline: &PipelineId,
         input: &Input,
         origin: &str,
@@ -146,7 +147,7 @@ impl Engine {
         Ok(decision)
     }
 
-    fn apply(&mut self, partition: i32, pipeline: &str, decision: &Decision) {
+    fn apply(&mut self, partition: PartitionId, pipeline: &str, decision: &Decision) {
         match &decision.state {
             StateChange::Unchanged => {}
             StateChange::Put(state) => {
@@ -236,7 +237,7 @@ impl Replay {
     pub fn input(
         &mut self,
         at: DateTime<Utc>,
-        partition: i32,
+        partition: PartitionId,
         pipeline: &PipelineId,
         input: &Input,
         origin: &str,

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use serde::{de, Deserialize, Deserializer, Serialize};
 
 use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
+use super::partitioning::PartitionId;
 
 /// What a timer is for. With the pipeline id it names the timer: setting it again moves it.
 ///
@@ -298,7 +299,7 @@ pub fn timer_origin(pipeline: &str, kind: &TimerKind, at: DateTime<Utc>) -> Stri
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DueTimer {
     pub at: DateTime<Utc>,
-    pub partition: i32,
+    pub partition: PartitionId,
     pub pipeline: PipelineId,
     pub kind: TimerKind,
 }
@@ -321,9 +322,9 @@ const EXACT_UP_TO: usize = 8;
 #[derive(Default)]
 pub struct TimerIndex {
     /// By partition, then pipeline: its pending timers.
-    partitions: HashMap<i32, HashMap<PipelineId, PipelineTimers>>,
+    partitions: HashMap<PartitionId, HashMap<PipelineId, PipelineTimers>>,
     /// Each pipeline's earliest timer: when it is due, and whose.
-    next: BTreeSet<(DateTime<Utc>, i32, PipelineId)>,
+    next: BTreeSet<(DateTime<Utc>, PartitionId, PipelineId)>,
     len: usize,
 }
 
@@ -331,7 +332,7 @@ impl TimerIndex {
     /// Sets a timer; returns the due time it replaced, if any.
     pub fn set(
         &mut self,
-        partition: i32,
+        partition: PartitionId,
         pipeline: &str,
         kind: &TimerKind,
         at: DateTime<Utc>,
@@ -363,7 +364,7 @@ impl TimerIndex {
 
     /// Applies a decision's timer operations for `pipeline`: the index follows the timers
     /// its state now holds.
-    pub fn apply(&mut self, partition: i32, pipeline: &str, ops: &[TimerOp]) {
+    pub fn apply(&mut self, partition: PartitionId, pipeline: &str, ops: &[TimerOp]) {
         for op in ops {
             match op {
                 TimerOp::Set { kind, at } => {
@@ -377,7 +378,7 @@ impl TimerIndex {
     }
 
     /// Removes a timer; returns its due time if it was set.
-    pub fn cancel(&mut self, partition: i32, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
+    pub fn cancel(&mut self, partition: PartitionId, pipeline: &str, kind: &TimerKind) -> Option<DateTime<Utc>> {
         let pipelines = self.partitions.get_mut(&partition)?;
         let (name, timers) = pipelines.get_key_value(pipeline)?;
         let (name, i) = (name.clone(), timers.iter().position(|(_, k)| k == kind)?);
@@ -394,7 +395,13 @@ impl TimerIndex {
     }
 
     /// A pipeline's earliest timer moved from `was` to `is`: so does its place in `next`.
-    fn moved(&mut self, partition: i32, name: PipelineId, was: Option<DateTime<Utc>>, is: Option<DateTime<Utc>>) {
+    fn moved(
+        &mut self,
+        partition: PartitionId,
+        name: PipelineId,
+        was: Option<DateTime<Utc>>,
+        is: Option<DateTime<Utc>>,
+    ) {
         if was == is {
             return;
         }
@@ -462,7 +469,7 @@ impl TimerIndex {
     }
 
     /// Forgets the timers of a partition this instance no longer owns.
-    pub fn drop_partition(&mut self, partition: i32) {
+    pub fn drop_partition(&mut self, partition: PartitionId) {
         if let Some(pipelines) = self.partitions.remove(&partition) {
             self.len -= pipelines.values().map(Vec::len).sum::<usize>();
             self.next.retain(|(_, p, _)| *p != partition);
@@ -619,18 +626,18 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Set(i32, u8, u8, i64),
-        Cancel(i32, u8, u8),
+        Set(PartitionId, u8, u8, i64),
+        Cancel(PartitionId, u8, u8),
         Pop(i64, usize),
-        Drop(i32),
+        Drop(PartitionId),
     }
 
     fn ops() -> impl Strategy<Value = Vec<Op>> {
         let op = prop_oneof![
-            4 => (0..3i32, 0..4u8, 0..4u8, 0..20i64).prop_map(|(p, n, k, at)| Op::Set(p, n, k, at)),
-            2 => (0..3i32, 0..4u8, 0..4u8).prop_map(|(p, n, k)| Op::Cancel(p, n, k)),
+            4 => (0..3i32, 0..4u8, 0..4u8, 0..20i64).prop_map(|(p, n, k, at)| Op::Set(PartitionId::new(p), n, k, at)),
+            2 => (0..3i32, 0..4u8, 0..4u8).prop_map(|(p, n, k)| Op::Cancel(PartitionId::new(p), n, k)),
             1 => (0..20i64, 1..4usize).prop_map(|(now, limit)| Op::Pop(now, limit)),
-            1 => (0..3i32).prop_map(Op::Drop),
+            1 => (0..3i32).prop_map(|p| Op::Drop(PartitionId::new(p))),
         ];
         proptest::collection::vec(op, 0..80)
     }
@@ -644,7 +651,7 @@ mod tests {
             let kind = |k: u8| self::kind(&format!("2026-11-2{k}"));
             let name = |n: u8| format!("p{n}");
             let mut index = TimerIndex::default();
-            let mut model: BTreeMap<(i32, String, TimerKind), DateTime<Utc>> = BTreeMap::new();
+            let mut model: BTreeMap<(PartitionId, String, TimerKind), DateTime<Utc>> = BTreeMap::new();
             for op in ops {
                 match op {
                     Op::Set(p, n, k, at) => prop_assert_eq!(
@@ -686,20 +693,21 @@ mod tests {
     #[test]
     fn setting_again_moves_and_cancel_removes() {
         let t = |s| DateTime::from_timestamp(s, 0).unwrap();
+        let p = PartitionId::new;
         let mut index = TimerIndex::default();
-        assert_eq!(index.set(0, "a", &kind("2026-11-21"), t(30)), None);
-        assert_eq!(index.set(1, "b", &kind("2026-11-21"), t(10)), None);
-        assert_eq!(index.set(0, "a", &kind("2026-11-21"), t(20)), Some(t(30)));
+        assert_eq!(index.set(p(0), "a", &kind("2026-11-21"), t(30)), None);
+        assert_eq!(index.set(p(1), "b", &kind("2026-11-21"), t(10)), None);
+        assert_eq!(index.set(p(0), "a", &kind("2026-11-21"), t(20)), Some(t(30)));
         assert_eq!(index.len(), 2);
         assert_eq!(index.next_due(), Some(t(10)));
         let due = index.pop_due(t(25), 10);
         assert_eq!(due.iter().map(|d| d.pipeline.as_str()).collect::<Vec<_>>(), ["b", "a"]);
         assert!(index.is_empty());
-        index.set(2, "c", &kind("2026-11-22"), t(5));
-        assert_eq!(index.cancel(2, "c", &kind("2026-11-22")), Some(t(5)));
-        assert_eq!(index.cancel(2, "c", &kind("2026-11-22")), None);
-        index.set(3, "d", &kind("2026-11-23"), t(1));
-        index.drop_partition(3);
+        index.set(p(2), "c", &kind("2026-11-22"), t(5));
+        assert_eq!(index.cancel(p(2), "c", &kind("2026-11-22")), Some(t(5)));
+        assert_eq!(index.cancel(p(2), "c", &kind("2026-11-22")), None);
+        index.set(p(3), "d", &kind("2026-11-23"), t(1));
+        index.drop_partition(p(3));
         assert_eq!(index.next_due(), None);
     }
 }

@@ -35,14 +35,14 @@ use super::store::PartitionStore;
 use super::summaries::Summaries;
 use crate::core::execution::ExecutionDate;
 use crate::core::graph;
-use crate::core::partitioning::partition_for;
+use crate::core::partitioning::{partition_for, PartitionId};
 use crate::core::records::{producer_reading, CommandKind, CommandRecord, SensorRecord};
 use crate::core::status::{self, PipelineSummary};
 
 /// What the processor's answers are read from: its stores and read models, lent for one
 /// answer between batches.
 pub(super) struct Served<'a> {
-    pub stores: BTreeMap<i32, &'a PartitionStore>,
+    pub stores: BTreeMap<PartitionId, &'a PartitionStore>,
     pub openings: &'a Openings,
     pub summaries: &'a mut Summaries,
     pub recent: &'a RecentEvents,
@@ -134,11 +134,11 @@ pub enum Answer {
     Missing,
     /// Its partition is owned elsewhere (or by no one, mid-rebalance).
     NotOwned {
-        partition: i32,
+        partition: PartitionId,
     },
     /// Its partition was assigned here and is being restored.
     Opening {
-        partition: i32,
+        partition: PartitionId,
     },
 }
 
@@ -168,7 +168,7 @@ pub struct Publishing {
 
 impl Publishing {
     /// Publishes a command; returns where it landed.
-    async fn command(&self, record: &CommandRecord) -> anyhow::Result<(i32, i64)> {
+    async fn command(&self, record: &CommandRecord) -> anyhow::Result<(PartitionId, i64)> {
         let json = serde_json::to_value(record)?;
         self.publish(Family::Commands, &self.commands, &record.pipeline_id, &json)
             .await
@@ -186,13 +186,19 @@ impl Publishing {
     }
 
     /// Publishes an encoded reading of `pipeline`; returns where it landed.
-    async fn reading(&self, pipeline: &str, value: &[u8]) -> anyhow::Result<(i32, i64)> {
+    async fn reading(&self, pipeline: &str, value: &[u8]) -> anyhow::Result<(PartitionId, i64)> {
         Ok((self.producer)
             .send(&self.sensors, Some(pipeline.as_bytes()), Some(value), &[])
             .await?)
     }
 
-    async fn publish(&self, family: Family, topic: &str, pipeline: &str, json: &Value) -> anyhow::Result<(i32, i64)> {
+    async fn publish(
+        &self,
+        family: Family,
+        topic: &str,
+        pipeline: &str,
+        json: &Value,
+    ) -> anyhow::Result<(PartitionId, i64)> {
         let value = self.codec.encode(family, topic, json)?;
         Ok(self
             .producer
@@ -727,7 +733,7 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 /// Which partition of `partitions` holds `pipeline` (the inputs' key hash).
-pub fn partition_of(pipeline: &str, partitions: i32) -> i32 {
+pub fn partition_of(pipeline: &str, partitions: i32) -> PartitionId {
     partition_for(pipeline.as_bytes(), partitions)
 }
 

@@ -40,6 +40,7 @@ use super::error::{Error, Fatal};
 use super::kafka::{self, Connection};
 use super::store::{PartitionStore, StoreBatch};
 use crate::core::changelog::{Diverged, Entry, Lineage, Restore, FENCE_PREFIX};
+use crate::core::partitioning::PartitionId;
 
 /// Records applied per RocksDB write while restoring.
 const RESTORE_CHUNK: usize = 5_000;
@@ -83,7 +84,7 @@ fn reader(kafka: &Connection) -> Result<kafka::Reader> {
 
 /// The records of changelog partition `partition` from offset `from` to its end now, and
 /// that end.
-pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) -> Result<(Vec<Entry>, i64)> {
+pub fn read_since(kafka: &Connection, topic: &str, partition: PartitionId, from: i64) -> Result<(Vec<Entry>, i64)> {
     let reader = reader(kafka)?;
     let (_, end) = reader
         .range(topic, partition)
@@ -100,7 +101,7 @@ pub fn read_since(kafka: &Connection, topic: &str, partition: i32, from: i64) ->
 pub fn read_ranges(
     kafka: &Connection,
     topic: &str,
-    partition: i32,
+    partition: PartitionId,
     ranges: &[std::ops::Range<i64>],
 ) -> Result<Vec<Entry>> {
     read_ranges_on(&reader(kafka)?, topic, partition, ranges)
@@ -110,13 +111,13 @@ pub fn read_ranges(
 fn read_ranges_on(
     consumer: &kafka::Reader,
     topic: &str,
-    partition: i32,
+    partition: PartitionId,
     ranges: &[std::ops::Range<i64>],
 ) -> Result<Vec<Entry>> {
     let mut entries = Vec::new();
     for range in ranges {
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(topic, partition, Offset::Offset(range.start))?;
+        list.add_partition_offset(topic, partition.number(), Offset::Offset(range.start))?;
         consumer.assign(&list).context("assigning the changelog partition")?;
         let started = Instant::now();
         let mut next = range.start;
@@ -158,7 +159,7 @@ fn read_ranges_on(
 pub struct StateAhead {
     pub path: String,
     pub topic: String,
-    pub partition: i32,
+    pub partition: PartitionId,
     pub checkpoint: i64,
     pub end: i64,
 }
@@ -270,7 +271,7 @@ const _: () = assert!(WATCH_AT_MOST.as_secs() * 4 <= SHADOWED_KEPT.num_seconds()
 pub fn restore(
     kafka: &Connection,
     topic: &str,
-    partition: i32,
+    partition: PartitionId,
     fence: i64,
     contiguous: bool,
     store: &mut PartitionStore,
@@ -338,7 +339,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
         let away = self.store.checkpointed_at()?.map(|at| self.clock.now() - at);
         let mut plan = plan(checkpoint, low, away);
         if checkpoint.is_some() && matches!(plan, Plan::Full(_)) {
-            info!(partition, ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
+            info!(partition = partition.number(), ?checkpoint, ?away, "the local state is too old to be brought up to date from {topic} (compaction may have removed deletions it never saw): restoring it in full");
         }
         loop {
             let (start, full, rules) = match plan {
@@ -353,7 +354,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
                 }
             };
             debug!(
-                partition,
+                partition = partition.number(),
                 from = start,
                 fence = self.source.fence,
                 ?checkpoint,
@@ -373,7 +374,11 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
                     return Err(anyhow!("{topic} partition {partition}: offset {start} is out of range").into())
                 }
             };
-            warn!(partition, ?checkpoint, "{why}: restoring it in full");
+            warn!(
+                partition = partition.number(),
+                ?checkpoint,
+                "{why}: restoring it in full"
+            );
             plan = Plan::Full(low);
         }
     }
@@ -415,7 +420,10 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
             next = offset + 1;
             let Some(key) = message.key() else { continue };
             let Some(entry) = self::entry(offset, key, message.payload(), batch_of(&message)) else {
-                warn!(partition, offset, "a changelog record of no known kind: skipped");
+                warn!(
+                    partition = partition.number(),
+                    offset, "a changelog record of no known kind: skipped"
+                );
                 continue;
             };
             if let Err(why) = applied.push(entry) {
@@ -426,7 +434,12 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
             }
             if last_progress.elapsed() >= PROGRESS_EVERY {
                 last_progress = Instant::now();
-                info!(partition, records = applied.records, offset = next, "restoring…");
+                info!(
+                    partition = partition.number(),
+                    records = applied.records,
+                    offset = next,
+                    "restoring…"
+                );
                 let left = u64::try_from(fence + 1 - next).unwrap_or(0);
                 (self.progress)(applied.records, left, self.started.elapsed().as_secs_f64());
             }
@@ -440,12 +453,15 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
         let seconds = self.started.elapsed().as_secs_f64();
         (self.progress)(records, 0, seconds);
         if records > 0 || full {
-            info!(partition, records, seconds, full, "restored state from {topic}");
+            info!(
+                partition = partition.number(),
+                records, seconds, full, "restored state from {topic}"
+            );
         }
         if rules.unaccounted() > 0 {
             // Only a writer that is not Sluice's could have written them: say so loudly.
             warn!(
-                partition,
+                partition = partition.number(),
                 records = rules.unaccounted(),
                 "changelog records of an epoch no fence accounts for were ignored: something other than Sluice writes {topic} (restrict who may write it)"
             );
@@ -475,7 +491,7 @@ impl<P: FnMut(u64, u64, f64)> Restoring<'_, P> {
 struct Source<'a> {
     consumer: kafka::Reader,
     topic: &'a str,
-    partition: i32,
+    partition: PartitionId,
     fence: i64,
 }
 
@@ -491,7 +507,7 @@ enum Polled<'c> {
 impl Source<'_> {
     fn assign(&self, start: i64) -> Result<()> {
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(self.topic, self.partition, Offset::Offset(start))?;
+        list.add_partition_offset(self.topic, self.partition.number(), Offset::Offset(start))?;
         self.consumer.assign(&list).context("assigning the changelog partition")
     }
 
@@ -507,7 +523,7 @@ impl Source<'_> {
                 let position = self
                     .consumer
                     .position()?
-                    .find_partition(topic, partition)
+                    .find_partition(topic, partition.number())
                     .and_then(|e| e.offset().to_raw())
                     .unwrap_or(*next);
                 *next = (*next).max(position);
@@ -544,11 +560,17 @@ impl Applied {
     }
 
     /// Writes what is staged, with the store now current through `fence`.
-    fn finish(self, partition: i32, fence: i64, store: &mut PartitionStore, now: DateTime<Utc>) -> Result<Read, Error> {
+    fn finish(
+        self,
+        partition: PartitionId,
+        fence: i64,
+        store: &mut PartitionStore,
+        now: DateTime<Utc>,
+    ) -> Result<Read, Error> {
         let stale = self.rules.stale_keys();
         if !stale.is_empty() {
             info!(
-                partition,
+                partition = partition.number(),
                 keys = stale.len(),
                 "changelog writes that do not count (a batch never marked complete, or a writer that had lost the partition): not applied, and written over with the next batch"
             );

@@ -20,6 +20,7 @@ use super::outputs::Output;
 use super::processor::{Guarantee, Settings};
 use super::store::PartitionStore;
 use super::telemetry::Telemetry;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::{omit_value, Sealed, Task};
 
 pub struct Collector {
@@ -99,13 +100,13 @@ impl Collector {
     }
 
     /// The consumer offsets to commit for a batch: the next record of each partition.
-    pub fn input_offsets(commits: &BTreeMap<(String, i32), i64>) -> Result<Option<TopicPartitionList>> {
+    pub fn input_offsets(commits: &BTreeMap<(String, PartitionId), i64>) -> Result<Option<TopicPartitionList>> {
         if commits.is_empty() {
             return Ok(None);
         }
         let mut list = TopicPartitionList::new();
         for ((topic, p), offset) in commits {
-            list.add_partition_offset(topic, *p, Offset::Offset(offset + 1))?;
+            list.add_partition_offset(topic, p.number(), Offset::Offset(offset + 1))?;
         }
         Ok(Some(list))
     }
@@ -116,8 +117,8 @@ impl Collector {
     /// its value (its headers say where the record is); any other output too large ends the
     /// run, the batch unapplied (`--max-state-bytes` or `--max-message-bytes` is over the
     /// broker's limit: a misconfiguration).
-    pub async fn produce_all(&self, outputs: &mut [Output]) -> Result<Vec<(i32, i64)>> {
-        let mut delivered = vec![(0, 0); outputs.len()];
+    pub async fn produce_all(&self, outputs: &mut [Output]) -> Result<Vec<(PartitionId, i64)>> {
+        let mut delivered = vec![(PartitionId::new(0), 0); outputs.len()];
         let mut todo: Vec<usize> = (0..outputs.len()).collect();
         let mut backoff = Backoff::outage();
         while !todo.is_empty() {
@@ -173,7 +174,7 @@ impl Collector {
         Ok(delivered)
     }
 
-    async fn send(&self, o: &Output) -> Result<(i32, i64), kafka::ProduceError> {
+    async fn send(&self, o: &Output) -> Result<(PartitionId, i64), kafka::ProduceError> {
         let headers: Vec<(&str, &[u8])> = o.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
         self.producer
             .send_to(&o.topic, o.partition, o.key.as_deref(), o.value.as_deref(), &headers)
@@ -189,7 +190,7 @@ impl Collector {
         task: &Task<PartitionStore>,
         sealed: &Sealed,
         offsets: Option<&TopicPartitionList>,
-    ) -> Result<Option<Vec<(i32, i64)>>> {
+    ) -> Result<Option<Vec<(PartitionId, i64)>>> {
         let (outputs, first_changelog, flush) = (&sealed.outputs, sealed.first_changelog, &sealed.flush);
         let mut backoff = Backoff::outage();
         loop {

@@ -57,6 +57,7 @@ use super::telemetry::Telemetry;
 use crate::core::config::{JobConfig, JobKind, RetryPolicy};
 use crate::core::execution::RunId;
 use crate::core::lifecycle::{Effect, EvaluatorCall, TriggerRequest};
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus, SensorRecord, EVALUATOR_SOURCE};
 use crate::core::task::ReleaseKeys;
 use crate::runtime::backoff::Backoff;
@@ -141,7 +142,7 @@ impl Executor {
 
     /// Carries out `effect` for a pipeline of input partition `partition`. A trigger whose
     /// run already has a call in flight here is not started again.
-    pub fn spawn(&mut self, effect: Effect, partition: i32) {
+    pub fn spawn(&mut self, effect: Effect, partition: PartitionId) {
         // The request to carry out and, for a status check, the run's handle; nothing when
         // the run has a call of the same kind in flight already.
         let (request, handle, release) = match effect {
@@ -466,14 +467,14 @@ fn tell(release: &watch::Sender<Signal>, why: Stopped) -> bool {
 /// the switch that releases them.
 #[derive(Default)]
 pub struct InFlight {
-    runs: Mutex<HashMap<String, (i32, watch::Sender<Signal>)>>,
+    runs: Mutex<HashMap<String, (PartitionId, watch::Sender<Signal>)>>,
     finished: Condvar,
 }
 
 impl InFlight {
     /// Registers a call for `run_id`: what tells it it was released; `None` when one is in
     /// flight already.
-    fn start(&self, run_id: &str, partition: i32) -> Option<watch::Receiver<Signal>> {
+    fn start(&self, run_id: &str, partition: PartitionId) -> Option<watch::Receiver<Signal>> {
         let mut runs = self.runs.lock().unwrap();
         if runs.contains_key(run_id) {
             return None;
@@ -489,14 +490,14 @@ impl InFlight {
     }
 
     /// How many triggers of `partitions` are in flight.
-    pub fn count(&self, partitions: &[i32]) -> usize {
+    pub fn count(&self, partitions: &[PartitionId]) -> usize {
         let runs = self.runs.lock().unwrap();
         runs.values().filter(|(p, _)| partitions.contains(p)).count()
     }
 
     /// Tells the triggers of `partitions` in flight that their partition was let go: they
     /// stop retrying and say so (see [`Stop`]). Returns how many were told.
-    pub fn release(&self, partitions: &[i32]) -> usize {
+    pub fn release(&self, partitions: &[PartitionId]) -> usize {
         self.release_where(|p| partitions.contains(&p))
     }
 
@@ -506,7 +507,7 @@ impl InFlight {
 
     /// Releases the triggers in flight whose partition `which` names; how many were not
     /// released already.
-    fn release_where(&self, which: impl Fn(i32) -> bool) -> usize {
+    fn release_where(&self, which: impl Fn(PartitionId) -> bool) -> usize {
         let runs = self.runs.lock().unwrap();
         let told = runs.values().filter(|(p, _)| which(*p));
         told.filter(|(_, release)| tell(release, Stopped::Released)).count()
@@ -525,7 +526,7 @@ impl InFlight {
     /// revoked: its next owner consumes the jobs topic up to its end before deciding that a
     /// journaled trigger has no report, so a report written before the hand-over is seen
     /// there and the call is not made twice.
-    pub fn wait_for(&self, partitions: &[i32], timeout: Duration) -> usize {
+    pub fn wait_for(&self, partitions: &[PartitionId], timeout: Duration) -> usize {
         let deadline = std::time::Instant::now() + timeout;
         let mut runs = self.runs.lock().unwrap();
         loop {
@@ -1213,41 +1214,43 @@ mod tests {
 
     #[test]
     fn a_run_has_one_call_in_flight_and_revocation_waits_for_it() {
+        let p = PartitionId::new;
         let in_flight = Arc::new(InFlight::default());
-        assert!(in_flight.start("p.s.d.1", 3).is_some());
+        assert!(in_flight.start("p.s.d.1", p(3)).is_some());
         assert!(
-            in_flight.start("p.s.d.1", 3).is_none(),
+            in_flight.start("p.s.d.1", p(3)).is_none(),
             "a second call for the same run"
         );
-        assert!(in_flight.start("q.s.d.1", 4).is_some());
-        assert_eq!(in_flight.count(&[3]), 1);
+        assert!(in_flight.start("q.s.d.1", p(4)).is_some());
+        assert_eq!(in_flight.count(&[p(3)]), 1);
         assert_eq!(
-            in_flight.wait_for(&[5], Duration::from_secs(60)),
+            in_flight.wait_for(&[p(5)], Duration::from_secs(60)),
             0,
             "nothing of partition 5"
         );
-        assert_eq!(in_flight.wait_for(&[3], Duration::ZERO), 1, "bounded by the timeout");
+        assert_eq!(in_flight.wait_for(&[p(3)], Duration::ZERO), 1, "bounded by the timeout");
         let finisher = {
             let in_flight = in_flight.clone();
             std::thread::spawn(move || in_flight.finish("p.s.d.1"))
         };
-        assert_eq!(in_flight.wait_for(&[3], Duration::from_secs(60)), 0);
+        assert_eq!(in_flight.wait_for(&[p(3)], Duration::from_secs(60)), 0);
         finisher.join().unwrap();
         assert!(
-            in_flight.start("p.s.d.1", 3).is_some(),
+            in_flight.start("p.s.d.1", p(3)).is_some(),
             "a finished run may be requested again"
         );
-        assert_eq!(in_flight.count(&[3, 4]), 2);
+        assert_eq!(in_flight.count(&[p(3), p(4)]), 2);
     }
 
     #[test]
     fn only_the_revoked_partitions_calls_are_released() {
+        let p = PartitionId::new;
         let in_flight = InFlight::default();
-        let three = in_flight.start("p.s.d.1", 3).unwrap();
-        let four = in_flight.start("q.s.d.1", 4).unwrap();
-        assert_eq!(in_flight.release(&[3, 5]), 1);
+        let three = in_flight.start("p.s.d.1", p(3)).unwrap();
+        let four = in_flight.start("q.s.d.1", p(4)).unwrap();
+        assert_eq!(in_flight.release(&[p(3), p(5)]), 1);
         assert!(three.borrow().is_some() && four.borrow().is_none());
-        assert_eq!(in_flight.release(&[3]), 0, "told once");
+        assert_eq!(in_flight.release(&[p(3)]), 0, "told once");
         assert_eq!(in_flight.release_all(), 1);
         assert!(four.borrow().is_some());
     }
@@ -1428,7 +1431,7 @@ mod tests {
         let in_flight = InFlight::default();
         let error = Outcome::failed(None, "function error (Unhandled): boom");
         let (tries, attempt) = answering(vec![error]);
-        let told = in_flight.start("p.s.d.1", 0).unwrap();
+        let told = in_flight.start("p.s.d.1", PartitionId::new(0)).unwrap();
         let task = retrying(work(), attempt, Stop::at(None, Some(told)));
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(tries.load(SeqCst), 1);

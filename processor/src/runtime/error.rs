@@ -169,16 +169,18 @@ impl Error {
 mod tests {
     use super::*;
     use crate::core::limits::OverLimit;
+    use crate::core::partitioning::PartitionId;
     use std::path::PathBuf;
 
     #[test]
     fn a_stop_is_told_from_a_failure_whatever_context_it_carries() {
         let stop = |e: anyhow::Error| Stop::of(&e.context("processing a batch").context("running"));
-        assert_eq!(stop(TaskError::from(Zombie(vec![1])).into()), Some(Stop::Zombie));
-        assert_eq!(stop(Zombie(vec![0, 2]).into()), Some(Stop::Zombie));
+        let p = PartitionId::new;
+        assert_eq!(stop(TaskError::from(Zombie(vec![p(1)])).into()), Some(Stop::Zombie));
+        assert_eq!(stop(Zombie(vec![p(0), p(2)]).into()), Some(Stop::Zombie));
         let added = PartitionsAdded {
             partitions: 3,
-            assigned: 4,
+            assigned: p(4),
         };
         assert_eq!(stop(TaskError::from(added).into()), Some(Stop::PartitionsAdded));
         assert_eq!(stop(FatalClient("fenced".into()).into()), Some(Stop::FatalClient));
@@ -200,7 +202,7 @@ mod tests {
             },
         };
         assert_eq!(stop(over.into()), Some(Stop::OutputTooLarge));
-        let went_back = TaskError::ChangelogWentBack(0, "sluice.changelog".into());
+        let went_back = TaskError::ChangelogWentBack(p(0), "sluice.changelog".into());
         assert_eq!(stop(went_back.into()), None, "a failure, not a stop");
         assert_eq!(stop(Error::from(corrupt()).into()), None);
         assert_eq!(stop(anyhow::anyhow!("anything else")), None);
@@ -228,14 +230,18 @@ mod tests {
     #[test]
     fn a_store_locked_by_another_process_is_transient_and_a_foreign_format_is_fatal() {
         let dir = tempfile::tempdir().unwrap();
-        let _held = super::super::store::PartitionStore::open(dir.path(), 0).unwrap();
-        let locked = super::super::store::PartitionStore::open(dir.path(), 0).err().unwrap();
+        let _held = super::super::store::PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
+        let locked = super::super::store::PartitionStore::open(dir.path(), PartitionId::new(0))
+            .err()
+            .unwrap();
         assert!(matches!(Error::from(locked), Error::Transient(_)));
         let foreign = dir.path().join("partition-1");
         std::fs::create_dir_all(&foreign).unwrap();
         std::fs::write(foreign.join("CURRENT"), "MANIFEST-000099\n").unwrap();
         std::fs::write(foreign.join("MANIFEST-000099"), b"not a manifest").unwrap();
-        let broken = super::super::store::PartitionStore::open(dir.path(), 1).err().unwrap();
+        let broken = super::super::store::PartitionStore::open(dir.path(), PartitionId::new(1))
+            .err()
+            .unwrap();
         assert!(
             matches!(Error::from(broken), Error::Fatal(Fatal::Store(_))),
             "a broken store must not be retried"

@@ -9,6 +9,7 @@ use tracing::warn;
 
 use super::kafka::{Quirks, METADATA_TIMEOUT};
 use crate::core::forwarding::{Forwarded, Implausible};
+use crate::core::partitioning::PartitionId;
 
 /// What happens to a keyed record on another partition than its key's (`run --misrouted`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -27,7 +28,7 @@ pub enum Misrouted {
 /// was read there before it was forwarded, so it lies below the end then), and a forged mark
 /// beyond the new end is refused.
 #[derive(Default)]
-pub struct Ends(HashMap<(String, i32), i64>);
+pub struct Ends(HashMap<(String, PartitionId), i64>);
 
 impl Ends {
     /// Checks the mark of a copy read from partition `p` of `topic`, a topic of `partitions` partitions, against
@@ -38,7 +39,7 @@ impl Ends {
         quirks: Quirks,
         partitions: i32,
         topic: &str,
-        p: i32,
+        p: PartitionId,
         mark: Forwarded,
     ) -> Result<Forwarded, Implausible> {
         mark.check(p, partitions)?;
@@ -59,14 +60,14 @@ impl Ends {
 async fn end_of<C: ConsumerContext + 'static>(
     consumer: &(impl Consumer<C> + Sync),
     topic: &str,
-    partition: i32,
+    partition: PartitionId,
 ) -> i64 {
     let mut backoff = crate::runtime::backoff::Backoff::outage();
     loop {
-        match tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT)) {
+        match tokio::task::block_in_place(|| consumer.fetch_watermarks(topic, partition.number(), METADATA_TIMEOUT)) {
             Ok((_, high)) => return high,
             Err(e) => {
-                warn!(%topic, partition, error = %e, "looking up where a forwarded copy's partition ends, to check its mark; the batch waits");
+                warn!(%topic, partition = partition.number(), error = %e, "looking up where a forwarded copy's partition ends, to check its mark; the batch waits");
                 backoff.wait().await;
             }
         }
@@ -82,7 +83,7 @@ pub struct Warned(HashSet<(String, Vec<u8>)>);
 const WARNED_KEYS: usize = 10_000;
 
 impl Warned {
-    pub fn misrouted(&mut self, topic: &str, key: &[u8], partition: i32, owner: i32) {
+    pub fn misrouted(&mut self, topic: &str, key: &[u8], partition: PartitionId, owner: PartitionId) {
         if self.0.len() >= WARNED_KEYS {
             self.0.clear();
         }
@@ -90,8 +91,8 @@ impl Warned {
             warn!(
                 %topic,
                 key = %String::from_utf8_lossy(key),
-                partition,
-                owner,
+                partition = partition.number(),
+                owner = owner.number(),
                 "a producer partitions with another hash than murmur2 (librdkafka's default is CRC32): its records are forwarded to their key's partition, which costs a second write; set partitioner=murmur2_random on that producer (logged once per key)"
             );
         }

@@ -75,6 +75,7 @@ async fn metrics(State(telemetry): State<Arc<Telemetry>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::partitioning::PartitionId;
     use serde_json::Value;
     use tokio::sync::oneshot;
     use tokio::task::JoinHandle;
@@ -197,6 +198,7 @@ mod tests {
     async fn metrics_expose_recorded_values() {
         let server = start().await;
         let t = &server.telemetry;
+        let p = PartitionId::new;
         t.records_in("sluice.sensors", 1);
         t.records_in("sluice.sensors", 1);
         t.records_in("sluice.jobs", 1);
@@ -206,13 +208,13 @@ mod tests {
         t.event("JOB_TRIGGERED");
         t.timer_late(0.012);
         t.rebalanced("assigned");
-        t.state_size(7, 4096);
-        t.state_size(8, 1024);
-        t.partition_revoked(8, &["sluice.sensors"]);
+        t.state_size(p(7), 4096);
+        t.state_size(p(8), 1024);
+        t.partition_revoked(p(8), &["sluice.sensors"]);
         t.batch_latency(0.003);
         t.commit_latency(0.02);
-        t.consumer_lag("sluice.sensors", 2, 130);
-        t.consumer_lag("sluice.sensors", 2, 120);
+        t.consumer_lag("sluice.sensors", p(2), 130);
+        t.consumer_lag("sluice.sensors", p(2), 120);
         t.timers_pending(42);
         for _ in 0..4 {
             t.effect_started();
@@ -220,7 +222,7 @@ mod tests {
         t.effect_finished();
         t.effect_outcome("http", "succeeded", 0.2);
         t.effect_outcome("http", "succeeded", 0.3);
-        t.restore_progress(7, 1500, 20, 2.5);
+        t.restore_progress(p(7), 1500, 20, 2.5);
         t.partitions_owned(4);
 
         let (status, content_type, body) = server.get("/metrics").await;

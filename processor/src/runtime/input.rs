@@ -20,6 +20,7 @@ use super::telemetry::Telemetry;
 use super::topics::InputTopic;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{self, rejected_pipeline, Rejection};
 use crate::core::task::{source_of, Record};
 
@@ -136,7 +137,7 @@ pub(crate) async fn read_patiently(
                 let waited = since.elapsed().as_secs();
                 warn!(
                     topic = message.topic(),
-                    partition = message.partition(),
+                    partition = message.partition().number(),
                     offset = message.offset(),
                     error = %e,
                     "the schema registry answers, but not for this record: dead-lettered after {waited}s"
@@ -169,7 +170,7 @@ pub(crate) async fn read_patiently(
                 });
                 warn!(
                     topic = message.topic(),
-                    partition = message.partition(),
+                    partition = message.partition().number(),
                     offset = message.offset(),
                     error = %e,
                     "the record cannot be read until the schema registry answers; the batch waits"
@@ -186,8 +187,8 @@ impl Record for OwnedMessage {
         Message::topic(self)
     }
 
-    fn partition(&self) -> i32 {
-        Message::partition(self)
+    fn partition(&self) -> PartitionId {
+        PartitionId::new(Message::partition(self))
     }
 
     fn offset(&self) -> i64 {

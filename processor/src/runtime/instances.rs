@@ -26,6 +26,7 @@ use tracing::{debug, warn};
 use super::clock::Clock;
 use super::kafka::{self, Connection, RenewableProducer};
 use super::telemetry::Telemetry;
+use crate::core::partitioning::PartitionId;
 
 /// How often an instance says it is still there.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -53,7 +54,7 @@ pub struct Member {
     pub group: String,
     /// Base URL of its HTTP API, e.g. `http://sluice-0.sluice:9464`.
     pub url: String,
-    pub partitions: Vec<i32>,
+    pub partitions: Vec<PartitionId>,
     pub at: DateTime<Utc>,
 }
 
@@ -203,7 +204,7 @@ impl Directory {
 
     /// The live instance (other than this one) that says it owns `partition`; the newest
     /// claim wins while a rebalance moves it.
-    pub fn owner(&self, partition: i32, now: DateTime<Utc>) -> Option<Member> {
+    pub fn owner(&self, partition: PartitionId, now: DateTime<Utc>) -> Option<Member> {
         self.peers(now)
             .into_iter()
             .filter(|m| m.partitions.contains(&partition))
@@ -243,7 +244,7 @@ pub fn read_records(kafka: &Connection, topic: &str) -> anyhow::Result<Vec<(Stri
     let reader = kafka::reader(kafka, "sluice-instance-directory")?;
     let start = kafka::Start {
         topic: topic.to_string(),
-        partition: 0,
+        partition: PartitionId::new(0),
         offset: 0,
     };
     let records = kafka::read_span(&reader, &[start])?;
@@ -262,7 +263,7 @@ pub async fn run(
     topic: String,
     me: Member,
     directory: Arc<Directory>,
-    mut owned: watch::Receiver<Vec<i32>>,
+    mut owned: watch::Receiver<Vec<PartitionId>>,
     mut stopped: watch::Receiver<bool>,
     telemetry: Arc<Telemetry>,
 ) {
@@ -340,7 +341,13 @@ fn clients(kafka: &Connection, topic: &str) -> anyhow::Result<(RenewableProducer
     Ok((producer, consumer))
 }
 
-async fn publish(producer: &RenewableProducer, topic: &str, me: &Member, partitions: &[i32], at: DateTime<Utc>) {
+async fn publish(
+    producer: &RenewableProducer,
+    topic: &str,
+    me: &Member,
+    partitions: &[PartitionId],
+    at: DateTime<Utc>,
+) {
     let record = Member {
         partitions: partitions.to_vec(),
         at,
@@ -368,7 +375,7 @@ mod tests {
             instance: instance.into(),
             group: group.into(),
             url: "http://sluice-0:9464".into(),
-            partitions: vec![0],
+            partitions: vec![PartitionId::new(0)],
             at: now - chrono::TimeDelta::seconds(age),
         };
         let record = |m: Member| (m.instance.clone(), Some(m));
@@ -424,9 +431,18 @@ mod tests {
             instance: name.into(),
             group: group.into(),
             url: format!("http://{name}:9464"),
-            partitions: partitions.to_vec(),
+            partitions: partitions.iter().copied().map(PartitionId::new).collect(),
             at,
         }
+    }
+
+    #[test]
+    fn a_members_partitions_are_published_as_bare_numbers() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
+        let published = serde_json::to_value(member("a", "sluice", &[0, 2], at)).unwrap();
+        assert_eq!(published["partitions"], serde_json::json!([0, 2]));
+        let read: Member = serde_json::from_value(published).unwrap();
+        assert_eq!(read.partitions, [PartitionId::new(0), PartitionId::new(2)]);
     }
 
     #[test]
@@ -442,10 +458,14 @@ mod tests {
             Some(member("c", "sluice", &[1, 2], t0 + chrono::TimeDelta::seconds(5))),
         );
         let now = t0 + chrono::TimeDelta::seconds(10);
-        assert_eq!(d.owner(0, now), None, "this instance is not its own peer");
-        assert_eq!(d.owner(1, now).map(|m| m.instance), Some("c".into()));
         assert_eq!(
-            d.owner(2, now).map(|m| m.instance),
+            d.owner(PartitionId::new(0), now),
+            None,
+            "this instance is not its own peer"
+        );
+        assert_eq!(d.owner(PartitionId::new(1), now).map(|m| m.instance), Some("c".into()));
+        assert_eq!(
+            d.owner(PartitionId::new(2), now).map(|m| m.instance),
             Some("c".into()),
             "other groups ignored"
         );
@@ -456,7 +476,7 @@ mod tests {
         assert_eq!(d.peers(later).len(), 1);
         // A tombstone removes at once.
         d.apply("c", None);
-        assert_eq!(d.owner(1, now).map(|m| m.instance), Some("b".into()));
+        assert_eq!(d.owner(PartitionId::new(1), now).map(|m| m.instance), Some("b".into()));
     }
 
     #[test]

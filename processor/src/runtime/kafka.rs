@@ -18,6 +18,7 @@ use tracing::info;
 
 use super::msk_iam::{self, MskIam};
 use super::topics::{TopicDefinition, Topics};
+use crate::core::partitioning::PartitionId;
 
 pub const PARTITIONER: &str = "murmur2_random";
 
@@ -769,7 +770,7 @@ impl RenewableProducer {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: &[(&str, &[u8])],
-    ) -> Result<(i32, i64), ProduceError> {
+    ) -> Result<(PartitionId, i64), ProduceError> {
         self.send_to(topic, None, key, value, headers).await
     }
 
@@ -778,11 +779,11 @@ impl RenewableProducer {
     pub async fn send_to(
         &self,
         topic: &str,
-        partition: Option<i32>,
+        partition: Option<PartitionId>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: &[(&str, &[u8])],
-    ) -> Result<(i32, i64), ProduceError> {
+    ) -> Result<(PartitionId, i64), ProduceError> {
         let (producer, number) = {
             let current = self.lock();
             (current.producer.clone(), current.number)
@@ -799,7 +800,7 @@ impl RenewableProducer {
     }
 
     /// Notes the answer the producer numbered `number` had at `now`.
-    fn note(&self, number: u64, result: &Result<(i32, i64), ProduceError>, now: std::time::Instant) {
+    fn note(&self, number: u64, result: &Result<(PartitionId, i64), ProduceError>, now: std::time::Instant) {
         let mut current = self.lock();
         // An answer to a producer already replaced says nothing of the new one.
         if current.number != number {
@@ -1066,7 +1067,7 @@ pub async fn send(
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &[u8])],
-) -> Result<(i32, i64), ProduceError> {
+) -> Result<(PartitionId, i64), ProduceError> {
     send_to(producer, topic, None, key, value, headers).await
 }
 
@@ -1081,11 +1082,11 @@ pub fn fatal_error(producer: &Producer) -> Option<String> {
 pub async fn send_to(
     producer: &Producer,
     topic: &str,
-    partition: Option<i32>,
+    partition: Option<PartitionId>,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &[u8])],
-) -> Result<(i32, i64), ProduceError> {
+) -> Result<(PartitionId, i64), ProduceError> {
     let mut owned = OwnedHeaders::new();
     for (k, v) in headers {
         owned = owned.insert(Header {
@@ -1095,7 +1096,7 @@ pub async fn send_to(
     }
     let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(owned);
     if let Some(p) = partition {
-        record = record.partition(p);
+        record = record.partition(p.number());
     }
     if let Some(k) = key {
         record = record.key(k);
@@ -1111,14 +1112,14 @@ pub async fn send_to(
             source,
             fatal: fatal_error(producer).map(String::into_boxed_str),
         })?;
-    Ok((delivery.partition, delivery.offset))
+    Ok((PartitionId::new(delivery.partition), delivery.offset))
 }
 
 /// Where one partition's read starts, for [`read_span`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
     pub topic: String,
-    pub partition: i32,
+    pub partition: PartitionId,
     /// The first offset to read; below the retained range means the oldest retained record.
     pub offset: i64,
 }
@@ -1140,13 +1141,13 @@ pub fn read_span(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage
 
 fn read_assigned(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage>> {
     let mut list = TopicPartitionList::new();
-    let mut ends: BTreeMap<(String, i32), (i64, bool)> = BTreeMap::new();
+    let mut ends: BTreeMap<(String, PartitionId), (i64, bool)> = BTreeMap::new();
     for s in starts {
         let (low, high) = consumer
             .range(&s.topic, s.partition)
             .with_context(|| format!("reading the offsets of {}/{}", s.topic, s.partition))?;
         let start = s.offset.clamp(low, high);
-        list.add_partition_offset(&s.topic, s.partition, Offset::Offset(start))?;
+        list.add_partition_offset(&s.topic, s.partition.number(), Offset::Offset(start))?;
         ends.insert((s.topic.clone(), s.partition), (high, start >= high));
     }
     consumer.assign(&list).context("assigning the partitions to read")?;
@@ -1160,7 +1161,7 @@ fn read_assigned(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage
             Some(message) => {
                 idle = 0;
                 let message = message.context("reading records")?;
-                if let Some(end) = ends.get_mut(&(message.topic().to_string(), message.partition())) {
+                if let Some(end) = ends.get_mut(&(message.topic().to_string(), PartitionId::new(message.partition()))) {
                     end.1 |= message.offset() + 1 >= end.0;
                 }
                 records.push(message.detach());
@@ -1169,9 +1170,10 @@ fn read_assigned(consumer: &Reader, starts: &[Start]) -> Result<Vec<OwnedMessage
                 idle += 1;
                 if let Ok(positions) = consumer.position() {
                     for e in positions.elements() {
-                        if let (Offset::Offset(o), Some(end)) =
-                            (e.offset(), ends.get_mut(&(e.topic().to_string(), e.partition())))
-                        {
+                        if let (Offset::Offset(o), Some(end)) = (
+                            e.offset(),
+                            ends.get_mut(&(e.topic().to_string(), PartitionId::new(e.partition()))),
+                        ) {
                             end.1 |= o >= end.0;
                         }
                     }
@@ -1269,11 +1271,11 @@ impl Reader {
 
     /// Where `topic`'s partition `p` starts and where it ends: its low and high watermarks,
     /// except that on tansu it starts at 0 (see [`Quirks::Tansu`]).
-    pub fn range(&self, topic: &str, p: i32) -> Result<(i64, i64), KafkaError> {
+    pub fn range(&self, topic: &str, p: PartitionId) -> Result<(i64, i64), KafkaError> {
         // A reader kept between reads (the page's recent events) serves no token requests
         // while idle: it gets a fresh token before it asks the brokers again.
         self.consumer.context().tokens.sign_in(self.consumer.client());
-        let (low, high) = self.consumer.fetch_watermarks(topic, p, METADATA_TIMEOUT)?;
+        let (low, high) = self.consumer.fetch_watermarks(topic, p.number(), METADATA_TIMEOUT)?;
         Ok((self.quirks.first_offset(low), high))
     }
 }
@@ -1545,7 +1547,7 @@ mod tests {
         assert!(shown.contains("SASL_SSL") && shown.contains("[redacted]"), "{shown}");
     }
 
-    fn refused() -> Result<(i32, i64), ProduceError> {
+    fn refused() -> Result<(PartitionId, i64), ProduceError> {
         Err(ProduceError {
             topic: "t".into(),
             source: KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced),
@@ -1571,7 +1573,7 @@ mod tests {
         }
         assert_eq!(number(), 0);
         // An accepted record ends the run of refusals.
-        producer.note(0, &Ok((0, 1)), at(500));
+        producer.note(0, &Ok((PartitionId::new(0), 1)), at(500));
         producer.note(0, &refused(), at(600));
         producer.note(0, &refused(), at(1_200));
         assert_eq!(number(), 0, "the run began again at 600 ms");

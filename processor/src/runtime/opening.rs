@@ -33,6 +33,7 @@ use super::store::{PartitionStore, StoreBatch, StoredTimer};
 use super::telemetry::Telemetry;
 use crate::core::changelog::{Checked, Writer};
 use crate::core::lifecycle::Effect;
+use crate::core::partitioning::PartitionId;
 use crate::runtime::backoff::Backoff;
 
 /// Restores running at once: each holds a consumer with its fetch buffers.
@@ -61,7 +62,7 @@ pub struct Opened {
 #[error("partition {partition} of {topic} ends at offset {end}, but its state says it applied up to offset {applied}: the topic was recreated (or lost records), and its new records would be skipped as already applied. Stop every instance, then rebuild the state with `sluice reset --from-scratch`, or delete the state directories and the changelog too if the old state is not wanted")]
 pub struct InputAhead {
     pub topic: String,
-    pub partition: i32,
+    pub partition: PartitionId,
     pub applied: i64,
     pub end: i64,
 }
@@ -69,7 +70,7 @@ pub struct InputAhead {
 /// The revocation of a partition stopped its opening.
 #[derive(Debug, thiserror::Error)]
 #[error("partition {0} was revoked while it was being opened")]
-pub struct Cancelled(pub i32);
+pub struct Cancelled(pub PartitionId);
 
 struct Task {
     cancelled: Arc<AtomicBool>,
@@ -84,11 +85,11 @@ pub struct Openings {
     control: kafka::RenewableProducer,
     telemetry: Arc<Telemetry>,
     restores: Arc<Semaphore>,
-    tasks: BTreeMap<i32, Task>,
+    tasks: BTreeMap<PartitionId, Task>,
     /// Per (input topic, partition) being opened, the first offset delivered and skipped.
-    skipped: BTreeMap<(String, i32), i64>,
-    results: UnboundedReceiver<(i32, Result<Opened>)>,
-    sender: UnboundedSender<(i32, Result<Opened>)>,
+    skipped: BTreeMap<(String, PartitionId), i64>,
+    results: UnboundedReceiver<(PartitionId, Result<Opened>)>,
+    sender: UnboundedSender<(PartitionId, Result<Opened>)>,
 }
 
 impl Openings {
@@ -111,12 +112,12 @@ impl Openings {
     }
 
     /// Whether `p` is being opened for this owner (not merely finishing a cancelled task).
-    pub fn contains(&self, p: i32) -> bool {
+    pub fn contains(&self, p: PartitionId) -> bool {
         self.tasks.get(&p).is_some_and(|t| !t.cancelled.load(Ordering::Relaxed))
     }
 
     /// Starts opening `p`, unless it already is.
-    pub fn start(&mut self, p: i32) {
+    pub fn start(&mut self, p: PartitionId) {
         match self.tasks.get_mut(&p) {
             Some(task) if task.cancelled.load(Ordering::Relaxed) => task.again = true,
             Some(_) => {}
@@ -124,7 +125,7 @@ impl Openings {
         }
     }
 
-    fn spawn(&mut self, p: i32) {
+    fn spawn(&mut self, p: PartitionId) {
         let cancelled = Arc::new(AtomicBool::new(false));
         let opening = Opening {
             settings: self.settings.clone(),
@@ -155,7 +156,7 @@ impl Openings {
     /// input topics whose partition `p` was paused meanwhile: librdkafka keeps a pause
     /// across a revocation, so the caller resumes them (assigned here again, they must be
     /// read).
-    pub fn cancel(&mut self, p: i32) -> Vec<String> {
+    pub fn cancel(&mut self, p: PartitionId) -> Vec<String> {
         if let Some(task) = self.tasks.get_mut(&p) {
             task.cancelled.store(true, Ordering::Relaxed);
             task.again = false;
@@ -165,7 +166,7 @@ impl Openings {
 
     /// Stops every opening (the processor is stopping).
     pub fn cancel_all(&mut self) {
-        let ps: Vec<i32> = self.tasks.keys().copied().collect();
+        let ps: Vec<PartitionId> = self.tasks.keys().copied().collect();
         for p in ps {
             self.cancel(p);
         }
@@ -174,7 +175,7 @@ impl Openings {
     /// Notes that an input record of `p` was delivered while `p` is being opened: it is
     /// read again from there once `p` is open. True for the first of its topic-partition:
     /// the caller pauses that topic-partition until then (see the module's comment).
-    pub fn skip(&mut self, topic: &str, p: i32, offset: i64) -> bool {
+    pub fn skip(&mut self, topic: &str, p: PartitionId, offset: i64) -> bool {
         match self.skipped.get_mut(&(topic.to_string(), p)) {
             Some(first) => {
                 *first = (*first).min(offset);
@@ -189,7 +190,7 @@ impl Openings {
 
     /// The next opening to finish for this owner: a cancelled one's result is dropped here
     /// (its store closed), and its partition opened anew if it was assigned again.
-    pub async fn next(&mut self) -> (i32, Result<Opened>) {
+    pub async fn next(&mut self) -> (PartitionId, Result<Opened>) {
         loop {
             let (p, result) = self.results.recv().await.expect("the sender lives in self");
             let Some(task) = self.tasks.remove(&p) else { continue };
@@ -205,7 +206,7 @@ impl Openings {
 
     /// The first offsets of `p`'s input delivered while it was being opened: the
     /// topic-partitions paused since, to resume and read again from there.
-    pub fn take_skipped(&mut self, p: i32) -> Vec<(String, i64)> {
+    pub fn take_skipped(&mut self, p: PartitionId) -> Vec<(String, i64)> {
         let taken: Vec<(String, i64)> = self
             .skipped
             .iter()
@@ -239,9 +240,15 @@ fn tail_reader(kafka: &kafka::Connection) -> anyhow::Result<kafka::Reader> {
 /// record (`end` - 1, or `low`) on: `false` once the reader reaches the partition's end
 /// without one; an error (retried) when the broker does not answer. Reading, not the
 /// watermark alone, decides: tansu 0.6 reports the end of a multi-record batch short.
-fn holds(reader: &kafka::Reader, topic: &str, p: i32, (low, end): (i64, i64), offset: i64) -> anyhow::Result<bool> {
+fn holds(
+    reader: &kafka::Reader,
+    topic: &str,
+    p: PartitionId,
+    (low, end): (i64, i64),
+    offset: i64,
+) -> anyhow::Result<bool> {
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, p, Offset::Offset((end - 1).max(low)))?;
+    list.add_partition_offset(topic, p.number(), Offset::Offset((end - 1).max(low)))?;
     reader.assign(&list).context("assigning the input partition")?;
     let deadline = std::time::Instant::now() + CONFIRM_WITHIN;
     while std::time::Instant::now() < deadline {
@@ -274,7 +281,7 @@ struct Opening {
     settings: Arc<Settings>,
     control: kafka::RenewableProducer,
     telemetry: Arc<Telemetry>,
-    partition: i32,
+    partition: PartitionId,
     cancelled: Arc<AtomicBool>,
 }
 
@@ -499,7 +506,7 @@ impl Opening {
         let Error::Transient(e) = e else {
             return Err(e);
         };
-        warn!(partition = self.partition, error = %format!("{e:#}"), "{what} failed; retrying (the other partitions go on meanwhile)");
+        warn!(partition = self.partition.number(), error = %format!("{e:#}"), "{what} failed; retrying (the other partitions go on meanwhile)");
         backoff.wait().await;
         Ok(())
     }

@@ -57,6 +57,7 @@ use super::topics::Topics;
 use crate::core::batch::Action;
 use crate::core::changelog::Checked;
 use crate::core::lifecycle::Settings as DeciderSettings;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::{self, origin_of, Record, Staged, Take, Task};
 
 /// What a crash may cost, and what the broker must support.
@@ -260,7 +261,7 @@ impl Processor {
     }
 
     /// The owned partitions, as they change.
-    pub fn owned_partitions(&self) -> watch::Receiver<Vec<i32>> {
+    pub fn owned_partitions(&self) -> watch::Receiver<Vec<PartitionId>> {
         self.read_models.owned_partitions()
     }
 
@@ -454,7 +455,7 @@ impl Processor {
 
     /// Installs a partition opened in the background (see [`TaskManager::opened`]), then
     /// writes its repairs and settles its journaled triggers.
-    async fn opened(&mut self, p: i32, result: Result<Opened, runtime_error::Error>) -> Result<()> {
+    async fn opened(&mut self, p: PartitionId, result: Result<Opened, runtime_error::Error>) -> Result<()> {
         if self.tasks.opened(&self.consumer, p, result, self.time.now())? {
             self.read_models.opened(p);
         }
@@ -505,7 +506,7 @@ impl Processor {
             let Some(kind) = self.settings.topics.input_kind(topic) else {
                 continue;
             };
-            let (role, assigned) = (kind.role(), owned.find_partition(topic, p).is_some());
+            let (role, assigned) = (kind.role(), owned.find_partition(topic, p.number()).is_some());
             let task = &mut self.tasks.task;
             let take = match task.take(&mut staged, message, role, assigned, now)? {
                 Take::CheckMark(mark) => {
@@ -604,7 +605,7 @@ impl Processor {
                     if let Some(Checked::Owner { stale: 1.. }) =
                         sealed.flush.on_read(entries.as_deref(), &mut self.tasks.task.writers())
                     {
-                        warn!(partition, ?ranges, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
+                        warn!(partition = partition.number(), ?ranges, "another writer wrote to this partition's changelog: its writes do not count, and are written over with the next batch");
                     }
                 }
                 Action::ReadEnd { partition } => {

@@ -14,6 +14,7 @@ use super::store::PartitionStore;
 use super::summaries::Summaries;
 use super::telemetry::Telemetry;
 use crate::core::events::Event;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::{Learned, Task};
 
 pub struct ReadModels {
@@ -25,7 +26,7 @@ pub struct ReadModels {
     /// topic is not partitioned like the inputs.
     tail: Option<TailReader>,
     /// The owned partitions, for the instance directory.
-    owned: watch::Sender<Vec<i32>>,
+    owned: watch::Sender<Vec<PartitionId>>,
     telemetry: Arc<Telemetry>,
 }
 
@@ -41,12 +42,12 @@ impl ReadModels {
     }
 
     /// The owned partitions, as they change.
-    pub fn owned_partitions(&self) -> watch::Receiver<Vec<i32>> {
+    pub fn owned_partitions(&self) -> watch::Receiver<Vec<PartitionId>> {
         self.owned.subscribe()
     }
 
     /// The next partition's recent events read back from the events topic.
-    pub async fn tail_loaded(&mut self) -> Option<(i32, Vec<Event>)> {
+    pub async fn tail_loaded(&mut self) -> Option<(PartitionId, Vec<Event>)> {
         self.tail.as_mut()?.loaded.recv().await
     }
 
@@ -56,7 +57,7 @@ impl ReadModels {
     }
 
     /// Partition `p` was opened: its recent events are read back.
-    pub fn opened(&self, p: i32) {
+    pub fn opened(&self, p: PartitionId) {
         if let Some(tail) = &self.tail {
             tail.read(p);
         }

@@ -13,14 +13,15 @@ use tracing::{info, warn};
 use super::effects::InFlight;
 use super::kafka;
 use super::telemetry::Telemetry;
+use crate::core::partitioning::PartitionId;
 
 /// Partition ownership changes, reported by librdkafka during polls.
 pub enum Ownership {
-    Assigned(Vec<i32>),
+    Assigned(Vec<PartitionId>),
     /// `lost`: taken away, not handed over (the session expired: the process was paused or
     /// cut off for longer than `session.timeout.ms`).
     Revoked {
-        partitions: Vec<i32>,
+        partitions: Vec<PartitionId>,
         lost: bool,
     },
 }
@@ -49,15 +50,20 @@ impl ClientContext for RebalanceContext {
             for p in t.partitions.values() {
                 // -1: not measured (a partition not owned, or not yet fetched from).
                 if p.partition >= 0 && p.consumer_lag >= 0 {
-                    self.telemetry.consumer_lag(topic, p.partition, p.consumer_lag);
+                    self.telemetry
+                        .consumer_lag(topic, PartitionId::new(p.partition), p.consumer_lag);
                 }
             }
         }
     }
 }
 
-fn partitions_of(list: &TopicPartitionList) -> Vec<i32> {
-    let mut ps: Vec<i32> = list.elements().iter().map(|e| e.partition()).collect();
+fn partitions_of(list: &TopicPartitionList) -> Vec<PartitionId> {
+    let mut ps: Vec<PartitionId> = list
+        .elements()
+        .iter()
+        .map(|e| PartitionId::new(e.partition()))
+        .collect();
     ps.sort_unstable();
     ps.dedup();
     ps

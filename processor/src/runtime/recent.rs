@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 use super::codec::{Codec, Family};
 use super::kafka::{self, Connection};
 use crate::core::events::Event;
+use crate::core::partitioning::PartitionId;
 
 /// Events shown per pipeline (enough for a day's timeline of an execution).
 pub const PER_PIPELINE: usize = 50;
@@ -78,15 +79,15 @@ impl RecentEvents {
 /// Reads the tail of events-topic partitions in the background: ask with [`TailReader::read`],
 /// collect from [`TailReader::loaded`].
 pub struct TailReader {
-    requests: UnboundedSender<i32>,
-    pub loaded: UnboundedReceiver<(i32, Vec<Event>)>,
+    requests: UnboundedSender<PartitionId>,
+    pub loaded: UnboundedReceiver<(PartitionId, Vec<Event>)>,
 }
 
 impl TailReader {
     /// Starts the reader's task. The events topic must be partitioned like the inputs: its
     /// partition `p` then holds exactly the events of input partition `p`'s pipelines.
     pub fn start(kafka: Connection, topic: String, codec: Codec) -> TailReader {
-        let (requests, mut asked) = unbounded_channel::<i32>();
+        let (requests, mut asked) = unbounded_channel::<PartitionId>();
         let (done, loaded) = unbounded_channel();
         tokio::spawn(async move {
             let mut consumer: Option<kafka::Reader> = None;
@@ -116,11 +117,11 @@ impl TailReader {
                 let events = match messages {
                     Ok(messages) => decode(&codec, &messages).await,
                     Err(e) => {
-                        warn!(partition = p, error = %format!("{e:#}"), "could not read recent events back for the page; its timelines start empty");
+                        warn!(partition = p.number(), error = %format!("{e:#}"), "could not read recent events back for the page; its timelines start empty");
                         continue;
                     }
                 };
-                debug!(partition = p, events = events.len(), "recent events read back");
+                debug!(partition = p.number(), events = events.len(), "recent events read back");
                 if done.send((p, events)).is_err() {
                     return;
                 }
@@ -130,13 +131,13 @@ impl TailReader {
     }
 
     /// Asks for partition `p`'s tail.
-    pub fn read(&self, p: i32) {
+    pub fn read(&self, p: PartitionId) {
         let _ = self.requests.send(p);
     }
 }
 
 /// The last [`TAIL`] records of the partition, or none when it is empty.
-fn read_tail(consumer: &kafka::Reader, topic: &str, p: i32) -> Result<Vec<rdkafka::message::OwnedMessage>> {
+fn read_tail(consumer: &kafka::Reader, topic: &str, p: PartitionId) -> Result<Vec<rdkafka::message::OwnedMessage>> {
     let (low, high) = consumer.range(topic, p)?;
     if high <= low {
         return Ok(Vec::new());

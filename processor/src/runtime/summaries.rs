@@ -11,33 +11,34 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use super::store::PartitionStore;
+use crate::core::partitioning::PartitionId;
 use crate::core::status::{self, PipelineSummary};
 
 #[derive(Default)]
 pub struct Summaries {
     /// Per owned partition whose list was asked for, its pipelines' summaries by id.
-    partitions: BTreeMap<i32, BTreeMap<String, Arc<PipelineSummary>>>,
+    partitions: BTreeMap<PartitionId, BTreeMap<String, Arc<PipelineSummary>>>,
     /// Pipelines changed since they were summarized.
-    stale: BTreeSet<(i32, String)>,
+    stale: BTreeSet<(PartitionId, String)>,
 }
 
 impl Summaries {
     /// A batch changed (or deleted) the pipeline's state in partition `p`.
-    pub fn changed(&mut self, p: i32, pipeline: &str) {
+    pub fn changed(&mut self, p: PartitionId, pipeline: &str) {
         if self.partitions.contains_key(&p) {
             self.stale.insert((p, pipeline.to_string()));
         }
     }
 
     /// Partition `p` is no longer owned.
-    pub fn forget(&mut self, p: i32) {
+    pub fn forget(&mut self, p: PartitionId) {
         self.partitions.remove(&p);
         self.stale.retain(|(q, _)| *q != p);
     }
 
     /// Every pipeline of the stores, summarized as the stores hold it now (shared: a list
     /// copies pointers, not summaries).
-    pub fn all(&mut self, stores: &BTreeMap<i32, &PartitionStore>) -> Result<Vec<Arc<PipelineSummary>>> {
+    pub fn all(&mut self, stores: &BTreeMap<PartitionId, &PartitionStore>) -> Result<Vec<Arc<PipelineSummary>>> {
         for (p, id) in std::mem::take(&mut self.stale) {
             let (Some(store), Some(summaries)) = (stores.get(&p), self.partitions.get_mut(&p)) else {
                 continue;
@@ -84,7 +85,7 @@ mod tests {
     }
 
     /// The stores as the processor lends them.
-    fn lent(stores: &BTreeMap<i32, PartitionStore>) -> BTreeMap<i32, &PartitionStore> {
+    fn lent(stores: &BTreeMap<PartitionId, PartitionStore>) -> BTreeMap<PartitionId, &PartitionStore> {
         stores.iter().map(|(p, s)| (*p, s)).collect()
     }
 
@@ -95,21 +96,22 @@ mod tests {
     #[test]
     fn the_list_follows_changed_pipelines_and_owned_partitions() {
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let (p0, p1) = (PartitionId::new(0), PartitionId::new(1));
         let mut stores = BTreeMap::new();
-        stores.insert(0, PartitionStore::open(dirs[0].path(), 0).unwrap());
-        stores.insert(1, PartitionStore::open(dirs[1].path(), 1).unwrap());
-        write(stores.get_mut(&0).unwrap(), "a", Some(PipelineState::default()));
-        write(stores.get_mut(&1).unwrap(), "b", Some(PipelineState::default()));
+        stores.insert(p0, PartitionStore::open(dirs[0].path(), p0).unwrap());
+        stores.insert(p1, PartitionStore::open(dirs[1].path(), p1).unwrap());
+        write(stores.get_mut(&p0).unwrap(), "a", Some(PipelineState::default()));
+        write(stores.get_mut(&p1).unwrap(), "b", Some(PipelineState::default()));
         let mut summaries = Summaries::default();
-        summaries.changed(0, "a");
+        summaries.changed(p0, "a");
         assert!(summaries.stale.is_empty(), "nothing is tracked before the first list");
         assert_eq!(ids(&summaries.all(&lent(&stores)).unwrap()), ["a", "b"]);
 
         // A new pipeline and a deleted one, as batches report them.
-        write(stores.get_mut(&0).unwrap(), "c", Some(PipelineState::default()));
-        summaries.changed(0, "c");
-        write(stores.get_mut(&1).unwrap(), "b", None);
-        summaries.changed(1, "b");
+        write(stores.get_mut(&p0).unwrap(), "c", Some(PipelineState::default()));
+        summaries.changed(p0, "c");
+        write(stores.get_mut(&p1).unwrap(), "b", None);
+        summaries.changed(p1, "b");
         assert_eq!(ids(&summaries.all(&lent(&stores)).unwrap()), ["a", "c"]);
 
         // A changed state is summarized again.
@@ -119,14 +121,14 @@ mod tests {
             timer: TimerKind::CronTick,
             at: chrono::DateTime::UNIX_EPOCH,
         });
-        write(stores.get_mut(&0).unwrap(), "a", Some(timed));
-        summaries.changed(0, "a");
+        write(stores.get_mut(&p0).unwrap(), "a", Some(timed));
+        summaries.changed(p0, "a");
         assert!(summaries.all(&lent(&stores)).unwrap()[0].next_timer.is_some());
 
         // A revoked partition's pipelines leave the list.
-        stores.remove(&0);
-        summaries.forget(0);
+        stores.remove(&p0);
+        summaries.forget(p0);
         assert!(summaries.all(&lent(&stores)).unwrap().is_empty());
-        assert!(!summaries.partitions.contains_key(&0));
+        assert!(!summaries.partitions.contains_key(&p0));
     }
 }

@@ -25,6 +25,7 @@ use super::telemetry::Telemetry;
 use super::topics::Topics;
 use crate::core::changelog::Entry;
 use crate::core::ownership::{self, OnOpened, OnRevoked};
+use crate::core::partitioning::PartitionId;
 use crate::core::task::{Opening, Staged, Task};
 
 type Consumed = StreamConsumer<RebalanceContext>;
@@ -71,7 +72,7 @@ impl TaskManager {
             Ownership::Revoked { partitions, lost } => {
                 self.telemetry.rebalanced("revoked");
                 // Only a lost partition is worth the read.
-                let fenced: Vec<i32> = (partitions.iter().copied())
+                let fenced: Vec<PartitionId> = (partitions.iter().copied())
                     .filter(|p| self.task.is_open(*p))
                     .filter(|p| {
                         let fenced = lost.then(|| self.fenced_since_last_write(*p)).flatten();
@@ -86,7 +87,7 @@ impl TaskManager {
                     resume_input(consumer, p, &paused)?;
                     self.telemetry.partition_revoked(p, &self.topics.inputs());
                     if self.task.revoked(p).is_some() {
-                        info!(partition = p, "partition revoked: state closed");
+                        info!(partition = p.number(), "partition revoked: state closed");
                     }
                 }
             }
@@ -97,7 +98,7 @@ impl TaskManager {
     /// Starts opening assigned partition `p` in the background. Its input is not paused
     /// here (that races librdkafka's start of the fetcher: see [`super::opening`]); what
     /// of it is delivered meanwhile is skipped ([`TaskManager::skip`]).
-    pub fn open(&mut self, p: i32) {
+    pub fn open(&mut self, p: PartitionId) {
         if !self.task.is_open(p) && !self.openings.contains(p) {
             self.openings.start(p);
         }
@@ -106,11 +107,11 @@ impl TaskManager {
     /// A record of partition `p`, still being opened, was delivered: it is skipped, and
     /// read again once `p` is open. Its fetcher has started (it delivered): pausing its
     /// topic-partition now is safe.
-    pub fn skip(&mut self, consumer: &Consumed, topic: &str, p: i32, offset: i64) -> Result<()> {
+    pub fn skip(&mut self, consumer: &Consumed, topic: &str, p: PartitionId, offset: i64) -> Result<()> {
         self.open(p);
         if self.openings.skip(topic, p, offset) {
             let mut list = TopicPartitionList::new();
-            list.add_partition(topic, p);
+            list.add_partition(topic, p.number());
             (consumer.pause(&list)).with_context(|| format!("pausing {topic} partition {p} while it is opened"))?;
         }
         Ok(())
@@ -122,7 +123,7 @@ impl TaskManager {
     pub fn opened(
         &mut self,
         consumer: &Consumed,
-        p: i32,
+        p: PartitionId,
         result: Result<Opened, runtime_error::Error>,
         now: DateTime<Utc>,
     ) -> Result<bool> {
@@ -136,7 +137,7 @@ impl TaskManager {
             fenced,
         } = result.map_err(|e| anyhow::Error::new(e).context(format!("opening partition {p}")))?;
         let assigned = !consumer.assignment_lost()
-            && (consumer.assignment().ok()).is_some_and(|a| a.find_partition(&self.topics.jobs, p).is_some());
+            && (consumer.assignment().ok()).is_some_and(|a| a.find_partition(&self.topics.jobs, p.number()).is_some());
         let outcome = ownership::on_opened(assigned, fenced);
         if outcome != OnOpened::Install {
             // Left to the new owner, not read here; but assigned here again, it must be.
@@ -146,7 +147,7 @@ impl TaskManager {
             resume_input(consumer, p, &paused)?;
             self.task.not_installed(p, store, outcome == OnOpened::Zombie)?;
             warn!(
-                partition = p,
+                partition = p.number(),
                 "partition opened after it was revoked or the assignment was lost: left to its new owner"
             );
             return Ok(false);
@@ -163,16 +164,16 @@ impl TaskManager {
         };
         let left = self.task.install(p, opening, now);
         for (run_id, until) in &left {
-            debug!(partition = p, %run_id, until = %until,
+            debug!(partition = p.number(), %run_id, until = %until,
                 "a journaled trigger's call may still be under way at the previous owner: it is left to it until its release, a report, or its deadline");
         }
         // One line, not one per trigger: a crash in a busy hour leaves tens of thousands.
         if let Some(latest) = left.iter().map(|(_, until)| until).max() {
-            info!(partition = p, triggers = left.len(), latest = %latest,
+            info!(partition = p.number(), triggers = left.len(), latest = %latest,
                 "journaled triggers whose calls may still be under way at the previous owner: each is left to it until its release, a report, or its deadline");
         }
         info!(
-            partition = p,
+            partition = p.number(),
             timers = timers_found,
             restored_records = restored.records,
             restore_seconds = format!("{:.3}", restored.seconds),
@@ -204,13 +205,13 @@ impl TaskManager {
             let (others, end) = match read {
                 Ok(read) => read,
                 Err(e) => {
-                    warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to look for other writers; trying again later");
+                    warn!(partition = p.number(), error = %format!("{e:#}"), "could not read the changelog to look for other writers; trying again later");
                     continue;
                 }
             };
             let stale = self.task.watched(p, &others, end)?;
             if stale > 0 {
-                warn!(partition = p, keys = stale, "another writer (a zombie, or a crashed batch) wrote to this partition's changelog since this owner's last write: those keys are written again");
+                warn!(partition = p.number(), keys = stale, "another writer (a zombie, or a crashed batch) wrote to this partition's changelog since this owner's last write: those keys are written again");
             }
         }
         Ok(())
@@ -220,7 +221,12 @@ impl TaskManager {
     /// `ranges`. Fails closed: until the records are read, nobody can tell whether they hold a
     /// newer owner's fence, so the batch waits (nothing of it is written or started). `None`:
     /// the assignment was lost meanwhile (an outage, or a pause).
-    pub async fn read_changelog(&self, consumer: &Consumed, p: i32, ranges: &[Range<i64>]) -> Option<Vec<Entry>> {
+    pub async fn read_changelog(
+        &self,
+        consumer: &Consumed,
+        p: PartitionId,
+        ranges: &[Range<i64>],
+    ) -> Option<Vec<Entry>> {
         let topic = &self.topics.changelog;
         let what = format!("another writer's changelog records in {ranges:?}");
         while_owned(consumer, p, &what, || {
@@ -232,9 +238,9 @@ impl TaskManager {
     /// Where changelog partition `p` ends (its high watermark), asked when the batch's records
     /// there were acknowledged without an offset that places them (see
     /// `core::changelog::Writer::places`). Waits as [`TaskManager::read_changelog`] does.
-    pub async fn changelog_end(&self, consumer: &Consumed, p: i32) -> Option<i64> {
+    pub async fn changelog_end(&self, consumer: &Consumed, p: PartitionId) -> Option<i64> {
         let topic = &self.topics.changelog;
-        let end = || Ok(consumer.fetch_watermarks(topic, p, kafka::METADATA_TIMEOUT)?.1);
+        let end = || Ok(consumer.fetch_watermarks(topic, p.number(), kafka::METADATA_TIMEOUT)?.1);
         while_owned(consumer, p, "where the changelog ends", end).await
     }
 
@@ -246,19 +252,19 @@ impl TaskManager {
             return Ok(Staged::default());
         }
         let jobs = &self.topics.jobs;
-        let positions: BTreeMap<i32, i64> = (consumer.position().ok())
+        let positions: BTreeMap<PartitionId, i64> = (consumer.position().ok())
             .map(|list| {
                 (list.elements_for_topic(jobs).iter())
-                    .filter_map(|e| Some((e.partition(), e.offset().to_raw()?)))
+                    .filter_map(|e| Some((PartitionId::new(e.partition()), e.offset().to_raw()?)))
                     .collect()
             })
             .unwrap_or_default();
         let poll = self.task.poll_triggers(now, jobs, &positions);
         for (p, run_id) in &poll.measure {
-            match tokio::task::block_in_place(|| consumer.fetch_watermarks(jobs, *p, kafka::METADATA_TIMEOUT)) {
+            match tokio::task::block_in_place(|| consumer.fetch_watermarks(jobs, p.number(), kafka::METADATA_TIMEOUT)) {
                 Ok((_, end)) => self.task.jobs_end_measured(*p, run_id, end, now),
                 Err(e) => {
-                    warn!(partition = p, error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
+                    warn!(partition = p.number(), error = %e, "could not read where the jobs topic ends: the journaled trigger waits")
                 }
             }
         }
@@ -267,13 +273,17 @@ impl TaskManager {
         }
         // Nothing is started for a partition this instance may have lost: a process paused
         // while it opened one wakes with journaled triggers its new owner requests already.
-        let assigned: BTreeSet<i32> = match consumer.assignment_lost() {
+        let assigned: BTreeSet<PartitionId> = match consumer.assignment_lost() {
             true => BTreeSet::new(),
             false => (consumer.assignment().ok())
-                .map(|a| a.elements_for_topic(jobs).iter().map(|e| e.partition()).collect())
+                .map(|a| {
+                    (a.elements_for_topic(jobs).iter())
+                        .map(|e| PartitionId::new(e.partition()))
+                        .collect()
+                })
                 .unwrap_or_default(),
         };
-        let fences: BTreeMap<i32, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
+        let fences: BTreeMap<PartitionId, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
             .map(|p| (p, self.fenced_since_last_write(p)))
             .collect();
         Ok(self.task.settle_triggers(poll.due, now, &assigned, &fences)?)
@@ -283,7 +293,7 @@ impl TaskManager {
     /// record. Asked before anything is started for `p` outside a batch (a journaled
     /// trigger, a revocation): a batch sees a fence among its own writes, but nothing else
     /// would. `None`: the changelog could not be read.
-    fn fenced_since_last_write(&self, p: i32) -> Option<bool> {
+    fn fenced_since_last_write(&self, p: PartitionId) -> Option<bool> {
         let Some(from) = self.task.changelog_next(p) else {
             return Some(false);
         };
@@ -291,7 +301,7 @@ impl TaskManager {
         match tokio::task::block_in_place(|| changelog::read_since(&self.kafka, topic, p, from)) {
             Ok((entries, _)) => Some(self.task.fenced_by(p, &entries)),
             Err(e) => {
-                warn!(partition = p, error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
+                warn!(partition = p.number(), error = %format!("{e:#}"), "could not read the changelog to check for a newer owner: journaled triggers wait");
                 None
             }
         }
@@ -300,13 +310,13 @@ impl TaskManager {
 
 /// Resumes the input topics of partition `p` paused while it was being opened, each read
 /// again from its offset when one is given.
-fn resume_input(consumer: &Consumed, p: i32, paused: &[(String, Option<i64>)]) -> Result<()> {
+fn resume_input(consumer: &Consumed, p: PartitionId, paused: &[(String, Option<i64>)]) -> Result<()> {
     if paused.is_empty() {
         return Ok(());
     }
     let mut list = TopicPartitionList::new();
     for (topic, _) in paused {
-        list.add_partition(topic, p);
+        list.add_partition(topic, p.number());
     }
     tokio::task::block_in_place(|| -> Result<()> {
         consumer
@@ -315,7 +325,7 @@ fn resume_input(consumer: &Consumed, p: i32, paused: &[(String, Option<i64>)]) -
         for (topic, offset) in paused {
             let Some(offset) = offset else { continue };
             consumer
-                .seek(topic, p, Offset::Offset(*offset), kafka::METADATA_TIMEOUT)
+                .seek(topic, p.number(), Offset::Offset(*offset), kafka::METADATA_TIMEOUT)
                 .with_context(|| format!("reading {topic} partition {p} again from offset {offset}"))?;
         }
         Ok(())
@@ -324,14 +334,19 @@ fn resume_input(consumer: &Consumed, p: i32, paused: &[(String, Option<i64>)]) -
 
 /// Reads with `read` until it answers, waiting out a broker that does not (the batch waits:
 /// nothing of it is written or started meanwhile); `None` once the assignment is lost.
-async fn while_owned<T>(consumer: &Consumed, p: i32, what: &str, mut read: impl FnMut() -> Result<T>) -> Option<T> {
+async fn while_owned<T>(
+    consumer: &Consumed,
+    p: PartitionId,
+    what: &str,
+    mut read: impl FnMut() -> Result<T>,
+) -> Option<T> {
     let mut backoff = Backoff::outage();
     loop {
         match tokio::task::block_in_place(&mut read) {
             Ok(read) => return Some(read),
             Err(_) if consumer.assignment_lost() => return None,
             Err(e) => {
-                warn!(partition = p, error = %format!("{e:#}"), "could not read {what}: the batch waits until it is read");
+                warn!(partition = p.number(), error = %format!("{e:#}"), "could not read {what}: the batch waits until it is read");
                 backoff.wait().await;
             }
         }

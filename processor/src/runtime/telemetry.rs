@@ -18,6 +18,7 @@ use super::instruments::{
     Counter, Gauge, Labels, PlainGauge, PlainSeconds, PlainSecondsGauge, Registrar, Seconds, SecondsGauge, UpDown,
 };
 use super::store::StateReads;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::Tallies;
 
 /// The content type of `prometheus-client`'s text encoder (OpenMetrics 1.0), which Prometheus
@@ -410,7 +411,7 @@ impl Telemetry {
     }
 
     /// The consumer's lag on one partition, as its client last measured it.
-    pub fn consumer_lag(&self, topic: &str, partition: i32, lag: i64) {
+    pub fn consumer_lag(&self, topic: &str, partition: PartitionId, lag: i64) {
         let labels = vec![("topic", topic.to_string()), ("partition", partition.to_string())];
         self.consumer_lag.set(labels, lag);
     }
@@ -449,7 +450,7 @@ impl Telemetry {
     /// Progress of the partition's state restore so far (records replayed, records still to
     /// replay, seconds spent); called repeatedly while restoring, the last call leaves the
     /// totals.
-    pub fn restore_progress(&self, partition: i32, records: u64, remaining: u64, seconds: f64) {
+    pub fn restore_progress(&self, partition: PartitionId, records: u64, remaining: u64, seconds: f64) {
         let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.restore_records.set(partition_label(partition), as_i64(records));
         self.restore_remaining
@@ -490,14 +491,14 @@ impl Telemetry {
         }
     }
 
-    pub fn state_size(&self, partition: i32, bytes: u64) {
+    pub fn state_size(&self, partition: PartitionId, bytes: u64) {
         self.state_bytes
             .set(partition_label(partition), i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// A partition let go: its series (lag per input topic, restore, state size) go too,
     /// so that dashboards and alerts do not read a former owner's last values.
-    pub fn partition_revoked(&self, partition: i32, topics: &[&str]) {
+    pub fn partition_revoked(&self, partition: PartitionId, topics: &[&str]) {
         for topic in topics {
             let labels = vec![("topic", topic.to_string()), ("partition", partition.to_string())];
             self.consumer_lag.forget(labels);
@@ -609,7 +610,7 @@ fn topic_label(topic: &str) -> Labels {
     vec![("topic", topic.to_string())]
 }
 
-fn partition_label(partition: i32) -> Labels {
+fn partition_label(partition: PartitionId) -> Labels {
     vec![("partition", partition.to_string())]
 }
 

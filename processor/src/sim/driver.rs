@@ -13,6 +13,7 @@ use crate::core::changelog::{Writer, FENCE_PREFIX};
 use crate::core::execution::RunId;
 use crate::core::lifecycle::{Effect, Input};
 use crate::core::output::Output;
+use crate::core::partitioning::PartitionId;
 use crate::core::task::{Learned, Opening, Staged, Store, Task, TaskError};
 use crate::core::timers::TimerKind;
 
@@ -20,13 +21,13 @@ use crate::core::timers::TimerKind;
 #[derive(Default)]
 pub struct Flushed {
     /// The effects to start, with their partitions.
-    pub effects: Vec<(i32, Effect)>,
+    pub effects: Vec<(PartitionId, Effect)>,
     /// Runs ended in the batch.
     pub ended_runs: Vec<RunId>,
     /// What the read models learn.
     pub learned: Learned,
     /// The input offsets committed: (topic, partition) → the last applied.
-    pub commits: Vec<((String, i32), i64)>,
+    pub commits: Vec<((String, PartitionId), i64)>,
 }
 
 /// One owner of partition 0 over an in-memory log: inputs decided into the batch in hand,
@@ -42,7 +43,7 @@ pub struct Driver<S: Store> {
 impl<S: Store> Driver<S> {
     /// `task` owning partition 0 of `log`, on `store`.
     pub fn open(mut task: Task<S>, store: S, mut log: Log, now: DateTime<Utc>) -> Result<Self, TaskError> {
-        open(&mut task, 0, store, Vec::new(), &mut log, now)?;
+        open(&mut task, PartitionId::new(0), store, Vec::new(), &mut log, now)?;
         Ok(Driver {
             task,
             log,
@@ -58,8 +59,15 @@ impl<S: Store> Driver<S> {
         origin: &str,
         now: DateTime<Utc>,
     ) -> Result<(), TaskError> {
-        self.task
-            .decide(&mut self.staged, 0, pipeline, input, origin, now, None)
+        self.task.decide(
+            &mut self.staged,
+            PartitionId::new(0),
+            pipeline,
+            input,
+            origin,
+            now,
+            None,
+        )
     }
 
     /// When the next timer is due.
@@ -85,7 +93,7 @@ impl<S: Store> Driver<S> {
 /// the partition installed (no journaled triggers, the timers the store holds).
 pub fn open<S: Store>(
     task: &mut Task<S>,
-    p: i32,
+    p: PartitionId,
     store: S,
     timers: Vec<(PipelineId, TimerKind, DateTime<Utc>)>,
     log: &mut Log,
@@ -194,6 +202,8 @@ mod tests {
     use crate::runtime::topics::Topics;
     use crate::sim::store::{Disk, MemoryStore};
 
+    const P0: PartitionId = PartitionId::new(0);
+
     struct NoKeys;
 
     impl ReleaseKeys for NoKeys {
@@ -229,7 +239,7 @@ mod tests {
     }
 
     fn kinds(log: &Log, topic: &str) -> Vec<EventType> {
-        (log.read(topic, 0, 0..log.end(topic, 0)))
+        (log.read(topic, P0, 0..log.end(topic, P0)))
             .map(|l| {
                 serde_json::from_slice::<Event>(l.value.as_deref().unwrap())
                     .unwrap()
@@ -288,7 +298,7 @@ mod tests {
         )
         .unwrap();
         let flushed = d.write(later).unwrap();
-        let [(0, Effect::TriggerJob(request))] = &flushed.effects[..] else {
+        let [(P0, Effect::TriggerJob(request))] = &flushed.effects[..] else {
             panic!("one trigger: {:?}", flushed.effects);
         };
         assert_eq!(request.run_id, "gold.stream.2026-11-28.1");
@@ -321,7 +331,7 @@ mod tests {
         let topic = &topics.changelog;
         let mut restore = Restore::full();
         let mut restored = Disk::default();
-        for entry in d.log.entries(topic, 0, 0..d.log.end(topic, 0)) {
+        for entry in d.log.entries(topic, P0, 0..d.log.end(topic, P0)) {
             for (k, v) in restore.push(entry).unwrap() {
                 restored.apply(k, v);
             }

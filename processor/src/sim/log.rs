@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::core::changelog::{self, Entry};
 use crate::core::output::Output;
-use crate::core::partitioning::partition_for;
+use crate::core::partitioning::{partition_for, PartitionId};
 
 /// A record as the log holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct Log {
     /// The time records appended now are stamped with (the world's clock sets it).
     pub now: DateTime<Utc>,
     /// Per (topic, partition), the records kept and the offset the next one gets.
-    topics: BTreeMap<(String, i32), (Vec<Logged>, i64)>,
+    topics: BTreeMap<(String, PartitionId), (Vec<Logged>, i64)>,
 }
 
 impl Log {
@@ -42,10 +42,10 @@ impl Log {
 
     /// Appends `output` where a producer sends it (its partition, else its key's, else 0);
     /// returns where it landed.
-    pub fn append(&mut self, output: &Output) -> (i32, i64) {
+    pub fn append(&mut self, output: &Output) -> (PartitionId, i64) {
         let p = (output.partition)
             .or_else(|| output.key.as_deref().map(|k| partition_for(k, self.partitions)))
-            .unwrap_or(0);
+            .unwrap_or(PartitionId::new(0));
         let (records, next) = self.topics.entry((output.topic.clone(), p)).or_default();
         let offset = *next;
         records.push(Logged {
@@ -60,12 +60,12 @@ impl Log {
     }
 
     /// Where partition `p` of `topic` ends (its next offset).
-    pub fn end(&self, topic: &str, p: i32) -> i64 {
+    pub fn end(&self, topic: &str, p: PartitionId) -> i64 {
         self.topics.get(&(topic.to_string(), p)).map_or(0, |(_, next)| *next)
     }
 
     /// The records of partition `p` of `topic` kept in `range`.
-    pub fn read(&self, topic: &str, p: i32, range: Range<i64>) -> impl Iterator<Item = &Logged> {
+    pub fn read(&self, topic: &str, p: PartitionId, range: Range<i64>) -> impl Iterator<Item = &Logged> {
         let records = self
             .topics
             .get(&(topic.to_string(), p))
@@ -75,7 +75,7 @@ impl Log {
 
     /// The changelog records of partition `p` of `topic` in `range`, as the restore rules
     /// see them.
-    pub fn entries(&self, topic: &str, p: i32, range: Range<i64>) -> Vec<Entry> {
+    pub fn entries(&self, topic: &str, p: PartitionId, range: Range<i64>) -> Vec<Entry> {
         (self.read(topic, p, range))
             .filter_map(|r| {
                 let batch = (r.headers.iter())
@@ -96,7 +96,7 @@ impl Log {
 
     /// Compaction: removes each record of partition `p` of `topic` that a later record of
     /// its key shadows, if it is at least `lag` old (`min.compaction.lag.ms`).
-    pub fn compact(&mut self, topic: &str, p: i32, lag: TimeDelta) {
+    pub fn compact(&mut self, topic: &str, p: PartitionId, lag: TimeDelta) {
         let now = self.now;
         let Some((records, _)) = self.topics.get_mut(&(topic.to_string(), p)) else {
             return;

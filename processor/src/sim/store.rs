@@ -13,6 +13,7 @@ use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::{Effect, Needs, PipelineState};
 use crate::core::output::HostError;
+use crate::core::partitioning::PartitionId;
 use crate::core::state::{config_key, effect_key, parts, window_key, StoreBatch};
 use crate::core::task::{Store, Stored};
 use crate::core::timers::TimerKind;
@@ -131,7 +132,7 @@ impl Store for MemoryStore {
         }
     }
 
-    fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow, HostError> {
+    fn forward_window(&self, topic: &str, origin: PartitionId) -> Result<ForwardWindow, HostError> {
         match self.0.borrow().kv.get(&window_key(topic, origin)) {
             None => Ok(ForwardWindow::empty()),
             Some(raw) => ForwardWindow::decode(raw).ok_or_else(|| corrupt("a window", raw.len())),

@@ -28,7 +28,7 @@ use crate::core::execution::{ExecutionId, RunId};
 use crate::core::lifecycle::{Effect, Settings as DeciderSettings, TriggerRequest};
 use crate::core::output::Output;
 use crate::core::ownership::{self, OnOpened, OnRevoked};
-use crate::core::partitioning::partition_for;
+use crate::core::partitioning::{partition_for, PartitionId};
 use crate::core::records::{JobRecord, JobStatus};
 use crate::core::task::{self, origin_of, Opening, Record, ReleaseKeys, Sealed, Staged, Take, Task};
 use crate::runtime::codec::Codec;
@@ -94,7 +94,7 @@ pub enum Breach {
     /// An execution whose trigger reading was applied never started a job.
     NeverStarted { execution: String },
     /// The owner's store differs from a from-scratch restore of the compacted changelog.
-    Restore { partition: i32, key: String },
+    Restore { partition: PartitionId, key: String },
     /// Two events under one id differ.
     Events(String),
     /// The system did not settle once the faults stopped.
@@ -102,7 +102,11 @@ pub enum Breach {
     /// An instance stopped on an error that is not a zombie's.
     Failed(String),
     /// A record that does not decode never reached the dead-letter topic.
-    Vanished { topic: String, partition: i32, offset: i64 },
+    Vanished {
+        topic: String,
+        partition: PartitionId,
+        offset: i64,
+    },
 }
 
 /// What a run went through.
@@ -157,7 +161,7 @@ pub fn run_traced(seed: u64, historic: Historic) -> Outcomes {
 /// A record fetched from the log, as the task reads it.
 struct Fetched {
     topic: String,
-    partition: i32,
+    partition: PartitionId,
     offset: i64,
     key: Option<Vec<u8>>,
     value: Option<Vec<u8>>,
@@ -168,7 +172,7 @@ impl Record for Fetched {
     fn topic(&self) -> &str {
         &self.topic
     }
-    fn partition(&self) -> i32 {
+    fn partition(&self) -> PartitionId {
         self.partition
     }
     fn offset(&self) -> i64 {
@@ -200,7 +204,7 @@ impl ReleaseKeys for SeededKeys {
 /// A trigger's call in the executor.
 #[derive(Debug, Clone)]
 struct Call {
-    partition: i32,
+    partition: PartitionId,
     request: TriggerRequest,
     phase: CallPhase,
 }
@@ -229,10 +233,10 @@ struct Running {
     /// The generation it believes it owns its partitions in.
     generation: u64,
     /// The partitions it believes it owns, and those of them open.
-    assigned: BTreeSet<i32>,
-    opening: BTreeMap<i32, Option<Restored>>,
+    assigned: BTreeSet<PartitionId>,
+    opening: BTreeMap<PartitionId, Option<Restored>>,
     /// Consumer positions by (topic, partition).
-    positions: BTreeMap<(String, i32), i64>,
+    positions: BTreeMap<(String, PartitionId), i64>,
     batch: Option<Sealed>,
     calls: Vec<Call>,
     /// The acknowledgement of its next produce round is lost: the round is sent again.
@@ -251,7 +255,7 @@ enum Resend {
 }
 
 struct Instance {
-    disks: BTreeMap<i32, Rc<RefCell<Disk>>>,
+    disks: BTreeMap<PartitionId, Rc<RefCell<Disk>>>,
     running: Option<Running>,
     paused_until: Option<u64>,
     /// Cut off from the broker until this step (alive: its calls go on).
@@ -289,11 +293,11 @@ struct World {
     /// Inputs still to arrive: (at step, output).
     arrivals: Vec<(u64, Output)>,
     /// The coordinator: who owns each partition, the generation, committed offsets.
-    owners: BTreeMap<i32, usize>,
+    owners: BTreeMap<PartitionId, usize>,
     generation: u64,
     /// The step the generation began.
     generation_since: u64,
-    committed: BTreeMap<(String, i32), i64>,
+    committed: BTreeMap<(String, PartitionId), i64>,
     members: BTreeSet<usize>,
     /// Paused members' sessions expire at these steps.
     expires: BTreeMap<usize, u64>,
@@ -303,7 +307,7 @@ struct World {
     /// Executions whose trigger reading was produced.
     triggered: BTreeSet<(PipelineId, String)>,
     /// Where records that do not decode were written: each must be dead-lettered.
-    forged: Vec<(String, i32, i64)>,
+    forged: Vec<(String, PartitionId, i64)>,
     out: Outcomes,
 }
 
@@ -358,7 +362,7 @@ impl World {
         arrivals.sort_by_key(|(at, _)| *at);
         let instances = (0..INSTANCES)
             .map(|_| Instance {
-                disks: (0..PARTITIONS).map(|p| (p, Rc::default())).collect(),
+                disks: (0..PARTITIONS).map(|p| (PartitionId::new(p), Rc::default())).collect(),
                 running: None,
                 paused_until: None,
                 cut_until: None,
@@ -497,8 +501,9 @@ impl World {
             return;
         }
         let shift = self.rng.usize(0..members.len());
-        for p in 0..PARTITIONS {
-            self.owners.insert(p, members[(p as usize + shift) % members.len()]);
+        for p in (0..PARTITIONS).map(PartitionId::new) {
+            self.owners
+                .insert(p, members[(p.number() as usize + shift) % members.len()]);
         }
         let (generation, owners) = (self.generation, self.owners.clone());
         self.trace(|| format!("generation {generation}: {owners:?}"));
@@ -558,7 +563,7 @@ impl World {
                     .any(|d| d.borrow().checkpoint.is_some()) =>
             {
                 self.fault("state directory lost", i);
-                self.instances[i].disks = (0..PARTITIONS).map(|p| (p, Rc::default())).collect();
+                self.instances[i].disks = (0..PARTITIONS).map(|p| (PartitionId::new(p), Rc::default())).collect();
             }
             19..=20 => self.forge(i),
             _ => {}
@@ -599,7 +604,9 @@ impl World {
             _ => {
                 let reading = json!({"pipelineId": id, "key": "upstream", "data": {"status": "ready"}, "date": day});
                 let mut output = input(&topics.sensors, &id, &reading);
-                output.partition = output.partition.map(|p| (p + 1) % PARTITIONS);
+                output.partition = output
+                    .partition
+                    .map(|p| PartitionId::new((p.number() + 1) % PARTITIONS));
                 // A reading of a date already triggered (or soon to be): no new execution.
                 if !self.triggered.contains(&(id.as_str().into(), day.clone())) {
                     return;
@@ -619,7 +626,7 @@ impl World {
             true => TimeDelta::zero(),
             false => COMPACTION_LAG,
         };
-        for p in 0..PARTITIONS {
+        for p in (0..PARTITIONS).map(PartitionId::new) {
             self.log.compact(&self.topics.changelog.clone(), p, lag);
         }
     }
@@ -761,7 +768,7 @@ impl World {
             // A zombie that has not noticed yet.
             return Ok(());
         }
-        let owned: BTreeSet<i32> = match member {
+        let owned: BTreeSet<PartitionId> = match member {
             true => (self.owners.iter())
                 .filter(|(_, o)| **o == i)
                 .map(|(p, _)| *p)
@@ -779,7 +786,7 @@ impl World {
         }
         // Eager rebalancing: every partition is revoked, then the new assignment opened.
         let lost = !member;
-        let revoked: Vec<i32> = r.assigned.iter().copied().collect();
+        let revoked: Vec<PartitionId> = r.assigned.iter().copied().collect();
         self.instances[i].notices_at = None;
         for p in &revoked {
             let open = self.instances[i].running.as_ref().expect("running").task.is_open(*p);
@@ -816,7 +823,7 @@ impl World {
     /// A revoked partition's calls in flight: one that reached its target reports (the
     /// revocation waits for it), the others are released, each with a `released` report
     /// naming its deadline and release key.
-    fn let_calls_go(&mut self, i: usize, p: i32) {
+    fn let_calls_go(&mut self, i: usize, p: PartitionId) {
         let r = self.instances[i].running.as_mut().expect("running");
         let (going, kept): (Vec<Call>, Vec<Call>) = r.calls.drain(..).partition(|c| c.partition == p);
         r.calls = kept;
@@ -842,7 +849,7 @@ impl World {
         !self.members.contains(&i) && self.instances[i].notices_at.is_none_or(|at| self.step >= at)
     }
 
-    fn fenced_since_last_write(&self, i: usize, p: i32) -> Option<bool> {
+    fn fenced_since_last_write(&self, i: usize, p: PartitionId) -> Option<bool> {
         if self.historic.unfenced {
             return Some(false);
         }
@@ -858,7 +865,7 @@ impl World {
 
     /// One step of opening partition `p`: the fence and the restore, then the acceptance
     /// and the install (as `runtime::opening` and the task manager do).
-    fn open_step(&mut self, i: usize, p: i32) {
+    fn open_step(&mut self, i: usize, p: PartitionId) {
         let topic = self.topics.changelog.clone();
         let restored = self.instances[i]
             .running
@@ -1073,7 +1080,7 @@ impl World {
         if !r.task.triggers_waiting() {
             return Ok(Staged::default());
         }
-        let positions: BTreeMap<i32, i64> = (r.positions.iter())
+        let positions: BTreeMap<PartitionId, i64> = (r.positions.iter())
             .filter(|((t, _), _)| *t == jobs)
             .map(|((_, p), at)| (*p, *at))
             .collect();
@@ -1087,7 +1094,7 @@ impl World {
             true => BTreeSet::new(),
             false => self.instances[i].running.as_ref().expect("running").assigned.clone(),
         };
-        let fences: BTreeMap<i32, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
+        let fences: BTreeMap<PartitionId, Option<bool>> = (poll.fence_reads(&assigned).into_iter())
             .map(|p| (p, self.fenced_since_last_write(i, p)))
             .collect();
         if self.traced && !poll.due.is_empty() {
@@ -1136,7 +1143,7 @@ impl World {
                 }
                 let mut landed: Vec<_> = sealed.outputs.iter().map(|o| self.log.append(o)).collect();
                 if let Some(Resend::Duplicate) = resend {
-                    let mut counted: BTreeMap<i32, i64> = BTreeMap::new();
+                    let mut counted: BTreeMap<PartitionId, i64> = BTreeMap::new();
                     for (p, offset) in &mut landed {
                         let next = counted.entry(*p).or_insert(-1);
                         (*offset, *next) = (*next, *next + 1);
@@ -1479,7 +1486,7 @@ impl World {
         }
         // One event id, one event.
         let mut seen: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for p in 0..PARTITIONS {
+        for p in (0..PARTITIONS).map(PartitionId::new) {
             let end = self.log.end(&self.topics.events, p);
             for logged in self.log.read(&self.topics.events, p, 0..end) {
                 let Some(value) = &logged.value else { continue };
@@ -1509,7 +1516,7 @@ impl World {
         }
         // Bad input never disappears: each record that does not decode is dead-lettered.
         let mut lettered = BTreeSet::new();
-        for p in 0..PARTITIONS {
+        for p in (0..PARTITIONS).map(PartitionId::new) {
             for logged in self.log.read(&self.topics.dlq, p, 0..self.log.end(&self.topics.dlq, p)) {
                 let header = |name: &str| {
                     let (_, v) = logged.headers.iter().find(|(k, _)| k == name)?;
@@ -1520,7 +1527,7 @@ impl World {
                     header("source.partition"),
                     header("source.offset"),
                 ) {
-                    lettered.insert((t, q.parse().unwrap_or(-1), o.parse().unwrap_or(-1)));
+                    lettered.insert((t, PartitionId::new(q.parse().unwrap_or(-1)), o.parse().unwrap_or(-1)));
                 }
             }
         }

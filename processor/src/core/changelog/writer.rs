@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 use super::{Entry, Epoch, Lineage};
+use crate::core::partitioning::PartitionId;
 
 /// The epoch of an owner whose fence landed at `offset`.
 pub fn epoch_at(offset: i64) -> Epoch {
@@ -211,7 +212,7 @@ impl Writer {
 
 /// The first offset of each partition's records of a batch, from where they landed: what
 /// the batch's end marker names.
-pub fn first_offsets(landed: &[(i32, i64)]) -> std::collections::BTreeMap<i32, i64> {
+pub fn first_offsets(landed: &[(PartitionId, i64)]) -> std::collections::BTreeMap<PartitionId, i64> {
     let mut first = std::collections::BTreeMap::new();
     for (p, offset) in landed {
         let f = first.entry(*p).or_insert(*offset);
@@ -352,7 +353,8 @@ mod tests {
 
     #[test]
     fn a_markers_first_offset_is_its_batchs_lowest_per_partition() {
-        let first = first_offsets(&[(1, 9), (0, 4), (1, 7), (0, 5)]);
-        assert_eq!(first.into_iter().collect::<Vec<_>>(), vec![(0, 4), (1, 7)]);
+        let (p0, p1) = (PartitionId::new(0), PartitionId::new(1));
+        let first = first_offsets(&[(p1, 9), (p0, 4), (p1, 7), (p0, 5)]);
+        assert_eq!(first.into_iter().collect::<Vec<_>>(), vec![(p0, 4), (p1, 7)]);
     }
 }

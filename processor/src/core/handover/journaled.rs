@@ -11,12 +11,13 @@ use chrono::{DateTime, Utc};
 use super::{marks, releases, Resume, Waiting};
 use crate::core::execution::RunId;
 use crate::core::lifecycle::{Effect, TriggerRequest};
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{JobReport, JobStatus};
 
 /// One journaled trigger on its way to being settled.
 #[derive(Debug, Clone)]
 pub struct Found {
-    partition: i32,
+    partition: PartitionId,
     request: Box<TriggerRequest>,
     /// Where the partition's jobs topic ended when the store was opened (or, once the
     /// call's deadline passed, then): every report written before is read once the
@@ -26,7 +27,7 @@ pub struct Found {
 }
 
 impl Found {
-    pub fn partition(&self) -> i32 {
+    pub fn partition(&self) -> PartitionId {
         self.partition
     }
 
@@ -56,7 +57,7 @@ pub enum Step {
     /// measures where `partition`'s jobs topic ends now and says so ([`Journaled::measured`]);
     /// the trigger then waits until the topic is read up to there, so that a report (or a
     /// mark) written by then is seen first.
-    MeasureJobsEnd { partition: i32, run_id: RunId },
+    MeasureJobsEnd { partition: PartitionId, run_id: RunId },
     /// It waits for nothing more: the runtime settles it ([`Journaled::settle`]).
     Due(Found),
 }
@@ -85,7 +86,7 @@ pub enum Settled {
 pub struct Journaled {
     found: Vec<Found>,
     /// Journal entries to delete with the next batch, by partition.
-    stale: BTreeMap<i32, Vec<RunId>>,
+    stale: BTreeMap<PartitionId, Vec<RunId>>,
 }
 
 impl Journaled {
@@ -94,7 +95,7 @@ impl Journaled {
     /// may still be making at `now`, with how long they are left to it.
     pub fn found(
         &mut self,
-        partition: i32,
+        partition: PartitionId,
         journaled: impl IntoIterator<Item = Effect>,
         jobs_end: i64,
         now: DateTime<Utc>,
@@ -118,7 +119,7 @@ impl Journaled {
     /// A trigger journaled by this owner whose own executor let its call go before it
     /// began (see [`super::never_began`]): settled like a released one, requested again at once
     /// while its run still awaits it.
-    pub fn let_go_unbegun(&mut self, partition: i32, journaled: Effect) {
+    pub fn let_go_unbegun(&mut self, partition: PartitionId, journaled: Effect) {
         self.found.push(Found {
             partition,
             request: Box::new(journaled.request().clone()),
@@ -132,13 +133,13 @@ impl Journaled {
 
     /// Partition `partition` is no longer this owner's: its triggers and stale entries are
     /// its next owner's.
-    pub fn closed(&mut self, partition: i32) {
+    pub fn closed(&mut self, partition: PartitionId) {
         self.found.retain(|f| f.partition != partition);
         self.stale.remove(&partition);
     }
 
     /// A report on the jobs topic of `partition` was read.
-    pub fn reported(&mut self, partition: i32, report: &JobReport) -> Reported {
+    pub fn reported(&mut self, partition: PartitionId, report: &JobReport) -> Reported {
         // Notes `fact` on the trigger of `partition` that `is_of` names; whether there is one.
         let mut note = |is_of: fn(&JobReport, &TriggerRequest) -> bool, fact: fn(&mut Waiting)| {
             let found = (self.found.iter_mut()).find(|f| f.partition == partition && is_of(report, &f.request));
@@ -163,7 +164,7 @@ impl Journaled {
     /// Every trigger's next step at `now`. `read_to(partition, end)`: whether the
     /// partition's jobs topic has been read up to `end`. Due triggers leave the set (the
     /// runtime settles each); the others stay.
-    pub fn poll(&mut self, now: DateTime<Utc>, read_to: impl Fn(i32, i64) -> bool) -> Vec<Step> {
+    pub fn poll(&mut self, now: DateTime<Utc>, read_to: impl Fn(PartitionId, i64) -> bool) -> Vec<Step> {
         let mut steps = Vec::new();
         for found in std::mem::take(&mut self.found) {
             if !read_to(found.partition, found.jobs_end) {
@@ -187,7 +188,7 @@ impl Journaled {
 
     /// Where `partition`'s jobs topic ends, measured at `now` for `run_id`'s trigger after
     /// its deadline or its time to begin: it waits until the topic is read up to there.
-    pub fn measured(&mut self, partition: i32, run_id: &str, end: i64, now: DateTime<Utc>) {
+    pub fn measured(&mut self, partition: PartitionId, run_id: &str, end: i64, now: DateTime<Utc>) {
         for f in &mut self.found {
             if f.partition == partition && f.request.run_id == run_id {
                 f.jobs_end = end;
@@ -226,7 +227,7 @@ impl Journaled {
     }
 
     /// The journal entries to delete with the next batch, by partition.
-    pub fn take_stale(&mut self) -> BTreeMap<i32, Vec<RunId>> {
+    pub fn take_stale(&mut self) -> BTreeMap<PartitionId, Vec<RunId>> {
         std::mem::take(&mut self.stale)
     }
 
@@ -251,6 +252,8 @@ mod tests {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
     }
 
+    const P0: PartitionId = PartitionId::new(0);
+    const P1: PartitionId = PartitionId::new(1);
     const OPENED: &str = "2026-11-26T10:00:00Z";
     const DEADLINE: &str = "2026-11-26T10:05:00Z";
 
@@ -285,7 +288,7 @@ mod tests {
     /// Partition 0 opened with one trigger journaled (`deadline`), its jobs topic ending at 10.
     fn opened(deadline: Option<&str>) -> Journaled {
         let mut j = Journaled::default();
-        j.found(0, [trigger(1, deadline)], 10, at(OPENED));
+        j.found(P0, [trigger(1, deadline)], 10, at(OPENED));
         j
     }
 
@@ -306,7 +309,7 @@ mod tests {
     #[test]
     fn a_trigger_is_left_to_the_previous_owner_until_its_deadline_and_the_clocks_allowance() {
         let mut j = Journaled::default();
-        let left = j.found(0, [trigger(1, Some(DEADLINE)), trigger(2, None)], 10, at(OPENED));
+        let left = j.found(P0, [trigger(1, Some(DEADLINE)), trigger(2, None)], 10, at(OPENED));
         assert_eq!(left, vec![(run_id(1), at(DEADLINE) + CLOCK_SKEW_ALLOWANCE)]);
         let steps = j.poll(at(OPENED), |_, _| true);
         let due = due(steps);
@@ -325,7 +328,7 @@ mod tests {
                 false
             })
             .is_empty());
-        assert_eq!(asked.into_inner(), vec![(0, 10)]);
+        assert_eq!(asked.into_inner(), vec![(P0, 10)]);
         assert_eq!(due(j.poll(at(OPENED), |_, end| end <= 10)).len(), 1);
         assert!(j.is_empty());
     }
@@ -336,12 +339,12 @@ mod tests {
         let later = at(DEADLINE) + CLOCK_SKEW_ALLOWANCE;
         let steps = j.poll(later, |_, _| true);
         assert!(
-            matches!(&steps[..], [Step::MeasureJobsEnd { partition: 0, run_id: id }] if *id == run_id(1)),
+            matches!(&steps[..], [Step::MeasureJobsEnd { partition: P0, run_id: id }] if *id == run_id(1)),
             "{steps:?}"
         );
         // Not measured (the broker did not answer): it asks again.
         assert!(matches!(&j.poll(later, |_, _| true)[..], [Step::MeasureJobsEnd { .. }]));
-        j.measured(0, &run_id(1), 25, later);
+        j.measured(P0, &run_id(1), 25, later);
         assert!(j.poll(later, |_, end| end <= 10).is_empty(), "read to 10 only");
         assert_eq!(due(j.poll(later, |_, end| end <= 25)).len(), 1);
     }
@@ -361,23 +364,23 @@ mod tests {
         };
         let mut j = Journaled::default();
         assert_eq!(
-            j.found(0, [with_start(1), with_start(2)], 10, at(OPENED)),
+            j.found(P0, [with_start(1), with_start(2)], 10, at(OPENED)),
             vec![
                 (run_id(1), start_by + CLOCK_SKEW_ALLOWANCE),
                 (run_id(2), start_by + CLOCK_SKEW_ALLOWANCE)
             ]
         );
         let mut mark = report(2, JobStatus::Calling, Some(DEADLINE));
-        assert_eq!(j.reported(0, &mark), Reported::Marked { found: true });
+        assert_eq!(j.reported(P0, &mark), Reported::Marked { found: true });
         mark.run_id = run_id(3);
-        assert_eq!(j.reported(0, &mark), Reported::Marked { found: false });
+        assert_eq!(j.reported(P0, &mark), Reported::Marked { found: false });
         let later = start_by + CLOCK_SKEW_ALLOWANCE;
         let steps = j.poll(later, |_, _| true);
         assert!(
             matches!(&steps[..], [Step::MeasureJobsEnd { run_id: id, .. }] if *id == run_id(1)),
             "{steps:?}"
         );
-        j.measured(0, &run_id(1), 12, later);
+        j.measured(P0, &run_id(1), 12, later);
         let made = due(j.poll(later, |_, end| end <= 12));
         assert_eq!(
             made.iter().map(|f| f.request().run_id.clone()).collect::<Vec<_>>(),
@@ -389,7 +392,7 @@ mod tests {
         );
         // An owner's own executor let a call go before it began: due at once.
         let mut own = Journaled::default();
-        own.let_go_unbegun(0, with_start(4));
+        own.let_go_unbegun(P0, with_start(4));
         assert_eq!(due(own.poll(at(OPENED), |_, _| true)).len(), 1);
     }
 
@@ -397,11 +400,11 @@ mod tests {
     fn a_release_of_the_journaled_call_makes_it_due_at_once() {
         let mut j = opened(Some(DEADLINE));
         let older = report(1, JobStatus::Released, Some("2026-11-26T10:01:00Z"));
-        assert_eq!(j.reported(0, &older), Reported::Released { found: false });
+        assert_eq!(j.reported(P0, &older), Reported::Released { found: false });
         assert!(j.poll(at(OPENED), |_, _| true).is_empty());
         let other_partition = report(1, JobStatus::Released, Some(DEADLINE));
-        assert_eq!(j.reported(1, &other_partition), Reported::Released { found: false });
-        assert_eq!(j.reported(0, &other_partition), Reported::Released { found: true });
+        assert_eq!(j.reported(P1, &other_partition), Reported::Released { found: false });
+        assert_eq!(j.reported(P0, &other_partition), Reported::Released { found: true });
         assert_eq!(due(j.poll(at(OPENED), |_, _| true)).len(), 1);
     }
 
@@ -409,7 +412,7 @@ mod tests {
     fn a_report_forgets_the_trigger_for_good() {
         let mut j = opened(Some(DEADLINE));
         assert_eq!(
-            j.reported(0, &report(1, JobStatus::Succeeded, None)),
+            j.reported(P0, &report(1, JobStatus::Succeeded, None)),
             Reported::Answered
         );
         assert!(j.is_empty());
@@ -451,7 +454,7 @@ mod tests {
     #[test]
     fn a_trigger_its_run_still_awaits_is_requested_again_with_the_same_key_and_a_new_deadline() {
         let mut j = opened(Some(DEADLINE));
-        j.reported(0, &report(1, JobStatus::Released, Some(DEADLINE)));
+        j.reported(P0, &report(1, JobStatus::Released, Some(DEADLINE)));
         let found = due(j.poll(at(OPENED), |_, _| true)).remove(0);
         let now = at(OPENED) + TimeDelta::minutes(1);
         let settled = j.settle(found, now, true, || Some(false), |_| Ok::<_, Infallible>(true));
@@ -473,21 +476,21 @@ mod tests {
         let mut j = opened(None);
         let found = due(j.poll(at(OPENED), |_, _| true)).remove(0);
         assert_eq!(settle(&mut j, found, true, Some(false), false), Settled::Forgotten);
-        assert_eq!(j.take_stale(), BTreeMap::from([(0, vec![run_id(1)])]));
+        assert_eq!(j.take_stale(), BTreeMap::from([(P0, vec![run_id(1)])]));
         assert!(j.take_stale().is_empty(), "taken once");
     }
 
     #[test]
     fn a_closed_partition_takes_its_triggers_and_stale_entries_with_it() {
         let mut j = Journaled::default();
-        j.found(0, [trigger(1, None), trigger(2, None)], 10, at(OPENED));
-        j.found(1, [trigger(3, Some(DEADLINE))], 10, at(OPENED));
+        j.found(P0, [trigger(1, None), trigger(2, None)], 10, at(OPENED));
+        j.found(P1, [trigger(3, Some(DEADLINE))], 10, at(OPENED));
         let mut due = due(j.poll(at(OPENED), |_, _| true));
         settle(&mut j, due.remove(0), true, Some(false), false);
-        j.closed(0);
+        j.closed(P0);
         assert!(j.take_stale().is_empty());
         assert!(!j.is_empty(), "partition 1's trigger stays");
-        j.closed(1);
+        j.closed(P1);
         assert!(j.is_empty());
     }
 }

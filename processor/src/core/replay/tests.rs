@@ -72,7 +72,7 @@ fn replay_within(
     for (i, (minute, input)) in records.iter().enumerate() {
         replay.input(
             t(*minute),
-            0,
+            PartitionId::new(0),
             &"gold".into(),
             input,
             &format!("sensors/0@{i}"),

@@ -12,6 +12,7 @@ use super::changelog::Lineage;
 use super::config::PipelineConfig;
 use super::forwarding::ForwardWindow;
 use super::lifecycle::Effect;
+use super::partitioning::PartitionId;
 use super::PipelineState;
 
 pub mod parts;
@@ -47,7 +48,7 @@ pub(crate) fn offset_key(topic: &str) -> Vec<u8> {
 }
 
 /// Where the copies forwarded from `origin` of `topic` that were applied are kept.
-pub(crate) fn window_key(topic: &str, origin: i32) -> Vec<u8> {
+pub(crate) fn window_key(topic: &str, origin: PartitionId) -> Vec<u8> {
     format!("w/{topic}/{origin}").into_bytes()
 }
 
@@ -131,7 +132,7 @@ impl StoreBatch {
     }
 
     /// Keeps what was applied of the copies forwarded from `origin` of `topic`.
-    pub fn set_forward_window(&mut self, topic: &str, origin: i32, window: &ForwardWindow) {
+    pub fn set_forward_window(&mut self, topic: &str, origin: PartitionId, window: &ForwardWindow) {
         self.set(window_key(topic, origin), Some(window.encode()));
     }
 

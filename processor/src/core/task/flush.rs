@@ -65,7 +65,7 @@ impl<S: Store> Task<S> {
     /// Mirrors every store write, in order, to the changelog partition of the same number, as
     /// the next batch of this owner's epoch there; returns each partition's new lineage. A
     /// partition revoked meanwhile is left to its new owner, which redoes the work.
-    fn mirror_to_changelog(&self, staged: &mut Staged) -> BTreeMap<i32, Lineage> {
+    fn mirror_to_changelog(&self, staged: &mut Staged) -> BTreeMap<PartitionId, Lineage> {
         let mut sequenced = BTreeMap::new();
         for (p, batch) in &staged.stores {
             let Some(owned) = self.partitions.get(p).filter(|_| !batch.changes().is_empty()) else {
@@ -114,14 +114,14 @@ impl<S: Store> Task<S> {
     pub fn write_stores(
         &mut self,
         sealed: &mut Sealed,
-        counted: &BTreeMap<i32, (i64, Lineage)>,
+        counted: &BTreeMap<PartitionId, (i64, Lineage)>,
         now: DateTime<Utc>,
     ) -> Result<Learned> {
         for (p, mut batch) in std::mem::take(&mut sealed.stores) {
             let Some(owned) = self.partitions.get_mut(&p) else {
                 // Revoked mid-batch; its new owner redoes the work.
                 if !batch.is_empty() {
-                    warn!(partition = p, "partition revoked before its batch was written");
+                    warn!(partition = p.number(), "partition revoked before its batch was written");
                 }
                 continue;
             };
@@ -154,7 +154,7 @@ impl<S: Store> Task<S> {
     }
 
     /// The changelog went back under partition `p` (see [`Writer::ended`]).
-    pub fn changelog_went_back(&self, p: i32) -> TaskError {
+    pub fn changelog_went_back(&self, p: PartitionId) -> TaskError {
         TaskError::ChangelogWentBack(p, self.settings.changelog.clone())
     }
 }

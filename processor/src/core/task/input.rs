@@ -36,7 +36,7 @@ impl<S: Store> Task<S> {
         &mut self,
         staged: &mut Staged,
         topic: &str,
-        p: i32,
+        p: PartitionId,
         offset: i64,
         assigned: bool,
     ) -> Result<Admission> {
@@ -64,9 +64,13 @@ impl<S: Store> Task<S> {
             staged.commits.insert(key, offset);
         }
         match admitted {
-            Admission::NotAssigned => debug!(%topic, p, offset, "partition no longer assigned: left to its new owner"),
-            Admission::GivenUp => debug!(%topic, p, offset, "partition given up to a newer owner: left to it"),
-            Admission::AlreadyApplied => debug!(%topic, p, offset, "already applied: skipped"),
+            Admission::NotAssigned => {
+                debug!(%topic, p = p.number(), offset, "partition no longer assigned: left to its new owner")
+            }
+            Admission::GivenUp => {
+                debug!(%topic, p = p.number(), offset, "partition given up to a newer owner: left to it")
+            }
+            Admission::AlreadyApplied => debug!(%topic, p = p.number(), offset, "already applied: skipped"),
             // Nothing of the batch counts: its records are not committed, and on restart the
             // opening's check (InputAhead) stops it again until the state is rebuilt.
             Admission::WentBack { from } => {
@@ -114,7 +118,7 @@ impl<S: Store> Task<S> {
                 // here as misrouted, to the dead-letter topic.
                 let limits = self.settings.decider.limits;
                 if let Err(reason) = limits.check_message("a forwarded copy", copy.size()) {
-                    warn!(%topic, p, offset, "{reason}");
+                    warn!(%topic, p = p.number(), offset, "{reason}");
                     return Ok(Take::Decode);
                 }
                 staged.outputs.push(copy);
@@ -166,7 +170,7 @@ impl<S: Store> Task<S> {
         if new {
             return Ok(Take::Decode);
         }
-        debug!(%topic, p, offset = record.offset(), from = mark.partition, at = mark.offset, "forwarded copy applied before: skipped");
+        debug!(%topic, p = p.number(), offset = record.offset(), from = mark.partition.number(), at = mark.offset, "forwarded copy applied before: skipped");
         *staged
             .tallies
             .forwarded_duplicates
@@ -211,7 +215,7 @@ impl<S: Store> Task<S> {
     pub fn decide(
         &mut self,
         staged: &mut Staged,
-        p: i32,
+        p: PartitionId,
         pipeline: &PipelineId,
         input: &Input,
         origin: &str,
@@ -283,7 +287,7 @@ impl<S: Store> Task<S> {
 
     /// `stored`, read in part, with what it left out read from the store: those removed
     /// since the read (by this batch) stay removed.
-    fn filled(&self, p: i32, pipeline: &PipelineId, mut stored: Stored) -> Result<Stored> {
+    fn filled(&self, p: PartitionId, pipeline: &PipelineId, mut stored: Stored) -> Result<Stored> {
         let whole = match self.store(p) {
             Some(store) => {
                 (store.stored(pipeline, &Needs::Whole)).map_err(|source| TaskError::Store { partition: p, source })?
@@ -296,11 +300,16 @@ impl<S: Store> Task<S> {
     }
 
     /// What a job report means for the journaled trigger of its run.
-    fn reported(&mut self, staged: &mut Staged, p: i32, report: &crate::core::records::JobReport) -> Result<()> {
+    fn reported(
+        &mut self,
+        staged: &mut Staged,
+        p: PartitionId,
+        report: &crate::core::records::JobReport,
+    ) -> Result<()> {
         let store_err = |source| TaskError::Store { partition: p, source };
         match self.journaled.reported(p, report) {
             Reported::Released { found: true } => {
-                info!(partition = p, run_id = %report.run_id, "the previous owner let a journaled trigger go")
+                info!(partition = p.number(), run_id = %report.run_id, "the previous owner let a journaled trigger go")
             }
             Reported::Released { found: false } => {
                 // This owner's executor could not begin the call in time: it asks again.
@@ -310,17 +319,17 @@ impl<S: Store> Task<S> {
                 };
                 match journaled.filter(|e| handover::releases(report, e.request())) {
                     Some(effect) => {
-                        info!(partition = p, run_id = %report.run_id, "a trigger's call could not begin by its time to begin: requesting it again");
+                        info!(partition = p.number(), run_id = %report.run_id, "a trigger's call could not begin by its time to begin: requesting it again");
                         self.journaled.let_go_unbegun(p, effect);
                     }
                     None => {
-                        debug!(partition = p, run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
+                        debug!(partition = p.number(), run_id = %report.run_id, "a release of no call awaited here (an older call's, or of a run that moved on)")
                     }
                 }
             }
             Reported::Marked { found } => {
                 if found {
-                    info!(partition = p, run_id = %report.run_id, "a journaled trigger's start mark: its call began at the previous owner, and is left to it until its release, a report, or its deadline");
+                    info!(partition = p.number(), run_id = %report.run_id, "a journaled trigger's start mark: its call began at the previous owner, and is left to it until its release, a report, or its deadline");
                 }
                 // Kept in the journal with the mark's offset: an owner that opens the
                 // partition later never reads the mark again.
@@ -341,7 +350,7 @@ impl<S: Store> Task<S> {
     /// A pipeline's state: from this batch if it touched it, else from the store, read for
     /// `needs`; and whether the store (with the batch) holds it in parts, which a write then
     /// only updates (a state not stored at all is written whole: its head too).
-    fn state(&self, staged: &Staged, p: i32, pipeline: &PipelineId, needs: &Needs) -> Result<Stored> {
+    fn state(&self, staged: &Staged, p: PartitionId, pipeline: &PipelineId, needs: &Needs) -> Result<Stored> {
         if let Some(state) = staged.states.get(&(p, pipeline.clone())) {
             return Ok(match state {
                 Some(state) => Stored {
@@ -367,7 +376,7 @@ impl<S: Store> Task<S> {
     fn apply(
         &mut self,
         staged: &mut Staged,
-        p: i32,
+        p: PartitionId,
         pipeline: &PipelineId,
         before: Before<'_>,
         decision: Decision,
@@ -426,7 +435,7 @@ impl<S: Store> Task<S> {
     fn apply_state(
         &self,
         staged: &mut Staged,
-        p: i32,
+        p: PartitionId,
         pipeline: &PipelineId,
         change: StateChange,
         writes: Vec<Write>,

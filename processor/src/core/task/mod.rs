@@ -47,7 +47,7 @@ use super::handover::{self, Found, Journaled, Reported, Settled, Step};
 use super::lifecycle::{Context, Decision, Effect, Input, Needs, Settings as DeciderSettings, StateChange};
 use super::limits::OverLimit;
 use super::output::{Before, Encode, Encoded, HostError, Output};
-use super::partitioning::partition_for;
+use super::partitioning::{partition_for, PartitionId};
 use super::records::{rejected_pipeline, Rejection};
 use super::state::{EncodeError, StoreBatch, Write};
 use super::timers::TimerKind;
@@ -83,7 +83,7 @@ pub trait ReleaseKeys: Send {
 pub enum TaskError {
     #[error("partition {partition}'s store: {source}")]
     Store {
-        partition: i32,
+        partition: PartitionId,
         #[source]
         source: HostError,
     },
@@ -103,14 +103,14 @@ pub enum TaskError {
     PartitionsAdded(#[from] PartitionsAdded),
     #[error("partition {partition} of {topic} went back from offset {from} to {offset} while it was read: the topic was recreated (or lost records) under the running processor, and its new records up to offset {applied} would be skipped as already applied. Stop every instance, then rebuild the state with `sluice reset --from-scratch`, or delete the state directories and the changelog too if the old state is not wanted")]
     InputWentBack {
-        partition: i32,
+        partition: PartitionId,
         topic: String,
         from: i64,
         offset: i64,
         applied: i64,
     },
     #[error("partition {0} of the changelog {1} went back below this owner's own records: the topic was recreated (or truncated) while the processor ran, and the state it held is gone from it. Stop every instance, then rebuild the state with `sluice reset --from-scratch`")]
-    ChangelogWentBack(i32, String),
+    ChangelogWentBack(PartitionId, String),
 }
 
 /// This instance found a newer owner's fence on partitions it still held: it lost them
@@ -120,7 +120,7 @@ pub enum TaskError {
 /// and a restart restores what it owns afresh.
 #[derive(Debug, thiserror::Error)]
 #[error("a newer owner fenced partitions {0:?}: this instance lost them without being told (a paused process, or another process with the same --instance); it stops before anything of the batch counts")]
-pub struct Zombie(pub Vec<i32>);
+pub struct Zombie(pub Vec<PartitionId>);
 
 /// The input topics have more partitions than when the processor started: pipelines'
 /// records now land in other partitions than their state, which Sluice cannot move.
@@ -128,7 +128,7 @@ pub struct Zombie(pub Vec<i32>);
 #[error("partition {assigned} was assigned, but the input topics had {partitions} partitions at start: partitions were added at run time, so pipelines' records now land in other partitions than their state. Sluice does not move state between partitions: remove the added partitions (recreate the topics with {partitions}), or move to the new count as a new deployment (new topics, or `sluice reset --from-scratch` after growing the changelog and events topics alike) — see the README's \"Partitions\"")]
 pub struct PartitionsAdded {
     pub partitions: i32,
-    pub assigned: i32,
+    pub assigned: PartitionId,
 }
 
 type Result<T, E = TaskError> = std::result::Result<T, E>;
@@ -169,7 +169,7 @@ pub enum Take {
     /// Its partition is still opening: read it again (seek back) once open.
     ReadAgainWhenOpen,
     /// Forwarded to partition `owner`, its key's.
-    Forwarded { owner: i32 },
+    Forwarded { owner: PartitionId },
     /// A forwarded copy whose mark is to be checked against where its partition ends (the
     /// runtime asks the broker), then [`Task::take_marked`].
     CheckMark(Forwarded),
@@ -180,7 +180,7 @@ pub enum Take {
 pub struct TriggerPoll {
     /// Where the jobs topic ends must be measured for these (partition, run id):
     /// [`Task::jobs_end_measured`].
-    pub measure: Vec<(i32, RunId)>,
+    pub measure: Vec<(PartitionId, RunId)>,
     /// Triggers that wait on nothing more: [`Task::settle_triggers`], after the runtime read
     /// each of [`TriggerPoll::fence_reads`] for a newer owner's fence.
     pub due: Vec<Found>,
@@ -189,7 +189,7 @@ pub struct TriggerPoll {
 impl TriggerPoll {
     /// The partitions whose changelog must be read since this owner's last record before
     /// anything is started for them, among those `assigned`.
-    pub fn fence_reads(&self, assigned: &BTreeSet<i32>) -> BTreeSet<i32> {
+    pub fn fence_reads(&self, assigned: &BTreeSet<PartitionId>) -> BTreeSet<PartitionId> {
         (self.due.iter().map(Found::partition))
             .filter(|p| assigned.contains(p))
             .collect()
@@ -211,10 +211,10 @@ pub struct Task<S> {
     settings: Settings,
     encoder: Box<dyn Encode + Send + Sync>,
     keys: Box<dyn ReleaseKeys>,
-    partitions: BTreeMap<i32, Partition<S>>,
+    partitions: BTreeMap<PartitionId, Partition<S>>,
     /// Partitions given up on finding a newer owner's fence: their records are left alone
     /// until the group says who owns them.
-    abandoned: BTreeSet<i32>,
+    abandoned: BTreeSet<PartitionId>,
     timers: TimerIndex,
     /// Journaled triggers of opened partitions, until each is requested again or forgotten
     /// (see [`Journaled`]).
@@ -231,10 +231,10 @@ pub struct Task<S> {
 }
 
 /// The owned partitions' changelog writers, for [`Flush`].
-struct PartitionWriters<'a, S>(&'a mut BTreeMap<i32, Partition<S>>);
+struct PartitionWriters<'a, S>(&'a mut BTreeMap<PartitionId, Partition<S>>);
 
 impl<S> Writers for PartitionWriters<'_, S> {
-    fn writer(&mut self, partition: i32) -> Option<&mut Writer> {
+    fn writer(&mut self, partition: PartitionId) -> Option<&mut Writer> {
         self.0.get_mut(&partition).map(|p| &mut p.writer)
     }
 }
@@ -269,8 +269,8 @@ impl<S: Store> Task<S> {
     // ---- ownership ----
 
     /// Partition `p` was assigned: it is no longer given up, and must exist at start.
-    pub fn assigned(&mut self, p: i32) -> Result<(), PartitionsAdded> {
-        if p >= self.settings.partitions {
+    pub fn assigned(&mut self, p: PartitionId) -> Result<(), PartitionsAdded> {
+        if p.number() >= self.settings.partitions {
             return Err(PartitionsAdded {
                 partitions: self.settings.partitions,
                 assigned: p,
@@ -280,27 +280,27 @@ impl<S: Store> Task<S> {
         Ok(())
     }
 
-    pub fn is_open(&self, p: i32) -> bool {
+    pub fn is_open(&self, p: PartitionId) -> bool {
         self.partitions.contains_key(&p)
     }
 
-    pub fn store(&self, p: i32) -> Option<&S> {
+    pub fn store(&self, p: PartitionId) -> Option<&S> {
         self.partitions.get(&p).map(|o| &o.store)
     }
 
     /// The owned partitions' stores.
-    pub fn stores(&self) -> impl Iterator<Item = (i32, &S)> {
+    pub fn stores(&self) -> impl Iterator<Item = (PartitionId, &S)> {
         self.partitions.iter().map(|(p, o)| (*p, &o.store))
     }
 
     /// The owned partitions.
-    pub fn owned(&self) -> Vec<i32> {
+    pub fn owned(&self) -> Vec<PartitionId> {
         self.partitions.keys().copied().collect()
     }
 
     /// Installs a partition opened in the background: its store, timers and journaled
     /// triggers. Returns the triggers left to the previous owner, each until when.
-    pub fn install(&mut self, p: i32, opening: Opening<S>, now: DateTime<Utc>) -> Vec<(RunId, DateTime<Utc>)> {
+    pub fn install(&mut self, p: PartitionId, opening: Opening<S>, now: DateTime<Utc>) -> Vec<(RunId, DateTime<Utc>)> {
         let Opening {
             store,
             writer,
@@ -326,7 +326,7 @@ impl<S: Store> Task<S> {
     /// A partition opened after it was revoked or its assignment lost: its store may hold
     /// writes that do not count; it is left to its new owner. `zombie`: a newer owner's
     /// fence was found, so this instance is one.
-    pub fn not_installed(&mut self, p: i32, mut store: S, zombie: bool) -> Result<()> {
+    pub fn not_installed(&mut self, p: PartitionId, mut store: S, zombie: bool) -> Result<()> {
         store
             .disown()
             .map_err(|source| TaskError::Store { partition: p, source })?;
@@ -338,13 +338,13 @@ impl<S: Store> Task<S> {
     }
 
     /// Partition `p` was revoked: it is no longer given up either, and its store closes.
-    pub fn revoked(&mut self, p: i32) -> Option<S> {
+    pub fn revoked(&mut self, p: PartitionId) -> Option<S> {
         self.abandoned.remove(&p);
         self.close(p)
     }
 
     /// Forgets an owned partition: its store (returned), timers and pending work.
-    pub fn close(&mut self, p: i32) -> Option<S> {
+    pub fn close(&mut self, p: PartitionId) -> Option<S> {
         let owned = self.partitions.remove(&p)?;
         self.timers.drop_partition(p);
         self.journaled.closed(p);
@@ -354,7 +354,7 @@ impl<S: Store> Task<S> {
     /// Gives up a partition a newer owner has fenced: this instance lost it without being
     /// told (a paused process, a network partition). Its store may hold writes that do not
     /// count, so it forgets its checkpoint and is restored in full if it comes back here.
-    pub fn abandon(&mut self, p: i32) -> Result<()> {
+    pub fn abandon(&mut self, p: PartitionId) -> Result<()> {
         error_fenced(p);
         if let Some(mut store) = self.close(p) {
             store
@@ -366,7 +366,7 @@ impl<S: Store> Task<S> {
     }
 
     /// Gives up `fenced` and says this instance is a zombie.
-    pub fn give_up(&mut self, fenced: Vec<i32>) -> TaskError {
+    pub fn give_up(&mut self, fenced: Vec<PartitionId>) -> TaskError {
         for p in &fenced {
             if let Err(e) = self.abandon(*p) {
                 return e;
@@ -377,20 +377,20 @@ impl<S: Store> Task<S> {
 
     /// Where this owner's next changelog record of partition `p` lands: what others wrote
     /// since is read from there ([`Task::fenced_by`], [`Task::watched`]).
-    pub fn changelog_next(&self, p: i32) -> Option<i64> {
+    pub fn changelog_next(&self, p: PartitionId) -> Option<i64> {
         self.partitions.get(&p).map(|o| o.writer.next_offset())
     }
 
     /// Whether `entries` (others' records since this owner's last, see
     /// [`Task::changelog_next`]) hold a newer owner's fence of `p`.
-    pub fn fenced_by(&self, p: i32, entries: &[Entry]) -> bool {
+    pub fn fenced_by(&self, p: PartitionId, entries: &[Entry]) -> bool {
         self.partitions.get(&p).is_some_and(|o| o.writer.fenced_by(entries))
     }
 
     /// What others wrote to partition `p`'s changelog since this owner's last record, up to
     /// `end`: their keys are written again with the next batch ([`Task::has_repairs`]); a
     /// newer owner's fence gives the partition up. Returns how many keys are stale.
-    pub fn watched(&mut self, p: i32, others: &[Entry], end: i64) -> Result<usize> {
+    pub fn watched(&mut self, p: PartitionId, others: &[Entry], end: i64) -> Result<usize> {
         let Some(owned) = self.partitions.get_mut(&p) else {
             return Ok(0);
         };
@@ -499,8 +499,8 @@ impl<S: Store> Task<S> {
     }
 }
 
-fn error_fenced(p: i32) {
-    tracing::error!(partition = p, "a newer owner fenced this partition: this instance lost it without being told (a paused process?); the batch stops before its state and triggers, and the partition is left to its owner");
+fn error_fenced(p: PartitionId) {
+    tracing::error!(partition = p.number(), "a newer owner fenced this partition: this instance lost it without being told (a paused process?); the batch stops before its state and triggers, and the partition is left to its owner");
 }
 
 fn log_events(events: &[Event]) {

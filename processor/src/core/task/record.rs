@@ -7,10 +7,11 @@ use chrono::{DateTime, Utc};
 use crate::core::forwarding::{self, Forwarded, Implausible};
 use crate::core::lifecycle::Input;
 use crate::core::output::Output;
+use crate::core::partitioning::PartitionId;
 
 pub trait Record {
     fn topic(&self) -> &str;
-    fn partition(&self) -> i32;
+    fn partition(&self) -> PartitionId;
     fn offset(&self) -> i64;
     fn key(&self) -> Option<&[u8]>;
     fn value(&self) -> Option<&[u8]>;
@@ -29,7 +30,7 @@ pub fn source_of(record: &dyn Record) -> String {
 /// `role/partition@offset`. A job report is identified by its run and status rather than its
 /// offset: a trigger requested again after a crash, or a runner that reports twice, yields
 /// the same events, which consumers deduplicate by `eventId`.
-pub fn origin_of(role: &str, p: i32, offset: i64, input: &Input) -> String {
+pub fn origin_of(role: &str, p: PartitionId, offset: i64, input: &Input) -> String {
     match input {
         Input::JobReported(r) => format!("{role}/{}/{}/{}", r.pipeline_id, r.run_id, r.status.as_str()),
         _ => format!("{role}/{p}@{offset}"),

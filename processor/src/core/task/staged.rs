@@ -12,6 +12,7 @@ use crate::core::execution::RunId;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::Effect;
 use crate::core::output::Output;
+use crate::core::partitioning::PartitionId;
 use crate::core::state::StoreBatch;
 use crate::core::PipelineState;
 
@@ -19,29 +20,29 @@ use crate::core::PipelineState;
 #[derive(Default)]
 pub struct Staged {
     /// Latest state per (partition, pipeline); `None` = deleted.
-    pub(super) states: HashMap<(i32, PipelineId), Option<Arc<PipelineState>>>,
+    pub(super) states: HashMap<(PartitionId, PipelineId), Option<Arc<PipelineState>>>,
     pub(super) outputs: Vec<Output>,
-    pub(super) stores: BTreeMap<i32, StoreBatch>,
+    pub(super) stores: BTreeMap<PartitionId, StoreBatch>,
     /// The highest offset applied or passed over per input (topic, partition): what the
     /// batch commits.
-    pub(super) commits: BTreeMap<(String, i32), i64>,
+    pub(super) commits: BTreeMap<(String, PartitionId), i64>,
     /// Effects with the input partition of their pipeline.
-    pub(super) effects: Vec<(i32, Effect)>,
+    pub(super) effects: Vec<(PartitionId, Effect)>,
     /// Runs that ended in the batch: their calls still in flight stop trying again.
     pub(super) ended_runs: Vec<RunId>,
     /// What the read models learn once the batch is durable.
     pub(super) learned: Learned,
     /// Configs the batch writes, by partition and pipeline.
-    pub(super) configs: HashMap<(i32, PipelineId), Arc<PipelineConfig>>,
+    pub(super) configs: HashMap<(PartitionId, PipelineId), Arc<PipelineConfig>>,
     /// Forwarded copies applied, by (partition, topic, partition they came from), as the
     /// batch leaves them.
-    pub(super) windows: HashMap<(i32, String, i32), ForwardWindow>,
+    pub(super) windows: HashMap<(PartitionId, String, PartitionId), ForwardWindow>,
     pub(super) tallies: Tallies,
 }
 
 impl Staged {
     /// Stages an effect for partition `p` (its journaling is the caller's).
-    pub(super) fn store(&mut self, p: i32) -> &mut StoreBatch {
+    pub(super) fn store(&mut self, p: PartitionId) -> &mut StoreBatch {
         self.stores.entry(p).or_default()
     }
 
@@ -64,7 +65,7 @@ pub struct Learned {
     /// The owner (`pipeline.owner`, empty if none) of each SLA breach's pipeline.
     pub owners: HashMap<PipelineId, String>,
     /// Pipelines whose state changed (their summaries are stale).
-    pub changed: HashSet<(i32, PipelineId)>,
+    pub changed: HashSet<(PartitionId, PipelineId)>,
 }
 
 /// What a batch counted, for the metrics.
@@ -91,12 +92,12 @@ pub struct Sealed {
     /// then the changelog records from `first_changelog` on.
     pub outputs: Vec<Output>,
     pub first_changelog: usize,
-    pub commits: BTreeMap<(String, i32), i64>,
-    pub effects: Vec<(i32, Effect)>,
+    pub commits: BTreeMap<(String, PartitionId), i64>,
+    pub effects: Vec<(PartitionId, Effect)>,
     pub ended_runs: Vec<RunId>,
     pub tallies: Tallies,
-    pub(super) stores: BTreeMap<i32, StoreBatch>,
-    pub(super) states: HashMap<(i32, PipelineId), Option<Arc<PipelineState>>>,
-    pub(super) configs: HashMap<(i32, PipelineId), Arc<PipelineConfig>>,
+    pub(super) stores: BTreeMap<PartitionId, StoreBatch>,
+    pub(super) states: HashMap<(PartitionId, PipelineId), Option<Arc<PipelineState>>>,
+    pub(super) configs: HashMap<(PartitionId, PipelineId), Arc<PipelineConfig>>,
     pub(super) learned: Learned,
 }

@@ -10,6 +10,7 @@ use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::{Effect, Needs};
 use crate::core::output::HostError;
+use crate::core::partitioning::PartitionId;
 use crate::core::state::StoreBatch;
 use crate::core::PipelineState;
 
@@ -46,7 +47,7 @@ pub trait Store {
     /// The journaled trigger of a run, if any.
     fn effect(&self, run_id: &str) -> Result<Option<Effect>, HostError>;
     /// What was applied of the copies forwarded from partition `origin` of `topic`.
-    fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow, HostError>;
+    fn forward_window(&self, topic: &str, origin: PartitionId) -> Result<ForwardWindow, HostError>;
     /// Whether `config` is the one stored for `pipeline` (then a write need not store it).
     fn holds_config(&self, pipeline: &PipelineId, config: &Arc<PipelineConfig>) -> bool;
     /// A key's value as stored.

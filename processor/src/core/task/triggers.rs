@@ -21,10 +21,10 @@ impl<S: Store> Task<S> {
         &mut self,
         now: DateTime<Utc>,
         jobs: &str,
-        jobs_positions: &BTreeMap<i32, i64>,
+        jobs_positions: &BTreeMap<PartitionId, i64>,
     ) -> TriggerPoll {
         let partitions = &self.partitions;
-        let read_to = |p: i32, end: i64| {
+        let read_to = |p: PartitionId, end: i64| {
             let applied = partitions.get(&p).and_then(|o| o.store.applied_offset(jobs));
             let position = jobs_positions.get(&p);
             end <= 0 || applied.is_some_and(|a| a + 1 >= end) || position.is_some_and(|at| *at >= end)
@@ -40,8 +40,8 @@ impl<S: Store> Task<S> {
     }
 
     /// Where the jobs topic ended, measured for a journaled trigger past its deadline.
-    pub fn jobs_end_measured(&mut self, p: i32, run_id: &str, end: i64, now: DateTime<Utc>) {
-        info!(partition = p, run_id, jobs_end = end,
+    pub fn jobs_end_measured(&mut self, p: PartitionId, run_id: &str, end: i64, now: DateTime<Utc>) {
+        info!(partition = p.number(), run_id, jobs_end = end,
             "a journaled trigger's call is past its deadline (or, with no start mark, its time to begin): reading the jobs topic up to its end before requesting it again");
         self.journaled.measured(p, run_id, end, now);
     }
@@ -57,8 +57,8 @@ impl<S: Store> Task<S> {
         &mut self,
         due: Vec<Found>,
         now: DateTime<Utc>,
-        assigned: &BTreeSet<i32>,
-        fences: &BTreeMap<i32, Option<bool>>,
+        assigned: &BTreeSet<PartitionId>,
+        fences: &BTreeMap<PartitionId, Option<bool>>,
     ) -> Result<Staged> {
         let mut again = Staged::default();
         for due in due {
@@ -88,14 +88,14 @@ impl<S: Store> Task<S> {
                 |_| Ok::<_, TaskError>(awaited == Some(true)),
             )? {
                 Settled::LeftToNewOwner => debug!(
-                    partition = p,
+                    partition = p.number(),
                     %run_id, "a journaled trigger of a partition no longer assigned: left to its new owner"
                 ),
                 // The changelog could not be read: asked again in a second, never started blind.
                 Settled::Waits => {}
                 Settled::Fenced => return Err(self.give_up(vec![p])),
                 Settled::Again(effect) => {
-                    info!(partition = p, %run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
+                    info!(partition = p.number(), %run_id, "a trigger requested before a restart or rebalance has no report on the jobs topic: requesting it again with the same idempotency key");
                     // Journaled with its new deadline before the call: a later owner leaves it
                     // to this one until then.
                     let effect = self.with_release_key(*effect);
@@ -103,7 +103,7 @@ impl<S: Store> Task<S> {
                     again.effects.push((p, effect));
                 }
                 Settled::Forgotten => debug!(
-                    partition = p,
+                    partition = p.number(),
                     %run_id,
                     "a journaled trigger is no longer awaited (its report came, or its run moved on): forgotten"
                 ),

@@ -33,6 +33,7 @@ use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::lifecycle::{Effect, Needs};
+use crate::core::partitioning::PartitionId;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
 
@@ -275,7 +276,7 @@ fn remember(cache: &mut RandomCache<Arc<PipelineConfig>>, pipeline: &PipelineId,
 }
 
 impl PartitionStore {
-    pub fn open(state_dir: &Path, partition: i32) -> Result<Self> {
+    pub fn open(state_dir: &Path, partition: PartitionId) -> Result<Self> {
         let path = state_dir.join(format!("partition-{partition}"));
         std::fs::create_dir_all(&path).map_err(|source| StoreError::Create {
             path: path.clone(),
@@ -547,7 +548,7 @@ impl PartitionStore {
     }
 
     /// What was applied of the copies forwarded from `origin` of `topic` (empty: none yet).
-    pub fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow> {
+    pub fn forward_window(&self, topic: &str, origin: PartitionId) -> Result<ForwardWindow> {
         match self.get("reading forwarded copies", &window_key(topic, origin))? {
             None => Ok(ForwardWindow::empty()),
             Some(raw) => ForwardWindow::decode(&raw).ok_or_else(|| {
@@ -721,7 +722,7 @@ impl crate::core::task::Store for PartitionStore {
         Ok(PartitionStore::effect(self, run_id)?)
     }
 
-    fn forward_window(&self, topic: &str, origin: i32) -> Result<ForwardWindow, HostError> {
+    fn forward_window(&self, topic: &str, origin: PartitionId) -> Result<ForwardWindow, HostError> {
         Ok(PartitionStore::forward_window(self, topic, origin)?)
     }
 
@@ -784,7 +785,7 @@ mod tests {
             (b"o/sluice.jobs".as_slice(), Some(7i64.to_be_bytes().as_slice()))
         );
         let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         store.write(batch).unwrap();
         assert_eq!(store.applied_offset("sluice.sensors"), Some(499));
         assert!(store.timers().unwrap().is_empty());
@@ -814,7 +815,7 @@ mod tests {
     fn configs_are_stored_apart_once_and_parsed_once() {
         let dir = tempfile::tempdir().unwrap();
         let (config, state) = configured("p1");
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         assert!(!store.holds_config(&"p1".into(), &config));
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
@@ -851,7 +852,7 @@ mod tests {
     fn a_config_a_cached_state_holds_is_known_stored_after_the_config_cache_let_it_go() {
         let dir = tempfile::tempdir().unwrap();
         let (config, state) = configured("p1");
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
@@ -872,7 +873,7 @@ mod tests {
     #[test]
     fn the_config_cache_keeps_to_its_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        let store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         // Ids of one length: every config the same size, so the count that fits is exact.
         let config = |i: usize| test_config(&format!("p{i:06}"), &"x".repeat(4096));
         let one = config_size(&config(0));
@@ -887,7 +888,7 @@ mod tests {
     fn state_reads_say_whether_the_cache_served_them_or_a_decode() {
         let dir = tempfile::tempdir().unwrap();
         let state = PipelineState::default();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         let mut batch = StoreBatch::default();
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
@@ -944,7 +945,9 @@ mod tests {
     fn a_store_keeps_as_many_states_as_its_cache_has_room_for() {
         let reads = |cache: usize| {
             let dir = tempfile::tempdir().unwrap();
-            let mut store = PartitionStore::open(dir.path(), 0).unwrap().with_state_cache(cache);
+            let mut store = PartitionStore::open(dir.path(), PartitionId::new(0))
+                .unwrap()
+                .with_state_cache(cache);
             let mut batch = StoreBatch::default();
             for p in ["p1", "p2", "p3"] {
                 batch.put_pipeline(p, &PipelineState::default(), true).unwrap();
@@ -986,14 +989,14 @@ mod tests {
     #[test]
     fn keys_to_repair_are_kept_with_the_checkpoint_and_never_mirrored() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         assert!(store.repairs().unwrap().is_empty());
         let mut batch = StoreBatch::default();
         batch.set_repairs(vec![b"s/p/h".to_vec(), vec![0xff, 0x00]]);
         assert!(!batch.is_empty() && batch.changes().is_empty(), "not a changelog write");
         store.write(batch).unwrap();
         drop(store);
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         assert_eq!(store.repairs().unwrap(), vec![b"s/p/h".to_vec(), vec![0xff, 0x00]]);
         let mut batch = StoreBatch::default();
         batch.set_repairs(Vec::new());
@@ -1014,7 +1017,7 @@ mod tests {
     #[test]
     fn the_watermark_follows_mirrored_writes_down_and_away() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         let mut batch = StoreBatch::default();
         batch.set_applied_offset("sluice.sensors", 900);
         batch.set_applied_offset("sluice.jobs", 40);
@@ -1035,7 +1038,7 @@ mod tests {
             "a batch's last write of a key counts"
         );
         drop(store);
-        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        let store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         assert_eq!(store.applied_offset("sluice.sensors"), Some(120));
         assert_eq!(store.applied_offset("sluice.jobs"), None);
     }
@@ -1056,7 +1059,7 @@ mod tests {
         let t0 = DateTime::from_timestamp(1_000_000_000, 0).unwrap();
         let p3 = with_timer(kind("2026-01-03"), t0);
         {
-            let mut store = PartitionStore::open(dir.path(), 2).unwrap();
+            let mut store = PartitionStore::open(dir.path(), PartitionId::new(2)).unwrap();
             let mut batch = StoreBatch::default();
             batch
                 .put_pipeline("p1", &with_timer(kind("2026-01-02"), t1), true)
@@ -1076,7 +1079,7 @@ mod tests {
             batch.delete_pipeline("p3", &p3);
             store.write(batch).unwrap();
         }
-        let store = PartitionStore::open(dir.path(), 2).unwrap();
+        let store = PartitionStore::open(dir.path(), PartitionId::new(2)).unwrap();
         assert_eq!(store.pipeline("p1").unwrap(), Some(with_timer(kind("2026-01-02"), t1)));
         assert_eq!(store.pipeline("nope").unwrap(), None);
         assert_eq!(store.applied_offset("sluice.sensors"), Some(41));
@@ -1103,7 +1106,7 @@ mod tests {
     #[test]
     fn timer_keys_of_an_earlier_version_are_found_to_delete() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+        let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         let mut legacy = b"t/".to_vec();
         legacy.extend_from_slice(&1_000_000_000_000u64.to_be_bytes());
         legacy.extend_from_slice(b"p1\0cronTick");

@@ -4,6 +4,7 @@
 use crate::core::execution::ExecutionId;
 use crate::core::lifecycle::{decide, Context, Decision, Effect, Execution, Input, Settings, StateChange};
 use crate::core::lifecycle::{Needs, PendingTimer, PipelineState, StoredSensor};
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
 use crate::core::replay::Engine;
 use crate::core::state::parts::*;
@@ -40,7 +41,7 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
         pipeline_id: "p".into(),
         config,
     };
-    let _ = engine.handle(0, &"p".into(), &Input::ConfigPublished(put), "c");
+    let _ = engine.handle(PartitionId::new(0), &"p".into(), &Input::ConfigPublished(put), "c");
     for slot in 0..executions {
         let date = now.date_naive() - chrono::Days::new((slot / 24) as u64);
         let reading = |key: &str, data: Value| {
@@ -54,8 +55,18 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
             };
             Input::SensorReceived(reading)
         };
-        let _ = engine.handle(0, &"p".into(), &reading("rows", json!({"count": 5000})), "s");
-        let decision = engine.handle(0, &"p".into(), &reading("upstream", json!({"status": "ready"})), "s");
+        let _ = engine.handle(
+            PartitionId::new(0),
+            &"p".into(),
+            &reading("rows", json!({"count": 5000})),
+            "s",
+        );
+        let decision = engine.handle(
+            PartitionId::new(0),
+            &"p".into(),
+            &reading("upstream", json!({"status": "ready"})),
+            "s",
+        );
         let triggered = decision.unwrap().effects.into_iter().filter_map(|e| match e {
             Effect::TriggerJob(request) => Some(request),
             _ => None,
@@ -73,7 +84,12 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
                 timestamp: now,
             };
             let _ = engine
-                .handle(0, &"p".into(), &Input::JobReported(report.parse().unwrap()), "j")
+                .handle(
+                    PartitionId::new(0),
+                    &"p".into(),
+                    &Input::JobReported(report.parse().unwrap()),
+                    "j",
+                )
                 .unwrap();
         }
     }
@@ -83,7 +99,7 @@ fn history(executions: u32, reported: Option<JobStatus>) -> PipelineState {
 /// A store in a fresh directory (kept while the store is used).
 fn store() -> (tempfile::TempDir, PartitionStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = PartitionStore::open(dir.path(), 0).unwrap();
+    let store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
     (dir, store)
 }
 
@@ -178,7 +194,7 @@ fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole
     let whole = history(48, Some(JobStatus::Succeeded));
     assert!(whole.executions.values().all(|e| e.phase().is_completed()));
     let dir = tempfile::tempdir().unwrap();
-    let mut store = PartitionStore::open(dir.path(), 0).unwrap();
+    let mut store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
     write(&mut store, |b| b.put_pipeline("p", &whole, true).unwrap());
     drop(store);
     let now = chrono::DateTime::parse_from_rfc3339("2026-11-25T09:00:00Z")
@@ -203,7 +219,7 @@ fn a_reading_decodes_only_the_executions_it_concerns_and_decides_as_on_the_whole
     let next = reading("upstream", json!({"status": "ready"}), 25, 9);
     let late = reading("rows", json!({"count": 7000}), 24, 3);
     for (input, concerned) in [(next, 0), (late, 1)] {
-        let store = PartitionStore::open(dir.path(), 0).unwrap();
+        let store = PartitionStore::open(dir.path(), PartitionId::new(0)).unwrap();
         let read = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap().state;
         assert!(read.executions.values().all(|e| !e.is_decoded()), "read as stored");
         let decision = decide(&read, &"p".into(), &input, ctx);

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::core::events::EventType::{self, *};
+use crate::core::partitioning::PartitionId;
 use crate::core::records::{FailureCategory, JobRecord, JobStatus};
 use crate::core::replay::Engine;
 use crate::core::timers::DueTimer;
@@ -67,7 +68,7 @@ impl DerefMut for Sim {
 }
 
 /// The partition every simulated pipeline lives on.
-const PARTITION: i32 = 0;
+const PARTITION: PartitionId = PartitionId::new(0);
 
 pub(super) fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-22T08:00:00Z")
