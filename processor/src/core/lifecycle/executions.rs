@@ -424,4 +424,22 @@ mod tests {
         again.read_in_part(&[day("2026-11-21"), day("2026-11-22")], |_, _| false);
         assert!(asked(&|| again.contains_key(&id("2026-11-21"))).1);
     }
+
+    #[test]
+    fn a_cache_leaves_out_only_what_a_read_in_part_would() {
+        // A settled hour on the day of an open one is kept by a read in part (the open
+        // one's day is read whole), so there is nothing to leave out for it.
+        let mut state = crate::core::lifecycle::PipelineState::default();
+        for (date, settled) in [("2026-11-22T05", true), ("2026-11-22T06", false)] {
+            state.executions.insert(id(date), execution(date, settled));
+        }
+        assert!(!state.has_quiet_to_leave_out());
+        assert_eq!(state.clone().leave_out_quiet(), 0);
+        state
+            .executions
+            .insert(id("2026-11-20T01"), execution("2026-11-20T01", true));
+        assert!(state.has_quiet_to_leave_out());
+        assert_eq!(state.leave_out_quiet(), 1);
+        assert!(!state.has_quiet_to_leave_out());
+    }
 }

@@ -127,8 +127,7 @@ impl PipelineState {
     /// [`Executions`], `state::parts::read`). Returns how many were left out.
     pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
         let live: BTreeSet<ExecutionId> = self.live().into_iter().cloned().collect();
-        let named = live.iter().filter(|id| SCHEDULE_IDS.contains(&id.schedule()));
-        let days: Vec<NaiveDate> = days.iter().copied().chain(named.map(|id| id.date().day)).collect();
+        let days = days_kept(days, live.iter());
         let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(&days, |id, _| live.contains(id)))
             .into_iter()
             .collect();
@@ -161,8 +160,8 @@ impl PipelineState {
 
     /// Whether [`Self::leave_out_quiet`] would leave something out.
     pub fn has_quiet_to_leave_out(&self) -> bool {
-        let days = self.executions.days_read().unwrap_or_default();
         let live = self.live();
+        let days = days_kept(&self.executions.days_read().unwrap_or_default(), live.iter().copied());
         (self.executions.loaded().keys()).any(|id| !days.contains(&id.date().day) && !live.contains(id))
     }
 
@@ -209,6 +208,13 @@ impl PipelineState {
     pub fn awaits_trigger(&self, run_id: &str) -> bool {
         (self.executions.open()).any(|(_, e)| matches!(e.phase(), Phase::AwaitingTrigger { run_id: r } if r == run_id))
     }
+}
+
+/// The days a read in part for `days` holds whole: those, and the days of the live
+/// executions (of the schedules a config can name, the ones read by day).
+fn days_kept<'a>(days: &[NaiveDate], live: impl Iterator<Item = &'a ExecutionId>) -> Vec<NaiveDate> {
+    let named = live.filter(|id| SCHEDULE_IDS.contains(&id.schedule()));
+    days.iter().copied().chain(named.map(|id| id.date().day)).collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
