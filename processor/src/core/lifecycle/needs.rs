@@ -41,9 +41,28 @@ impl Needs {
                 TimerKind::CronTick => around_now(),
                 TimerKind::StartCheck { date } | TimerKind::TriggerDeadline { date } => day(date.day),
                 TimerKind::Forget => Needs::Whole,
+                // A missed deadline arms the next date still owed, looked for from the day
+                // before today in the pipeline's timezone (two days before today in UTC,
+                // west of it).
+                TimerKind::SlaWarning { execution } | TimerKind::SlaBreach { execution } => around_now()
+                    .with(now.date_naive() - TimeDelta::days(2))
+                    .with(execution.date().day),
                 other => other.execution().map_or(Needs::Whole, |id| day(id.date().day)),
             },
             Input::Rejected { .. } => Needs::Days(Vec::new()),
+        }
+    }
+
+    /// These needs and the executions of `day`.
+    fn with(self, day: NaiveDate) -> Needs {
+        match self {
+            Needs::Whole => Needs::Whole,
+            Needs::Days(mut days) => {
+                if !days.contains(&day) {
+                    days.push(day);
+                }
+                Needs::Days(days)
+            }
         }
     }
 
@@ -53,5 +72,27 @@ impl Needs {
             Needs::Whole => None,
             Needs::Days(days) => Some(days),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::execution::ExecutionId;
+
+    #[test]
+    fn a_missed_deadline_reads_its_day_and_the_days_the_next_one_owed_is_looked_for_in() {
+        let now: DateTime<Utc> = "2026-11-28T03:00:00Z".parse().unwrap();
+        let execution = ExecutionId::of("cron", "2026-11-20").unwrap();
+        let needs = Needs::of(&Input::TimerFired(TimerKind::SlaBreach { execution }), now);
+        let mut days: Vec<String> = needs.days().unwrap().iter().map(|d| d.to_string()).collect();
+        days.sort();
+        assert_eq!(
+            days,
+            ["2026-11-20", "2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29"],
+            "its own, and the day before today in every timezone"
+        );
+        let reading = Needs::of(&Input::TimerFired(TimerKind::CronTick), now);
+        assert_eq!(reading.days().unwrap().len(), 3);
     }
 }
