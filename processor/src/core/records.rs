@@ -395,6 +395,108 @@ pub struct CommandRecord {
     pub backfill: bool,
 }
 
+/// A command as decoded ([`decode_command`]): its fields bounded, and each kind holding
+/// the fields it needs, its date parsed. What the decider reads; [`CommandRecord`] is what
+/// is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub pipeline_id: PipelineId,
+    pub requested_by: Option<String>,
+    pub kind: CommandOf,
+}
+
+/// What a [`Command`] asks, with what each kind carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandOf {
+    Rerun(Rerun),
+    Cancel(Cancel),
+    /// `subscriber` declared `dependsOn` this pipeline, expecting sensor `key`.
+    Subscribe {
+        subscriber: PipelineId,
+        key: String,
+    },
+    /// `subscriber` no longer depends on this pipeline.
+    Unsubscribe {
+        subscriber: PipelineId,
+    },
+}
+
+/// A `rerun` command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rerun {
+    pub execution: NamedExecution,
+    pub reason: Option<String>,
+    /// See [`CommandRecord::force`].
+    pub force: bool,
+    /// See [`CommandRecord::backfill`].
+    pub backfill: bool,
+}
+
+/// A `cancel` command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancel {
+    pub execution: NamedExecution,
+    pub reason: Option<String>,
+}
+
+/// The execution a rerun or a cancel names. Not yet an [`ExecutionId`]: without a
+/// `schedule_id` it is the pipeline's own schedule's, which only the pipeline's config
+/// knows (and a command may come before the config, or after it changed), so the decider
+/// makes the id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedExecution {
+    /// The schedule the command named; `None` for the pipeline's own.
+    pub schedule_id: Option<String>,
+    pub date: ExecutionDate,
+}
+
+impl CommandRecord {
+    /// Checks the record's fields (bounds, then what its kind requires) and parses the date
+    /// a rerun or a cancel names (in any form [`ExecutionDate`] reads, made canonical).
+    pub fn parse(self) -> Result<Command, InputError> {
+        bounded_opt("scheduleId", self.schedule_id.as_deref(), bounds::ID_BYTES)?;
+        bounded("date", &self.date, bounds::ID_BYTES)?;
+        bounded_opt("reason", self.reason.as_deref(), bounds::TEXT_BYTES)?;
+        bounded_opt("requestedBy", self.requested_by.as_deref(), bounds::REQUESTED_BY_BYTES)?;
+        bounded_opt("subscriber", self.subscriber.as_deref(), bounds::ID_BYTES)?;
+        bounded_opt("key", self.key.as_deref(), bounds::SENSOR_KEY_BYTES)?;
+        let named = |schedule_id, date: &str| -> Result<NamedExecution, InputError> {
+            let date = (date.parse()).map_err(|e: ParseError| InputError::invalid("date", e.to_string()))?;
+            Ok(NamedExecution { schedule_id, date })
+        };
+        let subscriber = |subscriber: Option<String>| {
+            (subscriber.filter(|s| !s.is_empty()))
+                .map(PipelineId::from)
+                .ok_or_else(|| InputError::invalid("subscriber", "is required for subscriptions"))
+        };
+        let kind = match self.command {
+            CommandKind::Rerun => CommandOf::Rerun(Rerun {
+                execution: named(self.schedule_id, &self.date)?,
+                reason: self.reason,
+                force: self.force,
+                backfill: self.backfill,
+            }),
+            CommandKind::Cancel => CommandOf::Cancel(Cancel {
+                execution: named(self.schedule_id, &self.date)?,
+                reason: self.reason,
+            }),
+            CommandKind::Subscribe => CommandOf::Subscribe {
+                subscriber: subscriber(self.subscriber)?,
+                key: (self.key.filter(|k| !k.is_empty()))
+                    .ok_or_else(|| InputError::invalid("key", "is required for subscribe"))?,
+            },
+            CommandKind::Unsubscribe => CommandOf::Unsubscribe {
+                subscriber: subscriber(self.subscriber)?,
+            },
+        };
+        Ok(Command {
+            pipeline_id: self.pipeline_id,
+            requested_by: self.requested_by,
+            kind,
+        })
+    }
+}
+
 fn decode_json<T: DeserializeOwned>(value: Option<&[u8]>) -> Result<T, InputError> {
     let bytes = value.ok_or(InputError::Empty)?;
     let json: Value = serde_json::from_slice(bytes).map_err(|e| InputError::NotJson(e.to_string()))?;
@@ -670,47 +772,16 @@ fn scope_in_key(
     Ok((base.to_string(), Some(day), key_hour.or(hour)))
 }
 
-/// An execution date as a record spells it, in its canonical form (see [`ExecutionDate`]).
-fn normalise_date(text: &str) -> Result<String, InputError> {
-    let date: ExecutionDate = text
-        .parse()
-        .map_err(|e: ParseError| InputError::invalid("date", e.to_string()))?;
-    Ok(date.to_string())
-}
-
 pub fn decode_job(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<JobReport, InputError> {
     let record: JobRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
     record.parse()
 }
 
-pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<CommandRecord, InputError> {
-    let mut record: CommandRecord = decode_json(value)?;
+pub fn decode_command(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command, InputError> {
+    let record: CommandRecord = decode_json(value)?;
     check_key(key, &record.pipeline_id)?;
-    bounded_opt("scheduleId", record.schedule_id.as_deref(), bounds::ID_BYTES)?;
-    bounded("date", &record.date, bounds::ID_BYTES)?;
-    bounded_opt("reason", record.reason.as_deref(), bounds::TEXT_BYTES)?;
-    bounded_opt(
-        "requestedBy",
-        record.requested_by.as_deref(),
-        bounds::REQUESTED_BY_BYTES,
-    )?;
-    bounded_opt("subscriber", record.subscriber.as_deref(), bounds::ID_BYTES)?;
-    bounded_opt("key", record.key.as_deref(), bounds::SENSOR_KEY_BYTES)?;
-    match record.command {
-        CommandKind::Rerun | CommandKind::Cancel => {
-            record.date = normalise_date(&record.date)?;
-        }
-        CommandKind::Subscribe | CommandKind::Unsubscribe => {
-            if record.subscriber.as_deref().is_none_or(str::is_empty) {
-                return Err(InputError::invalid("subscriber", "is required for subscriptions"));
-            }
-            if record.command == CommandKind::Subscribe && record.key.as_deref().is_none_or(str::is_empty) {
-                return Err(InputError::invalid("key", "is required for subscribe"));
-            }
-        }
-    }
-    Ok(record)
+    record.parse()
 }
 
 /// A record on `sluice.config`: a config to parse, a tombstone that deletes it, or bytes
@@ -980,6 +1051,64 @@ mod tests {
             decode_job(Some(b"p1"), Some(bad.as_bytes())),
             Err(InputError::Schema(_))
         ));
+    }
+
+    fn command(json: Value) -> Result<Command, InputError> {
+        decode_command(Some(b"p1"), Some(json.to_string().as_bytes()))
+    }
+
+    #[test]
+    fn a_rerun_carries_its_date_made_canonical() {
+        let c = command(json!({"pipelineId": "p1", "command": "rerun", "date": "20260303T5",
+            "reason": "fixed the join", "requestedBy": "ops", "force": true}))
+        .unwrap();
+        let date = ExecutionDate::hourly(NaiveDate::from_ymd_opt(2026, 3, 3).unwrap(), 5);
+        assert_eq!(
+            c,
+            Command {
+                pipeline_id: "p1".into(),
+                requested_by: Some("ops".into()),
+                kind: CommandOf::Rerun(Rerun {
+                    execution: NamedExecution {
+                        schedule_id: None,
+                        date
+                    },
+                    reason: Some("fixed the join".into()),
+                    force: true,
+                    backfill: false,
+                }),
+            }
+        );
+        // Events quote it as the record's normalised text was quoted.
+        assert_eq!(date.to_string(), "2026-03-03T05");
+    }
+
+    #[test]
+    fn a_subscription_needs_its_subscriber_and_a_subscribe_its_key() {
+        let e = command(json!({"pipelineId": "p1", "command": "subscribe"})).unwrap_err();
+        assert_eq!(e.to_string(), "subscriber: is required for subscriptions");
+        assert_eq!(e.rejection(), Rejection::Invalid);
+        let e = command(json!({"pipelineId": "p1", "command": "unsubscribe", "subscriber": ""})).unwrap_err();
+        assert_eq!(e.to_string(), "subscriber: is required for subscriptions");
+        let e = command(json!({"pipelineId": "p1", "command": "subscribe", "subscriber": "p2"})).unwrap_err();
+        assert_eq!(e.to_string(), "key: is required for subscribe");
+        let c = command(json!({"pipelineId": "p1", "command": "unsubscribe", "subscriber": "p2"})).unwrap();
+        assert_eq!(
+            c.kind,
+            CommandOf::Unsubscribe {
+                subscriber: "p2".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_cancel_of_no_date_is_refused_naming_the_date() {
+        for date in [json!("03/03/2026"), json!("2026-03-03T24"), json!("")] {
+            let e = command(json!({"pipelineId": "p1", "command": "cancel", "date": date})).unwrap_err();
+            assert!(matches!(e, InputError::Invalid { field: "date", .. }), "{e}");
+        }
+        let e = command(json!({"pipelineId": "p1", "command": "cancel"})).unwrap_err();
+        assert_eq!(e.to_string(), r#"date: "" is not YYYY-MM-DD or YYYY-MM-DDTHH"#);
     }
 
     #[test]

@@ -7,54 +7,52 @@ use super::{Decider, Phase};
 use crate::core::events::detail::{Cancelled, RerunAccepted, RerunRejected, RerunRequest};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
-use crate::core::records::{CommandKind, CommandRecord, Rejection};
+use crate::core::records::{Cancel, Command, CommandOf, NamedExecution, Rejection, Rerun};
 use crate::core::timers::TimerKind;
 
-/// Why a command names no execution.
+/// Why a command names no execution: without a config there is no schedule to name one by.
 #[derive(Debug, thiserror::Error)]
-enum Unnamed {
-    /// Without a config there is no schedule to name one by.
-    #[error("pipeline {0} has no config")]
-    NoConfig(String),
-    #[error("{0:?} is not an execution date")]
-    NotADate(String),
-}
+#[error("pipeline {0} has no config")]
+struct NoConfig(String);
 
 impl Decider<'_> {
-    pub(super) fn on_command(&mut self, record: &CommandRecord) {
-        match record.command {
-            CommandKind::Rerun => self.on_rerun(record),
-            CommandKind::Cancel => self.on_cancel(record),
-            CommandKind::Subscribe | CommandKind::Unsubscribe => self.on_subscription(record),
+    pub(super) fn on_command(&mut self, command: &Command) {
+        let requested_by = command.requested_by.as_ref();
+        match &command.kind {
+            CommandOf::Rerun(rerun) => self.on_rerun(rerun, requested_by),
+            CommandOf::Cancel(cancel) => self.on_cancel(cancel, requested_by),
+            CommandOf::Subscribe { subscriber, key } => self.on_subscribe(subscriber, key),
+            CommandOf::Unsubscribe { subscriber } => self.on_unsubscribe(subscriber),
         }
     }
 
     /// The execution a command names: of its schedule (the pipeline's own unless it says)
-    /// and date. Decoding made a rerun's or a cancel's date canonical.
-    fn command_execution(&self, record: &CommandRecord) -> Result<ExecutionId, Unnamed> {
-        let config = (self.config()).ok_or_else(|| Unnamed::NoConfig(self.pipeline_id.to_string()))?;
-        let schedule_id = record.schedule_id.as_deref().unwrap_or(config.schedule_id());
-        ExecutionId::of(schedule_id, &record.date).ok_or_else(|| Unnamed::NotADate(record.date.clone()))
+    /// and date.
+    fn command_execution(&self, named: &NamedExecution) -> Result<ExecutionId, NoConfig> {
+        let config = (self.config()).ok_or_else(|| NoConfig(self.pipeline_id.to_string()))?;
+        let schedule_id = named.schedule_id.as_deref().unwrap_or(config.schedule_id());
+        Ok(ExecutionId::new(schedule_id, named.date))
     }
 
     /// Why a command names a schedule the pipeline does not have, if it does. A pipeline has
     /// one schedule (`cron` or `stream`); a rerun under another would start the job beside
     /// the date's real execution, with new run ids and its own rerun budget.
-    fn foreign_schedule(&self, record: &CommandRecord) -> Option<String> {
+    fn foreign_schedule(&self, named: &NamedExecution) -> Option<String> {
         let own = self.config()?.schedule_id();
-        let named = record.schedule_id.as_deref().filter(|s| *s != own)?;
+        let named = named.schedule_id.as_deref().filter(|s| *s != own)?;
         Some(format!(
             "pipeline {} has no schedule {named:?}: its schedule is {own:?}",
             self.pipeline_id
         ))
     }
 
-    fn on_rerun(&mut self, record: &CommandRecord) {
-        let id = match self.command_execution(record) {
+    fn on_rerun(&mut self, rerun: &Rerun, requested_by: Option<&String>) {
+        let named = &rerun.execution;
+        let id = match self.command_execution(named) {
             Ok(id) => id,
             Err(unnamed) => {
                 return self.reject(
-                    &format!("command rerun for {}", record.date),
+                    &format!("command rerun for {}", named.date),
                     &unnamed.to_string(),
                     Rejection::Refused,
                 )
@@ -64,14 +62,14 @@ impl Decider<'_> {
         let limit = config.job.max_manual_reruns;
         let dry = config.dry_run;
         let request = RerunRequest {
-            requested_by: record.requested_by.clone(),
-            reason: record.reason.clone(),
-            force: record.force,
-            backfill: record.backfill,
+            requested_by: requested_by.cloned(),
+            reason: rerun.reason.clone(),
+            force: rerun.force,
+            backfill: rerun.backfill,
         };
         // A date Sluice has forgotten, started on purpose: its runs get their own ids.
         let forgotten = !self.state.executions.contains_key(&id) && self.beyond_retention(id.date());
-        let refusal = (self.foreign_schedule(record)).or_else(|| self.rerun_refusal(&id, limit, record));
+        let refusal = (self.foreign_schedule(named)).or_else(|| self.rerun_refusal(&id, limit, rerun));
         if let Some(refusal) = refusal {
             let kind = self.dry_or(EventType::RERUN_REJECTED, EventType::DRY_RUN_RERUN_REJECTED);
             let message = format!("rerun rejected: {refusal}");
@@ -127,16 +125,16 @@ impl Decider<'_> {
         }
     }
 
-    /// Why execution `id` may not be rerun as `record` asks, within `limit` manual reruns.
-    fn rerun_refusal(&self, id: &ExecutionId, limit: u32, record: &CommandRecord) -> Option<String> {
+    /// Why execution `id` may not be rerun as `rerun` asks, within `limit` manual reruns.
+    fn rerun_refusal(&self, id: &ExecutionId, limit: u32, rerun: &Rerun) -> Option<String> {
         let config = self.config()?;
-        let force = record.force;
+        let force = rerun.force;
         match self.state.executions.get(id) {
             // Reruns are how the earlier design's runbooks start a date that never ran (a
             // RERUN_REQUEST item; interlock internal/lambda/stream/rerun.go): accept it when
             // the date could have run, or, older than the retention, when it is a backfill.
             None => self
-                .unrunnable_date(id.date(), record.backfill)
+                .unrunnable_date(id.date(), rerun.backfill)
                 .or_else(|| (limit == 0).then(|| format!("maxManualReruns is 0 for {id}"))),
             Some(e) if e.phase.is_open() => Some(format!("execution {id} is still in progress ({})", e.phase.name())),
             // A date skipped because its trigger window closed (SENSOR_DEADLINE_EXPIRED) may
@@ -180,13 +178,14 @@ impl Decider<'_> {
 
     /// RUN_CANCELLED: evaluation or job watching stops for the execution; a job already
     /// started is not stopped (Sluice cannot), and its later reports are ignored.
-    fn on_cancel(&mut self, record: &CommandRecord) {
-        let id = self.command_execution(record).ok();
+    fn on_cancel(&mut self, cancel: &Cancel, requested_by: Option<&String>) {
+        let named = &cancel.execution;
+        let id = self.command_execution(named).ok();
         // An execution of a schedule the pipeline had before its config changed may still be
         // cancelled; naming a schedule with no execution is refused with the reason.
-        if let Some(reason) = self.foreign_schedule(record) {
+        if let Some(reason) = self.foreign_schedule(named) {
             if id.as_ref().and_then(|k| self.state.executions.get(k)).is_none() {
-                let source = format!("command cancel for {}", record.date);
+                let source = format!("command cancel for {}", named.date);
                 self.reject(&source, &reason, Rejection::Refused);
                 return;
             }
@@ -196,10 +195,10 @@ impl Decider<'_> {
             .and_then(|k| self.state.executions.get(k))
             .filter(|e| e.phase.is_open());
         let Some(execution) = open else {
-            let what = id.map_or_else(|| record.date.clone(), |id| id.to_string());
+            let what = id.map_or_else(|| named.date.to_string(), |id| id.to_string());
             let reason = format!("nothing to cancel: no execution {what} in progress");
             self.reject(
-                &format!("command cancel for {}", record.date),
+                &format!("command cancel for {}", named.date),
                 &reason,
                 Rejection::Refused,
             );
@@ -212,8 +211,8 @@ impl Decider<'_> {
         let info = Cancelled {
             phase: phase.into(),
             run_id,
-            requested_by: record.requested_by.clone(),
-            reason: record.reason.clone(),
+            requested_by: requested_by.cloned(),
+            reason: cancel.reason.clone(),
         };
         self.emit(
             EventType::RUN_CANCELLED,

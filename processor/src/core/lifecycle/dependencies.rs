@@ -15,7 +15,7 @@ use serde_json::json;
 use super::{Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
 use crate::core::execution::{ExecutionDate, ExecutionId, RunId};
-use crate::core::records::{CommandKind, CommandRecord};
+use crate::core::records::CommandKind;
 
 impl Decider<'_> {
     /// Sends `subscribe` for every upstream of the new config (the upstream ignores a repeat,
@@ -57,21 +57,17 @@ impl Decider<'_> {
         });
     }
 
-    pub(super) fn on_subscription(&mut self, record: &CommandRecord) {
-        let Some(subscriber) = record.subscriber.clone() else {
-            return;
-        };
-        if record.command == CommandKind::Unsubscribe {
-            self.state.dependents.remove(&subscriber);
-            self.notes
-                .push(format!("{subscriber} no longer depends on {}", self.pipeline_id));
-            return;
-        }
-        let Some(key) = record.key.clone() else { return };
-        if self.state.dependents.get(&subscriber) == Some(&key) {
+    pub(super) fn on_unsubscribe(&mut self, subscriber: &PipelineId) {
+        self.state.dependents.remove(subscriber.as_str());
+        self.notes
+            .push(format!("{subscriber} no longer depends on {}", self.pipeline_id));
+    }
+
+    pub(super) fn on_subscribe(&mut self, subscriber: &PipelineId, key: &str) {
+        if self.state.dependents.get(subscriber.as_str()).map(String::as_str) == Some(key) {
             return;
         }
-        self.state.dependents.insert(subscriber.clone(), key.clone());
+        self.state.dependents.insert(subscriber.to_string(), key.to_string());
         self.notes
             .push(format!("{subscriber} depends on {} (sensor {key:?})", self.pipeline_id));
         // Only recent completions: a new subscriber is not handed weeks of backfill.
@@ -84,7 +80,7 @@ impl Decider<'_> {
             .map(|e| (e.id.date(), e.run_id(self.pipeline_id)))
             .collect();
         for (date, run_id) in done {
-            self.publish_completion(&subscriber, &key, date, &run_id);
+            self.publish_completion(subscriber, key, date, &run_id);
         }
     }
 

@@ -49,7 +49,7 @@ use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 use super::hints;
 use super::history::RunHistory;
 use super::limits::Limits;
-use super::records::{CommandRecord, ConfigRecord, FailureCategory, JobReport, Rejection, SensorReading};
+use super::records::{Command, ConfigRecord, FailureCategory, JobReport, Rejection, SensorReading};
 use super::rules::{Moment, Verdict};
 pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
@@ -594,7 +594,7 @@ pub enum Input {
     ConfigPublished(ConfigRecord),
     SensorReceived(SensorReading),
     JobReported(JobReport),
-    CommandReceived(CommandRecord),
+    CommandReceived(Command),
     TimerFired(TimerKind),
     /// A record that could not be decoded; `source` locates it (topic/partition@offset).
     Rejected {

@@ -9,6 +9,7 @@
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
 use super::Input;
+use crate::core::records::{Cancel, CommandOf, Rerun};
 use crate::core::timers::TimerKind;
 
 /// The executions a decision on an input is likely to read.
@@ -34,9 +35,13 @@ impl Needs {
             Input::ConfigPublished(_) => Needs::Whole,
             Input::SensorReceived(reading) => reading.date.map_or_else(around_now, day),
             Input::JobReported(report) => day(report.execution.date().day),
-            Input::CommandReceived(record) => (record.date.get(..10))
-                .and_then(|d| d.parse::<NaiveDate>().ok())
-                .map_or(Needs::Whole, day),
+            Input::CommandReceived(command) => match &command.kind {
+                CommandOf::Rerun(Rerun { execution, .. }) | CommandOf::Cancel(Cancel { execution, .. }) => {
+                    day(execution.date.day)
+                }
+                // A subscription names no day (a new subscriber is sent recent completions).
+                CommandOf::Subscribe { .. } | CommandOf::Unsubscribe { .. } => Needs::Whole,
+            },
             Input::TimerFired(kind) => match kind {
                 TimerKind::CronTick => around_now(),
                 TimerKind::StartCheck { date } | TimerKind::TriggerDeadline { date } => day(date.day),

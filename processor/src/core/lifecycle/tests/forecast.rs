@@ -202,7 +202,7 @@ fn run_history_keeps_each_dates_first_success_measured_from_its_first_trigger() 
         force: false,
         backfill: false,
     };
-    sim.input("gold", Input::CommandReceived(rerun));
+    sim.input("gold", Input::CommandReceived(rerun.parse().unwrap()));
     assert_eq!(sim.of(RERUN_ACCEPTED).len(), 1, "{:?}", sim.types());
     sim.job_for("gold", "stream", &date(16), JobStatus::Succeeded);
     assert_eq!(sim.states["gold"].history.len(), 1);

@@ -825,7 +825,7 @@ impl Sim {
     /// A job report for any execution.
     /// An operator's `rerun` of `pipeline`'s execution for `date`.
     pub(super) fn rerun(&mut self, pipeline: &str, date: &str) -> Decision {
-        let record = CommandRecord {
+        let record = crate::core::records::CommandRecord {
             pipeline_id: pipeline.into(),
             command: crate::core::records::CommandKind::Rerun,
             schedule_id: None,
@@ -837,7 +837,7 @@ impl Sim {
             force: false,
             backfill: false,
         };
-        self.input(pipeline, Input::CommandReceived(record))
+        self.input(pipeline, Input::CommandReceived(record.parse().unwrap()))
     }
 
     pub(super) fn job_for(&mut self, pipeline: &str, schedule_id: &str, date: &str, status: JobStatus) -> Decision {
