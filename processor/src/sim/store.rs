@@ -88,14 +88,12 @@ impl parts::Source for Disk {
 
     fn scan(
         &self,
-        from: &[u8],
-        to: &[u8],
+        ranges: &[parts::KeyRange],
         each: &mut parts::Each<'_>,
     ) -> Result<Result<(), parts::PartError>, Self::Error> {
-        Ok(self
-            .kv
-            .range(from.to_vec()..to.to_vec())
-            .try_for_each(|(k, v)| each(k, v)))
+        Ok((ranges.iter()).try_for_each(|(from, to)| {
+            (self.kv.range(from.clone()..to.clone())).try_for_each(|(k, v)| each(k, v))
+        }))
     }
 }
 

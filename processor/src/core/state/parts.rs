@@ -339,13 +339,18 @@ pub(crate) fn head(state: &PipelineState) -> PipelineState {
 pub type Each<'a> = dyn FnMut(&[u8], &[u8]) -> Result<(), PartError> + 'a;
 
 /// A store's keys, as a read of a pipeline's state asks for them.
+/// Keys from the first (included) to the second (excluded).
+pub type KeyRange = (Vec<u8>, Vec<u8>);
+
 pub trait Source {
     type Error;
     /// The value stored under `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Self::Error>;
-    /// Calls `each` with every key from `from` (included) to `to` (excluded) and its value,
-    /// in order; stops at the first error `each` returns.
-    fn scan(&self, from: &[u8], to: &[u8], each: &mut Each<'_>) -> Result<Result<(), PartError>, Self::Error>;
+    /// Calls `each` with every key of each range, from its start (included) to its end
+    /// (excluded), and its value, in order; stops at the first error `each` returns. The
+    /// ranges are in order and apart, so one pass over the store serves them all (one
+    /// iterator seeking forward, not one per range).
+    fn scan(&self, ranges: &[KeyRange], each: &mut Each<'_>) -> Result<Result<(), PartError>, Self::Error>;
 }
 
 /// Why a state could not be read: the store failed, or what it holds does not decode.
@@ -384,14 +389,15 @@ pub fn read<S: Source>(
     let live = state.live.take();
     let head_stale = in_parts && live.is_none();
     let prefix = parts_prefix(pipeline);
-    let scan = |state: &mut PipelineState, from: Vec<u8>, to: Vec<u8>| -> Result<(), ReadError<S::Error>> {
+    let scan = |state: &mut PipelineState, mut ranges: Vec<KeyRange>| -> Result<(), ReadError<S::Error>> {
+        ranges.sort();
         let mut add = |key: &[u8], value: &[u8]| add_part(state, &key[prefix.len()..], value);
-        (source.scan(&from, &to, &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
+        (source.scan(&ranges, &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
     };
     let (live, days) = match (in_parts, live, days) {
         (true, Some(live), Some(days)) => (live, days),
         _ => {
-            scan(&mut state, prefix.clone(), parts_end(pipeline))?;
+            scan(&mut state, vec![(prefix.clone(), parts_end(pipeline))])?;
             return Ok(Some(Read {
                 state,
                 in_parts,
@@ -401,7 +407,7 @@ pub fn read<S: Source>(
     };
     // Readings and lone timers sort together (`s`, then `t`): one range.
     let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
-    scan(&mut state, tag(SENSOR), tag(TIMER + 1))?;
+    let mut ranges = vec![(tag(SENSOR), tag(TIMER + 1))];
     // The days asked for and the live executions' days, each read whole: a range per
     // schedule costs less than a read per execution (a day's hours are its live ones, often),
     // and a day read whole answers more.
@@ -412,11 +418,11 @@ pub fn read<S: Source>(
                 whole_days.insert(id.date().day);
             }
             // Never stored (a config names one of those), but read if it were.
-            false => scan(&mut state, part_key(pipeline, EXECUTION, id.as_str()), {
-                let mut end = part_key(pipeline, EXECUTION, id.as_str());
-                end.push(0);
-                end
-            })?,
+            false => {
+                let from = part_key(pipeline, EXECUTION, id.as_str());
+                let to = [from.as_slice(), &[0]].concat();
+                ranges.push((from, to));
+            }
         }
     }
     for day in &whole_days {
@@ -424,9 +430,10 @@ pub fn read<S: Source>(
             // `cron/2026-11-02` and its hours, `cron/2026-11-02T05`: one range.
             let from = part_key(pipeline, EXECUTION, &format!("{schedule}/{day}"));
             let to = [from.as_slice(), &[u8::MAX]].concat();
-            scan(&mut state, from, to)?;
+            ranges.push((from, to));
         }
     }
+    scan(&mut state, ranges)?;
     state.executions.read_days(whole_days);
     state.know_timers_alone();
     Ok(Some(Read {

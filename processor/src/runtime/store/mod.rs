@@ -691,19 +691,29 @@ impl parts::Source for PartitionStore {
         PartitionStore::get(self, "reading a pipeline state", key)
     }
 
-    fn scan(&self, from: &[u8], to: &[u8], each: &mut parts::Each<'_>) -> Result<Result<(), parts::PartError>> {
+    fn scan(&self, ranges: &[parts::KeyRange], each: &mut parts::Each<'_>) -> Result<Result<(), parts::PartError>> {
+        let Some(last) = ranges.iter().map(|(_, to)| to).max() else {
+            return Ok(Ok(()));
+        };
+        // One iterator for every range, bounded by the last one's end: creating one costs
+        // more than a seek, and a read in part asks for several ranges.
         let mut bounded = ReadOptions::default();
-        bounded.set_iterate_upper_bound(to.to_vec());
+        bounded.set_iterate_upper_bound(last.clone());
         let mut it = self.db.raw_iterator_opt(bounded);
-        it.seek(from);
-        while let (Some(key), Some(value)) = (it.key(), it.value()) {
-            if let Err(e) = each(key, value) {
-                return Ok(Err(e));
+        for (from, to) in ranges {
+            it.seek(from);
+            while let (Some(key), Some(value)) = (it.key(), it.value()) {
+                if key >= to.as_slice() {
+                    break;
+                }
+                if let Err(e) = each(key, value) {
+                    return Ok(Err(e));
+                }
+                it.next();
             }
-            it.next();
+            it.status()
+                .map_err(StoreError::db("reading a pipeline state", &self.path))?;
         }
-        it.status()
-            .map_err(StoreError::db("reading a pipeline state", &self.path))?;
         Ok(Ok(()))
     }
 }
