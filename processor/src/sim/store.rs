@@ -91,9 +91,8 @@ impl parts::Source for Disk {
         ranges: &[parts::KeyRange],
         each: &mut parts::Each<'_>,
     ) -> Result<Result<(), parts::PartError>, Self::Error> {
-        Ok((ranges.iter()).try_for_each(|(from, to)| {
-            (self.kv.range(from.clone()..to.clone())).try_for_each(|(k, v)| each(k, v))
-        }))
+        Ok((ranges.iter())
+            .try_for_each(|(from, to)| (self.kv.range(from.clone()..to.clone())).try_for_each(|(k, v)| each(k, v))))
     }
 }
 
