@@ -318,7 +318,7 @@ pub const SCHEDULE_IDS: [&str; 2] = ["cron", "stream"];
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(try_from = "Value")]
 pub struct PipelineConfig {
-    pub id: String,
+    pub id: PipelineId,
     pub owner: Option<String>,
     pub description: Option<String>,
     pub schedule: Schedule,

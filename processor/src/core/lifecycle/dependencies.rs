@@ -67,7 +67,7 @@ impl Decider<'_> {
         if self.state.dependents.get(subscriber.as_str()).map(String::as_str) == Some(key) {
             return;
         }
-        self.state.dependents.insert(subscriber.to_string(), key.to_string());
+        self.state.dependents.insert(subscriber.clone(), key.to_string());
         self.notes
             .push(format!("{subscriber} depends on {} (sensor {key:?})", self.pipeline_id));
         // Only recent completions: a new subscriber is not handed weeks of backfill.
@@ -86,7 +86,7 @@ impl Decider<'_> {
 
     /// On success: tell every dependent that this date is done.
     pub(super) fn notify_dependents(&mut self, id: &ExecutionId, run_id: &str) {
-        let dependents: Vec<(String, String)> = self.state.dependents.clone().into_iter().collect();
+        let dependents: Vec<(PipelineId, String)> = self.state.dependents.clone().into_iter().collect();
         for (subscriber, sensor_key) in dependents {
             self.publish_completion(&subscriber, &sensor_key, id.date(), run_id);
         }

@@ -84,7 +84,7 @@ pub struct PipelineState {
     pub timers: SharedMap<TimerKind, Shared<PendingTimer>>,
     /// Pipelines that declared `dependsOn` this one, with the sensor key they expect.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub dependents: BTreeMap<String, String>,
+    pub dependents: BTreeMap<PipelineId, String>,
     /// The recent successful runs, which SLA forecasts are made from.
     #[serde(default, skip_serializing_if = "RunHistory::is_empty")]
     pub history: RunHistory,

@@ -82,7 +82,7 @@ impl Reader {
         }
 
         Some(PipelineConfig {
-            id: id?,
+            id: id?.into(),
             owner,
             description,
             schedule: schedule?,

@@ -113,7 +113,7 @@ impl Day {
             (false, false) => Cadence::Daily,
         };
         let mut sim = Sim::starting_at(start);
-        let id = config.id.clone();
+        let id = config.id.to_string();
         sim.config(raw);
         Day {
             sim,
