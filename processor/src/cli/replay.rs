@@ -9,7 +9,6 @@
 //! before it is replayed, ordered by record timestamp (then topic, partition and offset), so
 //! the same log always replays the same way.
 
-use crate::core::ids::PipelineId;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,6 +27,7 @@ use super::config::{publishable_configs, Folders, Progress};
 use super::events::{offsets_at, parse_time};
 use crate::core::diff::{diff, Window};
 use crate::core::events::Event;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::partitioning::PartitionId;

@@ -4,7 +4,6 @@
 //! pipeline list's summaries, which every instance gathers from all of them, so any instance
 //! draws the whole graph.
 
-use crate::core::ids::PipelineId;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,6 +11,7 @@ use chrono::NaiveDate;
 use serde::Serialize;
 
 use super::status::PipelineSummary;
+use crate::core::ids::PipelineId;
 
 /// How many dates (with executions) the page offers to choose from.
 const DATES: usize = 31;

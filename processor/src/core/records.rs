@@ -3,7 +3,6 @@
 //! Decoding checks everything a record must satisfy before it may touch state; a record that
 //! fails is rejected with the reason (dead-letter topic plus INPUT_REJECTED), never dropped.
 
-use crate::core::ids::PipelineId;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -13,6 +12,7 @@ use super::events::clip;
 use super::execution::{ExecutionDate, ExecutionId, ParseError, RunId};
 use super::partitioning::PartitionId;
 use super::rules::as_timestamp;
+use crate::core::ids::PipelineId;
 
 /// Why an input record cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

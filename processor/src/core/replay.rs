@@ -7,7 +7,6 @@
 //! the live processor published are in the recorded input already. The same inputs in the
 //! same order always give the same events, byte for byte.
 
-use crate::core::ids::PipelineId;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -20,6 +19,7 @@ use super::limits::OverLimit;
 use super::output::HostError;
 use super::partitioning::PartitionId;
 use super::timers::{timer_origin, TimerIndex};
+use crate::core::ids::PipelineId;
 
 /// Measures a decision's records for a pipeline against the limits, given its state before
 /// the decision (none: not stored yet): `Ok(Err(reason))` when one is over (see

@@ -1,7 +1,6 @@
 //! "How is this pipeline doing?": the read model behind the HTTP API and `sluice status`,
 //! derived from a pipeline's state alone (so any instance that owns it answers the same).
 
-use crate::core::ids::PipelineId;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +10,7 @@ use super::events::{Event, EventType};
 use super::execution::{ExecutionDate, RunId};
 use super::lifecycle::{date_start, deadline_of, Execution, PendingTimer, Phase, PipelineState};
 use super::records::EVALUATOR_SOURCE;
+use crate::core::ids::PipelineId;
 
 /// One line of the pipeline list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,6 @@
 //! Every timer a pipeline has pending is also listed in its state, so deleting a pipeline or
 //! changing its config can cancel exactly what it armed.
 
-use crate::core::ids::PipelineId;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
@@ -16,6 +15,7 @@ use serde::{de, Deserialize, Deserializer, Serialize};
 
 use super::execution::{fields, ExecutionDate, ExecutionId, RunId};
 use super::partitioning::PartitionId;
+use crate::core::ids::PipelineId;
 
 /// What a timer is for. With the pipeline id it names the timer: setting it again moves it.
 ///

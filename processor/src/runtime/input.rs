@@ -5,7 +5,6 @@
 //! registry that cannot answer for a record (an outage, refused credentials): the record is
 //! not at fault, so it is not rejected; the caller waits and reads it again.
 
-use crate::core::ids::PipelineId;
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use super::backoff::Backoff;
 use super::codec::{Codec, CodecError};
 use super::telemetry::Telemetry;
 use super::topics::InputTopic;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::Input;
 use crate::core::limits::Limits;
 use crate::core::partitioning::PartitionId;

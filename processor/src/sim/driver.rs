@@ -4,13 +4,13 @@
 //! per-record path through it; behaviour tests run in milliseconds on it. The simulator
 //! drives the same steps with faults between them.
 
-use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 
 use super::log::Log;
 use crate::core::batch::Action;
 use crate::core::changelog::{Writer, FENCE_PREFIX};
 use crate::core::execution::RunId;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::{Effect, Input};
 use crate::core::output::Output;
 use crate::core::partitioning::PartitionId;

@@ -2,7 +2,6 @@
 //! RocksDB store holds ([`crate::core::state`]), on a disk that outlives the process that
 //! wrote it (a crash loses the task, not the disk).
 
-use crate::core::ids::PipelineId;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -11,6 +10,7 @@ use std::sync::Arc;
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::{Effect, Needs, PipelineState};
 use crate::core::output::HostError;
 use crate::core::partitioning::PartitionId;

@@ -12,7 +12,6 @@
 //! and the runtime's I/O answered from it: the executor's calls, the opening of a partition
 //! (fence, restore, acceptance) and the consumer's fetches. Every decision is the task's.
 
-use crate::core::ids::PipelineId;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -25,6 +24,7 @@ use super::store::{Disk, MemoryStore};
 use crate::core::batch::Action;
 use crate::core::changelog::{self, Checked, Restore, Writer};
 use crate::core::execution::{ExecutionId, RunId};
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::{Effect, Settings as DeciderSettings, TriggerRequest};
 use crate::core::output::Output;
 use crate::core::ownership::{self, OnOpened, OnRevoked};

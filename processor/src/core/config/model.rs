@@ -3,7 +3,6 @@
 //! here once, so nothing past this module reads them as strings. A [`PipelineConfig`] keeps
 //! the JSON it was read from, as text: that is what travels and what is stored.
 
-use crate::core::ids::PipelineId;
 use chrono::{Datelike, NaiveDate, TimeDelta, Weekday};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize, Serializer};
@@ -11,6 +10,7 @@ use serde_json::Value;
 
 use super::job::{Job, JobConfig};
 use super::reader::{parse, ConfigError, Parsed, Variables};
+use crate::core::ids::PipelineId;
 use crate::core::schedule::Cron;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

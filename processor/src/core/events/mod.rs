@@ -1,12 +1,12 @@
 //! Lifecycle events: everything Sluice decides, as published on `sluice.events`.
 
-use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::execution::RunId;
+use crate::core::ids::PipelineId;
 
 pub mod detail;
 pub use detail::Detail;

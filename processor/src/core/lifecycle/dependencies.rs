@@ -7,7 +7,6 @@
 //! expected key on `sluice.sensors`. A new subscriber is sent the completions the upstream
 //! still holds, so the order in which configs are applied does not matter.
 
-use crate::core::ids::PipelineId;
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -15,6 +14,7 @@ use serde_json::json;
 use super::{Decider, Outbound, OutboundTopic, Phase};
 use crate::core::config::PipelineConfig;
 use crate::core::execution::{ExecutionDate, ExecutionId, RunId};
+use crate::core::ids::PipelineId;
 use crate::core::records::CommandKind;
 
 impl Decider<'_> {

@@ -8,7 +8,6 @@
 //! Each date gets at most one SLA_AT_RISK and one SLA_RECOVERED; SLA_MET or SLA_BREACH
 //! closes the story.
 
-use crate::core::ids::PipelineId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +20,7 @@ use crate::core::events::detail::{self, AtRisk};
 use crate::core::events::EventType;
 use crate::core::execution::{ExecutionDate, ExecutionId};
 use crate::core::history::{forecast, Basis, Forecast, PastRun};
+use crate::core::ids::PipelineId;
 use crate::core::schedule::local_instant;
 use crate::core::timers::TimerKind;
 

@@ -34,7 +34,6 @@ mod sla;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -53,6 +52,7 @@ use super::records::{Command, ConfigRecord, FailureCategory, JobReport, Rejectio
 use super::rules::{Moment, Verdict};
 pub use super::shared::{Shared, SharedMap};
 use super::timers::{TimerKind, TimerOp};
+use crate::core::ids::PipelineId;
 pub use anomalies::Flip;
 pub use evaluators::evaluator_run_id;
 pub use executions::{noting_unloaded, Executions};

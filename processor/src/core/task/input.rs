@@ -1,13 +1,13 @@
 //! The input path of the partition task: which records a batch applies, where each is
 //! decided (forwarded, a copy applied before, rejected), and a decision added to the batch.
 
-use crate::core::ids::PipelineId;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
 use super::*;
+use crate::core::ids::PipelineId;
 
 impl<S: Store> Task<S> {
     /// A record the host fetched, `role` its input's role (see [`origin_of`]; `assigned`: the

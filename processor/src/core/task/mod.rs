@@ -24,7 +24,6 @@ mod staged;
 mod store;
 mod triggers;
 
-use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -53,6 +52,7 @@ use super::state::{EncodeError, StoreBatch, Write};
 use super::timers::TimerKind;
 use super::timers::{timer_origin, TimerIndex};
 use super::PipelineState;
+use crate::core::ids::PipelineId;
 
 /// What the task needs to know of its deployment.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
 //! A batch as the task decides it ([`Staged`]), and on its way out ([`Sealed`]): nothing
 //! of it is written anywhere until the runtime carries out its [`Flush`].
 
-use crate::core::ids::PipelineId;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use crate::core::config::PipelineConfig;
 use crate::core::events::Event;
 use crate::core::execution::RunId;
 use crate::core::forwarding::ForwardWindow;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::Effect;
 use crate::core::output::Output;
 use crate::core::partitioning::PartitionId;

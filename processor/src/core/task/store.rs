@@ -3,11 +3,11 @@
 //! RocksDB on disk, the simulator's and the test driver's are memory. What the network
 //! holds (the broker, the registry, the job targets) is never read through it.
 
-use crate::core::ids::PipelineId;
 use std::sync::Arc;
 
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::{Effect, Needs};
 use crate::core::output::HostError;
 use crate::core::partitioning::PartitionId;

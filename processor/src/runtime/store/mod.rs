@@ -17,7 +17,6 @@
 //! `t/<due ms><pipeline>\0<kind>` (a delete and a put for every reschedule, over half of
 //! all changelog records); an opening partition deletes those ([`PartitionStore::legacy_timer_keys`]).
 
-use crate::core::ids::PipelineId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,6 +31,7 @@ use self::cache::RandomCache;
 use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
+use crate::core::ids::PipelineId;
 use crate::core::lifecycle::{Effect, Needs};
 use crate::core::partitioning::PartitionId;
 use crate::core::timers::TimerKind;
