@@ -153,7 +153,7 @@ impl Engine {
             StateChange::Put(state) => {
                 let mut state = (**state).clone();
                 // What a read in part left out is unchanged: taken back from the state read.
-                if let Some(read) = self.states.get(pipeline).filter(|_| state.executions.is_partial()) {
+                if let Some(read) = self.states.get(pipeline).filter(|_| state.is_partial()) {
                     state.fill(read);
                 }
                 self.states.insert(pipeline.into(), state);

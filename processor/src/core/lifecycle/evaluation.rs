@@ -70,10 +70,9 @@ impl Decider<'_> {
             .iter_mut()
             .filter(|r| !r.passed && !seen.contains_key(r.key.as_str()))
         {
-            let latest = (self.state.readings_of(&result.key))
-                .filter_map(|(_, sensor)| sensor.scope().map(|scope| (sensor.received_at, scope)))
-                .max();
-            if let Some((_, other)) = latest {
+            // The key has no undated reading (`seen` would hold it): its latest is scoped.
+            let latest = self.state.sensors.latest_of(&result.key);
+            if let Some(other) = latest.and_then(|(_, sensor)| sensor.scope()) {
                 result.reason = Some(format!(
                     "no reading of sensor {:?} for {date}; the latest is for {other} (the earlier design read a key's latest row whatever its date: publish the reading for {date}, or without a date)",
                     result.key

@@ -28,7 +28,7 @@ thread_local! {
     static ASKED_UNLOADED: Cell<bool> = const { Cell::new(false) };
 }
 
-fn note_unloaded() {
+pub(super) fn note_unloaded() {
     ASKED_UNLOADED.with(|asked| asked.set(true));
 }
 
@@ -186,6 +186,15 @@ impl Executions {
             note_unloaded();
         }
         (self.loaded.iter()).filter(move |(id, _)| id.date().day == day && id.schedule() == schedule)
+    }
+
+    /// Whether some execution of `day` is kept (noted when read in part without that day).
+    /// A day is read for the schedules a config can name: no other's execution is stored.
+    pub fn any_of_day(&self, day: NaiveDate) -> bool {
+        if self.part.as_deref().is_some_and(|part| !part.days.contains(&day)) {
+            note_unloaded();
+        }
+        self.loaded.keys().any(|id| id.date().day == day)
     }
 
     /// Whether the state was read in part.

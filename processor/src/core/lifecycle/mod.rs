@@ -26,6 +26,7 @@ mod held;
 mod job;
 mod needs;
 mod post_run;
+mod readings;
 mod retention;
 mod schedule;
 mod sensor;
@@ -59,6 +60,7 @@ pub use executions::{noting_unloaded, Executions};
 pub use forecast::ForecastMarks;
 pub use held::{HeldExecution, SensorData};
 pub use needs::Needs;
+pub use readings::{Readings, ReadingsSummary};
 
 // For the read model (a pipeline's run history as the page charts it).
 pub(crate) use forecast::date_start;
@@ -72,9 +74,10 @@ pub struct PipelineState {
     /// the config while it changes the state takes a reference count, not a copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Arc<PipelineConfig>>,
-    /// The latest reading of each sensor key (kept even before a config arrives).
+    /// The latest reading of each sensor key, per date when scoped (kept even before a
+    /// config arrives).
     #[serde(default)]
-    pub sensors: SharedMap<String, Shared<StoredSensor>>,
+    pub sensors: Readings,
     /// Executions by [`ExecutionId`] (stored by its text form).
     #[serde(default)]
     pub executions: Executions,
@@ -99,6 +102,11 @@ pub struct PipelineState {
     /// state is read whole until its head is written again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Vec<ExecutionId>>,
+    /// Only in a stored head: what it says of its readings ([`ReadingsSummary`]), which a
+    /// read in part needs. `None` in memory, and in a head written before readings were read
+    /// in part (its readings are read whole until its head is written again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings: Option<ReadingsSummary>,
 }
 
 impl PipelineState {
@@ -123,8 +131,9 @@ impl PipelineState {
     }
 
     /// Leaves out the quiet executions but for those of `days` and of the live executions'
-    /// days, with their timers, as a read in part of those days has the state (see
-    /// [`Executions`], `state::parts::read`). Returns how many were left out.
+    /// days, with their timers, and the readings scoped to other days but each key's latest,
+    /// as a read in part of those days has the state (see [`Executions`], [`Readings`],
+    /// `state::parts::read`). Returns how many executions and readings were left out.
     pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
         let live: BTreeSet<ExecutionId> = self.live().into_iter().cloned().collect();
         let days = days_kept(days, live.iter());
@@ -136,7 +145,7 @@ impl PipelineState {
                 .retain(|kind, _| kind.execution().is_none_or(|id| !out.contains(id)));
         }
         self.know_timers_alone();
-        out.len()
+        out.len() + self.sensors.read_in_part(&days)
     }
 
     /// In a state read in part, notes that the executions of the timers it holds that are
@@ -148,14 +157,27 @@ impl PipelineState {
     }
 
     /// Adds what `whole` (the same state read whole) has that this state, read in part, left
-    /// out: executions and their timers. Those removed since the read stay removed.
-    pub fn fill(&mut self, whole: &PipelineState) {
+    /// out: executions and their timers, and readings. Those removed since the read stay
+    /// removed. Returns whether the head it was read with said otherwise of its readings
+    /// than `whole` does (see [`Readings::fill`]).
+    pub fn fill(&mut self, whole: &PipelineState) -> bool {
         let added: BTreeSet<ExecutionId> = self.executions.fill(&whole.executions).into_iter().collect();
         for (kind, timer) in whole.timers.iter() {
             if kind.execution().is_some_and(|id| added.contains(id)) {
                 self.timers.insert(kind.clone(), timer.clone());
             }
         }
+        self.sensors.fill(&whole.sensors)
+    }
+
+    /// Whether the state was read in part: its executions, or its readings too.
+    pub fn is_partial(&self) -> bool {
+        self.executions.is_partial() || self.sensors.is_partial()
+    }
+
+    /// Whether the state holds every execution and reading of `days`.
+    pub fn holds_days(&self, days: &[NaiveDate]) -> bool {
+        self.executions.holds_days(days) && self.sensors.holds_days(days)
     }
 
     /// Whether [`Self::leave_out_quiet`] would leave something out.
@@ -163,6 +185,7 @@ impl PipelineState {
         let live = self.live();
         let days = days_kept(&self.executions.days_read().unwrap_or_default(), live.iter().copied());
         (self.executions.loaded().keys()).any(|id| !days.contains(&id.date().day) && !live.contains(id))
+            || self.sensors.has_quiet(&days)
     }
 
     /// Leaves out the quiet executions but those of the days this state read (a whole
@@ -187,20 +210,9 @@ impl PipelineState {
         self.timers.insert(timer.timer.clone(), timer.into());
     }
 
-    /// The readings of sensor `key`, by slot: its undated reading, then those scoped to a
-    /// date. Looked up, not scanned: a key's slots sort together (`key`, then
-    /// `key@<scope>`), so this costs the key's readings, not the pipeline's.
+    /// The readings of sensor `key`, by slot (see [`Readings::of_key`]).
     pub fn readings_of<'s>(&'s self, key: &'s str) -> impl Iterator<Item = (&'s str, &'s StoredSensor)> + 's {
-        let scoped = format!("{key}@");
-        let slots = (self.sensors.get_key_value(key).into_iter()).chain(
-            self.sensors
-                .range_from(scoped.as_str())
-                .take_while(move |(slot, _)| slot.starts_with(&scoped)),
-        );
-        // A key may hold `@` itself: a slot under the prefix can be another key's.
-        slots
-            .filter(move |(slot, s)| s.key_in(slot) == key)
-            .map(|(slot, s)| (slot.as_str(), &**s))
+        self.sensors.of_key(key)
     }
 
     /// Whether run `run_id` was requested and no report of its trigger has come back: after
@@ -1107,7 +1119,7 @@ impl<'a> Decider<'a> {
     /// The stored readings behind [`Self::readings`], by sensor key.
     fn read_slots(&self, date: ExecutionDate) -> BTreeMap<&str, &StoredSensor> {
         let mut best: BTreeMap<&str, (u8, &StoredSensor)> = BTreeMap::new();
-        for (slot, sensor) in &self.state.sensors {
+        for (slot, sensor) in self.state.sensors.of_day(date.day) {
             let rank = match sensor.scope() {
                 None => 1,
                 Some(scope) if scope == date => 3,

@@ -78,14 +78,13 @@ impl Decider<'_> {
         self.cancel_execution_timers(id, |_| true);
         self.state.executions.remove(id);
         self.state.forecasts.remove(id);
-        let day_in_use = self.days_in_use().contains(&date.day);
+        let day_in_use = self.state.executions.any_of_day(date.day);
         // The date's own readings go, and, once no execution of the day is left, every
         // reading of the day: a daily pipeline's hour-scoped readings (a `dependsOn` on an
         // hourly upstream) have no execution of their own to expire with.
-        self.state.sensors.retain(|_, s| {
-            let scope = s.scope();
-            scope.is_none() || (scope != Some(date) && (scope.map(|s| s.day) != Some(date.day) || day_in_use))
-        });
+        self.state
+            .sensors
+            .retain_of_day(date.day, |s| s.scope() != Some(date) && day_in_use);
         self.notes
             .push(format!("execution {id} ({phase}) expired after the retention"));
         // A deleted pipeline's last kept execution: nothing of it is left to keep (but the
@@ -98,7 +97,7 @@ impl Decider<'_> {
         }
     }
 
-    /// The days some execution is kept for.
+    /// The days some execution is kept for (every execution's: noted when read in part).
     fn days_in_use(&self) -> HashSet<NaiveDate> {
         (self.state.executions.keys()).map(|id| id.date().day).collect()
     }
@@ -119,9 +118,12 @@ impl Decider<'_> {
                     .config()
                     .is_none_or(|c| !c.input_keys().chain(c.post_run_keys()).any(|k| k == s.key_in(slot)))
         };
-        let old = |slot: &str, s: &StoredSensor| s.date.is_some_and(|day| day < oldest_kept) || unread(slot, s);
         // Every new slot asks: the days in use are gathered only when a reading is that old.
-        if !self.state.sensors.iter().any(|(slot, s)| old(slot, s)) {
+        // Read in part, the undated readings are all here and the head knows the oldest day.
+        let loaded = self.state.sensors.loaded();
+        let any_old = (self.state.sensors.oldest_day()).is_some_and(|day| day < oldest_kept)
+            || (loaded.iter()).any(|(slot, s)| s.date.is_none() && unread(slot, s));
+        if !any_old {
             return;
         }
         let in_use = self.days_in_use();

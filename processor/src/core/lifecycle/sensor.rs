@@ -50,11 +50,8 @@ impl Decider<'_> {
         }
         // The cadence goes on from this slot's last reading, else the key's latest elsewhere
         // (a new date's first reading).
-        let before = (self.state.sensors.get(&slot).map(|s| &**s)).or_else(|| {
-            (self.state.readings_of(&reading.key))
-                .map(|(_, sensor)| sensor)
-                .max_by_key(|sensor| sensor.received_at)
-        });
+        let before = (self.state.sensors.get(&slot).map(|s| &**s))
+            .or_else(|| self.state.sensors.latest_of(&reading.key).map(|(_, sensor)| sensor));
         stored.continue_cadence(before);
         if stored.error.is_some() {
             stored.failures = self.state.sensors.get(&slot).map_or(0, |s| s.failures) + 1;

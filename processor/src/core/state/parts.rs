@@ -21,7 +21,9 @@ use serde_json::value::RawValue;
 use super::Write;
 use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::{ExecutionId, ParseError};
-use crate::core::lifecycle::{HeldExecution, PendingTimer, Phase, PipelineState, SharedMap, StoredSensor};
+use crate::core::lifecycle::{
+    HeldExecution, PendingTimer, Phase, PipelineState, ReadingsSummary, SharedMap, StoredSensor,
+};
 use crate::core::timers::TimerKind;
 
 const SEPARATOR: u8 = 0;
@@ -103,7 +105,7 @@ pub(crate) fn whole_writes(
     let (before, after) = (layout(before), layout(after));
     let executions = before.executions.changes(&after.executions);
     put(out, pipeline, EXECUTION, executions, |id| id.to_string())?;
-    let sensors = before.state.sensors.changes(&after.state.sensors);
+    let sensors = (before.state.sensors.loaded()).changes(after.state.sensors.loaded());
     put(out, pipeline, SENSOR, sensors, String::clone)?;
     put(out, pipeline, TIMER, before.timers.changes(&after.timers), |kind| {
         kind.encode()
@@ -129,7 +131,7 @@ pub(crate) fn touched_writes(
         out,
         pipeline,
         SENSOR,
-        before.sensors.changes(&after.sensors),
+        before.sensors.loaded().changes(after.sensors.loaded()),
         String::clone,
     )?;
     let loose = |state| -> SharedMap<&TimerKind, &PendingTimer> {
@@ -292,14 +294,11 @@ fn put<K, V: Serialize>(
 /// pipeline asks whether it has executions, which a state read in part cannot answer, so it
 /// is made from the whole state (see `Executions`).
 pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
-    debug_assert!(
-        !stored.executions.is_partial(),
-        "{pipeline}: a delete from a state read in part"
-    );
+    debug_assert!(!stored.is_partial(), "{pipeline}: a delete from a state read in part");
     let layout = layout(stored);
     // Every execution's, loaded or not.
     let executions = (stored.executions.keys()).map(|id| part_key(pipeline, EXECUTION, id.as_str()));
-    let sensors = stored.sensors.keys().map(|slot| part_key(pipeline, SENSOR, slot));
+    let sensors = (stored.sensors.loaded().keys()).map(|slot| part_key(pipeline, SENSOR, slot));
     let timers = layout
         .timers
         .keys()
@@ -320,17 +319,19 @@ pub(crate) fn head(state: &PipelineState) -> PipelineState {
         forecasts,
         unknown_sensors,
         live: _,
+        readings: _,
     } = state;
     // The history, the forecast marks and the unknown keys are bounded (30 runs, 48 dates,
     // 64 keys) and change at most once a run or a day: small enough for the head.
     // The live executions are few (open, or with an alert still owed): a read in part loads
-    // them by id.
+    // them by id. The readings' summary is a count, a day and a slot per key.
     PipelineState {
         dependents: dependents.clone(),
         history: history.clone(),
         forecasts: forecasts.clone(),
         unknown_sensors: unknown_sensors.clone(),
         live: Some(state.live().into_iter().cloned().collect()),
+        readings: Some(state.sensors.summary()),
         ..PipelineState::default()
     }
 }
@@ -372,9 +373,10 @@ pub struct Read {
 }
 
 /// Reads `pipeline`'s state from `source`: whole, or in part when `days` are given (the live
-/// executions, those of `days`, every reading and every timer of its own, see
+/// executions, those of `days`, the readings [`Readings`](crate::core::lifecycle::Readings)
+/// keeps, and every timer of its own, see
 /// [`Executions`](crate::core::lifecycle::Executions)). A head written before reads in part
-/// is read whole.
+/// is read whole; one written before its readings' summary has its readings read whole.
 pub fn read<S: Source>(
     source: &S,
     pipeline: &str,
@@ -387,42 +389,40 @@ pub fn read<S: Source>(
     let mut state: PipelineState = serde_json::from_slice(&head).map_err(|e| corrupt(&e))?;
     let in_parts = in_parts(&state);
     let live = state.live.take();
-    let head_stale = in_parts && live.is_none();
+    let summary = state.readings.take();
     let prefix = parts_prefix(pipeline);
-    let scan = |state: &mut PipelineState, mut ranges: Vec<KeyRange>| -> Result<(), ReadError<S::Error>> {
-        ranges.sort();
+    let scan = |state: &mut PipelineState, ranges: Vec<KeyRange>| -> Result<(), ReadError<S::Error>> {
         let mut add = |key: &[u8], value: &[u8]| add_part(state, &key[prefix.len()..], value);
-        (source.scan(&ranges, &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
+        (source.scan(&merged(ranges), &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
     };
     let (live, days) = match (in_parts, live, days) {
         (true, Some(live), Some(days)) => (live, days),
-        _ => {
+        (_, live, _) => {
             scan(&mut state, vec![(prefix.clone(), parts_end(pipeline))])?;
             return Ok(Some(Read {
                 state,
                 in_parts,
-                head_stale,
+                head_stale: in_parts && (live.is_none() || summary.is_none()),
             }));
         }
     };
-    // Readings and lone timers sort together (`s`, then `t`): one range.
-    let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
-    let mut ranges = vec![(tag(SENSOR), tag(TIMER + 1))];
     // The days asked for and the live executions' days, each read whole: a range per
     // schedule costs less than a read per execution (a day's hours are its live ones, often),
     // and a day read whole answers more.
     let mut whole_days: BTreeSet<NaiveDate> = days.iter().copied().collect();
+    let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
+    let mut ranges = vec![(tag(TIMER), tag(TIMER + 1))];
+    let point = |key: Vec<u8>| {
+        let to = [key.as_slice(), &[0]].concat();
+        (key, to)
+    };
     for id in &live {
         match SCHEDULE_IDS.contains(&id.schedule()) {
             true => {
                 whole_days.insert(id.date().day);
             }
             // Never stored (a config names one of those), but read if it were.
-            false => {
-                let from = part_key(pipeline, EXECUTION, id.as_str());
-                let to = [from.as_slice(), &[0]].concat();
-                ranges.push((from, to));
-            }
+            false => ranges.push(point(part_key(pipeline, EXECUTION, id.as_str()))),
         }
     }
     for day in &whole_days {
@@ -433,14 +433,53 @@ pub fn read<S: Source>(
             ranges.push((from, to));
         }
     }
+    match &summary {
+        // Every key's undated slot and latest slot, and its slots of each day read:
+        // `rows@2026-11-02` and its hours, `rows@2026-11-02T05`.
+        Some(summary) => {
+            let slot = |name: &str| part_key(pipeline, SENSOR, name);
+            for (key, latest) in &summary.latest {
+                ranges.push(point(slot(key)));
+                ranges.push(point(slot(latest)));
+                for day in &whole_days {
+                    let scoped = format!("{key}@{day}");
+                    ranges.push(point(slot(&scoped)));
+                    ranges.push((slot(&format!("{scoped}T")), slot(&format!("{scoped}U"))));
+                }
+            }
+        }
+        // A head written before it kept the summary: every reading.
+        None => ranges.push((tag(SENSOR), tag(SENSOR + 1))),
+    }
     scan(&mut state, ranges)?;
+    if let Some(summary) = summary.clone() {
+        state.sensors.read_days(whole_days.clone(), summary);
+    }
     state.executions.read_days(whole_days);
     state.know_timers_alone();
     Ok(Some(Read {
         state,
         in_parts,
-        head_stale: false,
+        head_stale: summary.is_none(),
     }))
+}
+
+/// `ranges` in order, those that overlap or touch joined: a scan takes them apart and in
+/// order, and a key's latest slot may lie in a day read.
+fn merged(mut ranges: Vec<KeyRange>) -> Vec<KeyRange> {
+    ranges.sort();
+    let mut out: Vec<KeyRange> = Vec::with_capacity(ranges.len());
+    for (from, to) in ranges {
+        match out.last_mut() {
+            Some((_, end)) if from <= *end => {
+                if to > *end {
+                    *end = to;
+                }
+            }
+            _ => out.push((from, to)),
+        }
+    }
+    out
 }
 
 /// Whether a decoded head holds no parts inline: its state is stored in parts (or has none).
@@ -473,6 +512,89 @@ pub fn timers_of(key: &[u8], value: &[u8]) -> Result<Vec<PendingTimer>, PartErro
         None | Some(Some(&EXECUTION)) => Ok(serde_json::from_slice::<ExecutionTimers>(value).map_err(bad)?.timers),
         Some(Some(&TIMER)) => Ok(vec![serde_json::from_slice(value).map_err(bad)?]),
         _ => Ok(Vec::new()),
+    }
+}
+
+/// Follows a pass over every pipeline's head and parts, in key order (as a partition's
+/// opening reads them for their timers), and names the pipelines whose head's readings
+/// summary does not match the readings stored: a version from before the summary (a
+/// rollback) added or removed readings without writing it. Such a pipeline is read whole
+/// until its head is written again; a read in part would miss what the summary does not
+/// name (a key it lacks, a slot it does not count). A reading an older version changed in
+/// place, its count unchanged, is not detected: it moves at most which slot is a key's
+/// latest, which a new slot's cadence goes on from.
+#[derive(Default)]
+pub struct SummaryCheck {
+    /// The pipeline being followed: its head's summary and what its parts showed so far.
+    current: Option<Followed>,
+    off: Vec<String>,
+}
+
+struct Followed {
+    pipeline: String,
+    summary: ReadingsSummary,
+    count: usize,
+    latest_seen: usize,
+    keys_named: bool,
+}
+
+/// A head read for its readings' summary only.
+#[derive(Deserialize)]
+struct HeadSummary {
+    #[serde(default)]
+    readings: Option<ReadingsSummary>,
+}
+
+impl SummaryCheck {
+    /// Takes the next stored `key` (under `p/`) and its value.
+    pub fn see(&mut self, key: &[u8], value: &[u8]) {
+        let Some(rest) = key.strip_prefix(b"p/") else {
+            return;
+        };
+        let Some(at) = rest.iter().position(|b| *b == SEPARATOR) else {
+            self.close();
+            // A head that does not decode is the state read's to report.
+            let summary = serde_json::from_slice::<HeadSummary>(value)
+                .ok()
+                .and_then(|h| h.readings);
+            self.current = summary.map(|summary| Followed {
+                pipeline: String::from_utf8_lossy(rest).into_owned(),
+                summary,
+                count: 0,
+                latest_seen: 0,
+                keys_named: true,
+            });
+            return;
+        };
+        let (Some(f), Some(&SENSOR)) = (&mut self.current, rest.get(at + 1)) else {
+            return;
+        };
+        // A part without its head (never written so) is not this pipeline's.
+        if &rest[..at] != f.pipeline.as_bytes() {
+            return;
+        }
+        let slot = String::from_utf8_lossy(&rest[at + 2..]);
+        f.count += 1;
+        if f.summary.latest.values().any(|latest| *latest == slot) {
+            f.latest_seen += 1;
+        }
+        // Its key is its name, or its name but the scope.
+        let key = slot.rsplit_once('@').map(|(key, _)| key);
+        f.keys_named &= f.summary.latest.contains_key(&*slot) || key.is_some_and(|k| f.summary.latest.contains_key(k));
+    }
+
+    fn close(&mut self) {
+        if let Some(f) = self.current.take() {
+            if f.count != f.summary.count || f.latest_seen != f.summary.latest.len() || !f.keys_named {
+                self.off.push(f.pipeline);
+            }
+        }
+    }
+
+    /// The pipelines whose summary is off.
+    pub fn finish(mut self) -> Vec<String> {
+        self.close();
+        self.off
     }
 }
 
@@ -523,7 +645,7 @@ pub fn add_part(state: &mut PipelineState, suffix: &[u8], value: &[u8]) -> Resul
         }
         SENSOR => {
             let sensor: StoredSensor = serde_json::from_slice(value).map_err(bad)?;
-            state.sensors.insert(id.to_string(), sensor.into());
+            state.sensors.put_read(id.to_string(), sensor.into());
         }
         TIMER => state.arm(serde_json::from_slice::<PendingTimer>(value).map_err(bad)?),
         other => return Err(PartError::UnknownKind(other as char)),

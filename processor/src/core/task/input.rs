@@ -295,7 +295,8 @@ impl<S: Store> Task<S> {
             None => None,
         };
         let whole = whole.map(|w| w.state).unwrap_or_default();
-        Arc::make_mut(&mut stored.state).fill(&whole);
+        let head_off = Arc::make_mut(&mut stored.state).fill(&whole);
+        stored.head_stale |= head_off;
         Ok(stored)
     }
 

@@ -162,12 +162,9 @@ fn what_a_reading_writes_does_not_grow_with_the_history() {
         let before = hourly(executions);
         let mut after = before.clone();
         let slot = after.sensors.keys().next().unwrap().clone();
-        after
-            .sensors
-            .get_mut(&slot)
-            .unwrap()
-            .data
-            .insert("count".into(), json!(7000));
+        let mut reading = after.sensors.get(&slot).unwrap().clone();
+        reading.data.insert("count".into(), json!(7000));
+        after.sensors.insert(slot, reading);
         let writes = writes("p", Some(&before), &after, false).unwrap();
         assert_eq!(writes.len(), 1, "the one reading changed");
         bytes(&writes)
@@ -389,7 +386,17 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         assert_eq!(*read.state, expected, "days {days:?}");
         assert!(read.in_parts && !read.head_stale);
         let loaded = read.state.executions.loaded().len();
-        assert_eq!(loaded + left_out, all);
+        let readings = read.state.sensors.loaded().len();
+        assert_eq!(loaded + readings + left_out, all + state.sensors.len());
+        // The readings of those days (each key's latest is today's), and no other.
+        let of_days = (state.sensors.loaded().values())
+            .filter(|s| s.date.is_none_or(|d| days.contains(&d) || d == day("2026-11-24")))
+            .count();
+        assert_eq!(
+            readings, of_days,
+            "the readings of {days:?} and of the open executions' day"
+        );
+        assert_eq!(read.state.sensors.len(), state.sensors.len(), "counted by the head");
         // The two open executions' day is read whole too (one range, not a read each).
         let of_days = (state.executions.loaded().keys())
             .filter(|id| days.contains(&id.date().day) || id.date().day == day("2026-11-24"))
@@ -428,6 +435,97 @@ fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
     write(&mut store, |b| b.put_state(writes, None));
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(!read.head_stale && read.state.executions.is_partial());
+}
+
+/// A head written before it summed up its readings has its readings read whole (its
+/// executions in part), and the next write writes the head again, after which its readings
+/// are read in part.
+#[test]
+fn a_head_from_before_its_readings_summary_reads_them_whole_until_written_again() {
+    let (_dir, store) = store();
+    let mut store = store.with_state_cache(0);
+    let mut state = history(50, Some(JobStatus::Succeeded));
+    // Their SLA deadlines passed: no execution is live.
+    state.timers.retain(|kind, _| matches!(kind, TimerKind::Expire { .. }));
+    write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
+    let mut head: serde_json::Map<String, Value> =
+        serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
+    let summary = head.remove("readings").expect("a head sums up its readings");
+    assert_eq!(summary["count"], json!(100));
+    assert_eq!(summary["latest"]["rows"], json!("rows@2026-11-24T23"));
+    write(&mut store, |b| {
+        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
+    });
+    let in_part = Needs::Days(Vec::new());
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(read.head_stale && read.state.executions.is_partial() && !read.state.sensors.is_partial());
+    assert_eq!(read.state.sensors.loaded().len(), 100);
+    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
+    assert_eq!(
+        writes.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        [head_key("p")]
+    );
+    write(&mut store, |b| b.put_state(writes, None));
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(!read.head_stale && read.state.sensors.is_partial());
+    assert_eq!(read.state.sensors.loaded().len(), 2, "each key's latest");
+    assert_eq!(read.state.sensors.len(), 100);
+}
+
+/// After a rollback, a version from before the readings' summary adds readings without
+/// writing the head: the partition's opening finds the head's summary off, and the state is
+/// read whole (the new key's reading in it) until its next write sums it up again.
+#[test]
+fn readings_an_older_version_added_are_read_whole_until_the_head_sums_them_up() {
+    let (_dir, store) = store();
+    let mut store = store.with_state_cache(0);
+    let mut state = history(30, Some(JobStatus::Succeeded));
+    state.timers.retain(|kind, _| matches!(kind, TimerKind::Expire { .. }));
+    write(&mut store, |b| {
+        b.put_pipeline("p", &state, true).unwrap();
+        b.put_pipeline("q", &state, true).unwrap();
+    });
+    let in_part = Needs::Days(Vec::new());
+    store.timers().unwrap();
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(
+        read.state.sensors.is_partial() && !read.head_stale,
+        "summed up as written"
+    );
+    // The older version's reading of a key the summary does not name, its head untouched.
+    let sensor = StoredSensor {
+        received_at: chrono::DateTime::UNIX_EPOCH,
+        date: Some("2026-11-20".parse().unwrap()),
+        ..Default::default()
+    };
+    let value = serde_json::to_vec(&sensor).unwrap();
+    write(&mut store, |b| {
+        b.mirror(&part_key("p", SENSOR, "late@2026-11-20"), Some(&value))
+    });
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(
+        !read.state.sensors.loaded().contains_key("late@2026-11-20"),
+        "a read in part misses it"
+    );
+    store.timers().unwrap();
+    let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(read.head_stale && !read.state.is_partial());
+    assert!(read.state.sensors.loaded().contains_key("late@2026-11-20"));
+    let other = store.stored(&"q".into(), &in_part).unwrap().unwrap();
+    assert!(other.state.is_partial(), "the other pipeline is read in part as before");
+    // Its next write writes the head, summing the reading up.
+    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
+    write(&mut store, |b| b.put_state(writes, None));
+    store.remember(&"p".into(), read.state.clone());
+    let cold = store.with_state_cache(0);
+    cold.timers().unwrap();
+    let read = cold.stored(&"p".into(), &in_part).unwrap().unwrap();
+    assert!(read.state.sensors.is_partial() && !read.head_stale);
+    assert_eq!(read.state.sensors.len(), 61);
+    assert_eq!(
+        read.state.sensors.latest_of("late").map(|(slot, _)| slot),
+        Some("late@2026-11-20")
+    );
 }
 
 /// A state written whole by an earlier version reads, and its next write moves every part
@@ -586,7 +684,65 @@ mod random {
         writes
     }
 
+    const KEYS: [&str; 3] = ["rows", "ready", "a@2026-11-21"];
+
+    /// A reading of key `KEYS[key]`, scoped to `DATES[date]` (or undated when `date` is past
+    /// them), received at minute `minute`.
+    fn reading(key: usize, date: usize, minute: u8) -> (String, StoredSensor) {
+        let scope: Option<crate::core::execution::ExecutionDate> = DATES.get(date).map(|d| d.parse().unwrap());
+        let sensor = StoredSensor {
+            data: json!({"count": minute}).as_object().unwrap().clone().into(),
+            received_at: at(minute),
+            date: scope.map(|s| s.day),
+            hour: scope.and_then(|s| s.hour),
+            ..Default::default()
+        };
+        (sensor.slot(KEYS[key]), sensor)
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Readings read in part from the store are those a read in part of the whole keeps,
+        /// and answer as the whole does or note that they cannot: a slot, a key's latest,
+        /// the count, the readings an execution of a day read sees.
+        #[test]
+        fn readings_read_in_part_answer_as_the_whole_or_say_they_cannot(
+            stored in prop::collection::vec((0..KEYS.len(), 0..DATES.len() + 1, any::<u8>()), 0..30),
+            days in prop::collection::vec(0..DATES.len(), 0..3),
+        ) {
+            let (_dir, store) = store();
+            let mut store = store.with_state_cache(0);
+            let mut state = PipelineState::default();
+            for (key, date, minute) in stored {
+                let (slot, sensor) = reading(key, date, minute);
+                state.sensors.insert(slot, sensor.into());
+            }
+            write(&mut store, |b| b.put_pipeline("p", &state, false).unwrap());
+            let days: Vec<chrono::NaiveDate> = days.iter().map(|d| DATES[*d].parse::<crate::core::execution::ExecutionDate>().unwrap().day).collect();
+            let read = store.stored(&"p".into(), &Needs::Days(days.clone())).unwrap().unwrap();
+            let mut expected = state.clone();
+            expected.read_in_part(&days);
+            prop_assert_eq!(&*read.state, &expected);
+            let part = &read.state.sensors;
+            let whole = &state.sensors;
+            let noted = |f: &dyn Fn() -> bool| crate::core::lifecycle::noting_unloaded(f);
+            prop_assert_eq!(noted(&|| part.len() == whole.len()), (true, false));
+            for key in KEYS {
+                let latest = |r: &crate::core::lifecycle::Readings| r.latest_of(key).map(|(slot, _)| slot.to_string());
+                prop_assert_eq!(noted(&|| latest(part) == latest(whole)), (true, false), "latest of {}", key);
+            }
+            prop_assert!(part.oldest_day() <= whole.oldest_day() || whole.oldest_day().is_none());
+            for (key, date, minute) in (0..KEYS.len()).flat_map(|k| (0..=DATES.len()).map(move |d| (k, d, 0))) {
+                let (slot, _) = reading(key, date, minute);
+                let (same, asked) = noted(&|| part.get(&slot) == whole.get(&slot));
+                prop_assert!(same || asked, "slot {} answered otherwise without noting", slot);
+            }
+            for day in &days {
+                let seen = |r: &crate::core::lifecycle::Readings| r.of_day(*day).map(|(slot, _)| slot.to_string()).collect::<Vec<_>>();
+                prop_assert_eq!(noted(&|| seen(part) == seen(whole)), (true, false), "the readings of {}", day);
+            }
+        }
+
         /// What a decision writes, from what it touched, is what laying out both states
         /// whole says differs: no write is lost to the shortcut, none added.
         #[test]
