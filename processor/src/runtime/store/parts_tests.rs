@@ -409,6 +409,29 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
     assert_eq!(store.state_reads().whole, 1);
 }
 
+/// Takes `field` out of pipeline `p`'s stored head, as a version from before it wrote the
+/// head; returns what it held.
+fn drop_from_head(store: &mut PartitionStore, field: &str) -> Value {
+    let mut head: serde_json::Map<String, Value> =
+        serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
+    let held = head.remove(field).unwrap_or_else(|| panic!("a head holds {field}"));
+    write(store, |b| {
+        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
+    });
+    held
+}
+
+/// Writes pipeline `p`'s `state` unchanged, read with a stale head: its write is the head
+/// alone.
+fn write_head_again(store: &mut PartitionStore, state: &PipelineState) {
+    let writes = writes("p", Some(state), state, true).unwrap();
+    assert_eq!(
+        writes.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        [head_key("p")]
+    );
+    write(store, |b| b.put_state(writes, None));
+}
+
 /// A head written before reads in part names no live executions: its state is read whole,
 /// and the next write writes the head again, after which it is read in part.
 #[test]
@@ -417,22 +440,11 @@ fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
     let mut store = store.with_state_cache(0);
     let state = history(30, Some(JobStatus::Succeeded));
     write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
-    let mut head: serde_json::Map<String, Value> =
-        serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
-    assert!(head.remove("live").is_some());
-    write(&mut store, |b| {
-        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
-    });
+    drop_from_head(&mut store, "live");
     let in_part = Needs::Days(Vec::new());
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(read.head_stale && !read.state.executions.is_partial());
-    // Unchanged, the state's next write is its head alone.
-    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
-    assert_eq!(
-        writes.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-        [head_key("p")]
-    );
-    write(&mut store, |b| b.put_state(writes, None));
+    write_head_again(&mut store, &read.state);
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(!read.head_stale && read.state.executions.is_partial());
 }
@@ -448,24 +460,14 @@ fn a_head_from_before_its_readings_summary_reads_them_whole_until_written_again(
     // Their SLA deadlines passed: no execution is live.
     state.timers.retain(|kind, _| matches!(kind, TimerKind::Expire { .. }));
     write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
-    let mut head: serde_json::Map<String, Value> =
-        serde_json::from_slice(&store.raw(&head_key("p")).unwrap().unwrap()).unwrap();
-    let summary = head.remove("readings").expect("a head sums up its readings");
+    let summary = drop_from_head(&mut store, "readings");
     assert_eq!(summary["count"], json!(100));
     assert_eq!(summary["latest"]["rows"], json!("rows@2026-11-24T23"));
-    write(&mut store, |b| {
-        b.mirror(&head_key("p"), Some(&serde_json::to_vec(&head).unwrap()))
-    });
     let in_part = Needs::Days(Vec::new());
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(read.head_stale && read.state.executions.is_partial() && !read.state.sensors.is_partial());
     assert_eq!(read.state.sensors.loaded().len(), 100);
-    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
-    assert_eq!(
-        writes.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-        [head_key("p")]
-    );
-    write(&mut store, |b| b.put_state(writes, None));
+    write_head_again(&mut store, &read.state);
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(!read.head_stale && read.state.sensors.is_partial());
     assert_eq!(read.state.sensors.loaded().len(), 2, "each key's latest");
@@ -514,8 +516,7 @@ fn readings_an_older_version_added_are_read_whole_until_the_head_sums_them_up() 
     let other = store.stored(&"q".into(), &in_part).unwrap().unwrap();
     assert!(other.state.is_partial(), "the other pipeline is read in part as before");
     // Its next write writes the head, summing the reading up.
-    let writes = writes("p", Some(&read.state), &read.state, read.head_stale).unwrap();
-    write(&mut store, |b| b.put_state(writes, None));
+    write_head_again(&mut store, &read.state);
     store.remember(&"p".into(), read.state.clone());
     let cold = store.with_state_cache(0);
     cold.timers().unwrap();
