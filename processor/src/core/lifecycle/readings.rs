@@ -45,8 +45,8 @@ pub struct Readings {
 pub struct ReadingsSummary {
     /// How many slots are stored.
     pub count: usize,
-    /// The oldest day a stored slot's name is scoped to (at most: the removals of a state
-    /// read in part are not followed).
+    /// The oldest day a stored reading is scoped to (at most: the removals of a state read
+    /// in part are not followed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest: Option<NaiveDate>,
     /// Each key's latest slot, by when it was received (then by slot): a read in part loads
@@ -234,9 +234,10 @@ impl Readings {
         self.loaded_of_key(key).max_by_key(|(slot, s)| (s.received_at, *slot))
     }
 
-    /// The oldest day a stored slot is scoped to, by its name (read in part: at most).
+    /// The oldest day a stored reading is scoped to (read in part: at most). Its date, not
+    /// its slot's name: no name is parsed for every new slot.
     pub fn oldest_day(&self) -> Option<NaiveDate> {
-        let loaded = self.loaded.keys().filter_map(|slot| slot_day(slot)).min();
+        let loaded = self.loaded.values().filter_map(|s| s.date).min();
         let read = self.part.as_ref().and_then(|part| part.summary.oldest);
         loaded.into_iter().chain(read).min()
     }
