@@ -96,14 +96,14 @@ impl Engine {
         let mut partial = None;
         if self.partial_reads {
             let needs = Needs::of(input, self.now);
-            let days = match (self.guess_needs, needs.days()) {
+            let spans = match (self.guess_needs, needs.spans()) {
                 (true, None) => None,
-                (true, Some(days)) => Some(days),
+                (true, Some(spans)) => Some(spans),
                 (false, _) => Some(&[][..]),
             };
-            if let Some(days) = days {
+            if let Some(spans) = spans {
                 let mut read = state.clone();
-                read.read_in_part(days);
+                read.read_in_part(spans);
                 partial = Some(read);
             }
         }

@@ -99,7 +99,7 @@ impl parts::Source for Disk {
 impl Store for MemoryStore {
     fn stored(&self, pipeline: &PipelineId, needs: &Needs) -> Result<Option<Stored>, HostError> {
         let disk = self.0.borrow();
-        let Some(mut read) = parts::read(&*disk, pipeline, needs.days()).map_err(|e| corrupt("a state", e))? else {
+        let Some(mut read) = parts::read(&*disk, pipeline, needs.spans()).map_err(|e| corrupt("a state", e))? else {
             return Ok(None);
         };
         if read.state.config.is_none() {

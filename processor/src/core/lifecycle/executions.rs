@@ -1,14 +1,15 @@
 //! A pipeline's executions as a decision sees them: every one (a state read whole), or a
 //! state read in part (issue 62): the live executions (open, or holding a timer other than
-//! their expiry) and every execution of the days the decision is likely to need, and no
-//! other.
+//! their expiry) and every execution of the spans (days, or single dates) the decision is
+//! likely to need ([`Span`]), and no other.
 //!
 //! A reading touches the one or two executions of its date; a week of hourly history is 168
 //! more. Reading them all made a record's cost follow the history, and made a decoded state
 //! too large for the store's cache. Read in part, a state answers every question whose answer
-//! it holds: an execution loaded, or one of a day it read whole (then it is known to be
-//! absent), the open executions (all of them are live, so loaded). A question it cannot
-//! answer (an execution of a day it did not read, a scan of every execution) is answered as
+//! it holds: an execution loaded, or one of a span it read (then it is known to be absent),
+//! the open executions (all of them are live, so loaded). A question it cannot answer (an
+//! execution of a date it did not read, any execution of a day it did not read whole, a
+//! scan of every execution) is answered as
 //! if nothing were there and is noted ([`noting_unloaded`]); the decision is then made again
 //! from the whole state. A decision that noted nothing received only the answers the whole
 //! state would give, so it is the decision the whole state gives. The note is per thread and
@@ -20,7 +21,7 @@ use std::collections::BTreeSet;
 use chrono::NaiveDate;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{HeldExecution, Phase, SharedMap};
+use super::{HeldExecution, Phase, SharedMap, Span, Spans};
 use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::ExecutionId;
 
@@ -52,8 +53,8 @@ pub struct Executions {
 /// What a state read in part holds beside its live executions.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Part {
-    /// The days whose executions (of every schedule) are all loaded.
-    days: BTreeSet<NaiveDate>,
+    /// The spans whose executions (of every schedule) are all loaded.
+    spans: Spans,
     /// Executions removed since the read: filling the state from the store must not bring
     /// them back.
     removed: BTreeSet<ExecutionId>,
@@ -68,11 +69,11 @@ impl Executions {
     }
 
     /// Whether this state can say if it has execution `id`: it is loaded, or the state was
-    /// read whole, or `id`'s day was.
+    /// read whole, or a span holding `id`'s date was.
     fn knows(&self, id: &ExecutionId) -> bool {
         match &self.part {
             None => true,
-            Some(part) => self.loaded.contains_key(id) || part.knows_day_of(id) || part.absent.contains(id),
+            Some(part) => self.loaded.contains_key(id) || part.knows_date_of(id) || part.absent.contains(id),
         }
     }
 
@@ -181,7 +182,7 @@ impl Executions {
         schedule: &'s str,
         day: NaiveDate,
     ) -> impl Iterator<Item = (&'s ExecutionId, &'s HeldExecution)> + 's {
-        let read = |part: &Part| part.days.contains(&day) && SCHEDULE_IDS.contains(&schedule);
+        let read = |part: &Part| part.spans.has_day(day) && SCHEDULE_IDS.contains(&schedule);
         if self.part.as_deref().is_some_and(|part| !read(part)) {
             note_unloaded();
         }
@@ -191,7 +192,7 @@ impl Executions {
     /// Whether some execution of `day` is kept (noted when read in part without that day).
     /// A day is read for the schedules a config can name: no other's execution is stored.
     pub fn any_of_day(&self, day: NaiveDate) -> bool {
-        if self.part.as_deref().is_some_and(|part| !part.days.contains(&day)) {
+        if self.part.as_deref().is_some_and(|part| !part.spans.has_day(day)) {
             note_unloaded();
         }
         self.loaded.keys().any(|id| id.date().day == day)
@@ -202,16 +203,14 @@ impl Executions {
         self.part.is_some()
     }
 
-    /// Whether every execution of `days` is here (a state read whole has them all).
-    pub fn holds_days(&self, days: &[NaiveDate]) -> bool {
-        self.part
-            .as_ref()
-            .is_none_or(|part| days.iter().all(|d| part.days.contains(d)))
+    /// Whether every execution of `spans` is here (a state read whole has them all).
+    pub fn holds(&self, spans: &[Span]) -> bool {
+        self.part.as_ref().is_none_or(|part| part.spans.holds_all(spans))
     }
 
-    /// The days read whole, if read in part.
-    pub fn days_read(&self) -> Option<Vec<NaiveDate>> {
-        self.part.as_ref().map(|part| part.days.iter().copied().collect())
+    /// The spans read, if read in part.
+    pub fn spans_read(&self) -> Option<Vec<Span>> {
+        self.part.as_ref().map(|part| part.spans.to_vec())
     }
 
     /// Whether the state holds (or knows it lacks) execution `id` without being asked.
@@ -219,18 +218,20 @@ impl Executions {
         self.knows(id)
     }
 
-    /// Keeps the executions `keep` selects and those of `days`, as a read in part that
-    /// loaded them would have them; the others are left out. Days this state did not hold
+    /// Keeps the executions `keep` selects and those of `spans`, as a read in part that
+    /// loaded them would have them; the others are left out. Spans this state did not hold
     /// whole are not claimed. Returns the ids left out.
     pub fn read_in_part(
         &mut self,
-        days: &[NaiveDate],
+        spans: &[Span],
         keep: impl Fn(&ExecutionId, &HeldExecution) -> bool,
     ) -> Vec<ExecutionId> {
-        let held = |day: &NaiveDate| self.part.as_ref().is_none_or(|part| part.days.contains(day));
-        let days: BTreeSet<NaiveDate> = days.iter().copied().filter(held).collect();
+        let spans = match &self.part {
+            None => spans.iter().copied().collect(),
+            Some(part) => part.spans.held(spans),
+        };
         let out: Vec<ExecutionId> = (self.loaded.iter())
-            .filter(|(id, e)| !days.contains(&id.date().day) && !keep(id, e))
+            .filter(|(id, e)| !spans.covers(id.date()) && !keep(id, e))
             .map(|(id, _)| id.clone())
             .collect();
         for id in &out {
@@ -238,7 +239,7 @@ impl Executions {
         }
         let removed = self.part.as_ref().map(|part| part.removed.clone()).unwrap_or_default();
         self.part = Some(std::sync::Arc::new(Part {
-            days,
+            spans,
             removed,
             absent: BTreeSet::new(),
         }));
@@ -253,7 +254,7 @@ impl Executions {
         };
         let mut added = Vec::new();
         for (id, execution) in whole.loaded.iter() {
-            if !self.loaded.contains_key(id) && !part.knows_day_of(id) && !part.removed.contains(id) {
+            if !self.loaded.contains_key(id) && !part.knows_date_of(id) && !part.removed.contains(id) {
                 self.loaded.insert(id.clone(), execution.clone());
                 added.push(id.clone());
             }
@@ -266,10 +267,10 @@ impl Executions {
         &self.loaded
     }
 
-    /// Marks the state as read in part, with every execution of `days` loaded.
-    pub(crate) fn read_days(&mut self, days: BTreeSet<NaiveDate>) {
+    /// Marks the state as read in part, with every execution of `spans` loaded.
+    pub(crate) fn read_spans(&mut self, spans: Spans) {
         self.part = Some(std::sync::Arc::new(Part {
-            days,
+            spans,
             ..Part::default()
         }));
     }
@@ -287,10 +288,10 @@ impl Executions {
 }
 
 impl Part {
-    /// Whether every execution of `id`'s day was read: a day is read for the schedules a
+    /// Whether every execution of `id`'s date was read: a span is read for the schedules a
     /// config can name, so an id of any other schedule is not known absent.
-    fn knows_day_of(&self, id: &ExecutionId) -> bool {
-        self.days.contains(&id.date().day) && SCHEDULE_IDS.contains(&id.schedule())
+    fn knows_date_of(&self, id: &ExecutionId) -> bool {
+        self.spans.covers(id.date()) && SCHEDULE_IDS.contains(&id.schedule())
     }
 }
 
@@ -374,7 +375,7 @@ mod tests {
     fn a_state_read_in_part_answers_what_it_holds_and_notes_what_it_does_not() {
         let whole = three();
         let mut part = whole.clone();
-        let out = part.read_in_part(&[day("2026-11-22")], |_, e| e.phase().is_open());
+        let out = part.read_in_part(&[Span::Day(day("2026-11-22"))], |_, e| e.phase().is_open());
         assert_eq!(out, [id("2026-11-21")], "the settled execution of a day not needed");
         // What it holds, and what it knows it lacks, need nothing more.
         let asked = |f: &dyn Fn() -> bool| noting_unloaded(f);
@@ -430,23 +431,28 @@ mod tests {
         );
         // A second read in part claims no day the first did not read.
         let mut again = part.clone();
-        again.read_in_part(&[day("2026-11-21"), day("2026-11-22")], |_, _| false);
+        again.read_in_part(&[Span::Day(day("2026-11-21")), Span::Day(day("2026-11-22"))], |_, _| {
+            false
+        });
         assert!(asked(&|| again.contains_key(&id("2026-11-21"))).1);
     }
 
     #[test]
     fn a_cache_leaves_out_only_what_a_read_in_part_would() {
-        // A settled hour on the day of an open one is kept by a read in part (the open
-        // one's day is read whole), so there is nothing to leave out for it.
+        // A settled execution of an open one's date (under another schedule) is kept by a
+        // read in part (the open one's date is read), so there is nothing to leave out for
+        // it; a settled hour beside it is not.
         let mut state = crate::core::lifecycle::PipelineState::default();
-        for (date, settled) in [("2026-11-22T05", true), ("2026-11-22T06", false)] {
-            state.executions.insert(id(date), execution(date, settled));
-        }
+        state
+            .executions
+            .insert(id("2026-11-22T06"), execution("2026-11-22T06", false));
+        let other = ExecutionId::of("sensor", "2026-11-22T06").unwrap();
+        state.executions.insert(other, execution("2026-11-22T06", true));
         assert!(!state.has_quiet_to_leave_out());
         assert_eq!(state.clone().leave_out_quiet(), 0);
         state
             .executions
-            .insert(id("2026-11-20T01"), execution("2026-11-20T01", true));
+            .insert(id("2026-11-22T05"), execution("2026-11-22T05", true));
         assert!(state.has_quiet_to_leave_out());
         assert_eq!(state.leave_out_quiet(), 1);
         assert!(!state.has_quiet_to_leave_out());

@@ -59,7 +59,7 @@ pub use evaluators::evaluator_run_id;
 pub use executions::{noting_unloaded, Executions};
 pub use forecast::ForecastMarks;
 pub use held::{HeldExecution, SensorData};
-pub use needs::Needs;
+pub use needs::{Needs, Span, Spans};
 pub use readings::{Readings, ReadingsSummary};
 
 // For the read model (a pipeline's run history as the page charts it).
@@ -130,14 +130,15 @@ impl PipelineState {
         live
     }
 
-    /// Leaves out the quiet executions but for those of `days` and of the live executions'
-    /// days, with their timers, and the readings scoped to other days but each key's latest,
-    /// as a read in part of those days has the state (see [`Executions`], [`Readings`],
-    /// `state::parts::read`). Returns how many executions and readings were left out.
-    pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
+    /// Leaves out the quiet executions but for those of `spans` and of the live executions'
+    /// dates, with their timers, and the readings scoped to other dates but each key's
+    /// latest, as a read in part of those spans has the state (see [`Executions`],
+    /// [`Readings`], `state::parts::read`). Returns how many executions and readings were
+    /// left out.
+    pub fn read_in_part(&mut self, spans: &[Span]) -> usize {
         let live: BTreeSet<ExecutionId> = self.live().into_iter().cloned().collect();
-        let days = days_kept(days, live.iter());
-        let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(&days, |id, _| live.contains(id)))
+        let spans = spans_kept(spans, live.iter());
+        let out: BTreeSet<ExecutionId> = (self.executions.read_in_part(&spans, |id, _| live.contains(id)))
             .into_iter()
             .collect();
         if !out.is_empty() {
@@ -145,7 +146,7 @@ impl PipelineState {
                 .retain(|kind, _| kind.execution().is_none_or(|id| !out.contains(id)));
         }
         self.know_timers_alone();
-        out.len() + self.sensors.read_in_part(&days)
+        out.len() + self.sensors.read_in_part(&spans)
     }
 
     /// In a state read in part, notes that the executions of the timers it holds that are
@@ -175,25 +176,26 @@ impl PipelineState {
         self.executions.is_partial() || self.sensors.is_partial()
     }
 
-    /// Whether the state holds every execution and reading of `days`.
-    pub fn holds_days(&self, days: &[NaiveDate]) -> bool {
-        self.executions.holds_days(days) && self.sensors.holds_days(days)
+    /// Whether the state holds every execution and reading of `spans`.
+    pub fn holds(&self, spans: &[Span]) -> bool {
+        self.executions.holds(spans) && self.sensors.holds(spans)
     }
 
     /// Whether [`Self::leave_out_quiet`] would leave something out.
     pub fn has_quiet_to_leave_out(&self) -> bool {
         let live = self.live();
-        let days = days_kept(&self.executions.days_read().unwrap_or_default(), live.iter().copied());
-        (self.executions.loaded().keys()).any(|id| !days.contains(&id.date().day) && !live.contains(id))
-            || self.sensors.has_quiet(&days)
+        let spans = spans_kept(&self.executions.spans_read().unwrap_or_default(), live.iter().copied());
+        let held: Spans = spans.iter().copied().collect();
+        (self.executions.loaded().keys()).any(|id| !held.covers(id.date()) && !live.contains(id))
+            || self.sensors.has_quiet(&spans)
     }
 
-    /// Leaves out the quiet executions but those of the days this state read (a whole
+    /// Leaves out the quiet executions but those of the spans this state read (a whole
     /// state: every quiet one), as a cache keeps a state: the size of what decisions read,
     /// not of the history. Returns how many were left out.
     pub fn leave_out_quiet(&mut self) -> usize {
-        let days = self.executions.days_read().unwrap_or_default();
-        self.read_in_part(&days)
+        let spans = self.executions.spans_read().unwrap_or_default();
+        self.read_in_part(&spans)
     }
 
     /// Whether `after`, a decision's state from this one (read in part), set, moved or
@@ -222,11 +224,15 @@ impl PipelineState {
     }
 }
 
-/// The days a read in part for `days` holds whole: those, and the days of the live
-/// executions (of the schedules a config can name, the ones read by day).
-fn days_kept<'a>(days: &[NaiveDate], live: impl Iterator<Item = &'a ExecutionId>) -> Vec<NaiveDate> {
+/// The spans a read in part for `spans` holds whole: those, and the dates of the live
+/// executions (of the schedules a config can name, the ones a span reads).
+fn spans_kept<'a>(spans: &[Span], live: impl Iterator<Item = &'a ExecutionId>) -> Vec<Span> {
     let named = live.filter(|id| SCHEDULE_IDS.contains(&id.schedule()));
-    days.iter().copied().chain(named.map(|id| id.date().day)).collect()
+    spans
+        .iter()
+        .copied()
+        .chain(named.map(|id| Span::Date(id.date())))
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1119,7 +1125,7 @@ impl<'a> Decider<'a> {
     /// The stored readings behind [`Self::readings`], by sensor key.
     fn read_slots(&self, date: ExecutionDate) -> BTreeMap<&str, &StoredSensor> {
         let mut best: BTreeMap<&str, (u8, &StoredSensor)> = BTreeMap::new();
-        for (slot, sensor) in self.state.sensors.of_day(date.day) {
+        for (slot, sensor) in self.state.sensors.of_date(date) {
             let rank = match sensor.scope() {
                 None => 1,
                 Some(scope) if scope == date => 3,

@@ -3,22 +3,103 @@
 //!
 //! A guess, never a rule: a decision that asks for more is made again from the whole state,
 //! so a wrong guess costs time, not a wrong decision. What makes it right nearly always is
-//! that an input names its day: a timer or a job report its execution, a command or a dated
-//! reading its date.
+//! that an input names its date: a timer or a job report its execution, a command or a dated
+//! reading its date. An hourly date is read alone (with its day's daily date, whose readings
+//! an hour's rules also see), not its whole day: a day of an hourly pipeline is 24
+//! executions, and reading them all for one of them made a reading's cost follow the hours
+//! run so far that day.
+
+use std::collections::BTreeSet;
 
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
 use super::Input;
+use crate::core::execution::ExecutionDate;
 use crate::core::records::{Cancel, CommandOf, Rerun};
 use crate::core::timers::TimerKind;
+
+/// A stretch of a pipeline's history that a read in part loads whole: every execution of it
+/// (under the schedules a config can name) and every reading scoped to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Span {
+    /// A day: its daily date and each of its hours. A question about a whole day (any
+    /// execution of it, every reading of it) needs the day read.
+    Day(NaiveDate),
+    /// One date: a daily date without its hours, or one hour.
+    Date(ExecutionDate),
+}
+
+impl Span {
+    /// The spans that hold `date`: its day for a daily date (a daily pipeline's day is one
+    /// execution a schedule), else the hour and its day's daily date.
+    pub fn of(date: ExecutionDate) -> Vec<Span> {
+        match date.hour {
+            None => vec![Span::Day(date.day)],
+            Some(_) => vec![Span::Date(date), Span::Date(date.whole_day())],
+        }
+    }
+}
+
+/// The spans a state read in part holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spans(BTreeSet<Span>);
+
+impl Spans {
+    /// Whether every execution and reading of `date` is held: its day, or the date itself.
+    pub fn covers(&self, date: ExecutionDate) -> bool {
+        self.0.contains(&Span::Day(date.day)) || self.0.contains(&Span::Date(date))
+    }
+
+    /// Whether `day` is held whole.
+    pub fn has_day(&self, day: NaiveDate) -> bool {
+        self.0.contains(&Span::Day(day))
+    }
+
+    /// Whether everything of `span` is held.
+    pub fn holds(&self, span: &Span) -> bool {
+        match span {
+            Span::Day(day) => self.has_day(*day),
+            Span::Date(date) => self.covers(*date),
+        }
+    }
+
+    /// Whether everything of each of `spans` is held.
+    pub fn holds_all(&self, spans: &[Span]) -> bool {
+        spans.iter().all(|s| self.holds(s))
+    }
+
+    /// Those of `spans` this set holds: a state read in part claims no more than it read.
+    pub fn held(&self, spans: &[Span]) -> Spans {
+        spans.iter().filter(|s| self.holds(s)).copied().collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Span> + '_ {
+        self.0.iter()
+    }
+
+    pub fn to_vec(&self) -> Vec<Span> {
+        self.0.iter().copied().collect()
+    }
+}
+
+impl FromIterator<Span> for Spans {
+    /// The spans, a date whose day is among them left out (the day holds it): one set of
+    /// spans read has one form.
+    fn from_iter<I: IntoIterator<Item = Span>>(spans: I) -> Self {
+        let all: BTreeSet<Span> = spans.into_iter().collect();
+        let day_read = |date: &ExecutionDate| all.contains(&Span::Day(date.day));
+        let kept = all.iter().filter(|s| !matches!(s, Span::Date(date) if day_read(date)));
+        Spans(kept.copied().collect())
+    }
+}
 
 /// The executions a decision on an input is likely to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Needs {
     /// Every execution: a config change or a pipeline forgotten reads them all.
     Whole,
-    /// The executions of these days (every schedule's), besides the live ones.
-    Days(Vec<NaiveDate>),
+    /// The executions and readings of these spans, besides the live executions.
+    Part(Vec<Span>),
 }
 
 impl Needs {
@@ -28,13 +109,20 @@ impl Needs {
     pub fn of(input: &Input, now: DateTime<Utc>) -> Needs {
         let around_now = || {
             let today = now.date_naive();
-            Needs::Days(vec![today - TimeDelta::days(1), today, today + TimeDelta::days(1)])
+            let days = [today - TimeDelta::days(1), today, today + TimeDelta::days(1)];
+            Needs::Part(days.into_iter().map(Span::Day).collect())
         };
-        let day = |day: NaiveDate| Needs::Days(vec![day]);
+        let day = |day: NaiveDate| Needs::Part(vec![Span::Day(day)]);
+        let date = |date: ExecutionDate| Needs::Part(Span::of(date));
         match input {
             Input::ConfigPublished(_) => Needs::Whole,
-            Input::SensorReceived(reading) => reading.date.map_or_else(around_now, day),
-            Input::JobReported(report) => day(report.execution.date().day),
+            Input::SensorReceived(reading) => reading.date.map_or_else(around_now, |day| {
+                date(ExecutionDate {
+                    day,
+                    hour: reading.hour,
+                })
+            }),
+            Input::JobReported(report) => date(report.execution.date()),
             Input::CommandReceived(command) => match &command.kind {
                 CommandOf::Rerun(Rerun { execution, .. }) | CommandOf::Cancel(Cancel { execution, .. }) => {
                     day(execution.date.day)
@@ -46,15 +134,17 @@ impl Needs {
                 TimerKind::CronTick => around_now(),
                 TimerKind::StartCheck { date } | TimerKind::TriggerDeadline { date } => day(date.day),
                 TimerKind::Forget => Needs::Whole,
+                // An expiry asks whether its day keeps another execution.
+                TimerKind::Expire { execution } => day(execution.date().day),
                 // A missed deadline arms the next date still owed, looked for from the day
                 // before today in the pipeline's timezone (two days before today in UTC,
                 // west of it).
                 TimerKind::SlaWarning { execution } | TimerKind::SlaBreach { execution } => around_now()
                     .with(now.date_naive() - TimeDelta::days(2))
                     .with(execution.date().day),
-                other => other.execution().map_or(Needs::Whole, |id| day(id.date().day)),
+                other => other.execution().map_or(Needs::Whole, |id| date(id.date())),
             },
-            Input::Rejected { .. } => Needs::Days(Vec::new()),
+            Input::Rejected { .. } => Needs::Part(Vec::new()),
         }
     }
 
@@ -62,20 +152,20 @@ impl Needs {
     fn with(self, day: NaiveDate) -> Needs {
         match self {
             Needs::Whole => Needs::Whole,
-            Needs::Days(mut days) => {
-                if !days.contains(&day) {
-                    days.push(day);
+            Needs::Part(mut spans) => {
+                if !spans.contains(&Span::Day(day)) {
+                    spans.push(Span::Day(day));
                 }
-                Needs::Days(days)
+                Needs::Part(spans)
             }
         }
     }
 
-    /// The days to read, or `None` for every execution.
-    pub fn days(&self) -> Option<&[NaiveDate]> {
+    /// The spans to read, or `None` for every execution.
+    pub fn spans(&self) -> Option<&[Span]> {
         match self {
             Needs::Whole => None,
-            Needs::Days(days) => Some(days),
+            Needs::Part(spans) => Some(spans),
         }
     }
 }
@@ -90,7 +180,12 @@ mod tests {
         let now: DateTime<Utc> = "2026-11-28T03:00:00Z".parse().unwrap();
         let execution = ExecutionId::of("cron", "2026-11-20").unwrap();
         let needs = Needs::of(&Input::TimerFired(TimerKind::SlaBreach { execution }), now);
-        let mut days: Vec<String> = needs.days().unwrap().iter().map(|d| d.to_string()).collect();
+        let mut days: Vec<String> = (needs.spans().unwrap().iter())
+            .map(|s| match s {
+                Span::Day(day) => day.to_string(),
+                Span::Date(date) => panic!("{date} read alone"),
+            })
+            .collect();
         days.sort();
         assert_eq!(
             days,
@@ -98,6 +193,46 @@ mod tests {
             "its own, and the day before today in every timezone"
         );
         let reading = Needs::of(&Input::TimerFired(TimerKind::CronTick), now);
-        assert_eq!(reading.days().unwrap().len(), 3);
+        assert_eq!(reading.spans().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn an_hour_is_read_with_its_days_daily_date_and_an_expiry_with_its_whole_day() {
+        let now: DateTime<Utc> = "2026-11-28T03:00:00Z".parse().unwrap();
+        let hour = ExecutionId::of("sensor", "2026-11-20T05").unwrap();
+        let poll = Needs::of(
+            &Input::TimerFired(TimerKind::Evaluate {
+                execution: hour.clone(),
+            }),
+            now,
+        );
+        let day: NaiveDate = "2026-11-20".parse().unwrap();
+        assert_eq!(
+            poll.spans().unwrap(),
+            [Span::Date(hour.date()), Span::Date(ExecutionDate::daily(day))]
+        );
+        let expire = Needs::of(&Input::TimerFired(TimerKind::Expire { execution: hour }), now);
+        assert_eq!(expire.spans().unwrap(), [Span::Day(day)]);
+        let daily = ExecutionId::of("sensor", "2026-11-20").unwrap();
+        let report = Needs::of(&Input::TimerFired(TimerKind::Evaluate { execution: daily }), now);
+        assert_eq!(report.spans().unwrap(), [Span::Day(day)], "a daily date reads its day");
+    }
+
+    #[test]
+    fn spans_held_answer_for_what_they_cover_only() {
+        let day: NaiveDate = "2026-11-20".parse().unwrap();
+        let hour = |h| ExecutionDate { day, hour: Some(h) };
+        let by_hour: Spans = Span::of(hour(5)).into_iter().collect();
+        assert!(by_hour.covers(hour(5)) && by_hour.covers(ExecutionDate::daily(day)));
+        assert!(!by_hour.covers(hour(6)) && !by_hour.has_day(day));
+        assert!(!by_hour.holds(&Span::Day(day)));
+        let whole: Spans = [Span::Day(day)].into_iter().collect();
+        assert!(whole.covers(hour(6)) && whole.holds_all(&Span::of(hour(7))));
+        assert_eq!(
+            whole
+                .held(&[Span::Date(hour(1)), Span::Day(day + TimeDelta::days(1))])
+                .to_vec(),
+            [Span::Date(hour(1))]
+        );
     }
 }

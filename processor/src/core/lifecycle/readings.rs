@@ -1,6 +1,7 @@
 //! A pipeline's sensor readings as a decision sees them: every one (a state read whole), or a
-//! state read in part (issue 62): its undated readings, those scoped to the days the decision
-//! is likely to need (see [`super::Needs`]), and each key's latest, and no other.
+//! state read in part (issue 62): its undated readings, those scoped to the spans (days, or
+//! single dates) the decision is likely to need (see [`super::Needs`]), and each key's
+//! latest, and no other.
 //!
 //! A producer that scopes its readings to an execution's date or hour leaves one slot per
 //! key and date; a week of hourly history is 168 slots a key, and decoding them all made a
@@ -8,14 +9,15 @@
 //! [`super::Executions`], whose rules this follows). Read in part, the readings answer every
 //! question whose answer they hold:
 //! - a slot loaded, or one a read would have loaded (its name is undated, or scoped to a
-//!   day read): then it is known to be absent;
+//!   date a span read holds): then it is known to be absent;
 //! - a key's latest reading (the cadence of a new slot goes on from it): each key's latest
 //!   is loaded, and what a decision adds is loaded;
 //! - how many slots are stored (the `--max-sensors-per-pipeline` check), and the oldest day
 //!   one is scoped to (whether any is older than the retention): kept in the head
 //!   ([`ReadingsSummary`]) and followed through the decision.
 //!
-//! A question it cannot answer (a slot of a day not read, every reading) is noted as
+//! A question it cannot answer (a slot of a date not read, every reading of a day not read
+//! whole, every reading) is noted as
 //! executions note theirs ([`super::noting_unloaded`]), and the decision is made again from
 //! the whole state. So is the removal of a key's latest reading: what is latest after it is
 //! not loaded.
@@ -27,7 +29,7 @@ use chrono::NaiveDate;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::executions::note_unloaded;
-use super::{Shared, SharedMap, StoredSensor};
+use super::{Shared, SharedMap, Span, Spans, StoredSensor};
 use crate::core::execution::ExecutionDate;
 
 /// Sensor readings by slot (see [`StoredSensor::slot`]).
@@ -58,8 +60,8 @@ pub struct ReadingsSummary {
 /// What readings read in part hold beside their undated and latest ones.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Part {
-    /// The days whose scoped slots are all loaded.
-    days: BTreeSet<NaiveDate>,
+    /// The spans whose scoped slots are all loaded.
+    spans: Spans,
     /// The summary as read, its count kept up with every slot added or removed since.
     summary: ReadingsSummary,
     /// Slots removed since the read: filling the state from the store must not bring them
@@ -67,13 +69,13 @@ struct Part {
     removed: BTreeSet<String>,
 }
 
-/// The day a slot's name is scoped to: what follows its last `@`, when that is an execution
+/// The date a slot's name is scoped to: what follows its last `@`, when that is an execution
 /// date as a slot writes one. An undated key may hold `@` and a date itself: such a slot is
 /// taken for a scoped one by its name, and a read in part loads it all the same (every
 /// undated slot is loaded), so the rules below stay true.
-pub fn slot_day(slot: &str) -> Option<NaiveDate> {
+pub fn slot_scope(slot: &str) -> Option<ExecutionDate> {
     let (_, scope) = slot.rsplit_once('@')?;
-    ExecutionDate::canonical(scope).map(|date| date.day)
+    ExecutionDate::canonical(scope)
 }
 
 impl Readings {
@@ -82,7 +84,7 @@ impl Readings {
     fn knows(&self, slot: &str) -> bool {
         match &self.part {
             None => true,
-            Some(part) => self.loaded.contains_key(slot) || slot_day(slot).is_none_or(|day| part.days.contains(&day)),
+            Some(part) => self.loaded.contains_key(slot) || slot_scope(slot).is_none_or(|date| part.spans.covers(date)),
         }
     }
 
@@ -197,11 +199,24 @@ impl Readings {
     /// The readings an execution of `day` can see: the undated ones and those scoped to
     /// `day` (noted when read in part without that day).
     pub fn of_day(&self, day: NaiveDate) -> impl Iterator<Item = (&str, &StoredSensor)> + '_ {
-        if self.part.as_deref().is_some_and(|part| !part.days.contains(&day)) {
+        if self.part.as_deref().is_some_and(|part| !part.spans.has_day(day)) {
             note_unloaded();
         }
         (self.loaded.iter())
             .filter(move |(_, s)| s.date.is_none_or(|d| d == day))
+            .map(|(slot, s)| (slot.as_str(), &**s))
+    }
+
+    /// The readings an execution of `date` sees: the undated ones, those scoped to `date`
+    /// and, for an hour, those scoped to its whole day (noted when read in part without
+    /// them).
+    pub fn of_date(&self, date: ExecutionDate) -> impl Iterator<Item = (&str, &StoredSensor)> + '_ {
+        let day = date.whole_day();
+        if (self.part.as_deref()).is_some_and(|part| !part.spans.covers(date) || !part.spans.covers(day)) {
+            note_unloaded();
+        }
+        (self.loaded.iter())
+            .filter(move |(_, s)| s.scope().is_none_or(|scope| scope == date || scope == day))
             .map(|(slot, s)| (slot.as_str(), &**s))
     }
 
@@ -262,32 +277,44 @@ impl Readings {
         }
     }
 
-    /// Keeps the undated readings, those scoped to `days` and each key's latest, as a read
-    /// in part of those days loads them; the others are left out. Days these readings did
+    /// Keeps the undated readings, those scoped to `spans` and each key's latest, as a read
+    /// in part of those spans loads them; the others are left out. Spans these readings did
     /// not hold whole are not claimed. Returns how many were left out.
-    pub fn read_in_part(&mut self, days: &[NaiveDate]) -> usize {
-        let held = |day: &NaiveDate| self.part.as_ref().is_none_or(|part| part.days.contains(day));
-        let days: BTreeSet<NaiveDate> = days.iter().copied().filter(held).collect();
+    pub fn read_in_part(&mut self, spans: &[Span]) -> usize {
+        let spans = self.held(spans);
         let summary = self.summary();
         let latest: BTreeSet<&String> = summary.latest.values().collect();
         let out: Vec<String> = (self.loaded.iter())
-            .filter(|(slot, s)| s.date.is_some_and(|d| !days.contains(&d)) && !latest.contains(slot))
+            .filter(|(slot, s)| s.scope().is_some_and(|d| !spans.covers(d)) && !latest.contains(slot))
             .map(|(slot, _)| slot.clone())
             .collect();
         for slot in &out {
             self.loaded.remove(slot);
         }
         let removed = self.part.as_ref().map(|part| part.removed.clone()).unwrap_or_default();
-        self.part = Some(Arc::new(Part { days, summary, removed }));
+        self.part = Some(Arc::new(Part {
+            spans,
+            summary,
+            removed,
+        }));
         out.len()
     }
 
-    /// Whether [`Self::read_in_part`] of `days` would leave a reading out.
-    pub fn has_quiet(&self, days: &[NaiveDate]) -> bool {
+    /// Those of `spans` these readings hold whole.
+    fn held(&self, spans: &[Span]) -> Spans {
+        match &self.part {
+            None => spans.iter().copied().collect(),
+            Some(part) => part.spans.held(spans),
+        }
+    }
+
+    /// Whether [`Self::read_in_part`] of `spans` would leave a reading out.
+    pub fn has_quiet(&self, spans: &[Span]) -> bool {
         let summary = self.summary();
-        let held = |d: &NaiveDate| days.contains(d) && self.part.as_ref().is_none_or(|p| p.days.contains(d));
-        (self.loaded.iter())
-            .any(|(slot, s)| s.date.is_some_and(|d| !held(&d)) && summary.latest.get(s.key_in(slot)) != Some(slot))
+        let spans = self.held(spans);
+        (self.loaded.iter()).any(|(slot, s)| {
+            s.scope().is_some_and(|d| !spans.covers(d)) && summary.latest.get(s.key_in(slot)) != Some(slot)
+        })
     }
 
     /// Adds what `whole` (the same readings read whole) has that these, read in part, left
@@ -313,9 +340,9 @@ impl Readings {
         self.part.is_some()
     }
 
-    /// Whether every reading scoped to `days` is here (readings read whole have them all).
-    pub fn holds_days(&self, days: &[NaiveDate]) -> bool {
-        (self.part.as_ref()).is_none_or(|part| days.iter().all(|d| part.days.contains(d)))
+    /// Whether every reading scoped to `spans` is here (readings read whole have them all).
+    pub fn holds(&self, spans: &[Span]) -> bool {
+        (self.part.as_ref()).is_none_or(|part| part.spans.holds_all(spans))
     }
 
     /// The loaded readings as a map, for those that lay them out or measure them (see
@@ -329,10 +356,10 @@ impl Readings {
         self.loaded.insert(slot, sensor);
     }
 
-    /// Marks the readings as read in part: those of `days` loaded, with what the head said.
-    pub(crate) fn read_days(&mut self, days: BTreeSet<NaiveDate>, summary: ReadingsSummary) {
+    /// Marks the readings as read in part: those of `spans` loaded, with what the head said.
+    pub(crate) fn read_spans(&mut self, spans: Spans, summary: ReadingsSummary) {
         self.part = Some(Arc::new(Part {
-            days,
+            spans,
             summary,
             removed: BTreeSet::new(),
         }));
@@ -437,10 +464,10 @@ mod tests {
             "received last, whatever its day"
         );
         let mut part = whole.clone();
-        assert!(part.has_quiet(&[day("2026-11-22")]));
-        let out = part.read_in_part(&[day("2026-11-22")]);
+        assert!(part.has_quiet(&[Span::Day(day("2026-11-22"))]));
+        let out = part.read_in_part(&[Span::Day(day("2026-11-22"))]);
         assert_eq!(out, 5, "the other days' readings but each key's latest");
-        assert!(!part.has_quiet(&[day("2026-11-22")]));
+        assert!(!part.has_quiet(&[Span::Day(day("2026-11-22"))]));
         let asked = |f: &dyn Fn() -> bool| noting_unloaded(f);
         // What it holds, and what it knows it lacks, need nothing more.
         assert_eq!(asked(&|| part.contains_key("rows@2026-11-22T05")), (true, false));
@@ -509,16 +536,20 @@ mod tests {
         assert_eq!(filled, whole_changed);
         // A second read in part claims no day the first did not read.
         let mut again = part.clone();
-        again.read_in_part(&[day("2026-11-21"), day("2026-11-22")]);
+        again.read_in_part(&[Span::Day(day("2026-11-21")), Span::Day(day("2026-11-22"))]);
         assert!(asked(&|| again.contains_key("rows@2026-11-21T05")).1);
     }
 
     #[test]
     fn a_slot_is_scoped_by_the_date_its_name_ends_with() {
-        assert_eq!(slot_day("rows@2026-11-22T05"), Some(day("2026-11-22")));
-        assert_eq!(slot_day("rows@2026-11-22"), Some(day("2026-11-22")));
-        assert_eq!(slot_day("a@b@2026-11-22"), Some(day("2026-11-22")));
-        assert_eq!(slot_day("rows"), None);
-        assert_eq!(slot_day("me@example.com"), None);
+        let hour = ExecutionDate {
+            day: day("2026-11-22"),
+            hour: Some(5),
+        };
+        assert_eq!(slot_scope("rows@2026-11-22T05"), Some(hour));
+        assert_eq!(slot_scope("rows@2026-11-22"), Some(hour.whole_day()));
+        assert_eq!(slot_scope("a@b@2026-11-22"), Some(hour.whole_day()));
+        assert_eq!(slot_scope("rows"), None);
+        assert_eq!(slot_scope("me@example.com"), None);
     }
 }

@@ -246,11 +246,10 @@ impl Decider<'_> {
     /// was switched between cron and sensor-started): the date ran, so only a rerun of it
     /// may run it again (issue 60, item 3).
     fn ran_under_another_schedule(&self, id: &ExecutionId) -> Option<ExecutionId> {
-        let day = id.date().day;
+        // Looked up by id, not by day: a read in part of the one date answers it.
         (SCHEDULE_IDS.iter().filter(|s| **s != id.schedule()))
-            .flat_map(|schedule| self.state.executions.on_day(schedule, day))
-            .find(|(other, e)| other.date() == id.date() && e.attempt > 0)
-            .map(|(other, _)| other.clone())
+            .map(|schedule| ExecutionId::new(schedule, id.date()))
+            .find(|other| self.state.executions.get(other).is_some_and(|e| e.attempt > 0))
     }
 
     /// Whether `schedule` has an execution of `day`.

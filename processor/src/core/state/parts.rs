@@ -13,8 +13,6 @@
 
 use std::collections::BTreeSet;
 
-use chrono::NaiveDate;
-
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -22,7 +20,7 @@ use super::Write;
 use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::{ExecutionId, ParseError};
 use crate::core::lifecycle::{
-    HeldExecution, PendingTimer, Phase, PipelineState, ReadingsSummary, SharedMap, StoredSensor,
+    HeldExecution, PendingTimer, Phase, PipelineState, ReadingsSummary, SharedMap, Span, Spans, StoredSensor,
 };
 use crate::core::timers::TimerKind;
 
@@ -372,15 +370,15 @@ pub struct Read {
     pub head_stale: bool,
 }
 
-/// Reads `pipeline`'s state from `source`: whole, or in part when `days` are given (the live
-/// executions, those of `days`, the readings [`Readings`](crate::core::lifecycle::Readings)
+/// Reads `pipeline`'s state from `source`: whole, or in part when `spans` are given (the live
+/// executions, those of `spans`, the readings [`Readings`](crate::core::lifecycle::Readings)
 /// keeps, and every timer of its own, see
 /// [`Executions`](crate::core::lifecycle::Executions)). A head written before reads in part
 /// is read whole; one written before its readings' summary has its readings read whole.
 pub fn read<S: Source>(
     source: &S,
     pipeline: &str,
-    days: Option<&[NaiveDate]>,
+    spans: Option<&[Span]>,
 ) -> Result<Option<Read>, ReadError<S::Error>> {
     let Some(head) = source.get(&head_key(pipeline)).map_err(ReadError::Store)? else {
         return Ok(None);
@@ -395,8 +393,8 @@ pub fn read<S: Source>(
         let mut add = |key: &[u8], value: &[u8]| add_part(state, &key[prefix.len()..], value);
         (source.scan(&merged(ranges), &mut add).map_err(ReadError::Store)?).map_err(|e| corrupt(&e))
     };
-    let (live, days) = match (in_parts, live, days) {
-        (true, Some(live), Some(days)) => (live, days),
+    let (live, spans) = match (in_parts, live, spans) {
+        (true, Some(live), Some(spans)) => (live, spans),
         (_, live, _) => {
             scan(&mut state, vec![(prefix.clone(), parts_end(pipeline))])?;
             return Ok(Some(Read {
@@ -406,45 +404,59 @@ pub fn read<S: Source>(
             }));
         }
     };
-    // The days asked for and the live executions' days, each read whole: a range per
-    // schedule costs less than a read per execution (a day's hours are its live ones, often),
-    // and a day read whole answers more.
-    let mut whole_days: BTreeSet<NaiveDate> = days.iter().copied().collect();
+    // The spans asked for and the live executions' dates. A day is read as a range per
+    // schedule (its daily date and its hours sort together); a single date as a point per
+    // schedule.
     let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
     let mut ranges = vec![(tag(TIMER), tag(TIMER + 1))];
     let point = |key: Vec<u8>| {
         let to = [key.as_slice(), &[0]].concat();
         (key, to)
     };
+    let mut read: Vec<Span> = spans.to_vec();
     for id in &live {
         match SCHEDULE_IDS.contains(&id.schedule()) {
-            true => {
-                whole_days.insert(id.date().day);
-            }
+            true => read.push(Span::Date(id.date())),
             // Never stored (a config names one of those), but read if it were.
             false => ranges.push(point(part_key(pipeline, EXECUTION, id.as_str()))),
         }
     }
-    for day in &whole_days {
+    // A date whose day is read whole is read with it.
+    let read: Spans = read.into_iter().collect();
+    // What a span's key names: `2026-11-02` for a day (then a range: its hours,
+    // `2026-11-02T05`, follow it), a date's own text for a date.
+    let named = |span: &Span| match span {
+        Span::Day(day) => (day.to_string(), true),
+        Span::Date(date) => (date.to_string(), false),
+    };
+    for span in read.iter() {
+        let (name, whole_day) = named(span);
         for schedule in SCHEDULE_IDS {
-            // `cron/2026-11-02` and its hours, `cron/2026-11-02T05`: one range.
-            let from = part_key(pipeline, EXECUTION, &format!("{schedule}/{day}"));
-            let to = [from.as_slice(), &[u8::MAX]].concat();
-            ranges.push((from, to));
+            let from = part_key(pipeline, EXECUTION, &format!("{schedule}/{name}"));
+            ranges.push(match whole_day {
+                true => {
+                    let to = [from.as_slice(), &[u8::MAX]].concat();
+                    (from, to)
+                }
+                false => point(from),
+            });
         }
     }
     match &summary {
-        // Every key's undated slot and latest slot, and its slots of each day read:
-        // `rows@2026-11-02` and its hours, `rows@2026-11-02T05`.
+        // Every key's undated slot and latest slot, and its slots of each span read:
+        // `rows@2026-11-02` and, for a day, its hours, `rows@2026-11-02T05`.
         Some(summary) => {
             let slot = |name: &str| part_key(pipeline, SENSOR, name);
             for (key, latest) in &summary.latest {
                 ranges.push(point(slot(key)));
                 ranges.push(point(slot(latest)));
-                for day in &whole_days {
-                    let scoped = format!("{key}@{day}");
+                for span in read.iter() {
+                    let (name, whole_day) = named(span);
+                    let scoped = format!("{key}@{name}");
                     ranges.push(point(slot(&scoped)));
-                    ranges.push((slot(&format!("{scoped}T")), slot(&format!("{scoped}U"))));
+                    if whole_day {
+                        ranges.push((slot(&format!("{scoped}T")), slot(&format!("{scoped}U"))));
+                    }
                 }
             }
         }
@@ -453,9 +465,9 @@ pub fn read<S: Source>(
     }
     scan(&mut state, ranges)?;
     if let Some(summary) = summary.clone() {
-        state.sensors.read_days(whole_days.clone(), summary);
+        state.sensors.read_spans(read.clone(), summary);
     }
-    state.executions.read_days(whole_days);
+    state.executions.read_spans(read);
     state.know_timers_alone();
     Ok(Some(Read {
         state,

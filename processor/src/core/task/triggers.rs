@@ -71,7 +71,7 @@ impl<S: Store> Task<S> {
                     return Ok(false);
                 };
                 // The open executions are in every read in part.
-                let state = store.stored(&request.pipeline_id, &Needs::Days(Vec::new()))?;
+                let state = store.stored(&request.pipeline_id, &Needs::Part(Vec::new()))?;
                 Ok(state.is_some_and(|s| s.state.awaits_trigger(&request.run_id)))
             };
             let awaited = match (is_assigned, fenced) {

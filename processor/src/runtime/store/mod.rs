@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use rocksdb::{
     BlockBasedOptions, Cache, Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteBufferManager,
     WriteOptions, DB,
@@ -32,7 +32,7 @@ use crate::core::changelog::Lineage;
 use crate::core::config::PipelineConfig;
 use crate::core::forwarding::ForwardWindow;
 use crate::core::ids::PipelineId;
-use crate::core::lifecycle::{Effect, Needs};
+use crate::core::lifecycle::{Effect, Needs, Span};
 use crate::core::partitioning::PartitionId;
 use crate::core::timers::TimerKind;
 use crate::core::PipelineState;
@@ -338,16 +338,16 @@ impl PartitionStore {
             self.states.lock().expect("state cache").reads.whole += 1;
             return Ok(stored.map(|s| Stored { head_stale: true, ..s }));
         }
-        let days = needs.days();
-        if let Some(days) = days {
+        let spans = needs.spans();
+        if let Some(spans) = spans {
             let mut cache = self.states.lock().expect("state cache");
-            let cached = cache.get(pipeline).filter(|c| c.state.holds_days(days)).cloned();
+            let cached = cache.get(pipeline).filter(|c| c.state.holds(spans)).cloned();
             if let Some(cached) = cached {
                 cache.reads.cached += 1;
                 return Ok(Some(cached));
             }
         }
-        let stored = self.decode(pipeline, days)?;
+        let stored = self.decode(pipeline, spans)?;
         let mut cache = self.states.lock().expect("state cache");
         match &stored {
             Some(s) if s.state.is_partial() => {
@@ -372,7 +372,7 @@ impl PartitionStore {
 
     /// Notes that `state` is what the store now holds for `pipeline`, in parts (just
     /// written by the caller): the next read need not decode it. Kept without its quiet
-    /// executions but for the days it read (see [`PipelineState::leave_out_quiet`]).
+    /// executions but for the spans it read (see [`PipelineState::leave_out_quiet`]).
     pub fn remember(&self, pipeline: &PipelineId, mut state: Arc<PipelineState>) {
         self.unsummed.lock().expect("unsummed").remove(pipeline.as_str());
         if state.has_quiet_to_leave_out() {
@@ -386,10 +386,10 @@ impl PartitionStore {
         self.states.lock().expect("state cache").insert(pipeline, stored);
     }
 
-    fn decode(&self, pipeline: &PipelineId, days: Option<&[NaiveDate]>) -> Result<Option<Stored>> {
+    fn decode(&self, pipeline: &PipelineId, spans: Option<&[Span]>) -> Result<Option<Stored>> {
         let corrupt =
             |e: String| StoreError::corrupt(format!("the stored state of pipeline {pipeline}"), &self.path, e);
-        let read = parts::read(self, pipeline, days).map_err(|e| match e {
+        let read = parts::read(self, pipeline, spans).map_err(|e| match e {
             parts::ReadError::Store(e) => e,
             parts::ReadError::Corrupt(e) => corrupt(e),
         })?;
@@ -929,11 +929,11 @@ mod tests {
         batch.put_pipeline("p1", &state, true).unwrap();
         store.write(batch).unwrap();
         assert_eq!(store.state_reads(), StateReads::default());
-        store.stored(&"p1".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
-        store.stored(&"p1".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p1".into(), &Needs::Part(Vec::new())).unwrap().unwrap();
+        store.stored(&"p1".into(), &Needs::Part(Vec::new())).unwrap().unwrap();
         // A pipeline not stored is a decode attempt too: the cache cannot say it is absent.
         assert!(store
-            .stored(&"absent".into(), &Needs::Days(Vec::new()))
+            .stored(&"absent".into(), &Needs::Part(Vec::new()))
             .unwrap()
             .is_none());
         assert_eq!(
@@ -946,7 +946,7 @@ mod tests {
         );
         // A state the batch just wrote is remembered: its next read is from the cache.
         store.remember(&"p2".into(), state.into());
-        store.stored(&"p2".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p2".into(), &Needs::Part(Vec::new())).unwrap().unwrap();
         assert_eq!(
             store.state_reads(),
             StateReads {
@@ -964,7 +964,7 @@ mod tests {
                 whole: 0
             }
         );
-        store.stored(&"p2".into(), &Needs::Days(Vec::new())).unwrap().unwrap();
+        store.stored(&"p2".into(), &Needs::Part(Vec::new())).unwrap().unwrap();
         assert_eq!(
             store.take_state_reads(),
             StateReads {
@@ -992,7 +992,7 @@ mod tests {
             for _ in 0..2 {
                 for p in ["p1", "p2", "p3"] {
                     store
-                        .stored(&PipelineId::from(p), &Needs::Days(Vec::new()))
+                        .stored(&PipelineId::from(p), &Needs::Part(Vec::new()))
                         .unwrap()
                         .unwrap();
                 }

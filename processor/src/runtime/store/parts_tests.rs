@@ -3,7 +3,7 @@
 
 use crate::core::execution::ExecutionId;
 use crate::core::lifecycle::{decide, Context, Decision, Effect, Execution, Input, Settings, StateChange};
-use crate::core::lifecycle::{Needs, PendingTimer, PipelineState, StoredSensor};
+use crate::core::lifecycle::{Needs, PendingTimer, PipelineState, Span, Spans, StoredSensor};
 use crate::core::partitioning::PartitionId;
 use crate::core::records::{ConfigRecord, JobRecord, JobStatus, SensorReading};
 use crate::core::replay::Engine;
@@ -372,38 +372,45 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
     write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
     let whole = store.stored(&"p".into(), &Needs::Whole).unwrap().unwrap();
     assert_eq!(*whole.state, state);
-    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    let day = |d: &str| Span::Day(d.parse().unwrap());
+    let date = |d: &str| Span::Date(d.parse().unwrap());
     let all = state.executions.loaded().len();
-    for days in [
+    let open: Vec<Span> = state.executions.open().map(|(id, _)| Span::Date(id.date())).collect();
+    let latest: Vec<String> = state.sensors.summary().latest.into_values().collect();
+    for spans in [
         vec![],
         vec![day("2026-11-24")],
         vec![day("2026-11-22"), day("2026-11-23")],
         vec![day("2026-11-01")],
+        vec![date("2026-11-23T05"), date("2026-11-23")],
     ] {
-        let read = store.stored(&"p".into(), &Needs::Days(days.clone())).unwrap().unwrap();
+        let read = store.stored(&"p".into(), &Needs::Part(spans.clone())).unwrap().unwrap();
         let mut expected = state.clone();
-        let left_out = expected.read_in_part(&days);
-        assert_eq!(*read.state, expected, "days {days:?}");
+        let left_out = expected.read_in_part(&spans);
+        assert_eq!(*read.state, expected, "spans {spans:?}");
         assert!(read.in_parts && !read.head_stale);
         let loaded = read.state.executions.loaded().len();
         let readings = read.state.sensors.loaded().len();
         assert_eq!(loaded + readings + left_out, all + state.sensors.len());
-        // The readings of those days (each key's latest is today's), and no other.
-        let of_days = (state.sensors.loaded().values())
-            .filter(|s| s.date.is_none_or(|d| days.contains(&d) || d == day("2026-11-24")))
+        // What the spans and the open executions' dates cover, and no other: the readings
+        // (undated, scoped to a date covered, or a key's latest) and the executions.
+        let covered: Spans = spans.iter().chain(&open).copied().collect();
+        let of_spans = (state.sensors.loaded().iter())
+            .filter(|(slot, s)| s.scope().is_none_or(|d| covered.covers(d)) || latest.contains(slot))
             .count();
         assert_eq!(
-            readings, of_days,
-            "the readings of {days:?} and of the open executions' day"
+            readings, of_spans,
+            "the readings of {spans:?} and of the open executions' dates"
         );
         assert_eq!(read.state.sensors.len(), state.sensors.len(), "counted by the head");
-        // The two open executions' day is read whole too (one range, not a read each).
-        let of_days = (state.executions.loaded().keys())
-            .filter(|id| days.contains(&id.date().day) || id.date().day == day("2026-11-24"))
+        let of_spans = (state.executions.loaded().keys())
+            .filter(|id| covered.covers(id.date()))
             .count();
-        assert_eq!(loaded, of_days, "the days {days:?} and the open executions' day");
-        if days.is_empty() {
-            assert_eq!((loaded, all), (24, 60), "a day of the two days and a half");
+        assert_eq!(loaded, of_spans, "the spans {spans:?} and the open executions' dates");
+        match spans.as_slice() {
+            [] => assert_eq!((loaded, all), (2, 60), "the two open hours of two days and a half"),
+            [Span::Date(_), Span::Date(_)] => assert_eq!(loaded, 3, "the hour asked and the two open ones"),
+            _ => {}
         }
     }
     assert_eq!(store.state_reads().whole, 1);
@@ -441,7 +448,7 @@ fn a_head_from_before_reads_in_part_is_read_whole_until_written_again() {
     let state = history(30, Some(JobStatus::Succeeded));
     write(&mut store, |b| b.put_pipeline("p", &state, true).unwrap());
     drop_from_head(&mut store, "live");
-    let in_part = Needs::Days(Vec::new());
+    let in_part = Needs::Part(Vec::new());
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(read.head_stale && !read.state.executions.is_partial());
     write_head_again(&mut store, &read.state);
@@ -463,7 +470,7 @@ fn a_head_from_before_its_readings_summary_reads_them_whole_until_written_again(
     let summary = drop_from_head(&mut store, "readings");
     assert_eq!(summary["count"], json!(100));
     assert_eq!(summary["latest"]["rows"], json!("rows@2026-11-24T23"));
-    let in_part = Needs::Days(Vec::new());
+    let in_part = Needs::Part(Vec::new());
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(read.head_stale && read.state.executions.is_partial() && !read.state.sensors.is_partial());
     assert_eq!(read.state.sensors.loaded().len(), 100);
@@ -487,7 +494,7 @@ fn readings_an_older_version_added_are_read_whole_until_the_head_sums_them_up() 
         b.put_pipeline("p", &state, true).unwrap();
         b.put_pipeline("q", &state, true).unwrap();
     });
-    let in_part = Needs::Days(Vec::new());
+    let in_part = Needs::Part(Vec::new());
     store.timers().unwrap();
     let read = store.stored(&"p".into(), &in_part).unwrap().unwrap();
     assert!(
@@ -583,7 +590,7 @@ fn the_cache_of_decoded_states_follows_every_write() {
         b.put_pipeline("p", &state, false).unwrap();
         b.put_pipeline("q", &state, false).unwrap();
     });
-    let in_part = Needs::Days(Vec::new());
+    let in_part = Needs::Part(Vec::new());
     let read = |store: &PartitionStore| store.stored(&"p".into(), &in_part).unwrap().map(|s| (*s.state).clone());
     let mut expected = state.clone();
     expected.read_in_part(&[]);
@@ -709,7 +716,7 @@ mod random {
         #[test]
         fn readings_read_in_part_answer_as_the_whole_or_say_they_cannot(
             stored in prop::collection::vec((0..KEYS.len(), 0..DATES.len() + 1, any::<u8>()), 0..30),
-            days in prop::collection::vec(0..DATES.len(), 0..3),
+            asked in prop::collection::vec((0..DATES.len(), any::<bool>()), 0..3),
         ) {
             let (_dir, store) = store();
             let mut store = store.with_state_cache(0);
@@ -719,10 +726,19 @@ mod random {
                 state.sensors.insert(slot, sensor.into());
             }
             write(&mut store, |b| b.put_pipeline("p", &state, false).unwrap());
-            let days: Vec<chrono::NaiveDate> = days.iter().map(|d| DATES[*d].parse::<crate::core::execution::ExecutionDate>().unwrap().day).collect();
-            let read = store.stored(&"p".into(), &Needs::Days(days.clone())).unwrap().unwrap();
+            // Each a day read whole, or one date read (with its day's daily date, for an hour).
+            let spans: Vec<Span> = (asked.iter())
+                .flat_map(|(d, whole)| {
+                    let date: crate::core::execution::ExecutionDate = DATES[*d].parse().unwrap();
+                    match whole {
+                        true => vec![Span::Day(date.day)],
+                        false => Span::of(date),
+                    }
+                })
+                .collect();
+            let read = store.stored(&"p".into(), &Needs::Part(spans.clone())).unwrap().unwrap();
             let mut expected = state.clone();
-            expected.read_in_part(&days);
+            expected.read_in_part(&spans);
             prop_assert_eq!(&*read.state, &expected);
             let part = &read.state.sensors;
             let whole = &state.sensors;
@@ -738,9 +754,18 @@ mod random {
                 let (same, asked) = noted(&|| part.get(&slot) == whole.get(&slot));
                 prop_assert!(same || asked, "slot {} answered otherwise without noting", slot);
             }
-            for day in &days {
-                let seen = |r: &crate::core::lifecycle::Readings| r.of_day(*day).map(|(slot, _)| slot.to_string()).collect::<Vec<_>>();
-                prop_assert_eq!(noted(&|| seen(part) == seen(whole)), (true, false), "the readings of {}", day);
+            for span in &spans {
+                let seen = |r: &crate::core::lifecycle::Readings| match span {
+                    Span::Day(day) => r.of_day(*day).map(|(slot, _)| slot.to_string()).collect::<Vec<_>>(),
+                    Span::Date(date) => r.of_date(*date).map(|(slot, _)| slot.to_string()).collect(),
+                };
+                prop_assert_eq!(noted(&|| seen(part) == seen(whole)), (true, false), "the readings of {:?}", span);
+            }
+            // A day not read whole is noted when asked whole, whatever of it was read.
+            for date in DATES {
+                let day = date.parse::<crate::core::execution::ExecutionDate>().unwrap().day;
+                let (_, asked) = noted(&|| part.of_day(day).count() > 0);
+                prop_assert_eq!(asked, !spans.contains(&Span::Day(day)), "the whole of {}", day);
             }
         }
 
