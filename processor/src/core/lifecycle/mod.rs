@@ -224,15 +224,37 @@ impl PipelineState {
     }
 }
 
+/// How many dates of one day a read takes one by one: with more, it reads the whole day (a
+/// range a schedule costs less than a point a date and schedule, and answers more). An
+/// hourly pipeline whose completed hours wait for a daily SLA deadline keeps most of its
+/// day live.
+const DATES_BEFORE_DAY: usize = 4;
+
 /// The spans a read in part for `spans` holds whole: those, and the dates of the live
-/// executions (of the schedules a config can name, the ones a span reads).
-fn spans_kept<'a>(spans: &[Span], live: impl Iterator<Item = &'a ExecutionId>) -> Vec<Span> {
+/// executions (of the schedules a config can name, the ones a span reads); a day with more
+/// than [`DATES_BEFORE_DAY`] of those dates is read whole. The store's read and a state
+/// trimmed in memory both take their spans from here.
+pub(crate) fn spans_kept<'a>(spans: &[Span], live: impl Iterator<Item = &'a ExecutionId>) -> Vec<Span> {
     let named = live.filter(|id| SCHEDULE_IDS.contains(&id.schedule()));
-    spans
+    let all: Spans = spans
         .iter()
         .copied()
         .chain(named.map(|id| Span::Date(id.date())))
-        .collect()
+        .collect();
+    let mut dates_of: BTreeMap<NaiveDate, usize> = BTreeMap::new();
+    for span in all.iter() {
+        if let Span::Date(date) = span {
+            *dates_of.entry(date.day).or_default() += 1;
+        }
+    }
+    let whole = |day: &NaiveDate| dates_of.get(day).is_some_and(|n| *n > DATES_BEFORE_DAY);
+    let kept: Spans = (all.iter())
+        .map(|span| match span {
+            Span::Date(date) if whole(&date.day) => Span::Day(date.day),
+            other => *other,
+        })
+        .collect();
+    kept.to_vec()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,7 +20,8 @@ use super::Write;
 use crate::core::config::SCHEDULE_IDS;
 use crate::core::execution::{ExecutionId, ParseError};
 use crate::core::lifecycle::{
-    HeldExecution, PendingTimer, Phase, PipelineState, ReadingsSummary, SharedMap, Span, Spans, StoredSensor,
+    spans_kept, HeldExecution, PendingTimer, Phase, PipelineState, ReadingsSummary, SharedMap, Span, Spans,
+    StoredSensor,
 };
 use crate::core::timers::TimerKind;
 
@@ -409,20 +410,11 @@ pub fn read<S: Source>(
     // schedule.
     let tag = |tag: u8| [prefix.as_slice(), &[tag]].concat();
     let mut ranges = vec![(tag(TIMER), tag(TIMER + 1))];
-    let point = |key: Vec<u8>| {
-        let to = [key.as_slice(), &[0]].concat();
-        (key, to)
-    };
-    let mut read: Vec<Span> = spans.to_vec();
-    for id in &live {
-        match SCHEDULE_IDS.contains(&id.schedule()) {
-            true => read.push(Span::Date(id.date())),
-            // Never stored (a config names one of those), but read if it were.
-            false => ranges.push(point(part_key(pipeline, EXECUTION, id.as_str()))),
-        }
+    for id in live.iter().filter(|id| !SCHEDULE_IDS.contains(&id.schedule())) {
+        // Never stored (a config names one of those), but read if it were.
+        ranges.push(point(part_key(pipeline, EXECUTION, id.as_str())));
     }
-    // A date whose day is read whole is read with it.
-    let read: Spans = read.into_iter().collect();
+    let read: Spans = spans_kept(spans, live.iter()).into_iter().collect();
     // What a span's key names: `2026-11-02` for a day (then a range: its hours,
     // `2026-11-02T05`, follow it), a date's own text for a date.
     let named = |span: &Span| match span {
@@ -474,6 +466,17 @@ pub fn read<S: Source>(
         in_parts,
         head_stale: summary.is_none(),
     }))
+}
+
+/// A range of one key: `key` to `key` and a zero byte, the next key there can be.
+pub fn point(key: Vec<u8>) -> KeyRange {
+    let to = [key.as_slice(), &[0]].concat();
+    (key, to)
+}
+
+/// Whether `from`..`to` holds one key only (made by [`point`]).
+pub fn is_point(from: &[u8], to: &[u8]) -> bool {
+    to.len() == from.len() + 1 && to.starts_with(from) && to.last() == Some(&0)
 }
 
 /// `ranges` in order, those that overlap or touch joined: a scan takes them apart and in

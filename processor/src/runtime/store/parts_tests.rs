@@ -383,6 +383,8 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         vec![day("2026-11-22"), day("2026-11-23")],
         vec![day("2026-11-01")],
         vec![date("2026-11-23T05"), date("2026-11-23")],
+        // More dates of a day than a read takes one by one: the day.
+        (1..=5).map(|h| date(&format!("2026-11-23T{h:02}"))).collect(),
     ] {
         let read = store.stored(&"p".into(), &Needs::Part(spans.clone())).unwrap().unwrap();
         let mut expected = state.clone();
@@ -394,7 +396,10 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         assert_eq!(loaded + readings + left_out, all + state.sensors.len());
         // What the spans and the open executions' dates cover, and no other: the readings
         // (undated, scoped to a date covered, or a key's latest) and the executions.
-        let covered: Spans = spans.iter().chain(&open).copied().collect();
+        let covered: Spans = match spans.len() {
+            5 => [day("2026-11-23")].iter().chain(&open).copied().collect(),
+            _ => spans.iter().chain(&open).copied().collect(),
+        };
         let of_spans = (state.sensors.loaded().iter())
             .filter(|(slot, s)| s.scope().is_none_or(|d| covered.covers(d)) || latest.contains(slot))
             .count();
@@ -410,6 +415,7 @@ fn a_state_read_in_part_is_the_whole_less_its_quiet_executions() {
         match spans.as_slice() {
             [] => assert_eq!((loaded, all), (2, 60), "the two open hours of two days and a half"),
             [Span::Date(_), Span::Date(_)] => assert_eq!(loaded, 3, "the hour asked and the two open ones"),
+            [_, _, _, _, _] => assert!(read.state.holds(&[day("2026-11-23")]), "read whole"),
             _ => {}
         }
     }
