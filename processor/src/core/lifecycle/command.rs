@@ -239,6 +239,7 @@ impl Decider<'_> {
         e.enter(Phase::AwaitingRules, now);
         self.arm_expiry(id);
         self.cancel_execution_timers(id, |t| matches!(t, TimerKind::PostRunTimeout { .. }));
+        self.rearm_met_sla(id);
         self.begin_window(id);
     }
 }

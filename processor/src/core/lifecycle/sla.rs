@@ -209,9 +209,11 @@ impl Decider<'_> {
     /// SLA_MET: the job completed before its deadline, with no breach reported.
     pub(super) fn sla_on_completion(&mut self, id: &ExecutionId) {
         let now = self.now();
-        let Some(config) = self.config().filter(|c| !c.dry_run) else {
+        // Shared, not copied: the decider is borrowed again below.
+        let Some(config) = self.state.config.clone().filter(|c| !c.dry_run) else {
             return;
         };
+        let config = &*config;
         let Some(deadline) = deadline_of(config, id.date()) else {
             return;
         };
@@ -237,6 +239,30 @@ impl Decider<'_> {
         };
         self.emit(EventType::SLA_MET, Some(id), message, info);
         self.cancel_sla_warning(id);
+        // Met, the date needs no breach alert (it would find the date complete and say
+        // nothing), and a pending timer keeps its execution live: read with every decision
+        // of its pipeline until the deadline, an hourly pipeline's whole day under a daily
+        // deadline. Kept when it is a link of the SLA chain (it arms the next date owed when
+        // it fires). A rerun arms it again ([`Self::rearm_met_sla`]).
+        if !chain_link(config, id.date()) {
+            self.cancel_execution_timers(id, |t| matches!(t, TimerKind::SlaBreach { .. }));
+        }
+    }
+
+    /// A rerun of a date whose SLA was met: the breach alert cancelled when it was met is
+    /// armed again while the deadline is ahead, as it would have stayed armed (a rerun still
+    /// running at the deadline is late).
+    pub(super) fn rearm_met_sla(&mut self, id: &ExecutionId) {
+        let now = self.now();
+        let Some(config) = self.config().filter(|c| !c.dry_run) else {
+            return;
+        };
+        let Some(deadline) = deadline_of(config, id.date()).filter(|at| *at > now) else {
+            return;
+        };
+        if self.state.executions.get(id).is_some_and(|e| e.sla.met) {
+            self.set_timer(TimerKind::SlaBreach { execution: id.clone() }, deadline);
+        }
     }
 
     /// A settled SLA needs no warning and no forecast.
@@ -327,6 +353,15 @@ fn relative_warning_offset(max: TimeDelta, expected: Option<TimeDelta>) -> TimeD
 
 /// The first daily (or hourly) execution date, from about now on, whose instant `due_at`
 /// gives is after `now`. `due_at` returns `None` for dates to pass over.
+/// Whether the SLA breach of `date` is a link of its pipeline's chain ([`Decider::arm_sla_chain`]):
+/// a sensor-started pipeline's dates of its deadline's kind (hourly under an hourly deadline,
+/// daily under a daily one).
+fn chain_link(config: &PipelineConfig, date: ExecutionDate) -> bool {
+    let deadline = config.sla.as_ref().and_then(|s| s.deadline);
+    let hourly = deadline.map(|d| matches!(d, Deadline::Hourly { .. }));
+    config.schedule.sensor_started() && hourly.is_some_and(|hourly| hourly == date.hour.is_some())
+}
+
 pub(super) fn next_date_due(
     now: DateTime<Utc>,
     tz: Tz,

@@ -754,9 +754,41 @@ fn sla_met_when_the_job_completes_before_the_deadline() {
     assert_eq!(met.detail["marginSeconds"], json!(3600));
     assert_eq!(met.detail["warned"], json!(false));
     assert_eq!(sim.due("daily", &warning("cron", "2026-11-22")), None);
+    // Met, nothing is pending for the date but its expiry: its execution is quiet.
+    assert_eq!(sim.due("daily", &breach("cron", "2026-11-22")), None);
+    assert!(state(&sim, "daily").live().is_empty());
     sim.advance_to(at("2026-11-22T20:00:00Z"));
     assert!(sim.of(SLA_WARNING).is_empty() && sim.of(SLA_BREACH).is_empty());
     assert_eq!(sim.of(SLA_MET).len(), 1);
+    sim.assert_timers_agree("daily");
+}
+
+#[test]
+fn a_rerun_of_a_date_whose_sla_was_met_is_breached_when_it_runs_past_the_deadline() {
+    let mut sim = Sim::starting_at(at("2026-11-22T12:00:00Z"));
+    let mut config = sla_cron();
+    config["validation"]["rules"] = json!([{"key": "rows", "check": "gte", "field": "count", "value": 1}]);
+    sim.config(config);
+    sim.sensor("daily", "rows", json!({"count": 1}));
+    sim.advance_to(at("2026-11-22T13:00:00Z"));
+    sim.job_for("daily", "cron", "2026-11-22", JobStatus::Running);
+    sim.job_for("daily", "cron", "2026-11-22", JobStatus::Succeeded);
+    assert_eq!(sim.of(SLA_MET).len(), 1);
+    assert_eq!(sim.due("daily", &breach("cron", "2026-11-22")), None);
+    // New data, then a rerun: it arms the breach again, at the same deadline.
+    sim.advance_to(at("2026-11-22T14:00:00Z"));
+    sim.sensor("daily", "rows", json!({"count": 2}));
+    sim.rerun("daily", "2026-11-22");
+    assert_eq!(sim.of(RERUN_ACCEPTED).len(), 1);
+    assert_eq!(
+        sim.due("daily", &breach("cron", "2026-11-22")),
+        Some(at("2026-11-22T15:00:00Z"))
+    );
+    sim.job_for("daily", "cron", "2026-11-22", JobStatus::Running);
+    sim.advance_to(at("2026-11-22T16:00:00Z"));
+    assert_eq!(when(&sim, SLA_BREACH), [on("2026-11-22", "2026-11-22T15:00:00Z")]);
+    assert_eq!(sim.of(SLA_MET).len(), 1, "met once, by the first run");
+    sim.assert_timers_agree("daily");
 }
 
 #[test]
