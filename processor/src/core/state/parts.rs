@@ -84,7 +84,17 @@ pub fn writes(
 ) -> Result<Vec<Write>, serde_json::Error> {
     let mut out = Vec::new();
     let head = head(after);
-    if head_stale || before.is_none_or(|before| self::head(before) != head) {
+    let changed = |before: &PipelineState| {
+        // The readings' summary sums up every reading loaded (all of them, in a state read
+        // whole): made for the state before only when its readings changed.
+        let same = before.sensors.loaded().changes(after.sensors.loaded()).is_empty();
+        let summary = match same {
+            true => head.readings.clone(),
+            false => Some(before.sensors.summary()),
+        };
+        head_with(before, summary) != head
+    };
+    if head_stale || before.is_none_or(changed) {
         out.push((head_key(pipeline), Some(serde_json::to_vec(&head)?)));
     }
     match before {
@@ -308,6 +318,11 @@ pub fn deletes(pipeline: &str, stored: &PipelineState) -> Vec<Vec<u8>> {
 /// The head: the state without its config (stored apart) and without its parts. Every field
 /// is named, so a field added to the state must be given a place: the head or parts.
 pub(crate) fn head(state: &PipelineState) -> PipelineState {
+    head_with(state, Some(state.sensors.summary()))
+}
+
+/// [`head`], its readings' summary given.
+fn head_with(state: &PipelineState, readings: Option<ReadingsSummary>) -> PipelineState {
     let PipelineState {
         config: _,
         sensors: _,
@@ -330,7 +345,7 @@ pub(crate) fn head(state: &PipelineState) -> PipelineState {
         forecasts: forecasts.clone(),
         unknown_sensors: unknown_sensors.clone(),
         live: Some(state.live().into_iter().cloned().collect()),
-        readings: Some(state.sensors.summary()),
+        readings,
         ..PipelineState::default()
     }
 }

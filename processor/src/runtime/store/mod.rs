@@ -229,7 +229,13 @@ pub fn estimated_size(state: &PipelineState) -> usize {
         .values()
         .map(|s| 256 + s.data.estimated_size())
         .sum();
-    512 + config + executions + sensors + 256 * state.timers.len()
+    // The head's bounded lists: small beside a week of executions, most of a state read in
+    // part (a run on record, a forecast mark, a dependent, an unknown key).
+    let head = 48 * state.history.runs.len()
+        + 128 * (state.forecasts.len() + state.dependents.len() + state.unknown_sensors.len());
+    // The state's own structure, and what a read in part keeps of what it read (the spans,
+    // the readings' summary): 2 KiB by the `history` bench's count of a state read in part.
+    2048 + head + config + executions + sensors + 256 * state.timers.len()
 }
 
 /// A rough size of a parsed config in memory: its text and the typed view, about twice the

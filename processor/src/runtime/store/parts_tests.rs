@@ -279,6 +279,30 @@ fn execution_of(t: &PendingTimer) -> Option<ExecutionId> {
     t.timer.execution().cloned()
 }
 
+/// The head is written when what it sums up of the readings changed, and only then: the
+/// summary of the state before is made only when its readings changed.
+#[test]
+fn a_new_reading_writes_the_head_and_an_unchanged_state_writes_nothing() {
+    let before = hourly(3);
+    assert!(writes("p", Some(&before), &before.clone(), false).unwrap().is_empty());
+    let mut after = before.clone();
+    let (slot, sensor) = after
+        .sensors
+        .iter()
+        .next()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    let mut newer = (*sensor).clone();
+    newer.received_at += chrono::TimeDelta::hours(1);
+    newer.hour = Some(23);
+    after.sensors.insert(newer.slot(newer.key_in(&slot)), newer.into());
+    let writes = writes("p", Some(&before), &after, false).unwrap();
+    assert_eq!(writes.len(), 2, "the reading and the head: {writes:?}");
+    let head_written = writes.iter().find(|(k, _)| *k == head_key("p")).unwrap();
+    let stored: PipelineState = serde_json::from_slice(head_written.1.as_ref().unwrap()).unwrap();
+    assert_eq!(stored.readings.unwrap().count, before.sensors.len() + 1);
+}
+
 #[test]
 fn parts_gone_are_deleted_and_a_timer_goes_with_its_execution() {
     let before = hourly(3);
