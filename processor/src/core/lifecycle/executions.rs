@@ -226,10 +226,7 @@ impl Executions {
         spans: &[Span],
         keep: impl Fn(&ExecutionId, &HeldExecution) -> bool,
     ) -> Vec<ExecutionId> {
-        let spans = match &self.part {
-            None => spans.iter().copied().collect(),
-            Some(part) => part.spans.held(spans),
-        };
+        let spans = Spans::held(self.part.as_ref().map(|part| &part.spans), spans);
         let out: Vec<ExecutionId> = (self.loaded.iter())
             .filter(|(id, e)| !spans.covers(id.date()) && !keep(id, e))
             .map(|(id, _)| id.clone())

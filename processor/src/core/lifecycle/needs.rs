@@ -68,9 +68,14 @@ impl Spans {
         spans.iter().all(|s| self.holds(s))
     }
 
-    /// Those of `spans` this set holds: a state read in part claims no more than it read.
-    pub fn held(&self, spans: &[Span]) -> Spans {
-        spans.iter().filter(|s| self.holds(s)).copied().collect()
+    /// Those of `spans` a state holds: each, read whole (`read` is `None`), else those its
+    /// spans `read` hold (a state read in part claims no more than it read).
+    pub fn held(read: Option<&Spans>, spans: &[Span]) -> Spans {
+        spans
+            .iter()
+            .filter(|s| read.is_none_or(|r| r.holds(s)))
+            .copied()
+            .collect()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Span> + '_ {
@@ -228,11 +233,9 @@ mod tests {
         assert!(!by_hour.holds(&Span::Day(day)));
         let whole: Spans = [Span::Day(day)].into_iter().collect();
         assert!(whole.covers(hour(6)) && whole.holds_all(&Span::of(hour(7))));
-        assert_eq!(
-            whole
-                .held(&[Span::Date(hour(1)), Span::Day(day + TimeDelta::days(1))])
-                .to_vec(),
-            [Span::Date(hour(1))]
-        );
+        let asked = [Span::Date(hour(1)), Span::Day(day + TimeDelta::days(1))];
+        assert_eq!(Spans::held(Some(&whole), &asked).to_vec(), [Span::Date(hour(1))]);
+        let each: Spans = asked.into_iter().collect();
+        assert_eq!(Spans::held(None, &asked), each, "a state read whole holds each");
     }
 }

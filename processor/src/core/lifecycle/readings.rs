@@ -302,10 +302,7 @@ impl Readings {
 
     /// Those of `spans` these readings hold whole.
     fn held(&self, spans: &[Span]) -> Spans {
-        match &self.part {
-            None => spans.iter().copied().collect(),
-            Some(part) => part.spans.held(spans),
-        }
+        Spans::held(self.part.as_ref().map(|part| &part.spans), spans)
     }
 
     /// Whether [`Self::read_in_part`] of `spans` would leave a reading out.

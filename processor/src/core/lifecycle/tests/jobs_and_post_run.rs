@@ -1744,6 +1744,31 @@ fn hourly_sensor(sim: &mut Sim, pipeline: &str, key: &str, data: Value, hour: u3
     sim.sensor_scoped(pipeline, key, data, Some(DAY), Some(hour), None)
 }
 
+/// Under a daily deadline an hour's met SLA needs no breach timer, so the hour is quiet (not
+/// read with every decision until 23:00); the day's own breach, the SLA chain's link, stays.
+#[test]
+fn sla_met_in_an_hourly_run_under_a_daily_deadline_leaves_the_hour_quiet() {
+    let mut sim = Sim::new();
+    sim.config(gold(json!({
+        "job": {"config": {"command": "run ${DATE} ${HOUR} ${RUN_ID}"}},
+        "sla": {"deadline": "23:00", "deadlineDay": "dataDate"}
+    })));
+    sim.sensor("gold", "row-count", json!({"count": 2000}));
+    hourly_sensor(&mut sim, "gold", "upstream", json!({"status": "ready"}), 8);
+    let (h8, run8) = ("2026-11-22T08", "gold.stream.2026-11-22T08.1");
+    let hour: crate::core::execution::ExecutionId = format!("stream/{h8}").parse().unwrap();
+    let breach = |execution| TimerKind::SlaBreach { execution };
+    assert!(sim.due("gold", &breach(hour.clone())).is_some(), "armed while it runs");
+    report(&mut sim, "gold", h8, run8, JobStatus::Running);
+    report(&mut sim, "gold", h8, run8, JobStatus::Succeeded);
+    assert_eq!(last(&sim, SLA_MET).date.as_deref(), Some(h8));
+    assert_eq!(sim.due("gold", &breach(hour.clone())), None);
+    assert!(!sim.states["gold"].live().contains(&hour), "the met hour is quiet");
+    let day = breach(KEY.parse().unwrap());
+    assert!(sim.due("gold", &day).is_some(), "the chain's daily link stays");
+    sim.assert_timers_agree("gold");
+}
+
 #[test]
 fn job_failed_in_an_hourly_run_retries_and_breaches_its_sla_within_its_hour() {
     let mut sim = Sim::new();
